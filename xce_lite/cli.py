@@ -1,0 +1,431 @@
+"""`xce`: the command line. Thin: each command parses, calls the controller (or one library
+function), prints.
+
+Exit codes: 0 ok; 1 a job failed (`xce wait`) or an operation was refused; 2 bad input (nothing was
+stored); 3 the controller is not running; 124 `xce wait --timeout` ran out.
+The submit path imports only light modules (no pydantic, no apsw, no fabric): one `xce submit` must
+cost little more than starting Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import click
+
+from xce_lite import errors
+from xce_lite.client import Client
+from xce_lite.home import Home, resolve_home
+from xce_lite.units import format_duration, format_size, parse_duration, parse_size
+
+EXIT_TIMEOUT = 124
+
+
+class _Group(click.Group):
+    """Turns XceError into `xce: message` and its exit code, instead of a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except errors.XceError as err:
+            click.echo(f"xce: {err}", err=True)
+            ctx.exit(err.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--home", envvar="XCE_HOME", metavar="DIR",
+              help="The cluster home (default: $XCE_HOME, else ~/.xce).")
+@click.pass_context
+def main(ctx: click.Context, home: str | None) -> None:
+    """xce_lite: an LSF-style batch engine. Start with `xce quickstart`."""
+    ctx.obj = resolve_home(home)
+
+
+def _client(ctx: click.Context) -> Client:
+    home: Home = ctx.obj.require()
+    return Client(home.socket)
+
+
+# ---- set-up -------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--cluster", default="xce", show_default=True, help="The cluster's name (part of unit names).")
+@click.pass_context
+def init(ctx: click.Context, cluster: str) -> None:
+    """Create a cluster home with an xce.yaml for a one-host cluster on this machine.
+
+    Example: xce init && xce controller start
+    """
+    _init(ctx.obj, cluster)
+
+
+def _init(home: Home, cluster: str) -> None:
+    from xce_lite.config import default_config_text, detect_memory, load_config
+
+    if home.config.exists():
+        raise errors.HomeError(f"{home.config} already exists; edit it, or choose another home with --home")
+    home.root.mkdir(parents=True, exist_ok=True)
+    host = os.uname().nodename.split(".")[0]
+    text = default_config_text(cluster, host, os.cpu_count() or 1, detect_memory())
+    tmp = home.config.with_suffix(".yaml.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, home.config)
+    load_config(home.config)  # what we wrote must load: fail here, not at controller start
+    click.echo(f"Created {home.config} (one host, {os.cpu_count()} slots, queue normal).")
+    click.echo("Next: `xce controller start`, then `xce submit -- echo hello`.")
+
+
+@main.command()
+@click.pass_context
+def quickstart(ctx: click.Context) -> None:
+    """Create the home if needed, start the controller, run an example job and show its output.
+
+    Example: pip install . && xce quickstart
+    """
+    from xce_lite import daemon
+
+    home: Home = ctx.obj
+    if not home.config.exists():
+        _init(home, "xce")
+    if daemon.lock_holder(home) is None:
+        pid = daemon.start_detached(home.require())
+        click.echo(f"Controller started (pid {pid}), serving {home.socket}.")
+    client = Client(home.socket)
+    out = home.root / "quickstart.out"
+    spec = {"argv": ["sh", "-c", 'echo "hello from job $XCE_JOBID on $(hostname)"'], "cwd": str(home.root),
+            "name": "quickstart", "stdout": str(out), "env": dict(os.environ)}
+    job_id = client.post("/jobs", {"jobs": [spec]})["ids"][0]
+    click.echo(f"Job <{job_id}> is submitted to queue <normal>.")
+    reply = _wait_for(client, [job_id], timeout=60)
+    _print_wait(reply)
+    click.echo(f"Its output ({out}):")
+    click.echo(out.read_text(errors="replace").rstrip())
+    click.echo("\nNow try: xce submit -n 1 -- sleep 5; xce jobs; xce hosts. See README.md for a tour.")
+
+
+# ---- controller -----------------------------------------------------------------------------------
+
+
+@main.group()
+def controller() -> None:
+    """Start, stop or look at the controller of this cluster home."""
+
+
+@controller.command("start")
+@click.option("--foreground", is_flag=True, help="Stay in the foreground (for systemd or tmux); log to stderr.")
+@click.pass_context
+def controller_start(ctx: click.Context, foreground: bool) -> None:
+    """Start the controller (detached, logging to <home>/controller.log).
+
+    Example: xce controller start
+    """
+    home: Home = ctx.obj.require()
+    if foreground:
+        from xce_lite.controller import run_foreground
+
+        run_foreground(home)
+        return
+    from xce_lite import daemon
+
+    pid = daemon.start_detached(home)
+    click.echo(f"Controller started (pid {pid}), serving {home.socket}; log: {home.log}")
+
+
+@controller.command("stop")
+@click.pass_context
+def controller_stop(ctx: click.Context) -> None:
+    """Stop the controller. Running jobs go on; the next start adopts them.
+
+    Example: xce controller stop
+    """
+    from xce_lite import daemon
+
+    pid = daemon.stop(ctx.obj.require())
+    click.echo("No controller was running." if pid is None else f"Controller (pid {pid}) stopped.")
+
+
+@controller.command("status")
+@click.pass_context
+def controller_status(ctx: click.Context) -> None:
+    """Say whether the controller runs, and what it holds. Exit 3 if it does not run.
+
+    Example: xce controller status
+    """
+    status = _client(ctx).get("/status")
+    jobs = status["jobs"]
+    click.echo(f"Controller of cluster {status['cluster']} is running (pid {status['pid']}) at "
+               f"{status['home']}: {jobs['pending']} pending, {jobs['held']} held, {jobs['active']} running.")
+
+
+# ---- jobs -----------------------------------------------------------------------------------------
+
+
+def _env_pair(value: str) -> tuple[str, str]:
+    name, sep, rest = value.partition("=")
+    if not sep or not name:
+        raise click.BadParameter(f"{value!r} is not NAME=VALUE", param_hint="--env")
+    return name, rest
+
+
+def _duration(_ctx, _param, value: str | None) -> float | None:
+    try:
+        return None if value is None else parse_duration(value, "run limit (-W)")
+    except errors.SpecError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+def _size(_ctx, _param, value: str | None) -> int | None:
+    try:
+        return None if value is None else parse_size(value, "memory limit (-M)")
+    except errors.SpecError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+@main.command(context_settings={"allow_interspersed_args": False})
+@click.option("-J", "name", help="Job name.")
+@click.option("-q", "queue", help="Queue (default: the cluster's default queue).")
+@click.option("-n", "slots", type=click.IntRange(1, 100_000), default=1, show_default=True,
+              help="Slots (tasks) the job needs.")
+@click.option("-o", "stdout", help="Output file (%J: job id). Default: xce-%J.out in the working dir.")
+@click.option("-e", "stderr", help="Error file (%J: job id). Default: into the output file.")
+@click.option("--cwd", help="Working directory (default: here).")
+@click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
+              help="Set a variable in the job's environment (repeatable).")
+@click.option("--env-none", is_flag=True,
+              help="Start from an empty environment instead of a copy of this one.")
+@click.option("-W", "run_limit", callback=_duration, help="Run limit: [hours:]minutes, or 30s, 10m, 2h.")
+@click.option("-M", "mem_limit", callback=_size, help="Memory limit: 512M, 4G (a bare number is MB).")
+@click.option("-H", "--hold", is_flag=True, help="Submit held (PSUSP); `xce release` lets it run.")
+@click.option("--parsable", is_flag=True, help="Print only the job id.")
+@click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
+@click.pass_context
+def submit(ctx, name, queue, slots, stdout, stderr, cwd, env, env_none, run_limit, mem_limit, hold,
+           parsable, command) -> None:
+    """Submit CMD as a batch job. It runs as given, never through a shell: use `sh -c '...'` for one.
+
+    The job gets a copy of this environment (as in LSF and Slurm) plus any --env.
+
+    Example: xce submit -J sim -n 2 -W 30m -o out-%J.txt -- ./simulate --steps 100
+    """
+    workdir = os.path.abspath(cwd or os.getcwd())
+    environment = {} if env_none else dict(os.environ)
+    for pair in env:
+        key, value = _env_pair(pair)
+        environment[key] = value
+    spec = {"argv": list(command), "cwd": workdir, "name": name, "queue": queue, "slots": slots,
+            "stdout": _absolute(stdout, workdir), "stderr": _absolute(stderr, workdir), "env": environment,
+            "run_limit": run_limit, "mem_limit": mem_limit, "hold": hold}
+    reply = _client(ctx).post("/jobs", {"jobs": [spec]})
+    job_id, queue_name = reply["ids"][0], reply["queues"][0]
+    click.echo(job_id if parsable else f"Job <{job_id}> is submitted to queue <{queue_name}>.")
+
+
+def _absolute(path: str | None, workdir: str) -> str | None:
+    return None if path is None else os.path.join(workdir, path)
+
+
+@main.command()
+@click.option("-a", "show_all", is_flag=True, help="Include finished jobs.")
+@click.option("-l", "long", is_flag=True, help="Every field of each job.")
+@click.option("-u", "user", help="This user's jobs; `all` for everyone's (default: yours).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: {schema: 1, jobs: [...]}.")
+@click.argument("ids", nargs=-1, type=int)
+@click.pass_context
+def jobs(ctx, show_all, long, user, as_json, ids) -> None:
+    """List jobs, LSF-style (unfinished ones unless -a or ids are given).
+
+    Example: xce jobs -a -u all
+    """
+    reply = _client(ctx).get("/jobs", ids=",".join(map(str, ids)) or None, all=show_all, user=user)
+    if as_json:
+        click.echo(json.dumps(reply, indent=2))
+        return
+    if not reply["jobs"]:
+        click.echo("No unfinished job found" if not show_all else "No job found")
+        return
+    if long:
+        click.echo("\n".join(_long(job) for job in reply["jobs"]))
+        return
+    rows = [("JOBID", "USER", "STAT", "QUEUE", "SLOTS", "EXEC_HOST", "JOB_NAME", "SUBMIT_TIME")]
+    for job in reply["jobs"]:
+        hosts = ",".join(f"{n}*{h}" if n > 1 else h for h, n in job["hosts"]) or "-"
+        rows.append((str(job["id"]), job["user"], job["state"], job["queue"], str(job["slots"]), hosts,
+                     _clip(job["name"], 24), _when(job["submit_time"])))
+    _table(rows)
+
+
+def _long(job: dict) -> str:
+    lines = [f"Job <{job['id']}>, Job Name <{job['name']}>, User <{job['user']}>, Queue <{job['queue']}>, "
+             f"Status <{job['state']}>",
+             f"  Command: {json.dumps(job['command'], ensure_ascii=False)}",
+             f"  Working directory: {job['cwd']}",
+             f"  Output: {job['stdout']}" + (f"   Error: {job['stderr']}" if job["stderr"] else ""),
+             f"  Slots: {job['slots']}" + (f"   Run limit: {format_duration(job['run_limit'])}"
+                                           if job["run_limit"] else "")
+             + (f"   Memory limit: {format_size(job['mem_limit'])}" if job["mem_limit"] else ""),
+             f"  Submitted: {_when(job['submit_time'])}"]
+    if job["pend_reason"] and job["state"] == "PEND":
+        lines.append(f"  Pending: {job['pend_reason']}")
+    if job["hosts"]:
+        lines.append(f"  Hosts: {' '.join(f'{n}*{h}' for h, n in job['hosts'])}   Unit: {job['unit']}")
+    if job["start_time"]:
+        lines.append(f"  Started: {_when(job['start_time'])}")
+    if job["end_time"]:
+        lines.append(f"  Ended: {_when(job['end_time'])}   {_outcome(job)}")
+        if job["cpu_time"] is not None:
+            lines.append(f"  CPU time: {job['cpu_time']:.2f} s   Max memory: {format_size(job['max_rss'] or 0)}")
+    elif job["reason"]:
+        lines.append(f"  Reason: {job['reason']}")
+    return "\n".join(lines) + "\n"
+
+
+def _outcome(job: dict) -> str:
+    if job["exit_signal"]:
+        text = f"killed by signal {job['exit_signal']}"
+    elif job["exit_code"] is not None:
+        text = f"exit code {job['exit_code']}"
+    else:
+        text = "no exit code"
+    return text + (f": {job['reason']}" if job["reason"] else "")
+
+
+def _clip(text: str, width: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _when(stamp: float | None) -> str:
+    return "-" if stamp is None else time.strftime("%b %d %H:%M:%S", time.localtime(stamp))
+
+
+def _job_ids(values: tuple[int, ...]) -> list[int]:
+    if not values:
+        raise click.UsageError("name at least one job id")
+    return list(values)
+
+
+@main.command()
+@click.argument("ids", nargs=-1, type=int)
+@click.option("--timeout", type=float, help="Give up after this many seconds (exit 124).")
+@click.pass_context
+def wait(ctx, ids, timeout) -> None:
+    """Wait until the jobs finish; exit 0 if all are DONE, 1 if any is EXIT.
+
+    Example: xce wait 42 43
+    """
+    reply = _wait_for(_client(ctx), _job_ids(ids), timeout)
+    _print_wait(reply)
+    if not reply["finished"]:
+        ctx.exit(EXIT_TIMEOUT)
+    ctx.exit(0 if all(j["state"] == "DONE" for j in reply["jobs"]) else 1)
+
+
+def _wait_for(client: Client, ids: list[int], timeout: float | None) -> dict:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = 30.0 if deadline is None else max(0.0, min(30.0, deadline - time.monotonic()))
+        reply = client.get("/jobs/wait", ids=",".join(map(str, ids)), timeout=left)
+        if reply["finished"] or (deadline is not None and time.monotonic() >= deadline):
+            return reply
+
+
+def _print_wait(reply: dict) -> None:
+    for job in reply["jobs"]:
+        if job["state"] in ("DONE", "EXIT"):
+            click.echo(f"Job <{job['id']}> {job['state']}: {_outcome(job)}")
+        else:
+            click.echo(f"Job <{job['id']}> still {job['state']}")
+
+
+def _act(ctx, path: str, ids: tuple[int, ...]) -> None:
+    reply = _client(ctx).post(path, {"ids": _job_ids(ids)})
+    failed = False
+    for result in reply["results"]:
+        click.echo(result["message"], err=not result["ok"])
+        failed |= not result["ok"]
+    if failed:
+        ctx.exit(1)
+
+
+@main.command()
+@click.argument("ids", nargs=-1, type=int)
+@click.pass_context
+def kill(ctx, ids) -> None:
+    """Kill jobs: pending ones end at once, running ones get TERM, then KILL after the grace time.
+
+    Example: xce kill 42
+    """
+    _act(ctx, "/jobs/kill", ids)
+
+
+@main.command()
+@click.argument("ids", nargs=-1, type=int)
+@click.pass_context
+def hold(ctx, ids) -> None:
+    """Hold pending jobs (PEND -> PSUSP) so the scheduler leaves them alone.
+
+    Example: xce hold 42
+    """
+    _act(ctx, "/jobs/hold", ids)
+
+
+@main.command()
+@click.argument("ids", nargs=-1, type=int)
+@click.pass_context
+def release(ctx, ids) -> None:
+    """Release held jobs (PSUSP -> PEND).
+
+    Example: xce release 42
+    """
+    _act(ctx, "/jobs/release", ids)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+@click.pass_context
+def hosts(ctx, as_json) -> None:
+    """List the hosts with their state and slots.
+
+    Example: xce hosts
+    """
+    reply = _client(ctx).get("/hosts")
+    if as_json:
+        click.echo(json.dumps(reply, indent=2))
+        return
+    rows = [("HOST_NAME", "STATUS", "MAX", "NJOBS", "RUN", "MEM")]
+    for h in reply["hosts"]:
+        rows.append((h["name"], h["state"], str(h["slots"]), str(h["used"]), str(h["jobs"]), format_size(h["mem"])))
+    _table(rows)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+@click.pass_context
+def queues(ctx, as_json) -> None:
+    """List the queues with their priority and jobs.
+
+    Example: xce queues
+    """
+    reply = _client(ctx).get("/queues")
+    if as_json:
+        click.echo(json.dumps(reply, indent=2))
+        return
+    rows = [("QUEUE_NAME", "PRIO", "DEFAULT", "PEND", "RUN", "DESCRIPTION")]
+    for q in reply["queues"]:
+        rows.append((q["name"], str(q["priority"]), "yes" if q["default"] else "", str(q["pend"]), str(q["run"]),
+                     q["description"]))
+    _table(rows)
+
+
+def _table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

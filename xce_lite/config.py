@@ -1,0 +1,186 @@
+"""The cluster configuration: `xce.yaml` in the cluster home, as pydantic models that mirror the file.
+
+Invariants once `load_config` returns: at least one host and one queue, unique names, exactly one
+default queue. A validation error names the file, the field and its line, and says what to do.
+The controller imports this; the CLI's hot path (`xce submit`) does not (pydantic costs ~60 ms).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from xce_lite.errors import ConfigError, SpecError
+from xce_lite.units import parse_duration, parse_size
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 512M or 4G")
+    if isinstance(value, int):
+        return value * 1024**2  # a bare number is megabytes, as on the command line
+    try:
+        return parse_size(str(value))
+    except SpecError as err:
+        raise ValueError(str(err)) from None
+
+
+def _duration(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)  # in the file a bare number is seconds: it reads as such next to its key
+    try:
+        return parse_duration(str(value))
+    except SpecError as err:
+        raise ValueError(str(err)) from None
+
+
+Size = Annotated[int, BeforeValidator(_size)]
+Seconds = Annotated[float, BeforeValidator(_duration)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostConfig(_Model):
+    name: str = Field(pattern=_NAME)
+    slots: int = Field(ge=1, le=100_000)
+    mem: Size
+    # Only `local` exists yet: the host the controller runs on, reached through a local agent.
+    type: str = Field(default="local", pattern=r"^local$")
+
+
+class QueueConfig(_Model):
+    name: str = Field(pattern=_NAME)
+    priority: int = Field(default=30, ge=0, le=10_000)
+    default: bool = False
+    description: str = ""
+
+
+class ControllerConfig(_Model):
+    # How often the controller looks again when nothing woke it (a finished job or a submit does).
+    tick: Seconds = 1.0
+    # Between TERM and KILL when a job is killed or reaches a limit.
+    grace: Seconds = 10.0
+    # The scheduler examines at most this many jobs per session, then says it is not complete.
+    sched_budget: int = Field(default=200_000, ge=1)
+
+
+class ClusterConfig(_Model):
+    cluster: str = Field(pattern=_NAME)
+    hosts: list[HostConfig] = Field(min_length=1)
+    queues: list[QueueConfig] = Field(min_length=1)
+    controller: ControllerConfig = ControllerConfig()
+
+    @model_validator(mode="after")
+    def _names_and_default(self) -> "ClusterConfig":
+        for kind, names in (("host", [h.name for h in self.hosts]), ("queue", [q.name for q in self.queues])):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{kind} names must be unique; repeated: {', '.join(dupes)}")
+        defaults = [q.name for q in self.queues if q.default]
+        if len(defaults) > 1:
+            raise ValueError(f"only one queue may say `default: true`; these do: {', '.join(defaults)}")
+        return self
+
+    @property
+    def default_queue(self) -> QueueConfig:
+        return next((q for q in self.queues if q.default), self.queues[0])
+
+    def queue(self, name: str | None) -> QueueConfig:
+        """The queue named, or the default one for None; SpecError lists the known names."""
+        if name is None:
+            return self.default_queue
+        for q in self.queues:
+            if q.name == name:
+                return q
+        known = ", ".join(q.name for q in self.queues)
+        raise SpecError(f"unknown queue {name!r}; the queues are: {known} (see `xce queues`)")
+
+
+def load_config(path: Path) -> ClusterConfig:
+    """Read and validate `path`; ConfigError names the file, the field, the line and the fix."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist; create it with `xce init`") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read {path}: {err.strerror}") from None
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with `cluster`, `hosts` and `queues`")
+    try:
+        return ClusterConfig.model_validate(data)
+    except ValidationError as err:
+        problems = []
+        for item in err.errors():
+            loc = tuple(item["loc"])
+            where = ".".join(str(p) for p in loc) or "(top level)"
+            line = _line_of(root, loc)
+            at = f" (line {line})" if line else ""
+            problems.append(f"{path}: {where}{at}: {item['msg']}")
+        raise ConfigError("\n".join(problems) + "\nfix the file, then run the command again") from None
+
+
+def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
+    """1-based line of the YAML node at `loc`, or of the deepest ancestor that exists."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            child = next((v for k, v in node.value if k.value == str(part)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            child = node.value[part]
+        if child is None:
+            break
+        node, line = child, child.start_mark.line + 1
+    return line
+
+
+def detect_memory() -> int:
+    """Total memory of this machine in bytes (sysconf; no psutil on this path)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def default_config_text(cluster: str, host: str, slots: int, mem: int) -> str:
+    """The commented xce.yaml that `xce init` writes for a one-host cluster on this machine."""
+    mem_text = f"{mem // 1024**2}M"
+    host = host if re.match(_NAME, host) else "localhost"
+    return f"""\
+# xce.yaml: the configuration of this xce_lite cluster.
+# Edit it, then restart the controller (`xce controller stop; xce controller start`).
+
+# The cluster's name; it is part of every unit name on the hosts, so two clusters never collide.
+cluster: {cluster}
+
+# The machines that run jobs. `local` is the machine the controller runs on.
+# slots: how many tasks run at once (one per CPU by default); mem: memory to hand out (512M, 4G, ...).
+hosts:
+  - name: {host}
+    type: local
+    slots: {slots}
+    mem: {mem_text}
+
+# Queues order the work: higher priority is scheduled first; `default: true` takes jobs that name none.
+queues:
+  - name: normal
+    priority: 30
+    default: true
+    description: the default queue
+
+# The controller's own settings (these are the defaults).
+controller:
+  tick: 1s      # how often it looks again when nothing woke it
+  grace: 10s    # between TERM and KILL when a job is killed or reaches its run limit
+"""

@@ -1,0 +1,596 @@
+"""The controller: the single writer of the job store, the scheduler's caller, the hosts' master.
+
+Its tick is a short list of named steps, each with one commit at most:
+
+1. reconcile  - take what the hosts reported (units finished, agents lost) and record it;
+2. snapshot   - hosts with the slots they hold, pending jobs, queue priorities (memory only);
+3. schedule   - run the pure scheduler core in a `multiprocessing` pool (forkserver: no store
+                connection or host channel is ever copied into a child);
+4. intent     - record each dispatch as DISP with its deterministic unit name, BEFORE launching;
+5. launch     - ask each host to start (or adopt) the units; record RUN, or EXIT if refused;
+6. reasons    - store the pend reasons that changed (never a write per job per tick).
+
+A restart is the same code: load the unfinished jobs, ask each host for its units, adopt what runs,
+record what ended, relaunch what was recorded DISP but never reached its host (the unit name makes
+that launch safe to repeat), and mark lost what vanished. A job acknowledged to a client is in the
+store before the reply. API handlers run on the server's threads; they take `self._mu` for the
+in-memory view, and the store serialises the writes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import sys
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import Any
+
+from xce_lite import errors
+from xce_lite.api import ApiServer, Caller
+from xce_lite.config import ClusterConfig, load_config
+from xce_lite.exec.host import Host, HostEvent, HostLost, LaunchRequest, UnitFinished
+from xce_lite.exec.local import LocalHost
+from xce_lite.home import Home
+from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, JobSpec, unit_name
+from xce_lite.sched.core import HOST_OK, Decisions, HostState, PendingJob, Snapshot, schedule
+from xce_lite.store.jobs import Finish, JobStore
+from xce_lite.wire import job_to_wire
+
+
+@dataclass
+class Active:
+    """A job that holds slots on hosts: DISP or RUN (suspended states come later)."""
+
+    id: int
+    user: str
+    state: str
+    unit: str
+    hosts: tuple[tuple[str, int], ...]
+
+
+class _WakingQueue(queue.Queue):
+    """Host events wake the tick as they arrive."""
+
+    def __init__(self, wake: threading.Event):
+        super().__init__()
+        self._wake = wake
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        super().put(item, block, timeout)
+        self._wake.set()
+
+
+class Controller:
+    def __init__(self, home: Home, log=None):
+        self.home = home
+        self.log = log or _log
+        self.config: ClusterConfig = load_config(home.config)
+        self.cluster = self.config.cluster
+        home.spool.mkdir(exist_ok=True)
+        self.store = JobStore(home.store)
+        self.started_at = time.time()
+        self._mu = threading.RLock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._finished = threading.Condition(self._mu)
+        self._events: queue.Queue[HostEvent] = _WakingQueue(self._wake)
+        self._hosts: dict[str, Host] = {}
+        self._host_state: dict[str, str] = {}
+        self._pending: dict[int, PendingJob] = {}
+        self._held: dict[int, str] = {}  # PSUSP job id -> user
+        self._active: dict[int, Active] = {}
+        self._by_unit: dict[str, int] = {}
+        self._to_launch: list[int] = []
+        self._reasons: dict[int, str | None] = {}
+        self._dirty = True  # something changed since the last scheduling session
+        self._pool = None
+        self._server: ApiServer | None = None
+
+    # ---- running ----------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Run until stopped: start the pool, reach the hosts, adopt, serve the API, tick."""
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["xce_lite.sched.core"])
+        self._pool = ctx.Pool(1)
+        try:
+            self._load()
+            for host_config in self.config.hosts:
+                self._connect_host(host_config.name)
+            self._server = ApiServer(self.home.socket, self.routes(), self.log)
+            threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
+            self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
+            while not self._stopping.is_set():
+                self._wake.wait(self.config.controller.tick)
+                self._wake.clear()
+                if not self._stopping.is_set():
+                    self.tick()
+        finally:
+            self._shutdown()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self.home.socket.unlink(missing_ok=True)
+        for host in self._hosts.values():
+            host.close()  # the agents exit; the jobs go on under their supervisors
+        if self._pool is not None:
+            self._pool.terminate()
+        self.store.close()
+        self.log("controller stopped")
+
+    def _load(self) -> None:
+        """Rebuild the in-memory view from the store (the store is the truth)."""
+        for job in self.store.unfinished():
+            if job.state == PEND:
+                self._pending[job.id] = PendingJob(job.id, job.user, job.queue, job.spec.slots)
+                self._reasons[job.id] = job.pend_reason
+            elif job.state == PSUSP:
+                self._held[job.id] = job.user
+            else:
+                self._active[job.id] = Active(job.id, job.user, job.state, job.unit or "", job.hosts)
+                self._by_unit[job.unit or ""] = job.id
+        if self._active:
+            self.log(f"recovering {len(self._active)} dispatched or running jobs")
+
+    def _connect_host(self, name: str) -> None:
+        host = LocalHost(name, self.home.spool / name)
+        try:
+            probe = host.connect(self._events)
+        except errors.ExecError as err:
+            self._host_state[name] = "unreachable"
+            self.log(f"host {name} is unreachable: {err}")
+            return
+        self._hosts[name] = host
+        self._host_state[name] = HOST_OK
+        self.log(f"host {name}: agent up ({probe.cpus} cpus)")
+        self._adopt(name, host)
+
+    def _adopt(self, name: str, host: Host) -> None:
+        """Match the host's units with the store's active jobs (after a start or a reconnect)."""
+        listed = {info.unit: info for info in host.list_units()}
+        forget, started = [], []
+        now = time.time()
+        with self._mu:
+            for unit, info in listed.items():
+                job_id = self._by_unit.get(unit)
+                if job_id is None:
+                    if info.status == "finished":
+                        forget.append(unit)  # recorded already; the controller died before forgetting
+                    continue
+                if info.status == "finished" and info.result is not None:
+                    self._events.put(UnitFinished(name, unit, info.result))
+                elif self._active[job_id].state == DISP:
+                    started.append((job_id, info.start_time or now))
+            lost = []
+            for job in self._active.values():
+                if job.unit in listed or job.hosts[0][0] != name:
+                    continue
+                if job.state == DISP:
+                    self._to_launch.append(job.id)  # recorded, never reached the host: launch it now
+                else:
+                    lost.append(job)
+        if started:
+            self._record_started(started, now)
+        for job in lost:
+            self._finish_jobs([Finish(job.id, job.state, EXIT, None, now, None, None, None, None,
+                                      f"lost: unit {job.unit} vanished from host {name}")], now, "lost")
+        if forget:
+            host.forget(forget)
+
+    # ---- the tick ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        self._reconcile()
+        with self._mu:
+            dirty, self._dirty = self._dirty, False
+            snapshot = self._snapshot() if dirty and self._pending else None
+            relaunch, self._to_launch = self._to_launch, []
+        decisions = self._schedule(snapshot) if snapshot is not None else None
+        dispatched = self._record_intent(decisions) if decisions else []
+        if dispatched or relaunch:
+            self._launch(relaunch + dispatched)
+        if decisions is not None:
+            self._store_reasons(decisions)
+
+    def _reconcile(self) -> None:
+        finishes: list[Finish] = []
+        done_units: dict[str, list[str]] = defaultdict(list)
+        lost_hosts = set()
+        while True:
+            try:
+                event = self._events.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(event, HostLost):
+                lost_hosts.add(event.host)
+                continue
+            with self._mu:
+                job_id = self._by_unit.get(event.unit)
+                job = self._active.get(job_id) if job_id is not None else None
+            if job is None:
+                done_units[event.host].append(event.unit)  # already recorded: let the host drop it
+                continue
+            finishes.append(_finish_from_result(job, event))
+            done_units[event.host].append(event.unit)
+        if finishes:
+            self._finish_jobs(finishes, time.time())
+        for name, units in done_units.items():
+            host = self._hosts.get(name)
+            if host is not None and self._host_state.get(name) == HOST_OK:
+                try:
+                    host.forget(units)
+                except errors.ExecError as err:
+                    self.log(f"host {name}: could not forget units: {err}")
+        for name in lost_hosts:
+            self.log(f"host {name}: agent lost; reconnecting")
+            self._host_state[name] = "unreachable"
+            old = self._hosts.pop(name, None)
+            if old is not None:
+                old.close()
+            self._connect_host(name)
+            self._dirty = True
+
+    def _finish_jobs(self, finishes: list[Finish], now: float, event: str = "finished") -> None:
+        moved = set(self.store.finish(finishes, now, event))
+        with self._mu:
+            for f in finishes:
+                job = self._active.pop(f.job_id, None)
+                if job is not None:
+                    self._by_unit.pop(job.unit, None)
+            self._dirty = True
+            if moved:
+                self._finished.notify_all()
+
+    def _snapshot(self) -> Snapshot:
+        used: dict[str, int] = defaultdict(int)
+        for job in self._active.values():
+            for host, tasks in job.hosts:
+                used[host] += tasks
+        hosts = tuple(HostState(h.name, h.slots, used[h.name], self._host_state.get(h.name, "unreachable"))
+                      for h in self.config.hosts)
+        jobs = tuple(self._pending[i] for i in sorted(self._pending))
+        priorities = tuple((q.name, q.priority) for q in self.config.queues)
+        return Snapshot(hosts, jobs, priorities)
+
+    def _schedule(self, snapshot: Snapshot) -> Decisions | None:
+        try:
+            return self._pool.apply_async(schedule, (snapshot, self.config.controller.sched_budget)).get(60)
+        except multiprocessing.TimeoutError:
+            self.log("the scheduler took over 60 s; skipping this session")
+            self._dirty = True
+            return None
+
+    def _record_intent(self, decisions: Decisions) -> list[int]:
+        if not decisions.dispatches:
+            return []
+        plans = []
+        for d in decisions.dispatches:
+            attempt = 1  # retries and requeue come later; each new attempt gets a new unit name
+            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit_name(self.cluster, d.job_id, attempt, 0)))
+        moved = set(self.store.dispatch(plans, time.time()))
+        with self._mu:
+            for job_id, _attempt, hosts, unit in plans:
+                pending = self._pending.get(job_id)
+                if job_id not in moved or pending is None:
+                    continue  # killed or held while the scheduler thought: it stays as it is now
+                del self._pending[job_id]
+                self._reasons.pop(job_id, None)
+                self._active[job_id] = Active(job_id, pending.user, DISP, unit, tuple(tuple(h) for h in hosts))
+                self._by_unit[unit] = job_id
+        return [p[0] for p in plans if p[0] in moved]
+
+    def _launch(self, job_ids: list[int]) -> None:
+        by_host: dict[str, list[LaunchRequest]] = defaultdict(list)
+        ids_of: dict[str, int] = {}
+        for job in sorted(self.store.jobs(job_ids), key=lambda j: job_ids.index(j.id)):  # decision order
+            if job.state != DISP or not job.hosts:
+                continue
+            request = _launch_request(job, self.config.controller.grace)
+            by_host[job.hosts[0][0]].append(request)
+            ids_of[request.unit] = job.id
+        now = time.time()
+        started, refused = [], []
+        for name, requests in by_host.items():
+            host = self._hosts.get(name)
+            if host is None:
+                with self._mu:
+                    self._to_launch.extend(ids_of[r.unit] for r in requests)  # try again when it is back
+                continue
+            try:
+                replies = host.launch(requests)
+            except errors.HostUnreachable as err:
+                self.log(f"host {name}: launch failed, will retry: {err}")
+                with self._mu:
+                    self._to_launch.extend(ids_of[r.unit] for r in requests)
+                continue
+            for reply in replies:
+                job_id = ids_of[reply.unit]
+                if reply.status == "refused":
+                    refused.append(Finish(job_id, DISP, EXIT, None, now, None, None, None, None,
+                                          f"launch refused by host {name}: {reply.error}"))
+                elif reply.status in ("started", "running"):
+                    started.append((job_id, reply.start_time or now))
+                # "finished": an adopted unit that already ended; its finished event is on its way
+        if started:
+            self._record_started(started, now)
+        if refused:
+            self._finish_jobs(refused, now, "launch_failed")
+
+    def _record_started(self, started: list[tuple[int, float]], now: float) -> None:
+        moved = self.store.started(started, now)
+        with self._mu:
+            for job_id in moved:
+                if job_id in self._active:
+                    self._active[job_id] = replace(self._active[job_id], state=RUN)
+
+    def _store_reasons(self, decisions: Decisions) -> None:
+        changed = {}
+        with self._mu:
+            for job_id, reason in decisions.pend_reasons:
+                if job_id in self._pending and self._reasons.get(job_id) != reason:
+                    self._reasons[job_id] = reason
+                    changed[job_id] = reason
+        self.store.set_pend_reasons(changed)
+
+    # ---- API handlers -------------------------------------------------------------------------
+
+    def routes(self) -> dict:
+        return {
+            ("GET", "/status"): self.api_status,
+            ("POST", "/jobs"): self.api_submit,
+            ("GET", "/jobs"): self.api_jobs,
+            ("POST", "/jobs/kill"): self.api_kill,
+            ("POST", "/jobs/hold"): self.api_hold,
+            ("POST", "/jobs/release"): self.api_release,
+            ("GET", "/jobs/wait"): self.api_wait,
+            ("GET", "/hosts"): self.api_hosts,
+            ("GET", "/queues"): self.api_queues,
+            ("POST", "/controller/stop"): self.api_stop,
+        }
+
+    def api_status(self, caller: Caller, query: dict, body: Any) -> dict:
+        with self._mu:
+            counts = {"pending": len(self._pending), "held": len(self._held), "active": len(self._active)}
+        return {"cluster": self.cluster, "pid": os.getpid(), "home": str(self.home.root),
+                "started_at": self.started_at, "jobs": counts, "you": caller.user}
+
+    def api_submit(self, caller: Caller, query: dict, body: Any) -> dict:
+        """Validate every spec (all or nothing), store them, wake the scheduler, return the ids."""
+        if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
+            raise errors.SpecError('send {"jobs": [spec, ...]} with at least one job spec')
+        many = len(body["jobs"]) > 1
+        accepted = []
+        for index, raw in enumerate(body["jobs"]):
+            try:
+                accepted.append(self._validate(raw))
+            except errors.SpecError as err:
+                raise errors.SpecError(f"job {index + 1}: {err}" if many else str(err)) from None
+        ids = self.store.submit(accepted, caller.user, time.time())  # on disk before the reply
+        with self._mu:
+            for job_id, (spec, queue_name) in zip(ids, accepted):
+                if spec.hold:
+                    self._held[job_id] = caller.user
+                else:
+                    self._pending[job_id] = PendingJob(job_id, caller.user, queue_name, spec.slots)
+            self._dirty = True
+        self._wake.set()
+        return {"ids": ids, "queues": [q for _spec, q in accepted]}
+
+    def _validate(self, raw: Any) -> tuple[JobSpec, str]:
+        spec = JobSpec.from_wire(raw)
+        queue_name = self.config.queue(spec.queue).name
+        largest = max(h.slots for h in self.config.hosts)
+        if spec.slots > largest:
+            raise errors.SpecError(f"the job needs {spec.slots} slots on one host, but the largest host has "
+                                   f"{largest}; ask for at most {largest} (see `xce hosts`)")
+        if not os.path.isdir(spec.cwd):
+            raise errors.SpecError(f"working directory {spec.cwd} does not exist or is not a directory")
+        if not os.access(spec.cwd, os.R_OK | os.X_OK):
+            raise errors.SpecError(f"working directory {spec.cwd} is not readable by the controller")
+        for option, path in (("-o", spec.stdout), ("-e", spec.stderr)):
+            if path is not None and not os.path.isdir(os.path.dirname(path) or "/"):
+                raise errors.SpecError(f"{option} {path}: its directory does not exist; create it first")
+        return spec, queue_name
+
+    def api_jobs(self, caller: Caller, query: dict, body: Any) -> dict:
+        ids = _ids(query.get("ids", ""))
+        user = query.get("user")
+        if user == "all":
+            user = None
+        elif user is None and not ids:
+            user = caller.user
+        jobs = self.store.jobs(ids or None, user=user, include_finished=query.get("all") == "True")
+        if ids:
+            missing = sorted(set(ids) - {j.id for j in jobs})
+            if missing:
+                raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
+        return {"schema": 1, "jobs": [job_to_wire(j) for j in jobs]}
+
+    def _owned(self, caller: Caller, ids: list[int]) -> list[Job]:
+        if not ids:
+            raise errors.SpecError("name at least one job id")
+        jobs = {j.id: j for j in self.store.jobs(ids)}
+        missing = [i for i in ids if i not in jobs]
+        if missing:
+            raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
+        foreign = [i for i in ids if jobs[i].user != caller.user and not caller.is_admin]
+        if foreign:
+            raise errors.TransitionError(f"job {foreign[0]} belongs to {jobs[foreign[0]].user}, not you")
+        return [jobs[i] for i in ids]
+
+    def api_kill(self, caller: Caller, query: dict, body: Any) -> dict:
+        results = []
+        now = time.time()
+        for job in self._owned(caller, _ids_of(body)):
+            results.append({"id": job.id, **self._kill_one(job, caller, now)})
+        return {"results": results}
+
+    def _kill_one(self, job: Job, caller: Caller, now: float) -> dict:
+        reason = f"killed by {caller.user}"
+        if job.state in (PEND, PSUSP):
+            moved = self.store.change_state([job.id], job.state, EXIT, "killed_pending", now,
+                                            reason=reason + " while pending", end_time=now)
+            if moved:
+                with self._mu:
+                    self._pending.pop(job.id, None)
+                    self._held.pop(job.id, None)
+                    self._reasons.pop(job.id, None)
+                    self._dirty = True
+                    self._finished.notify_all()
+                return {"ok": True, "message": f"Job <{job.id}> is being terminated"}
+            job = self.store.get(job.id) or job  # it was dispatched meanwhile: kill it there
+        if job.state in (DISP, RUN) and job.unit:
+            host = self._hosts.get(job.hosts[0][0])
+            if host is None:
+                return {"ok": False, "message": f"Job <{job.id}>: its host is unreachable; try again"}
+            self.store.record_event(job.id, "kill_requested", now, {"by": caller.user})
+            found = host.signal(job.unit, "TERM", reason)
+            if found:
+                return {"ok": True, "message": f"Job <{job.id}> is being terminated"}
+            with self._mu:
+                if job.id in self._active and self._active[job.id].state == DISP:
+                    self._to_launch = [i for i in self._to_launch if i != job.id]
+            return {"ok": True, "message": f"Job <{job.id}> is ending"}
+        return {"ok": False, "message": f"Job <{job.id}> has already finished ({job.state})"}
+
+    def api_hold(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self._hold_or_release(caller, body, PEND, PSUSP, "held", f"held by {caller.user}")
+
+    def api_release(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self._hold_or_release(caller, body, PSUSP, PEND, "released", None)
+
+    def _hold_or_release(self, caller: Caller, body: Any, src: str, dst: str, event: str,
+                         reason: str | None) -> dict:
+        results = []
+        for job in self._owned(caller, _ids_of(body)):
+            with self._mu:  # the tick may not dispatch it between our check and the change
+                moved = self.store.change_state([job.id], src, dst, event, time.time(), reason=reason)
+                if moved and dst == PSUSP:
+                    self._pending.pop(job.id, None)
+                    self._reasons.pop(job.id, None)
+                    self._held[job.id] = job.user
+                elif moved:
+                    self._held.pop(job.id, None)
+                    self._pending[job.id] = PendingJob(job.id, job.user, job.queue, job.spec.slots)
+                self._dirty = True
+            verb = "held" if dst == PSUSP else "released"
+            results.append({"id": job.id, "ok": bool(moved),
+                            "message": f"Job <{job.id}> is {verb}" if moved
+                            else f"Job <{job.id}> cannot be {verb}: it is {job.state}"})
+        self._wake.set()
+        return {"results": results}
+
+    def api_wait(self, caller: Caller, query: dict, body: Any) -> dict:
+        """Block until every job named has finished, or `timeout` seconds; long-poll for `xce wait`."""
+        ids = _ids(query.get("ids", ""))
+        if not ids:
+            raise errors.SpecError("name at least one job id to wait for")
+        timeout = min(float(query.get("timeout", 30)), 300.0)
+        deadline = time.monotonic() + timeout
+        known = {j.id for j in self.store.jobs(ids)}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
+        with self._mu:
+            while any(i in self._pending or i in self._held or i in self._active for i in ids):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._finished.wait(left)
+        jobs = self.store.jobs(ids)
+        finished = all(j.state in ("DONE", "EXIT") for j in jobs)
+        return {"schema": 1, "finished": finished, "jobs": [job_to_wire(j) for j in jobs]}
+
+    def api_hosts(self, caller: Caller, query: dict, body: Any) -> dict:
+        with self._mu:
+            used: dict[str, int] = defaultdict(int)
+            running: dict[str, int] = defaultdict(int)
+            for job in self._active.values():
+                for host, tasks in job.hosts:
+                    used[host] += tasks
+                    running[host] += 1
+        return {"schema": 1, "hosts": [
+            {"name": h.name, "type": h.type, "state": self._host_state.get(h.name, "unreachable"),
+             "slots": h.slots, "used": used[h.name], "jobs": running[h.name], "mem": h.mem}
+            for h in self.config.hosts]}
+
+    def api_queues(self, caller: Caller, query: dict, body: Any) -> dict:
+        with self._mu:
+            pend: dict[str, int] = defaultdict(int)
+            for job in self._pending.values():
+                pend[job.queue] += 1
+        counts = defaultdict(lambda: defaultdict(int))
+        for job in self.store.jobs(None, user=None):
+            counts[job.queue][job.state] += 1
+        default = self.config.default_queue.name
+        return {"schema": 1, "queues": [
+            {"name": q.name, "priority": q.priority, "default": q.name == default,
+             "description": q.description, "pend": counts[q.name]["PEND"] + counts[q.name]["PSUSP"],
+             "run": counts[q.name]["RUN"] + counts[q.name]["DISP"]}
+            for q in self.config.queues]}
+
+    def api_stop(self, caller: Caller, query: dict, body: Any) -> dict:
+        if not caller.is_admin:
+            raise errors.TransitionError("only the cluster's owner or root may stop the controller")
+        self.stop()
+        return {"stopping": True}
+
+
+def _finish_from_result(job: Active, event: UnitFinished) -> Finish:
+    r = event.result
+    ok = r.exit_code == 0 and r.signal is None and r.reason is None
+    return Finish(job.id, job.state, "DONE" if ok else EXIT, r.start_time, r.end_time, r.exit_code, r.signal,
+                  r.cpu_time, r.max_rss, r.reason)
+
+
+def _launch_request(job: Job, grace: float) -> LaunchRequest:
+    spec = job.spec
+    env = dict(spec.env)
+    env.update({"XCE_JOBID": str(job.id), "XCE_JOB_NAME": job.name, "XCE_QUEUE": job.queue,
+                "XCE_SLOTS": str(spec.slots), "XCE_HOSTS": " ".join(h for h, _ in job.hosts),
+                "XCE_ATTEMPT": str(job.attempt)})
+    return LaunchRequest(unit=job.unit or "", argv=spec.argv, env=env, cwd=spec.cwd, stdout=job.output_path(),
+                         stderr=job.error_path(), run_limit=spec.run_limit, mem_limit=spec.mem_limit, grace=grace)
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise errors.SpecError(f"job ids must be whole numbers, not {text!r}") from None
+
+
+def _ids_of(body: Any) -> list[int]:
+    ids = body.get("ids") if isinstance(body, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise errors.SpecError('send {"ids": [job id, ...]}')
+    return ids
+
+
+def _log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(f"{stamp} {message}", file=sys.stderr, flush=True)
+
+
+def run_foreground(home: Home) -> None:
+    """Hold the home's lock and run the controller until stopped (SIGTERM or `xce controller stop`)."""
+    import signal
+
+    from xce_lite.daemon import hold_lock
+
+    with hold_lock(home):
+        controller = Controller(home)
+        signal.signal(signal.SIGTERM, lambda *_: controller.stop())
+        signal.signal(signal.SIGINT, lambda *_: controller.stop())
+        controller.serve()
+

@@ -1,0 +1,68 @@
+"""The error tree of xce_lite.
+
+One base, a handful of kinds. Each kind says in its docstring whether retrying can help. Library
+errors (apsw, paramiko, OSError) are translated into these where they enter the project, so that the
+CLI and the API can turn any of them into a message that says what to do, and an exit code:
+
+    2  bad input: the request was wrong and nothing was stored (SpecError, ConfigError, UsageError)
+    3  the controller is not running or not reachable (ControllerDown)
+    1  anything else (a refused transition, a store or host failure)
+"""
+
+from __future__ import annotations
+
+
+class XceError(Exception):
+    """Base of every error xce_lite raises on purpose. `exit_code` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class SpecError(XceError):
+    """A job request is invalid, or could never be satisfied. Retrying the same request cannot help."""
+
+    exit_code = 2
+
+
+class ConfigError(XceError):
+    """A configuration file is invalid. Fix the file; retrying cannot help."""
+
+    exit_code = 2
+
+
+class HomeError(XceError):
+    """The cluster home is missing or unusable (no xce.yaml, a foreign file at the store path)."""
+
+    exit_code = 2
+
+
+class StoreError(XceError):
+    """The job store cannot be used (corrupt, newer than this code, disk full). Needs an operator."""
+
+
+class TransitionError(XceError):
+    """A job cannot go from its state to the one asked (kill a finished job). Retrying cannot help."""
+
+
+class NotFound(XceError):
+    """No such job (or host, or queue)."""
+
+    exit_code = 2
+
+
+class ControllerDown(XceError):
+    """The controller is not running or does not answer. Start it, then retry."""
+
+    exit_code = 3
+
+
+class ExecError(XceError):
+    """Getting work onto a host failed."""
+
+
+class HostUnreachable(ExecError):
+    """The host or its agent does not answer. Retrying later can help."""
+
+
+class LaunchRejected(ExecError):
+    """The host refused the launch (bad cwd, no such user). Retrying the same launch cannot help."""

@@ -1,0 +1,121 @@
+"""The Host seam: the one narrow interface between the controller and the machines that run jobs.
+
+Every implementation (local, SSH, the simulator's fake) keeps the same contract:
+
+- `launch(requests)` starts each request's unit, or adopts it when a unit of that name already
+  exists on the host (the unit name is the fencing token: a repeated launch never runs a job twice).
+  It returns one `LaunchReply` per request, in order, without waiting for any job to end.
+- Results come back as `UnitFinished` events on the queue given to the host; they are also kept by
+  the host (in the unit's result file) until `forget(units)` says the controller has stored them, so
+  an event lost with a dead controller is found again by `list_units()` after a restart.
+- `signal(unit, name, reason)` asks the unit's supervisor to deliver a signal; for TERM/KILL the
+  supervisor escalates TERM -> grace -> KILL and records `reason` as the end reason.
+- `list_units()` reports every unit the host knows: running ones, and finished ones not yet forgotten.
+
+Values crossing the seam are plain frozen dataclasses of JSON-able fields.
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What a host needs to run one unit. `argv` is executed directly, never through a shell."""
+
+    unit: str
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: str
+    stdout: str  # absolute path; opened for append by the supervisor
+    stderr: str | None  # None: stderr goes to stdout's file
+    run_limit: float | None = None  # seconds of wall time, then TERM, grace, KILL
+    mem_limit: int | None = None  # bytes of resident memory summed over the job's processes
+    grace: float = 10.0  # seconds between TERM and KILL
+
+
+@dataclass(frozen=True)
+class LaunchReply:
+    unit: str
+    status: str  # "started" | "running" (adopted, still running) | "finished" (adopted, ended)
+    start_time: float | None = None  # epoch seconds the job started, when known
+    error: str | None = None  # set when the launch was refused; status is then "refused"
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """How a unit ended. Written by the supervisor however the job ended."""
+
+    exit_code: int | None  # None when the job was killed by a signal
+    signal: int | None  # the signal number that ended the job, if any
+    start_time: float
+    end_time: float
+    cpu_time: float  # user + system seconds of the job and its waited-for descendants
+    max_rss: int  # peak resident set size in bytes (largest process, from wait4)
+    reason: str | None = None  # "killed by user", "run limit 00:10:00 reached", "exec failed: ...", ...
+
+
+@dataclass(frozen=True)
+class UnitFinished:
+    host: str
+    unit: str
+    result: JobResult
+
+
+@dataclass(frozen=True)
+class HostLost:
+    """The host's agent stopped answering. Its units may still be running; reconnect and list."""
+
+    host: str
+    why: str
+
+
+@dataclass(frozen=True)
+class UnitInfo:
+    unit: str
+    status: str  # "running" | "finished"
+    start_time: float | None = None
+    result: JobResult | None = None
+
+
+HostEvent = UnitFinished | HostLost
+
+
+class Host(Protocol):
+    name: str
+
+    def connect(self, events: "queue.Queue[HostEvent]") -> "HostProbe":
+        """Start or reach the agent; events (finished units, a lost agent) go to `events`."""
+        ...
+
+    def launch(self, requests: list[LaunchRequest]) -> list[LaunchReply]:
+        """Start or adopt each unit; one reply per request, in order."""
+        ...
+
+    def signal(self, unit: str, name: str, reason: str) -> bool:
+        """True if the unit was found running and signalled; False if it is not running."""
+        ...
+
+    def list_units(self) -> list[UnitInfo]:
+        """Every unit the host holds: running, and finished but not yet forgotten."""
+        ...
+
+    def forget(self, units: list[str]) -> None:
+        """The controller has stored these units' results: the host may drop them."""
+        ...
+
+    def close(self) -> None:
+        """Stop talking to the host. Running units go on."""
+        ...
+
+
+@dataclass(frozen=True)
+class HostProbe:
+    hostname: str
+    cpus: int
+    mem: int  # bytes
+    agent_version: int
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,64 @@
+"""The cluster home: one folder holds a cluster's config, job store, socket, lock and spool.
+
+Chosen by `--home`, else `$XCE_HOME`, else `~/.xce`. Light: the CLI's hot path imports it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from xce_lite.errors import HomeError
+
+# sun_path holds 108 bytes on Linux, the terminating NUL included.
+_MAX_SOCKET_PATH = 107
+
+
+@dataclass(frozen=True)
+class Home:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "xce.yaml"
+
+    @property
+    def store(self) -> Path:
+        return self.root / "xce.db"
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "xce.sock"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "controller.lock"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "controller.log"
+
+    @property
+    def spool(self) -> Path:
+        return self.root / "spool"
+
+    def require(self) -> "Home":
+        """The home, if `xce init` made it; otherwise HomeError says how to make it."""
+        if not self.config.is_file():
+            raise HomeError(
+                f"no cluster at {self.root} (no xce.yaml there); create one with `xce init`"
+                f" or `xce quickstart`, or point XCE_HOME/--home at an existing one"
+            )
+        if len(os.fsencode(self.socket)) > _MAX_SOCKET_PATH:
+            raise HomeError(
+                f"the cluster home path is too long for a Unix socket ({self.socket});"
+                f" choose a home with a shorter path"
+            )
+        return self
+
+
+def resolve_home(option: str | None = None) -> Home:
+    """`--home` wins over `$XCE_HOME`, which wins over `~/.xce`. The path is made absolute."""
+    raw = option or os.environ.get("XCE_HOME") or os.path.join(os.path.expanduser("~"), ".xce")
+    return Home(Path(os.path.abspath(raw)))

@@ -1,0 +1,171 @@
+"""Plain value types shared by the controller, the store, the API and the CLI.
+
+A `JobSpec` is what a user asked for, exactly; the controller validates it with `JobSpec.from_wire`
+(which raises SpecError naming the field) before anything is stored. A `Job` is a stored row.
+Standard library only: the scheduler and the CLI import this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from xce_lite.errors import SpecError
+
+# LSF's state names, where users see them. DISP: dispatched, not yet known to be running.
+PEND, PSUSP, DISP, RUN, USUSP, SSUSP, DONE, EXIT = "PEND", "PSUSP", "DISP", "RUN", "USUSP", "SSUSP", "DONE", "EXIT"
+STATES = (PEND, PSUSP, DISP, RUN, USUSP, SSUSP, DONE, EXIT)
+PENDING_STATES = frozenset({PEND, PSUSP})
+ACTIVE_STATES = frozenset({DISP, RUN, USUSP, SSUSP})  # holding resources on hosts
+FINISHED_STATES = frozenset({DONE, EXIT})
+
+MAX_NAME = 256
+MAX_ARGS_BYTES = 1024 * 1024  # argv + env, as stored: a job is a request, not a payload
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A submit request, as the client sent it. `argv` runs directly, never through a shell."""
+
+    argv: tuple[str, ...]
+    cwd: str
+    name: str | None = None
+    queue: str | None = None  # None: the default queue
+    slots: int = 1
+    stdout: str | None = None  # None: <cwd>/xce-%J.out; %J expands to the job id
+    stderr: str | None = None  # None: into stdout's file, as in LSF
+    env: dict[str, str] = field(default_factory=dict)
+    run_limit: float | None = None  # seconds
+    mem_limit: int | None = None  # bytes
+    hold: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["argv"] = list(self.argv)
+        return data
+
+    @classmethod
+    def from_wire(cls, data: Any) -> "JobSpec":
+        """Validate a decoded JSON request; SpecError names the field and what to send instead."""
+        if not isinstance(data, dict):
+            raise SpecError("a job spec must be a JSON object")
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise SpecError(f"unknown job spec field(s): {', '.join(unknown)}")
+        argv = data.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise SpecError("the command is empty: give one after `--`, e.g. `xce submit -- ./run.sh`")
+        if argv[0] == "":
+            raise SpecError("the command's first word is empty: name a program to run")
+        cwd = _text(data, "cwd", required=True)
+        if not cwd.startswith("/"):
+            raise SpecError(f"cwd {cwd!r} must be an absolute path")
+        name = _text(data, "name")
+        if name is not None and (len(name) > MAX_NAME or not name.strip()):
+            raise SpecError(f"job name must be 1 to {MAX_NAME} characters and not blank")
+        slots = data.get("slots", 1)
+        if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= 100_000:
+            raise SpecError(f"slots (-n) must be a whole number from 1 to 100000, not {slots!r}")
+        env = data.get("env") or {}
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise SpecError("env must map names to string values")
+        bad = [k for k in env if not k or "=" in k or "\0" in k]
+        if bad:
+            raise SpecError(f"environment variable name {bad[0]!r} is invalid: no '=' and not empty")
+        if any("\0" in a for a in argv) or any("\0" in v for v in env.values()):
+            raise SpecError("arguments and environment values cannot contain a NUL byte")
+        run_limit = _positive(data, "run_limit", float)
+        mem_limit = _positive(data, "mem_limit", int)
+        hold = data.get("hold", False)
+        if not isinstance(hold, bool):
+            raise SpecError("hold must be true or false")
+        spec = cls(
+            argv=tuple(argv), cwd=cwd, name=name, queue=_text(data, "queue"), slots=slots,
+            stdout=_path(data, "stdout"), stderr=_path(data, "stderr"), env=dict(env),
+            run_limit=run_limit, mem_limit=mem_limit, hold=hold,
+        )
+        if len(spec.to_json()) > MAX_ARGS_BYTES:
+            raise SpecError(f"the job's command and environment exceed {MAX_ARGS_BYTES} bytes; "
+                            f"pass large data in a file instead")
+        return spec
+
+    def to_json(self) -> str:
+        # ensure_ascii: lone surrogates (undecodable bytes from os.environ or argv) survive as \udcXX.
+        return json.dumps(self.to_wire(), ensure_ascii=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "JobSpec":
+        data = json.loads(text)
+        data["argv"] = tuple(data["argv"])
+        return cls(**data)
+
+
+def _text(data: dict, key: str, required: bool = False) -> str | None:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise SpecError(f"{key} is required")
+        return None
+    if not isinstance(value, str) or "\0" in value:
+        raise SpecError(f"{key} must be text without NUL bytes")
+    return value
+
+
+def _path(data: dict, key: str) -> str | None:
+    value = _text(data, key)
+    if value is not None and not value.startswith("/"):
+        raise SpecError(f"{key} {value!r} must be an absolute path (the CLI makes paths absolute)")
+    return value
+
+
+def _positive(data: dict, key: str, kind: type) -> Any:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise SpecError(f"{key} must be a number above zero, not {value!r}")
+    return kind(value)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A stored job. Fields beyond `spec` are filled as the job moves through its states."""
+
+    id: int
+    user: str
+    queue: str
+    state: str
+    spec: JobSpec
+    submit_time: float
+    attempt: int = 0
+    hosts: tuple[tuple[str, int], ...] = ()  # (host, tasks) while it holds resources, and after
+    unit: str | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    cpu_time: float | None = None
+    max_rss: int | None = None
+    reason: str | None = None  # why it ended (EXIT, or DONE with a remark) or why it is held
+    pend_reason: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name or (self.spec.argv[0].rsplit("/", 1)[-1] if self.spec.argv else "")
+
+    def output_path(self) -> str:
+        return expand_job_path(self.spec.stdout or f"{self.spec.cwd.rstrip('/')}/xce-%J.out", self.id)
+
+    def error_path(self) -> str | None:
+        return expand_job_path(self.spec.stderr, self.id) if self.spec.stderr else None
+
+
+def expand_job_path(path: str, job_id: int) -> str:
+    """`%J` is the job id (LSF); `%%` is a literal percent sign."""
+    return path.replace("%%", "\0").replace("%J", str(job_id)).replace("\0", "%")
+
+
+def unit_name(cluster: str, job_id: int, attempt: int, host_index: int) -> str:
+    """Deterministic, so a repeated launch finds the unit it already started (the fencing token)."""
+    return f"xce-{cluster}-{job_id}-{attempt}-{host_index}"
