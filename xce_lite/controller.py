@@ -85,6 +85,7 @@ class Controller:
         self._active: dict[int, Active] = {}
         self._by_unit: dict[str, int] = {}
         self._to_launch: list[int] = []
+        self._kill_marks: dict[int, str] = {}  # job id -> reason, for kills that raced a launch
         self._reasons: dict[int, str | None] = {}
         self._dirty = True  # something changed since the last scheduling session
         self._pool = None
@@ -199,6 +200,8 @@ class Controller:
         dispatched = self._record_intent(decisions) if decisions else []
         if dispatched or relaunch:
             self._launch(relaunch + dispatched)
+        if self._kill_marks:
+            self._deliver_kill_marks()
         if decisions is not None:
             self._store_reasons(decisions)
 
@@ -244,6 +247,7 @@ class Controller:
         moved = set(self.store.finish(finishes, now, event))
         with self._mu:
             for f in finishes:
+                self._kill_marks.pop(f.job_id, None)
                 job = self._active.pop(f.job_id, None)
                 if job is not None:
                     self._by_unit.pop(job.unit, None)
@@ -292,14 +296,20 @@ class Controller:
     def _launch(self, job_ids: list[int]) -> None:
         by_host: dict[str, list[LaunchRequest]] = defaultdict(list)
         ids_of: dict[str, int] = {}
+        now = time.time()
+        started, refused = [], []
         for job in sorted(self.store.jobs(job_ids), key=lambda j: job_ids.index(j.id)):  # decision order
             if job.state != DISP or not job.hosts:
+                continue
+            with self._mu:
+                kill_reason = self._kill_marks.pop(job.id, None)
+            if kill_reason is not None:  # killed before it reached its host: it never starts
+                refused.append(Finish(job.id, DISP, EXIT, None, now, None, None, None, None,
+                                      kill_reason + " before it started"))
                 continue
             request = _launch_request(job, self.config.controller.grace)
             by_host[job.hosts[0][0]].append(request)
             ids_of[request.unit] = job.id
-        now = time.time()
-        started, refused = [], []
         for name, requests in by_host.items():
             host = self._hosts.get(name)
             if host is None:
@@ -325,6 +335,16 @@ class Controller:
             self._record_started(started, now)
         if refused:
             self._finish_jobs(refused, now, "launch_failed")
+
+    def _deliver_kill_marks(self) -> None:
+        """Kills that arrived while their job's launch was in flight: signal the unit now."""
+        with self._mu:
+            marks = [(self._active[i], reason) for i, reason in self._kill_marks.items() if i in self._active]
+        for job, reason in marks:
+            host = self._hosts.get(job.hosts[0][0])
+            if host is not None and host.signal(job.unit, "TERM", reason):
+                with self._mu:
+                    self._kill_marks.pop(job.id, None)
 
     def _record_started(self, started: list[tuple[int, float]], now: float) -> None:
         moved = self.store.started(started, now)
@@ -454,13 +474,15 @@ class Controller:
             if host is None:
                 return {"ok": False, "message": f"Job <{job.id}>: its host is unreachable; try again"}
             self.store.record_event(job.id, "kill_requested", now, {"by": caller.user})
-            found = host.signal(job.unit, "TERM", reason)
-            if found:
-                return {"ok": True, "message": f"Job <{job.id}> is being terminated"}
             with self._mu:
-                if job.id in self._active and self._active[job.id].state == DISP:
-                    self._to_launch = [i for i in self._to_launch if i != job.id]
-            return {"ok": True, "message": f"Job <{job.id}> is ending"}
+                # Not launched yet, or its launch is in flight on the tick's thread: the launch step
+                # sees this mark and kills it instead of starting it, or right after starting it.
+                self._kill_marks[job.id] = reason
+            if host.signal(job.unit, "TERM", reason):
+                with self._mu:
+                    self._kill_marks.pop(job.id, None)
+            self._wake.set()
+            return {"ok": True, "message": f"Job <{job.id}> is being terminated"}
         return {"ok": False, "message": f"Job <{job.id}> has already finished ({job.state})"}
 
     def api_hold(self, caller: Caller, query: dict, body: Any) -> dict:

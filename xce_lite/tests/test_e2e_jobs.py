@@ -141,3 +141,16 @@ def test_users_see_their_own_jobs_by_default(cluster: Cluster):
     mine = json.loads(cluster.ok("jobs", "-a", "--json"))["jobs"]
     assert [j["id"] for j in mine] == [job_id]
     assert mine[0]["user"] == os.environ.get("USER", mine[0]["user"])
+
+
+def test_kill_right_after_submit_never_leaves_a_job_behind(cluster: Cluster):
+    """A kill may race the job's launch; whichever wins, the job ends EXIT and nothing runs on."""
+    ids = [cluster.submit("sleep", "300") for _ in range(4)]
+    assert cluster.xce("kill", *map(str, ids)).returncode == 0
+    for job_id in ids:
+        job = cluster.wait_state(job_id, {"EXIT"}, timeout=30)
+        assert job["reason"].startswith("killed by")
+    from xce_lite.tests.waiting import wait_until
+
+    wait_until(lambda: not any(p.exists() for p in (cluster.home / "spool").glob("*/*/supervisor.pid")
+                               if not (p.parent / "result.json").exists()), 15, "no supervisor left running")
