@@ -1,0 +1,170 @@
+"""Dependencies point one way: parse every module's imports with `ast` and fail on a wrong arrow.
+
+Every import counts, including those inside functions (a lazy import is still an arrow) and relative
+ones (resolved against the importing module's package). The rules:
+
+- `sched/*` and `lifecycle` import only the standard library, `models`, `errors` and `sched.*`;
+- `store/*` never imports `exec` or `sched`;
+- `exec/*` never imports `store`, `sched` or `controller`;
+- `exec/agent.py` is copied alone to hosts: the standard library only;
+- SQL runs through apsw in `store/` alone: no other module imports apsw;
+- `xce_lite.cli` imports nothing heavy on its way in (`xce submit` must start fast).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import xce_lite
+
+PACKAGE_DIR = Path(xce_lite.__file__).parent
+ROOT = "xce_lite"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def _is_module(name: str) -> bool:
+    """Whether `name` (xce_lite.something) is a module or package in the source tree."""
+    rel = Path(*name.split(".")[1:])
+    return (PACKAGE_DIR / rel).with_suffix(".py").is_file() or (PACKAGE_DIR / rel / "__init__.py").is_file()
+
+
+def imports_of(source: str, module: str, package: bool = False) -> set[str]:
+    """Absolute names of every module `source` imports, anywhere in it.
+
+    `from pkg import name` counts as importing `pkg.name` when that is a module of ours, else `pkg`.
+    """
+    found: set[str] = set()
+    current_package = module if package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = current_package.split(".")
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                if base.split(".")[0] == ROOT and _is_module(candidate):
+                    found.add(candidate)
+                else:
+                    found.add(base)
+    return found
+
+
+def sources() -> list[Path]:
+    return sorted(p for p in PACKAGE_DIR.rglob("*.py") if "tests" not in p.relative_to(PACKAGE_DIR).parts)
+
+
+def all_imports() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p.read_text(encoding="utf-8"), module_name(p), is_package(p))
+            for p in sources()}
+
+
+def is_stdlib(name: str) -> bool:
+    return name.split(".")[0] in sys.stdlib_module_names
+
+
+def within(name: str, *prefixes: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def violations(rule_for: str, modules: dict[str, set[str]], allowed) -> list[str]:
+    return [f"{module} imports {target}" for module, targets in sorted(modules.items())
+            if within(module, rule_for) for target in sorted(targets) if not allowed(target)]
+
+
+# ---- the checker itself -----------------------------------------------------------------------
+
+
+def test_imports_of_sees_every_kind_of_import() -> None:
+    source = """
+import os, json as j
+from xce_lite import errors, units
+from xce_lite.store.db import connect
+from . import resreq
+from .core import schedule
+from .. import models
+def later():
+    import apsw
+    from xce_lite.exec import host
+"""
+    assert imports_of(source, "xce_lite.sched.thing") == {
+        "os", "json", "xce_lite.errors", "xce_lite.units", "xce_lite.store.db", "xce_lite.sched.resreq",
+        "xce_lite.sched.core", "xce_lite.models", "apsw", "xce_lite.exec.host"}
+
+
+def test_violations_names_each_wrong_arrow() -> None:
+    modules = {"xce_lite.sched.core": {"os", "xce_lite.store.db"}, "xce_lite.cli": {"xce_lite.store.db"}}
+    assert violations("xce_lite.sched", modules, lambda t: not within(t, "xce_lite.store")) == [
+        "xce_lite.sched.core imports xce_lite.store.db"]
+
+
+def test_the_walk_finds_the_layers() -> None:
+    modules = all_imports()
+    for expected in ("xce_lite.sched.core", "xce_lite.lifecycle", "xce_lite.store.db", "xce_lite.store.jobs",
+                     "xce_lite.exec.host", "xce_lite.cli"):
+        assert expected in modules
+    assert not any(name.startswith("xce_lite.tests") for name in modules)
+
+
+# ---- the arrows -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layer", ["xce_lite.sched", "xce_lite.lifecycle"])
+def test_pure_core_imports_only_stdlib_models_errors_and_sched(layer: str) -> None:
+    def allowed(target: str) -> bool:
+        return is_stdlib(target) or within(target, "xce_lite.models", "xce_lite.errors", "xce_lite.sched")
+
+    assert violations(layer, all_imports(), allowed) == []
+
+
+def test_store_never_imports_exec_or_sched() -> None:
+    bad = violations("xce_lite.store", all_imports(),
+                     lambda t: not within(t, "xce_lite.exec", "xce_lite.sched"))
+    assert bad == []
+
+
+def test_exec_never_imports_store_sched_or_controller() -> None:
+    bad = violations("xce_lite.exec", all_imports(),
+                     lambda t: not within(t, "xce_lite.store", "xce_lite.sched", "xce_lite.controller"))
+    assert bad == []
+
+
+def test_the_host_agent_is_standard_library_only() -> None:
+    path = PACKAGE_DIR / "exec" / "agent.py"
+    assert path.is_file(), f"{path} is missing"
+    targets = imports_of(path.read_text(encoding="utf-8"), "xce_lite.exec.agent")
+    assert sorted(t for t in targets if not is_stdlib(t)) == []
+
+
+def test_only_the_store_runs_sql() -> None:
+    outside = {name: targets for name, targets in all_imports().items() if not within(name, "xce_lite.store")}
+    assert violations(ROOT, outside, lambda t: not within(t, "apsw", "sqlite3")) == []
+
+
+def test_the_cli_loads_nothing_heavy() -> None:
+    heavy = ["pydantic", "apsw", "fabric", "paramiko", "yaml"]
+    probe = (
+        "import sys, json, xce_lite.cli\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r})))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", f"`import xce_lite.cli` loaded: {result.stdout.strip()}"
