@@ -1,0 +1,281 @@
+"""The controller's side of the host agent's protocol: JSON lines over a pair of binary file objects.
+
+Transport-agnostic: `AgentChannel` needs only a readable and a writable binary file object, the
+agent's stdout and stdin; a subprocess's pipes (LocalHost) or an SSH channel's files provide them.
+`AgentOps` maps the Host seam (host.py) onto the agent's ops, so every transport shares it.
+
+Invariants:
+- Each request gets its own id and its own deadline; a reply is matched to its request by id, so
+  any number of threads may send requests at once. Writes are serialised by a lock.
+- Once the agent's output ends or turns to garbage, the channel is lost for good: every pending and
+  later request fails with HostUnreachable, and `on_event(HostLost(...))` is called exactly once
+  (not after a deliberate `close()`). Reconnect by making a new channel.
+- Agent events are handed to `on_event` as host.py values (UnitFinished), on the reader thread.
+
+The protocol (agent version 1) is documented in agent.py, the other end of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import IO, Any
+
+from xce_lite.errors import ExecError, HostUnreachable, LaunchRejected
+from xce_lite.exec.host import (
+    HostEvent,
+    HostLost,
+    HostProbe,
+    JobResult,
+    LaunchReply,
+    LaunchRequest,
+    UnitFinished,
+    UnitInfo,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 30.0  # seconds a request may wait for its reply
+SIGNAL_NAMES = ("TERM", "KILL", "INT", "HUP", "USR1", "USR2", "STOP", "CONT")
+
+
+class _Pending:
+    """One request waiting for its reply (or for the channel's loss)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.reply: dict | None = None
+        self.error: Exception | None = None
+
+
+class AgentChannel:
+    """Requests and events over the agent's JSON lines. See the module docstring for the contract."""
+
+    def __init__(
+        self,
+        rfile: IO[bytes],
+        wfile: IO[bytes],
+        on_event: Callable[[HostEvent], Any],
+        name: str,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.name, self.timeout = name, timeout
+        self._rfile, self._wfile, self._on_event = rfile, wfile, on_event
+        self._lock = threading.Lock()  # guards _pending, _next_id, _lost, _closing
+        self._write_lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._next_id = 0
+        self._lost: str | None = None
+        self._closing = False
+        self._reader = threading.Thread(target=self._read_loop, name=f"agent-{name}", daemon=True)
+        self._reader.start()
+
+    @property
+    def lost(self) -> str | None:
+        """Why the channel was lost, or None while it works."""
+        return self._lost
+
+    def request(self, op: str, timeout: float | None = None, **fields: Any) -> dict:
+        """Send one request and wait for its reply; the reply's fields (with "ok": true).
+
+        Raises HostUnreachable if the channel is lost or the reply does not come within `timeout`
+        (default: the channel's), and LaunchRejected if the agent answered "ok": false.
+        """
+        timeout = self.timeout if timeout is None else timeout
+        pending = _Pending()
+        with self._lock:
+            if self._lost is not None:
+                raise HostUnreachable(f"host {self.name}: {self._lost}; reconnect to the host")
+            self._next_id += 1
+            rid = self._next_id
+            self._pending[rid] = pending
+        line = json.dumps({"id": rid, "op": op, **fields}, ensure_ascii=True).encode("ascii") + b"\n"
+        try:
+            with self._write_lock:
+                self._wfile.write(line)
+                self._wfile.flush()
+        except (OSError, ValueError) as exc:
+            self._fail(f"cannot write to the agent ({exc})")
+        if not pending.done.wait(timeout):
+            with self._lock:
+                self._pending.pop(rid, None)
+            raise HostUnreachable(
+                f"host {self.name}: the agent did not answer {op!r} within {timeout:g} s; the host may "
+                "be overloaded or hung: check it, then reconnect"
+            )
+        if pending.error is not None:
+            raise pending.error
+        reply = pending.reply or {}
+        if not reply.get("ok"):
+            raise LaunchRejected(f"host {self.name} refused {op!r}: {reply.get('error')}")
+        return reply
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Close our end (the agent sees EOF and exits) and wait up to `timeout` for its output to end.
+
+        Does not report HostLost: the loss was asked for. The caller owns the transport and must
+        end it (kill the process, close the SSH channel) if the reader is still running after this.
+        """
+        with self._lock:
+            self._closing = True
+        try:
+            self._wfile.close()
+        except OSError:
+            pass
+        self._reader.join(timeout)
+        if not self._reader.is_alive():
+            self._rfile.close()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the reader thread to end; True if it has."""
+        self._reader.join(timeout)
+        return not self._reader.is_alive()
+
+    # -- the reader thread
+
+    def _read_loop(self) -> None:
+        try:
+            for line in iter(self._rfile.readline, b""):
+                if not self._handle_line(line):
+                    return
+        except (OSError, ValueError) as exc:
+            self._fail(f"reading from the agent failed ({exc})")
+            return
+        self._fail("the agent's output ended (it exited or was killed)")
+
+    def _handle_line(self, line: bytes) -> bool:
+        """Deliver one line; False if it was garbage (the channel is then lost)."""
+        try:
+            msg = json.loads(line)
+            if not isinstance(msg, dict):
+                raise TypeError("not an object")
+            if msg.get("id") is not None:
+                with self._lock:
+                    pending = self._pending.pop(msg["id"], None)
+                if pending is not None:  # None: its requester gave up (timed out)
+                    pending.reply = msg
+                    pending.done.set()
+                return True
+            event = msg.get("event")
+            if event == "fatal":
+                self._fail(f"the agent stopped: {msg.get('error')}")
+                return False
+            if event == "finished":
+                self._emit(
+                    UnitFinished(host=self.name, unit=msg["unit"], result=result_from_json(msg["result"]))
+                )
+            else:
+                log.warning("host %s: agent event %r: %s", self.name, event, msg.get("error"))
+            return True
+        except (ValueError, KeyError, TypeError) as exc:
+            self._fail(f"the agent sent garbage ({exc}): {line[:200]!r}")
+            return False
+
+    def _emit(self, event: HostEvent) -> None:
+        try:
+            self._on_event(event)
+        except Exception:  # a faulty consumer must not stop the reader
+            log.exception("host %s: event handler failed on %r", self.name, event)
+
+    def _fail(self, why: str) -> None:
+        """Lose the channel (once): fail every pending request and report HostLost."""
+        with self._lock:
+            if self._lost is not None:
+                return
+            self._lost = why
+            pending, self._pending = list(self._pending.values()), {}
+            report = not self._closing
+        for p in pending:
+            p.error = HostUnreachable(f"host {self.name}: {why}; reconnect to the host")
+            p.done.set()
+        if report:
+            self._emit(HostLost(host=self.name, why=why))
+
+
+# ---------------------------------------------------------------- the Host seam over a channel
+
+
+def result_from_json(d: dict) -> JobResult:
+    return JobResult(
+        exit_code=d["exit_code"],
+        signal=d["signal"],
+        start_time=d["start_time"],
+        end_time=d["end_time"],
+        cpu_time=d["cpu_time"],
+        max_rss=d["max_rss"],
+        reason=d.get("reason"),
+    )
+
+
+def request_to_json(r: LaunchRequest) -> dict:
+    return {
+        "unit": r.unit,
+        "argv": list(r.argv),
+        "env": dict(r.env),
+        "cwd": r.cwd,
+        "stdout": r.stdout,
+        "stderr": r.stderr,
+        "run_limit": r.run_limit,
+        "mem_limit": r.mem_limit,
+        "grace": r.grace,
+    }
+
+
+class AgentOps:
+    """The Host operations over `self._channel` (an AgentChannel). Transports subclass this and
+    provide connect() and close(); a host whose channel is not open raises HostUnreachable."""
+
+    name: str
+    _channel: AgentChannel | None = None
+
+    def _chan(self) -> AgentChannel:
+        if self._channel is None:
+            raise HostUnreachable(f"host {self.name} is not connected; call connect() first")
+        return self._channel
+
+    def probe(self) -> HostProbe:
+        r = self._chan().request("hello")
+        extra = {k: v for k, v in r.items() if k not in ("id", "ok", "hostname", "cpus", "mem", "version")}
+        return HostProbe(
+            hostname=r["hostname"], cpus=r["cpus"], mem=r["mem"], agent_version=r["version"], extra=extra
+        )
+
+    def launch(self, requests: list[LaunchRequest], timeout: float | None = None) -> list[LaunchReply]:
+        """Start or adopt each unit in ONE round trip; one reply per request, in order."""
+        if not requests:
+            return []
+        r = self._chan().request("launch", timeout, units=[request_to_json(q) for q in requests])
+        return [
+            LaunchReply(
+                unit=x["unit"], status=x["status"], start_time=x.get("start_time"), error=x.get("error")
+            )
+            for x in r["replies"]
+        ]
+
+    def signal(self, unit: str, name: str, reason: str) -> bool:
+        if name not in SIGNAL_NAMES:
+            raise ValueError(f"signal {name!r} is not one of {', '.join(SIGNAL_NAMES)}")
+        return bool(self._chan().request("signal", unit=unit, signal=name, reason=reason)["found"])
+
+    def list_units(self) -> list[UnitInfo]:
+        return [
+            UnitInfo(
+                unit=u["unit"],
+                status=u["status"],
+                start_time=u.get("start_time"),
+                result=result_from_json(u["result"]) if u.get("result") else None,
+            )
+            for u in self._chan().request("list")["units"]
+        ]
+
+    def forget(self, units: list[str]) -> None:
+        """Drop finished units; ExecError names any that are still running (the rest are dropped)."""
+        if not units:
+            return
+        refused = [u for u in self._chan().request("forget", units=list(units))["units"] if not u["ok"]]
+        if refused:
+            raise ExecError(
+                f"host {self.name} kept {len(refused)} unit(s): " + "; ".join(u["error"] for u in refused)
+            )

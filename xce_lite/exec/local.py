@@ -1,0 +1,108 @@
+"""LocalHost: the Host seam (host.py) for this machine.
+
+Runs agent.py as a child process (`python -S -E agent.py serve --spool SPOOL --host-name NAME`) and
+speaks to it through an AgentChannel over the child's stdin/stdout pipes. What it keeps:
+
+- The agent runs in its own session (start_new_session), so a Ctrl-C in the controller's terminal
+  does not reach it or the jobs; jobs run in their supervisors' sessions anyway.
+- The agent's stderr (tracebacks, warnings) is appended to SPOOL/../agent-NAME.log.
+- close() closes the agent's stdin; the agent exits on that EOF and running jobs go on. If the
+  controller dies instead, the pipe closes all the same.
+- One agent per spool: a second LocalHost on the same spool waits for the first agent's lock
+  (`lock_timeout`), then connect() raises HostUnreachable saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+from pathlib import Path
+
+from xce_lite.errors import HostUnreachable
+from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel, AgentOps
+from xce_lite.exec.host import HostEvent, HostProbe
+
+AGENT_PATH = Path(__file__).with_name("agent.py")
+
+
+class LocalHost(AgentOps):
+    """This machine as a Host. See the module docstring; the ops are AgentOps'."""
+
+    def __init__(
+        self,
+        name: str,
+        spool_dir: str | os.PathLike,
+        python: str = sys.executable,
+        timeout: float = DEFAULT_TIMEOUT,
+        lock_timeout: float = 10.0,
+    ) -> None:
+        self.name = name
+        self.spool_dir = Path(spool_dir).absolute()
+        self.python, self.timeout, self.lock_timeout = python, timeout, lock_timeout
+        self._proc: subprocess.Popen | None = None
+        self._channel: AgentChannel | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.spool_dir.parent / f"agent-{self.name}.log"
+
+    @property
+    def agent_pid(self) -> int | None:
+        """The running agent's pid (for diagnostics and tests), or None when not connected."""
+        return self._proc.pid if self._proc is not None else None
+
+    def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
+        """Start the agent and greet it. A previous agent of this LocalHost is closed first."""
+        self.close()
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            self.python,
+            "-S",
+            "-E",
+            str(AGENT_PATH),
+            "serve",
+            "--spool",
+            str(self.spool_dir),
+            "--host-name",
+            self.name,
+            "--lock-timeout",
+            str(self.lock_timeout),
+        ]
+        with open(self.log_path, "ab") as log:
+            try:
+                self._proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise HostUnreachable(
+                    f"host {self.name}: cannot start {self.python}: {exc.strerror}; check the python path"
+                ) from exc
+        self._channel = AgentChannel(self._proc.stdout, self._proc.stdin, events.put, self.name, self.timeout)
+        try:
+            return self.probe()
+        except Exception:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the agent's stdin and wait for it to exit (it exits on EOF); running jobs go on."""
+        proc, channel = self._proc, self._channel
+        self._proc = self._channel = None
+        if channel is not None:
+            channel.close()
+        if proc is None:
+            return
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a hung agent: it is ours, end it (its jobs go on)
+            proc.kill()
+            proc.wait()
+        if channel is not None and channel.join(10):
+            proc.stdout.close()

@@ -1,0 +1,49 @@
+"""Throughput of LocalHost end to end: launch N `true` units in batches, wait for every finished event.
+
+Run by hand (not a test; timings are not assertions):
+
+    python -m xce_lite.tests.bench_local_host [N] [BATCH]
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from xce_lite.exec.host import LaunchRequest, UnitFinished
+from xce_lite.exec.local import LocalHost
+
+
+def bench(n: int = 1000, batch: int = 100) -> float:
+    """Jobs per second from the first launch to the last finished event."""
+    with tempfile.TemporaryDirectory() as tmp:
+        host, events = LocalHost("bench", Path(tmp) / "spool"), queue.Queue()
+        host.connect(events)
+        env = {"PATH": os.environ.get("PATH", os.defpath)}
+        requests = [
+            LaunchRequest(unit=f"u{i}", argv=("true",), env=env, cwd=tmp, stdout=f"{tmp}/out", stderr=None)
+            for i in range(n)
+        ]
+        started = time.perf_counter()
+        for i in range(0, n, batch):
+            replies = host.launch(requests[i : i + batch])
+            assert all(r.status == "started" for r in replies), replies
+        done = 0
+        while done < n:
+            event = events.get(timeout=60)
+            assert isinstance(event, UnitFinished) and event.result.exit_code == 0, event
+            done += 1
+        elapsed = time.perf_counter() - started
+        host.close()
+    return n / elapsed
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    batch = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    rate = bench(n, batch)
+    print(f"{n} true units in batches of {batch}: {rate:.0f} jobs/s")

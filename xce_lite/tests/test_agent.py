@@ -1,0 +1,501 @@
+"""agent.py on real processes, driven through its raw JSON-lines protocol (no xce_lite client code).
+
+Jobs are small Python programs run by this interpreter. Jobs that must stay running wait for a
+"release" file (and give up by themselves after a minute), so nothing outlives a failed test.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from xce_lite.tests.waiting import wait_until
+
+AGENT = Path(__file__).resolve().parents[1] / "exec" / "agent.py"
+PY = sys.executable
+WAIT_JOB = (
+    "import os, sys, time\n"
+    "end = time.time() + 60\n"
+    "while not os.path.exists(sys.argv[1]) and time.time() < end:\n"
+    "    time.sleep(0.02)\n"
+    "sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)\n"
+)
+
+
+class RawAgent:
+    """`agent.py serve` as a child process; request() sends one line and returns its reply."""
+
+    def __init__(self, spool: Path, *extra: str):
+        self.spool = spool
+        self.stderr = open(spool.parent / "agent.stderr", "ab")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            [PY, "-S", "-E", str(AGENT), "serve", "--spool", str(spool), *extra],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            start_new_session=True,
+        )
+        self.replies: queue.Queue = queue.Queue()
+        self.events: list[dict] = []
+        self.eof = threading.Event()
+        self.next_id = 0
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in iter(self.proc.stdout.readline, b""):
+            msg = json.loads(line)
+            (self.replies.put if "id" in msg else self.events.append)(msg)
+        self.eof.set()
+
+    def request(self, op: str, **fields) -> dict:
+        self.next_id += 1
+        self.proc.stdin.write(json.dumps({"id": self.next_id, "op": op, **fields}).encode() + b"\n")
+        self.proc.stdin.flush()
+        reply = self.replies.get(timeout=20)
+        assert reply["id"] == self.next_id
+        return reply
+
+    def launch(self, *units: dict) -> list[dict]:
+        reply = self.request("launch", units=list(units))
+        assert reply["ok"], reply
+        return reply["replies"]
+
+    def finished(self, unit: str, timeout: float = 20) -> dict:
+        """Wait for the `finished` event of `unit`; its result."""
+
+        def find():
+            return next((e["result"] for e in self.events if e.get("unit") == unit), None)
+
+        return wait_until(find, timeout, f"the finished event of {unit}")
+
+    def close(self) -> int:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            code = self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.reader.join(10)
+        self.proc.stdout.close()
+        self.stderr.close()
+        return code
+
+
+def kill_leftovers(spool: Path) -> None:
+    """Kill any job and supervisor still running from `spool` (pids checked against /proc)."""
+    if not spool.is_dir():
+        return
+    for unit_dir in spool.iterdir():
+        try:
+            lines = (unit_dir / "supervisor.pid").read_text().splitlines()
+        except OSError:
+            continue
+        supervisor, start = lines[0].split()[:2]
+        if len(lines) > 1 and proc_field(int(lines[1]), 3) == supervisor:  # the job's session
+            os.killpg(int(lines[1]), signal.SIGKILL)
+        if proc_field(int(supervisor), 19) == start:
+            os.kill(int(supervisor), signal.SIGKILL)
+
+
+def proc_field(pid: int, index: int) -> str | None:
+    """Field `index + 3` of /proc/PID/stat, or None if the process is gone."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return data[data.rindex(")") + 2 :].split()[index]
+
+
+def job_pid(spool: Path, unit: str) -> int:
+    """The pid of the unit's job, once its supervisor has recorded it."""
+    path = spool / unit / "supervisor.pid"
+    wait_until(
+        lambda: path.exists() and len(path.read_text().splitlines()) == 2, 10, f"the job pid in {path}"
+    )
+    return int(path.read_text().splitlines()[1])
+
+
+@pytest.fixture
+def spool(tmp_path):
+    path = tmp_path / "spool"
+    yield path
+    kill_leftovers(path)
+
+
+@pytest.fixture
+def agents(spool):
+    started: list[RawAgent] = []
+
+    def start(*extra: str) -> RawAgent:
+        started.append(RawAgent(spool, *extra))
+        return started[-1]
+
+    yield start
+    for agent in started:
+        agent.close()
+
+
+@pytest.fixture
+def agent(agents):
+    return agents()
+
+
+def unit(name: str, argv: list[str], tmp: Path, **over) -> dict:
+    spec = {
+        "unit": name,
+        "argv": argv,
+        "env": {"PATH": os.environ["PATH"]},
+        "cwd": str(tmp),
+        "stdout": str(tmp / f"{name}.out"),
+        "stderr": None,
+        "run_limit": None,
+        "mem_limit": None,
+        "grace": 2,
+    }
+    spec.update(over)
+    return spec
+
+
+def py(code: str, *args: str) -> list[str]:
+    return [PY, "-c", code, *args]
+
+
+# ---------------------------------------------------------------- the file itself
+
+
+def test_agent_imports_only_the_standard_library():
+    tree = ast.parse(AGENT.read_text())
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "agent.py must not use relative imports"
+            modules.add(node.module.split(".")[0])
+    assert modules - set(sys.stdlib_module_names) == {"__future__"} - set(sys.stdlib_module_names)
+
+
+def test_hello_describes_the_host(agent):
+    reply = agent.request("hello")
+    assert reply["ok"] and reply["version"] == 1
+    assert reply["cpus"] >= 1 and reply["mem"] > 100 << 20
+    assert reply["hostname"] == os.uname().nodename and reply["pid"] == agent.proc.pid
+
+
+def test_unknown_op_says_what_the_agent_speaks(agent):
+    reply = agent.request("frobnicate")
+    assert not reply["ok"] and "hello, launch" in reply["error"]
+
+
+# ---------------------------------------------------------------- how jobs end
+
+
+def test_exit_code_times_cpu_and_max_rss(agent, tmp_path):
+    code = "x = b'x' * (60 << 20)\nimport time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass"
+    [reply] = agent.launch(unit("big", py(code), tmp_path))
+    assert reply["status"] == "started" and reply["error"] is None
+    result = agent.finished("big")
+    assert result["exit_code"] == 0 and result["signal"] is None and result["reason"] is None
+    assert result["start_time"] == reply["start_time"] <= result["end_time"]
+    assert result["cpu_time"] >= 0.2
+    assert result["max_rss"] >= 50 << 20
+
+
+def test_nonzero_exit(agent, tmp_path):
+    agent.launch(unit("fail", py("import sys; sys.exit(3)"), tmp_path))
+    result = agent.finished("fail")
+    assert result["exit_code"] == 3 and result["reason"] is None
+
+
+def test_command_not_found_ends_with_127_like_a_shell(agent, tmp_path):
+    [reply] = agent.launch(unit("nocmd", ["no-such-command-xyz", "arg"], tmp_path))
+    assert reply["status"] == "started"
+    result = agent.finished("nocmd")
+    assert result["exit_code"] == 127
+    assert result["reason"] == "exec failed: No such file or directory: no-such-command-xyz"
+
+
+def test_command_that_cannot_be_executed_ends_with_126(agent, tmp_path):
+    script = tmp_path / "not-executable.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    agent.launch(unit("noexec", [str(script)], tmp_path))
+    result = agent.finished("noexec")
+    assert result["exit_code"] == 126 and result["reason"] == f"exec failed: Permission denied: {script}"
+
+
+def test_unopenable_output_file_ends_the_job_with_why(agent, tmp_path):
+    agent.launch(unit("noout", ["true"], tmp_path, stdout=str(tmp_path / "missing" / "out")))
+    result = agent.finished("noout")
+    assert result["exit_code"] is None
+    assert result["reason"].startswith(f"cannot open output file {tmp_path}/missing/out: No such file")
+
+
+def test_argv_env_and_paths_reach_the_job_byte_exact(agent, tmp_path):
+    args = [
+        "$HOME",
+        "a b",
+        "'single'",
+        '"double"',
+        "semi;colon|pipe&amp`tick`",
+        "new\nline",
+        "ünï©ødé ✓",
+        "*",
+        "",
+        "\\",
+        "\udcff raw byte",
+    ]
+    value = 'line1\nline2 ünï $X "q" \udcfe'
+    out = tmp_path / "dïr with space"
+    out.mkdir()
+    code = (
+        "import os\nopen(os.environ['OUT'], 'wb').write("
+        "open('/proc/self/cmdline', 'rb').read() + b'\\x01' + os.environb[b'XV'])"
+    )
+    argv = py(code, *args)
+    env = {"OUT": os.fsdecode(out / "got"), "XV": value}
+    agent.launch(unit("exact", argv, tmp_path, env=env, cwd=str(out)))
+    assert agent.finished("exact")["exit_code"] == 0
+    cmdline, env_value = (out / "got").read_bytes().split(b"\x01")
+    assert cmdline == b"".join(os.fsencode(a) + b"\0" for a in argv)
+    assert env_value == os.fsencode(value)
+
+
+def test_stderr_merged_into_stdout_when_none(agent, tmp_path):
+    code = "import sys; print('to-out', flush=True); print('to-err', file=sys.stderr)"
+    agent.launch(unit("merged", py(code), tmp_path))
+    agent.finished("merged")
+    assert (tmp_path / "merged.out").read_text() == "to-out\nto-err\n"
+
+
+def test_separate_stdout_and_stderr_and_stdout_appends(agent, tmp_path):
+    (tmp_path / "sep.out").write_text("before\n")
+    code = "import sys; print('to-out'); print('to-err', file=sys.stderr)"
+    agent.launch(unit("sep", py(code), tmp_path, stderr=str(tmp_path / "sep.err")))
+    agent.finished("sep")
+    assert (tmp_path / "sep.out").read_text() == "before\nto-out\n"
+    assert (tmp_path / "sep.err").read_text() == "to-err\n"
+
+
+def test_job_stdin_is_dev_null(agent, tmp_path):
+    agent.launch(unit("stdin", py("import sys; print(repr(sys.stdin.read()))"), tmp_path))
+    agent.finished("stdin")
+    assert (tmp_path / "stdin.out").read_text() == "''\n"
+
+
+# ---------------------------------------------------------------- limits and signals
+
+
+def test_run_limit_kills_and_says_so(agent, tmp_path):
+    agent.launch(unit("slow", ["sleep", "30"], tmp_path, run_limit=1))
+    result = agent.finished("slow")
+    assert result["reason"] == "run limit 00:00:01 reached"
+    assert result["signal"] == signal.SIGTERM and result["exit_code"] is None
+    assert result["end_time"] - result["start_time"] < 10
+
+
+def test_run_limit_escalates_to_kill_after_grace(agent, tmp_path):
+    code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(30)"
+    agent.launch(unit("stubborn", py(code), tmp_path, run_limit=1, grace=0.5))
+    result = agent.finished("stubborn")
+    assert result["reason"] == "run limit 00:00:01 reached" and result["signal"] == signal.SIGKILL
+
+
+def test_memory_limit_kills_and_says_so(agent, tmp_path):
+    code = "import time\nb = []\nfor _ in range(20):\n    b.append(b'x' * (10 << 20)); time.sleep(0.05)\ntime.sleep(30)"
+    agent.launch(unit("hog", py(code), tmp_path, mem_limit=50 << 20))
+    result = agent.finished("hog")
+    assert result["reason"] == "memory limit 50M exceeded"
+    assert result["signal"] == signal.SIGTERM
+
+
+def test_signal_term_records_the_reason(agent, tmp_path):
+    agent.launch(unit("victim", py(WAIT_JOB, str(tmp_path / "never")), tmp_path))
+    job_pid(agent.spool, "victim")
+    assert agent.request("signal", unit="victim", signal="TERM", reason="killed by alice")["found"]
+    result = agent.finished("victim")
+    assert result["reason"] == "killed by alice" and result["signal"] == signal.SIGTERM
+
+
+def test_signal_kill_right_after_launch(agent, tmp_path):
+    agent.launch(unit("quick", ["sleep", "30"], tmp_path))
+    assert agent.request("signal", unit="quick", signal="KILL", reason="now")["found"]
+    result = agent.finished("quick")
+    assert result["reason"] == "now" and result["signal"] == signal.SIGKILL
+
+
+def test_stop_and_cont_reach_the_job(agent, tmp_path):
+    agent.launch(unit("pause", py(WAIT_JOB, str(tmp_path / "go")), tmp_path))
+    pid = job_pid(agent.spool, "pause")
+    assert agent.request("signal", unit="pause", signal="STOP", reason="")["found"]
+    wait_until(lambda: proc_field(pid, 0) == "T", 5, "the job to be stopped")
+    assert agent.request("signal", unit="pause", signal="CONT", reason="")["found"]
+    wait_until(lambda: proc_field(pid, 0) != "T", 5, "the job to run again")
+    (tmp_path / "go").touch()
+    assert agent.finished("pause")["exit_code"] == 0
+
+
+def test_usr1_is_forwarded_to_the_job(agent, tmp_path):
+    code = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGUSR1, lambda *a: open(sys.argv[1] + '.got', 'w').close())\n"
+        "open(sys.argv[1] + '.ready', 'w').close()\n"
+        "end = time.time() + 30\n"
+        "while time.time() < end: time.sleep(0.02)\n"
+    )
+    agent.launch(unit("usr", py(code, str(tmp_path / "usr1")), tmp_path))
+    wait_until(lambda: (tmp_path / "usr1.ready").exists(), 10, "the job's USR1 handler")
+    assert agent.request("signal", unit="usr", signal="USR1", reason="")["found"]
+    wait_until(lambda: (tmp_path / "usr1.got").exists(), 10, "the job to catch USR1")
+    agent.request("signal", unit="usr", signal="TERM", reason="done")
+    assert agent.finished("usr")["reason"] == "done"
+
+
+def test_signal_of_unknown_or_finished_unit_is_not_found(agent, tmp_path):
+    assert agent.request("signal", unit="nobody", signal="TERM", reason="")["found"] is False
+    agent.launch(unit("done", ["true"], tmp_path))
+    agent.finished("done")
+    assert agent.request("signal", unit="done", signal="TERM", reason="")["found"] is False
+    assert not agent.request("signal", unit="done", signal="BOGUS", reason="")["ok"]
+
+
+# ---------------------------------------------------------------- never twice, adoption, recovery
+
+
+def test_repeated_launch_never_runs_a_unit_twice(agent, tmp_path):
+    counter, release = tmp_path / "count", tmp_path / "release"
+    code = f"open({str(counter)!r}, 'a').write('ran\\n')\n" + WAIT_JOB
+    once = unit("once", py(code, str(release)), tmp_path)
+    replies = agent.launch(once, once)
+    assert [r["status"] for r in replies] == ["started", "running"]
+    assert agent.launch(once)[0]["status"] == "running"
+    release.touch()
+    agent.finished("once")
+    agent.events.clear()
+    [again] = agent.launch(once)
+    assert again["status"] == "finished" and again["result"]["exit_code"] == 0
+    assert agent.finished("once")["exit_code"] == 0  # the event is sent again for the adopter
+    assert counter.read_text() == "ran\n"
+
+
+def test_refused_launches_say_why(agent, tmp_path):
+    replies = agent.launch(
+        unit("nocwd", ["true"], tmp_path, cwd=str(tmp_path / "absent")),
+        unit("noargv", [], tmp_path),
+        unit("../escape", ["true"], tmp_path),
+        unit("badenv", ["true"], tmp_path, env={"A=B": "x"}),
+        unit("relout", ["true"], tmp_path, stdout="out.txt"),
+    )
+    assert [r["status"] for r in replies] == ["refused"] * 5
+    assert "is not an existing directory" in replies[0]["error"]
+    assert "argv must be a non-empty list" in replies[1]["error"]
+    assert "bad unit name" in replies[2]["error"]
+    assert "env names" in replies[3]["error"]
+    assert "stdout must be an absolute path" in replies[4]["error"]
+    assert not (agent.spool / "nocwd").exists() and not (tmp_path / "escape").exists()
+
+
+def test_jobs_survive_agent_kill_and_a_new_agent_adopts_them(agents, spool, tmp_path):
+    first = agents()
+    first.launch(
+        unit("early", py(WAIT_JOB, str(tmp_path / "go-early"), "3"), tmp_path),
+        unit("late", py(WAIT_JOB, str(tmp_path / "go-late"), "4"), tmp_path),
+        unit("third", py(WAIT_JOB, str(tmp_path / "go-third"), "5"), tmp_path),
+    )
+    pids = {u: job_pid(spool, u) for u in ("early", "late", "third")}
+    first.proc.kill()
+    first.close()
+    (tmp_path / "go-early").touch()
+    wait_until(lambda: (spool / "early" / "result.json").exists(), 10, "early's result with no agent")
+    assert proc_field(pids["late"], 0) is not None, "a job died with its agent"
+
+    second = agents()
+    listed = {u["unit"]: u for u in second.request("list")["units"]}
+    assert listed["early"]["status"] == "finished" and listed["early"]["result"]["exit_code"] == 3
+    assert listed["late"]["status"] == "running" and listed["late"]["result"] is None
+    assert second.launch(unit("third", ["true"], tmp_path))[0]["status"] == "running"
+    (tmp_path / "go-late").touch()
+    (tmp_path / "go-third").touch()
+    assert second.finished("late")["exit_code"] == 4  # adopted through list
+    assert second.finished("third")["exit_code"] == 5  # adopted through launch
+
+
+def test_killed_supervisor_is_reported_lost(agents, spool, tmp_path):
+    first = agents()
+    first.launch(unit("orphan", py(WAIT_JOB, str(tmp_path / "never")), tmp_path))
+    pid = job_pid(spool, "orphan")
+    first.proc.kill()  # so that the new agent, not a parent, finds the dead supervisor
+    first.close()
+    supervisor = int((spool / "orphan" / "supervisor.pid").read_text().split()[0])
+    os.kill(supervisor, signal.SIGKILL)
+    wait_until(lambda: proc_field(supervisor, 0) in (None, "Z"), 5, "the supervisor to die")
+    second = agents()
+    [listed] = second.request("list")["units"]
+    assert listed["status"] == "finished" and listed["result"]["exit_code"] is None
+    assert listed["result"]["reason"].startswith("supervisor lost")
+    wait_until(lambda: proc_field(pid, 0) in (None, "Z"), 5, "the unsupervised job to be killed")
+    assert second.request("list")["units"] == [listed]  # the answer is stable
+
+
+def test_supervisor_killed_under_its_agent_sends_finished(agent, tmp_path):
+    agent.launch(unit("lost", py(WAIT_JOB, str(tmp_path / "never")), tmp_path))
+    job_pid(agent.spool, "lost")
+    supervisor = int((agent.spool / "lost" / "supervisor.pid").read_text().split()[0])
+    os.kill(supervisor, signal.SIGKILL)
+    assert agent.finished("lost")["reason"].startswith("supervisor lost")
+
+
+def test_agent_exits_on_eof_and_the_job_goes_on(agent, spool, tmp_path):
+    agent.launch(unit("keep", py(WAIT_JOB, str(tmp_path / "go"), "7"), tmp_path))
+    pid = job_pid(spool, "keep")
+    agent.proc.stdin.close()
+    assert agent.proc.wait(10) == 0
+    assert agent.eof.wait(5), "the agent's stdout stayed open: a supervisor kept the pipe"
+    assert proc_field(pid, 0) not in (None, "Z")
+    (tmp_path / "go").touch()
+    wait_until(lambda: (spool / "keep" / "result.json").exists(), 10, "the result of the orphaned job")
+    assert json.loads((spool / "keep" / "result.json").read_text())["exit_code"] == 7
+
+
+def test_forget_removes_finished_units_and_refuses_running_ones(agent, spool, tmp_path):
+    agent.launch(unit("done", ["true"], tmp_path), unit("busy", py(WAIT_JOB, str(tmp_path / "go")), tmp_path))
+    agent.finished("done")
+    reply = agent.request("forget", units=["done", "busy", "never-was"])
+    by_unit = {u["unit"]: u for u in reply["units"]}
+    assert by_unit["done"]["ok"] and by_unit["never-was"]["ok"]
+    assert not by_unit["busy"]["ok"] and "still running" in by_unit["busy"]["error"]
+    assert not (spool / "done").exists() and (spool / "busy").exists()
+    assert [u["unit"] for u in agent.request("list")["units"]] == ["busy"]
+    (tmp_path / "go").touch()
+    agent.finished("busy")
+
+
+def test_a_second_agent_on_a_busy_spool_stops_with_why(agents):
+    first = agents()
+    first.request("hello")
+    second = agents("--lock-timeout", "0.2")
+    assert second.proc.wait(10) == 2
+    second.eof.wait(5)
+    [fatal] = second.events
+    assert fatal["event"] == "fatal" and f"pid {first.proc.pid}" in fatal["error"]
+
+
+def test_exec_mode_supervises_a_prepared_unit_dir(tmp_path):
+    unit_dir = tmp_path / "spool" / "by-hand"
+    unit_dir.mkdir(parents=True)
+    spec = unit("by-hand", py("print('hi'); raise SystemExit(5)"), tmp_path)
+    (unit_dir / "spec.json").write_text(json.dumps(spec))
+    done = subprocess.run([PY, "-S", "-E", str(AGENT), "exec", str(unit_dir)], timeout=30, check=False)
+    assert done.returncode == 0
+    result = json.loads((unit_dir / "result.json").read_text())
+    assert result["exit_code"] == 5 and (tmp_path / "by-hand.out").read_text() == "hi\n"
