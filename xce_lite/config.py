@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from xce_lite.errors import ConfigError, SpecError
 from xce_lite.units import parse_duration, parse_size
@@ -25,6 +25,8 @@ def _size(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError("expected a size such as 512M or 4G")
     if isinstance(value, int):
+        if value <= 0:
+            raise ValueError("must be more than zero, e.g. 512M or 4G")
         return value * 1024**2  # a bare number is megabytes, as on the command line
     try:
         return parse_size(str(value))
@@ -79,16 +81,22 @@ class ClusterConfig(_Model):
     queues: list[QueueConfig] = Field(min_length=1)
     controller: ControllerConfig = ControllerConfig()
 
-    @model_validator(mode="after")
-    def _names_and_default(self) -> "ClusterConfig":
-        for kind, names in (("host", [h.name for h in self.hosts]), ("queue", [q.name for q in self.queues])):
-            dupes = sorted({n for n in names if names.count(n) > 1})
-            if dupes:
-                raise ValueError(f"{kind} names must be unique; repeated: {', '.join(dupes)}")
-        defaults = [q.name for q in self.queues if q.default]
+    @field_validator("hosts", "queues")
+    @classmethod
+    def _unique_names(cls, items: list) -> list:
+        names = [item.name for item in items]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"names must be unique; repeated: {', '.join(dupes)}")
+        return items
+
+    @field_validator("queues")
+    @classmethod
+    def _one_default(cls, queues: list[QueueConfig]) -> list[QueueConfig]:
+        defaults = [q.name for q in queues if q.default]
         if len(defaults) > 1:
             raise ValueError(f"only one queue may say `default: true`; these do: {', '.join(defaults)}")
-        return self
+        return queues
 
     @property
     def default_queue(self) -> QueueConfig:
@@ -139,12 +147,15 @@ def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
     for part in loc:
         child = None
         if isinstance(node, yaml.MappingNode):
-            child = next((v for k, v in node.value if k.value == str(part)), None)
+            pair = next(((k, v) for k, v in node.value if k.value == str(part)), None)
+            if pair is not None:  # the key's line: a block value starts on the line below it
+                child, line = pair[1], pair[0].start_mark.line + 1
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
             child = node.value[part]
+            line = child.start_mark.line + 1
         if child is None:
             break
-        node, line = child, child.start_mark.line + 1
+        node = child
     return line
 
 
@@ -162,12 +173,12 @@ def default_config_text(cluster: str, host: str, slots: int, mem: int) -> str:
 # Edit it, then restart the controller (`xce controller stop; xce controller start`).
 
 # The cluster's name; it is part of every unit name on the hosts, so two clusters never collide.
-cluster: {cluster}
+cluster: '{cluster}'
 
 # The machines that run jobs. `local` is the machine the controller runs on.
 # slots: how many tasks run at once (one per CPU by default); mem: memory to hand out (512M, 4G, ...).
 hosts:
-  - name: {host}
+  - name: '{host}'
     type: local
     slots: {slots}
     mem: {mem_text}

@@ -8,6 +8,7 @@ Sizes: `512M`, `4G`, `1.5T`, `100K`, `64b`; a bare number is megabytes, as in LS
 
 from __future__ import annotations
 
+import math
 import re
 
 from xce_lite.errors import SpecError
@@ -35,6 +36,8 @@ def parse_duration(text: str, what: str = "duration") -> float:
             )
         hours, minutes = int(match.group(1) or 0), int(match.group(2))
         seconds = float(hours * 3600 + minutes * 60)
+    if not math.isfinite(seconds) or seconds > 100 * 365 * 86400:
+        raise SpecError(f"{what} {text!r} is too large: at most 100 years")
     if seconds <= 0:
         raise SpecError(f"{what} {text!r} must be more than zero")
     return seconds
@@ -45,7 +48,10 @@ def parse_size(text: str, what: str = "size") -> int:
     match = _SIZE.match(text.strip())
     if not match:
         raise SpecError(f"{what} {text!r} is not a size: use a number with K, M, G or T (512M, 4G)")
-    size = int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+    amount = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    if not math.isfinite(amount) or amount >= 2**63:
+        raise SpecError(f"{what} {text!r} is too large")
+    size = int(amount)
     if size <= 0:
         raise SpecError(f"{what} {text!r} must be more than zero")
     return size

@@ -31,7 +31,7 @@ CREATE TABLE jobs (
     CHECK (state NOT IN ('RUN', 'USUSP', 'SSUSP') OR start_time IS NOT NULL),
     -- a finished job has an end, and DONE means exit code 0
     CHECK (state NOT IN ('DONE', 'EXIT') OR end_time IS NOT NULL),
-    CHECK (state <> 'DONE' OR exit_code = 0)
+    CHECK (state <> 'DONE' OR exit_code IS 0)
 ) STRICT;
 
 -- the controller's working set: everything not finished

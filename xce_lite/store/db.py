@@ -73,7 +73,14 @@ def connect(path: Path, create: bool = True, readonly: bool = False) -> apsw.Con
     except apsw.CantOpenError:
         raise HomeError(f"cannot open the job store {path}; does its folder exist and is it writable?") from None
     con.set_busy_timeout(BUSY_TIMEOUT_MS)
-    app_id, version, objects = _identify(con, path)
+    # double-quoted string literals off: a misspelt column is an error, not a string
+    con.config(apsw.SQLITE_DBCONFIG_DQS_DML, 0)
+    con.config(apsw.SQLITE_DBCONFIG_DQS_DDL, 0)
+    try:
+        app_id, version, objects = _identify(con, path)
+    except HomeError:
+        con.close()
+        raise
     latest = latest_version()
     if app_id != APPLICATION_ID and (app_id != 0 or objects > 0 or version != 0):
         con.close()

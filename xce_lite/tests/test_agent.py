@@ -183,7 +183,8 @@ def test_agent_imports_only_the_standard_library():
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, "agent.py must not use relative imports"
             modules.add(node.module.split(".")[0])
-    assert modules - set(sys.stdlib_module_names) == {"__future__"} - set(sys.stdlib_module_names)
+    assert "os" in modules  # the walk found the imports
+    assert modules - set(sys.stdlib_module_names) == set(), "agent.py must import the standard library only"
 
 
 def test_hello_describes_the_host(agent):

@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from xce_lite.config import ClusterConfig, default_config_text, load_config
 from xce_lite.errors import ConfigError, SpecError
@@ -89,6 +91,26 @@ def test_default_config_text_loads(tmp_path: Path, host: str, expected: str, slo
     assert text.count("\n#") >= 3, "the file explains itself in comments"
 
 
+NAMES = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", fullmatch=True)
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("config")
+
+
+@pytest.mark.parametrize("name", ["007", "1.5", "null", "on", "no", "true", "2024-01-01", "0x1f", "1_000"])
+def test_default_config_text_keeps_names_yaml_would_read_as_other_types(tmp_path: Path, name: str) -> None:
+    config = load_config(write(tmp_path, default_config_text(name, name, 2, GiB)))
+    assert (config.cluster, config.hosts[0].name) == (name, name)
+
+
+@given(cluster=NAMES, host=NAMES)
+def test_default_config_text_keeps_any_valid_name(scratch: Path, cluster: str, host: str) -> None:
+    config = load_config(write(scratch, default_config_text(cluster, host, 2, GiB)))
+    assert (config.cluster, config.hosts[0].name) == (cluster, host)
+
+
 # ---- errors name the file, the field and the line -----------------------------------------------
 
 
@@ -97,6 +119,7 @@ def test_duplicate_host_names(tmp_path: Path) -> None:
     path, message = load_error(tmp_path, text)
     assert str(path) in message
     assert "repeated: h1" in message
+    assert line_of(text, "hosts:") <= reported_line(message, "hosts") <= line_of(text, "mem: 4096")
 
 
 def test_two_default_queues(tmp_path: Path) -> None:
@@ -104,6 +127,7 @@ def test_two_default_queues(tmp_path: Path) -> None:
     path, message = load_error(tmp_path, text)
     assert str(path) in message
     assert "normal, long" in message
+    assert line_of(text, "queues:") <= reported_line(message, "queues") <= len(text.splitlines())
 
 
 def test_duplicate_queue_names(tmp_path: Path) -> None:
@@ -111,6 +135,7 @@ def test_duplicate_queue_names(tmp_path: Path) -> None:
     path, message = load_error(tmp_path, text)
     assert str(path) in message
     assert "repeated: short" in message
+    assert line_of(text, "queues:") <= reported_line(message, "queues") <= len(text.splitlines())
 
 
 @pytest.mark.parametrize(
@@ -121,6 +146,7 @@ def test_duplicate_queue_names(tmp_path: Path) -> None:
         pytest.param(GOOD.replace("  - name: long", "  - name: long\n    preemptive: yes"), "queues.2.preemptive",
                      "preemptive", id="unknown-queue-key"),
         pytest.param(GOOD + "colour: red\n", "colour", "colour", id="unknown-top-key"),
+        pytest.param(GOOD + "contoller:\n  tick: 2s\n", "contoller", "contoller", id="unknown-top-key-with-block"),
         pytest.param(GOOD + "controller:\n  tick: 2s\n  grase: 5s\n", "controller.grase", "grase",
                      id="unknown-controller-key"),
     ],
@@ -132,7 +158,7 @@ def test_an_unknown_key_is_refused(tmp_path: Path, text: str, field: str, needle
     assert "Extra inputs are not permitted" in message
 
 
-@pytest.mark.parametrize("bad", ["lots", "4X", "0M", "-1G", "true", "[4G]"])
+@pytest.mark.parametrize("bad", ["lots", "4X", "0", "-1", "0M", "-1G", "true", "[4G]"])
 def test_a_bad_size(tmp_path: Path, bad: str) -> None:
     text = GOOD.replace("mem: 8G", f"mem: {bad}")
     path, message = load_error(tmp_path, text)
@@ -166,7 +192,7 @@ def test_empty_hosts(tmp_path: Path) -> None:
 
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     text = GOOD.replace("slots: 4", "slots: 0").replace("mem: 4096", "mem: lots")
-    _, message = load_error(tmp_path, text)
+    path, message = load_error(tmp_path, text)
     assert reported_line(message, "hosts.0.slots") == line_of(text, "slots: 0")
     assert reported_line(message, "hosts.1.mem") == line_of(text, "mem: lots")
 

@@ -89,6 +89,9 @@ def test_connection_pragmas(path: Path) -> None:
         assert con.execute("PRAGMA synchronous").get == 2  # FULL
         assert con.execute("PRAGMA foreign_keys").get == 1
         assert con.execute("PRAGMA busy_timeout").get >= 1000
+        # double-quoted string literals off: a misspelt column is an error, not the string "colunm"
+        with pytest.raises(apsw.SQLError, match="no such column"):
+            con.execute('SELECT "no_such_column" FROM jobs')
     finally:
         con.close()
 
@@ -395,7 +398,8 @@ INSERT = ("INSERT INTO jobs (user, queue, state, spec, slots, submit_time, hosts
         pytest.param(("RUN", '[["h1", 1]]', None, 1.0, None, None), "unit IS NOT NULL", id="RUN-without-unit"),
         pytest.param(("DISP", None, "u", None, None, None), "hosts IS NOT NULL", id="DISP-without-hosts"),
         pytest.param(("RUN", '[["h1", 1]]', "u", None, None, None), "start_time IS NOT NULL", id="RUN-never-started"),
-        pytest.param(("DONE", '[["h1", 1]]', "u", 1.0, 2.0, 1), "exit_code = 0", id="DONE-with-exit-code-1"),
+        pytest.param(("DONE", '[["h1", 1]]', "u", 1.0, 2.0, 1), "exit_code IS 0", id="DONE-with-exit-code-1"),
+        pytest.param(("DONE", '[["h1", 1]]', "u", 1.0, 2.0, None), "exit_code IS 0", id="DONE-without-exit-code"),
         pytest.param(("EXIT", None, None, None, None, None), "end_time IS NOT NULL", id="EXIT-without-end"),
         pytest.param(("ZOMBIE", None, None, None, None, None), "state IN", id="unknown-state"),
         pytest.param(("pend", None, None, None, None, None), "state IN", id="lower-case-state"),

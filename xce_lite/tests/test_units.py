@@ -211,3 +211,10 @@ def test_format_size_picks_the_largest_whole_unit(n: int, steps: int, unit: str)
     text = format_size(parse_size(f"{n * scale}{unit}"))
     assert text == f"{n}{bigger}"
     assert parse_size(text) == parse_size(f"{n * scale}{unit}")
+
+
+@pytest.mark.parametrize("text, parse", [("9" * 400 + "s", parse_duration), ("9" * 400, parse_size),
+                                         ("9" * 400 + "T", parse_size), ("99999999999h", parse_duration)])
+def test_huge_values_are_refused_with_a_spec_error(text, parse):
+    with pytest.raises(SpecError, match="too large"):
+        parse(text)
