@@ -1,0 +1,208 @@
+"""A throw-away xce_lite cluster for the benchmark: a temp home, one local host, a real controller.
+
+The home lives under a short mkdtemp path in /tmp (a Unix socket path must fit in 107 bytes). The
+controller is started with `python -m xce_lite --home H controller start` and stopped with
+`... controller stop`. Everything this cluster started is then ended BY PID, never by name:
+the controller (if it ignored the stop), the processes that were its descendants while it ran
+(the host agent, the scheduler's forkserver and pool), and any job supervisor still listed in the
+spool together with its job.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+
+from xce_lite.client import Client
+
+
+def _write_config(home: Path, slots: int, tick: str, grace: str) -> None:
+    (home / "xce.yaml").write_text(textwrap.dedent(f"""\
+        cluster: b{os.getpid()}
+        hosts:
+          - name: local
+            slots: {slots}
+            mem: 1G
+        queues:
+          - name: normal
+            default: true
+        controller:
+          tick: {tick}
+          grace: {grace}
+        """))
+
+
+class BenchCluster:
+    def __init__(self, slots: int = 2, tick: str = "1s", grace: str = "2s"):
+        self.root = Path(tempfile.mkdtemp(prefix="xb-", dir="/tmp"))
+        self.home = self.root / "h"
+        self.work = self.root / "w"
+        self.home.mkdir()
+        self.work.mkdir()
+        self.out = str(self.work / "out")  # every job's stdout and stderr: one shared junk file
+        _write_config(self.home, slots, tick, grace)
+        if len(os.fsencode(self.socket)) > 107:
+            raise RuntimeError(f"socket path too long: {self.socket}")
+        self.env = dict(os.environ, XCE_HOME=str(self.home))
+        self.pid: int | None = None
+        self._known: dict[int, float] = {}  # pid -> create_time of every descendant we saw
+        self._client: Client | None = None
+
+    @property
+    def socket(self) -> Path:
+        return self.home / "xce.sock"
+
+    def xce(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "xce_lite", "--home", str(self.home), *args], check=False,
+                              cwd=self.work, env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def start(self) -> None:
+        result = self.xce("controller", "start")
+        if result.returncode != 0:
+            raise RuntimeError(f"controller start failed: {result.stdout}{result.stderr}")
+        self.pid = int(self.client().get("/status")["pid"])
+        self.remember_children()
+
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.socket, timeout=600)
+        return self._client
+
+    def new_client(self) -> Client:
+        return Client(self.socket, timeout=600)
+
+    def remember_children(self) -> None:
+        """Note the controller's descendants (agent, forkserver, pool) so we can end them by PID."""
+        if self.pid is None:
+            return
+        try:
+            for child in psutil.Process(self.pid).children(recursive=True):
+                try:
+                    self._known[child.pid] = child.create_time()
+                except psutil.NoSuchProcess:
+                    pass
+        except psutil.NoSuchProcess:
+            pass
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.pid).children(recursive=True) if self.pid else []
+        except psutil.NoSuchProcess:
+            return []
+
+    def spec(self, argv: list[str], **extra) -> dict:
+        return {"argv": argv, "cwd": str(self.work), "stdout": self.out,
+                "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, **extra}
+
+    def stop(self) -> None:
+        """Stop the controller, then end by PID whatever it left that we started."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self.pid is not None:
+            self.remember_children()
+            try:
+                self.xce("controller", "stop", timeout=45)
+            except subprocess.TimeoutExpired:
+                pass
+            _end(self.pid, None)
+        for pid, created in self._known.items():
+            _end(pid, created)
+        for pid_file in (self.home / "spool").glob("*/*/supervisor.pid"):
+            try:
+                fields = pid_file.read_text().split()
+                sup = int(fields[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            _end_tree(sup)
+        self.pid = None
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _same(pid: int, created: float | None) -> psutil.Process | None:
+    try:
+        proc = psutil.Process(pid)
+        if created is not None and abs(proc.create_time() - created) > 0.01:
+            return None  # the pid was reused by someone else: not ours
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _end(pid: int, created: float | None, grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after `grace`, one process we started (checked by its start time)."""
+    proc = _same(pid, created)
+    if proc is None:
+        return
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(grace)
+    except psutil.TimeoutExpired:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    except psutil.NoSuchProcess:
+        pass
+
+
+def _end_tree(pid: int) -> None:
+    """SIGKILL a job supervisor we caused to start and all its descendants (its job)."""
+    try:
+        root = psutil.Process(pid)
+        victims = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmHWM / VmRSS / ... of /proc/PID/status in bytes."""
+    found = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key.startswith(("Vm", "Rss")):
+                parts = value.split()
+                if len(parts) == 2 and parts[1] == "kB":
+                    found[key] = int(parts[0]) * 1024
+    return found
+
+
+def pss(pid: int) -> int:
+    """Proportional set size in bytes (/proc/PID/smaps_rollup), 0 if unreadable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def wait_done(client: Client, ids: list[int], deadline: float) -> dict | None:
+    """Long-poll /jobs/wait until every job has finished; the last reply, or None past `deadline`."""
+    text = ",".join(map(str, ids))
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        reply = client.get("/jobs/wait", ids=text, timeout=min(60.0, max(1.0, left)))
+        if reply["finished"]:
+            return reply

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Time each step of the controller's tick during a 1000-job run, and try what-if fixes.
+
+    python bench/ticktime.py [--jobs 1000] [--one-each] [--what-if NAME[,NAME...]]
+    python bench/ticktime.py --jobs 10000 --measure 300    # throughput with a 10k backlog
+
+The controller runs as its own process, exactly as `xce controller start --foreground` runs it
+(`run_foreground`), but started through this file so that timers can be wrapped around its methods
+IN THAT PROCESS ONLY (nothing in the source tree is changed). At its stop it writes, per step:
+calls, total seconds, mean ms per call. The driver prints them against the run's wall time.
+
+What-ifs (monkeypatches inside the timed controller; they measure a proposed fix, they are not one):
+  normal    the writer connection uses PRAGMA synchronous=NORMAL instead of FULL
+  inproc    the scheduler runs in the controller's thread instead of the forkserver pool
+  asyncforget  host.forget() is handed to a background thread instead of blocking the tick
+  lean      inproc, and the scheduling session is skipped when no host has a free slot
+  budget    xce.yaml's controller.sched_budget set to 64 (jobs examined per session), so a session
+            costs O(free slots) instead of O(pending) in the scheduler (the snapshot is still full)
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+WHAT_IFS = ("normal", "inproc", "asyncforget", "lean", "budget")
+
+_stats: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+_stats_lock = threading.Lock()
+
+
+def _timed(name: str, fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            dt = time.perf_counter() - t0
+            with _stats_lock:
+                entry = _stats[name]
+                entry[0] += 1
+                entry[1] += dt
+    return wrapper
+
+
+def _instrument(what_if: set[str]) -> None:
+    from xce_lite import controller as ctl
+    from xce_lite.exec import channel
+    from xce_lite.store import db, jobs
+
+    for meth in ("tick", "_reconcile", "_finish_jobs", "_snapshot", "_schedule", "_record_intent", "_launch",
+                 "_record_started", "_store_reasons", "api_submit", "api_wait"):
+        setattr(ctl.Controller, meth, _timed(f"Controller.{meth}", getattr(ctl.Controller, meth)))
+    for meth in ("submit", "finish", "dispatch", "started", "set_pend_reasons", "jobs"):
+        setattr(jobs.JobStore, meth, _timed(f"JobStore.{meth}", getattr(jobs.JobStore, meth)))
+    for meth in ("launch", "forget"):
+        setattr(channel.AgentOps, meth, _timed(f"host.{meth} (agent round trip)", getattr(channel.AgentOps, meth)))
+
+    if "normal" in what_if:
+        real_connect = db.connect
+
+        def connect(path, create=True, readonly=False):
+            con = real_connect(path, create, readonly)
+            if not readonly:
+                con.execute("PRAGMA synchronous=NORMAL")
+            return con
+
+        db.connect = connect
+        jobs.connect = connect
+    if "inproc" in what_if or "lean" in what_if:
+        ctl.schedule = _timed("sched.core.schedule (in-process)", ctl.schedule)
+
+        def _schedule(self, snapshot):
+            return ctl.schedule(snapshot, self.config.controller.sched_budget)
+
+        ctl.Controller._schedule = _timed("Controller._schedule", _schedule)
+    if "lean" in what_if:
+        from xce_lite.sched import core
+
+        real = core.schedule
+
+        def lean_schedule(snapshot, budget=1_000_000):
+            if all(h.free < 1 for h in snapshot.hosts):  # nothing can start: reasons are unchanged
+                return core.Decisions((), (), complete=True)
+            return real(snapshot, budget)
+
+        ctl.schedule = _timed("sched.core.schedule (in-process)", lean_schedule)
+    if "asyncforget" in what_if:
+        import queue as _queue
+
+        work: _queue.Queue = _queue.Queue()
+        real_forget = channel.AgentOps.forget
+
+        def worker():
+            while True:
+                host, units = work.get()
+                try:
+                    real_forget(host, units)
+                except Exception as err:  # noqa: BLE001 - a what-if: the units are retried at the next list
+                    print(f"asyncforget: {err}", file=sys.stderr)
+
+        threading.Thread(target=worker, daemon=True).start()
+        channel.AgentOps.forget = lambda self, units: work.put((self, list(units)))
+
+
+def serve(home: str, stats_path: str, what_if: set[str]) -> None:
+    from xce_lite.controller import run_foreground
+    from xce_lite.home import Home
+
+    _instrument(what_if)
+    try:
+        run_foreground(Home(Path(home)))
+    finally:
+        with open(stats_path, "w") as f:
+            json.dump({k: v for k, v in _stats.items()}, f)
+
+
+def critical_path(store: Path, ids: list[int]) -> dict[str, float]:
+    """Medians of the steps of one job's life, from the store's own stamps (read-only).
+
+    dispatched: the controller's clock when it recorded the dispatch (after scheduling);
+    start_time: the agent's clock as it forked the supervisor; end_time: the supervisor's clock
+    after wait4; finished: the controller's clock when it took the finished event; then the gap
+    from a job's finish to the next dispatch (the slot standing empty).
+    """
+    import bisect
+    import statistics
+
+    import apsw
+
+    con = apsw.Connection(str(store), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        lo, hi = min(ids), max(ids)
+        ev: dict[int, dict[str, float]] = defaultdict(dict)
+        for job_id, kind, t in con.execute(
+                "SELECT job_id, kind, time FROM events WHERE job_id BETWEEN ? AND ?", (lo, hi)):
+            ev[job_id][kind] = t
+        rows = {job_id: (st, et) for job_id, st, et in con.execute(
+            "SELECT id, start_time, end_time FROM jobs WHERE id BETWEEN ? AND ?", (lo, hi))}
+    finally:
+        con.close()
+    disp_times = sorted(e["dispatched"] for e in ev.values() if "dispatched" in e)
+    parts: dict[str, list[float]] = defaultdict(list)
+    for job_id, e in ev.items():
+        st, et = rows.get(job_id, (None, None))
+        if not {"dispatched", "started", "finished"} <= e.keys() or st is None or et is None:
+            continue
+        parts["dispatch->agent forks supervisor"].append(st - e["dispatched"])
+        parts["agent fork->job ended (supervisor, job)"].append(et - st)
+        parts["job ended->controller has the event"].append(e["finished"] - et)
+        k = bisect.bisect_right(disp_times, e["finished"])
+        if k < len(disp_times):
+            parts["event->next dispatch (slot empty)"].append(disp_times[k] - e["finished"])
+    return {k: 1000 * statistics.median(v) for k, v in parts.items() if v}
+
+
+def drive(args) -> None:
+    from cluster import BenchCluster, wait_done
+
+    what_if = [w for w in args.what_if.split(",") if w]
+    c = BenchCluster(slots=2)
+    if "budget" in what_if:
+        config = c.home / "xce.yaml"
+        config.write_text(config.read_text().replace("controller:\n", "controller:\n  sched_budget: 64\n"))
+    stats_path = c.root / "stats.json"
+    with open(c.home / "controller.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve", str(c.home),
+                                 "--stats", str(stats_path), "--what-if", ",".join(what_if)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    c.pid = proc.pid
+    try:
+        client = c.client()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.get("/status")
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError((c.home / "controller.log").read_text()[-2000:])
+                time.sleep(0.05)
+        c.remember_children()
+        spec = c.spec(["true"])
+        wait_done(client, client.post("/jobs", {"jobs": [spec] * 10})["ids"], time.monotonic() + 60)
+        time.sleep(0.3)
+        t0 = time.perf_counter()
+        if args.one_each:
+            ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(args.jobs)]
+        else:
+            ids = client.post("/jobs", {"jobs": [spec] * args.jobs})["ids"]
+        t_sub = time.perf_counter()
+        measured = ids[: args.measure] if args.measure else ids
+        reply = wait_done(client, measured, time.monotonic() + 300)
+        wall = time.perf_counter() - t0
+        done = sum(1 for j in reply["jobs"] if j["state"] == "DONE") if reply else 0
+        path = critical_path(c.home / "xce.db", measured)
+        client.post("/controller/stop", {})
+        proc.wait(60)
+        stats = json.loads(stats_path.read_text())
+    finally:
+        c.stop()
+    label = ", ".join(what_if) or "as is"
+    n = len(measured)
+    behind = f" (the first {n} of {args.jobs} submitted)" if n < args.jobs else ""
+    print(f"\n{n} jobs{behind} ({'one POST each' if args.one_each else 'one batch POST'}), what-if: {label}: "
+          f"wall {wall:.2f} s = {n / wall:.0f} jobs/s; submit {t_sub - t0:.3f} s; {done} DONE")
+    ticks = stats.get("Controller.tick", [0, 0.0])[0]
+    print(f"  {ticks} ticks (+10 warm-up jobs and the idle ticks are included in the counts below)")
+    if path:
+        print("  one job's path, medians over the run (ms): " + "; ".join(f"{k} {v:.2f}" for k, v in path.items()))
+    print(f"  {'step':44} {'calls':>6} {'total s':>8} {'% wall':>7} {'ms/call':>8}")
+    for name, (calls, total) in sorted(stats.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {name:44} {calls:6d} {total:8.2f} {100 * total / wall:6.1f}% {1000 * total / max(calls, 1):8.2f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--one-each", action="store_true")
+    ap.add_argument("--measure", type=int, default=0,
+                    help="time only the first M jobs (the rest stay pending: a backlog), then stop")
+    ap.add_argument("--what-if", default="", help=f"comma list of {', '.join(WHAT_IFS)}")
+    ap.add_argument("--serve", help=argparse.SUPPRESS)
+    ap.add_argument("--stats", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    what_if = {w for w in args.what_if.split(",") if w}
+    if what_if - set(WHAT_IFS):
+        ap.error(f"unknown what-if: {', '.join(sorted(what_if - set(WHAT_IFS)))}")
+    if args.serve:
+        serve(args.serve, args.stats, what_if)
+    else:
+        drive(args)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    sys.exit(main())
