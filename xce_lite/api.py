@@ -13,10 +13,11 @@ import pwd
 import socket
 import socketserver
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from xce_lite import errors
@@ -53,7 +54,7 @@ def _peer(sock: socket.socket) -> Caller:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a client may send many requests on one connection
-    server: "ApiServer"
+    server: ApiServer
 
     def do_GET(self) -> None:
         self._serve("GET")
@@ -89,7 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # one line per request would flood the controller's log
 
 

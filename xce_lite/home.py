@@ -43,7 +43,7 @@ class Home:
     def spool(self) -> Path:
         return self.root / "spool"
 
-    def require(self) -> "Home":
+    def require(self) -> Home:
         """The home, if `xce init` made it; otherwise HomeError says how to make it."""
         if not self.config.is_file():
             raise HomeError(

@@ -46,7 +46,7 @@ class JobSpec:
         return data
 
     @classmethod
-    def from_wire(cls, data: Any) -> "JobSpec":
+    def from_wire(cls, data: Any) -> JobSpec:
         """Validate a decoded JSON request; SpecError names the field and what to send instead."""
         if not isinstance(data, dict):
             raise SpecError("a job spec must be a JSON object")
@@ -95,7 +95,7 @@ class JobSpec:
         return json.dumps(self.to_wire(), ensure_ascii=True, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str) -> "JobSpec":
+    def from_json(cls, text: str) -> JobSpec:
         data = json.loads(text)
         data["argv"] = tuple(data["argv"])
         return cls(**data)

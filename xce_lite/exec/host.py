@@ -87,7 +87,7 @@ HostEvent = UnitFinished | HostLost
 class Host(Protocol):
     name: str
 
-    def connect(self, events: "queue.Queue[HostEvent]") -> "HostProbe":
+    def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
         """Start or reach the agent; events (finished units, a lost agent) go to `events`."""
         ...
 

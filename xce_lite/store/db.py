@@ -105,7 +105,7 @@ def connect(path: Path, create: bool = True, readonly: bool = False) -> apsw.Con
 
 def _migrate(con: apsw.Connection, current: int) -> None:
     """Apply every migration above `current`, each in one transaction with its version bump."""
-    for version, name, sql in migrations():
+    for version, _name, sql in migrations():
         if version <= current:
             continue
         with write(con):

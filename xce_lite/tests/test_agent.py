@@ -36,7 +36,7 @@ class RawAgent:
 
     def __init__(self, spool: Path, *extra: str):
         self.spool = spool
-        self.stderr = open(spool.parent / "agent.stderr", "ab")  # noqa: SIM115 - closed in close()
+        self.stderr = open(spool.parent / "agent.stderr", "ab")
         self.proc = subprocess.Popen(
             [PY, "-S", "-E", str(AGENT), "serve", "--spool", str(spool), *extra],
             stdin=subprocess.PIPE,

@@ -192,7 +192,7 @@ def test_empty_hosts(tmp_path: Path) -> None:
 
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     text = GOOD.replace("slots: 4", "slots: 0").replace("mem: 4096", "mem: lots")
-    path, message = load_error(tmp_path, text)
+    _, message = load_error(tmp_path, text)
     assert reported_line(message, "hosts.0.slots") == line_of(text, "slots: 0")
     assert reported_line(message, "hosts.1.mem") == line_of(text, "mem: lots")
 

@@ -291,7 +291,8 @@ def test_dispatch_moves_pend_to_disp_only(store: JobStore) -> None:
     assert store.dispatch(plans, T + 1) == [pend]
     assert store.dispatch(plans, T + 2) == []  # already DISP: a repeated dispatch is refused
     job = store.get(pend)
-    assert (job.state, job.attempt, job.hosts, job.unit, job.pend_reason) == (DISP, 1, (("h1", 2),), "xce-t-1-1-0", None)
+    assert (job.state, job.attempt, job.hosts, job.unit, job.pend_reason) == (
+        DISP, 1, (("h1", 2),), "xce-t-1-1-0", None)
     assert store.get(held).state == PSUSP
     assert store.get(other).state == PEND
 

@@ -1,0 +1,238 @@
+"""The controller's API handlers: one method per route, each validating, acting, replying.
+
+A mixin of `Controller` (it shares the controller's in-memory view and lock); kept apart so the tick
+and recovery read on their own. Handlers run on the API server's threads: they take `self._mu` for
+the in-memory view, and the store serialises the writes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from typing import Any
+
+from xce_lite import errors
+from xce_lite.api import Caller
+from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, JobSpec
+from xce_lite.sched.core import PendingJob
+from xce_lite.wire import job_to_wire
+
+
+class ApiHandlers:
+    def routes(self) -> dict:
+        return {
+            ("GET", "/status"): self.api_status,
+            ("POST", "/jobs"): self.api_submit,
+            ("GET", "/jobs"): self.api_jobs,
+            ("POST", "/jobs/kill"): self.api_kill,
+            ("POST", "/jobs/hold"): self.api_hold,
+            ("POST", "/jobs/release"): self.api_release,
+            ("GET", "/jobs/wait"): self.api_wait,
+            ("GET", "/hosts"): self.api_hosts,
+            ("GET", "/queues"): self.api_queues,
+            ("POST", "/controller/stop"): self.api_stop,
+        }
+
+    def api_status(self, caller: Caller, query: dict, body: Any) -> dict:
+        with self._mu:
+            counts = {"pending": len(self._pending), "held": len(self._held), "active": len(self._active)}
+        return {"cluster": self.cluster, "pid": os.getpid(), "home": str(self.home.root),
+                "started_at": self.started_at, "jobs": counts, "you": caller.user}
+
+    def api_submit(self, caller: Caller, query: dict, body: Any) -> dict:
+        """Validate every spec (all or nothing), store them, wake the scheduler, return the ids."""
+        if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
+            raise errors.SpecError('send {"jobs": [spec, ...]} with at least one job spec')
+        many = len(body["jobs"]) > 1
+        accepted = []
+        for index, raw in enumerate(body["jobs"]):
+            try:
+                accepted.append(self._validate(raw))
+            except errors.SpecError as err:
+                raise errors.SpecError(f"job {index + 1}: {err}" if many else str(err)) from None
+        ids = self.store.submit(accepted, caller.user, time.time())  # on disk before the reply
+        with self._mu:
+            for job_id, (spec, queue_name) in zip(ids, accepted):
+                if spec.hold:
+                    self._held[job_id] = caller.user
+                else:
+                    self._pending[job_id] = PendingJob(job_id, caller.user, queue_name, spec.slots)
+            self._dirty = True
+        self._wake.set()
+        return {"ids": ids, "queues": [q for _spec, q in accepted]}
+
+    def _validate(self, raw: Any) -> tuple[JobSpec, str]:
+        spec = JobSpec.from_wire(raw)
+        queue_name = self.config.queue(spec.queue).name
+        largest = max(h.slots for h in self.config.hosts)
+        if spec.slots > largest:
+            raise errors.SpecError(f"the job needs {spec.slots} slots on one host, but the largest host has "
+                                   f"{largest}; ask for at most {largest} (see `xce hosts`)")
+        if not os.path.isdir(spec.cwd):
+            raise errors.SpecError(f"working directory {spec.cwd} does not exist or is not a directory")
+        if not os.access(spec.cwd, os.R_OK | os.X_OK):
+            raise errors.SpecError(f"working directory {spec.cwd} is not readable by the controller")
+        for option, path in (("-o", spec.stdout), ("-e", spec.stderr)):
+            if path is not None and not os.path.isdir(os.path.dirname(path) or "/"):
+                raise errors.SpecError(f"{option} {path}: its directory does not exist; create it first")
+        return spec, queue_name
+
+    def api_jobs(self, caller: Caller, query: dict, body: Any) -> dict:
+        ids = _ids(query.get("ids", ""))
+        user = query.get("user")
+        if user == "all":
+            user = None
+        elif user is None and not ids:
+            user = caller.user
+        jobs = self.store.jobs(ids or None, user=user, include_finished=query.get("all") == "True")
+        if ids:
+            missing = sorted(set(ids) - {j.id for j in jobs})
+            if missing:
+                raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
+        return {"schema": 1, "jobs": [job_to_wire(j) for j in jobs]}
+
+    def _owned(self, caller: Caller, ids: list[int]) -> list[Job]:
+        if not ids:
+            raise errors.SpecError("name at least one job id")
+        jobs = {j.id: j for j in self.store.jobs(ids)}
+        missing = [i for i in ids if i not in jobs]
+        if missing:
+            raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
+        foreign = [i for i in ids if jobs[i].user != caller.user and not caller.is_admin]
+        if foreign:
+            raise errors.TransitionError(f"job {foreign[0]} belongs to {jobs[foreign[0]].user}, not you")
+        return [jobs[i] for i in ids]
+
+    def api_kill(self, caller: Caller, query: dict, body: Any) -> dict:
+        results = []
+        now = time.time()
+        for job in self._owned(caller, _ids_of(body)):
+            results.append({"id": job.id, **self._kill_one(job, caller, now)})
+        return {"results": results}
+
+    def _kill_one(self, job: Job, caller: Caller, now: float) -> dict:
+        reason = f"killed by {caller.user}"
+        if job.state in (PEND, PSUSP):
+            moved = self.store.change_state([job.id], job.state, EXIT, "killed_pending", now,
+                                            reason=reason + " while pending", end_time=now)
+            if moved:
+                with self._mu:
+                    self._pending.pop(job.id, None)
+                    self._held.pop(job.id, None)
+                    self._reasons.pop(job.id, None)
+                    self._dirty = True
+                    self._finished.notify_all()
+                return {"ok": True, "message": f"Job <{job.id}> is being terminated"}
+            job = self.store.get(job.id) or job  # it was dispatched meanwhile: kill it there
+        if job.state in (DISP, RUN) and job.unit:
+            host = self._hosts.get(job.hosts[0][0])
+            if host is None:
+                return {"ok": False, "message": f"Job <{job.id}>: its host is unreachable; try again"}
+            self.store.record_event(job.id, "kill_requested", now, {"by": caller.user})
+            with self._mu:
+                # Not launched yet, or its launch is in flight on the tick's thread: the launch step
+                # sees this mark and kills it instead of starting it, or right after starting it.
+                self._kill_marks[job.id] = reason
+            if host.signal(job.unit, "TERM", reason):
+                with self._mu:
+                    self._kill_marks.pop(job.id, None)
+            self._wake.set()
+            return {"ok": True, "message": f"Job <{job.id}> is being terminated"}
+        return {"ok": False, "message": f"Job <{job.id}> has already finished ({job.state})"}
+
+    def api_hold(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self._hold_or_release(caller, body, PEND, PSUSP, "held", f"held by {caller.user}")
+
+    def api_release(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self._hold_or_release(caller, body, PSUSP, PEND, "released", None)
+
+    def _hold_or_release(self, caller: Caller, body: Any, src: str, dst: str, event: str,
+                         reason: str | None) -> dict:
+        results = []
+        for job in self._owned(caller, _ids_of(body)):
+            with self._mu:  # the tick may not dispatch it between our check and the change
+                moved = self.store.change_state([job.id], src, dst, event, time.time(), reason=reason)
+                if moved and dst == PSUSP:
+                    self._pending.pop(job.id, None)
+                    self._reasons.pop(job.id, None)
+                    self._held[job.id] = job.user
+                elif moved:
+                    self._held.pop(job.id, None)
+                    self._pending[job.id] = PendingJob(job.id, job.user, job.queue, job.spec.slots)
+                self._dirty = True
+            verb = "held" if dst == PSUSP else "released"
+            results.append({"id": job.id, "ok": bool(moved),
+                            "message": f"Job <{job.id}> is {verb}" if moved
+                            else f"Job <{job.id}> cannot be {verb}: it is {job.state}"})
+        self._wake.set()
+        return {"results": results}
+
+    def api_wait(self, caller: Caller, query: dict, body: Any) -> dict:
+        """Block until every job named has finished, or `timeout` seconds; long-poll for `xce wait`."""
+        ids = _ids(query.get("ids", ""))
+        if not ids:
+            raise errors.SpecError("name at least one job id to wait for")
+        timeout = min(float(query.get("timeout", 30)), 300.0)
+        deadline = time.monotonic() + timeout
+        known = {j.id for j in self.store.jobs(ids)}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
+        with self._mu:
+            while any(i in self._pending or i in self._held or i in self._active for i in ids):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._finished.wait(left)
+        jobs = self.store.jobs(ids)
+        finished = all(j.state in ("DONE", "EXIT") for j in jobs)
+        return {"schema": 1, "finished": finished, "jobs": [job_to_wire(j) for j in jobs]}
+
+    def api_hosts(self, caller: Caller, query: dict, body: Any) -> dict:
+        with self._mu:
+            used: dict[str, int] = defaultdict(int)
+            running: dict[str, int] = defaultdict(int)
+            for job in self._active.values():
+                for host, tasks in job.hosts:
+                    used[host] += tasks
+                    running[host] += 1
+        return {"schema": 1, "hosts": [
+            {"name": h.name, "type": h.type, "state": self._host_state.get(h.name, "unreachable"),
+             "slots": h.slots, "used": used[h.name], "jobs": running[h.name], "mem": h.mem}
+            for h in self.config.hosts]}
+
+    def api_queues(self, caller: Caller, query: dict, body: Any) -> dict:
+        with self._mu:
+            pend: dict[str, int] = defaultdict(int)
+            for job in self._pending.values():
+                pend[job.queue] += 1
+        counts = defaultdict(lambda: defaultdict(int))
+        for job in self.store.jobs(None, user=None):
+            counts[job.queue][job.state] += 1
+        default = self.config.default_queue.name
+        return {"schema": 1, "queues": [
+            {"name": q.name, "priority": q.priority, "default": q.name == default,
+             "description": q.description, "pend": counts[q.name]["PEND"] + counts[q.name]["PSUSP"],
+             "run": counts[q.name]["RUN"] + counts[q.name]["DISP"]}
+            for q in self.config.queues]}
+
+    def api_stop(self, caller: Caller, query: dict, body: Any) -> dict:
+        if not caller.is_admin:
+            raise errors.TransitionError("only the cluster's owner or root may stop the controller")
+        self.stop()
+        return {"stopping": True}
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise errors.SpecError(f"job ids must be whole numbers, not {text!r}") from None
+
+
+def _ids_of(body: Any) -> list[int]:
+    ids = body.get("ids") if isinstance(body, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise errors.SpecError('send {"ids": [job id, ...]}')
+    return ids
