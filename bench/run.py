@@ -353,7 +353,7 @@ def bench_rss(rep: Report, n_pending: int, batch: int, backlog_jobs: int) -> Non
 def _cmdline(p) -> list[str]:
     try:
         return p.cmdline()
-    except Exception:  # noqa: BLE001 - gone or unreadable
+    except Exception:  # gone or unreadable
         return []
 
 
