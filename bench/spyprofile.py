@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where xce_lite spends a 1000-job run: py-spy samples of the controller and its host agent.
 
-    python bench/profile.py [--jobs 1000] [--one-each] [--py-spy PATH] [--keep DIR]
+    python bench/spyprofile.py [--jobs 1000] [--one-each] [--py-spy PATH] [--keep DIR]
 
 Starts a throw-away controller (as bench/run.py does), warms it, then samples the controller
 (every thread, idle included, so waits show) and the host agent with `py-spy record --format raw`
