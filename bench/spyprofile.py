@@ -70,9 +70,13 @@ def analyse(path: Path, top: int, title: str) -> None:
     print(f"\n== {title}: samples per thread")
     for thread, n in per_thread.most_common():
         print(f"  {n:7d}  {thread}")
-    for thread, n in per_thread.most_common(3):
-        print(f"\n  -- {thread}: top {top} functions by inclusive share of this thread's samples")
-        for name, k in inclusive[thread].most_common(top):
+    shown = [t for t in per_thread if t in ("MainThread", "main", "(process_request_thread)", "agent-local")]
+    for thread in shown or [t for t, _ in per_thread.most_common(3)]:
+        n = per_thread[thread]
+        print(f"\n  -- {thread}: top {top} functions by inclusive share of this thread's samples "
+              "(frames on every sample left out)")
+        ranked = [(name, k) for name, k in inclusive[thread].most_common() if k < 0.995 * n]
+        for name, k in ranked[:top]:
             print(f"    {100 * k / n:5.1f}%  {name}")
         print(f"  -- {thread}: top 8 leaf lines (where the samples were taken)")
         for name, k in leaf[thread].most_common(8):
