@@ -4,8 +4,8 @@ Its tick is a short list of named steps, each with one commit at most:
 
 1. reconcile  - take what the hosts reported (units finished, agents lost) and record it;
 2. snapshot   - hosts with the slots they hold, pending jobs, queue priorities (memory only);
-3. schedule   - run the pure scheduler core in a `multiprocessing` pool (forkserver: no store
-                connection or host channel is ever copied into a child);
+3. schedule   - run the pure scheduler core in its worker process (sched_process.py: forkserver,
+                fed with what changed in the pending set since the last session);
 4. intent     - record each dispatch as DISP with its deterministic unit name, BEFORE launching;
 5. launch     - ask each host to start (or adopt) the units; record RUN, or EXIT if refused;
 6. reasons    - store the pend reasons that changed (never a write per job per tick).
@@ -19,7 +19,6 @@ in-memory view, and the store serialises the writes.
 
 from __future__ import annotations
 
-import multiprocessing
 import queue
 import sys
 import threading
@@ -31,13 +30,14 @@ from typing import Any
 from xce_lite import errors
 from xce_lite.api import ApiServer
 from xce_lite.config import ClusterConfig, load_config
-from xce_lite.exec.host import Host, HostEvent, HostLost, LaunchRequest, UnitFinished
+from xce_lite.exec.host import Host, HostEvent, HostLost, LaunchRequest, UnitFinished, UnitsLaunched
 from xce_lite.exec.local import LocalHost
 from xce_lite.handlers import ApiHandlers
 from xce_lite.home import Home
 from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, unit_name
-from xce_lite.sched.core import HOST_OK, Decisions, HostState, PendingJob, Snapshot, schedule
-from xce_lite.store.jobs import Finish, JobStore
+from xce_lite.sched.core import HOST_OK, Decisions, HostState, PendingJob
+from xce_lite.sched_process import PendingSet, SchedulerProcess
+from xce_lite.store.jobs import Finish, JobStore, TickRecord
 
 
 @dataclass
@@ -79,24 +79,26 @@ class Controller(ApiHandlers):
         self._events: queue.Queue[HostEvent] = _WakingQueue(self._wake)
         self._hosts: dict[str, Host] = {}
         self._host_state: dict[str, str] = {}
-        self._pending: dict[int, PendingJob] = {}
+        self._pending = PendingSet()
         self._held: dict[int, str] = {}  # PSUSP job id -> user
         self._active: dict[int, Active] = {}
         self._by_unit: dict[str, int] = {}
         self._to_launch: list[int] = []
         self._kill_marks: dict[int, str] = {}  # job id -> reason, for kills that raced a launch
-        self._reasons: dict[int, str | None] = {}
+        self._reasons: dict[int, str | None] = {}  # live pend reasons (the API shows these)
+        self._stored_reasons: dict[int, str | None] = {}  # what the store holds
+        self._reasons_flushed_at = 0.0
+        # Learned since the last commit, stored by the next tick: (finish, event kind), (job, start).
+        self._unrecorded: list[tuple[Finish, str]] = []
+        self._unrecorded_started: list[tuple[int, float]] = []
         self._dirty = True  # something changed since the last scheduling session
-        self._pool = None
+        self._scheduler = SchedulerProcess()
         self._server: ApiServer | None = None
 
     # ---- running ----------------------------------------------------------------------------
 
     def serve(self) -> None:
         """Run until stopped: start the pool, reach the hosts, adopt, serve the API, tick."""
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["xce_lite.sched.core"])
-        self._pool = ctx.Pool(1)
         try:
             self._load()
             for host_config in self.config.hosts:
@@ -123,8 +125,7 @@ class Controller(ApiHandlers):
             self.home.socket.unlink(missing_ok=True)
         for host in self._hosts.values():
             host.close()  # the agents exit; the jobs go on under their supervisors
-        if self._pool is not None:
-            self._pool.terminate()
+        self._scheduler.close()
         self.store.close()
         self.log("controller stopped")
 
@@ -132,8 +133,8 @@ class Controller(ApiHandlers):
         """Rebuild the in-memory view from the store (the store is the truth)."""
         for job in self.store.unfinished():
             if job.state == PEND:
-                self._pending[job.id] = PendingJob(job.id, job.user, job.queue, job.spec.slots)
-                self._reasons[job.id] = job.pend_reason
+                self._pending.add(PendingJob(job.id, job.user, job.queue, job.spec.slots))
+                self._reasons[job.id] = self._stored_reasons[job.id] = job.pend_reason
             elif job.state == PSUSP:
                 self._held[job.id] = job.user
             else:
@@ -156,9 +157,12 @@ class Controller(ApiHandlers):
         self._adopt(name, host)
 
     def _adopt(self, name: str, host: Host) -> None:
-        """Match the host's units with the store's active jobs (after a start or a reconnect)."""
+        """Match the host's units with the store's active jobs (after a start or a reconnect).
+
+        What it learns is recorded by the next tick, like anything a host reports.
+        """
         listed = {info.unit: info for info in host.list_units()}
-        forget, started = [], []
+        forget = []
         now = time.time()
         with self._mu:
             for unit, info in listed.items():
@@ -170,170 +174,214 @@ class Controller(ApiHandlers):
                 if info.status == "finished" and info.result is not None:
                     self._events.put(UnitFinished(name, unit, info.result))
                 elif self._active[job_id].state == DISP:
-                    started.append((job_id, info.start_time or now))
-            lost = []
+                    self._mark_running(job_id, info.start_time or now)
             for job in self._active.values():
                 if job.unit in listed or job.hosts[0][0] != name:
                     continue
                 if job.state == DISP:
                     self._to_launch.append(job.id)  # recorded, never reached the host: launch it now
                 else:
-                    lost.append(job)
-        if started:
-            self._record_started(started, now)
-        for job in lost:
-            self._finish_jobs([Finish(job.id, job.state, EXIT, None, now, None, None, None, None,
-                                      f"lost: unit {job.unit} vanished from host {name}")], now, "lost")
+                    self._unrecorded.append((Finish(job.id, job.state, EXIT, None, now, None, None, None, None,
+                                                    f"lost: unit {job.unit} vanished from host {name}"), "lost"))
         if forget:
-            host.forget(forget)
+            host.forget(forget, wait=False)
+        self._wake.set()
 
     # ---- the tick ---------------------------------------------------------------------------
 
     def tick(self) -> None:
-        self._reconcile()
+        """One pass; see the module docstring. Everything learned and decided in it is stored in
+        one durable commit, before any launch; launch replies are stored by the next pass."""
+        now = time.time()
+        finishing, done_units, lost_hosts = self._collect_events()
         with self._mu:
-            dirty, self._dirty = self._dirty, False
-            snapshot = self._snapshot() if dirty and self._pending else None
+            finishing += self._unrecorded
+            started, self._unrecorded, self._unrecorded_started = self._unrecorded_started, [], []
+            closing = {f.job_id for f, _event in finishing}
+            dirty, self._dirty = self._dirty or bool(closing), False
+            hosts = self._hosts_now(closing) if dirty and self._pending else None
             relaunch, self._to_launch = self._to_launch, []
-        decisions = self._schedule(snapshot) if snapshot is not None else None
-        dispatched = self._record_intent(decisions) if decisions else []
-        if dispatched or relaunch:
-            self._launch(relaunch + dispatched)
+        decisions = self._schedule(hosts) if hosts is not None else None
+        plans = self._plans(decisions) if decisions is not None else []
+        reasons = self._reasons_to_store(decisions, now)
+        if finishing or started or plans or reasons:
+            record = self.store.record_tick(finishing, started, plans, reasons, now)
+            self._apply(record, finishing, plans)
+        for name, units in done_units.items():  # only once their results are on disk
+            host = self._hosts.get(name)
+            if host is not None and self._host_state.get(name) == HOST_OK:
+                host.forget(units, wait=False)
+        for name in lost_hosts:
+            self._reconnect(name)
+        launch = relaunch + [job_id for job_id, *_ in plans if job_id in self._active]
+        if launch:
+            self._launch(launch)
         if self._kill_marks:
             self._deliver_kill_marks()
-        if decisions is not None:
-            self._store_reasons(decisions)
+        if self._unrecorded or self._unrecorded_started:
+            self._wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
 
-    def _reconcile(self) -> None:
-        finishes: list[Finish] = []
+    def _collect_events(self) -> tuple[list[tuple[Finish, str]], dict[str, list[str]], set[str]]:
+        """Drain host events: finishes to record, units to forget once recorded, hosts lost."""
+        finishing: list[tuple[Finish, str]] = []
         done_units: dict[str, list[str]] = defaultdict(list)
         lost_hosts = set()
         while True:
             try:
                 event = self._events.get_nowait()
             except queue.Empty:
-                break
+                return finishing, done_units, lost_hosts
             if isinstance(event, HostLost):
                 lost_hosts.add(event.host)
                 continue
+            if isinstance(event, UnitsLaunched):
+                with self._mu:
+                    self._launched(event, time.time())
+                continue
+            done_units[event.host].append(event.unit)
             with self._mu:
                 job_id = self._by_unit.get(event.unit)
                 job = self._active.get(job_id) if job_id is not None else None
-            if job is None:
-                done_units[event.host].append(event.unit)  # already recorded: let the host drop it
-                continue
-            finishes.append(_finish_from_result(job, event))
-            done_units[event.host].append(event.unit)
-        if finishes:
-            self._finish_jobs(finishes, time.time())
-        for name, units in done_units.items():
-            host = self._hosts.get(name)
-            if host is not None and self._host_state.get(name) == HOST_OK:
-                try:
-                    host.forget(units)
-                except errors.ExecError as err:
-                    self.log(f"host {name}: could not forget units: {err}")
-        for name in lost_hosts:
-            self.log(f"host {name}: agent lost; reconnecting")
-            self._host_state[name] = "unreachable"
-            old = self._hosts.pop(name, None)
-            if old is not None:
-                old.close()
-            self._connect_host(name)
-            self._dirty = True
+            if job is not None and all(f.job_id != job.id for f, _ in finishing):
+                finishing.append((_finish_from_result(job, event), "finished"))
+            # job None: recorded already (a repeated event); the host may drop the unit
 
-    def _finish_jobs(self, finishes: list[Finish], now: float, event: str = "finished") -> None:
-        moved = set(self.store.finish(finishes, now, event))
+    def _reconnect(self, name: str) -> None:
+        self.log(f"host {name}: agent lost; reconnecting")
+        self._host_state[name] = "unreachable"
+        old = self._hosts.pop(name, None)
+        if old is not None:
+            old.close()
+        self._connect_host(name)
+        self._dirty = True
+
+    def _hosts_now(self, closing: set[int]) -> tuple[HostState, ...]:
+        """Hosts with the slots their jobs hold; jobs in `closing` finish in this tick: theirs are free."""
+        used: dict[str, int] = defaultdict(int)
+        for job in self._active.values():
+            if job.id not in closing:
+                for host, tasks in job.hosts:
+                    used[host] += tasks
+        return tuple(HostState(h.name, h.slots, used[h.name], self._host_state.get(h.name, "unreachable"))
+                     for h in self.config.hosts)
+
+    def _schedule(self, hosts: tuple[HostState, ...]) -> Decisions | None:
+        """One session in the scheduler process, fed with what changed in the pending set."""
+        priorities = tuple((q.name, q.priority) for q in self.config.queues)
+        try:
+            with self._mu:  # the pending set's changes are taken under the lock; the wait is not
+                self._scheduler.send(self._pending, hosts, priorities, self.config.controller.sched_budget)
+            decisions = self._scheduler.receive()
+        except TimeoutError as err:
+            self.log(f"{err}; it will be restarted")
+            decisions = None
+        if decisions is None:  # out of step or restarted: the next session sends the whole set
+            self._dirty = True
+            self._wake.set()
+        return decisions
+
+    def _plans(self, decisions: Decisions) -> list[tuple[int, int, list, str]]:
+        plans = []
+        for d in decisions.dispatches:
+            attempt = 1  # retries and requeue come later; each new attempt gets a new unit name
+            unit = unit_name(self.cluster, d.job_id, attempt, 0)
+            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit))
+        return plans
+
+    def _reasons_to_store(self, decisions: Decisions | None, now: float) -> dict[int, str | None]:
+        """Keep every pend reason live in memory; hand the store the changed ones at most once a
+        second, so a busy queue costs no write per job per tick (the API reads the live ones)."""
         with self._mu:
-            for f in finishes:
+            if decisions is not None:
+                for reason, ids in decisions.waiting:
+                    for job_id in ids:
+                        if job_id in self._pending:
+                            self._reasons[job_id] = reason
+            if now - self._reasons_flushed_at < 1.0:
+                return {}
+            self._reasons_flushed_at = now
+            changed = {job_id: reason for job_id, reason in self._reasons.items()
+                       if self._stored_reasons.get(job_id) != reason}
+            self._stored_reasons.update(changed)
+            return changed
+
+    def _apply(self, record: TickRecord, finishing: list[tuple[Finish, str]], plans: list) -> None:
+        """Bring the in-memory view in line with what `record_tick` stored."""
+        with self._mu:
+            for f, _event in finishing:
                 self._kill_marks.pop(f.job_id, None)
                 job = self._active.pop(f.job_id, None)
                 if job is not None:
                     self._by_unit.pop(job.unit, None)
-            self._dirty = True
-            if moved:
-                self._finished.notify_all()
-
-    def _snapshot(self) -> Snapshot:
-        used: dict[str, int] = defaultdict(int)
-        for job in self._active.values():
-            for host, tasks in job.hosts:
-                used[host] += tasks
-        hosts = tuple(HostState(h.name, h.slots, used[h.name], self._host_state.get(h.name, "unreachable"))
-                      for h in self.config.hosts)
-        jobs = tuple(self._pending[i] for i in sorted(self._pending))
-        priorities = tuple((q.name, q.priority) for q in self.config.queues)
-        return Snapshot(hosts, jobs, priorities)
-
-    def _schedule(self, snapshot: Snapshot) -> Decisions | None:
-        try:
-            return self._pool.apply_async(schedule, (snapshot, self.config.controller.sched_budget)).get(60)
-        except multiprocessing.TimeoutError:
-            self.log("the scheduler took over 60 s; skipping this session")
-            self._dirty = True
-            return None
-
-    def _record_intent(self, decisions: Decisions) -> list[int]:
-        if not decisions.dispatches:
-            return []
-        plans = []
-        for d in decisions.dispatches:
-            attempt = 1  # retries and requeue come later; each new attempt gets a new unit name
-            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit_name(self.cluster, d.job_id, attempt, 0)))
-        moved = set(self.store.dispatch(plans, time.time()))
-        with self._mu:
+            dispatched = set(record.dispatched)
             for job_id, _attempt, hosts, unit in plans:
                 pending = self._pending.get(job_id)
-                if job_id not in moved or pending is None:
+                if job_id not in dispatched or pending is None:
                     continue  # killed or held while the scheduler thought: it stays as it is now
-                del self._pending[job_id]
-                self._reasons.pop(job_id, None)
+                self._pending.discard(job_id)
+                self._forget_reason(job_id)
                 self._active[job_id] = Active(job_id, pending.user, DISP, unit, tuple(tuple(h) for h in hosts))
                 self._by_unit[unit] = job_id
-        return [p[0] for p in plans if p[0] in moved]
+            if record.finished:
+                self._dirty = True
+                self._finished.notify_all()
+
+    def _forget_reason(self, job_id: int) -> None:
+        self._reasons.pop(job_id, None)
+        self._stored_reasons.pop(job_id, None)
+
+    def _mark_running(self, job_id: int, start_time: float) -> None:
+        """The unit runs: RUN in memory now, in the store with the next tick's commit. Holds _mu."""
+        self._active[job_id] = replace(self._active[job_id], state=RUN)
+        self._unrecorded_started.append((job_id, start_time))
 
     def _launch(self, job_ids: list[int]) -> None:
         by_host: dict[str, list[LaunchRequest]] = defaultdict(list)
         ids_of: dict[str, int] = {}
         now = time.time()
-        started, refused = [], []
-        for job in sorted(self.store.jobs(job_ids), key=lambda j: job_ids.index(j.id)):  # decision order
+        position = {job_id: i for i, job_id in enumerate(job_ids)}
+        for job in sorted(self.store.jobs(job_ids), key=lambda j: position[j.id]):  # decision order
             if job.state != DISP or not job.hosts:
                 continue
             with self._mu:
                 kill_reason = self._kill_marks.pop(job.id, None)
-            if kill_reason is not None:  # killed before it reached its host: it never starts
-                refused.append(Finish(job.id, DISP, EXIT, None, now, None, None, None, None,
-                                      kill_reason + " before it started"))
-                continue
+                if kill_reason is not None:  # killed before it reached its host: it never starts
+                    self._unrecorded.append((Finish(job.id, DISP, EXIT, None, now, None, None, None, None,
+                                                    kill_reason + " before it started"), "launch_failed"))
+                    continue
             request = _launch_request(job, self.config.controller.grace)
             by_host[job.hosts[0][0]].append(request)
             ids_of[request.unit] = job.id
         for name, requests in by_host.items():
             host = self._hosts.get(name)
-            if host is None:
-                with self._mu:
-                    self._to_launch.extend(ids_of[r.unit] for r in requests)  # try again when it is back
-                continue
             try:
-                replies = host.launch(requests)
+                if host is None:
+                    raise errors.HostUnreachable(f"host {name} is not connected")
+                host.launch_nowait(requests)  # replies come back as a UnitsLaunched event
             except errors.HostUnreachable as err:
                 self.log(f"host {name}: launch failed, will retry: {err}")
                 with self._mu:
-                    self._to_launch.extend(ids_of[r.unit] for r in requests)
+                    self._to_launch.extend(ids_of[r.unit] for r in requests)  # try again when it is back
+
+    def _launched(self, event: UnitsLaunched, now: float) -> None:
+        """A host's replies to a launch: RUN for started units, EXIT for refused ones. Holds _mu."""
+        for reply in event.replies:
+            job_id = self._by_unit.get(reply.unit)
+            if job_id is None or self._active[job_id].state != DISP:
                 continue
-            for reply in replies:
-                job_id = ids_of[reply.unit]
-                if reply.status == "refused":
-                    refused.append(Finish(job_id, DISP, EXIT, None, now, None, None, None, None,
-                                          f"launch refused by host {name}: {reply.error}"))
-                elif reply.status in ("started", "running"):
-                    started.append((job_id, reply.start_time or now))
-                # "finished": an adopted unit that already ended; its finished event is on its way
-        if started:
-            self._record_started(started, now)
-        if refused:
-            self._finish_jobs(refused, now, "launch_failed")
+            if reply.status == "refused":
+                self._unrecorded.append((Finish(job_id, DISP, EXIT, None, now, None, None, None, None,
+                                                f"launch refused by host {event.host}: {reply.error}"),
+                                         "launch_failed"))
+            elif reply.status in ("started", "running"):
+                self._mark_running(job_id, reply.start_time or now)
+            # "finished": an adopted unit that already ended; its finished event follows
+        for unit in event.failed:
+            job_id = self._by_unit.get(unit)
+            if job_id is not None and self._active[job_id].state == DISP:
+                self._unrecorded.append((Finish(job_id, DISP, EXIT, None, now, None, None, None, None,
+                                                f"launch failed on host {event.host}: {event.error}"),
+                                         "launch_failed"))
 
     def _deliver_kill_marks(self) -> None:
         """Kills that arrived while their job's launch was in flight: signal the unit now."""
@@ -344,22 +392,6 @@ class Controller(ApiHandlers):
             if host is not None and host.signal(job.unit, "TERM", reason):
                 with self._mu:
                     self._kill_marks.pop(job.id, None)
-
-    def _record_started(self, started: list[tuple[int, float]], now: float) -> None:
-        moved = self.store.started(started, now)
-        with self._mu:
-            for job_id in moved:
-                if job_id in self._active:
-                    self._active[job_id] = replace(self._active[job_id], state=RUN)
-
-    def _store_reasons(self, decisions: Decisions) -> None:
-        changed = {}
-        with self._mu:
-            for job_id, reason in decisions.pend_reasons:
-                if job_id in self._pending and self._reasons.get(job_id) != reason:
-                    self._reasons[job_id] = reason
-                    changed[job_id] = reason
-        self.store.set_pend_reasons(changed)
 
 
 def _finish_from_result(job: Active, event: UnitFinished) -> Finish:

@@ -57,7 +57,7 @@ class ApiHandlers:
                 if spec.hold:
                     self._held[job_id] = caller.user
                 else:
-                    self._pending[job_id] = PendingJob(job_id, caller.user, queue_name, spec.slots)
+                    self._pending.add(PendingJob(job_id, caller.user, queue_name, spec.slots))
             self._dirty = True
         self._wake.set()
         return {"ids": ids, "queues": [q for _spec, q in accepted]}
@@ -90,7 +90,16 @@ class ApiHandlers:
             missing = sorted(set(ids) - {j.id for j in jobs})
             if missing:
                 raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
-        return {"schema": 1, "jobs": [job_to_wire(j) for j in jobs]}
+        return {"schema": 1, "jobs": self._to_wire(jobs)}
+
+    def _to_wire(self, jobs: list[Job]) -> list[dict]:
+        """Jobs as the API shows them: pend reasons are the live ones (the store's may lag a second)."""
+        wired = [job_to_wire(j) for j in jobs]
+        with self._mu:
+            for job in wired:
+                if job["state"] == PEND and job["id"] in self._reasons:
+                    job["pend_reason"] = self._reasons[job["id"]]
+        return wired
 
     def _owned(self, caller: Caller, ids: list[int]) -> list[Job]:
         if not ids:
@@ -118,9 +127,9 @@ class ApiHandlers:
                                             reason=reason + " while pending", end_time=now)
             if moved:
                 with self._mu:
-                    self._pending.pop(job.id, None)
+                    self._pending.discard(job.id)
                     self._held.pop(job.id, None)
-                    self._reasons.pop(job.id, None)
+                    self._forget_reason(job.id)
                     self._dirty = True
                     self._finished.notify_all()
                 return {"ok": True, "message": f"Job <{job.id}> is being terminated"}
@@ -154,12 +163,12 @@ class ApiHandlers:
             with self._mu:  # the tick may not dispatch it between our check and the change
                 moved = self.store.change_state([job.id], src, dst, event, time.time(), reason=reason)
                 if moved and dst == PSUSP:
-                    self._pending.pop(job.id, None)
-                    self._reasons.pop(job.id, None)
+                    self._pending.discard(job.id)
+                    self._forget_reason(job.id)
                     self._held[job.id] = job.user
                 elif moved:
                     self._held.pop(job.id, None)
-                    self._pending[job.id] = PendingJob(job.id, job.user, job.queue, job.spec.slots)
+                    self._pending.add(PendingJob(job.id, job.user, job.queue, job.spec.slots))
                 self._dirty = True
             verb = "held" if dst == PSUSP else "released"
             results.append({"id": job.id, "ok": bool(moved),
@@ -187,7 +196,7 @@ class ApiHandlers:
                 self._finished.wait(left)
         jobs = self.store.jobs(ids)
         finished = all(j.state in ("DONE", "EXIT") for j in jobs)
-        return {"schema": 1, "finished": finished, "jobs": [job_to_wire(j) for j in jobs]}
+        return {"schema": 1, "finished": finished, "jobs": self._to_wire(jobs)}
 
     def api_hosts(self, caller: Caller, query: dict, body: Any) -> dict:
         with self._mu:

@@ -33,6 +33,7 @@ from xce_lite.exec.host import (
     LaunchRequest,
     UnitFinished,
     UnitInfo,
+    UnitsLaunched,
 )
 
 log = logging.getLogger(__name__)
@@ -42,12 +43,24 @@ SIGNAL_NAMES = ("TERM", "KILL", "INT", "HUP", "USR1", "USR2", "STOP", "CONT")
 
 
 class _Pending:
-    """One request waiting for its reply (or for the channel's loss)."""
+    """One request waiting for its reply (or for the channel's loss).
 
-    def __init__(self) -> None:
+    With a callback, nobody waits: the reader thread calls it with the reply, or with the error.
+    """
+
+    def __init__(self, callback: Callable[[dict | None, Exception | None], Any] | None = None) -> None:
         self.done = threading.Event()
         self.reply: dict | None = None
         self.error: Exception | None = None
+        self.callback = callback
+
+    def finish(self) -> None:
+        self.done.set()
+        if self.callback is not None:
+            try:
+                self.callback(self.reply, self.error)
+            except Exception:  # a faulty consumer must not stop the reader
+                log.exception("reply callback failed")
 
 
 class AgentChannel:
@@ -85,19 +98,7 @@ class AgentChannel:
         """
         timeout = self.timeout if timeout is None else timeout
         pending = _Pending()
-        with self._lock:
-            if self._lost is not None:
-                raise HostUnreachable(f"host {self.name}: {self._lost}; reconnect to the host")
-            self._next_id += 1
-            rid = self._next_id
-            self._pending[rid] = pending
-        line = json.dumps({"id": rid, "op": op, **fields}, ensure_ascii=True).encode("ascii") + b"\n"
-        try:
-            with self._write_lock:
-                self._wfile.write(line)
-                self._wfile.flush()
-        except (OSError, ValueError) as exc:
-            self._fail(f"cannot write to the agent ({exc})")
+        rid = self._write(op, fields, pending)
         if not pending.done.wait(timeout):
             with self._lock:
                 self._pending.pop(rid, None)
@@ -111,6 +112,36 @@ class AgentChannel:
         if not reply.get("ok"):
             raise LaunchRejected(f"host {self.name} refused {op!r}: {reply.get('error')}")
         return reply
+
+    def request_nowait(self, op: str, callback: Callable[[dict | None, Exception | None], Any],
+                       **fields: Any) -> None:
+        """Send one request and go on; the reader thread calls `callback(reply, error)` later."""
+        self._write(op, fields, _Pending(callback))
+
+    def send(self, op: str, **fields: Any) -> None:
+        """Send one request without waiting: its reply, when it comes, is dropped.
+
+        For requests whose outcome the caller can learn again later (`forget`: a unit not dropped
+        now is listed and forgotten after the next reconnect), so they cost no round trip.
+        """
+        self._write(op, fields, None)
+
+    def _write(self, op: str, fields: dict, pending: _Pending | None) -> int:
+        with self._lock:
+            if self._lost is not None:
+                raise HostUnreachable(f"host {self.name}: {self._lost}; reconnect to the host")
+            self._next_id += 1
+            rid = self._next_id
+            if pending is not None:
+                self._pending[rid] = pending
+        line = json.dumps({"id": rid, "op": op, **fields}, ensure_ascii=True).encode("ascii") + b"\n"
+        try:
+            with self._write_lock:
+                self._wfile.write(line)
+                self._wfile.flush()
+        except (OSError, ValueError) as exc:
+            self._fail(f"cannot write to the agent ({exc})")
+        return rid
 
     def close(self, timeout: float = 10.0) -> None:
         """Close our end (the agent sees EOF and exits) and wait up to `timeout` for its output to end.
@@ -154,9 +185,9 @@ class AgentChannel:
             if msg.get("id") is not None:
                 with self._lock:
                     pending = self._pending.pop(msg["id"], None)
-                if pending is not None:  # None: its requester gave up (timed out)
+                if pending is not None:  # None: its requester gave up (timed out), or sent and went on
                     pending.reply = msg
-                    pending.done.set()
+                    pending.finish()
                 return True
             event = msg.get("event")
             if event == "fatal":
@@ -189,7 +220,7 @@ class AgentChannel:
             report = not self._closing
         for p in pending:
             p.error = HostUnreachable(f"host {self.name}: {why}; reconnect to the host")
-            p.done.set()
+            p.finish()
         if report:
             self._emit(HostLost(host=self.name, why=why))
 
@@ -207,6 +238,10 @@ def result_from_json(d: dict) -> JobResult:
         max_rss=d["max_rss"],
         reason=d.get("reason"),
     )
+
+
+def _reply(x: dict) -> LaunchReply:
+    return LaunchReply(unit=x["unit"], status=x["status"], start_time=x.get("start_time"), error=x.get("error"))
 
 
 def request_to_json(r: LaunchRequest) -> dict:
@@ -247,12 +282,26 @@ class AgentOps:
         if not requests:
             return []
         r = self._chan().request("launch", timeout, units=[request_to_json(q) for q in requests])
-        return [
-            LaunchReply(
-                unit=x["unit"], status=x["status"], start_time=x.get("start_time"), error=x.get("error")
-            )
-            for x in r["replies"]
-        ]
+        return [_reply(x) for x in r["replies"]]
+
+    def launch_nowait(self, requests: list[LaunchRequest]) -> None:
+        """Like launch, without waiting: the replies come as one UnitsLaunched event, in order
+        with the host's other events (a unit's finished event never comes before its reply)."""
+        if not requests:
+            return
+        units = [q.unit for q in requests]
+
+        def deliver(reply: dict | None, error: Exception | None) -> None:
+            if isinstance(error, HostUnreachable):
+                return  # the channel is lost: HostLost follows, and a reconnect lists the units
+            if error is None and reply is not None and not reply.get("ok"):
+                error = LaunchRejected(f"host {self.name} refused 'launch': {reply.get('error')}")
+            if error is not None:
+                self._chan()._emit(UnitsLaunched(self.name, (), tuple(units), str(error)))
+                return
+            self._chan()._emit(UnitsLaunched(self.name, tuple(_reply(x) for x in reply["replies"])))
+
+        self._chan().request_nowait("launch", deliver, units=[request_to_json(q) for q in requests])
 
     def signal(self, unit: str, name: str, reason: str) -> bool:
         if name not in SIGNAL_NAMES:
@@ -270,9 +319,15 @@ class AgentOps:
             for u in self._chan().request("list")["units"]
         ]
 
-    def forget(self, units: list[str]) -> None:
-        """Drop finished units; ExecError names any that are still running (the rest are dropped)."""
+    def forget(self, units: list[str], wait: bool = True) -> None:
+        """Drop finished units; ExecError names any that are still running (the rest are dropped).
+
+        With wait=False the request is only sent: no round trip, and no error is reported.
+        """
         if not units:
+            return
+        if not wait:
+            self._chan().send("forget", units=list(units))
             return
         refused = [u for u in self._chan().request("forget", units=list(units))["units"] if not u["ok"]]
         if refused:

@@ -5,6 +5,8 @@ Every implementation (local, SSH, the simulator's fake) keeps the same contract:
 - `launch(requests)` starts each request's unit, or adopts it when a unit of that name already
   exists on the host (the unit name is the fencing token: a repeated launch never runs a job twice).
   It returns one `LaunchReply` per request, in order, without waiting for any job to end.
+  `launch_nowait(requests)` does the same without a round trip on the caller's time: the replies
+  come back as an `UnitsLaunched` event, ahead of any other event of those units.
 - Results come back as `UnitFinished` events on the queue given to the host; they are also kept by
   the host (in the unit's result file) until `forget(units)` says the controller has stored them, so
   an event lost with a dead controller is found again by `list_units()` after a restart.
@@ -81,7 +83,18 @@ class UnitInfo:
     result: JobResult | None = None
 
 
-HostEvent = UnitFinished | HostLost
+@dataclass(frozen=True)
+class UnitsLaunched:
+    """The replies to a `launch_nowait`; on failure, `error` says why and `failed` names the units
+    (their state is unknown: the controller learns it by listing the host's units on reconnect)."""
+
+    host: str
+    replies: tuple[LaunchReply, ...]
+    failed: tuple[str, ...] = ()
+    error: str | None = None
+
+
+HostEvent = UnitFinished | HostLost | UnitsLaunched
 
 
 class Host(Protocol):
@@ -95,6 +108,11 @@ class Host(Protocol):
         """Start or adopt each unit; one reply per request, in order."""
         ...
 
+    def launch_nowait(self, requests: list[LaunchRequest]) -> None:
+        """Send the launch and go on; the replies arrive as one UnitsLaunched event, before any
+        event of those units."""
+        ...
+
     def signal(self, unit: str, name: str, reason: str) -> bool:
         """True if the unit was found running and signalled; False if it is not running."""
         ...
@@ -103,8 +121,11 @@ class Host(Protocol):
         """Every unit the host holds: running, and finished but not yet forgotten."""
         ...
 
-    def forget(self, units: list[str]) -> None:
-        """The controller has stored these units' results: the host may drop them."""
+    def forget(self, units: list[str], wait: bool = True) -> None:
+        """The controller has stored these units' results: the host may drop them.
+
+        wait=False: send and go on; a unit not dropped is listed again after a reconnect.
+        """
         ...
 
     def close(self) -> None:

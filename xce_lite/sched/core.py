@@ -52,8 +52,15 @@ class Dispatch:
 @dataclass(frozen=True)
 class Decisions:
     dispatches: tuple[Dispatch, ...]
-    pend_reasons: tuple[tuple[int, str], ...]  # (job id, why it waits), for every job not dispatched
+    # Why the others wait, grouped: (reason, ids of the jobs it holds for), in first-seen order.
+    # Grouped because many jobs share a reason: it keeps the reply across the process pool small.
+    waiting: tuple[tuple[str, tuple[int, ...]], ...]
     complete: bool  # False when the budget ran out before every job was examined
+
+    @property
+    def pend_reasons(self) -> tuple[tuple[int, str], ...]:
+        """(job id, why it waits) for every job examined and not dispatched."""
+        return tuple((job_id, reason) for reason, ids in self.waiting for job_id in ids)
 
 
 def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
@@ -63,21 +70,32 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
     `complete` says so, so a huge backlog can never stall the controller's tick.
     """
     priority = dict(snapshot.queue_priority)
+    # Timsort: the controller sends jobs in id order, so this is close to linear.
     order = sorted(snapshot.jobs, key=lambda j: (-priority.get(j.queue, 0), j.id))
     free = {h.name: h.free for h in snapshot.hosts}
     largest_total = max((h.slots for h in snapshot.hosts if h.state == HOST_OK), default=0)
     dispatches: list[Dispatch] = []
-    reasons: list[tuple[int, str]] = []
+    waiting: dict[str, list[int]] = {}
+    why_cache: dict[int, str] = {}  # slots -> reason; valid while `free` is unchanged
+    most_free = max(free.values(), default=0)
+    complete = True
     for examined, job in enumerate(order):
         if examined >= budget:
-            return Decisions(tuple(dispatches), tuple(reasons), complete=False)
-        host = _fit(job, snapshot.hosts, free)
+            complete = False
+            break
+        # Once every host is full (the usual state of a busy cluster) no search is needed.
+        host = _fit(job, snapshot.hosts, free) if job.slots <= most_free else None
         if host is None:
-            reasons.append((job.id, _why_not(job, free, largest_total)))
+            reason = why_cache.get(job.slots)
+            if reason is None:
+                reason = why_cache[job.slots] = _why_not(job, free, largest_total)
+            waiting.setdefault(reason, []).append(job.id)
             continue
         free[host] -= job.slots
+        most_free = max(free.values())
+        why_cache.clear()
         dispatches.append(Dispatch(job.id, ((host, job.slots),)))
-    return Decisions(tuple(dispatches), tuple(reasons), complete=True)
+    return Decisions(tuple(dispatches), tuple((r, tuple(ids)) for r, ids in waiting.items()), complete)
 
 
 def _fit(job: PendingJob, hosts: tuple[HostState, ...], free: dict[str, int]) -> str | None:

@@ -41,13 +41,12 @@ class Finish:
 
 
 @dataclass(frozen=True)
-class PendingRow:
-    """What the scheduler needs of a pending job, kept small: 10,000 of these stay in memory."""
+class TickRecord:
+    """The ids each part of `record_tick` actually moved (the others had changed meanwhile)."""
 
-    id: int
-    user: str
-    queue: str
-    slots: int
+    finished: tuple[int, ...]
+    started: tuple[int, ...]
+    dispatched: tuple[int, ...]
 
 
 class JobStore:
@@ -122,49 +121,33 @@ class JobStore:
 
     def dispatch(self, plans: Sequence[tuple[int, int, list, str]], now: float) -> list[int]:
         """Record intent before acting: (job id, attempt, [[host, tasks]], unit) -> DISP."""
-        moved = []
         with self._write() as con:
-            for job_id, attempt, hosts, unit in plans:
-                con.execute(
-                    "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, pend_reason = NULL "
-                    "WHERE id = ? AND state = 'PEND'",
-                    (attempt, json.dumps(hosts), unit, job_id),
-                )
-                if con.changes() == 1:
-                    _event(con, job_id, now, "dispatched", {"attempt": attempt, "hosts": hosts, "unit": unit})
-                    moved.append(job_id)
-        return moved
+            return _dispatch(con, plans, now)
 
     def started(self, items: Sequence[tuple[int, float]], now: float) -> list[int]:
         """(job id, start time) for jobs whose unit is running: DISP -> RUN."""
-        moved = []
         with self._write() as con:
-            for job_id, start_time in items:
-                con.execute("UPDATE jobs SET state = 'RUN', start_time = ? WHERE id = ? AND state = 'DISP'",
-                            (start_time, job_id))
-                if con.changes() == 1:
-                    _event(con, job_id, now, "started", {"start_time": start_time})
-                    moved.append(job_id)
-        return moved
+            return _started(con, items, now)
 
     def finish(self, items: Sequence[Finish], now: float, event: str = "finished") -> list[int]:
         """Record how units ended, in one transaction; the ids recorded (others were not active)."""
-        moved = []
         with self._write() as con:
-            for f in items:
-                con.execute(
-                    "UPDATE jobs SET state = ?, start_time = coalesce(start_time, ?), end_time = ?, "
-                    "exit_code = ?, exit_signal = ?, cpu_time = ?, max_rss = ?, reason = ? "
-                    "WHERE id = ? AND state = ?",
-                    (f.state, f.start_time, f.end_time, f.exit_code, f.exit_signal, f.cpu_time, f.max_rss,
-                     f.reason, f.job_id, f.from_state),
-                )
-                if con.changes() == 1:
-                    _event(con, f.job_id, now, event, {
-                        "state": f.state, "exit_code": f.exit_code, "signal": f.exit_signal,
-                        "reason": f.reason, "cpu_time": f.cpu_time, "max_rss": f.max_rss})
-                    moved.append(f.job_id)
-        return moved
+            return _finish(con, [(f, event) for f in items], now)
+
+    def record_tick(self, finishes: Sequence[tuple[Finish, str]], started: Sequence[tuple[int, float]],
+                    plans: Sequence[tuple[int, int, list, str]], reasons: dict[int, str | None],
+                    now: float) -> TickRecord:
+        """Everything one controller tick learned and decided, in ONE durable transaction.
+
+        Order matters: a job may have started and finished since the last tick (DISP -> RUN ->
+        DONE), and a dispatch may use slots that a finish freed.
+        """
+        with self._write() as con:
+            started_ids = _started(con, started, now)
+            finished_ids = _finish(con, finishes, now)
+            dispatched_ids = _dispatch(con, plans, now)
+            _pend_reasons(con, reasons)
+        return TickRecord(tuple(finished_ids), tuple(started_ids), tuple(dispatched_ids))
 
     def record_event(self, job_id: int, kind: str, now: float, data: dict | None = None) -> None:
         with self._write() as con:
@@ -172,11 +155,9 @@ class JobStore:
 
     def set_pend_reasons(self, reasons: dict[int, str | None]) -> None:
         """Store changed pend reasons only (the caller diffs), in one transaction."""
-        if not reasons:
-            return
-        with self._write() as con:
-            con.executemany("UPDATE jobs SET pend_reason = ? WHERE id = ? AND state = 'PEND'",
-                            [(reason, job_id) for job_id, reason in reasons.items()])
+        if reasons:
+            with self._write() as con:
+                _pend_reasons(con, reasons)
 
     # ---- reads ------------------------------------------------------------------------------
 
@@ -217,6 +198,54 @@ class JobStore:
 
     def integrity(self) -> str:
         return self._reader().execute("PRAGMA quick_check").get
+
+
+def _dispatch(con: apsw.Connection, plans: Sequence[tuple[int, int, list, str]], now: float) -> list[int]:
+    moved = []
+    for job_id, attempt, hosts, unit in plans:
+        con.execute(
+            "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, pend_reason = NULL "
+            "WHERE id = ? AND state = 'PEND'",
+            (attempt, json.dumps(hosts), unit, job_id),
+        )
+        if con.changes() == 1:
+            _event(con, job_id, now, "dispatched", {"attempt": attempt, "hosts": hosts, "unit": unit})
+            moved.append(job_id)
+    return moved
+
+
+def _started(con: apsw.Connection, items: Sequence[tuple[int, float]], now: float) -> list[int]:
+    moved = []
+    for job_id, start_time in items:
+        con.execute("UPDATE jobs SET state = 'RUN', start_time = ? WHERE id = ? AND state = 'DISP'",
+                    (start_time, job_id))
+        if con.changes() == 1:
+            _event(con, job_id, now, "started", {"start_time": start_time})
+            moved.append(job_id)
+    return moved
+
+
+def _finish(con: apsw.Connection, items: Sequence[tuple[Finish, str]], now: float) -> list[int]:
+    moved = []
+    for f, event in items:
+        con.execute(
+            "UPDATE jobs SET state = ?, start_time = coalesce(start_time, ?), end_time = ?, "
+            "exit_code = ?, exit_signal = ?, cpu_time = ?, max_rss = ?, reason = ? "
+            "WHERE id = ? AND state = ?",
+            (f.state, f.start_time, f.end_time, f.exit_code, f.exit_signal, f.cpu_time, f.max_rss,
+             f.reason, f.job_id, f.from_state),
+        )
+        if con.changes() == 1:
+            _event(con, f.job_id, now, event, {
+                "state": f.state, "exit_code": f.exit_code, "signal": f.exit_signal,
+                "reason": f.reason, "cpu_time": f.cpu_time, "max_rss": f.max_rss})
+            moved.append(f.job_id)
+    return moved
+
+
+def _pend_reasons(con: apsw.Connection, reasons: dict[int, str | None]) -> None:
+    con.executemany("UPDATE jobs SET pend_reason = ? WHERE id = ? AND state = 'PEND'",
+                    [(reason, job_id) for job_id, reason in reasons.items()])
 
 
 def _event(con: apsw.Connection, job_id: int, now: float, kind: str, data: dict | None) -> None:

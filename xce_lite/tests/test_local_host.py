@@ -13,7 +13,7 @@ import pytest
 
 from xce_lite.errors import ExecError, HostUnreachable, LaunchRejected
 from xce_lite.exec.channel import AgentChannel
-from xce_lite.exec.host import HostLost, JobResult, LaunchRequest, UnitFinished
+from xce_lite.exec.host import HostLost, JobResult, LaunchRequest, UnitFinished, UnitsLaunched
 from xce_lite.exec.local import LocalHost
 from xce_lite.tests.test_agent import WAIT_JOB, kill_leftovers, proc_field
 from xce_lite.tests.waiting import wait_until
@@ -253,3 +253,22 @@ def test_channel_turns_finished_events_into_unit_finished(pipes):
     }
     pipes.agent_out.write(json.dumps({"event": "finished", "unit": "u", "result": result}).encode() + b"\n")
     assert pipes.events.get(timeout=5) == UnitFinished(host="fake", unit="u", result=JobResult(**result))
+
+
+def test_launch_nowait_replies_come_as_one_event_before_the_units_finish(tmp_path, hosts):
+    host, events = hosts()
+    host.launch_nowait([request(tmp_path, "fast-1", ["true"]), request(tmp_path, "bad-2", ["true"], cwd="/nope")])
+    first = next_event(events)
+    assert isinstance(first, UnitsLaunched)
+    assert [(r.unit, r.status) for r in first.replies] == [("fast-1", "started"), ("bad-2", "refused")]
+    assert "/nope" in first.replies[1].error
+    finished = next_event(events)
+    assert isinstance(finished, UnitFinished) and finished.unit == "fast-1" and finished.result.exit_code == 0
+
+
+def test_forget_without_waiting_drops_the_unit(tmp_path, hosts, spool):
+    host, events = hosts()
+    host.launch([request(tmp_path, "gone-1", ["true"])])
+    assert isinstance(next_event(events), UnitFinished)
+    host.forget(["gone-1"], wait=False)
+    wait_until(lambda: not (spool / "gone-1").exists(), 10, "the unit's directory to go")

@@ -140,7 +140,7 @@ def test_no_open_host_is_a_reason_for_every_job(hosts: list[HostState]) -> None:
 
 
 def test_nothing_pending_is_complete_and_empty() -> None:
-    assert run(snap([host("h1")], [])) == Decisions(dispatches=(), pend_reasons=(), complete=True)
+    assert run(snap([host("h1")], [])) == Decisions(dispatches=(), waiting=(), complete=True)
 
 
 def test_budget_exhaustion_says_incomplete_and_decides_only_what_it_examined() -> None:
