@@ -50,16 +50,20 @@ def test_arguments_env_and_paths_reach_the_job_byte_exact(cluster: Cluster):
     script.write_text(textwrap.dedent("""\
         import json, os, sys
         with open(sys.argv[1], "w", encoding="utf-8", errors="surrogateescape") as f:
-            json.dump({"argv": sys.argv[2:], "env": os.environ["ODD"], "cwd": os.getcwd()}, f)
+            json.dump({"argv": sys.argv[2:], "env": os.environ["ODD"], "cwd": os.getcwd(),
+                       "name": os.environ["XCE_JOB_NAME"]}, f)
         """))
     args = ["$HOME", "`id`", "a'b\"c", "semi;colon && echo hi", "new\nline", "ünïcødé ✓", "*", "", "-n"]
     odd_env = "line1\nline2 $PATH 'q' \"dq\" ✓"
     result_file = odd_dir / "result.json"
+    odd_name = "naïve $(rm -rf) 'job'\n✓"
     job_id = cluster.submit(sys.executable, str(script), str(result_file), *args,
-                            options=("--cwd", str(odd_dir), "--env", f"ODD={odd_env}", "-o", "out-%J"))
+                            options=("--cwd", str(odd_dir), "--env", f"ODD={odd_env}", "-o", "out-%J",
+                                     "-J", odd_name))
     assert cluster.xce("wait", str(job_id)).returncode == 0, cluster.job(job_id)
     seen = json.loads(result_file.read_text(encoding="utf-8"))
-    assert seen == {"argv": args, "env": odd_env, "cwd": str(odd_dir)}
+    assert seen == {"argv": args, "env": odd_env, "cwd": str(odd_dir), "name": odd_name}
+    assert cluster.job(job_id)["name"] == odd_name
     assert (odd_dir / f"out-{job_id}").exists()
     assert cluster.job(job_id)["command"][3:] == args
 
