@@ -224,6 +224,7 @@ class Controller(ApiHandlers):
     def _collect_events(self) -> tuple[list[tuple[Finish, str]], dict[str, list[str]], set[str]]:
         """Drain host events: finishes to record, units to forget once recorded, hosts lost."""
         finishing: list[tuple[Finish, str]] = []
+        seen: set[int] = set()  # a unit's finished event may come twice (adoption, relaunch)
         done_units: dict[str, list[str]] = defaultdict(list)
         lost_hosts = set()
         while True:
@@ -242,7 +243,8 @@ class Controller(ApiHandlers):
             with self._mu:
                 job_id = self._by_unit.get(event.unit)
                 job = self._active.get(job_id) if job_id is not None else None
-            if job is not None and all(f.job_id != job.id for f, _ in finishing):
+            if job is not None and job.id not in seen:
+                seen.add(job.id)
                 finishing.append((_finish_from_result(job, event), "finished"))
             # job None: recorded already (a repeated event); the host may drop the unit
 
