@@ -188,8 +188,12 @@ def _size(_ctx, _param, value: str | None) -> int | None:
 @main.command(context_settings={"allow_interspersed_args": False})
 @click.option("-J", "name", help="Job name.")
 @click.option("-q", "queue", help="Queue (default: the cluster's default queue).")
-@click.option("-n", "slots", type=click.IntRange(1, 100_000), default=1, show_default=True,
-              help="Slots (tasks) the job needs.")
+@click.option("-n", "tasks", default="1", show_default=True, metavar="MIN[,MAX]",
+              help="Tasks (slots): exactly MIN, or as many as fit from MIN to MAX.")
+@click.option("-R", "resreq", multiple=True, metavar="REQ",
+              help='Resource requirements, LSF-style: "select[...] rusage[...] span[...] same[...] order[...]"'
+                   " (repeatable: selects are ANDed, the rest merged).")
+@click.option("--gpus", type=click.IntRange(1, 1024), help="GPUs per host (the same as -R 'rusage[gpus=N/host]').")
 @click.option("-o", "stdout", help="Output file (%J: job id). Default: xce-%J.out in the working dir.")
 @click.option("-e", "stderr", help="Error file (%J: job id). Default: into the output file.")
 @click.option("--cwd", help="Working directory (default: here).")
@@ -203,25 +207,41 @@ def _size(_ctx, _param, value: str | None) -> int | None:
 @click.option("--parsable", is_flag=True, help="Print only the job id.")
 @click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
 @click.pass_context
-def submit(ctx, name, queue, slots, stdout, stderr, cwd, env, env_none, run_limit, mem_limit, hold,
-           parsable, command) -> None:
+def submit(ctx, name, queue, tasks, resreq, gpus, stdout, stderr, cwd, env, env_none, run_limit, mem_limit,
+           hold, parsable, command) -> None:
     """Submit CMD as a batch job. It runs as given, never through a shell: use `sh -c '...'` for one.
 
     The job gets a copy of this environment (as in LSF and Slurm) plus any --env.
 
-    Example: xce submit -J sim -n 2 -W 30m -o out-%J.txt -- ./simulate --steps 100
+    Example: xce submit -J sim -n 2,8 -R "rusage[mem=2G] span[ptile=4]" -W 30m -o out-%J.txt -- ./simulate
     """
+    min_tasks, max_tasks = _task_range(tasks)
+    requirements = list(resreq) + ([f"rusage[gpus={gpus}/host]"] if gpus else [])
     workdir = os.path.abspath(cwd or os.getcwd())
     environment = {} if env_none else dict(os.environ)
     for pair in env:
         key, value = _env_pair(pair)
         environment[key] = value
-    spec = {"argv": list(command), "cwd": workdir, "name": name, "queue": queue, "slots": slots,
+    spec = {"argv": list(command), "cwd": workdir, "name": name, "queue": queue, "slots": min_tasks,
+            "max_slots": max_tasks, "resreq": requirements,
             "stdout": _absolute(stdout, workdir), "stderr": _absolute(stderr, workdir), "env": environment,
             "run_limit": run_limit, "mem_limit": mem_limit, "hold": hold}
     reply = _client(ctx).post("/jobs", {"jobs": [spec]})
     job_id, queue_name = reply["ids"][0], reply["queues"][0]
     click.echo(job_id if parsable else f"Job <{job_id}> is submitted to queue <{queue_name}>.")
+
+
+def _task_range(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition(",")
+    try:
+        low_n = int(low)
+        high_n = int(high) if sep else low_n
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not MIN or MIN,MAX (whole numbers, e.g. 4 or 2,8)",
+                                 param_hint="-n") from None
+    if low_n < 1 or high_n < low_n:
+        raise click.BadParameter(f"{text!r}: need 1 <= MIN <= MAX", param_hint="-n")
+    return low_n, high_n
 
 
 def _absolute(path: str | None, workdir: str) -> str | None:
@@ -231,16 +251,19 @@ def _absolute(path: str | None, workdir: str) -> str | None:
 @main.command()
 @click.option("-a", "show_all", is_flag=True, help="Include finished jobs.")
 @click.option("-l", "long", is_flag=True, help="Every field of each job.")
+@click.option("-p", "pending", is_flag=True, help="Pending jobs only, each with why it waits.")
 @click.option("-u", "user", help="This user's jobs; `all` for everyone's (default: yours).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document: {schema: 1, jobs: [...]}.")
 @click.argument("ids", nargs=-1, type=int)
 @click.pass_context
-def jobs(ctx, show_all, long, user, as_json, ids) -> None:
+def jobs(ctx, show_all, long, pending, user, as_json, ids) -> None:
     """List jobs, LSF-style (unfinished ones unless -a or ids are given).
 
     Example: xce jobs -a -u all
     """
     reply = _client(ctx).get("/jobs", ids=",".join(map(str, ids)) or None, all=show_all, user=user)
+    if pending:
+        reply["jobs"] = [j for j in reply["jobs"] if j["state"] in ("PEND", "PSUSP")]
     if as_json:
         click.echo(json.dumps(reply, indent=2))
         return
@@ -249,6 +272,11 @@ def jobs(ctx, show_all, long, user, as_json, ids) -> None:
         return
     if long:
         click.echo("\n".join(_long(job) for job in reply["jobs"]))
+        return
+    if pending:
+        for job in reply["jobs"]:
+            why = job["pend_reason"] or ("held" if job["state"] == "PSUSP" else "not scheduled yet")
+            click.echo(f"{job['id']}  {job['user']}  {job['state']}  {_clip(job['name'], 24)}\n  {why}")
         return
     rows = [("JOBID", "USER", "STAT", "QUEUE", "SLOTS", "EXEC_HOST", "JOB_NAME", "SUBMIT_TIME")]
     for job in reply["jobs"]:
@@ -341,6 +369,20 @@ def _print_wait(reply: dict) -> None:
             click.echo(f"Job <{job['id']}> still {job['state']}")
 
 
+@main.command()
+@click.argument("job_id", type=int)
+@click.pass_context
+def why(ctx, job_id) -> None:
+    """Say why a pending job waits: per host and per resource, tried against the cluster as it is now.
+
+    Example: xce why 42
+    """
+    reply = _client(ctx).get("/jobs/why", id=job_id)
+    click.echo(f"Job <{job_id}> {reply['state']}" + (f": {reply['summary']}" if reply.get("summary") else ""))
+    for line in reply["lines"]:
+        click.echo(f"  {line}")
+
+
 def _act(ctx, path: str, ids: tuple[int, ...]) -> None:
     reply = _client(ctx).post(path, {"ids": _job_ids(ids)})
     failed = False
@@ -385,16 +427,29 @@ def release(ctx, ids) -> None:
 
 
 @main.command()
+@click.option("-l", "long", is_flag=True, help="Per resource: total, reserved and free; GPUs, attributes, tags.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document.")
 @click.pass_context
-def hosts(ctx, as_json) -> None:
+def hosts(ctx, long, as_json) -> None:
     """List the hosts with their state and slots.
 
-    Example: xce hosts
+    Example: xce hosts -l
     """
     reply = _client(ctx).get("/hosts")
     if as_json:
         click.echo(json.dumps(reply, indent=2))
+        return
+    if long:
+        for h in reply["hosts"]:
+            click.echo(f"HOST {h['name']}  ({h['type']}, {h['state']}, {h['jobs']} jobs)")
+            rows = [("RESOURCE", "TOTAL", "RESERVED", "FREE")]
+            for name, r in sorted(h["resources"].items()):
+                rows.append((name, *(_amount(name, r[k]) for k in ("total", "reserved", "free"))))
+            _table(rows)
+            extra = [f"gpus free: {','.join(map(str, h['gpus_free']))}" if h["gpus_free"] else "",
+                     " ".join(f"{k}={v}" for k, v in sorted(h["attrs"].items())),
+                     f"tags: {' '.join(h['tags'])}" if h["tags"] else ""]
+            click.echo("  ".join(e for e in extra if e) + "\n")
         return
     rows = [("HOST_NAME", "STATUS", "MAX", "NJOBS", "RUN", "MEM")]
     for h in reply["hosts"]:
@@ -419,6 +474,12 @@ def queues(ctx, as_json) -> None:
         rows.append((q["name"], str(q["priority"]), "yes" if q["default"] else "", str(q["pend"]), str(q["run"]),
                      q["description"]))
     _table(rows)
+
+
+def _amount(name: str, value: float) -> str:
+    if name == "mem":
+        return format_size(int(value)) if value > 0 else "0"
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def _table(rows: list[tuple[str, ...]]) -> None:

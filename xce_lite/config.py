@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from xce_lite.errors import ConfigError, SpecError
 from xce_lite.units import parse_duration, parse_size
@@ -57,6 +65,13 @@ class HostConfig(_Model):
     mem: Size
     # Only `local` exists yet: the host the controller runs on, reached through a local agent.
     type: str = Field(default="local", pattern=r"^local$")
+    gpus: int = Field(default=0, ge=0, le=1024)  # GPU count; jobs get indices in CUDA_VISIBLE_DEVICES
+    # Custom numeric resources this host offers (`scratch: 100G` is a size, `fpga: 2` a count);
+    # each name must be declared under the cluster's `resources:`.
+    resources: dict[str, int | float | str] = Field(default_factory=dict)
+    # String attributes for select[...] (`model: EPYC`), and tags (`select[avx512]`).
+    attrs: dict[str, str] = Field(default_factory=dict)
+    tags: list[Annotated[str, Field(pattern=_NAME)]] = Field(default_factory=list)
 
 
 class QueueConfig(_Model):
@@ -75,11 +90,56 @@ class ControllerConfig(_Model):
     sched_budget: int = Field(default=200_000, ge=1)
 
 
+BUILTIN_RESOURCES = ("slots", "mem", "gpus")
+
+
+class ResourceConfig(_Model):
+    """A custom numeric resource: `size` amounts take K/M/G/T (stored in bytes), `count` ones don't."""
+
+    kind: str = Field(default="count", pattern=r"^(count|size)$")
+    description: str = ""
+
+
 class ClusterConfig(_Model):
     cluster: str = Field(pattern=_NAME)
     hosts: list[HostConfig] = Field(min_length=1)
     queues: list[QueueConfig] = Field(min_length=1)
     controller: ControllerConfig = ControllerConfig()
+    # Custom numeric resources hosts may offer (declared once, so a typo on a host is an error).
+    resources: dict[Annotated[str, Field(pattern=_NAME)], ResourceConfig] = Field(default_factory=dict)
+    # Cluster-wide counters such as licenses (`lic_matlab: 4`): a job's `/job` rusage takes from them.
+    shared: dict[Annotated[str, Field(pattern=_NAME)], Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+
+    @field_validator("resources")
+    @classmethod
+    def _not_builtin(cls, resources: dict) -> dict:
+        clash = sorted(set(resources) & set(BUILTIN_RESOURCES))
+        if clash:
+            raise ValueError(f"{', '.join(clash)} is built in; declare only your own resources here")
+        return resources
+
+    @model_validator(mode="after")
+    def _host_resources_declared(self) -> ClusterConfig:
+        for host in self.hosts:
+            unknown = sorted(set(host.resources) - set(self.resources))
+            if unknown:
+                raise ValueError(f"host {host.name} offers undeclared resource(s) {', '.join(unknown)}; "
+                                 f"declare them under `resources:` (kind: count or size)")
+            for name, amount in host.resources.items():
+                self.resource_amount(name, amount, f"host {host.name}")
+        clash = sorted(set(self.shared) & (set(self.resources) | set(BUILTIN_RESOURCES)))
+        if clash:
+            raise ValueError(f"{', '.join(clash)} cannot be both a shared counter and a host resource")
+        return self
+
+    def resource_amount(self, name: str, amount: int | float | str, where: str) -> float:
+        """A host's amount of a custom resource in base units (bytes for sizes)."""
+        kind = self.resources[name].kind
+        if kind == "size":
+            return float(_size(amount))
+        if isinstance(amount, (str, bool)) or amount < 0:
+            raise ValueError(f"{where}: {name} is a count: give a number of 0 or more, not {amount!r}")
+        return float(amount)
 
     @field_validator("hosts", "queues")
     @classmethod

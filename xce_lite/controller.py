@@ -3,7 +3,7 @@
 Its tick is a short list of named steps, each with one commit at most:
 
 1. reconcile  - take what the hosts reported (units finished, agents lost) and record it;
-2. snapshot   - hosts with the slots they hold, pending jobs, queue priorities (memory only);
+2. snapshot   - hosts with what is free on them, pending jobs, queue priorities (memory only);
 3. schedule   - run the pure scheduler core in its worker process (sched_process.py: forkserver,
                 fed with what changed in the pending set since the last session);
 4. intent     - record each dispatch as DISP with its deterministic unit name, BEFORE launching;
@@ -34,21 +34,27 @@ from xce_lite.exec.host import Host, HostEvent, HostLost, LaunchRequest, UnitFin
 from xce_lite.exec.local import LocalHost
 from xce_lite.handlers import ApiHandlers
 from xce_lite.home import Home
-from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, unit_name
-from xce_lite.sched.core import HOST_OK, Decisions, HostState, PendingJob
+from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, JobSpec, unit_name
+from xce_lite.sched.core import HOST_OK, Decisions, PendingJob
+from xce_lite.sched.placement import HostView
+from xce_lite.snapshot import Holding, host_totals, hosts_now, job_request, shared_free
 from xce_lite.sched_process import PendingSet, SchedulerProcess
 from xce_lite.store.jobs import Finish, JobStore, TickRecord
 
 
 @dataclass
 class Active:
-    """A job that holds slots on hosts: DISP or RUN (suspended states come later)."""
+    """A job that holds resources on hosts: DISP or RUN (suspended states come later)."""
 
     id: int
     user: str
     state: str
     unit: str
-    hosts: tuple[tuple[str, int], ...]
+    holding: Holding
+
+    @property
+    def hosts(self) -> tuple[tuple[str, int], ...]:
+        return self.holding.hosts
 
 
 class _WakingQueue(queue.Queue):
@@ -69,6 +75,7 @@ class Controller(ApiHandlers):
         self.log = log or _log
         self.config: ClusterConfig = load_config(home.config)
         self.cluster = self.config.cluster
+        self.host_totals = host_totals(self.config)
         home.spool.mkdir(exist_ok=True)
         self.store = JobStore(home.store)
         self.started_at = time.time()
@@ -133,12 +140,13 @@ class Controller(ApiHandlers):
         """Rebuild the in-memory view from the store (the store is the truth)."""
         for job in self.store.unfinished():
             if job.state == PEND:
-                self._pending.add(PendingJob(job.id, job.user, job.queue, job.spec.slots))
+                self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec))
                 self._reasons[job.id] = self._stored_reasons[job.id] = job.pend_reason
             elif job.state == PSUSP:
                 self._held[job.id] = job.user
             else:
-                self._active[job.id] = Active(job.id, job.user, job.state, job.unit or "", job.hosts)
+                holding = Holding.from_json(job.alloc, job.hosts)
+                self._active[job.id] = Active(job.id, job.user, job.state, job.unit or "", holding)
                 self._by_unit[job.unit or ""] = job.id
         if self._active:
             self.log(f"recovering {len(self._active)} dispatched or running jobs")
@@ -200,8 +208,9 @@ class Controller(ApiHandlers):
             closing = {f.job_id for f, _event in finishing}
             dirty, self._dirty = self._dirty or bool(closing), False
             hosts = self._hosts_now(closing) if dirty and self._pending else None
+            shared = self._shared_free(closing) if hosts is not None else None
             relaunch, self._to_launch = self._to_launch, []
-        decisions = self._schedule(hosts) if hosts is not None else None
+        decisions = self._schedule(hosts, shared) if hosts is not None else None
         plans = self._plans(decisions) if decisions is not None else []
         reasons = self._reasons_to_store(decisions, now)
         if finishing or started or plans or reasons:
@@ -257,22 +266,24 @@ class Controller(ApiHandlers):
         self._connect_host(name)
         self._dirty = True
 
-    def _hosts_now(self, closing: set[int]) -> tuple[HostState, ...]:
-        """Hosts with the slots their jobs hold; jobs in `closing` finish in this tick: theirs are free."""
-        used: dict[str, int] = defaultdict(int)
-        for job in self._active.values():
-            if job.id not in closing:
-                for host, tasks in job.hosts:
-                    used[host] += tasks
-        return tuple(HostState(h.name, h.slots, used[h.name], self._host_state.get(h.name, "unreachable"))
-                     for h in self.config.hosts)
+    def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec) -> PendingJob:
+        """The scheduler's view of a pending job; SpecError for a malformed -R."""
+        return PendingJob(job_id, user, queue, job_request(job_id, spec.slots, spec.max_slots, spec.resreq))
 
-    def _schedule(self, hosts: tuple[HostState, ...]) -> Decisions | None:
+    def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
+        """What is free on each host; jobs in `closing` finish in this tick: theirs is free again."""
+        holdings = [job.holding for job in self._active.values() if job.id not in closing]
+        return hosts_now(self.host_totals, self._host_state, holdings)
+
+    def _shared_free(self, closing: set[int] = frozenset()):
+        return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])
+
+    def _schedule(self, hosts: tuple[HostView, ...], shared) -> Decisions | None:
         """One session in the scheduler process, fed with what changed in the pending set."""
         priorities = tuple((q.name, q.priority) for q in self.config.queues)
         try:
             with self._mu:  # the pending set's changes are taken under the lock; the wait is not
-                self._scheduler.send(self._pending, hosts, priorities, self.config.controller.sched_budget)
+                self._scheduler.send(self._pending, hosts, priorities, self.config.controller.sched_budget, shared)
             decisions = self._scheduler.receive()
         except TimeoutError as err:
             self.log(f"{err}; it will be restarted")
@@ -282,12 +293,12 @@ class Controller(ApiHandlers):
             self._wake.set()
         return decisions
 
-    def _plans(self, decisions: Decisions) -> list[tuple[int, int, list, str]]:
+    def _plans(self, decisions: Decisions) -> list[tuple[int, int, list, str, dict]]:
         plans = []
         for d in decisions.dispatches:
             attempt = 1  # retries and requeue come later; each new attempt gets a new unit name
             unit = unit_name(self.cluster, d.job_id, attempt, 0)
-            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit))
+            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json()))
         return plans
 
     def _reasons_to_store(self, decisions: Decisions | None, now: float) -> dict[int, str | None]:
@@ -316,13 +327,13 @@ class Controller(ApiHandlers):
                 if job is not None:
                     self._by_unit.pop(job.unit, None)
             dispatched = set(record.dispatched)
-            for job_id, _attempt, hosts, unit in plans:
+            for job_id, _attempt, _hosts, unit, alloc in plans:
                 pending = self._pending.get(job_id)
                 if job_id not in dispatched or pending is None:
                     continue  # killed or held while the scheduler thought: it stays as it is now
                 self._pending.discard(job_id)
                 self._forget_reason(job_id)
-                self._active[job_id] = Active(job_id, pending.user, DISP, unit, tuple(tuple(h) for h in hosts))
+                self._active[job_id] = Active(job_id, pending.user, DISP, unit, Holding.from_json(alloc, ()))
                 self._by_unit[unit] = job_id
             if record.finished:
                 self._dirty = True
@@ -406,9 +417,13 @@ def _finish_from_result(job: Active, event: UnitFinished) -> Finish:
 def _launch_request(job: Job, grace: float) -> LaunchRequest:
     spec = job.spec
     env = dict(spec.env)
+    holding = Holding.from_json(job.alloc, job.hosts)
     env.update({"XCE_JOBID": str(job.id), "XCE_JOB_NAME": job.name, "XCE_QUEUE": job.queue,
-                "XCE_SLOTS": str(spec.slots), "XCE_HOSTS": " ".join(h for h, _ in job.hosts),
-                "XCE_ATTEMPT": str(job.attempt)})
+                "XCE_SLOTS": str(sum(n for _, n in job.hosts)), "XCE_HOSTS": " ".join(h for h, _ in job.hosts),
+                "XCE_HOST_NTASKS": str(job.hosts[0][1]), "XCE_ATTEMPT": str(job.attempt)})
+    gpus = holding.allocs[0].gpus if holding.allocs else ()
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
     return LaunchRequest(unit=job.unit or "", argv=spec.argv, env=env, cwd=spec.cwd, stdout=job.output_path(),
                          stderr=job.error_path(), run_limit=spec.run_limit, mem_limit=spec.mem_limit, grace=grace)
 

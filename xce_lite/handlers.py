@@ -15,7 +15,8 @@ from typing import Any
 from xce_lite import errors
 from xce_lite.api import Caller
 from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, JobSpec
-from xce_lite.sched.core import PendingJob
+from xce_lite.sched.placement import place, why_never
+from xce_lite.sched.reasons import Refusal
 from xce_lite.wire import job_to_wire
 
 
@@ -30,6 +31,7 @@ class ApiHandlers:
             ("POST", "/jobs/release"): self.api_release,
             ("GET", "/jobs/wait"): self.api_wait,
             ("GET", "/hosts"): self.api_hosts,
+            ("GET", "/jobs/why"): self.api_why,
             ("GET", "/queues"): self.api_queues,
             ("POST", "/controller/stop"): self.api_stop,
         }
@@ -57,7 +59,7 @@ class ApiHandlers:
                 if spec.hold:
                     self._held[job_id] = caller.user
                 else:
-                    self._pending.add(PendingJob(job_id, caller.user, queue_name, spec.slots))
+                    self._pending.add(self.pending_job(job_id, caller.user, queue_name, spec))
             self._dirty = True
         self._wake.set()
         return {"ids": ids, "queues": [q for _spec, q in accepted]}
@@ -65,10 +67,10 @@ class ApiHandlers:
     def _validate(self, raw: Any) -> tuple[JobSpec, str]:
         spec = JobSpec.from_wire(raw)
         queue_name = self.config.queue(spec.queue).name
-        largest = max(h.slots for h in self.config.hosts)
-        if spec.slots > largest:
-            raise errors.SpecError(f"the job needs {spec.slots} slots on one host, but the largest host has "
-                                   f"{largest}; ask for at most {largest} (see `xce hosts`)")
+        request = self.pending_job(0, "", queue_name, spec).request  # SpecError for a malformed -R
+        never = why_never(request, self.host_totals, self.config.shared)
+        if never is not None:
+            raise errors.SpecError(f"{never} (see `xce hosts -l`)")
         if not os.path.isdir(spec.cwd):
             raise errors.SpecError(f"working directory {spec.cwd} does not exist or is not a directory")
         if not os.access(spec.cwd, os.R_OK | os.X_OK):
@@ -168,7 +170,7 @@ class ApiHandlers:
                     self._held[job.id] = job.user
                 elif moved:
                     self._held.pop(job.id, None)
-                    self._pending.add(PendingJob(job.id, job.user, job.queue, job.spec.slots))
+                    self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec))
                 self._dirty = True
             verb = "held" if dst == PSUSP else "released"
             results.append({"id": job.id, "ok": bool(moved),
@@ -199,31 +201,48 @@ class ApiHandlers:
         return {"schema": 1, "finished": finished, "jobs": self._to_wire(jobs)}
 
     def api_hosts(self, caller: Caller, query: dict, body: Any) -> dict:
+        """Each host: state, and per resource its total, what jobs reserve, what is free."""
         with self._mu:
-            used: dict[str, int] = defaultdict(int)
+            views = self._hosts_now()
             running: dict[str, int] = defaultdict(int)
             for job in self._active.values():
-                for host, tasks in job.hosts:
-                    used[host] += tasks
+                for host, _tasks in job.hosts:
                     running[host] += 1
+        configs = {h.name: h for h in self.config.hosts}
         return {"schema": 1, "hosts": [
-            {"name": h.name, "type": h.type, "state": self._host_state.get(h.name, "unreachable"),
-             "slots": h.slots, "used": used[h.name], "jobs": running[h.name], "mem": h.mem}
-            for h in self.config.hosts]}
+            {"name": v.name, "type": configs[v.name].type, "state": v.state, "jobs": running[v.name],
+             "slots": v.total["slots"], "used": v.total["slots"] - v.free["slots"], "mem": v.total["mem"],
+             "resources": {name: {"total": total, "free": v.free[name], "reserved": total - v.free[name]}
+                           for name, total in v.total.items()},
+             "gpus_free": list(v.gpu_free), "attrs": dict(v.attrs), "tags": sorted(v.tags)}
+            for v in views]}
+
+    def api_why(self, caller: Caller, query: dict, body: Any) -> dict:
+        """Why a pending job waits: the placement tried now, per host and per resource."""
+        job = self._owned(caller, _ids(query.get("id", "")))[0] if query.get("id") else None
+        if job is None:
+            raise errors.SpecError("name a job: /jobs/why?id=JOBID")
+        if job.state != PEND:
+            return {"id": job.id, "state": job.state, "lines": [f"Job <{job.id}> is {job.state}, not pending"
+                                                                + (f": {job.reason}" if job.reason else "")]}
+        with self._mu:
+            hosts, shared = self._hosts_now(), self._shared_free()
+        request = self.pending_job(job.id, job.user, job.queue, job.spec).request
+        result = place(request, hosts, shared)
+        if not isinstance(result, Refusal):
+            where = " ".join(f"{n}*{h}" for h, n in result.hosts)
+            return {"id": job.id, "state": job.state,
+                    "lines": [f"it fits now ({where}); the scheduler will start it at its next session"]}
+        return {"id": job.id, "state": job.state, "summary": result.summary(), "lines": list(result.details())}
 
     def api_queues(self, caller: Caller, query: dict, body: Any) -> dict:
-        with self._mu:
-            pend: dict[str, int] = defaultdict(int)
-            for job in self._pending.values():
-                pend[job.queue] += 1
-        counts = defaultdict(lambda: defaultdict(int))
-        for job in self.store.jobs(None, user=None):
-            counts[job.queue][job.state] += 1
+        counts = self.store.counts_by_queue()
         default = self.config.default_queue.name
         return {"schema": 1, "queues": [
             {"name": q.name, "priority": q.priority, "default": q.name == default,
-             "description": q.description, "pend": counts[q.name]["PEND"] + counts[q.name]["PSUSP"],
-             "run": counts[q.name]["RUN"] + counts[q.name]["DISP"]}
+             "description": q.description,
+             "pend": counts.get((q.name, "PEND"), 0) + counts.get((q.name, "PSUSP"), 0),
+             "run": counts.get((q.name, "RUN"), 0) + counts.get((q.name, "DISP"), 0)}
             for q in self.config.queues]}
 
     def api_stop(self, caller: Caller, query: dict, body: Any) -> dict:

@@ -32,7 +32,9 @@ class JobSpec:
     cwd: str
     name: str | None = None
     queue: str | None = None  # None: the default queue
-    slots: int = 1
+    slots: int = 1  # tasks: at least this many (`-n min`)
+    max_slots: int | None = None  # `-n min,max`: as many as fit up to this; None: exactly `slots`
+    resreq: tuple[str, ...] = ()  # the `-R` strings as given (parsed and combined by the controller)
     stdout: str | None = None  # None: <cwd>/xce-%J.out; %J expands to the job id
     stderr: str | None = None  # None: into stdout's file, as in LSF
     env: dict[str, str] = field(default_factory=dict)
@@ -43,6 +45,7 @@ class JobSpec:
     def to_wire(self) -> dict[str, Any]:
         data = asdict(self)
         data["argv"] = list(self.argv)
+        data["resreq"] = list(self.resreq)
         return data
 
     @classmethod
@@ -67,6 +70,13 @@ class JobSpec:
         slots = data.get("slots", 1)
         if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= 100_000:
             raise SpecError(f"slots (-n) must be a whole number from 1 to 100000, not {slots!r}")
+        max_slots = data.get("max_slots")
+        if max_slots is not None and (not isinstance(max_slots, int) or isinstance(max_slots, bool)
+                                      or not slots <= max_slots <= 100_000):
+            raise SpecError(f"-n {slots},{max_slots}: the maximum must be a whole number from {slots} to 100000")
+        resreq = data.get("resreq") or []
+        if not isinstance(resreq, list) or not all(isinstance(r, str) and len(r) <= 8192 for r in resreq):
+            raise SpecError("resreq (-R) must be a list of requirement strings of at most 8192 characters")
         env = data.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise SpecError("env must map names to string values")
@@ -82,6 +92,7 @@ class JobSpec:
             raise SpecError("hold must be true or false")
         spec = cls(
             argv=tuple(argv), cwd=cwd, name=name, queue=_text(data, "queue"), slots=slots,
+            max_slots=max_slots if max_slots != slots else None, resreq=tuple(resreq),
             stdout=_path(data, "stdout"), stderr=_path(data, "stderr"), env=dict(env),
             run_limit=run_limit, mem_limit=mem_limit, hold=hold,
         )
@@ -98,6 +109,7 @@ class JobSpec:
     def from_json(cls, text: str) -> JobSpec:
         data = json.loads(text)
         data["argv"] = tuple(data["argv"])
+        data["resreq"] = tuple(data.get("resreq", ()))
         return cls(**data)
 
 
@@ -149,6 +161,9 @@ class Job:
     max_rss: int | None = None
     reason: str | None = None  # why it ended (EXIT, or DONE with a remark) or why it is held
     pend_reason: str | None = None
+    # what it holds while dispatched or running: {"allocs": [[host, tasks, {resource: amount},
+    # [gpu indices]], ...], "shared": {counter: amount}}; None for jobs stored before schema 2
+    alloc: dict | None = None
 
     @property
     def name(self) -> str:

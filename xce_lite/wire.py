@@ -19,7 +19,10 @@ def job_to_wire(job: Job) -> dict[str, Any]:
         "user": job.user,
         "queue": job.queue,
         "state": job.state,
-        "slots": job.spec.slots,
+        "slots": sum(n for _, n in job.hosts) if job.hosts else job.spec.slots,  # placed, or the minimum
+        "min_slots": job.spec.slots,
+        "max_slots": job.spec.max_slots or job.spec.slots,
+        "resreq": list(job.spec.resreq),
         "command": list(job.spec.argv),
         "cwd": job.spec.cwd,
         "stdout": job.output_path(),

@@ -5,7 +5,8 @@ The controller copies this file to a host (by content hash) and runs it; it must
 xce_lite or a third-party package. Two modes:
 
     python3 agent.py serve --spool DIR [--host-name NAME] [--lock-timeout SECONDS]
-    python3 agent.py exec SPOOL/UNIT
+                           [--journal-limit BYTES]
+    python3 agent.py exec UNIT_DIR
 
 `serve` speaks JSON lines on stdin/stdout (one object per line, ASCII-only JSON so that lone
 surrogates from os.environ survive). Requests `{"id": N, "op": OP, ...}` get exactly one reply
@@ -14,28 +15,64 @@ id: `{"event": "finished", "unit": U, "result": {...}}`, and `{"event": "fatal",
 just before the agent exits because it cannot serve (another agent holds the spool).
 Ops: hello, launch, signal, list, forget (see the `op_*` methods).
 
-Each unit lives in SPOOL/UNIT, a directory that holds, in the order they appear:
-    spec.json       what to run; written (atomically) BEFORE the supervisor is forked
-    supervisor.pid  line 1: "PID STARTTIME START_EPOCH": the supervisor's pid, its /proc start time
-                    (field 22 of /proc/PID/stat, which defends against pid reuse) and the job's
-                    start time; line 2, once the job runs: the job's pid, which is also its
-                    process group (a member of the supervisor's session)
-    kill_reason     the text of the last `signal` request (the end reason of a requested kill)
-    result.json     how the job ended; written atomically, however it ended; its presence = finished
+`exec UNIT_DIR` supervises the job that UNIT_DIR/spec.json describes in this very process (for a
+service manager that starts it) and writes UNIT_DIR/supervisor.pid and UNIT_DIR/result.json.
+
+The spool of `serve` holds a fixed set of files, however many units come and go:
+    .lock         the exclusive flock of the agent that serves the spool; its text is that pid
+    journal       every unit's life as records appended one after the other (below); durable
+    journal.new   a compacted journal being written, for a moment
+    supervisor-errors.log   tracebacks of supervisors that failed (a bug), if any
+There is no file per unit. Creating an inode was the dearest step of a launch on ext4 without a
+journal, where each new inode pays a scan of the recently deleted ones (measured here: 0.4-0.5 ms
+per created file, and a unit made four and a directory, and deleted them again), whereas an append
+to an existing file costs some microseconds, and an append with fdatasync about 0.15 ms.
+
+A journal record is one line of ASCII JSON. A unit's records, in the order they are appended:
+    {"event":"launched","unit":U,"start_time":T}        by the agent, BEFORE it forks the supervisor
+    {"event":"started","unit":U,"pid":P,"starttime":S,"boot":B,"job":J}
+                by the supervisor once the job runs, before it lets go of the agent's spool lock:
+                its pid, its /proc start time (field 22 of /proc/PID/stat, which defends against pid
+                reuse), the boot id (a pid of another boot means nothing) and the job's pid, which is
+                also its process group (a member of the supervisor's session)
+    {"event":"kill_requested","unit":U,"reason":R}      by the agent, before it signals the supervisor
+    {"event":"finished","unit":U,"result":{...}}        by the supervisor however the job ended,
+                fdatasync'ed before it exits; or by the agent (fdatasync'ed) when the supervisor is lost
+    {"event":"forgotten","units":[U,...]}               by the agent, on `forget`
+and the first line of every journal file is {"event":"journal","version":1}. Each record is ONE
+write(2) to the file opened O_APPEND (the kernel never interleaves two), of newline + JSON +
+newline: a record cut short (a writer killed in mid-write, an OS crash) is then a line of its own,
+which readers skip, never glued to the next one. Readers take lines up to the last newline only.
+
+The agent keeps the fold of the journal in memory (one Unit per launched, not yet forgotten unit)
+and reads what others appended when it needs to know. Once the journal outgrows --journal-limit
+(default 1 MiB), the agent compacts it: the live units' records go to journal.new, which is
+fsynced and renamed over the journal, and the directory fsynced. It holds an exclusive flock on
+the old file meanwhile; supervisors append under a shared flock and check that the file they hold
+is the one the path names, so nothing is ever appended to a file that was renamed away.
 
 Invariants:
-- A unit runs at most once: os.mkdir(SPOOL/UNIT) is the fence. An existing directory with a
-  spec.json is adopted (reported running or finished), never started again. A directory without
-  spec.json was left by an agent that died between mkdir and writing spec.json; no supervisor was
-  ever forked for it, so it is started.
+- A unit runs at most once: it is known from its `launched` record to its `forgotten` one, and a
+  launch of a known unit is adopted (reported running or finished), never started again.
+  `launched` is appended before the fork, so whoever reads the journal after a crash knows the unit.
 - One agent per spool: `serve` holds an exclusive flock on SPOOL/.lock. A forked supervisor shares
-  that lock until it has written supervisor.pid, so a new agent never sees a unit whose supervisor
-  is alive but not yet recorded (which it would misreport as "supervisor lost").
+  that lock until it has appended `started`, so a new agent never sees a unit whose supervisor is
+  alive but not recorded (which it would misreport as "supervisor lost").
 - The agent is single-threaded, so os.fork is safe; a job costs a fork of this small process, never
   a new interpreter. The agent never touches running jobs when it exits (on stdin EOF).
-- The supervisor writes result.json however the job ends. A unit with spec.json, no live
-  supervisor and no result has lost its supervisor (kill -9); whoever notices writes a result
-  saying so (exit_code null), with os.link so a real result is never overwritten.
+- The supervisor records a result however the job ends. A unit with no result and no live
+  supervisor (none forked by this agent, none recorded in `started` that is still alive in this
+  boot) has lost its supervisor: killed -9, crashed, or the host restarted. Whoever notices appends
+  a result saying so (exit_code null); the FIRST `finished` record of a unit is its result, so a
+  real result is never overwritten and every later answer is the same.
+- A result is durable before the agent reports it (finished event, launch reply, list reply): the
+  supervisor fdatasyncs its record before it exits, so a result whose supervisor exited with status
+  0 is durable; for any other, the agent fdatasyncs the journal before it writes the line.
+- `launched`, `started`, `kill_requested` and `forgotten` are not fsynced (no more than the unit
+  directories and pid files they replace were): they survive any process's crash, and an OS crash
+  once the kernel has written them back (within about 30 s). After a reboot every unit of the old
+  boot without a result is reported lost ("the host restarted"), never started again; a forgotten
+  unit may come back as finished, and is forgotten again.
 """
 
 from __future__ import annotations
@@ -57,6 +94,9 @@ except ImportError:  # pragma: no cover - other Pythons
     from signal import pthread_sigmask
 
 VERSION = 1
+JOURNAL = "journal"
+JOURNAL_VERSION = 1
+JOURNAL_LIMIT = 1 << 20  # bytes: a journal that grows past this is compacted
 
 # Names a `signal` request may use. The agent asks a supervisor to deliver signal NAME to its job by
 # sending it SIGRTMIN + index(NAME): real-time signals queue (none is merged or lost) and, unlike
@@ -123,12 +163,18 @@ def is_alive(pid: int, starttime: int) -> bool:
     return fields is not None and int(fields[19]) == starttime and fields[0] not in (b"Z", b"X")
 
 
+def boot_id() -> str:
+    """This boot's random id: a pid and start time recorded in another boot name no process now."""
+    with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+        return f.read().strip()
+
+
 def write_file(path: str, data: bytes, durable: bool = False) -> None:
     """Replace `path` atomically (tmp + rename); with `durable`, fsync the data and the directory."""
     tmp = f"{path}.tmp{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        os.write(fd, data)
+        write_all(fd, data, tmp)
         if durable:
             os.fsync(fd)
     finally:
@@ -136,6 +182,12 @@ def write_file(path: str, data: bytes, durable: bool = False) -> None:
     os.rename(tmp, path)
     if durable:
         fsync_dir(os.path.dirname(path))
+
+
+def write_all(fd: int, data: bytes, path: str) -> None:
+    """One write(2) of all of `data`. On a regular file a short write means the disk is full."""
+    if os.write(fd, data) != len(data):
+        raise OSError(errno.ENOSPC, "short write: no space left on the device?", path)
 
 
 def fsync_dir(path: str) -> None:
@@ -166,35 +218,6 @@ def dumps(obj: object) -> bytes:
     return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
 
 
-def read_pid_file(path: str) -> tuple[int, int, float, int | None] | None:
-    """(pid, starttime, start_epoch, job pid or None) from supervisor.pid, or None if absent.
-
-    It cannot be incomplete: it is written whole (tmp + rename) and its second line is appended by a
-    single write.
-    """
-    text = read_text(path)
-    if not text:
-        return None
-    lines = text.split("\n")
-    pid, starttime, start = lines[0].split()
-    job = int(lines[1]) if len(lines) > 1 and lines[1].strip() else None
-    return int(pid), int(starttime), float(start), job
-
-
-def remove_dir(path: str) -> None:
-    """Remove a unit directory (flat: files only) if it exists."""
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        return
-    for name in names:
-        try:
-            os.unlink(os.path.join(path, name))
-        except FileNotFoundError:
-            pass
-    os.rmdir(path)
-
-
 def make_result(start_time: float, reason: str | None, exit_code: int | None = None, **usage) -> dict:
     """A result for a job that never ran (or whose end is unknown): no usage, `reason` says why."""
     return {
@@ -209,6 +232,121 @@ def make_result(start_time: float, reason: str | None, exit_code: int | None = N
     }
 
 
+# ---------------------------------------------------------------- the journal (see the docstring)
+
+
+def record(event: str, **fields: object) -> bytes:
+    """One journal record as it is written: newline, ASCII JSON, newline."""
+    return b"\n" + dumps({"event": event, **fields})
+
+
+def parse_records(data: bytes, offset: int):
+    """Yield (record, offset just past it) for each readable line of `data`, read at `offset`.
+
+    `data` must end at a newline; empty lines and lines that are not a JSON object (a record torn
+    by a crash) are skipped.
+    """
+    end = offset
+    for line in data.split(b"\n"):
+        end += len(line) + 1
+        if line:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                yield rec, end
+
+
+def append_shared(path: str, data: bytes, sync: bool) -> None:
+    """Append records to the journal from a process that does not compact it (a supervisor).
+
+    Under a shared flock, and to the file that the path names at that moment: the agent renames a
+    compacted journal over the path while it holds an exclusive flock on the old one, so a writer
+    that opened the old file finds out here and writes to the new one. With `sync`, the records
+    are on disk (fdatasync) when this returns.
+    """
+    while True:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            held, named = os.fstat(fd), os.stat(path)
+            if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+                continue  # compacted since we opened it
+            write_all(fd, data, path)
+            if sync:
+                os.fdatasync(fd)
+            return
+        finally:
+            os.close(fd)
+
+
+class JournalRecorder:
+    """Where a supervisor forked by `serve` records its unit: the spool's journal."""
+
+    def __init__(self, spool: str, unit: str, boot: str):
+        self.spool, self.unit, self.boot = spool, unit, boot
+        self.path = os.path.join(spool, JOURNAL)
+
+    def started(self, pid: int, starttime: int, start_time: float, job: int) -> None:
+        data = record("started", unit=self.unit, pid=pid, starttime=starttime, boot=self.boot, job=job)
+        append_shared(self.path, data, sync=False)
+
+    def finished(self, result: dict) -> None:
+        append_shared(self.path, record("finished", unit=self.unit, result=result), sync=True)
+
+    def kill_reason(self) -> str | None:
+        """The reason of this unit's last `kill_requested` since its last `launched` (this launch).
+
+        The whole journal is read, so that a compaction in between cannot hide a record; it is
+        done once per kill, and the journal is small (compacted past --journal-limit).
+        """
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
+        name = json.dumps(self.unit).encode("ascii")
+        launched, killed = b'"event":"launched","unit":' + name, b'"event":"kill_requested","unit":' + name
+        reason = None
+        for line in data.split(b"\n"):
+            if launched in line:
+                reason = None
+            elif killed in line:
+                try:
+                    reason = json.loads(line)["reason"]
+                except (ValueError, KeyError, TypeError):
+                    pass
+        return reason
+
+    def error_log(self) -> str:
+        return os.path.join(self.spool, "supervisor-errors.log")
+
+
+class DirRecorder:
+    """Where a supervisor run by `exec UNIT_DIR` records its unit: files in UNIT_DIR.
+
+    supervisor.pid: "PID STARTTIME START_EPOCH" and, on line 2, the job's pid; result.json, written
+    atomically and durably; kill_reason, read when the supervisor is asked to kill its job.
+    """
+
+    def __init__(self, unit_dir: str):
+        self.unit_dir = unit_dir
+
+    def started(self, pid: int, starttime: int, start_time: float, job: int) -> None:
+        text = f"{pid} {starttime} {start_time!r}\n{job}\n"
+        write_file(os.path.join(self.unit_dir, "supervisor.pid"), text.encode())
+
+    def finished(self, result: dict) -> None:
+        write_file(os.path.join(self.unit_dir, "result.json"), dumps(result), durable=True)
+
+    def kill_reason(self) -> str | None:
+        return read_text(os.path.join(self.unit_dir, "kill_reason"))
+
+    def error_log(self) -> str:
+        return os.path.join(self.unit_dir, "supervisor.log")
+
+
 # ---------------------------------------------------------------- the supervisor
 
 
@@ -220,52 +358,46 @@ class JobEnded(Exception):
         self.result = result
 
 
-def become_supervisor(unit_dir: str, spec: dict, start_time: float, detach: bool) -> None:
-    """Run the unit as its supervisor and write its result.json. Called with SUPERVISOR_SIGNALS
-    blocked; they stay blocked for good: the supervisor takes them with sigtimedwait.
+def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> None:
+    """Run the unit as its supervisor and record its result, whatever happens (even a bug here).
+    Called with SUPERVISOR_SIGNALS blocked; they stay blocked for good: the supervisor takes them
+    with sigtimedwait.
 
-    Order matters: supervisor.pid is written FIRST, while this process still shares the agent's spool
-    lock (see the module docstring); only then are the inherited fds (the agent's pipes, which would
-    hide EOF from the controller, and the lock) closed.
+    Order matters: the job is started and `started` recorded while this process still holds the
+    fds it inherited from the agent, the spool lock among them (see the module docstring); only
+    then are they closed (with `detach`): the agent's pipes would hide EOF from the controller.
+    The job itself inherits none of them: they are close-on-exec or replaced in spawn_job.
     """
-    pid = os.getpid()
-    starttime = int(proc_stat(pid)[19])
-    write_file(os.path.join(unit_dir, "supervisor.pid"), f"{pid} {starttime} {start_time!r}\n".encode())
     try:
-        os.setsid()
+        os.setsid()  # the job's group joins this session: how a lost supervisor's job is known
     except OSError:  # exec mode under a process-group leader (systemd): already detached enough
         pass
-    if detach:
-        os.closerange(0, 1 << 20)  # close_range(2) underneath: cheap whatever the fd limit
-        null = os.open(os.devnull, os.O_RDWR)  # becomes fd 0
-        os.set_inheritable(null, True)  # the job's stdin (os.open makes fds close-on-exec)
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-    else:
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        if null != 0:
-            os.close(null)
-    supervise(unit_dir, spec, start_time)
-
-
-def supervise(unit_dir: str, spec: dict, start_time: float) -> None:
-    """Start the job, watch it, and write result.json, whatever happens (even a bug here)."""
-    watch = Watch(unit_dir, spec, start_time)
+    watch = Watch(recorder, spec, start_time)
     try:
-        result = watch.run()
-    except JobEnded as ended:
-        result = ended.result
+        try:
+            watch.start()
+        except JobEnded as ended:
+            result = ended.result
+        else:
+            pid = os.getpid()
+            recorder.started(pid, int(proc_stat(pid)[19]), start_time, watch.pid)
+            if detach:
+                os.closerange(0, 1 << 20)  # close_range(2) underneath: cheap whatever the fd limit
+                null = os.open(os.devnull, os.O_RDWR)  # becomes fd 0
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+            result = watch.wait()
     except BaseException as exc:
         import traceback  # only here: keeps the agent, which every supervisor copies, small
 
         if watch.pid:
             watch.killpg(signal.SIGKILL)  # no job may run on once its result is written
-
-        with open(os.path.join(unit_dir, "supervisor.log"), "a") as log:
-            traceback.print_exc(file=log)
-        result = make_result(start_time, f"supervisor error: {exc!r} (see supervisor.log in {unit_dir})")
-    write_file(os.path.join(unit_dir, "result.json"), dumps(result), durable=True)
+        log = recorder.error_log()
+        with open(log, "a") as f:
+            f.write(f"supervisor of {spec.get('unit')} (pid {os.getpid()}):\n")
+            traceback.print_exc(file=f)
+        result = make_result(start_time, f"supervisor error: {exc!r} (see {log})")
+    recorder.finished(result)
 
 
 def open_outputs(spec: dict, start_time: float) -> tuple[int, int]:
@@ -304,7 +436,11 @@ def spawn_job(spec: dict, out: int, err: int, start_time: float) -> int:
                 setpgroup=0,
                 setsigmask=(),
                 setsigdef=JOB_DEFAULT_SIGNALS,
-                file_actions=[(os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, err, 2)],
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, out, 1),
+                    (os.POSIX_SPAWN_DUP2, err, 2),
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                ],
             )
         except OSError as exc:
             if error is None or exc.errno != errno.ENOENT:
@@ -333,24 +469,25 @@ class Watch:
     check and the wait, because a blocked signal stays pending until it is taken.
     """
 
-    def __init__(self, unit_dir: str, spec: dict, start_time: float):
-        self.unit_dir, self.spec, self.start_time = unit_dir, spec, start_time
+    def __init__(self, recorder, spec: dict, start_time: float):
+        self.recorder, self.spec, self.start_time = recorder, spec, start_time
         self.reason: str | None = None  # the end reason once a kill has begun
         self.kill_at: float | None = None  # monotonic time to send KILL after TERM
         self.forwarded: set[int] = set()
         self.pid = 0
 
-    def run(self) -> dict:
+    def start(self) -> None:
+        """Start the job (self.pid); JobEnded if it cannot start."""
         out, err = open_outputs(self.spec, self.start_time)
-        self.pid = spawn_job(self.spec, out, err, self.start_time)
-        os.close(out)
-        if err != out:
-            os.close(err)
-        # The job's pid goes on supervisor.pid's second line: appending costs no new file (inode
-        # creation is the dearest step of a launch on ext4).
-        fd = os.open(os.path.join(self.unit_dir, "supervisor.pid"), os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        os.write(fd, f"{self.pid}\n".encode())
-        os.close(fd)
+        try:
+            self.pid = spawn_job(self.spec, out, err, self.start_time)
+        finally:
+            os.close(out)
+            if err != out:
+                os.close(err)
+
+    def wait(self) -> dict:
+        """Wait for the job to end, acting on limits and signals meanwhile; its result."""
         began = time.monotonic()
         run_limit, mem_limit = self.spec.get("run_limit"), self.spec.get("mem_limit")
         run_deadline = began + run_limit if run_limit else None
@@ -424,7 +561,7 @@ class Watch:
             self.kill_at = time.monotonic() + (10.0 if grace is None else float(grace))
 
     def kill_reason(self, default: str | None) -> str | None:
-        text = read_text(os.path.join(self.unit_dir, "kill_reason"))
+        text = self.recorder.kill_reason()
         return text.strip() if text and text.strip() else default
 
     def killpg(self, signum: int) -> None:
@@ -482,70 +619,214 @@ def validate(u: dict) -> None:
             raise Refused(f"{key} must be a non-negative number or null")
 
 
+class Unit:
+    """What the journal says of one unit: one launch of it, from `launched` until `forgotten`."""
+
+    __slots__ = ("boot", "durable", "job", "kill", "pid", "result", "result_end", "start_time", "starttime")
+
+    def __init__(self, start_time: float | None):
+        self.start_time = start_time
+        self.pid: int | None = None  # the supervisor, once `started`
+        self.starttime: int | None = None
+        self.boot: str | None = None
+        self.job: int | None = None
+        self.kill: str | None = None  # the last kill reason requested
+        self.result: dict | None = None
+        self.result_end = 0  # where its `finished` record ends in the journal file
+        self.durable = False  # the result is known to be on disk (besides result_end <= synced)
+
+
+def fold(units: dict[str, Unit], data: bytes, offset: int) -> None:
+    """Apply the journal records in `data` (read at `offset`, ending at a newline) to `units`."""
+    for rec, end in parse_records(data, offset):
+        try:
+            event = rec["event"]
+            if event == "launched":
+                units[rec["unit"]] = Unit(rec["start_time"])
+            elif event == "forgotten":
+                for name in rec["units"]:
+                    units.pop(name, None)
+            elif event != "journal":
+                u = units.get(rec["unit"])
+                if u is None:
+                    continue  # cannot happen: a unit's records come between launched and forgotten
+                if event == "started":
+                    u.pid, u.starttime, u.boot, u.job = rec["pid"], rec["starttime"], rec["boot"], rec["job"]
+                elif event == "kill_requested":
+                    u.kill = rec["reason"]
+                elif event == "finished" and u.result is None:  # the first result is the result
+                    u.result, u.result_end, u.durable = rec["result"], end, False
+        except (KeyError, TypeError, AttributeError):
+            continue  # not a record this agent wrote or knows: skipped like a torn one
+
+
+def read_journal(spool: str) -> dict[str, Unit]:
+    """The units SPOOL's journal knows, read-only (for tools; a serving agent keeps its own fold)."""
+    units: dict[str, Unit] = {}
+    try:
+        with open(os.path.join(spool, JOURNAL), "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return units
+    fold(units, data[: data.rfind(b"\n") + 1], 0)
+    return units
+
+
 class Agent:
     """The serve loop. Single-threaded: requests, SIGCHLD and the watch timer share one poll()."""
 
-    def __init__(self, spool: str, host_name: str):
+    def __init__(self, spool: str, host_name: str, journal_limit: int = JOURNAL_LIMIT):
         self.spool, self.host_name = spool, host_name
+        self.boot = boot_id()
         self.out: list[bytes] = []  # lines to write at the end of this loop turn
         self.children: dict[int, str] = {}  # supervisor pid -> unit, for supervisors forked here
         self.child_units: dict[str, tuple[int, float]] = {}  # unit -> (pid, start_time), the same
         self.watched: set[str] = set()  # running units adopted from a previous agent: polled
+        self.units: dict[str, Unit] = {}  # the fold of the journal
+        self.journal_path = os.path.join(spool, JOURNAL)
+        self.base_limit = self.journal_limit = journal_limit
+        self.offset = 0  # bytes of the journal file read and applied
+        self.synced = 0  # bytes of the journal file known to be on disk
+        self.need_sync = False  # a result about to be reported may not be on disk yet
+        self.jfd = self.open_journal()
+        self.catch_up()
+        self.sync()  # whatever earlier agents and supervisors left is durable before it is reported
+
+    # -- the journal
+
+    def open_journal(self) -> int:
+        fd = os.open(self.journal_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if os.fstat(fd).st_size == 0:
+            write_all(fd, record("journal", version=JOURNAL_VERSION), self.journal_path)
+        return fd
+
+    def append(self, data: bytes, sync: bool = False) -> None:
+        """Append the agent's own records, then apply everything new. No flock: only the agent
+        replaces the file, so its fd always names the journal."""
+        write_all(self.jfd, data, self.journal_path)
+        if sync:
+            end = os.lseek(self.jfd, 0, os.SEEK_CUR)  # just past our write
+            os.fdatasync(self.jfd)
+            self.synced = max(self.synced, end)
+        self.catch_up()
+
+    def sync(self) -> None:
+        """Make everything appended so far durable."""
+        size = os.fstat(self.jfd).st_size
+        os.fdatasync(self.jfd)
+        self.synced = max(self.synced, size)
+        self.need_sync = False
+
+    def catch_up(self) -> None:
+        """Apply the records appended since the last call (up to the last complete line)."""
+        size = os.fstat(self.jfd).st_size
+        if size <= self.offset:
+            return
+        data = os.pread(self.jfd, size - self.offset, self.offset)
+        end = data.rfind(b"\n") + 1
+        fold(self.units, data[:end], self.offset)
+        self.offset += end
+
+    def maybe_compact(self) -> None:
+        """Rewrite the journal as the live units' records once it has grown past the limit."""
+        if self.offset < self.journal_limit:
+            return
+        old = self.jfd
+        try:
+            fcntl.flock(old, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a supervisor is appending: try again next turn
+        try:
+            self.catch_up()
+            data = self.live_records()
+            tmp = self.journal_path + ".new"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                write_all(fd, data, tmp)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, self.journal_path)
+            fsync_dir(self.spool)
+            self.jfd = self.open_journal()
+            self.offset = self.synced = len(data)
+            for u in self.units.values():
+                u.durable = True  # its result, if it has one, is in the fsynced file
+            self.journal_limit = max(self.base_limit, 2 * len(data))
+        except OSError as exc:
+            self.journal_limit = 2 * self.offset  # not at every turn: the spool may be full
+            print(f"agent: cannot compact {self.journal_path}: {exc}; it grows meanwhile", file=sys.stderr)
+        finally:
+            fcntl.flock(old, fcntl.LOCK_UN)
+            if old != self.jfd:
+                os.close(old)
+
+    def live_records(self) -> bytes:
+        parts = [record("journal", version=JOURNAL_VERSION)]
+        for name, u in self.units.items():
+            parts.append(record("launched", unit=name, start_time=u.start_time))
+            if u.pid is not None:
+                parts.append(
+                    record("started", unit=name, pid=u.pid, starttime=u.starttime, boot=u.boot, job=u.job)
+                )
+            if u.kill is not None:
+                parts.append(record("kill_requested", unit=name, reason=u.kill))
+            if u.result is not None:
+                parts.append(record("finished", unit=name, result=u.result))
+        return b"".join(parts)
 
     # -- unit state
 
-    def unit_dir(self, unit: str) -> str:
-        return os.path.join(self.spool, unit)
-
     def unit_status(self, unit: str) -> tuple[str, float | None, dict | None, int | None] | None:
-        """(status, start_time, result, supervisor pid) of a unit, or None if it was never started.
+        """(status, start_time, result, supervisor pid) of a unit, or None if it is not known.
 
-        A unit with spec.json, no live supervisor and no result lost its supervisor: this writes
-        the result that says so, so that every later answer is the same.
+        The caller has caught up with the journal. A unit with no result and no live supervisor
+        lost its supervisor: this records the result that says so.
         """
-        d = self.unit_dir(unit)
-        result = read_json(os.path.join(d, "result.json"))
-        if result is not None:
-            return "finished", result.get("start_time"), result, None
-        if unit in self.child_units:
+        u = self.units.get(unit)
+        if u is None:
+            return None
+        if u.result is None and unit in self.child_units:
             pid, start_time = self.child_units[unit]
             return "running", start_time, None, pid
-        pids = read_pid_file(os.path.join(d, "supervisor.pid"))
-        if pids and is_alive(pids[0], pids[1]):
-            return "running", pids[2], None, pids[0]
-        result = read_json(os.path.join(d, "result.json"))  # it may have ended since we looked
-        if result is not None:
-            return "finished", result.get("start_time"), result, None
-        spec = read_json(os.path.join(d, "spec.json")) if os.path.isdir(d) else None
-        if spec is None:
-            return None
-        result = self.record_lost(d, spec, pids)
-        return "finished", result.get("start_time"), result, None
+        if u.result is None and u.pid and u.boot == self.boot and is_alive(u.pid, u.starttime):
+            return "running", u.start_time, None, u.pid
+        if u.result is None:
+            self.catch_up()  # it may have ended since we looked
+        if u.result is None:
+            self.record_lost(unit, u)
+        return "finished", u.result.get("start_time"), u.result, None
 
-    def record_lost(self, d: str, spec: dict, pids: tuple | None) -> dict:
-        """Write (if none exists yet) and return the result of a unit whose supervisor died.
+    def record_lost(self, unit: str, u: Unit) -> None:
+        """Record (durably) the result of a unit whose supervisor died, or whose host restarted.
 
         The job's remaining processes are killed, so that nothing runs unsupervised. The job's
         process group is recognised by its session, the dead supervisor's pid: the kernel does not
         reuse a pid while a session or group of that number exists.
         """
-        reason = "supervisor lost: it was killed or crashed, so the job's exit status is unknown"
-        job = pids[3] if pids else None
-        fields = proc_stat(job) if job else None
-        if fields is not None and fields[2] == str(job).encode() and fields[3] == str(pids[0]).encode():
-            os.killpg(job, signal.SIGKILL)
-            reason += "; its remaining processes were killed"
-        tmp = os.path.join(d, f"result.json.lost{os.getpid()}")
-        write_file(tmp, dumps(make_result(spec.get("start_time") or time.time(), reason)), durable=True)
-        try:
-            os.link(tmp, os.path.join(d, "result.json"))  # fails if a real result appeared
-        except FileExistsError:
-            pass
-        os.unlink(tmp)
-        return read_json(os.path.join(d, "result.json"))
+        if u.pid and u.boot != self.boot:
+            reason = "supervisor lost: the host restarted while the job ran, so its exit status is unknown"
+        else:
+            reason = "supervisor lost: it was killed or crashed, so the job's exit status is unknown"
+            fields = proc_stat(u.job) if u.job else None
+            if fields is not None and fields[2] == str(u.job).encode() and fields[3] == str(u.pid).encode():
+                try:
+                    os.killpg(u.job, signal.SIGKILL)
+                    reason += "; its remaining processes were killed"
+                except ProcessLookupError:
+                    pass
+        result = make_result(u.start_time or time.time(), reason)
+        self.append(record("finished", unit=unit, result=result), sync=True)
+
+    def reported(self, unit: str, result: dict) -> dict:
+        """`result` of `unit`, about to go out: make sure it is on disk before the line is written."""
+        u = self.units.get(unit)
+        if u is not None and not u.durable and u.result_end > self.synced:
+            self.need_sync = True
+        return result
 
     def emit_finished(self, unit: str, result: dict) -> None:
-        self.out.append(dumps({"event": "finished", "unit": unit, "result": result}))
+        self.out.append(dumps({"event": "finished", "unit": unit, "result": self.reported(unit, result)}))
 
     def report_if_finished(self, unit: str) -> bool:
         """Emit `finished` for the unit if it has ended; True if it is no longer running."""
@@ -556,19 +837,29 @@ class Agent:
 
     def reap(self) -> None:
         """Collect every exited supervisor forked here and report its unit (gone if forgotten)."""
+        reaped = []
         while True:
             try:
-                pid, _status = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                break
             if pid == 0:
-                return
+                break
             unit = self.children.pop(pid, None)
             if unit is not None:
                 del self.child_units[unit]
-                self.report_if_finished(unit)
+                reaped.append((unit, status))
+        if not reaped:
+            return
+        self.catch_up()
+        for unit, status in reaped:
+            u = self.units.get(unit)
+            if status == 0 and u is not None and u.result is not None:
+                u.durable = True  # a supervisor exits 0 only once its result is fdatasync'ed
+            self.report_if_finished(unit)
 
     def poll_watched(self) -> None:
+        self.catch_up()
         for unit in sorted(self.watched):
             if self.report_if_finished(unit):
                 self.watched.discard(unit)
@@ -592,27 +883,20 @@ class Agent:
         }
 
     def op_launch(self, req: dict) -> dict:
+        self.catch_up()
         return {"replies": [self.launch_one(u) for u in req.get("units", [])]}
 
     def launch_one(self, u: dict) -> dict:
-        """Start one unit, or adopt it if its directory exists (a unit never runs twice)."""
+        """Start one unit, or adopt it if the journal knows it (a unit never runs twice)."""
         unit = u.get("unit") if isinstance(u, dict) else None
         reply = {"unit": unit, "status": "refused", "start_time": None, "error": None}
         try:
             validate(u)
-            d = self.unit_dir(unit)
-            try:
-                os.mkdir(d)
-            except FileExistsError:
-                status = self.unit_status(unit)
-                if status is not None:
-                    return self.adopt(unit, reply, status)
         except Refused as exc:
             reply["error"] = str(exc)
             return reply
-        except OSError as exc:
-            reply["error"] = f"cannot create {exc.filename}: {exc.strerror}; check the spool directory"
-            return reply
+        if unit in self.units:
+            return self.adopt(unit, reply, self.unit_status(unit))
         start_time = time.time()
         spec = {
             k: u.get(k)
@@ -622,10 +906,14 @@ class Agent:
         if spec["grace"] is None:
             spec["grace"] = 10.0
         try:
-            write_file(os.path.join(d, "spec.json"), dumps(spec))
-            pid = fork_supervisor(d, spec, start_time)
+            self.append(record("launched", unit=unit, start_time=start_time))
         except OSError as exc:
-            remove_dir(d)  # nothing started: the unit may be launched again
+            reply["error"] = f"cannot write {self.journal_path}: {exc.strerror}; check the spool's file system"
+            return reply
+        try:
+            pid = fork_supervisor(JournalRecorder(self.spool, unit, self.boot), spec, start_time)
+        except OSError as exc:
+            self.append(record("forgotten", units=[unit]))  # nothing started: it may be launched again
             reply["error"] = f"cannot start the supervisor: {exc}; the host may be out of resources"
             return reply
         self.children[pid] = unit
@@ -637,7 +925,7 @@ class Agent:
         state, start_time, result, _pid = status
         reply.update(status=state, start_time=start_time)
         if state == "finished":
-            reply["result"] = result
+            reply["result"] = self.reported(unit, result)
             self.emit_finished(unit, result)
         elif unit not in self.child_units:
             self.watched.add(unit)
@@ -649,13 +937,11 @@ class Agent:
             raise Refused(f"unknown signal {name!r}: use one of {', '.join(REQUEST_NAMES)}")
         if not isinstance(unit, str) or not UNIT_NAME.match(unit):
             raise Refused(f"bad unit name {unit!r}")
+        self.catch_up()
         status = self.unit_status(unit)
         if status is None or status[0] != "running":
             return {"found": False}
-        write_file(
-            os.path.join(self.unit_dir(unit), "kill_reason"),
-            str(req.get("reason") or "").encode("utf-8", "surrogateescape"),
-        )
+        self.append(record("kill_requested", unit=unit, reason=str(req.get("reason") or "")))
         signum = signal.SIGTERM if name == "TERM" else signal.SIGRTMIN + REQUEST_NAMES.index(name)
         try:
             os.kill(status[3], signum)
@@ -664,21 +950,20 @@ class Agent:
         return {"found": True}
 
     def op_list(self, req: dict) -> dict:
+        self.catch_up()
         units = []
-        for unit in sorted(os.listdir(self.spool)):
-            if not UNIT_NAME.match(unit):
-                continue  # .lock, temporary files
-            status = self.unit_status(unit)
-            if status is None:
-                continue
-            state, start_time, result, _pid = status
+        for unit in sorted(self.units):
+            state, start_time, result, _pid = self.unit_status(unit)
             if state == "running" and unit not in self.child_units:
                 self.watched.add(unit)
+            if result is not None:
+                self.reported(unit, result)
             units.append({"unit": unit, "status": state, "start_time": start_time, "result": result})
         return {"units": units}
 
     def op_forget(self, req: dict) -> dict:
-        replies = []
+        self.catch_up()
+        replies, gone = [], []
         for unit in req.get("units", []):
             reply = {"unit": unit, "ok": True, "error": None}
             if not isinstance(unit, str) or not UNIT_NAME.match(unit):
@@ -689,9 +974,12 @@ class Agent:
                     error=f"unit {unit} is still running: signal it and forget it after its finished event",
                 )
             else:
-                remove_dir(self.unit_dir(unit))
+                if unit in self.units and unit not in gone:
+                    gone.append(unit)
                 self.watched.discard(unit)
             replies.append(reply)
+        if gone:
+            self.append(record("forgotten", units=gone))
         return {"units": replies}
 
     # -- the loop
@@ -721,6 +1009,9 @@ class Agent:
         self.out.append(dumps(reply))
 
     def flush(self) -> None:
+        """Write this turn's lines, once every result they carry is on disk."""
+        if self.need_sync:
+            self.sync()
         data = b"".join(self.out)
         self.out.clear()
         while data:
@@ -755,6 +1046,7 @@ class Agent:
             if time.monotonic() >= next_watch:
                 self.poll_watched()
                 next_watch = time.monotonic() + WATCH_INTERVAL
+            self.maybe_compact()
             self.flush()
 
 
@@ -766,7 +1058,7 @@ def drain(fd: int) -> None:
         pass
 
 
-def fork_supervisor(unit_dir: str, spec: dict, start_time: float) -> int:
+def fork_supervisor(recorder: JournalRecorder, spec: dict, start_time: float) -> int:
     """Fork the unit's supervisor and return its pid. The child never returns from here.
 
     SUPERVISOR_SIGNALS are blocked across the fork and stay blocked in the child, which takes them
@@ -783,7 +1075,7 @@ def fork_supervisor(unit_dir: str, spec: dict, start_time: float) -> int:
         try:
             gc.disable()  # a short-lived copy: collections would only add copy-on-write faults
             signal.set_wakeup_fd(-1)  # the agent's wake-up pipe is not ours
-            become_supervisor(unit_dir, spec, start_time, detach=True)
+            become_supervisor(recorder, spec, start_time, detach=True)
             code = 0
         finally:
             os._exit(code)  # never return into the agent's loop
@@ -821,6 +1113,12 @@ def fatal(message: str) -> int:
     return 2
 
 
+USAGE = (
+    "usage: agent.py serve --spool DIR [--host-name NAME] [--lock-timeout SECONDS] [--journal-limit BYTES]\n"
+    "       agent.py exec UNIT_DIR"
+)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "exec":
         unit_dir = os.path.abspath(argv[1])
@@ -829,16 +1127,15 @@ def main(argv: list[str]) -> int:
             print(f"agent exec: no spec.json in {unit_dir}; the controller writes it", file=sys.stderr)
             return 2
         signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)
-        become_supervisor(unit_dir, spec, time.time(), detach=False)
+        become_supervisor(DirRecorder(unit_dir), spec, time.time(), detach=False)
         return 0
     opts = dict(zip(argv[1::2], argv[2::2]))
     if not argv or argv[0] != "serve" or "--spool" not in opts or len(argv) % 2 != 1:
-        print(
-            "usage: agent.py serve --spool DIR [--host-name NAME] [--lock-timeout SECONDS]\n"
-            "       agent.py exec SPOOL/UNIT",
-            file=sys.stderr,
-        )
+        print(USAGE, file=sys.stderr)
         return 2
+    # Jobs inherit the fds of their supervisor, a fork of this process, that are not close-on-exec:
+    # keep none but stdin, stdout and stderr (which every job gets replaced).
+    os.closerange(3, 1 << 20)
     spool = os.path.abspath(opts["--spool"])
     try:
         os.makedirs(spool, exist_ok=True)
@@ -846,7 +1143,12 @@ def main(argv: list[str]) -> int:
         return fatal(f"cannot create spool {spool}: {exc.strerror}; choose a writable directory")
     lock_fd = take_spool_lock(spool, float(opts.get("--lock-timeout", 10)))
     try:
-        Agent(spool, opts.get("--host-name") or os.uname().nodename).serve()
+        limit = int(opts.get("--journal-limit", JOURNAL_LIMIT))
+        agent = Agent(spool, opts.get("--host-name") or os.uname().nodename, limit)
+    except OSError as exc:
+        return fatal(f"cannot use the journal in spool {spool}: {exc}; check the spool's file system")
+    try:
+        agent.serve()
     except BrokenPipeError:
         pass  # the controller went away while we wrote: exit as on EOF
     os.close(lock_fd)

@@ -10,6 +10,9 @@ speaks to it through an AgentChannel over the child's stdin/stdout pipes. What i
   controller dies instead, the pipe closes all the same.
 - One agent per spool: a second LocalHost on the same spool waits for the first agent's lock
   (`lock_timeout`), then connect() raises HostUnreachable saying so.
+- The spool holds no file per unit, only the agent's `.lock` and `journal` (see agent.py):
+  supervisor_pids() reads the supervisors that still run from the journal, for clean-up in tests
+  and benchmarks.
 """
 
 from __future__ import annotations
@@ -21,10 +24,23 @@ import sys
 from pathlib import Path
 
 from xce_lite.errors import HostUnreachable
+from xce_lite.exec import agent
 from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel, AgentOps
 from xce_lite.exec.host import HostEvent, HostProbe
 
 AGENT_PATH = Path(__file__).with_name("agent.py")
+
+
+def supervisor_pids(spool_dir: str | os.PathLike) -> list[int]:
+    """The pids of the supervisors that SPOOL_DIR's journal records and that still run (checked
+    against their /proc start time and this boot), whatever their unit's state. Read-only: for
+    clean-up in tests and benchmarks; the agent itself is the only judge of a unit's state."""
+    boot = agent.boot_id()
+    return [
+        u.pid
+        for u in agent.read_journal(os.fspath(spool_dir)).values()
+        if u.pid is not None and u.boot == boot and agent.is_alive(u.pid, u.starttime)
+    ]
 
 
 class LocalHost(AgentOps):

@@ -1,31 +1,27 @@
 """The scheduler core: a pure function from a snapshot to decisions.
 
-No I/O, no clock, no SQL: frozen, picklable values in and out, so the call crosses a process pool and
-the simulator can run the very same function. The same snapshot gives the same decisions.
+No I/O, no clock, no SQL: frozen, picklable values in and out, so the call crosses a process
+boundary and the simulator can run the very same function. The same snapshot gives the same
+decisions.
 
-Policy (slots only for now; the resource language plugs in behind `_fit`): jobs are taken by queue
-priority (higher first), then submit order (job id). Each job goes to the first host, in snapshot
-order, with enough free slots for all its tasks (one host per job for now). A job that does not fit
-now pends with a reason; later, smaller jobs may still start (no reservation yet).
+Policy: jobs are taken by queue priority (higher first), then submit order (job id). Each job is
+placed by `placement.place` against what is still free in this session (its rules: task ranges,
+span, rusage, GPUs, select, same, order). A job that cannot start now pends with the full reason;
+later jobs may still start (no reservation yet: a large job can wait behind a stream of small ones).
+
+Sessions: within one session, a request shape (task range and -R) proven unplaceable is not
+searched again until a dispatch changes what is free; a cache hit returns the FULL reason of the
+attempt that proved it, never an empty one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from xce_lite.sched.placement import GPUS, HostView, JobRequest, place
+from xce_lite.sched.reasons import NOTHING, FrozenMap, Placement, Refusal
 
 HOST_OK = "ok"
-
-
-@dataclass(frozen=True)
-class HostState:
-    name: str
-    slots: int  # total
-    used: int  # held by dispatched and running jobs
-    state: str = HOST_OK  # ok | closed | unreachable
-
-    @property
-    def free(self) -> int:
-        return self.slots - self.used if self.state == HOST_OK else 0
 
 
 @dataclass(frozen=True)
@@ -33,27 +29,37 @@ class PendingJob:
     id: int
     user: str
     queue: str
-    slots: int
+    request: JobRequest  # the effective request; request.id == id
+
+    @property
+    def shape(self) -> tuple:
+        """What placement depends on: jobs of one shape succeed or fail alike against one state."""
+        return (self.request.min_tasks, self.request.max_tasks, self.request.resreq)
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    hosts: tuple[HostState, ...]
+    hosts: tuple[HostView, ...]  # free amounts: totals less what running jobs reserve
     jobs: tuple[PendingJob, ...]  # PEND jobs only; held ones are not candidates
     queue_priority: tuple[tuple[str, int], ...]  # (queue, priority)
+    shared_free: FrozenMap = NOTHING  # cluster-wide counters (licenses) still free
 
 
 @dataclass(frozen=True)
 class Dispatch:
     job_id: int
-    hosts: tuple[tuple[str, int], ...]  # (host, tasks)
+    placement: Placement
+
+    @property
+    def hosts(self) -> tuple[tuple[str, int], ...]:
+        return self.placement.hosts
 
 
 @dataclass(frozen=True)
 class Decisions:
     dispatches: tuple[Dispatch, ...]
     # Why the others wait, grouped: (reason, ids of the jobs it holds for), in first-seen order.
-    # Grouped because many jobs share a reason: it keeps the reply across the process pool small.
+    # Grouped because many jobs share a reason: it keeps the reply across processes small.
     waiting: tuple[tuple[str, tuple[int, ...]], ...]
     complete: bool  # False when the budget ran out before every job was examined
 
@@ -72,43 +78,44 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
     priority = dict(snapshot.queue_priority)
     # Timsort: the controller sends jobs in id order, so this is close to linear.
     order = sorted(snapshot.jobs, key=lambda j: (-priority.get(j.queue, 0), j.id))
-    free = {h.name: h.free for h in snapshot.hosts}
-    largest_total = max((h.slots for h in snapshot.hosts if h.state == HOST_OK), default=0)
+    hosts = list(snapshot.hosts)
+    shared = snapshot.shared_free
+    refused: dict[tuple, str] = {}  # shape -> reason; valid until a dispatch changes what is free
     dispatches: list[Dispatch] = []
     waiting: dict[str, list[int]] = {}
-    why_cache: dict[int, str] = {}  # slots -> reason; valid while `free` is unchanged
-    most_free = max(free.values(), default=0)
     complete = True
     for examined, job in enumerate(order):
         if examined >= budget:
             complete = False
             break
-        # Once every host is full (the usual state of a busy cluster) no search is needed.
-        host = _fit(job, snapshot.hosts, free) if job.slots <= most_free else None
-        if host is None:
-            reason = why_cache.get(job.slots)
-            if reason is None:
-                reason = why_cache[job.slots] = _why_not(job, free, largest_total)
-            waiting.setdefault(reason, []).append(job.id)
-            continue
-        free[host] -= job.slots
-        most_free = max(free.values())
-        why_cache.clear()
-        dispatches.append(Dispatch(job.id, ((host, job.slots),)))
+        reason = refused.get(job.shape)
+        if reason is None:
+            result = place(job.request, hosts, shared)
+            if isinstance(result, Refusal):
+                reason = refused[job.shape] = result.summary()
+            else:
+                hosts, shared = take(hosts, shared, result)
+                refused.clear()
+                dispatches.append(Dispatch(job.id, result))
+                continue
+        waiting.setdefault(reason, []).append(job.id)
     return Decisions(tuple(dispatches), tuple((r, tuple(ids)) for r, ids in waiting.items()), complete)
 
 
-def _fit(job: PendingJob, hosts: tuple[HostState, ...], free: dict[str, int]) -> str | None:
+def take(hosts: list[HostView], shared: FrozenMap, placement: Placement) -> tuple[list[HostView], FrozenMap]:
+    """The hosts and shared counters with `placement`'s reservations taken out of what is free."""
+    allocs = {a.host: a for a in placement.allocs}
+    updated = []
     for host in hosts:
-        if free[host.name] >= job.slots:
-            return host.name
-    return None
-
-
-def _why_not(job: PendingJob, free: dict[str, int], largest_total: int) -> str:
-    if largest_total == 0:
-        return "no host is open: every host is closed or unreachable"
-    if job.slots > largest_total:
-        return f"needs {job.slots} slots on one host; the largest open host has {largest_total}"
-    most = max(free.values(), default=0)
-    return f"not enough free slots: needs {job.slots}, at most {most} free on any host"
+        alloc = allocs.get(host.name)
+        if alloc is None:
+            updated.append(host)
+            continue
+        free = {name: amount - alloc.reserved.get(name, 0) for name, amount in host.free.items()}
+        gpu_free = tuple(i for i in host.gpu_free if i not in alloc.gpus)
+        if GPUS in free:
+            free[GPUS] = len(gpu_free)
+        updated.append(replace(host, free=free, gpu_free=gpu_free))
+    if placement.shared:
+        shared = FrozenMap({name: amount - placement.shared.get(name, 0) for name, amount in shared.items()})
+    return updated, shared

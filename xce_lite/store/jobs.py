@@ -20,7 +20,7 @@ from xce_lite.models import FINISHED_STATES, Job, JobSpec
 from xce_lite.store.db import connect, write
 
 _COLUMNS = ("id, user, queue, state, spec, submit_time, attempt, hosts, unit, start_time, end_time, "
-            "exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason")
+            "exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc")
 _FINISHED = tuple(sorted(FINISHED_STATES))
 
 
@@ -119,7 +119,7 @@ class JobStore:
                     moved.append(job_id)
         return moved
 
-    def dispatch(self, plans: Sequence[tuple[int, int, list, str]], now: float) -> list[int]:
+    def dispatch(self, plans: Sequence[tuple], now: float) -> list[int]:
         """Record intent before acting: (job id, attempt, [[host, tasks]], unit) -> DISP."""
         with self._write() as con:
             return _dispatch(con, plans, now)
@@ -135,7 +135,7 @@ class JobStore:
             return _finish(con, [(f, event) for f in items], now)
 
     def record_tick(self, finishes: Sequence[tuple[Finish, str]], started: Sequence[tuple[int, float]],
-                    plans: Sequence[tuple[int, int, list, str]], reasons: dict[int, str | None],
+                    plans: Sequence[tuple], reasons: dict[int, str | None],
                     now: float) -> TickRecord:
         """Everything one controller tick learned and decided, in ONE durable transaction.
 
@@ -196,17 +196,25 @@ class JobStore:
                                       (job_id,))
         return [(time, kind, json.loads(data) if data else None) for time, kind, data in rows]
 
+    def counts_by_queue(self) -> dict[tuple[str, str], int]:
+        """(queue, state) -> number of unfinished jobs."""
+        rows = self._reader().execute(
+            "SELECT queue, state, count(*) FROM jobs WHERE state NOT IN (?, ?) GROUP BY queue, state", _FINISHED)
+        return {(queue, state): n for queue, state, n in rows}
+
     def integrity(self) -> str:
         return self._reader().execute("PRAGMA quick_check").get
 
 
-def _dispatch(con: apsw.Connection, plans: Sequence[tuple[int, int, list, str]], now: float) -> list[int]:
+def _dispatch(con: apsw.Connection, plans: Sequence[tuple], now: float) -> list[int]:
+    """Plans are (job id, attempt, [[host, tasks]], unit[, alloc]): alloc as in Job.alloc."""
     moved = []
-    for job_id, attempt, hosts, unit in plans:
+    for job_id, attempt, hosts, unit, *rest in plans:
+        alloc = json.dumps(rest[0], ensure_ascii=True) if rest and rest[0] is not None else None
         con.execute(
-            "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, pend_reason = NULL "
+            "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, alloc = ?, pend_reason = NULL "
             "WHERE id = ? AND state = 'PEND'",
-            (attempt, json.dumps(hosts), unit, job_id),
+            (attempt, json.dumps(hosts), unit, alloc, job_id),
         )
         if con.changes() == 1:
             _event(con, job_id, now, "dispatched", {"attempt": attempt, "hosts": hosts, "unit": unit})
@@ -255,11 +263,12 @@ def _event(con: apsw.Connection, job_id: int, now: float, kind: str, data: dict 
 
 def _job(row: tuple) -> Job:
     (job_id, user, queue, state, spec, submit_time, attempt, hosts, unit, start_time, end_time,
-     exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason) = row
+     exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc) = row
     return Job(
         id=job_id, user=user, queue=queue, state=state, spec=JobSpec.from_json(spec),
         submit_time=submit_time, attempt=attempt,
         hosts=tuple((h, n) for h, n in json.loads(hosts)) if hosts else (),
         unit=unit, start_time=start_time, end_time=end_time, exit_code=exit_code, exit_signal=exit_signal,
         cpu_time=cpu_time, max_rss=max_rss, reason=reason, pend_reason=pend_reason,
+        alloc=json.loads(alloc) if alloc else None,
     )

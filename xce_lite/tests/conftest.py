@@ -20,3 +20,6 @@ def idle_cluster():
 def cluster(idle_cluster: Cluster):
     idle_cluster.start()
     return idle_cluster
+
+
+pytest_plugins = ["xce_lite.tests.testhosts_fixture"]

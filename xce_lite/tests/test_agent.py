@@ -10,6 +10,7 @@ import ast
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,17 +33,23 @@ WAIT_JOB = (
 
 
 class RawAgent:
-    """`agent.py serve` as a child process; request() sends one line and returns its reply."""
+    """`agent.py serve` as a child process; request() sends one line and returns its reply.
 
-    def __init__(self, spool: Path, *extra: str):
+    `on_event`, if set, is called with each event as it is read, before it is listed in `events`.
+    `prefix` goes before the command (e.g. strace), `pass_fds` are fds the agent inherits.
+    """
+
+    def __init__(self, spool: Path, *extra: str, prefix: tuple[str, ...] = (), pass_fds: tuple[int, ...] = ()):
         self.spool = spool
         self.stderr = open(spool.parent / "agent.stderr", "ab")
+        self.on_event = None
         self.proc = subprocess.Popen(
-            [PY, "-S", "-E", str(AGENT), "serve", "--spool", str(spool), *extra],
+            [*prefix, PY, "-S", "-E", str(AGENT), "serve", "--spool", str(spool), *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
         self.replies: queue.Queue = queue.Queue()
         self.events: list[dict] = []
@@ -54,7 +61,12 @@ class RawAgent:
     def _read(self) -> None:
         for line in iter(self.proc.stdout.readline, b""):
             msg = json.loads(line)
-            (self.replies.put if "id" in msg else self.events.append)(msg)
+            if "id" in msg:
+                self.replies.put(msg)
+                continue
+            if self.on_event is not None:
+                self.on_event(msg)
+            self.events.append(msg)
         self.eof.set()
 
     def request(self, op: str, **fields) -> dict:
@@ -92,20 +104,55 @@ class RawAgent:
         return code
 
 
+def journal(spool: Path) -> dict[str, dict]:
+    """SPOOL/journal folded per unit, read here without agent.py's code: for each unit from its
+    `launched` record to its `forgotten` one, its start time, its `started` fields and its first
+    result. Unreadable lines (a torn record, one being written) are skipped."""
+    units: dict[str, dict] = {}
+    try:
+        data = (spool / "journal").read_bytes()
+    except FileNotFoundError:
+        return units
+    for line in data.split(b"\n"):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        event = rec.get("event")
+        if event == "launched":
+            fields = {"pid": None, "job": None, "kill": None, "result": None}
+            units[rec["unit"]] = {"start_time": rec["start_time"], **fields}
+        elif event == "forgotten":
+            for name in rec["units"]:
+                units.pop(name, None)
+        elif rec.get("unit") in units:
+            unit = units[rec["unit"]]
+            if event == "started":
+                unit.update(pid=rec["pid"], starttime=rec["starttime"], boot=rec["boot"], job=rec["job"])
+            elif event == "kill_requested":
+                unit["kill"] = rec["reason"]
+            elif event == "finished" and unit["result"] is None:
+                unit["result"] = rec["result"]
+    return units
+
+
+def journal_result(spool: Path, unit: str) -> dict | None:
+    """The unit's result as the journal holds it, or None."""
+    return journal(spool).get(unit, {}).get("result")
+
+
 def kill_leftovers(spool: Path) -> None:
     """Kill any job and supervisor still running from `spool` (pids checked against /proc)."""
-    if not spool.is_dir():
-        return
-    for unit_dir in spool.iterdir():
-        try:
-            lines = (unit_dir / "supervisor.pid").read_text().splitlines()
-        except OSError:
+    for unit in journal(spool).values():
+        supervisor, job = unit["pid"], unit["job"]
+        if supervisor is None:
             continue
-        supervisor, start = lines[0].split()[:2]
-        if len(lines) > 1 and proc_field(int(lines[1]), 3) == supervisor:  # the job's session
-            os.killpg(int(lines[1]), signal.SIGKILL)
-        if proc_field(int(supervisor), 19) == start:
-            os.kill(int(supervisor), signal.SIGKILL)
+        if job is not None and proc_field(job, 3) == str(supervisor):  # the job's session
+            os.killpg(job, signal.SIGKILL)
+        if proc_field(supervisor, 19) == str(unit["starttime"]):
+            os.kill(supervisor, signal.SIGKILL)
 
 
 def proc_field(pid: int, index: int) -> str | None:
@@ -119,11 +166,12 @@ def proc_field(pid: int, index: int) -> str | None:
 
 def job_pid(spool: Path, unit: str) -> int:
     """The pid of the unit's job, once its supervisor has recorded it."""
-    path = spool / unit / "supervisor.pid"
-    wait_until(
-        lambda: path.exists() and len(path.read_text().splitlines()) == 2, 10, f"the job pid in {path}"
-    )
-    return int(path.read_text().splitlines()[1])
+    return wait_until(lambda: journal(spool).get(unit, {}).get("job"), 10, f"the job pid of {unit}")
+
+
+def supervisor_pid(spool: Path, unit: str) -> int:
+    """The pid of the unit's supervisor, once it has recorded itself."""
+    return wait_until(lambda: journal(spool).get(unit, {}).get("pid"), 10, f"the supervisor pid of {unit}")
 
 
 @pytest.fixture
@@ -137,8 +185,8 @@ def spool(tmp_path):
 def agents(spool):
     started: list[RawAgent] = []
 
-    def start(*extra: str) -> RawAgent:
-        started.append(RawAgent(spool, *extra))
+    def start(*extra: str, **kw) -> RawAgent:
+        started.append(RawAgent(spool, *extra, **kw))
         return started[-1]
 
     yield start
@@ -403,7 +451,7 @@ def test_refused_launches_say_why(agent, tmp_path):
     assert "bad unit name" in replies[2]["error"]
     assert "env names" in replies[3]["error"]
     assert "stdout must be an absolute path" in replies[4]["error"]
-    assert not (agent.spool / "nocwd").exists() and not (tmp_path / "escape").exists()
+    assert journal(agent.spool) == {} and not (tmp_path / "escape").exists()
 
 
 def test_jobs_survive_agent_kill_and_a_new_agent_adopts_them(agents, spool, tmp_path):
@@ -417,7 +465,7 @@ def test_jobs_survive_agent_kill_and_a_new_agent_adopts_them(agents, spool, tmp_
     first.proc.kill()
     first.close()
     (tmp_path / "go-early").touch()
-    wait_until(lambda: (spool / "early" / "result.json").exists(), 10, "early's result with no agent")
+    wait_until(lambda: journal_result(spool, "early"), 10, "early's result with no agent")
     assert proc_field(pids["late"], 0) is not None, "a job died with its agent"
 
     second = agents()
@@ -437,7 +485,7 @@ def test_killed_supervisor_is_reported_lost(agents, spool, tmp_path):
     pid = job_pid(spool, "orphan")
     first.proc.kill()  # so that the new agent, not a parent, finds the dead supervisor
     first.close()
-    supervisor = int((spool / "orphan" / "supervisor.pid").read_text().split()[0])
+    supervisor = supervisor_pid(spool, "orphan")
     os.kill(supervisor, signal.SIGKILL)
     wait_until(lambda: proc_field(supervisor, 0) in (None, "Z"), 5, "the supervisor to die")
     second = agents()
@@ -451,7 +499,7 @@ def test_killed_supervisor_is_reported_lost(agents, spool, tmp_path):
 def test_supervisor_killed_under_its_agent_sends_finished(agent, tmp_path):
     agent.launch(unit("lost", py(WAIT_JOB, str(tmp_path / "never")), tmp_path))
     job_pid(agent.spool, "lost")
-    supervisor = int((agent.spool / "lost" / "supervisor.pid").read_text().split()[0])
+    supervisor = supervisor_pid(agent.spool, "lost")
     os.kill(supervisor, signal.SIGKILL)
     assert agent.finished("lost")["reason"].startswith("supervisor lost")
 
@@ -464,8 +512,8 @@ def test_agent_exits_on_eof_and_the_job_goes_on(agent, spool, tmp_path):
     assert agent.eof.wait(5), "the agent's stdout stayed open: a supervisor kept the pipe"
     assert proc_field(pid, 0) not in (None, "Z")
     (tmp_path / "go").touch()
-    wait_until(lambda: (spool / "keep" / "result.json").exists(), 10, "the result of the orphaned job")
-    assert json.loads((spool / "keep" / "result.json").read_text())["exit_code"] == 7
+    result = wait_until(lambda: journal_result(spool, "keep"), 10, "the result of the orphaned job")
+    assert result["exit_code"] == 7
 
 
 def test_forget_removes_finished_units_and_refuses_running_ones(agent, spool, tmp_path):
@@ -475,7 +523,7 @@ def test_forget_removes_finished_units_and_refuses_running_ones(agent, spool, tm
     by_unit = {u["unit"]: u for u in reply["units"]}
     assert by_unit["done"]["ok"] and by_unit["never-was"]["ok"]
     assert not by_unit["busy"]["ok"] and "still running" in by_unit["busy"]["error"]
-    assert not (spool / "done").exists() and (spool / "busy").exists()
+    assert list(journal(spool)) == ["busy"]
     assert [u["unit"] for u in agent.request("list")["units"]] == ["busy"]
     (tmp_path / "go").touch()
     agent.finished("busy")
@@ -500,3 +548,190 @@ def test_exec_mode_supervises_a_prepared_unit_dir(tmp_path):
     assert done.returncode == 0
     result = json.loads((unit_dir / "result.json").read_text())
     assert result["exit_code"] == 5 and (tmp_path / "by-hand.out").read_text() == "hi\n"
+
+
+# ---------------------------------------------------------------- the journal
+
+
+def strace_works() -> bool:
+    if shutil.which("strace") is None:
+        return False
+    return subprocess.run(["strace", "-qq", "-o", os.devnull, "true"], check=False).returncode == 0
+
+
+def counted(counter: Path, *wait_args: str) -> list[str]:
+    """A job that appends a line to `counter` when it runs, then behaves as WAIT_JOB."""
+    return py(f"open({str(counter)!r}, 'a').write('ran\\n')\n" + WAIT_JOB, *wait_args)
+
+
+def test_the_spool_holds_no_file_per_unit(agent, spool, tmp_path):
+    agent.launch(*(unit(f"n{i}", ["true"], tmp_path) for i in range(20)))
+    for i in range(20):
+        agent.finished(f"n{i}")
+    assert sorted(p.name for p in spool.iterdir()) == [".lock", "journal"]
+    assert sorted(journal(spool)) == sorted(f"n{i}" for i in range(20))
+
+
+def test_the_result_is_in_the_journal_when_the_finished_event_is_sent(agent, spool, tmp_path):
+    seen = {}
+    agent.on_event = lambda event: seen.setdefault(event["unit"], journal_result(spool, event["unit"]))
+    agent.launch(*(unit(f"r{i}", py(f"raise SystemExit({i})"), tmp_path) for i in range(5)))
+    for i in range(5):
+        assert agent.finished(f"r{i}")["exit_code"] == i
+        assert seen[f"r{i}"] == agent.finished(f"r{i}")
+
+
+@pytest.mark.skipif(not strace_works(), reason="needs a working strace")
+def test_the_result_is_fdatasynced_before_the_finished_event_is_written(agents, spool, tmp_path):
+    log = tmp_path / "strace.log"
+    agent = agents(prefix=("strace", "-f", "-qq", "-s", "300", "-e", "trace=write,fdatasync", "-o", str(log)))
+    agent.launch(unit("synced", py("raise SystemExit(9)"), tmp_path))
+    assert agent.finished("synced")["exit_code"] == 9
+    lines = log.read_text().splitlines()
+    event = next(i for i, line in enumerate(lines) if "write(1," in line and '\\"event\\":\\"finished\\"' in line)
+    record = next(i for i, line in enumerate(lines) if '\\"event\\":\\"finished\\",\\"unit\\":\\"synced\\"' in line)
+    synced = [i for i, line in enumerate(lines) if "fdatasync" in line and line.endswith("= 0")]
+    assert any(record < i < event for i in synced), "the record was not fdatasynced before the event was sent"
+
+
+def test_a_finished_unit_survives_a_reboot_and_is_never_run_again(agents, spool, tmp_path):
+    counter = tmp_path / "count"
+    first = agents()
+    first.launch(unit("done", counted(counter, str(tmp_path / "go")), tmp_path))
+    (tmp_path / "go").touch()
+    assert first.finished("done")["exit_code"] == 0
+    first.launch(unit("cut", counted(counter, str(tmp_path / "never")), tmp_path))
+    job, supervisor = job_pid(spool, "cut"), supervisor_pid(spool, "cut")
+    wait_until(lambda: counter.read_text() == "ran\nran\n", 10, "the second job to run")
+    # The power goes out: every process dies, and the next boot has another boot id.
+    first.proc.kill()
+    first.close()
+    os.kill(supervisor, signal.SIGKILL)
+    os.killpg(job, signal.SIGKILL)
+    wait_until(lambda: proc_field(job, 0) in (None, "Z"), 5, "the job to die")
+    boot = journal(spool)["cut"]["boot"]
+    path = spool / "journal"
+    path.write_text(path.read_text().replace(boot, "00000000-0000-0000-0000-000000000000"))
+
+    second = agents()
+    listed = {u["unit"]: u for u in second.request("list")["units"]}
+    assert listed["done"]["status"] == "finished" and listed["done"]["result"]["exit_code"] == 0
+    assert listed["cut"]["status"] == "finished" and listed["cut"]["result"]["exit_code"] is None
+    assert listed["cut"]["result"]["reason"].startswith("supervisor lost: the host restarted")
+    again = second.launch(unit("done", counted(counter), tmp_path), unit("cut", counted(counter), tmp_path))
+    assert [r["status"] for r in again] == ["finished", "finished"]
+    assert again[0]["result"] == listed["done"]["result"] and again[1]["result"] == listed["cut"]["result"]
+    assert counter.read_text() == "ran\nran\n"  # each ran once, before the "reboot"
+
+
+def test_a_unit_launched_but_never_started_is_lost_not_started(agents, spool, tmp_path):
+    spool.mkdir()
+    (spool / "journal").write_bytes(b'\n{"event":"launched","unit":"ghost","start_time":1.5}\n')
+    agent = agents()
+    [reply] = agent.launch(unit("ghost", counted(tmp_path / "count"), tmp_path))
+    assert reply["status"] == "finished" and reply["start_time"] == 1.5
+    assert reply["result"]["exit_code"] is None and reply["result"]["reason"].startswith("supervisor lost")
+    assert journal_result(spool, "ghost") == reply["result"]
+    assert not (tmp_path / "count").exists()
+
+
+def test_torn_and_foreign_lines_in_the_journal_are_skipped(agents, spool, tmp_path):
+    spool.mkdir()
+    (spool / "journal").write_bytes(
+        b'\n{"event":"journal","version":1}\n'
+        b'\n{"event":"launched","unit":"old","start_time":2.0}\n'
+        b"\nnot json at all\n"
+        b'\n{"event":"finished","unit":"old","result":{"exit_code":0,"signal":null,"start_time":2.0,'
+        b'"end_time":3.0,"cpu_time":0.0,"max_rss":0,"reason":null}}\n'
+        b'\n["a list"]\n\n{"event":"mystery","unit":"old"}\n'
+        b'\n{"event":"finished","unit":"old","res'  # torn: a writer died in mid-record
+    )
+    agent = agents()
+    agent.launch(unit("new", py("raise SystemExit(4)"), tmp_path))
+    assert agent.finished("new")["exit_code"] == 4
+    listed = {u["unit"]: u for u in agent.request("list")["units"]}
+    assert sorted(listed) == ["new", "old"] and listed["old"]["result"]["end_time"] == 3.0
+    assert listed["new"]["result"]["exit_code"] == 4
+
+
+def test_compaction_keeps_the_live_units_and_their_supervisors_write_to_the_new_file(agents, spool, tmp_path):
+    counter = tmp_path / "count"
+    first = agents("--journal-limit", "3000")
+    first.launch(unit("long", counted(counter, str(tmp_path / "go"), "6"), tmp_path))
+    job_pid(spool, "long")
+    assert first.request("signal", unit="long", signal="STOP", reason="stopped")["found"]
+    assert first.request("signal", unit="long", signal="CONT", reason="kept across compactions")["found"]
+    inodes = {(spool / "journal").stat().st_ino}
+    for batch in range(6):
+        names = [f"b{batch}-{i}" for i in range(10)]
+        first.launch(*(unit(name, ["true"], tmp_path) for name in names))
+        for name in names:
+            first.finished(name)
+        assert all(u["ok"] for u in first.request("forget", units=names)["units"])
+        inodes.add((spool / "journal").stat().st_ino)
+    assert len(inodes) > 1, "the journal was never compacted"
+    assert (spool / "journal").stat().st_size < 12000  # 60 units' records alone take ~35 kB
+    assert not (spool / "journal.new").exists()
+    kept = journal(spool)
+    assert list(kept) == ["long"] and kept["long"]["kill"] == "kept across compactions"
+    first.close()
+
+    second = agents("--journal-limit", "3000")
+    [listed] = second.request("list")["units"]
+    assert listed["unit"] == "long" and listed["status"] == "running"
+    (tmp_path / "go").touch()
+    assert second.finished("long")["exit_code"] == 6  # appended to the compacted journal
+    assert journal_result(spool, "long")["exit_code"] == 6
+    assert counter.read_text() == "ran\n"
+
+
+def test_a_forgotten_unit_runs_again_and_its_old_kill_reason_is_not_reused(agent, spool, tmp_path):
+    counter = tmp_path / "count"
+    agent.launch(unit("again", counted(counter, str(tmp_path / "never")), tmp_path))
+    wait_until(lambda: counter.exists(), 10, "the job to run")
+    assert agent.request("signal", unit="again", signal="TERM", reason="first time")["found"]
+    assert agent.finished("again")["reason"] == "first time"
+    agent.request("forget", units=["again"])
+    agent.events.clear()
+    [reply] = agent.launch(unit("again", counted(counter, str(tmp_path / "never")), tmp_path))
+    assert reply["status"] == "started"
+    wait_until(lambda: counter.read_text() == "ran\nran\n", 10, "the job to run again")
+    os.kill(supervisor_pid(spool, "again"), signal.SIGTERM)  # an admin's kill: no reason recorded
+    assert agent.finished("again")["reason"] == "killed"
+    assert counter.read_text() == "ran\nran\n"
+
+
+def test_jobs_inherit_no_fd_of_the_agent(agents, tmp_path):
+    leak_r, leak_w = os.pipe()
+    try:
+        agent = agents(pass_fds=(leak_r, leak_w))
+        code = "import os; print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))"
+        agent.launch(unit("fds", py(code), tmp_path))
+        agent.finished("fds")
+    finally:
+        os.close(leak_r)
+        os.close(leak_w)
+    assert (tmp_path / "fds.out").read_text() == "[0, 1, 2, 3]\n"  # 3: the listing's own fd
+
+
+def test_a_result_not_known_durable_is_fdatasynced_by_the_agent_before_it_goes_out(tmp_path, monkeypatch):
+    """In process: a result appended without fdatasync by a supervisor the agent did not fork (one
+    that died between its write and its fdatasync, say) makes the agent sync before it writes."""
+    from xce_lite.exec import agent as agent_py
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    agent = agent_py.Agent(str(spool), "h")
+    agent.append(agent_py.record("launched", unit="x", start_time=1.0))
+    result = {"exit_code": 0, "signal": None, "start_time": 1.0, "end_time": 2.0, "cpu_time": 0, "max_rss": 0}
+    agent_py.append_shared(agent.journal_path, agent_py.record("finished", unit="x", result=result), sync=False)
+    synced = []
+    monkeypatch.setattr(agent_py.os, "fdatasync", synced.append)
+    monkeypatch.setattr(agent_py.os, "write", lambda fd, data: synced.append(("write", fd)) or len(data))
+    assert agent.op_list({})["units"][0]["result"] == result
+    agent.out.append(b"the reply\n")
+    agent.flush()
+    assert synced == [agent.jfd, ("write", 1)]
+    agent.reported("x", result)  # now known durable: no second sync
+    agent.flush()
+    assert synced == [agent.jfd, ("write", 1)]

@@ -101,8 +101,11 @@ def test_pending_job_shows_why_it_waits(cluster: Cluster):
     from xce_lite.tests.waiting import wait_until
 
     wait_until(lambda: cluster.job(waiting)["pend_reason"], 10, "a pend reason")
-    assert "not enough free slots" in cluster.job(waiting)["pend_reason"]
-    assert "Pending: not enough free slots" in cluster.ok("jobs", "-l", str(waiting))
+    assert cluster.job(waiting)["pend_reason"] == "local: slots needed 1, free 0"
+    assert "Pending: local: slots needed 1, free 0" in cluster.ok("jobs", "-l", str(waiting))
+    assert "local: slots needed 1, free 0" in cluster.ok("jobs", "-p")
+    why = cluster.ok("why", str(waiting))
+    assert f"Job <{waiting}> PEND: local: slots needed 1, free 0" in why
     cluster.ok("kill", *map(str, blockers))
     assert cluster.xce("wait", str(waiting)).returncode == 0
 

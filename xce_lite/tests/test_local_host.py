@@ -14,8 +14,8 @@ import pytest
 from xce_lite.errors import ExecError, HostUnreachable, LaunchRejected
 from xce_lite.exec.channel import AgentChannel
 from xce_lite.exec.host import HostLost, JobResult, LaunchRequest, UnitFinished, UnitsLaunched
-from xce_lite.exec.local import LocalHost
-from xce_lite.tests.test_agent import WAIT_JOB, kill_leftovers, proc_field
+from xce_lite.exec.local import LocalHost, supervisor_pids
+from xce_lite.tests.test_agent import WAIT_JOB, journal, journal_result, kill_leftovers, proc_field
 from xce_lite.tests.waiting import wait_until
 
 
@@ -135,10 +135,22 @@ def test_agent_killed_reports_host_lost_once_and_requests_fail(hosts, spool, tmp
         host.list_units()
     assert events.empty()
     (tmp_path / "go-survivor").touch()
-    wait_until(lambda: (spool / "survivor" / "result.json").exists(), 10, "the job to end without agent")
+    wait_until(lambda: journal_result(spool, "survivor"), 10, "the job to end without agent")
     again, _ = hosts()
     [info] = again.list_units()
     assert info.status == "finished" and info.result.exit_code == 2
+
+
+def test_supervisor_pids_lists_the_supervisors_that_still_run(hosts, spool, tmp_path):
+    host, events = hosts()
+    host.launch([waiter(tmp_path, "a"), waiter(tmp_path, "b")])
+    pids = wait_until(lambda: len(supervisor_pids(spool)) == 2 and supervisor_pids(spool), 10, "two supervisors")
+    assert all(proc_field(pid, 0) not in (None, "Z") for pid in pids)
+    (tmp_path / "go-a").touch()
+    (tmp_path / "go-b").touch()
+    assert {next_event(events).unit, next_event(events).unit} == {"a", "b"}
+    wait_until(lambda: supervisor_pids(spool) == [], 10, "no supervisor left")
+    assert supervisor_pids(tmp_path / "no-spool") == []
 
 
 def test_second_host_on_a_busy_spool_is_unreachable_with_why(hosts, spool):
@@ -271,4 +283,4 @@ def test_forget_without_waiting_drops_the_unit(tmp_path, hosts, spool):
     host.launch([request(tmp_path, "gone-1", ["true"])])
     assert isinstance(next_event(events), UnitFinished)
     host.forget(["gone-1"], wait=False)
-    wait_until(lambda: not (spool / "gone-1").exists(), 10, "the unit's directory to go")
+    wait_until(lambda: "gone-1" not in journal(spool), 10, "the unit to be forgotten in the journal")

@@ -9,11 +9,20 @@ import signal
 
 import pytest
 
-from xce_lite.sched.core import HostState, PendingJob, Snapshot, schedule
+from xce_lite.sched.core import PendingJob, Snapshot, schedule
+from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched_process import PendingSet, SchedulerProcess
 from xce_lite.tests.waiting import wait_until
 
 PRIORITIES = (("normal", 30), ("high", 50))
+
+
+def host(name: str, slots: int, used: int = 0) -> HostView:
+    return HostView(name, "ok", {"slots": slots}, {"slots": slots - used})
+
+
+def job(job_id: int, queue: str = "normal", slots: int = 1) -> PendingJob:
+    return PendingJob(job_id, "u", queue, JobRequest(job_id, slots))
 
 
 @pytest.fixture
@@ -36,11 +45,11 @@ def test_changes_give_the_same_decisions_as_the_whole_snapshot(worker):
     next_id = 1
     for _round in range(60):
         for _ in range(rng.randrange(0, 6)):
-            pending.add(PendingJob(next_id, "u", rng.choice(["normal", "high"]), rng.randrange(1, 4)))
+            pending.add(job(next_id, rng.choice(["normal", "high"]), rng.randrange(1, 4)))
             next_id += 1
         for job_id in rng.sample(list(pending), k=min(len(pending), rng.randrange(0, 3))):
             pending.discard(job_id)
-        hosts = (HostState("h1", 4, rng.randrange(0, 5)), HostState("h2", 2, rng.randrange(0, 3)))
+        hosts = (host("h1", 4, rng.randrange(0, 5)), host("h2", 2, rng.randrange(0, 3)))
         expected = schedule(Snapshot(hosts, tuple(pending.values()), PRIORITIES))
         assert _session(worker, pending, hosts) == expected
 
@@ -48,10 +57,10 @@ def test_changes_give_the_same_decisions_as_the_whole_snapshot(worker):
 def test_a_change_the_worker_missed_is_caught_by_the_checksum_and_resent(worker):
     pending = PendingSet()
     for job_id in (1, 2, 3):
-        pending.add(PendingJob(job_id, "u", "normal", 1))
-    hosts = (HostState("h1", 8, 0),)
+        pending.add(job(job_id))
+    hosts = (host("h1", 8),)
     assert _session(worker, pending, hosts) is not None
-    pending.add(PendingJob(4, "u", "normal", 1))
+    pending.add(job(4))
     pending.take_changes(full=False)  # lost on the way: the worker never hears of job 4
     assert _session(worker, pending, hosts) is None  # out of step: said so, decided nothing
     decisions = _session(worker, pending, hosts)  # the next session sends everything
@@ -60,8 +69,8 @@ def test_a_change_the_worker_missed_is_caught_by_the_checksum_and_resent(worker)
 
 def test_a_dead_worker_is_replaced(worker):
     pending = PendingSet()
-    pending.add(PendingJob(1, "u", "normal", 1))
-    hosts = (HostState("h1", 1, 0),)
+    pending.add(job(1))
+    hosts = (host("h1", 1),)
     assert _session(worker, pending, hosts) is not None
     pid = worker._proc.pid
     os.kill(pid, signal.SIGKILL)
@@ -73,8 +82,8 @@ def test_a_dead_worker_is_replaced(worker):
 
 def test_pending_set_reports_changes_once():
     pending = PendingSet()
-    pending.add(PendingJob(1, "u", "normal", 1))
-    pending.add(PendingJob(2, "u", "normal", 1))
+    pending.add(job(1))
+    pending.add(job(2))
     added, removed, checksum = pending.take_changes(full=False)
     assert [j.id for j in added] == [1, 2] and removed == () and checksum[0] == 2
     pending.discard(1)

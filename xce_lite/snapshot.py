@@ -1,0 +1,108 @@
+"""Building the scheduler's values from the configuration and the jobs: host totals, what running
+jobs hold, what is free, and each job's effective request.
+
+Pure functions over plain values (no store, no clock), shared by the controller's tick, its submit
+checks and `xce why`, so all three see a job and a host the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from xce_lite.config import ClusterConfig
+from xce_lite.errors import SpecError
+from xce_lite.sched import resreq as rr
+from xce_lite.sched.placement import GPUS, SLOTS, HostView, JobRequest
+from xce_lite.sched.reasons import NOTHING, FrozenMap, HostAlloc, Placement
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one dispatched or running job holds: per host allocations and shared counters."""
+
+    allocs: tuple[HostAlloc, ...]
+    shared: FrozenMap = NOTHING
+
+    @property
+    def hosts(self) -> tuple[tuple[str, int], ...]:
+        return tuple((a.host, a.tasks) for a in self.allocs)
+
+    def to_json(self) -> dict:
+        return {"allocs": [[a.host, a.tasks, dict(a.reserved), list(a.gpus)] for a in self.allocs],
+                "shared": dict(self.shared)}
+
+    @classmethod
+    def from_json(cls, data: dict | None, hosts: Iterable[tuple[str, int]]) -> Holding:
+        """From a stored alloc; a job stored before allocs were (schema 1) held only its slots."""
+        if not data:
+            return cls(tuple(HostAlloc(h, n, FrozenMap({SLOTS: n})) for h, n in hosts))
+        allocs = tuple(HostAlloc(h, n, FrozenMap(reserved), tuple(gpus)) for h, n, reserved, gpus in data["allocs"])
+        return cls(allocs, FrozenMap(data.get("shared") or {}))
+
+    @classmethod
+    def of(cls, placement: Placement) -> Holding:
+        return cls(placement.allocs, placement.shared)
+
+
+def host_totals(config: ClusterConfig) -> tuple[HostView, ...]:
+    """Every configured host, open and empty: totals in base units, attributes and tags."""
+    views = []
+    for h in config.hosts:
+        total = {SLOTS: h.slots, "mem": h.mem, GPUS: h.gpus}
+        for name, amount in h.resources.items():
+            total[name] = config.resource_amount(name, amount, f"host {h.name}")
+        attrs = {"type": h.type, **h.attrs}
+        views.append(HostView(h.name, "ok", total, None, tuple(range(h.gpus)), attrs, frozenset(h.tags)))
+    return tuple(views)
+
+
+def hosts_now(totals: tuple[HostView, ...], states: dict[str, str],
+              holdings: Iterable[Holding]) -> tuple[HostView, ...]:
+    """The hosts as the scheduler sees them: each state, and totals less what `holdings` reserve."""
+    used: dict[str, dict[str, float]] = {h.name: {} for h in totals}
+    gpus_used: dict[str, set[int]] = {h.name: set() for h in totals}
+    for holding in holdings:
+        for alloc in holding.allocs:
+            if alloc.host not in used:
+                continue  # a host removed from the config while a job still held it
+            for name, amount in alloc.reserved.items():
+                used[alloc.host][name] = used[alloc.host].get(name, 0) + amount
+            gpus_used[alloc.host].update(alloc.gpus)
+    views = []
+    for host in totals:
+        free = {name: total - used[host.name].get(name, 0) for name, total in host.total.items()}
+        gpu_free = tuple(i for i in host.gpu_free if i not in gpus_used[host.name])
+        free[GPUS] = len(gpu_free)
+        views.append(HostView(host.name, states.get(host.name, "unreachable"), host.total, free, gpu_free,
+                              host.attrs, host.tags))
+    return tuple(views)
+
+
+def shared_free(config: ClusterConfig, holdings: Iterable[Holding]) -> FrozenMap:
+    free = dict(config.shared)
+    for holding in holdings:
+        for name, amount in holding.shared.items():
+            free[name] = free.get(name, 0) - amount
+    return FrozenMap(free)
+
+
+@lru_cache(maxsize=4096)
+def parse_resreq(texts: tuple[str, ...]) -> rr.ResReq:
+    """The `-R` strings of a job, parsed and combined; cached, so identical requests share one value
+    (10,000 jobs of one shape hold one ResReq, and cross to the scheduler process once)."""
+    parsed = [rr.parse(text) for text in texts]
+    if not parsed:
+        return rr.ResReq()
+    return parsed[0] if len(parsed) == 1 else rr.combine(parsed)
+
+
+def job_request(job_id: int, min_tasks: int, max_tasks: int | None, resreq: tuple[str, ...]) -> JobRequest:
+    """The job's effective request; SpecError (with the column) for a malformed -R."""
+    try:
+        return JobRequest(job_id, min_tasks, max_tasks, parse_resreq(resreq))
+    except SpecError:
+        raise
+    except ValueError as err:  # a value the parser let through that the types refuse
+        raise SpecError(f"-R: {err}") from None
