@@ -203,12 +203,14 @@ def _size(_ctx, _param, value: str | None) -> int | None:
               help="Start from an empty environment instead of a copy of this one.")
 @click.option("-W", "run_limit", callback=_duration, help="Run limit: [hours:]minutes, or 30s, 10m, 2h.")
 @click.option("-M", "mem_limit", callback=_size, help="Memory limit: 512M, 4G (a bare number is MB).")
+@click.option("-sp", "priority", type=click.IntRange(0, 100), default=0,
+              help="Job priority within its queue, 0-100: higher goes first (LSF's -sp).")
 @click.option("-H", "--hold", is_flag=True, help="Submit held (PSUSP); `xce release` lets it run.")
 @click.option("--parsable", is_flag=True, help="Print only the job id.")
 @click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
 @click.pass_context
 def submit(ctx, name, queue, tasks, resreq, gpus, stdout, stderr, cwd, env, env_none, run_limit, mem_limit,
-           hold, parsable, command) -> None:
+           priority, hold, parsable, command) -> None:
     """Submit CMD as a batch job. It runs as given, never through a shell: use `sh -c '...'` for one.
 
     The job gets a copy of this environment (as in LSF and Slurm) plus any --env.
@@ -225,7 +227,7 @@ def submit(ctx, name, queue, tasks, resreq, gpus, stdout, stderr, cwd, env, env_
     spec = {"argv": list(command), "cwd": workdir, "name": name, "queue": queue, "slots": min_tasks,
             "max_slots": max_tasks, "resreq": requirements,
             "stdout": _absolute(stdout, workdir), "stderr": _absolute(stderr, workdir), "env": environment,
-            "run_limit": run_limit, "mem_limit": mem_limit, "hold": hold}
+            "run_limit": run_limit, "mem_limit": mem_limit, "hold": hold, "priority": priority}
     reply = _client(ctx).post("/jobs", {"jobs": [spec]})
     job_id, queue_name = reply["ids"][0], reply["queues"][0]
     click.echo(job_id if parsable else f"Job <{job_id}> is submitted to queue <{queue_name}>.")

@@ -79,6 +79,15 @@ class QueueConfig(_Model):
     priority: int = Field(default=30, ge=0, le=10_000)
     default: bool = False
     description: str = ""
+    hosts: list[str] | None = None  # the hosts its jobs may use; None: all
+    # Ceilings (LSF's RUNLIMIT, MEMLIMIT, TASKLIMIT): a job asking for more is refused at submit; a
+    # job asking for nothing gets the ceiling; a task range is cut to it.
+    run_limit: Seconds | None = None
+    mem_limit: Size | None = None
+    max_tasks: int | None = Field(default=None, ge=1)
+    # Running limits, in slots (LSF's QJOB_LIMIT, UJOB_LIMIT): a job pends while they are reached.
+    running_limit: int | None = Field(default=None, ge=1)
+    user_running_limit: int | None = Field(default=None, ge=1)
 
 
 class ControllerConfig(_Model):
@@ -88,6 +97,9 @@ class ControllerConfig(_Model):
     grace: Seconds = 10.0
     # The scheduler examines at most this many jobs per session, then says it is not complete.
     sched_budget: int = Field(default=200_000, ge=1)
+    # Starvation guard: a job that has waited this long and still cannot start reserves the
+    # cluster: jobs after it in order wait until it starts. 0 turns the guard off.
+    reserve_after: Seconds = 600.0
 
 
 BUILTIN_RESOURCES = ("slots", "mem", "gpus")
@@ -127,6 +139,11 @@ class ClusterConfig(_Model):
                                  f"declare them under `resources:` (kind: count or size)")
             for name, amount in host.resources.items():
                 self.resource_amount(name, amount, f"host {host.name}")
+        hosts = {h.name for h in self.hosts}
+        for queue in self.queues:
+            unknown = sorted(set(queue.hosts or ()) - hosts)
+            if unknown:
+                raise ValueError(f"queue {queue.name} names unknown host(s) {', '.join(unknown)}")
         clash = sorted(set(self.shared) & (set(self.resources) | set(BUILTIN_RESOURCES)))
         if clash:
             raise ValueError(f"{', '.join(clash)} cannot be both a shared counter and a host resource")

@@ -29,13 +29,13 @@ from typing import Any
 
 from xce_lite import errors
 from xce_lite.api import ApiServer
-from xce_lite.config import ClusterConfig, load_config
+from xce_lite.config import ClusterConfig, QueueConfig, load_config
 from xce_lite.exec.host import Host, HostEvent, HostLost, LaunchRequest, UnitFinished, UnitsLaunched
 from xce_lite.exec.local import LocalHost
 from xce_lite.handlers import ApiHandlers
 from xce_lite.home import Home
 from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, JobSpec, unit_name
-from xce_lite.sched.core import HOST_OK, Decisions, PendingJob
+from xce_lite.sched.core import HOST_OK, Decisions, PendingJob, QueuePolicy, Snapshot
 from xce_lite.sched.placement import HostView
 from xce_lite.snapshot import Holding, host_totals, hosts_now, job_request, shared_free
 from xce_lite.sched_process import PendingSet, SchedulerProcess
@@ -48,6 +48,7 @@ class Active:
 
     id: int
     user: str
+    queue: str
     state: str
     unit: str
     holding: Holding
@@ -76,6 +77,9 @@ class Controller(ApiHandlers):
         self.config: ClusterConfig = load_config(home.config)
         self.cluster = self.config.cluster
         self.host_totals = host_totals(self.config)
+        self.queue_policies = tuple(
+            QueuePolicy(q.name, q.priority, frozenset(q.hosts) if q.hosts is not None else None,
+                        q.running_limit, q.user_running_limit) for q in self.config.queues)
         home.spool.mkdir(exist_ok=True)
         self.store = JobStore(home.store)
         self.started_at = time.time()
@@ -140,13 +144,13 @@ class Controller(ApiHandlers):
         """Rebuild the in-memory view from the store (the store is the truth)."""
         for job in self.store.unfinished():
             if job.state == PEND:
-                self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec))
+                self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time))
                 self._reasons[job.id] = self._stored_reasons[job.id] = job.pend_reason
             elif job.state == PSUSP:
                 self._held[job.id] = job.user
             else:
                 holding = Holding.from_json(job.alloc, job.hosts)
-                self._active[job.id] = Active(job.id, job.user, job.state, job.unit or "", holding)
+                self._active[job.id] = Active(job.id, job.user, job.queue, job.state, job.unit or "", holding)
                 self._by_unit[job.unit or ""] = job.id
         if self._active:
             self.log(f"recovering {len(self._active)} dispatched or running jobs")
@@ -266,9 +270,15 @@ class Controller(ApiHandlers):
         self._connect_host(name)
         self._dirty = True
 
-    def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec) -> PendingJob:
-        """The scheduler's view of a pending job; SpecError for a malformed -R."""
-        return PendingJob(job_id, user, queue, job_request(job_id, spec.slots, spec.max_slots, spec.resreq))
+    def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
+        """The scheduler's view of a pending job, with its queue's task ceiling applied (computed
+        live, so a changed ceiling applies to jobs already waiting); SpecError for a malformed -R."""
+        ceiling = self.config.queue(queue).max_tasks
+        high = spec.max_slots or spec.slots
+        if ceiling is not None:
+            high = max(spec.slots, min(high, ceiling))
+        request = job_request(job_id, spec.slots, high, spec.resreq)
+        return PendingJob(job_id, user, queue, request, spec.priority, submit_time)
 
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; jobs in `closing` finish in this tick: theirs is free again."""
@@ -280,10 +290,12 @@ class Controller(ApiHandlers):
 
     def _schedule(self, hosts: tuple[HostView, ...], shared) -> Decisions | None:
         """One session in the scheduler process, fed with what changed in the pending set."""
-        priorities = tuple((q.name, q.priority) for q in self.config.queues)
         try:
             with self._mu:  # the pending set's changes are taken under the lock; the wait is not
-                self._scheduler.send(self._pending, hosts, priorities, self.config.controller.sched_budget, shared)
+                running = tuple((j.queue, j.user, sum(n for _, n in j.hosts)) for j in self._active.values())
+                base = Snapshot(hosts, (), self.queue_policies, shared, running, time.time(),
+                                self.config.controller.reserve_after)
+                self._scheduler.send(self._pending, base, self.config.controller.sched_budget)
             decisions = self._scheduler.receive()
         except TimeoutError as err:
             self.log(f"{err}; it will be restarted")
@@ -333,7 +345,8 @@ class Controller(ApiHandlers):
                     continue  # killed or held while the scheduler thought: it stays as it is now
                 self._pending.discard(job_id)
                 self._forget_reason(job_id)
-                self._active[job_id] = Active(job_id, pending.user, DISP, unit, Holding.from_json(alloc, ()))
+                self._active[job_id] = Active(job_id, pending.user, pending.queue, DISP, unit,
+                                              Holding.from_json(alloc, ()))
                 self._by_unit[unit] = job_id
             if record.finished:
                 self._dirty = True
@@ -362,7 +375,7 @@ class Controller(ApiHandlers):
                     self._unrecorded.append((Finish(job.id, DISP, EXIT, None, now, None, None, None, None,
                                                     kill_reason + " before it started"), "launch_failed"))
                     continue
-            request = _launch_request(job, self.config.controller.grace)
+            request = _launch_request(job, self.config.controller.grace, self.config.queue(job.queue))
             by_host[job.hosts[0][0]].append(request)
             ids_of[request.unit] = job.id
         for name, requests in by_host.items():
@@ -414,7 +427,8 @@ def _finish_from_result(job: Active, event: UnitFinished) -> Finish:
                   r.cpu_time, r.max_rss, r.reason)
 
 
-def _launch_request(job: Job, grace: float) -> LaunchRequest:
+def _launch_request(job: Job, grace: float, queue: QueueConfig) -> LaunchRequest:
+    """What the host needs to run the job; a limit the job did not set comes from its queue."""
     spec = job.spec
     env = dict(spec.env)
     holding = Holding.from_json(job.alloc, job.hosts)
@@ -425,7 +439,8 @@ def _launch_request(job: Job, grace: float) -> LaunchRequest:
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
     return LaunchRequest(unit=job.unit or "", argv=spec.argv, env=env, cwd=spec.cwd, stdout=job.output_path(),
-                         stderr=job.error_path(), run_limit=spec.run_limit, mem_limit=spec.mem_limit, grace=grace)
+                         stderr=job.error_path(), run_limit=spec.run_limit or queue.run_limit,
+                         mem_limit=spec.mem_limit or queue.mem_limit, grace=grace)
 
 
 def _log(message: str) -> None:

@@ -14,9 +14,11 @@ from typing import Any
 
 from xce_lite import errors
 from xce_lite.api import Caller
+from xce_lite.config import QueueConfig
 from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, JobSpec
 from xce_lite.sched.placement import place, why_never
 from xce_lite.sched.reasons import Refusal
+from xce_lite.units import format_duration, format_size
 from xce_lite.wire import job_to_wire
 
 
@@ -53,21 +55,24 @@ class ApiHandlers:
                 accepted.append(self._validate(raw))
             except errors.SpecError as err:
                 raise errors.SpecError(f"job {index + 1}: {err}" if many else str(err)) from None
-        ids = self.store.submit(accepted, caller.user, time.time())  # on disk before the reply
+        now = time.time()
+        ids = self.store.submit(accepted, caller.user, now)  # on disk before the reply
         with self._mu:
             for job_id, (spec, queue_name) in zip(ids, accepted):
                 if spec.hold:
                     self._held[job_id] = caller.user
                 else:
-                    self._pending.add(self.pending_job(job_id, caller.user, queue_name, spec))
+                    self._pending.add(self.pending_job(job_id, caller.user, queue_name, spec, now))
             self._dirty = True
         self._wake.set()
         return {"ids": ids, "queues": [q for _spec, q in accepted]}
 
     def _validate(self, raw: Any) -> tuple[JobSpec, str]:
         spec = JobSpec.from_wire(raw)
-        queue_name = self.config.queue(spec.queue).name
-        request = self.pending_job(0, "", queue_name, spec).request  # SpecError for a malformed -R
+        queue = self.config.queue(spec.queue)
+        queue_name = queue.name
+        _check_ceilings(spec, queue)
+        request = self.pending_job(0, "", queue_name, spec, 0.0).request  # SpecError for a malformed -R
         never = why_never(request, self.host_totals, self.config.shared)
         if never is not None:
             raise errors.SpecError(f"{never} (see `xce hosts -l`)")
@@ -170,7 +175,7 @@ class ApiHandlers:
                     self._held[job.id] = job.user
                 elif moved:
                     self._held.pop(job.id, None)
-                    self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec))
+                    self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time))
                 self._dirty = True
             verb = "held" if dst == PSUSP else "released"
             results.append({"id": job.id, "ok": bool(moved),
@@ -227,7 +232,7 @@ class ApiHandlers:
                                                                 + (f": {job.reason}" if job.reason else "")]}
         with self._mu:
             hosts, shared = self._hosts_now(), self._shared_free()
-        request = self.pending_job(job.id, job.user, job.queue, job.spec).request
+        request = self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time).request
         result = place(request, hosts, shared)
         if not isinstance(result, Refusal):
             where = " ".join(f"{n}*{h}" for h, n in result.hosts)
@@ -250,6 +255,19 @@ class ApiHandlers:
             raise errors.TransitionError("only the cluster's owner or root may stop the controller")
         self.stop()
         return {"stopping": True}
+
+
+def _check_ceilings(spec: JobSpec, queue: QueueConfig) -> None:
+    """A job asking for more than its queue allows is refused: it could never run there."""
+    if queue.run_limit and spec.run_limit and spec.run_limit > queue.run_limit:
+        raise errors.SpecError(f"run limit -W {format_duration(spec.run_limit)} is above queue {queue.name}'s "
+                               f"ceiling of {format_duration(queue.run_limit)}; ask for less or use another queue")
+    if queue.mem_limit and spec.mem_limit and spec.mem_limit > queue.mem_limit:
+        raise errors.SpecError(f"memory limit -M {format_size(spec.mem_limit)} is above queue {queue.name}'s "
+                               f"ceiling of {format_size(queue.mem_limit)}; ask for less or use another queue")
+    if queue.max_tasks and spec.slots > queue.max_tasks:
+        raise errors.SpecError(f"-n {spec.slots}: queue {queue.name} runs jobs of at most {queue.max_tasks} "
+                               f"tasks; ask for fewer or use another queue")
 
 
 def _ids(text: str) -> list[int]:

@@ -21,6 +21,7 @@ ACTIVE_STATES = frozenset({DISP, RUN, USUSP, SSUSP})  # holding resources on hos
 FINISHED_STATES = frozenset({DONE, EXIT})
 
 MAX_NAME = 256
+MAX_PRIORITY = 100  # LSF's default MAX_USER_PRIORITY
 MAX_ARGS_BYTES = 1024 * 1024  # argv + env, as stored: a job is a request, not a payload
 
 
@@ -41,6 +42,7 @@ class JobSpec:
     run_limit: float | None = None  # seconds
     mem_limit: int | None = None  # bytes
     hold: bool = False
+    priority: int = 0  # -sp: among its queue's jobs, higher goes first (LSF's user priority)
 
     def to_wire(self) -> dict[str, Any]:
         data = asdict(self)
@@ -87,6 +89,9 @@ class JobSpec:
             raise SpecError("arguments and environment values cannot contain a NUL byte")
         run_limit = _positive(data, "run_limit", float)
         mem_limit = _positive(data, "mem_limit", int)
+        priority = data.get("priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= MAX_PRIORITY:
+            raise SpecError(f"-sp {priority!r}: the job priority is a whole number from 0 to {MAX_PRIORITY}")
         hold = data.get("hold", False)
         if not isinstance(hold, bool):
             raise SpecError("hold must be true or false")
@@ -94,7 +99,7 @@ class JobSpec:
             argv=tuple(argv), cwd=cwd, name=name, queue=_text(data, "queue"), slots=slots,
             max_slots=max_slots if max_slots != slots else None, resreq=tuple(resreq),
             stdout=_path(data, "stdout"), stderr=_path(data, "stderr"), env=dict(env),
-            run_limit=run_limit, mem_limit=mem_limit, hold=hold,
+            run_limit=run_limit, mem_limit=mem_limit, hold=hold, priority=priority,
         )
         if len(spec.to_json()) > MAX_ARGS_BYTES:
             raise SpecError(f"the job's command and environment exceed {MAX_ARGS_BYTES} bytes; "

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot, schedule
-from xce_lite.sched.placement import HostView
-from xce_lite.sched.reasons import NOTHING, FrozenMap
 
 # The pending set's checksum: (count, sum of id * _MIX mod 2**61), kept incrementally on both sides.
 _MASK = (1 << 61) - 1
@@ -84,9 +82,7 @@ class PendingSet:
 @dataclass(frozen=True)
 class _Session:
     full: bool  # the worker drops what it holds and takes `added` as the whole set
-    hosts: tuple[HostView, ...]
-    queue_priority: tuple[tuple[str, int], ...]
-    shared_free: FrozenMap
+    base: Snapshot  # everything but the jobs, which the worker keeps
     added: tuple[PendingJob, ...]
     removed: tuple[int, ...]
     checksum: tuple[int, int]
@@ -116,8 +112,7 @@ def _serve(conn) -> None:
         if (count, total) != session.checksum:
             conn.send(None)  # out of step: ask for everything
             continue
-        snapshot = Snapshot(session.hosts, tuple(jobs.values()), session.queue_priority, session.shared_free)
-        conn.send(schedule(snapshot, session.budget))
+        conn.send(schedule(replace(session.base, jobs=tuple(jobs.values())), session.budget))
 
 
 class SchedulerProcess:
@@ -139,9 +134,9 @@ class SchedulerProcess:
         self._conn = parent
         self._in_step = False
 
-    def send(self, pending: PendingSet, hosts: tuple[HostView, ...],
-             queue_priority: tuple[tuple[str, int], ...], budget: int, shared_free: FrozenMap = NOTHING) -> None:
-        """Start a session with what changed in `pending` (everything, when out of step).
+    def send(self, pending: PendingSet, base: Snapshot, budget: int) -> None:
+        """Start a session on `base` (hosts, queues, usage, time: all but the jobs) with what changed
+        in `pending` (everything, when out of step).
 
         Called under the controller's lock, so no change to the pending set slips between the
         changes taken and the checksum sent; `receive` then waits without the lock.
@@ -151,7 +146,7 @@ class SchedulerProcess:
         full = not self._in_step
         added, removed, checksum = pending.take_changes(full)
         self._in_step = False  # until the worker confirms
-        self._conn.send(_Session(full, hosts, queue_priority, shared_free, added, removed, checksum, budget))
+        self._conn.send(_Session(full, base, added, removed, checksum, budget))
 
     def receive(self) -> Decisions | None:
         """The session's decisions; None if the worker was out of step (the next send is full).

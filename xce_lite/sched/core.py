@@ -4,10 +4,16 @@ No I/O, no clock, no SQL: frozen, picklable values in and out, so the call cross
 boundary and the simulator can run the very same function. The same snapshot gives the same
 decisions.
 
-Policy: jobs are taken by queue priority (higher first), then submit order (job id). Each job is
-placed by `placement.place` against what is still free in this session (its rules: task ranges,
-span, rusage, GPUs, select, same, order). A job that cannot start now pends with the full reason;
-later jobs may still start (no reservation yet: a large job can wait behind a stream of small ones).
+Policy: jobs are taken by queue priority (higher first), then job priority (`-sp`, higher first),
+then submit order (job id). A job first meets its queue's running limits (slots in use by the
+queue, and by its user in the queue); its task range is cut to what the limits leave. Then it is
+placed by `placement.place`, on its queue's hosts, against what is still free in this session (task
+ranges, span, rusage, GPUs, select, same, order). A job that cannot start now pends with the full
+reason, and later jobs may still start past it...
+
+...until it has waited `reserve_after` seconds (the starvation guard, LSF's slot reservation
+without backfill): then it holds a reservation, and every job after it in order waits, so running
+jobs drain until it fits. Backfill by run limit (letting short jobs use the drain) is a later step.
 
 Sessions: within one session, a request shape (task range and -R) proven unplaceable is not
 searched again until a dispatch changes what is free; a cache hit returns the FULL reason of the
@@ -25,11 +31,22 @@ HOST_OK = "ok"
 
 
 @dataclass(frozen=True)
+class QueuePolicy:
+    name: str
+    priority: int = 30
+    hosts: frozenset[str] | None = None  # None: every host
+    running_limit: int | None = None  # slots the queue's jobs may hold at once
+    user_running_limit: int | None = None  # slots one user's jobs in the queue may hold at once
+
+
+@dataclass(frozen=True)
 class PendingJob:
     id: int
     user: str
     queue: str
     request: JobRequest  # the effective request; request.id == id
+    priority: int = 0  # -sp: among one queue's jobs, higher first
+    submit_time: float = 0.0
 
     @property
     def shape(self) -> tuple:
@@ -41,8 +58,11 @@ class PendingJob:
 class Snapshot:
     hosts: tuple[HostView, ...]  # free amounts: totals less what running jobs reserve
     jobs: tuple[PendingJob, ...]  # PEND jobs only; held ones are not candidates
-    queue_priority: tuple[tuple[str, int], ...]  # (queue, priority)
+    queues: tuple[QueuePolicy, ...]  # a job of a queue not listed gets priority 0 and no limits
     shared_free: FrozenMap = NOTHING  # cluster-wide counters (licenses) still free
+    running: tuple[tuple[str, str, int], ...] = ()  # (queue, user, slots) held by dispatched jobs
+    now: float = 0.0  # time is an argument: the starvation guard compares it with submit times
+    reserve_after: float = 0.0  # seconds; 0: no reservations
 
 
 @dataclass(frozen=True)
@@ -75,31 +95,76 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
     `budget` bounds the jobs examined in this session; the rest keep their previous reasons and
     `complete` says so, so a huge backlog can never stall the controller's tick.
     """
-    priority = dict(snapshot.queue_priority)
+    queues = {q.name: q for q in snapshot.queues}
+    no_policy = QueuePolicy("", priority=0)
+
+    def rank(job: PendingJob) -> tuple:
+        return (-queues.get(job.queue, no_policy).priority, -job.priority, job.id)
+
     # Timsort: the controller sends jobs in id order, so this is close to linear.
-    order = sorted(snapshot.jobs, key=lambda j: (-priority.get(j.queue, 0), j.id))
+    order = sorted(snapshot.jobs, key=rank)
     hosts = list(snapshot.hosts)
     shared = snapshot.shared_free
-    refused: dict[tuple, str] = {}  # shape -> reason; valid until a dispatch changes what is free
+    queue_used: dict[str, int] = {}
+    user_used: dict[tuple[str, str], int] = {}
+    for queue, user, slots in snapshot.running:
+        queue_used[queue] = queue_used.get(queue, 0) + slots
+        user_used[(queue, user)] = user_used.get((queue, user), 0) + slots
+    refused: dict[tuple, str] = {}  # request shape -> reason; valid until a dispatch changes what is free
     dispatches: list[Dispatch] = []
     waiting: dict[str, list[int]] = {}
+    holder: PendingJob | None = None  # the job holding a reservation, once one does
     complete = True
     for examined, job in enumerate(order):
         if examined >= budget:
             complete = False
             break
-        reason = refused.get(job.shape)
+        policy = queues.get(job.queue, no_policy)
+        if holder is not None:
+            reason = f"waiting behind job {holder.id}, which holds a reservation until it can start"
+        else:
+            reason, request = _within_limits(job, policy, queue_used, user_used)
         if reason is None:
-            result = place(job.request, hosts, shared)
-            if isinstance(result, Refusal):
-                reason = refused[job.shape] = result.summary()
-            else:
-                hosts, shared = take(hosts, shared, result)
-                refused.clear()
-                dispatches.append(Dispatch(job.id, result))
-                continue
+            shape = (job.queue, request.min_tasks, request.max_tasks, request.resreq)
+            reason = refused.get(shape)
+            if reason is None:
+                usable = hosts if policy.hosts is None else [h for h in hosts if h.name in policy.hosts]
+                result = place(request, usable, shared)
+                if not isinstance(result, Refusal):
+                    hosts, shared = take(hosts, shared, result)
+                    refused.clear()
+                    queue_used[job.queue] = queue_used.get(job.queue, 0) + result.tasks
+                    user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + result.tasks
+                    dispatches.append(Dispatch(job.id, result))
+                    continue
+                reason = refused[shape] = result.summary()
+            if snapshot.reserve_after > 0 and snapshot.now - job.submit_time >= snapshot.reserve_after:
+                holder = job
+                reason += "; it has waited long enough to hold a reservation: later jobs wait for it"
         waiting.setdefault(reason, []).append(job.id)
     return Decisions(tuple(dispatches), tuple((r, tuple(ids)) for r, ids in waiting.items()), complete)
+
+
+def _within_limits(job: PendingJob, policy: QueuePolicy, queue_used: dict[str, int],
+                   user_used: dict[tuple[str, str], int]) -> tuple[str | None, JobRequest]:
+    """(why the queue's running limits hold the job back, or None; its request cut to what they leave)."""
+    room = job.request.max_tasks
+    if policy.running_limit is not None:
+        left = policy.running_limit - queue_used.get(job.queue, 0)
+        if left < job.request.min_tasks:
+            return (f"queue {job.queue}: its running limit of {policy.running_limit} slots is reached "
+                    f"({queue_used.get(job.queue, 0)} in use)"), job.request
+        room = min(room, left)
+    if policy.user_running_limit is not None:
+        used = user_used.get((job.queue, job.user), 0)
+        left = policy.user_running_limit - used
+        if left < job.request.min_tasks:
+            return (f"user {job.user}: the running limit of {policy.user_running_limit} slots per user in "
+                    f"queue {job.queue} is reached ({used} in use)"), job.request
+        room = min(room, left)
+    if room < job.request.max_tasks:
+        return None, replace(job.request, max_tasks=room)
+    return None, job.request
 
 
 def take(hosts: list[HostView], shared: FrozenMap, placement: Placement) -> tuple[list[HostView], FrozenMap]:

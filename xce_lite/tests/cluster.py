@@ -23,14 +23,14 @@ from xce_lite.tests.waiting import wait_until
 
 
 class Cluster:
-    def __init__(self, slots: int = 2, grace: str = "2s"):
+    def __init__(self, slots: int = 2, grace: str = "2s", config: str | None = None):
         # A short path: a Unix socket path must fit in 107 bytes, and pytest's tmp_path may not.
         self.root = Path(tempfile.mkdtemp(prefix="xce-test-"))
         self.home = self.root / "home"
         self.work = self.root / "work"
         self.home.mkdir()
         self.work.mkdir()
-        (self.home / "xce.yaml").write_text(textwrap.dedent(f"""\
+        (self.home / "xce.yaml").write_text(textwrap.dedent(config) if config else textwrap.dedent(f"""\
             cluster: t{os.getpid()}
             hosts:
               - name: local

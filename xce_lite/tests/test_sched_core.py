@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xce_lite.sched.core import HOST_OK, Decisions, PendingJob, Snapshot, schedule
+from xce_lite.sched.core import HOST_OK, Decisions, PendingJob, QueuePolicy, Snapshot, schedule
 from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched.resreq import parse
 
@@ -31,8 +31,8 @@ def job(id: int, slots: int = 1, queue: str = "normal", user: str = "alice", max
 
 
 def snap(hosts: list[HostView], jobs: list[PendingJob], priority: dict[str, int] | None = None) -> Snapshot:
-    return Snapshot(hosts=tuple(hosts), jobs=tuple(jobs),
-                    queue_priority=tuple(sorted((priority or {"normal": 30}).items())))
+    queues = tuple(QueuePolicy(name, prio) for name, prio in sorted((priority or {"normal": 30}).items()))
+    return Snapshot(hosts=tuple(hosts), jobs=tuple(jobs), queues=queues)
 
 
 def check_decisions(snapshot: Snapshot, decisions: Decisions) -> None:
@@ -265,7 +265,78 @@ def test_a_waiting_job_could_not_fit_anywhere_once_the_others_are_placed(snapsho
 
 @given(snapshot=snapshots())
 def test_priority_order_is_respected_among_dispatched_jobs(snapshot: Snapshot) -> None:
-    priority = dict(snapshot.queue_priority)
+    priority = {q.name: q.priority for q in snapshot.queues}
     queue = {j.id: j.queue for j in snapshot.jobs}
     keys = [(-priority.get(queue[d.job_id], 0), d.job_id) for d in run(snapshot).dispatches]
     assert keys == sorted(keys)
+
+
+# ---- queues as policy, job priority, the starvation guard ---------------------------------------
+
+
+def test_job_priority_orders_jobs_within_a_queue() -> None:
+    low, high = job(1), PendingJob(2, "alice", "normal", JobRequest(2, 1), priority=50)
+    decisions = run(snap([host("h1", slots=1)], [low, high]))
+    assert placed(decisions) == {2: "h1"}
+
+
+def test_queue_running_limit_holds_jobs_and_cuts_task_ranges() -> None:
+    queues = (QueuePolicy("normal", 30, running_limit=3),)
+    jobs = [job(1, slots=1, max_slots=8), job(2, slots=2), job(3, slots=1)]
+    decisions = run(Snapshot((host("h1", slots=16),), tuple(jobs), queues, running=(("normal", "bob", 1),)))
+    assert decisions.dispatches[0].hosts == (("h1", 2),)  # 3 - 1 in use: the range is cut to 2
+    assert reasons(decisions)[2] == "queue normal: its running limit of 3 slots is reached (3 in use)"
+    assert 3 in reasons(decisions)
+
+
+def test_user_running_limit_is_per_user() -> None:
+    queues = (QueuePolicy("normal", 30, user_running_limit=1),)
+    jobs = [job(1, user="alice"), job(2, user="alice"), job(3, user="bob")]
+    decisions = run(Snapshot((host("h1", slots=8),), tuple(jobs), queues))
+    assert set(placed(decisions)) == {1, 3}
+    assert reasons(decisions)[2].startswith("user alice: the running limit of 1 slots per user")
+
+
+def test_a_queue_uses_only_its_hosts() -> None:
+    queues = (QueuePolicy("gpu", 30, hosts=frozenset({"g1"})),)
+    decisions = run(Snapshot((host("a1", slots=8), host("g1", slots=1)), (job(1, queue="gpu"), job(2, queue="gpu")),
+                             queues))
+    assert placed(decisions) == {1: "g1"}
+    assert "a1" not in reasons(decisions)[2]
+
+
+def test_a_large_job_does_not_starve_behind_a_stream_of_small_ones() -> None:
+    """Without the guard the big job waits forever: every slot that frees goes to the next small
+    job. With it, once the big job has waited `reserve_after`, small jobs wait and it starts."""
+    def run_stream(reserve_after: float) -> int | None:
+        running: list[int] = [100, 101, 102, 103]  # small jobs holding the 4 slots
+        next_small, now = 104, 0.0
+        big = PendingJob(1, "alice", "normal", JobRequest(1, 4), submit_time=0.0)
+        for _step in range(50):
+            running.pop(0)  # one small job ends every step
+            now += 60.0
+            smalls = [PendingJob(i, "bob", "normal", JobRequest(i, 1), submit_time=now)
+                      for i in range(next_small, next_small + 3)]
+            h = host("h1", slots=4, used=len(running))
+            decisions = run(Snapshot((h,), (big, *smalls), (QueuePolicy("normal"),),
+                                     now=now, reserve_after=reserve_after))
+            started = {d.job_id for d in decisions.dispatches}
+            if 1 in started:
+                return _step
+            running.extend(sorted(started))
+            next_small += 3 if started else 0
+        return None
+
+    assert run_stream(reserve_after=0) is None  # starves
+    started_at = run_stream(reserve_after=600)
+    assert started_at is not None and started_at <= 15
+
+
+def test_the_reservation_reason_names_the_holder() -> None:
+    big = PendingJob(1, "alice", "normal", JobRequest(1, 4), submit_time=0.0)
+    small = PendingJob(2, "bob", "normal", JobRequest(2, 1), submit_time=1000.0)
+    decisions = run(Snapshot((host("h1", slots=4, used=2),), (big, small), (QueuePolicy("normal"),),
+                             now=1000.0, reserve_after=600.0))
+    assert decisions.dispatches == ()
+    assert "hold a reservation" in reasons(decisions)[1]
+    assert reasons(decisions)[2] == "waiting behind job 1, which holds a reservation until it can start"

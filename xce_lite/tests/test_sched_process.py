@@ -9,12 +9,12 @@ import signal
 
 import pytest
 
-from xce_lite.sched.core import PendingJob, Snapshot, schedule
+from xce_lite.sched.core import PendingJob, QueuePolicy, Snapshot, schedule
 from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched_process import PendingSet, SchedulerProcess
 from xce_lite.tests.waiting import wait_until
 
-PRIORITIES = (("normal", 30), ("high", 50))
+QUEUES = (QueuePolicy("normal", 30), QueuePolicy("high", 50))
 
 
 def host(name: str, slots: int, used: int = 0) -> HostView:
@@ -35,7 +35,7 @@ def worker():
 
 
 def _session(worker: SchedulerProcess, pending: PendingSet, hosts):
-    worker.send(pending, hosts, PRIORITIES, 1_000_000)
+    worker.send(pending, Snapshot(hosts, (), QUEUES), 1_000_000)
     return worker.receive()
 
 
@@ -50,7 +50,7 @@ def test_changes_give_the_same_decisions_as_the_whole_snapshot(worker):
         for job_id in rng.sample(list(pending), k=min(len(pending), rng.randrange(0, 3))):
             pending.discard(job_id)
         hosts = (host("h1", 4, rng.randrange(0, 5)), host("h2", 2, rng.randrange(0, 3)))
-        expected = schedule(Snapshot(hosts, tuple(pending.values()), PRIORITIES))
+        expected = schedule(Snapshot(hosts, tuple(pending.values()), QUEUES))
         assert _session(worker, pending, hosts) == expected
 
 
