@@ -18,6 +18,7 @@ from xce_lite.config import QueueConfig
 from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, JobSpec
 from xce_lite.sched.placement import place, why_never
 from xce_lite.sched.reasons import Refusal
+from xce_lite.snapshot import check_units, size_resources
 from xce_lite.units import format_duration, format_size
 from xce_lite.wire import job_to_wire
 
@@ -73,6 +74,7 @@ class ApiHandlers:
         queue_name = queue.name
         _check_ceilings(spec, queue)
         request = self.pending_job(0, "", queue_name, spec, 0.0).request  # SpecError for a malformed -R
+        check_units(request.resreq, size_resources(self.config))
         never = why_never(request, self.host_totals, self.config.shared)
         if never is not None:
             raise errors.SpecError(f"{never} (see `xce hosts -l`)")

@@ -98,6 +98,28 @@ def parse_resreq(texts: tuple[str, ...]) -> rr.ResReq:
     return parsed[0] if len(parsed) == 1 else rr.combine(parsed)
 
 
+def size_resources(config: ClusterConfig) -> frozenset[str]:
+    """Resources whose amounts are sizes: mem-like built-ins and custom resources of kind size."""
+    builtin = {"mem", "swp", "swap", "tmp", "maxmem", "maxswp", "maxtmp"}
+    return frozenset(builtin | {name for name, r in config.resources.items() if r.kind == "size"})
+
+
+def check_units(resreq: rr.ResReq, sizes: frozenset[str]) -> None:
+    """A size unit (K, M, G, T) on a count (`rusage[gpus=2G]`) is a mistake, not a multiplier."""
+    named = [(term.name, term.unit) for term in resreq.rusage]
+    stack = [resreq.select] if resreq.select is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, rr.Compare) and isinstance(node.right, rr.Number):
+            named.append((node.left.name, node.right.unit))
+        stack.extend(getattr(node, "items", ()))
+        if isinstance(node, rr.Not):
+            stack.append(node.operand)
+    for name, unit in named:
+        if unit and unit.upper() not in ("", "B") and name not in sizes:
+            raise SpecError(f"-R: {name} is a count, so the unit {unit} does not apply; write a plain number")
+
+
 def job_request(job_id: int, min_tasks: int, max_tasks: int | None, resreq: tuple[str, ...]) -> JobRequest:
     """The job's effective request; SpecError (with the column) for a malformed -R."""
     try:
