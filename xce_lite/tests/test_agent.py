@@ -283,6 +283,27 @@ def test_command_that_cannot_be_executed_ends_with_126(agent, tmp_path):
     assert result["exit_code"] == 126 and result["reason"] == f"exec failed: Permission denied: {script}"
 
 
+def test_the_program_is_looked_up_in_the_jobs_path_like_execvp(agent, tmp_path):
+    first, second, third = (tmp_path / d for d in ("first", "second", "third"))
+    for d in (first, second, third):
+        d.mkdir()
+    (first / "prog").write_text("#!/bin/sh\nexit 11\n")  # not executable: skipped, as by execvp
+    (second / "prog").write_text("#!/bin/sh\nexit 12\n")
+    (second / "prog").chmod(0o755)
+    (third / "other").write_text("#!/bin/sh\nexit 13\n")
+    agent.launch(
+        unit("found", ["prog"], tmp_path, env={"PATH": f"{first}:{second}"}),
+        unit("denied", ["prog"], tmp_path, env={"PATH": f"{third}:{first}"}),
+        unit("default", ["true"], tmp_path, env={}),
+        unit("nopath", ["other"], tmp_path, env={}),
+    )
+    assert agent.finished("found")["exit_code"] == 12
+    assert agent.finished("denied") == {**agent.finished("denied"), "exit_code": 126}
+    assert agent.finished("denied")["reason"] == "exec failed: Permission denied: prog"
+    assert agent.finished("default")["exit_code"] == 0  # no PATH: /bin:/usr/bin, as execvp
+    assert agent.finished("nopath")["exit_code"] == 127
+
+
 def test_unopenable_output_file_ends_the_job_with_why(agent, tmp_path):
     agent.launch(unit("noout", ["true"], tmp_path, stdout=str(tmp_path / "missing" / "out")))
     result = agent.finished("noout")
