@@ -270,7 +270,8 @@ def append_shared(path: str, data: bytes, sync: bool) -> None:
     Under a shared flock, and to the file that the path names at that moment: the agent renames a
     compacted journal over the path while it holds an exclusive flock on the old one, so a writer
     that opened the old file finds out here and writes to the new one. With `sync`, the records
-    are on disk (fdatasync) when this returns.
+    are on disk (fdatasync) when this returns, and so is the file's name if this made the file
+    (only if someone removed the journal under running jobs).
     """
     while True:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -282,6 +283,8 @@ def append_shared(path: str, data: bytes, sync: bool) -> None:
             write_all(fd, data, path)
             if sync:
                 os.fdatasync(fd)
+                if held.st_size == 0:
+                    fsync_dir(os.path.dirname(path))
             return
         finally:
             os.close(fd)
@@ -693,9 +696,15 @@ class Agent:
     # -- the journal
 
     def open_journal(self) -> int:
+        """Open the journal for appending and reading; a new one is made durable, name included
+        (with the spool's own name: fdatasync'ed records are worth nothing in a file that an OS
+        crash can unlink)."""
         fd = os.open(self.journal_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         if os.fstat(fd).st_size == 0:
             write_all(fd, record("journal", version=JOURNAL_VERSION), self.journal_path)
+            os.fsync(fd)
+            fsync_dir(self.spool)
+            fsync_dir(os.path.dirname(self.spool))
         return fd
 
     def append(self, data: bytes, sync: bool = False) -> None:
@@ -734,26 +743,30 @@ class Agent:
             fcntl.flock(old, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return  # a supervisor is appending: try again next turn
+        tmp, fd = self.journal_path + ".new", -1
         try:
             self.catch_up()
             data = self.live_records()
-            tmp = self.journal_path + ".new"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                write_all(fd, data, tmp)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, self.journal_path)
+            fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            write_all(fd, data, tmp)
+            os.fsync(fd)
+            os.rename(tmp, self.journal_path)  # from here on, fd is the journal
+            self.jfd, fd = fd, -1
+            self.offset, self.synced = len(data), 0  # offsets now are the new file's
+            self.journal_limit = max(self.base_limit, 2 * len(data))
             fsync_dir(self.spool)
-            self.jfd = self.open_journal()
-            self.offset = self.synced = len(data)
+            self.synced = len(data)
             for u in self.units.values():
                 u.durable = True  # its result, if it has one, is in the fsynced file
-            self.journal_limit = max(self.base_limit, 2 * len(data))
         except OSError as exc:
             self.journal_limit = 2 * self.offset  # not at every turn: the spool may be full
             print(f"agent: cannot compact {self.journal_path}: {exc}; it grows meanwhile", file=sys.stderr)
+            if fd >= 0:
+                os.close(fd)
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
         finally:
             fcntl.flock(old, fcntl.LOCK_UN)
             if old != self.jfd:
@@ -844,7 +857,7 @@ class Agent:
             if pid == 0:
                 break
             unit = self.children.pop(pid, None)
-            if unit is not None:
+            if unit is not None and self.child_units[unit][0] == pid:  # not a forgotten launch's
                 del self.child_units[unit]
                 reaped.append((unit, status))
         if not reaped:

@@ -756,3 +756,18 @@ def test_a_result_not_known_durable_is_fdatasynced_by_the_agent_before_it_goes_o
     agent.reported("x", result)  # now known durable: no second sync
     agent.flush()
     assert synced == [agent.jfd, ("write", 1)]
+    os.close(agent.jfd)
+
+
+def test_a_new_journal_is_made_durable_with_its_name(tmp_path, monkeypatch):
+    """In process: results fdatasync'ed into a file whose directory entry an OS crash can lose would
+    be lost with it, so a new journal is fsynced with the spool's directory and the spool's name."""
+    from xce_lite.exec import agent as agent_py
+
+    synced_dirs = []
+    monkeypatch.setattr(agent_py, "fsync_dir", synced_dirs.append)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    for _ in range(2):  # the second time, the journal exists: nothing to do
+        os.close(agent_py.Agent(str(spool), "h").jfd)
+        assert synced_dirs == [str(spool), str(tmp_path)]
