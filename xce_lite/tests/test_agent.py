@@ -2,6 +2,8 @@
 
 Jobs are small Python programs run by this interpreter. Jobs that must stay running wait for a
 "release" file (and give up by themselves after a minute), so nothing outlives a failed test.
+The spool's journal is read here by journal(), written for the tests, not with agent.py's reader;
+the few tests that need to look inside the agent (when it fdatasyncs) import agent.py in process.
 """
 
 from __future__ import annotations
