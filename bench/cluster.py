@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 from xce_lite.client import Client
+from xce_lite.exec.local import supervisor_pids
 
 
 def _write_config(home: Path, slots: int, tick: str, grace: str) -> None:
@@ -117,12 +118,8 @@ class BenchCluster:
             _end(self.pid, None)
         for pid, created in self._known.items():
             _end(pid, created)
-        for pid_file in (self.home / "spool").glob("*/*/supervisor.pid"):
-            try:
-                fields = pid_file.read_text().split()
-                sup = int(fields[0])
-            except (OSError, ValueError, IndexError):
-                continue
+        spools = (self.home / "spool").glob("*/") if (self.home / "spool").is_dir() else []
+        for sup in (pid for spool in spools for pid in supervisor_pids(spool)):
             _end_tree(sup)
         self.pid = None
         shutil.rmtree(self.root, ignore_errors=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+from xce_lite.exec.local import supervisor_pids
 from xce_lite.tests.waiting import wait_until
 
 
@@ -95,13 +96,9 @@ class Cluster:
         wait_until(lambda: not _alive(pid), 10, f"controller {pid} to die")
 
     def supervisor_pids(self) -> list[int]:
-        pids = []
-        for pid_file in (self.home / "spool").glob("*/*/supervisor.pid"):
-            try:
-                pids.append(int(pid_file.read_text().split()[0]))
-            except (OSError, ValueError, IndexError):
-                continue
-        return pids
+        """The supervisors still running on this cluster's local hosts (from each spool's journal)."""
+        spools = (self.home / "spool").glob("*/") if (self.home / "spool").is_dir() else []
+        return [pid for spool in spools for pid in supervisor_pids(spool)]
 
     def close(self) -> None:
         pid = self.controller_pid

@@ -159,5 +159,4 @@ def test_kill_right_after_submit_never_leaves_a_job_behind(cluster: Cluster):
         assert job["reason"].startswith("killed by")
     from xce_lite.tests.waiting import wait_until
 
-    wait_until(lambda: not any(p.exists() for p in (cluster.home / "spool").glob("*/*/supervisor.pid")
-                               if not (p.parent / "result.json").exists()), 15, "no supervisor left running")
+    wait_until(lambda: cluster.supervisor_pids() == [], 15, "no supervisor left running")
