@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from xce_lite.sched.placement import GPUS, HostView, JobRequest, place
+from xce_lite.sched.placement import HostView, JobRequest, Session, taken
 from xce_lite.sched.reasons import NOTHING, FrozenMap, Placement, Refusal
 
 HOST_OK = "ok"
@@ -103,14 +103,13 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
 
     # Timsort: the controller sends jobs in id order, so this is close to linear.
     order = sorted(snapshot.jobs, key=rank)
-    hosts = list(snapshot.hosts)
-    shared = snapshot.shared_free
     queue_used: dict[str, int] = {}
     user_used: dict[tuple[str, str], int] = {}
     for queue, user, slots in snapshot.running:
         queue_used[queue] = queue_used.get(queue, 0) + slots
         user_used[(queue, user)] = user_used.get((queue, user), 0) + slots
     refused: dict[tuple, str] = {}  # request shape -> reason; valid until a dispatch changes what is free
+    session = Session(snapshot.hosts, snapshot.shared_free)
     dispatches: list[Dispatch] = []
     waiting: dict[str, list[int]] = {}
     holder: PendingJob | None = None  # the job holding a reservation, once one does
@@ -128,10 +127,9 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
             shape = (job.queue, request.min_tasks, request.max_tasks, request.resreq)
             reason = refused.get(shape)
             if reason is None:
-                usable = hosts if policy.hosts is None else [h for h in hosts if h.name in policy.hosts]
-                result = place(request, usable, shared)
+                result = session.place(request, policy.hosts)
                 if not isinstance(result, Refusal):
-                    hosts, shared = take(hosts, shared, result)
+                    session.take(result)
                     refused.clear()
                     queue_used[job.queue] = queue_used.get(job.queue, 0) + result.tasks
                     user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + result.tasks
@@ -170,17 +168,12 @@ def _within_limits(job: PendingJob, policy: QueuePolicy, queue_used: dict[str, i
 def take(hosts: list[HostView], shared: FrozenMap, placement: Placement) -> tuple[list[HostView], FrozenMap]:
     """The hosts and shared counters with `placement`'s reservations taken out of what is free."""
     allocs = {a.host: a for a in placement.allocs}
-    updated = []
-    for host in hosts:
+    updated = list(hosts)
+    for i, host in enumerate(updated):
         alloc = allocs.get(host.name)
-        if alloc is None:
-            updated.append(host)
-            continue
-        free = {name: amount - alloc.reserved.get(name, 0) for name, amount in host.free.items()}
-        gpu_free = tuple(i for i in host.gpu_free if i not in alloc.gpus)
-        if GPUS in free:
-            free[GPUS] = len(gpu_free)
-        updated.append(replace(host, free=free, gpu_free=gpu_free))
+        if alloc is not None:
+            free, gpu_free = taken(host.free, host.gpu_free, alloc)
+            updated[i] = replace(host, free=free, gpu_free=gpu_free)
     if placement.shared:
         shared = FrozenMap({name: amount - placement.shared.get(name, 0) for name, amount in shared.items()})
     return updated, shared

@@ -199,13 +199,14 @@ def _cap(free: Mapping[str, Any], terms: list[_Term], first: bool, limit: int) -
     return limit
 
 
-def _order_key(host: HostView, keys: tuple[rr.OrderKey, ...]) -> tuple[object, ...]:
-    values: dict[str, object] = {**attributes(host), **host.free} if keys else {}
+def _order_key(name: str, values: Mapping[str, object], keys: tuple[rr.OrderKey, ...]) -> tuple[object, ...]:
+    """Where host `name` goes under the order[] `keys`, read in `values` (its free amounts over its
+    attributes): hosts without a numeric value for a key come after those with one; then by name."""
     key: list[tuple[int, float]] = []
     for k in keys:
         v = values.get(k.name)
         key.append((0, -v if k.descending else v) if _is_number(v) else (1, 0))  # type: ignore[operator]
-    return (*key, host.name)
+    return (*key, name)
 
 
 # ---------------------------------------------------------------- partitioning
@@ -238,8 +239,11 @@ def _solve(caps: list[int], umax: int, ptile: int | None, limit: int | None,
             rest = left - take
             # Look ahead (only under a host limit): skip this host when the hosts still allowed
             # after it could not carry the rest. Taking whenever possible keeps the earliest hosts.
-            if rest and m < len(caps) and not (forced and i == 0) and rest > _topsum(caps[i + 1:], m - len(alloc) - 1):
-                continue
+            # No host allowed after it (hosts=1): nothing carries the rest, and no need to copy caps.
+            if rest and m < len(caps) and not (forced and i == 0):
+                after = m - len(alloc) - 1
+                if after <= 0 or rest > _topsum(caps[i + 1:], after):
+                    continue
             alloc.append((i, take))
             left = rest
         return goal, alloc
@@ -278,10 +282,10 @@ def _solve_with_first(caps_other: list[int], caps_first: list[int], umax: int, p
     return best
 
 
-class _Candidate(NamedTuple):
-    host: HostView
-    cap_other: int  # most tasks as a host other than the first
-    cap_first: int  # most tasks as the first host (per-job rusage included)
+def _shared_most(terms: list[_Term], free: Mapping[str, Any], hosts: int, limit: int) -> int:
+    for name, per_task, per_host, per_job in terms:
+        limit = _most(free.get(name, 0), per_task, per_host * hosts + per_job, limit)
+    return limit
 
 
 # ---------------------------------------------------------------- place
@@ -291,106 +295,310 @@ def place(job: JobRequest, hosts: Sequence[HostView],
           shared_free: Mapping[str, int | float] = NOTHING) -> Placement | Refusal:
     """Place `job` on `hosts` now (rules in the module docstring), or say why not.
     Preconditions: host names are distinct; amounts in base units."""
-    _check(len({h.name for h in hosts}) == len(hosts), "host names must be distinct")
-    r, shared_free = job.resreq, FrozenMap(shared_free)
-    host_terms, shared_terms = _terms(job, shared_free)
-    per_job = any(t[3] for t in host_terms)
-    span = r.span
-    unit = (span.block or 1) if span else 1  # under block=b the solver counts blocks, not tasks
-    ptile = span.ptile if span else None
-    limit = (1 if span.one_host else span.max_hosts) if span else None
-    assert job.max_tasks is not None  # set by JobRequest
-    umin, umax = -(-job.min_tasks // unit), job.max_tasks // unit
-    if umin > umax:
-        return Refusal(job.id, (NoTaskCount(job.min_tasks, job.max_tasks, unit),))
-    if not hosts:
-        return Refusal(job.id, (NoHosts(),))
+    return Session(hosts, shared_free).place(job)
 
-    refused: list[HostRefusal] = []
-    groups: dict[tuple[object, ...], list[_Candidate]] = {}
-    select_text = rr.format_expr(r.select) if r.select is not None else ""
-    for host in sorted(hosts, key=lambda h: _order_key(h, r.order)):
-        if host.state != "ok":
-            refused.append(HostRefusal(host.name, (HostDown(host.state),)))
-            continue
-        names = attributes(host) if r.select is not None or r.same else {}
-        if not rr.evaluate(r.select, names):
-            refused.append(HostRefusal(host.name, (SelectFalse(select_text),)))
-            continue
-        why: list[Any] = [NoValue(a) for a in r.same if a not in names]
-        cap_other = _cap(host.free, host_terms, False, job.max_tasks)
-        if cap_other == 0:
-            for name, per_task, per_host, _ in host_terms:
+
+def taken(free: Mapping[str, Any], gpu_free: tuple[int, ...],
+          alloc: HostAlloc) -> tuple[dict[str, Any], tuple[int, ...]]:
+    """A host's free amounts and GPU indices once `alloc` holds its share there. Every amount only
+    shrinks (rusage amounts are >= 0), and free `gpus` counts the indices left."""
+    free = {name: amount - alloc.reserved.get(name, 0) for name, amount in free.items()}
+    gpu_free = tuple(i for i in gpu_free if i not in alloc.gpus)
+    if GPUS in free:
+        free[GPUS] = len(gpu_free)
+    return free, gpu_free
+
+
+class _Host:
+    """A host during a session. What it IS (`view`: state, totals, attributes, tags) is fixed for the
+    session; what it has free (`free`, a plain dict, and `gpu_free`) is replaced by `Session.take`."""
+
+    __slots__ = ("_names", "free", "gpu_free", "name", "view")
+
+    def __init__(self, view: HostView) -> None:
+        self.view = view
+        self.name = view.name
+        self.free: dict[str, Any] = dict(view.free)
+        self.gpu_free = view.gpu_free
+        self._names: dict[str, object] | None = None
+
+    def names(self) -> dict[str, object]:
+        """`attributes(view)`: what select[], same[] and order[] read, built once per session."""
+        if self._names is None:
+            self._names = attributes(self.view)
+        return self._names
+
+    def order_key(self, keys: tuple[rr.OrderKey, ...]) -> tuple[object, ...]:
+        return _order_key(self.name, {**self.names(), **self.free}, keys)
+
+
+class _Demand(NamedTuple):
+    """What one request asks of the hosts, read once per shape."""
+
+    host_terms: list[_Term]  # slots first among equals: one per task, then the rusage on hosts
+    shared_terms: list[_Term]  # rusage on the cluster's shared counters
+    per_job: bool  # some host resource is asked per job: the first host must hold it too
+    per_host_shared: bool  # some shared counter is asked per host: the count of hosts matters
+    unit: int  # the solver counts units: blocks of b tasks under span[block=b], else tasks
+    ptile: int | None
+    limit: int | None  # the most hosts (span[hosts=1], span[maxhosts=m]); None: any
+    umin: int  # the task range, in units
+    umax: int
+    max_tasks: int  # no host is capped above it
+
+
+def _demand(job: JobRequest, shared_names: Iterable[str]) -> _Demand:
+    host_terms, shared_terms = _terms(job, shared_names)
+    span = job.resreq.span
+    unit = (span.block or 1) if span else 1
+    assert job.max_tasks is not None  # set by JobRequest
+    return _Demand(host_terms, shared_terms, any(t[3] for t in host_terms), any(t[2] for t in shared_terms),
+                   unit, span.ptile if span else None, (1 if span.one_host else span.max_hosts) if span else None,
+                   -(-job.min_tasks // unit), job.max_tasks // unit, job.max_tasks)
+
+
+class _Shape:
+    """One request shape (task range and -R) on one set of hosts (`hosts`, by name), kept current
+    through a session. Invariants, each checked against the unoptimised place() by the tests:
+
+    - `members` are exactly the hosts that can take one task of the shape now, in placement order
+      (order[] keys read on free amounts, then name), with their room in `caps`: (tasks as any
+      host, tasks as the first host). What a full scan of `hosts` would find, in its order.
+    - Every other host is refused: for good (closed, or select false: `fixed`, built once), or by
+      what it has free now or the same[] attributes it lacks (`lacking`). Those reasons are built
+      only when a refusal needs them, and kept in `refused` until the host is taken from.
+    - Free amounts only shrink in a session, so room only shrinks: a host leaves `members` when its
+      room reaches 0 and never comes back. A host with no free slot can never take a task (every
+      task holds a slot), so the full hosts of a busy cluster are never members at all.
+    """
+
+    __slots__ = ("caps", "demand", "fixed", "group", "hosts", "keys", "lacking", "members", "order", "refused", "seen")
+
+    def __init__(self, demand: _Demand, order: tuple[rr.OrderKey, ...], hosts: list[_Host], seen: int) -> None:
+        self.demand = demand
+        self.order = order
+        self.hosts = hosts
+        self.fixed: dict[_Host, HostRefusal] = {}
+        self.lacking: dict[_Host, tuple[NoValue, ...]] = {}
+        self.members: list[_Host] = []
+        self.caps: dict[_Host, tuple[int, int]] = {}
+        self.keys: dict[_Host, tuple[object, ...]] = {}  # order[] keys of the members, when order[] is given
+        self.group: dict[_Host, tuple[object, ...]] = {}  # same[] values, when same[] is given
+        self.refused: dict[_Host, HostRefusal] = {}
+        self.seen = seen  # how far into the session's log of hosts taken from this shape is current
+
+    def room(self, host: _Host) -> tuple[int, int]:
+        """(tasks `host` can take as any host, as the first host): the most up to the maximum."""
+        d = self.demand
+        other = _cap(host.free, d.host_terms, False, d.max_tasks)
+        return other, _cap(host.free, d.host_terms, True, d.max_tasks) if d.per_job and other else other
+
+
+class Session:
+    """Placement of many jobs, one after another, against one snapshot of hosts: `place` a job,
+    `take` what it got, place the next. The same answers as `place` on the hosts with every earlier
+    placement taken out, at the cost of the hosts that changed rather than of every host.
+
+    What a host IS (state, totals, attributes, tags) is fixed for the session, so its attributes,
+    its select verdicts and its same[] values are read once; what a host has free only shrinks, so a
+    request shape's candidate hosts, sorted once, only lose members or move under order[] (see
+    `_Shape`). A shape is keyed by (host set, task range, -R): jobs of queues sharing their hosts
+    share it.
+    """
+
+    def __init__(self, hosts: Sequence[HostView], shared_free: Mapping[str, int | float] = NOTHING) -> None:
+        _check(len({h.name for h in hosts}) == len(hosts), "host names must be distinct")
+        self.hosts = [_Host(h) for h in sorted(hosts, key=lambda h: h.name)]
+        self._by_name = {h.name: h for h in self.hosts}
+        self.shared: dict[str, Any] = dict(FrozenMap(shared_free))  # sorted by name, as FrozenMap keeps it
+        self._shapes: dict[tuple[object, ...], _Shape] = {}
+        self._matching: dict[object, set[_Host]] = {}  # select -> the open hosts it is true on
+        self._taken: list[_Host] = []  # every host taken from, in order: shapes catch up from it
+
+    def place(self, job: JobRequest, allowed: frozenset[str] | None = None) -> Placement | Refusal:
+        """`place(job, the hosts named in allowed (None: all), shared_free)` as things stand now."""
+        shape = self._shape(job, allowed)
+        d = shape.demand
+        if d.umin > d.umax:
+            return Refusal(job.id, (NoTaskCount(job.min_tasks, d.max_tasks, d.unit),))
+        if not shape.hosts:
+            return Refusal(job.id, (NoHosts(),))
+        self._catch_up(shape)
+        got, alloc, members = self._best(shape)
+        if got < d.umin:
+            return self._refusal(job, shape, got * d.unit)
+        return _placement(job, [(members[i], units * d.unit) for i, units in alloc], d.host_terms,
+                          d.shared_terms)
+
+    def take(self, placement: Placement) -> None:
+        """Take `placement`'s reservations out of what is free, on its hosts only."""
+        for alloc in placement.allocs:
+            host = self._by_name[alloc.host]
+            host.free, host.gpu_free = taken(host.free, host.gpu_free, alloc)
+            self._taken.append(host)
+        if placement.shared:
+            self.shared = {name: amount - placement.shared.get(name, 0) for name, amount in self.shared.items()}
+
+    # ---- shapes
+
+    def _shape(self, job: JobRequest, allowed: frozenset[str] | None) -> _Shape:
+        key = (allowed, job.min_tasks, job.max_tasks, job.resreq)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = self._new_shape(job, allowed)
+        return shape
+
+    def _new_shape(self, job: JobRequest, allowed: frozenset[str] | None) -> _Shape:
+        r = job.resreq
+        hosts = self.hosts if allowed is None else [h for h in self.hosts if h.name in allowed]
+        shape = _Shape(_demand(job, self.shared), r.order, hosts, len(self._taken))
+        matching = self._select(r.select)
+        select_text = rr.format_expr(r.select) if r.select is not None else ""
+        for host in hosts:
+            if host.view.state != "ok":
+                shape.fixed[host] = HostRefusal(host.name, (HostDown(host.view.state),))
+            elif matching is not None and host not in matching:
+                shape.fixed[host] = HostRefusal(host.name, (SelectFalse(select_text),))
+            elif missing := tuple(NoValue(a) for a in r.same if a not in host.names()):
+                shape.lacking[host] = missing
+            elif (room := shape.room(host))[0]:
+                shape.members.append(host)
+                shape.caps[host] = room
+        if r.order:
+            shape.keys = {host: host.order_key(r.order) for host in shape.members}
+            shape.members.sort(key=shape.keys.__getitem__)
+        if r.same:
+            shape.group = {host: tuple(host.names()[a] for a in r.same) for host in shape.members}
+        return shape
+
+    def _select(self, select: rr.Expr | None) -> set[_Host] | None:
+        """The open hosts `select` is true on (None: no select, every host), evaluated once per
+        session: a select reads only what a host is."""
+        if select is None:
+            return None
+        matching = self._matching.get(select)
+        if matching is None:
+            matching = self._matching[select] = {h for h in self.hosts if h.view.state == "ok"
+                                                 and rr.evaluate(select, h.names())}
+        return matching
+
+    def _catch_up(self, shape: _Shape) -> None:
+        """Bring `shape` up to date with the hosts taken from since it last looked: their room is
+        read again (a member whose room reaches 0 leaves), their order[] keys too, and any refusal
+        reasons kept for them are dropped (they name free amounts)."""
+        if shape.seen == len(self._taken):
+            return
+        changed = dict.fromkeys(self._taken[shape.seen:])
+        shape.seen = len(self._taken)
+        moved = False
+        for host in changed:
+            shape.refused.pop(host, None)
+            if host not in shape.caps:
+                continue  # not a member: room only shrinks, so it never becomes one
+            room = shape.room(host)
+            if room[0] == 0:
+                del shape.caps[host]
+                shape.members.remove(host)
+                shape.keys.pop(host, None)
+            else:
+                shape.caps[host] = room
+                if shape.order:
+                    shape.keys[host] = host.order_key(shape.order)
+                    moved = True
+        if moved:
+            shape.members.sort(key=shape.keys.__getitem__)
+
+    # ---- solving and answering
+
+    def _best(self, shape: _Shape) -> tuple[int, list[tuple[int, int]], list[_Host]]:
+        """The most units on one group of members (all of them without same[]), where, and the group:
+        groups in the order of their first member, ties to the earlier group."""
+        d = shape.demand
+        if shape.group:
+            by_value: dict[tuple[object, ...], list[_Host]] = {}
+            for host in shape.members:
+                by_value.setdefault(shape.group[host], []).append(host)
+            groups = list(by_value.values())
+        else:
+            groups = [shape.members] if shape.members else []
+        best: tuple[int, list[tuple[int, int]], list[_Host]] = (0, [], [])
+        for members in groups:
+            caps_other = [shape.caps[h][0] // d.unit for h in members]
+            caps_first = [shape.caps[h][1] // d.unit for h in members]
+            tops = [len(members) if d.limit is None else min(d.limit, len(members))]
+            if d.per_host_shared:  # the count of hosts changes what the counters allow: try each, downwards
+                tops = list(range(tops[0], 0, -1))
+            for top in tops:
+                allowed = _shared_most(d.shared_terms, self.shared, top, d.umax * d.unit) // d.unit
+                got, alloc = _solve_with_first(caps_other, caps_first, allowed, d.ptile,
+                                               top if d.per_host_shared else d.limit, d.per_job)
+                if got > best[0]:
+                    best = (got, alloc, members)
+                if got < allowed:  # capacity, not the counters, is the limit: fewer hosts cannot do better
+                    break
+        return best
+
+    def _refusal(self, job: JobRequest, shape: _Shape, most: int) -> Refusal:
+        refused: list[HostRefusal] = []
+        capacity: list[tuple[str, int]] = []
+        for host in shape.hosts:  # by name
+            room = shape.caps.get(host)
+            if room is not None:
+                capacity.append((host.name, room[0]))
+                continue
+            why = shape.fixed.get(host) or shape.refused.get(host)
+            if why is None:
+                why = shape.refused[host] = self._host_refusal(shape, host)
+            refused.append(why)
+        d = shape.demand
+        no_first = d.per_job and bool(capacity) and not any(shape.caps[h][1] for h in shape.members)
+        return _refusal(job, refused, capacity, most, d, self.shared, no_first)
+
+    @staticmethod
+    def _host_refusal(shape: _Shape, host: _Host) -> HostRefusal:
+        """Why `host` (open, select true) cannot take one task: the same[] attributes it lacks, and
+        when it has no room, every resource it is short of for one task."""
+        d = shape.demand
+        why: list[Any] = list(shape.lacking.get(host, ()))
+        if _cap(host.free, d.host_terms, False, d.max_tasks) == 0:
+            for name, per_task, per_host, _ in d.host_terms:
                 need, have = per_task * 1 + (per_host + 0), host.free.get(name, 0)
                 if need > have:
                     why.append(Short(name, need, max(have, 0)))
-        if why:
-            refused.append(HostRefusal(host.name, tuple(why)))
-            continue
-        cap_first = _cap(host.free, host_terms, True, job.max_tasks) if per_job else cap_other
-        groups.setdefault(tuple(names[a] for a in r.same), []).append(_Candidate(host, cap_other, cap_first))
-
-    per_host_shared = any(t[2] for t in shared_terms)
-    best: tuple[int, list[tuple[int, int]], list[_Candidate]] = (0, [], [])
-    for members in groups.values():
-        caps_other = [c.cap_other // unit for c in members]
-        caps_first = [c.cap_first // unit for c in members]
-        tops = [len(members) if limit is None else min(limit, len(members))]
-        if per_host_shared:  # the count of hosts changes what the counters allow: try each, downwards
-            tops = list(range(tops[0], 0, -1))
-        for top in tops:
-            allowed = _shared_most(shared_terms, shared_free, top, umax * unit) // unit
-            got, alloc = _solve_with_first(caps_other, caps_first, allowed, ptile,
-                                           top if per_host_shared else limit, per_job)
-            if got > best[0]:
-                best = (got, alloc, members)
-            if got < allowed:  # capacity, not the counters, is the limit: fewer hosts cannot do better
-                break
-
-    got, alloc, members = best
-    if got < umin:
-        return _refusal(job, refused, groups, got * unit, host_terms, shared_terms, shared_free, per_job)
-    return _placement(job, [(members[i], units * unit) for i, units in alloc], host_terms, shared_terms)
+        return HostRefusal(host.name, tuple(why))
 
 
-def _shared_most(terms: list[_Term], free: Mapping[str, Any], hosts: int, limit: int) -> int:
-    for name, per_task, per_host, per_job in terms:
-        limit = _most(free.get(name, 0), per_task, per_host * hosts + per_job, limit)
-    return limit
-
-
-def _placement(job: JobRequest, chosen: list[tuple[_Candidate, int]], host_terms: list[_Term],
+def _placement(job: JobRequest, chosen: list[tuple[_Host, int]], host_terms: list[_Term],
                shared_terms: list[_Term]) -> Placement:
     allocs = []
-    for position, (candidate, tasks) in enumerate(chosen):
+    for position, (host, tasks) in enumerate(chosen):
         first = position == 0
         reserved = {name: amount for name, per_task, per_host, per_job in host_terms
                     if (amount := per_task * tasks + (per_host + (per_job if first else 0)))}
-        gpus = candidate.host.gpu_free[:math.ceil(reserved.get(GPUS, 0))]
-        allocs.append(HostAlloc(candidate.host.name, tasks, FrozenMap(reserved), gpus))
+        gpus = host.gpu_free[:math.ceil(reserved.get(GPUS, 0))]
+        allocs.append(HostAlloc(host.name, tasks, FrozenMap(reserved), gpus))
     tasks, count = sum(a.tasks for a in allocs), len(allocs)
     shared = {name: amount for name, per_task, per_host, per_job in shared_terms
               if (amount := per_task * tasks + (per_host * count + per_job))}
     return Placement(job.id, tuple(allocs), FrozenMap(shared))
 
 
-def _refusal(job: JobRequest, refused: list[HostRefusal], groups: dict[Any, list[_Candidate]], most: int,
-             host_terms: list[_Term], shared_terms: list[_Term], shared_free: FrozenMap,
-             per_job: bool) -> Refusal:
-    candidates = sorted((c for members in groups.values() for c in members), key=lambda c: c.host.name)
+def _refusal(job: JobRequest, refused: list[HostRefusal], capacity: list[tuple[str, int]], most: int,
+             demand: _Demand, shared_free: Mapping[str, Any], no_first: bool) -> Refusal:
+    """The Refusal: `refused` and `capacity` (the hosts with room) by host name; `no_first`: hosts
+    have room but none for the per-job rusage too."""
     reasons: list[Any] = []
-    if per_job and candidates and not any(c.cap_first for c in candidates):
+    if no_first:
         reasons.append(NoFirstHost(", ".join(f"{name}={format_amount(name, j)}/job"
-                                             for name, _, _, j in host_terms if j)))
-    for name, per_task, per_host, per_job_amount in shared_terms:
+                                             for name, _, _, j in demand.host_terms if j)))
+    for name, per_task, per_host, per_job_amount in demand.shared_terms:
         need, have = per_task * job.min_tasks + (per_host * 1 + per_job_amount), shared_free.get(name, 0)
         if need > have:
             reasons.append(SharedShort(name, need, max(have, 0)))
-    if candidates:
+    if capacity:
         span = rr.format_span(job.resreq.span) if job.resreq.span else ""
         reasons.insert(0, TooFewTasks(job.min_tasks, most, span, job.resreq.same))
-    return Refusal(job.id, tuple(reasons), tuple(sorted(refused, key=lambda h: h.host)),
-                   tuple((c.host.name, c.cap_other) for c in candidates))
+    return Refusal(job.id, tuple(reasons), tuple(refused), tuple(capacity))
 
 
 # ---------------------------------------------------------------- why_never

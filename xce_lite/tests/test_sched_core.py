@@ -6,17 +6,31 @@ check every test runs on what `schedule` returns (tako's `sanity_check`).
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import pickle
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xce_lite.sched.core import HOST_OK, Decisions, PendingJob, QueuePolicy, Snapshot, schedule
+from xce_lite.sched.core import (
+    HOST_OK,
+    Decisions,
+    Dispatch,
+    PendingJob,
+    QueuePolicy,
+    Snapshot,
+    _within_limits,
+    schedule,
+)
 from xce_lite.sched.placement import HostView, JobRequest
+from xce_lite.sched.reasons import FrozenMap, Placement, Refusal
 from xce_lite.sched.resreq import parse
+from xce_lite.tests.test_placement import reference_place
+
+G = 1024**3
 
 # ---- builders ---------------------------------------------------------------------------------
 
@@ -340,3 +354,130 @@ def test_the_reservation_reason_names_the_holder() -> None:
     assert decisions.dispatches == ()
     assert "hold a reservation" in reasons(decisions)[1]
     assert reasons(decisions)[2] == "waiting behind job 1, which holds a reservation until it can start"
+
+
+# ---- the session against the reference: schedule() as it was, with the unoptimised place ---------
+#
+# `reference_schedule` is `schedule` before the session caches (commit 4cef351): every search is a
+# full `reference_place` over the queue's hosts, a dispatch rebuilds the host list (`reference_take`),
+# and the refusal cache is keyed by queue. The optimised schedule must decide exactly the same.
+
+
+def reference_schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
+    queues = {q.name: q for q in snapshot.queues}
+    no_policy = QueuePolicy("", priority=0)
+
+    def rank(job: PendingJob) -> tuple:
+        return (-queues.get(job.queue, no_policy).priority, -job.priority, job.id)
+
+    order = sorted(snapshot.jobs, key=rank)
+    hosts = list(snapshot.hosts)
+    shared = snapshot.shared_free
+    queue_used: dict[str, int] = {}
+    user_used: dict[tuple[str, str], int] = {}
+    for queue, user, slots in snapshot.running:
+        queue_used[queue] = queue_used.get(queue, 0) + slots
+        user_used[(queue, user)] = user_used.get((queue, user), 0) + slots
+    refused: dict[tuple, str] = {}
+    dispatches: list[Dispatch] = []
+    waiting: dict[str, list[int]] = {}
+    holder: PendingJob | None = None
+    complete = True
+    for examined, job in enumerate(order):
+        if examined >= budget:
+            complete = False
+            break
+        policy = queues.get(job.queue, no_policy)
+        if holder is not None:
+            reason = f"waiting behind job {holder.id}, which holds a reservation until it can start"
+        else:
+            reason, request = _within_limits(job, policy, queue_used, user_used)
+        if reason is None:
+            shape = (job.queue, request.min_tasks, request.max_tasks, request.resreq)
+            reason = refused.get(shape)
+            if reason is None:
+                usable = hosts if policy.hosts is None else [h for h in hosts if h.name in policy.hosts]
+                result = reference_place(request, usable, shared)
+                if not isinstance(result, Refusal):
+                    hosts, shared = reference_take(hosts, shared, result)
+                    refused.clear()
+                    queue_used[job.queue] = queue_used.get(job.queue, 0) + result.tasks
+                    user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + result.tasks
+                    dispatches.append(Dispatch(job.id, result))
+                    continue
+                reason = refused[shape] = result.summary()
+            if snapshot.reserve_after > 0 and snapshot.now - job.submit_time >= snapshot.reserve_after:
+                holder = job
+                reason += "; it has waited long enough to hold a reservation: later jobs wait for it"
+        waiting.setdefault(reason, []).append(job.id)
+    return Decisions(tuple(dispatches), tuple((r, tuple(ids)) for r, ids in waiting.items()), complete)
+
+
+def reference_take(hosts: list[HostView], shared: FrozenMap, placement: Placement) -> tuple[list[HostView], FrozenMap]:
+    allocs = {a.host: a for a in placement.allocs}
+    updated = []
+    for h in hosts:
+        alloc = allocs.get(h.name)
+        if alloc is None:
+            updated.append(h)
+            continue
+        free = {name: amount - alloc.reserved.get(name, 0) for name, amount in h.free.items()}
+        gpu_free = tuple(i for i in h.gpu_free if i not in alloc.gpus)
+        if "gpus" in free:
+            free["gpus"] = len(gpu_free)
+        updated.append(dataclasses.replace(h, free=free, gpu_free=gpu_free))
+    if placement.shared:
+        shared = FrozenMap({name: amount - placement.shared.get(name, 0) for name, amount in shared.items()})
+    return updated, shared
+
+
+# Requests as users write them, over the resources `busy_cluster` has: every rule the session caches.
+REQUESTS = ("", "", "rusage[mem=2G]", "select[avx] rusage[mem=1G]", "select[!avx]", 'select[model=="B"]',
+            "order[-mem] rusage[mem=3G]", "order[slots]", "order[-slots] select[gpus>0]",
+            "rusage[gpus=1:mem=1G]", "span[ptile=2]", "span[ptile=3] rusage[mem=1G]", "span[hosts=1]",
+            "span[block=2]", "span[maxhosts=2]", "same[model] rusage[mem=1G]", "same[model] span[ptile=2]",
+            "rusage[mem=2G/host] span[ptile=2]", "rusage[mem=1G/job]", "rusage[lic=1/job]",
+            "rusage[lic=1/host]", "rusage[lic=1]", "select[defined(scratch)] rusage[scratch=2/host]",
+            "order[-scratch] same[model]")
+
+
+@st.composite
+def busy_snapshots(draw: st.DrawFn) -> Snapshot:
+    """Up to 10 hosts with slots, memory, GPUs, a scratch resource on some, a model on most (so
+    same[model] leaves some out), tags; up to 60 jobs over 3 queues that share hosts or not, with
+    running limits, running usage and (sometimes) the starvation guard."""
+    hosts = []
+    for i in range(draw(st.integers(0, 10))):
+        slots, mem, gpus = draw(st.integers(0, 8)), draw(st.integers(0, 8)), draw(st.sampled_from((0, 0, 2, 4)))
+        total = {"slots": slots, "mem": mem * G, "gpus": gpus}
+        if draw(st.booleans()):
+            total["scratch"] = draw(st.integers(0, 10))
+        free = {k: v - min(v, draw(st.one_of(st.just(0), st.integers(0, v)))) for k, v in total.items()}
+        gpu_free = tuple(range(gpus - free["gpus"], gpus))
+        attrs = {"model": m} if (m := draw(st.sampled_from(("A", "B", None)))) else {}
+        hosts.append(HostView(f"h{i}", draw(st.sampled_from((HOST_OK,) * 6 + ("closed",))), total, free,
+                              gpu_free, attrs, frozenset(draw(st.sets(st.sampled_from(("avx", "fast")))))))
+    names = [h.name for h in hosts]
+    some_hosts = st.one_of(st.none(), st.frozensets(st.sampled_from(names)) if names else st.none())
+    queues = tuple(QueuePolicy(name, draw(st.integers(0, 3)), draw(some_hosts),
+                               draw(st.one_of(st.none(), st.integers(0, 20))),
+                               draw(st.one_of(st.none(), st.integers(0, 10))))
+                   for name in ("high", "normal", "low"))
+    jobs = []
+    for i in range(1, draw(st.integers(0, 60)) + 1):
+        low = draw(st.integers(1, 6))
+        request = JobRequest(i, low, low + draw(st.sampled_from((0, 0, 1, 4))), parse(draw(st.sampled_from(REQUESTS))))
+        jobs.append(PendingJob(i, draw(st.sampled_from(("alice", "bob"))), draw(st.sampled_from(QUEUES)), request,
+                               draw(st.sampled_from((0, 0, 5))), float(draw(st.integers(0, 100)))))
+    running = tuple((draw(st.sampled_from(QUEUES)), draw(st.sampled_from(("alice", "bob"))), draw(st.integers(0, 8)))
+                    for _ in range(draw(st.integers(0, 3))))
+    shared = FrozenMap({"lic": draw(st.integers(0, 6))})
+    return Snapshot(tuple(hosts), tuple(jobs), queues, shared, running, 100.0, draw(st.sampled_from((0.0, 50.0))))
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshot=busy_snapshots(), budget=budgets)
+def test_schedule_decides_what_the_reference_decides(snapshot: Snapshot, budget: int) -> None:
+    decisions = schedule(snapshot, budget)
+    assert decisions == reference_schedule(snapshot, budget)
+    check_decisions(snapshot, decisions)
