@@ -15,9 +15,11 @@ reason, and later jobs may still start past it...
 without backfill): then it holds a reservation, and every job after it in order waits, so running
 jobs drain until it fits. Backfill by run limit (letting short jobs use the drain) is a later step.
 
-Sessions: within one session, a request shape (task range and -R) proven unplaceable is not
-searched again until a dispatch changes what is free; a cache hit returns the FULL reason of the
-attempt that proved it, never an empty one.
+Sessions: within one session, a request shape (task range and -R, on its queue's host set) proven
+unplaceable is not searched again until a dispatch changes what is free; a cache hit returns the
+FULL reason of the attempt that proved it, never an empty one. The searches themselves go through
+one `placement.Session`, which keeps each shape's candidate hosts current as dispatches take from
+them, rather than scanning every host each time.
 """
 
 from __future__ import annotations
@@ -108,7 +110,10 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
     for queue, user, slots in snapshot.running:
         queue_used[queue] = queue_used.get(queue, 0) + slots
         user_used[(queue, user)] = user_used.get((queue, user), 0) + slots
-    refused: dict[tuple, str] = {}  # request shape -> reason; valid until a dispatch changes what is free
+    # (queue's hosts, task range, -R) -> reason; valid until a dispatch changes what is free. Keyed by
+    # the queue's host set, not its name: placement reads nothing else of the queue, so queues that
+    # share their hosts share one search.
+    refused: dict[tuple, str] = {}
     session = Session(snapshot.hosts, snapshot.shared_free)
     dispatches: list[Dispatch] = []
     waiting: dict[str, list[int]] = {}
@@ -124,7 +129,7 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
         else:
             reason, request = _within_limits(job, policy, queue_used, user_used)
         if reason is None:
-            shape = (job.queue, request.min_tasks, request.max_tasks, request.resreq)
+            shape = (policy.hosts, request.min_tasks, request.max_tasks, request.resreq)
             reason = refused.get(shape)
             if reason is None:
                 result = session.place(request, policy.hosts)
