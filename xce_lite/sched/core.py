@@ -114,6 +114,10 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
     # the queue's host set, not its name: placement reads nothing else of the queue, so queues that
     # share their hosts share one search.
     refused: dict[tuple, str] = {}
+    # The same key -> its last refusal and that refusal's summary, for the whole session: a shape
+    # searched again after a dispatch that changed nothing it reads is refused alike, and its text
+    # is not composed again. (Comparing is cheap: the session reuses the per-host reasons.)
+    summaries: dict[tuple, tuple[Refusal, str]] = {}
     session = Session(snapshot.hosts, snapshot.shared_free)
     dispatches: list[Dispatch] = []
     waiting: dict[str, list[int]] = {}
@@ -140,12 +144,23 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
                     user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + result.tasks
                     dispatches.append(Dispatch(job.id, result))
                     continue
-                reason = refused[shape] = result.summary()
+                reason = refused[shape] = _summary(result, shape, summaries)
             if snapshot.reserve_after > 0 and snapshot.now - job.submit_time >= snapshot.reserve_after:
                 holder = job
                 reason += "; it has waited long enough to hold a reservation: later jobs wait for it"
         waiting.setdefault(reason, []).append(job.id)
     return Decisions(tuple(dispatches), tuple((r, tuple(ids)) for r, ids in waiting.items()), complete)
+
+
+def _summary(refusal: Refusal, shape: tuple, summaries: dict[tuple, tuple[Refusal, str]]) -> str:
+    """`refusal.summary()`, reusing the text of the shape's last refusal when it is the same one."""
+    last = summaries.get(shape)
+    if last is not None and (last[0].job_reasons, last[0].hosts, last[0].capacity) == \
+            (refusal.job_reasons, refusal.hosts, refusal.capacity):
+        return last[1]
+    text = refusal.summary()
+    summaries[shape] = (refusal, text)
+    return text
 
 
 def _within_limits(job: PendingJob, policy: QueuePolicy, queue_used: dict[str, int],

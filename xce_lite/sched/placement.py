@@ -181,8 +181,10 @@ def _most(have: Any, per_task: Any, fixed: Any, limit: int) -> int:
         return 0
     if per_task <= 0:
         return limit
-    both_int = type(have) is int and type(per_task) is int and type(fixed) is int
-    q = (have - fixed) // per_task if both_int else (have - fixed) / per_task
+    if type(have) is int and type(per_task) is int and type(fixed) is int:
+        q = (have - fixed) // per_task  # exact, and >= 0 since fixed <= have: the answer up to the limit
+        return limit if q >= limit else q
+    q = (have - fixed) / per_task  # floats round: start near the answer, then check it exactly
     k = limit if q >= limit else max(0, math.floor(q))
     while k > 0 and per_task * k + fixed > have:
         k -= 1
@@ -345,6 +347,10 @@ class _Demand(NamedTuple):
     umin: int  # the task range, in units
     umax: int
     max_tasks: int  # no host is capped above it
+    # The solver only looks back along the hosts (see _units): no per-job rusage (any host may be
+    # first), no per-host counter (each host count is tried), and no host limit but hosts=1 without
+    # ptile (the look-ahead of maxhosts reads the hosts after).
+    looks_back: bool
 
 
 def _demand(job: JobRequest, shared_names: Iterable[str]) -> _Demand:
@@ -352,9 +358,12 @@ def _demand(job: JobRequest, shared_names: Iterable[str]) -> _Demand:
     span = job.resreq.span
     unit = (span.block or 1) if span else 1
     assert job.max_tasks is not None  # set by JobRequest
-    return _Demand(host_terms, shared_terms, any(t[3] for t in host_terms), any(t[2] for t in shared_terms),
-                   unit, span.ptile if span else None, (1 if span.one_host else span.max_hosts) if span else None,
-                   -(-job.min_tasks // unit), job.max_tasks // unit, job.max_tasks)
+    per_job, per_host_shared = any(t[3] for t in host_terms), any(t[2] for t in shared_terms)
+    ptile = span.ptile if span else None
+    limit = (1 if span.one_host else span.max_hosts) if span else None
+    looks_back = not per_job and not per_host_shared and (limit is None or (limit == 1 and ptile is None))
+    return _Demand(host_terms, shared_terms, per_job, per_host_shared, unit, ptile, limit,
+                   -(-job.min_tasks // unit), job.max_tasks // unit, job.max_tasks, looks_back)
 
 
 class _Shape:
@@ -372,7 +381,8 @@ class _Shape:
       task holds a slot), so the full hosts of a busy cluster are never members at all.
     """
 
-    __slots__ = ("caps", "demand", "fixed", "group", "hosts", "keys", "lacking", "members", "order", "refused", "seen")
+    __slots__ = ("answer", "caps", "demand", "fixed", "group", "hosts", "keys", "lacking", "members", "order",
+                 "refused", "seen", "shared_seen")
 
     def __init__(self, demand: _Demand, order: tuple[rr.OrderKey, ...], hosts: list[_Host], seen: int) -> None:
         self.demand = demand
@@ -386,12 +396,50 @@ class _Shape:
         self.group: dict[_Host, tuple[object, ...]] = {}  # same[] values, when same[] is given
         self.refused: dict[_Host, HostRefusal] = {}
         self.seen = seen  # how far into the session's log of hosts taken from this shape is current
+        # The last refusal, while nothing it reads has changed: no member's room, no refused host's
+        # reasons, no shared counter it asks for (`shared_seen`: the session's count of placements
+        # that took from the counters, at the time).
+        self.answer: Refusal | None = None
+        self.shared_seen = 0
 
     def room(self, host: _Host) -> tuple[int, int]:
         """(tasks `host` can take as any host, as the first host): the most up to the maximum."""
         d = self.demand
         other = _cap(host.free, d.host_terms, False, d.max_tasks)
         return other, _cap(host.free, d.host_terms, True, d.max_tasks) if d.per_job and other else other
+
+
+def _units(shape: _Shape, members: list[_Host], allowed: int) -> list[int]:
+    """The units each of `members` can take as any host, in order; when `shape.demand.looks_back`,
+    only as far as the first members that already hold `allowed` units.
+
+    That prefix is enough when the solver only looks back: with no host limit it fills hosts in
+    order, under hosts=1 it takes the first host that holds it all, under ptile=p it takes the first
+    full hosts and then the first host with room for the rest; in each case, once the hosts read so
+    far reach `allowed` (the most the job may get), later hosts cannot change the answer. A busy
+    session places small jobs on the first few of hundreds of hosts: this reads those few."""
+    d = shape.demand
+    if not d.looks_back:
+        return [shape.caps[h][0] // d.unit for h in members]
+    units: list[int] = []
+    total = full = partial = 0  # sum of units; under ptile: hosts with a full tile, the largest other
+    for host in members:
+        u = shape.caps[host][0] // d.unit
+        units.append(u)
+        if d.limit == 1:
+            reach = u
+        elif d.ptile is None:
+            total += u
+            reach = total
+        else:  # _solve's bound: whole tiles on full hosts, plus the largest part on one other host
+            if u >= d.ptile:
+                full += 1
+            else:
+                partial = max(partial, u)
+            reach = d.ptile * full + (partial if full < len(units) else 0)
+        if reach >= allowed:
+            break
+    return units
 
 
 class Session:
@@ -414,6 +462,7 @@ class Session:
         self._shapes: dict[tuple[object, ...], _Shape] = {}
         self._matching: dict[object, set[_Host]] = {}  # select -> the open hosts it is true on
         self._taken: list[_Host] = []  # every host taken from, in order: shapes catch up from it
+        self._shared_taken = 0  # how many placements took from the shared counters
 
     def place(self, job: JobRequest, allowed: frozenset[str] | None = None) -> Placement | Refusal:
         """`place(job, the hosts named in allowed (None: all), shared_free)` as things stand now."""
@@ -424,9 +473,14 @@ class Session:
         if not shape.hosts:
             return Refusal(job.id, (NoHosts(),))
         self._catch_up(shape)
+        if shape.demand.shared_terms and shape.shared_seen != self._shared_taken:
+            shape.answer = None  # the counters it reads have changed
+        if shape.answer is not None:  # nothing it reads has changed since it was refused: it still is
+            return Refusal(job.id, shape.answer.job_reasons, shape.answer.hosts, shape.answer.capacity)
         got, alloc, members = self._best(shape)
         if got < d.umin:
-            return self._refusal(job, shape, got * d.unit)
+            shape.answer, shape.shared_seen = self._refusal(job, shape, got * d.unit), self._shared_taken
+            return shape.answer
         return _placement(job, [(members[i], units * d.unit) for i, units in alloc], d.host_terms,
                           d.shared_terms)
 
@@ -438,6 +492,7 @@ class Session:
             self._taken.append(host)
         if placement.shared:
             self.shared = {name: amount - placement.shared.get(name, 0) for name, amount in self.shared.items()}
+            self._shared_taken += 1
 
     # ---- shapes
 
@@ -484,18 +539,27 @@ class Session:
 
     def _catch_up(self, shape: _Shape) -> None:
         """Bring `shape` up to date with the hosts taken from since it last looked: their room is
-        read again (a member whose room reaches 0 leaves), their order[] keys too, and any refusal
-        reasons kept for them are dropped (they name free amounts)."""
+        read again (a member whose room reaches 0 leaves), their order[] keys too, and the refusal
+        reasons kept for them are dropped (they name free amounts). The shape's last refusal stays
+        its answer only if none of that changed it."""
         if shape.seen == len(self._taken):
             return
         changed = dict.fromkeys(self._taken[shape.seen:])
         shape.seen = len(self._taken)
         moved = False
         for host in changed:
-            shape.refused.pop(host, None)
-            if host not in shape.caps:
-                continue  # not a member: room only shrinks, so it never becomes one
+            if host in shape.fixed:
+                continue  # closed or select false: its reason names nothing that is free
+            old = shape.refused.pop(host, None)
+            if host not in shape.caps:  # not a member (or not in the shape's hosts): room only shrinks,
+                if old is not None and shape.answer is not None:  # so it never becomes one
+                    new = shape.refused[host] = self._host_refusal(shape, host)
+                    if new != old:
+                        shape.answer = None
+                continue
             room = shape.room(host)
+            if room != shape.caps[host]:
+                shape.answer = None
             if room[0] == 0:
                 del shape.caps[host]
                 shape.members.remove(host)
@@ -523,13 +587,16 @@ class Session:
             groups = [shape.members] if shape.members else []
         best: tuple[int, list[tuple[int, int]], list[_Host]] = (0, [], [])
         for members in groups:
-            caps_other = [shape.caps[h][0] // d.unit for h in members]
-            caps_first = [shape.caps[h][1] // d.unit for h in members]
             tops = [len(members) if d.limit is None else min(d.limit, len(members))]
             if d.per_host_shared:  # the count of hosts changes what the counters allow: try each, downwards
                 tops = list(range(tops[0], 0, -1))
+            caps_other: list[int] | None = None
+            caps_first: list[int] = []
             for top in tops:
                 allowed = _shared_most(d.shared_terms, self.shared, top, d.umax * d.unit) // d.unit
+                if caps_other is None:  # what the hosts can take does not depend on `top`: read it once
+                    caps_other = _units(shape, members, allowed)
+                    caps_first = [shape.caps[h][1] // d.unit for h in members] if d.per_job else caps_other
                 got, alloc = _solve_with_first(caps_other, caps_first, allowed, d.ptile,
                                                top if d.per_host_shared else d.limit, d.per_job)
                 if got > best[0]:

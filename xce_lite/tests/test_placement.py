@@ -4,6 +4,7 @@ that fit" on small clusters."""
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -25,6 +26,7 @@ from xce_lite.sched.placement import (
     HostView,
     JobRequest,
     Placement,
+    Session,
     attributes,
     place,
     why_never,
@@ -137,6 +139,10 @@ def test_max_tasks_defaults_to_min_tasks():
     ((4, 1), (1, 6), "block=2", (("h1", 4),)),
     ((1, 4, 2, 4), (1, 8), "maxhosts=2", (("h2", 4), ("h4", 4))),
     ((1, 4, 2, 4), (1, 5), "maxhosts=2", (("h1", 1), ("h2", 4))),  # earliest hosts that still reach 5
+    # h1..h3 already hold 5 tasks, but only h4 lets h1 in: the look-ahead reads past the hosts that fit
+    ((1, 3, 3, 4), 5, "maxhosts=2", (("h1", 1), ("h4", 4))),
+    ((1, 3, 3, 4), 4, "hosts=1", (("h4", 4),)),
+    ((3, 1, 1, 2, 4), 5, "ptile=2", (("h1", 2), ("h4", 2), ("h2", 1))),
     ((1, 1, 1), (1, 3), "maxhosts=1", (("h1", 1),)),
 ])
 def test_span_rules(caps, n, span, expected):
@@ -427,16 +433,18 @@ def some(top: int) -> st.SearchStrategy[int]:
 
 
 @st.composite
-def clusters(draw) -> tuple[list[HostView], dict[str, int]]:
+def clusters(draw, most: int = 4, types: tuple[str, ...] = ("A", "B")) -> tuple[list[HostView], dict[str, int]]:
+    """Up to `most` hosts; each has a `type` drawn from `types` ("" in it: no type)."""
     hosts = []
-    for i in range(draw(st.integers(0, 4))):
+    for i in range(draw(st.integers(0, most))):
         slots, mem, gpus, scratch = (draw(st.integers(low, top)) for low, top in ((0, 4), (0, 8), (0, 3), (0, 6)))
         used = {"slots": min(slots, draw(some(4))), "mem": min(mem, draw(some(8))) * G,
                 "scratch": min(scratch, draw(some(6)))}
         gpu_used = tuple(sorted(draw(st.sets(st.integers(0, gpus - 1), max_size=gpus)))) if gpus else ()
         hosts.append(host(f"h{i}", slots, mem * G, gpus, state=draw(st.sampled_from(["ok"] * 5 + ["closed"])),
                           tags=tuple(sorted(draw(st.sets(st.sampled_from(["avx", "fast"]))))), used=used,
-                          gpu_used=gpu_used, res={"scratch": scratch}, type=draw(st.sampled_from("AB"))))
+                          gpu_used=gpu_used, res={"scratch": scratch},
+                          **({"type": t} if (t := draw(st.sampled_from(types))) else {})))
     return hosts, {"lic": draw(st.integers(0, 6))}
 
 
@@ -585,6 +593,46 @@ def test_why_never_agrees_with_place(cluster, job):
 def test_place_gives_what_the_reference_gives(cluster, job):
     hosts, shared = cluster
     assert place(job, hosts, shared) == reference_place(job, hosts, shared)
+
+
+@PROPERTY
+@given(clusters(most=8, types=("A", "B", "")), st.lists(jobs(), min_size=1, max_size=4), st.data())
+def test_a_session_answers_what_place_answers_on_what_is_left(cluster, requests, data):
+    """Jobs placed one after another in one Session, each placement taken: every answer is what the
+    unoptimised place gives on the hosts and counters left, on any host subset. Requests repeat, so
+    shapes are met again after other jobs took from their hosts."""
+    hosts, shared = cluster
+    names = [h.name for h in hosts]
+    session = Session(hosts, shared)
+    for _ in range(data.draw(st.integers(1, 16))):
+        job = data.draw(st.sampled_from(requests))
+        allowed = data.draw(st.one_of(st.none(), st.frozensets(st.sampled_from(names)))) if names else None
+        usable = [h for h in hosts if allowed is None or h.name in allowed]
+        result = session.place(job, allowed)
+        assert result == reference_place(job, usable, shared)
+        if isinstance(result, Placement):
+            session.take(result)
+            hosts, shared = reference_take(hosts, shared, result)
+
+
+def reference_take(hosts: list[HostView], shared: Mapping[str, Any],
+                   placement: Placement) -> tuple[list[HostView], Mapping[str, Any]]:
+    """The hosts and counters with `placement` taken out of what is free (core.take as it was)."""
+    allocs = {a.host: a for a in placement.allocs}
+    updated = []
+    for h in hosts:
+        alloc = allocs.get(h.name)
+        if alloc is None:
+            updated.append(h)
+            continue
+        free = {name: amount - alloc.reserved.get(name, 0) for name, amount in h.free.items()}
+        gpu_free = tuple(i for i in h.gpu_free if i not in alloc.gpus)
+        if GPUS in free:
+            free[GPUS] = len(gpu_free)
+        updated.append(dataclasses.replace(h, free=free, gpu_free=gpu_free))
+    if placement.shared:
+        shared = FrozenMap({name: amount - placement.shared.get(name, 0) for name, amount in shared.items()})
+    return updated, shared
 
 
 # ---------------------------------------------------------------- the reference: place() unoptimised

@@ -6,7 +6,6 @@ check every test runs on what `schedule` returns (tako's `sanity_check`).
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing
 import pickle
 from concurrent.futures import ProcessPoolExecutor
@@ -26,9 +25,9 @@ from xce_lite.sched.core import (
     schedule,
 )
 from xce_lite.sched.placement import HostView, JobRequest
-from xce_lite.sched.reasons import FrozenMap, Placement, Refusal
+from xce_lite.sched.reasons import FrozenMap, Refusal
 from xce_lite.sched.resreq import parse
-from xce_lite.tests.test_placement import reference_place
+from xce_lite.tests.test_placement import reference_place, reference_take
 
 G = 1024**3
 
@@ -411,24 +410,6 @@ def reference_schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions
                 reason += "; it has waited long enough to hold a reservation: later jobs wait for it"
         waiting.setdefault(reason, []).append(job.id)
     return Decisions(tuple(dispatches), tuple((r, tuple(ids)) for r, ids in waiting.items()), complete)
-
-
-def reference_take(hosts: list[HostView], shared: FrozenMap, placement: Placement) -> tuple[list[HostView], FrozenMap]:
-    allocs = {a.host: a for a in placement.allocs}
-    updated = []
-    for h in hosts:
-        alloc = allocs.get(h.name)
-        if alloc is None:
-            updated.append(h)
-            continue
-        free = {name: amount - alloc.reserved.get(name, 0) for name, amount in h.free.items()}
-        gpu_free = tuple(i for i in h.gpu_free if i not in alloc.gpus)
-        if "gpus" in free:
-            free["gpus"] = len(gpu_free)
-        updated.append(dataclasses.replace(h, free=free, gpu_free=gpu_free))
-    if placement.shared:
-        shared = FrozenMap({name: amount - placement.shared.get(name, 0) for name, amount in shared.items()})
-    return updated, shared
 
 
 # Requests as users write them, over the resources `busy_cluster` has: every rule the session caches.
