@@ -145,6 +145,22 @@ class JobRequest:
             raise SpecError(f"-n {low},{high}: the minimum is more than the maximum; write -n {high},{low}")
         _check(isinstance(self.resreq, rr.ResReq), "JobRequest.resreq must be a ResReq")
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Pickled as its fields, restored without validating them again (they were valid when
+        # built): the scheduler process receives 10,000s of requests at a time, and the default
+        # for frozen slotted dataclasses (__getstate__/__setstate__ in Python) cost ~2 us a request
+        # each way, more than a third of the pending set's pickling.
+        return _restored_request, (self.id, self.min_tasks, self.max_tasks, self.resreq)
+
+
+def _restored_request(id: int, min_tasks: int, max_tasks: int, resreq: rr.ResReq) -> JobRequest:
+    request = object.__new__(JobRequest)
+    object.__setattr__(request, "id", id)
+    object.__setattr__(request, "min_tasks", min_tasks)
+    object.__setattr__(request, "max_tasks", max_tasks)
+    object.__setattr__(request, "resreq", resreq)
+    return request
+
 
 def attributes(host: HostView) -> dict[str, object]:
     """What select[] and same[] read on a host: totals (also as `max<name>`), attrs, tags as True."""
@@ -315,7 +331,7 @@ class _Host:
     """A host during a session. What it IS (`view`: state, totals, attributes, tags) is fixed for the
     session; what it has free (`free`, a plain dict, and `gpu_free`) is replaced by `Session.take`."""
 
-    __slots__ = ("_names", "free", "gpu_free", "name", "view")
+    __slots__ = ("_names", "free", "gpu_free", "name", "refusals", "view")
 
     def __init__(self, view: HostView) -> None:
         self.view = view
@@ -323,6 +339,9 @@ class _Host:
         self.free: dict[str, Any] = dict(view.free)
         self.gpu_free = view.gpu_free
         self._names: dict[str, object] | None = None
+        # Why it cannot take one task, by what the reasons read (see _Shape.asks): shapes that ask
+        # the same share them. Emptied when the host is taken from.
+        self.refusals: dict[int, HostRefusal] = {}
 
     def names(self) -> dict[str, object]:
         """`attributes(view)`: what select[], same[] and order[] read, built once per session."""
@@ -381,12 +400,14 @@ class _Shape:
       task holds a slot), so the full hosts of a busy cluster are never members at all.
     """
 
-    __slots__ = ("answer", "caps", "demand", "fixed", "group", "hosts", "keys", "lacking", "members", "order",
-                 "refused", "seen", "shared_seen")
+    __slots__ = ("answer", "asks", "caps", "demand", "fixed", "group", "hosts", "keys", "lacking", "members",
+                 "order", "refused", "seen", "shared_seen")
 
-    def __init__(self, demand: _Demand, order: tuple[rr.OrderKey, ...], hosts: list[_Host], seen: int) -> None:
+    def __init__(self, demand: _Demand, order: tuple[rr.OrderKey, ...], hosts: list[_Host], seen: int,
+                 asks: int) -> None:
         self.demand = demand
         self.order = order
+        self.asks = asks  # what a refused host's reasons read (host terms, same[]), as a number
         self.hosts = hosts
         self.fixed: dict[_Host, HostRefusal] = {}
         self.lacking: dict[_Host, tuple[NoValue, ...]] = {}
@@ -463,6 +484,7 @@ class Session:
         self._matching: dict[object, set[_Host]] = {}  # select -> the open hosts it is true on
         self._taken: list[_Host] = []  # every host taken from, in order: shapes catch up from it
         self._shared_taken = 0  # how many placements took from the shared counters
+        self._asks: dict[tuple[object, ...], int] = {}  # (host terms, same[]) -> a number, for _Host.refusals
 
     def place(self, job: JobRequest, allowed: frozenset[str] | None = None) -> Placement | Refusal:
         """`place(job, the hosts named in allowed (None: all), shared_free)` as things stand now."""
@@ -489,6 +511,7 @@ class Session:
         for alloc in placement.allocs:
             host = self._by_name[alloc.host]
             host.free, host.gpu_free = taken(host.free, host.gpu_free, alloc)
+            host.refusals.clear()
             self._taken.append(host)
         if placement.shared:
             self.shared = {name: amount - placement.shared.get(name, 0) for name, amount in self.shared.items()}
@@ -506,7 +529,9 @@ class Session:
     def _new_shape(self, job: JobRequest, allowed: frozenset[str] | None) -> _Shape:
         r = job.resreq
         hosts = self.hosts if allowed is None else [h for h in self.hosts if h.name in allowed]
-        shape = _Shape(_demand(job, self.shared), r.order, hosts, len(self._taken))
+        demand = _demand(job, self.shared)
+        asks = self._asks.setdefault((tuple(demand.host_terms), r.same), len(self._asks))
+        shape = _Shape(demand, r.order, hosts, len(self._taken), asks)
         matching = self._select(r.select)
         select_text = rr.format_expr(r.select) if r.select is not None else ""
         for host in hosts:
@@ -516,6 +541,8 @@ class Session:
                 shape.fixed[host] = HostRefusal(host.name, (SelectFalse(select_text),))
             elif missing := tuple(NoValue(a) for a in r.same if a not in host.names()):
                 shape.lacking[host] = missing
+            elif host.free.get(SLOTS, 0) < 1:
+                pass  # every task holds a slot: no room (the refused hosts' reasons are built when asked)
             elif (room := shape.room(host))[0]:
                 shape.members.append(host)
                 shape.caps[host] = room
@@ -625,14 +652,17 @@ class Session:
     def _host_refusal(shape: _Shape, host: _Host) -> HostRefusal:
         """Why `host` (open, select true) cannot take one task: the same[] attributes it lacks, and
         when it has no room, every resource it is short of for one task."""
-        d = shape.demand
-        why: list[Any] = list(shape.lacking.get(host, ()))
-        if _cap(host.free, d.host_terms, False, d.max_tasks) == 0:
-            for name, per_task, per_host, _ in d.host_terms:
-                need, have = per_task * 1 + (per_host + 0), host.free.get(name, 0)
-                if need > have:
-                    why.append(Short(name, need, max(have, 0)))
-        return HostRefusal(host.name, tuple(why))
+        why = host.refusals.get(shape.asks)
+        if why is None:
+            d = shape.demand
+            reasons: list[Any] = list(shape.lacking.get(host, ()))
+            if _cap(host.free, d.host_terms, False, d.max_tasks) == 0:  # the limit (>= 1) cannot make it 0
+                for name, per_task, per_host, _ in d.host_terms:
+                    need, have = per_task * 1 + (per_host + 0), host.free.get(name, 0)
+                    if need > have:
+                        reasons.append(Short(name, need, max(have, 0)))
+            why = host.refusals[shape.asks] = HostRefusal(host.name, tuple(reasons))
+        return why
 
 
 def _placement(job: JobRequest, chosen: list[tuple[_Host, int]], host_terms: list[_Term],

@@ -125,6 +125,15 @@ def test_max_tasks_defaults_to_min_tasks():
     assert JobRequest(7, 3).max_tasks == 3
 
 
+def test_a_request_crosses_a_pipe_whole():
+    request = job((2, 6), "select[avx] rusage[mem=1G] span[ptile=2]", id=42)
+    again = pickle.loads(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+    assert again == request and hash(again) == hash(request) and type(again) is JobRequest
+    assert (again.id, again.min_tasks, again.max_tasks, again.resreq) == (42, 2, 6, request.resreq)
+    with pytest.raises(AttributeError):
+        again.min_tasks = 1  # type: ignore[misc]
+
+
 # ---------------------------------------------------------------- span rules
 
 
