@@ -31,6 +31,7 @@ from xce_lite.sched.placement import HostView, JobRequest, Session, taken
 from xce_lite.sched.reasons import NOTHING, FrozenMap, Placement, Refusal
 
 HOST_OK = "ok"
+SUMMARIES_KEPT = 256  # refusals kept per session to reuse their text (see _schedule)
 
 
 @dataclass(frozen=True)
@@ -128,9 +129,10 @@ def _schedule(snapshot: Snapshot, budget: int) -> Decisions:
     # the queue's host set, not its name: placement reads nothing else of the queue, so queues that
     # share their hosts share one search.
     refused: dict[tuple, str] = {}
-    # The same key -> its last refusal and that refusal's summary, for the whole session: a shape
-    # searched again after a dispatch that changed nothing it reads is refused alike, and its text
-    # is not composed again. (Comparing is cheap: the session reuses the per-host reasons.)
+    # The same key -> its last refusal and that refusal's summary, for the last SUMMARIES_KEPT keys
+    # met: a shape searched again after a dispatch that changed nothing it reads is refused alike,
+    # and its text is not composed again. (Comparing is cheap: the session reuses the per-host
+    # reasons.) Bounded: a refusal holds a reason for every host.
     summaries: dict[tuple, tuple[Refusal, str]] = {}
     session = Session(snapshot.hosts, snapshot.shared_free)
     dispatches: list[Dispatch] = []
@@ -168,11 +170,14 @@ def _schedule(snapshot: Snapshot, budget: int) -> Decisions:
 
 def _summary(refusal: Refusal, shape: tuple, summaries: dict[tuple, tuple[Refusal, str]]) -> str:
     """`refusal.summary()`, reusing the text of the shape's last refusal when it is the same one."""
-    last = summaries.get(shape)
+    last = summaries.pop(shape, None)  # put back last: the dict runs from least to most recently met
     if last is not None and (last[0].job_reasons, last[0].hosts, last[0].capacity) == \
             (refusal.job_reasons, refusal.hosts, refusal.capacity):
-        return last[1]
-    text = refusal.summary()
+        text = last[1]
+    else:
+        text = refusal.summary()
+        if len(summaries) >= SUMMARIES_KEPT:
+            del summaries[next(iter(summaries))]
     summaries[shape] = (refusal, text)
     return text
 

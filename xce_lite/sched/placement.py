@@ -75,6 +75,10 @@ from xce_lite.sched.reasons import (
 )
 
 SLOTS, GPUS = "slots", "gpus"
+# A Session's memory is bounded: it keeps at most MAX_SHAPES request shapes current (each holds
+# its candidates), and the refused hosts' reasons of at most MAX_ASKS kinds of demand.
+MAX_SHAPES = 256
+MAX_ASKS = 64
 HOST_STATES = ("ok", "closed", "unreachable")
 _PER_INDEX = {"task": 0, "host": 1, "job": 2}
 _ANY = rr.ResReq()  # asks for nothing but one slot per task
@@ -331,7 +335,7 @@ class _Host:
     """A host during a session. What it IS (`view`: state, totals, attributes, tags) is fixed for the
     session; what it has free (`free`, a plain dict, and `gpu_free`) is replaced by `Session.take`."""
 
-    __slots__ = ("_names", "free", "gpu_free", "name", "refusals", "view")
+    __slots__ = ("_names", "down", "free", "gpu_free", "name", "refusals", "view")
 
     def __init__(self, view: HostView) -> None:
         self.view = view
@@ -339,6 +343,8 @@ class _Host:
         self.free: dict[str, Any] = dict(view.free)
         self.gpu_free = view.gpu_free
         self._names: dict[str, object] | None = None
+        # Closed or unreachable: the one reason it takes nothing, whatever the job.
+        self.down = HostRefusal(view.name, (HostDown(view.state),)) if view.state != "ok" else None
         # Why it cannot take one task, by what the reasons read (see _Shape.asks): shapes that ask
         # the same share them. Emptied when the host is taken from.
         self.refusals: dict[int, HostRefusal] = {}
@@ -356,7 +362,7 @@ class _Host:
 class _Demand(NamedTuple):
     """What one request asks of the hosts, read once per shape."""
 
-    host_terms: list[_Term]  # slots first among equals: one per task, then the rusage on hosts
+    host_terms: list[_Term]  # what a task needs on a host, by name: a slot, and the rusage on hosts
     shared_terms: list[_Term]  # rusage on the cluster's shared counters
     per_job: bool  # some host resource is asked per job: the first host must hold it too
     per_host_shared: bool  # some shared counter is asked per host: the count of hosts matters
@@ -392,25 +398,26 @@ class _Shape:
     - `members` are exactly the hosts that can take one task of the shape now, in placement order
       (order[] keys read on free amounts, then name), with their room in `caps`: (tasks as any
       host, tasks as the first host). What a full scan of `hosts` would find, in its order.
-    - Every other host is refused: for good (closed, or select false: `fixed`, built once), or by
-      what it has free now or the same[] attributes it lacks (`lacking`). Those reasons are built
-      only when a refusal needs them, and kept in `refused` until the host is taken from.
+    - Every other host is refused: for good (closed, or select false, where `matching` says no), or
+      by what it has free now or the same[] attributes it lacks. Those reasons are built only
+      when a refusal needs them, and kept in `refused` until the host is taken from.
     - Free amounts only shrink in a session, so room only shrinks: a host leaves `members` when its
       room reaches 0 and never comes back. A host with no free slot can never take a task (every
       task holds a slot), so the full hosts of a busy cluster are never members at all.
     """
 
-    __slots__ = ("answer", "asks", "caps", "demand", "fixed", "group", "hosts", "keys", "lacking", "members",
-                 "order", "refused", "seen", "shared_seen")
+    __slots__ = ("answer", "asks", "caps", "demand", "group", "hosts", "keys", "matching", "members", "order",
+                 "refused", "same", "seen", "select", "shared_seen")
 
-    def __init__(self, demand: _Demand, order: tuple[rr.OrderKey, ...], hosts: list[_Host], seen: int,
-                 asks: int) -> None:
+    def __init__(self, demand: _Demand, r: rr.ResReq, hosts: list[_Host], matching: set[_Host] | None,
+                 seen: int, asks: int) -> None:
         self.demand = demand
-        self.order = order
+        self.order = r.order
+        self.select = r.select
         self.asks = asks  # what a refused host's reasons read (host terms, same[]), as a number
         self.hosts = hosts
-        self.fixed: dict[_Host, HostRefusal] = {}
-        self.lacking: dict[_Host, tuple[NoValue, ...]] = {}
+        self.matching = matching  # the open hosts the select is true on; None: no select
+        self.same = r.same
         self.members: list[_Host] = []
         self.caps: dict[_Host, tuple[int, int]] = {}
         self.keys: dict[_Host, tuple[object, ...]] = {}  # order[] keys of the members, when order[] is given
@@ -422,6 +429,10 @@ class _Shape:
         # that took from the counters, at the time).
         self.answer: Refusal | None = None
         self.shared_seen = 0
+
+    def refused_for_good(self, host: _Host) -> bool:
+        """Closed, unreachable or select false: nothing free has a say."""
+        return host.down is not None or (self.matching is not None and host not in self.matching)
 
     def room(self, host: _Host) -> tuple[int, int]:
         """(tasks `host` can take as any host, as the first host): the most up to the maximum."""
@@ -479,12 +490,16 @@ class Session:
         _check(len({h.name for h in hosts}) == len(hosts), "host names must be distinct")
         self.hosts = [_Host(h) for h in sorted(hosts, key=lambda h: h.name)]
         self._by_name = {h.name: h for h in self.hosts}
+        self._open = [h for h in self.hosts if h.down is None and h.free.get(SLOTS, 0) >= 1]  # by name
         self.shared: dict[str, Any] = dict(FrozenMap(shared_free))  # sorted by name, as FrozenMap keeps it
         self._shapes: dict[tuple[object, ...], _Shape] = {}
         self._matching: dict[object, set[_Host]] = {}  # select -> the open hosts it is true on
+        self._unmatched: dict[object, dict[_Host, HostRefusal]] = {}  # select -> the others' reasons
+        self._hosts_in: dict[frozenset[str], list[_Host]] = {}  # a queue's host set -> its hosts, by name
         self._taken: list[_Host] = []  # every host taken from, in order: shapes catch up from it
         self._shared_taken = 0  # how many placements took from the shared counters
         self._asks: dict[tuple[object, ...], int] = {}  # (host terms, same[]) -> a number, for _Host.refusals
+        self._asks_made = 0
 
     def place(self, job: JobRequest, allowed: frozenset[str] | None = None) -> Placement | Refusal:
         """`place(job, the hosts named in allowed (None: all), shared_free)` as things stand now."""
@@ -510,9 +525,12 @@ class Session:
         """Take `placement`'s reservations out of what is free, on its hosts only."""
         for alloc in placement.allocs:
             host = self._by_name[alloc.host]
+            was_open = host.down is None and host.free.get(SLOTS, 0) >= 1
             host.free, host.gpu_free = taken(host.free, host.gpu_free, alloc)
             host.refusals.clear()
             self._taken.append(host)
+            if was_open and host.free.get(SLOTS, 0) < 1:
+                self._open.remove(host)  # for good: free amounts only shrink
         if placement.shared:
             self.shared = {name: amount - placement.shared.get(name, 0) for name, amount in self.shared.items()}
             self._shared_taken += 1
@@ -521,29 +539,30 @@ class Session:
 
     def _shape(self, job: JobRequest, allowed: frozenset[str] | None) -> _Shape:
         key = (allowed, job.min_tasks, job.max_tasks, job.resreq)
-        shape = self._shapes.get(key)
+        shape = self._shapes.pop(key, None)
         if shape is None:
-            shape = self._shapes[key] = self._new_shape(job, allowed)
+            shape = self._new_shape(job, allowed)
+            if len(self._shapes) >= MAX_SHAPES:  # drop the least recently met: it is rebuilt, as
+                del self._shapes[next(iter(self._shapes))]  # things then stand, if met again
+        self._shapes[key] = shape  # last: the most recently met
         return shape
 
     def _new_shape(self, job: JobRequest, allowed: frozenset[str] | None) -> _Shape:
         r = job.resreq
-        hosts = self.hosts if allowed is None else [h for h in self.hosts if h.name in allowed]
+        if allowed is None:
+            hosts = self.hosts
+        elif (hosts := self._hosts_in.get(allowed)) is None:
+            hosts = self._hosts_in[allowed] = [h for h in self.hosts if h.name in allowed]
         demand = _demand(job, self.shared)
-        asks = self._asks.setdefault((tuple(demand.host_terms), r.same), len(self._asks))
-        shape = _Shape(demand, r.order, hosts, len(self._taken), asks)
-        matching = self._select(r.select)
-        select_text = rr.format_expr(r.select) if r.select is not None else ""
-        for host in hosts:
-            if host.view.state != "ok":
-                shape.fixed[host] = HostRefusal(host.name, (HostDown(host.view.state),))
-            elif matching is not None and host not in matching:
-                shape.fixed[host] = HostRefusal(host.name, (SelectFalse(select_text),))
-            elif missing := tuple(NoValue(a) for a in r.same if a not in host.names()):
-                shape.lacking[host] = missing
-            elif host.free.get(SLOTS, 0) < 1:
-                pass  # every task holds a slot: no room (the refused hosts' reasons are built when asked)
-            elif (room := shape.room(host))[0]:
+        asks = self._number_asks((tuple(demand.host_terms), r.same))
+        shape = _Shape(demand, r, hosts, self._select(r.select), len(self._taken), asks)
+        # Only open hosts with a free slot can take a task (every task holds a slot); the others'
+        # reasons are built if a refusal needs them.
+        for host in self._open if allowed is None else (h for h in self._open if h.name in allowed):
+            if shape.refused_for_good(host) or (r.same and any(a not in host.names() for a in r.same)):
+                continue
+            room = shape.room(host)
+            if room[0]:
                 shape.members.append(host)
                 shape.caps[host] = room
         if r.order:
@@ -552,6 +571,20 @@ class Session:
         if r.same:
             shape.group = {host: tuple(host.names()[a] for a in r.same) for host in shape.members}
         return shape
+
+    def _number_asks(self, asks: tuple[object, ...]) -> int:
+        """A number for what a refused host's reasons read (host terms, same[]): hosts keep their
+        reasons by it. Past MAX_ASKS kinds, every host forgets its reasons and numbering goes on:
+        a number is never reused, so no shape can meet reasons built for another kind."""
+        number = self._asks.get(asks)
+        if number is None:
+            if len(self._asks) >= MAX_ASKS:
+                self._asks.clear()
+                for host in self.hosts:
+                    host.refusals.clear()
+            number = self._asks[asks] = self._asks_made
+            self._asks_made += 1
+        return number
 
     def _select(self, select: rr.Expr | None) -> set[_Host] | None:
         """The open hosts `select` is true on (None: no select, every host), evaluated once per
@@ -575,8 +608,8 @@ class Session:
         shape.seen = len(self._taken)
         moved = False
         for host in changed:
-            if host in shape.fixed:
-                continue  # closed or select false: its reason names nothing that is free
+            if shape.refused_for_good(host):
+                continue  # its reason names nothing that is free
             old = shape.refused.pop(host, None)
             if host not in shape.caps:  # not a member (or not in the shape's hosts): room only shrinks,
                 if old is not None and shape.answer is not None:  # so it never becomes one
@@ -640,13 +673,24 @@ class Session:
             if room is not None:
                 capacity.append((host.name, room[0]))
                 continue
-            why = shape.fixed.get(host) or shape.refused.get(host)
+            why = host.down or shape.refused.get(host)
             if why is None:
-                why = shape.refused[host] = self._host_refusal(shape, host)
+                if shape.matching is not None and host not in shape.matching:
+                    why = self._select_false(shape.select, host)
+                else:
+                    why = shape.refused[host] = self._host_refusal(shape, host)
             refused.append(why)
         d = shape.demand
         no_first = d.per_job and bool(capacity) and not any(shape.caps[h][1] for h in shape.members)
         return _refusal(job, refused, capacity, most, d, self.shared, no_first)
+
+    def _select_false(self, select: rr.Expr, host: _Host) -> HostRefusal:
+        """An open host the select is false on: built once per session, for every shape with it."""
+        refusals = self._unmatched.setdefault(select, {})
+        why = refusals.get(host)
+        if why is None:
+            why = refusals[host] = HostRefusal(host.name, (SelectFalse(rr.format_expr(select)),))
+        return why
 
     @staticmethod
     def _host_refusal(shape: _Shape, host: _Host) -> HostRefusal:
@@ -655,7 +699,7 @@ class Session:
         why = host.refusals.get(shape.asks)
         if why is None:
             d = shape.demand
-            reasons: list[Any] = list(shape.lacking.get(host, ()))
+            reasons: list[Any] = [NoValue(a) for a in shape.same if a not in host.names()]
             if _cap(host.free, d.host_terms, False, d.max_tasks) == 0:  # the limit (>= 1) cannot make it 0
                 for name, per_task, per_host, _ in d.host_terms:
                     need, have = per_task * 1 + (per_host + 0), host.free.get(name, 0)

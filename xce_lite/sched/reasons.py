@@ -254,8 +254,13 @@ class Refusal:
         A `Short` groups on (resource, needed) and shows the most free in the group."""
         parts = [reason.text() for reason in self.job_reasons]
         groups: dict[tuple[object, ...], list[HostRefusal]] = {}
-        for refusal in self.hosts:
-            groups.setdefault(tuple(_shape(r) for r in refusal.reasons), []).append(refusal)
+        for refusal in self.hosts:  # hundreds of hosts: no generator, no list made to be thrown away
+            key = tuple(map(_shape, refusal.reasons))
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [refusal]
+            else:
+                group.append(refusal)
         for members in sorted(groups.values(), key=lambda g: (-len(g), g[0].host)):
             label = members[0].host if len(members) == 1 else f"{len(members)} hosts"
             texts = []

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xce_lite.errors import SpecError
+from xce_lite.sched import placement
 from xce_lite.sched import resreq as rr
 from xce_lite.sched.placement import (
     GPUS,
@@ -610,6 +611,22 @@ def test_a_session_answers_what_place_answers_on_what_is_left(cluster, requests,
     """Jobs placed one after another in one Session, each placement taken: every answer is what the
     unoptimised place gives on the hosts and counters left, on any host subset. Requests repeat, so
     shapes are met again after other jobs took from their hosts."""
+    check_session(cluster, requests, data)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(most=8, types=("A", "B", "")), st.lists(jobs(), min_size=1, max_size=4), st.data())
+def test_a_session_that_drops_shapes_answers_alike(cluster, requests, data):
+    """With room for one shape only, shapes are dropped and rebuilt as things then stand."""
+    kept = placement.MAX_SHAPES
+    placement.MAX_SHAPES = 1
+    try:
+        check_session(cluster, requests, data)
+    finally:
+        placement.MAX_SHAPES = kept
+
+
+def check_session(cluster, requests, data):
     hosts, shared = cluster
     names = [h.name for h in hosts]
     session = Session(hosts, shared)
