@@ -205,7 +205,9 @@ def _within_limits(job: PendingJob, policy: QueuePolicy, queue_used: dict[str, i
 
 
 def take(hosts: list[HostView], shared: FrozenMap, placement: Placement) -> tuple[list[HostView], FrozenMap]:
-    """The hosts and shared counters with `placement`'s reservations taken out of what is free."""
+    """The hosts and shared counters with `placement`'s reservations taken out of what is free; only
+    the allocated hosts are rebuilt. (`schedule` itself keeps what is free in its placement Session,
+    which updates the allocated hosts in place: see `placement.taken`, the arithmetic both share.)"""
     allocs = {a.host: a for a in placement.allocs}
     updated = list(hosts)
     for i, host in enumerate(updated):

@@ -42,6 +42,12 @@ The rules, and the choices where LSF leaves room:
   indices free, and a host gets its lowest free indices, as many as its `gpus` reservation.
 - Output: hosts in the order the job uses them: the first one carries the per-job rusage (and
   runs the job script), then the rest in order; under ptile the partly filled host comes last.
+
+Many jobs in turn: a `Session` holds one snapshot of hosts and answers `place` for each job on
+what earlier placements (`Session.take`) left, exactly as `place` would on the hosts with those
+placements taken out, but it keeps what does not change in a session (attributes, select
+verdicts, closed hosts) and each request shape's candidates, so a search reads the hosts that
+changed and the few it places on, not every host. `place` itself is a one-job Session.
 """
 
 from __future__ import annotations
@@ -495,6 +501,7 @@ class Session:
         self._shapes: dict[tuple[object, ...], _Shape] = {}
         self._matching: dict[object, set[_Host]] = {}  # select -> the open hosts it is true on
         self._unmatched: dict[object, dict[_Host, HostRefusal]] = {}  # select -> the others' reasons
+        self._false: dict[object, tuple[SelectFalse]] = {}
         self._hosts_in: dict[frozenset[str], list[_Host]] = {}  # a queue's host set -> its hosts, by name
         self._taken: list[_Host] = []  # every host taken from, in order: shapes catch up from it
         self._shared_taken = 0  # how many placements took from the shared counters
@@ -668,15 +675,16 @@ class Session:
     def _refusal(self, job: JobRequest, shape: _Shape, most: int) -> Refusal:
         refused: list[HostRefusal] = []
         capacity: list[tuple[str, int]] = []
+        unmatched = self._unmatched.setdefault(shape.select, {}) if shape.matching is not None else {}
         for host in shape.hosts:  # by name
             room = shape.caps.get(host)
             if room is not None:
                 capacity.append((host.name, room[0]))
                 continue
-            why = host.down or shape.refused.get(host)
+            why = host.down or shape.refused.get(host) or unmatched.get(host)
             if why is None:
                 if shape.matching is not None and host not in shape.matching:
-                    why = self._select_false(shape.select, host)
+                    why = unmatched[host] = HostRefusal(host.name, self._select_false(shape.select))
                 else:
                     why = shape.refused[host] = self._host_refusal(shape, host)
             refused.append(why)
@@ -684,12 +692,11 @@ class Session:
         no_first = d.per_job and bool(capacity) and not any(shape.caps[h][1] for h in shape.members)
         return _refusal(job, refused, capacity, most, d, self.shared, no_first)
 
-    def _select_false(self, select: rr.Expr, host: _Host) -> HostRefusal:
-        """An open host the select is false on: built once per session, for every shape with it."""
-        refusals = self._unmatched.setdefault(select, {})
-        why = refusals.get(host)
+    def _select_false(self, select: rr.Expr) -> tuple[SelectFalse]:
+        """The reason of a host `select` is false on, one value for the session."""
+        why = self._false.get(select)
         if why is None:
-            why = refusals[host] = HostRefusal(host.name, (SelectFalse(rr.format_expr(select)),))
+            why = self._false[select] = (SelectFalse(rr.format_expr(select)),)
         return why
 
     @staticmethod

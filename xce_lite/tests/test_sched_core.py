@@ -23,6 +23,7 @@ from xce_lite.sched.core import (
     Snapshot,
     _within_limits,
     schedule,
+    take,
 )
 from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched.reasons import FrozenMap, Refusal
@@ -462,3 +463,14 @@ def test_schedule_decides_what_the_reference_decides(snapshot: Snapshot, budget:
     decisions = schedule(snapshot, budget)
     assert decisions == reference_schedule(snapshot, budget)
     check_decisions(snapshot, decisions)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshot=busy_snapshots())
+def test_take_leaves_what_the_reference_leaves(snapshot: Snapshot) -> None:
+    hosts, shared = list(snapshot.hosts), snapshot.shared_free
+    expected_hosts, expected_shared = hosts, shared
+    for d in schedule(snapshot).dispatches:
+        hosts, shared = take(hosts, shared, d.placement)
+        expected_hosts, expected_shared = reference_take(expected_hosts, expected_shared, d.placement)
+        assert hosts == expected_hosts and shared == expected_shared
