@@ -1,9 +1,9 @@
 """Scheduler benchmark: one session of the pure core, and sessions through the scheduler process.
 
-    python bench/scheduling.py                  # every figure, 3 runs each: about 70-80 s here
+    python bench/scheduling.py                  # every figure, 3 runs each: about 5 s here
     python bench/scheduling.py --runs 5         # more runs of each figure
     python bench/scheduling.py --profile        # also cProfile one schedule() call at 10k x 500
-    python bench/scheduling.py --no-growth      # skip the 20k-job and 1,000-host sizes (the slow part)
+    python bench/scheduling.py --no-growth      # skip the 20k-job and 1,000-host sizes
 
 Prints figures and asserts nothing. The input is synthetic but built with the real value types
 (HostView, JobRequest via snapshot.job_request, PendingJob, Snapshot) from a fixed seed, so every run
