@@ -94,7 +94,8 @@ class ApiHandlers:
             user = None
         elif user is None and not ids:
             user = caller.user
-        jobs = self.store.jobs(ids or None, user=user, include_finished=query.get("all") == "True")
+        include_finished = query.get("all", "").lower() in ("1", "true", "yes")
+        jobs = self.store.jobs(ids or None, user=user, include_finished=include_finished)
         if ids:
             missing = sorted(set(ids) - {j.id for j in jobs})
             if missing:

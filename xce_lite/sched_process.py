@@ -15,6 +15,7 @@ so decisions are what the core alone would give; the simulator calls `schedule` 
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -112,7 +113,19 @@ def _serve(conn) -> None:
         if (count, total) != session.checksum:
             conn.send(None)  # out of step: ask for everything
             continue
-        conn.send(schedule(replace(session.base, jobs=tuple(jobs.values())), session.budget))
+        conn.send(_schedule_without_gc(replace(session.base, jobs=tuple(jobs.values())), session.budget))
+
+
+def _schedule_without_gc(snapshot: Snapshot, budget: int) -> Decisions:
+    """A session allocates many small objects and frees them by reference counting alone (it makes
+    no cycles), so the cycle collector's passes over this process's heap (10,000s of pending jobs)
+    would find nothing: paused for the call. Here, not in the core: the core stays a pure function
+    with no effect on the interpreter."""
+    gc.disable()
+    try:
+        return schedule(snapshot, budget)
+    finally:
+        gc.enable()
 
 
 class SchedulerProcess:

@@ -24,14 +24,13 @@ them, rather than scanning every host each time.
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass, replace
 
 from xce_lite.sched.placement import HostView, JobRequest, Session, taken
 from xce_lite.sched.reasons import NOTHING, FrozenMap, Placement, Refusal
 
 HOST_OK = "ok"
-SUMMARIES_KEPT = 256  # refusals kept per session to reuse their text (see _schedule)
+SUMMARIES_KEPT = 256  # refusals kept per session to reuse their text (see schedule)
 
 
 @dataclass(frozen=True)
@@ -99,19 +98,6 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
     `budget` bounds the jobs examined in this session; the rest keep their previous reasons and
     `complete` says so, so a huge backlog can never stall the controller's tick.
     """
-    # A session allocates many small objects and frees them by reference counting alone (it makes
-    # no cycles), so the cycle collector's passes over the caller's heap (10,000s of pending jobs
-    # in the scheduler process) would find nothing: paused for the call, as the caller had it after.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _schedule(snapshot, budget)
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def _schedule(snapshot: Snapshot, budget: int) -> Decisions:
     queues = {q.name: q for q in snapshot.queues}
     no_policy = QueuePolicy("", priority=0)
 
