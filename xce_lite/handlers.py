@@ -15,6 +15,7 @@ from typing import Any
 from xce_lite import errors
 from xce_lite.api import Caller
 from xce_lite.config import QueueConfig
+from xce_lite.lifecycle import next_state
 from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, JobSpec
 from xce_lite.sched.placement import place, why_never
 from xce_lite.sched.reasons import Refusal
@@ -161,18 +162,23 @@ class ApiHandlers:
         return {"ok": False, "message": f"Job <{job.id}> has already finished ({job.state})"}
 
     def api_hold(self, caller: Caller, query: dict, body: Any) -> dict:
-        return self._hold_or_release(caller, body, PEND, PSUSP, "held", f"held by {caller.user}")
+        return self._hold_or_release(caller, body, "held", f"held by {caller.user}")
 
     def api_release(self, caller: Caller, query: dict, body: Any) -> dict:
-        return self._hold_or_release(caller, body, PSUSP, PEND, "released", None)
+        return self._hold_or_release(caller, body, "released", None)
 
-    def _hold_or_release(self, caller: Caller, body: Any, src: str, dst: str, event: str,
-                         reason: str | None) -> dict:
+    def _hold_or_release(self, caller: Caller, body: Any, event: str, reason: str | None) -> dict:
+        """PEND <-> PSUSP, as the lifecycle allows; the store's guarded update refuses a stale view."""
         results = []
         for job in self._owned(caller, _ids_of(body)):
+            try:
+                target = next_state(job.state, event)
+            except errors.TransitionError as err:
+                results.append({"id": job.id, "ok": False, "message": f"Job <{job.id}>: {err}"})
+                continue
             with self._mu:  # the tick may not dispatch it between our check and the change
-                moved = self.store.change_state([job.id], src, dst, event, time.time(), reason=reason)
-                if moved and dst == PSUSP:
+                moved = self.store.change_state([job.id], job.state, target, event, time.time(), reason=reason)
+                if moved and target == PSUSP:
                     self._pending.discard(job.id)
                     self._forget_reason(job.id)
                     self._held[job.id] = job.user
@@ -180,10 +186,9 @@ class ApiHandlers:
                     self._held.pop(job.id, None)
                     self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time))
                 self._dirty = True
-            verb = "held" if dst == PSUSP else "released"
             results.append({"id": job.id, "ok": bool(moved),
-                            "message": f"Job <{job.id}> is {verb}" if moved
-                            else f"Job <{job.id}> cannot be {verb}: it is {job.state}"})
+                            "message": f"Job <{job.id}> is {event}" if moved
+                            else f"Job <{job.id}> changed meanwhile; look again with `xce jobs {job.id}`"})
         self._wake.set()
         return {"results": results}
 

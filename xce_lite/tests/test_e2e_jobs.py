@@ -160,3 +160,12 @@ def test_kill_right_after_submit_never_leaves_a_job_behind(cluster: Cluster):
     from xce_lite.tests.waiting import wait_until
 
     wait_until(lambda: cluster.supervisor_pids() == [], 15, "no supervisor left running")
+
+
+def test_hold_of_a_finished_job_is_refused_with_the_lifecycle_reason(cluster: Cluster):
+    job_id = cluster.submit("true")
+    cluster.ok("wait", str(job_id))
+    refused = cluster.xce("hold", str(job_id))
+    assert refused.returncode == 1
+    assert f"Job <{job_id}>: a job in state DONE cannot be held" in refused.stderr
+    assert cluster.xce("release", str(job_id)).returncode == 1
