@@ -24,6 +24,7 @@ import psutil
 
 from xce_lite.client import Client
 from xce_lite.exec.local import supervisor_pids
+from xce_lite.tests.cluster import kill_tree
 
 
 def _write_config(home: Path, slots: int, tick: str, grace: str) -> None:
@@ -120,7 +121,7 @@ class BenchCluster:
             _end(pid, created)
         spools = (self.home / "spool").glob("*/") if (self.home / "spool").is_dir() else []
         for sup in (pid for spool in spools for pid in supervisor_pids(spool)):
-            _end_tree(sup)
+            kill_tree(sup)
         self.pid = None
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -152,20 +153,6 @@ def _end(pid: int, created: float | None, grace: float = 5.0) -> None:
             pass
     except psutil.NoSuchProcess:
         pass
-
-
-def _end_tree(pid: int) -> None:
-    """SIGKILL a job supervisor we caused to start and all its descendants (its job)."""
-    try:
-        root = psutil.Process(pid)
-        victims = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for proc in victims:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
 
 
 def proc_status(pid: int) -> dict[str, int]:
