@@ -59,12 +59,27 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_SSH_ONLY = ("address", "port", "user", "identity", "python", "spool")
+
+
 class HostConfig(_Model):
     name: str = Field(pattern=_NAME)
     slots: int = Field(ge=1, le=100_000)
     mem: Size
-    # Only `local` exists yet: the host the controller runs on, reached through a local agent.
-    type: str = Field(default="local", pattern=r"^local$")
+    # `local`: the machine the controller runs on, through a local agent. `ssh`: another machine,
+    # through an agent the controller copies there and runs over one SSH connection.
+    type: str = Field(default="local", pattern=r"^(local|ssh)$")
+    # ssh hosts only. Anything not set here comes from the SSH config file (`ssh.config`), as
+    # OpenSSH would read it for this name: HostName, Port, User, IdentityFile, ProxyJump.
+    address: str | None = Field(default=None, min_length=1)  # default: the name, through the SSH config
+    port: int | None = Field(default=None, ge=1, le=65535)
+    user: str | None = Field(default=None, min_length=1)
+    identity: str | None = Field(default=None, min_length=1)  # a private key file
+    python: str | None = Field(default=None, min_length=1)  # the host's Python 3 (default: python3)
+    spool: str | None = Field(default=None, min_length=1)  # the agent's directory there (default below)
+    # How jobs run there: `auto` picks systemd system units (root), systemd user units (a lingering
+    # user manager), or the plain supervisor, in that order, as the host's probe allows.
+    launch: str = Field(default="auto", pattern=r"^(auto|systemd|user|plain)$")
     gpus: int = Field(default=0, ge=0, le=1024)  # GPU count; jobs get indices in CUDA_VISIBLE_DEVICES
     # Custom numeric resources this host offers (`scratch: 100G` is a size, `fpga: 2` a count);
     # each name must be declared under the cluster's `resources:`.
@@ -72,6 +87,19 @@ class HostConfig(_Model):
     # String attributes for select[...] (`model: EPYC`), and tags (`select[avx512]`).
     attrs: dict[str, str] = Field(default_factory=dict)
     tags: list[Annotated[str, Field(pattern=_NAME)]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _ssh_fields_on_ssh_hosts(self) -> HostConfig:
+        if self.type != "ssh":
+            given = [f for f in _SSH_ONLY if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} apply to ssh hosts only; add `type: ssh` to host {self.name}")
+        return self
+
+    def agent_spool(self, cluster: str) -> str:
+        """The agent's directory on an ssh host: per cluster and host, so hosts that share a home
+        directory (NFS) never share a journal."""
+        return self.spool or f"~/.xce-agent/{cluster}-{self.name}"
 
 
 class QueueConfig(_Model):
@@ -100,6 +128,23 @@ class ControllerConfig(_Model):
     # Starvation guard: a job that has waited this long and still cannot start reserves the
     # cluster: jobs after it in order wait until it starts. 0 turns the guard off.
     reserve_after: Seconds = 600.0
+    # A host whose agent has not answered for this long is lost: its jobs are requeued (or end
+    # EXIT with reason "host lost", with `on_host_lost: exit`); a copy that comes back is killed.
+    host_lost_after: Seconds = 300.0
+    on_host_lost: str = Field(default="requeue", pattern=r"^(requeue|exit)$")
+
+
+class SshConfig(_Model):
+    """How the controller reaches ssh hosts (all hosts share these)."""
+
+    # OpenSSH client config to read per host (HostName, Port, User, IdentityFile, ProxyJump).
+    config: str = "~/.ssh/config"
+    # Host keys are checked against these and <home>/known_hosts (where `xce hosts add --accept-new`
+    # writes); an unknown key is refused, never accepted silently.
+    known_hosts: list[str] = Field(default_factory=lambda: ["~/.ssh/known_hosts"])
+    connect_timeout: Seconds = 10.0
+    keepalive: Seconds = 15.0  # seconds between keepalives on an idle connection
+    reconnect_max: Seconds = 60.0  # the longest wait between two reconnect attempts (backoff)
 
 
 BUILTIN_RESOURCES = ("slots", "mem", "gpus")
@@ -117,6 +162,7 @@ class ClusterConfig(_Model):
     hosts: list[HostConfig] = Field(min_length=1)
     queues: list[QueueConfig] = Field(min_length=1)
     controller: ControllerConfig = ControllerConfig()
+    ssh: SshConfig = SshConfig()
     # Custom numeric resources hosts may offer (declared once, so a typo on a host is an error).
     resources: dict[Annotated[str, Field(pattern=_NAME)], ResourceConfig] = Field(default_factory=dict)
     # Cluster-wide counters such as licenses (`lic_matlab: 4`): a job's `/job` rusage takes from them.

@@ -202,6 +202,10 @@ class JobStore:
             "SELECT queue, state, count(*) FROM jobs WHERE state NOT IN (?, ?) GROUP BY queue, state", _FINISHED)
         return {(queue, state): n for queue, state, n in rows}
 
+    def event_kinds(self) -> set[str]:
+        """The event kinds the store accepts (migrations add to them)."""
+        return {kind for (kind,) in self._reader().execute("SELECT kind FROM event_kinds")}
+
     def integrity(self) -> str:
         return self._reader().execute("PRAGMA quick_check").get
 

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from xce_lite.tests.cluster import Cluster
+
+# Subprocesses (`python -m xce_lite`, the controller, its agents) import the tree under test, not
+# whatever copy `pip install` put in site-packages: a checkout or worktree tests its own code.
+_SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_SOURCE_ROOT, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _SOURCE_ROOT]])
 
 
 @pytest.fixture

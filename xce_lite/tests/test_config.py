@@ -241,3 +241,52 @@ def test_an_unknown_queue_lists_the_known_ones(config: ClusterConfig) -> None:
     message = str(caught.value)
     assert "'gpu'" in message
     assert "short, normal, long" in message
+
+
+# ---- ssh hosts ----------------------------------------------------------------------------------
+
+SSH = """\
+cluster: lab
+hosts:
+  - name: gpu1
+    type: ssh
+    address: 10.0.0.5
+    port: 2222
+    user: alice
+    slots: 8
+    mem: 32G
+queues:
+  - name: normal
+ssh:
+  config: /etc/xce/ssh_config
+  known_hosts: [/etc/xce/known_hosts]
+controller:
+  host_lost_after: 2m
+  on_host_lost: exit
+"""
+
+
+def test_an_ssh_host_keeps_how_to_reach_it(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, SSH))
+    host = config.hosts[0]
+    assert (host.type, host.address, host.port, host.user, host.launch) == ("ssh", "10.0.0.5", 2222, "alice", "auto")
+    assert host.agent_spool("lab") == "~/.xce-agent/lab-gpu1"
+    assert (config.ssh.config, config.ssh.known_hosts) == ("/etc/xce/ssh_config", ["/etc/xce/known_hosts"])
+    assert (config.controller.host_lost_after, config.controller.on_host_lost) == (120.0, "exit")
+
+
+def test_ssh_settings_on_a_local_host_are_refused_with_the_fix(tmp_path: Path) -> None:
+    text = GOOD.replace("    mem: 8G\n", "    mem: 8G\n    address: 10.0.0.5\n", 1)
+    path, message = load_error(tmp_path, text)
+    assert "address apply to ssh hosts only; add `type: ssh` to host h1" in message
+    assert str(path) in message
+
+
+@pytest.mark.parametrize("old, new, field", [
+    ("type: ssh", "type: telnet", "hosts.0.type"),
+    ("port: 2222", "port: 0", "hosts.0.port"),
+    ("user: alice", "user: alice\n    launch: docker", "hosts.0.launch"),
+    ("on_host_lost: exit", "on_host_lost: ignore", "controller.on_host_lost")])
+def test_bad_ssh_host_values_are_refused(tmp_path: Path, old: str, new: str, field: str) -> None:
+    _path, message = load_error(tmp_path, SSH.replace(old, new))
+    assert field in message

@@ -454,6 +454,21 @@ def test_events_are_append_only(store: JobStore, path: Path, sql: str) -> None:
     assert store.events(job_id) == before
 
 
+def test_an_event_of_an_unknown_kind_is_refused(store: JobStore, path: Path) -> None:
+    (job_id,) = running(store)
+    before = store.events(job_id)
+    with pytest.raises(apsw.ConstraintError, match="FOREIGN KEY"):  # a bug, not an operator's problem
+        store.record_event(job_id, "teleported", T)
+    assert store.events(job_id) == before
+
+
+def test_every_lifecycle_event_is_a_kind_the_store_accepts(store: JobStore) -> None:
+    from xce_lite.lifecycle import EVENT_KINDS
+
+    stored_as = {"submitted_held": "submitted"}  # a held submit is stored as `submitted` with held=true
+    assert {stored_as.get(kind, kind) for kind in EVENT_KINDS} | {"kill_requested"} <= store.event_kinds()
+
+
 # ---- round trips ------------------------------------------------------------------------------
 
 AWKWARD = ["line1\nline2", "tab\there", "cr\r\n", "'single'", '"double"', "back\\slash", "$HOME `x` $(y)",
