@@ -22,6 +22,10 @@ TRANSITIONS: dict[str, dict[str, str]] = {
     "killed_pending": {PEND: EXIT, PSUSP: EXIT},
     "finished": {DISP: DONE, RUN: DONE, USUSP: DONE, SSUSP: DONE},
     "lost": {DISP: EXIT, RUN: EXIT, USUSP: EXIT, SSUSP: EXIT},
+    # back to the queue: the host was lost (the default policy), or by hand; a new attempt follows
+    "requeued": {DISP: PEND, RUN: PEND, USUSP: PEND, SSUSP: PEND},
+    "suspended": {RUN: USUSP},
+    "resumed": {USUSP: RUN},
 }
 EVENT_KINDS = tuple(TRANSITIONS)
 

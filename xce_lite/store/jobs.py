@@ -41,12 +41,24 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class Requeue:
+    """A dispatched or running job going back to PEND (its host was lost, or by hand). It keeps its
+    attempt number; the next dispatch takes the next one."""
+
+    job_id: int
+    from_state: str
+    reason: str
+    hold: bool = False  # back to PSUSP instead of PEND
+
+
+@dataclass(frozen=True)
 class TickRecord:
     """The ids each part of `record_tick` actually moved (the others had changed meanwhile)."""
 
     finished: tuple[int, ...]
     started: tuple[int, ...]
     dispatched: tuple[int, ...]
+    requeued: tuple[int, ...] = ()
 
 
 class JobStore:
@@ -136,18 +148,25 @@ class JobStore:
 
     def record_tick(self, finishes: Sequence[tuple[Finish, str]], started: Sequence[tuple[int, float]],
                     plans: Sequence[tuple], reasons: dict[int, str | None],
-                    now: float) -> TickRecord:
+                    now: float, requeues: Sequence[Requeue] = ()) -> TickRecord:
         """Everything one controller tick learned and decided, in ONE durable transaction.
 
         Order matters: a job may have started and finished since the last tick (DISP -> RUN ->
-        DONE), and a dispatch may use slots that a finish freed.
+        DONE), a requeued job is pending again before the dispatches are stored, and a dispatch may
+        use slots that a finish or a requeue freed.
         """
         with self._write() as con:
             started_ids = _started(con, started, now)
             finished_ids = _finish(con, finishes, now)
+            requeued_ids = _requeue(con, requeues, now)
             dispatched_ids = _dispatch(con, plans, now)
             _pend_reasons(con, reasons)
-        return TickRecord(tuple(finished_ids), tuple(started_ids), tuple(dispatched_ids))
+        return TickRecord(tuple(finished_ids), tuple(started_ids), tuple(dispatched_ids), tuple(requeued_ids))
+
+    def requeue(self, items: Sequence[Requeue], now: float) -> list[int]:
+        """Send dispatched or running jobs back to PEND (or PSUSP), in one transaction."""
+        with self._write() as con:
+            return _requeue(con, items, now)
 
     def record_event(self, job_id: int, kind: str, now: float, data: dict | None = None) -> None:
         with self._write() as con:
@@ -252,6 +271,22 @@ def _finish(con: apsw.Connection, items: Sequence[tuple[Finish, str]], now: floa
                 "state": f.state, "exit_code": f.exit_code, "signal": f.exit_signal,
                 "reason": f.reason, "cpu_time": f.cpu_time, "max_rss": f.max_rss})
             moved.append(f.job_id)
+    return moved
+
+
+def _requeue(con: apsw.Connection, items: Sequence[Requeue], now: float) -> list[int]:
+    """What the job held is cleared with the move: a pending job holds nothing and runs nowhere."""
+    moved = []
+    for r in items:
+        state = "PSUSP" if r.hold else "PEND"
+        con.execute(
+            "UPDATE jobs SET state = ?, hosts = NULL, unit = NULL, alloc = NULL, start_time = NULL, "
+            "pend_reason = NULL, reason = ? WHERE id = ? AND state = ?",
+            (state, r.reason, r.job_id, r.from_state),
+        )
+        if con.changes() == 1:
+            _event(con, r.job_id, now, "requeued", {"from": r.from_state, "to": state, "reason": r.reason})
+            moved.append(r.job_id)
     return moved
 
 

@@ -41,6 +41,12 @@ LEGAL: dict[tuple[str, str, bool], str] = {
     (RUN, "lost", True): EXIT,
     (USUSP, "lost", True): EXIT,
     (SSUSP, "lost", True): EXIT,
+    (DISP, "requeued", True): PEND,
+    (RUN, "requeued", True): PEND,
+    (USUSP, "requeued", True): PEND,
+    (SSUSP, "requeued", True): PEND,
+    (RUN, "suspended", True): USUSP,
+    (USUSP, "resumed", True): RUN,
 }
 LEGAL_PAIRS = {(state, event) for state, event, _ in LEGAL}
 ALL_STATES = (NO_JOB, *STATES)
@@ -57,7 +63,8 @@ def test_the_table_above_is_every_transition_the_code_allows() -> None:
     assert {(state, event) for event, table in TRANSITIONS.items() for state in table} == LEGAL_PAIRS
 
 
-@pytest.mark.parametrize("event", ["lost", "launch_failed", "killed_pending", "started", "dispatched"])
+@pytest.mark.parametrize("event", ["lost", "launch_failed", "killed_pending", "started", "dispatched", "requeued",
+                                   "suspended", "resumed"])
 def test_the_outcome_only_matters_to_finished(event: str) -> None:
     for state in ALL_STATES:
         if (state, event) in LEGAL_PAIRS:

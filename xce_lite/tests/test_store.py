@@ -23,7 +23,7 @@ import xce_lite
 from xce_lite.errors import HomeError, StoreError
 from xce_lite.models import DISP, DONE, EXIT, PEND, PSUSP, RUN, JobSpec
 from xce_lite.store import db
-from xce_lite.store.jobs import Finish, JobStore
+from xce_lite.store.jobs import Finish, JobStore, Requeue
 
 T = 1_700_000_000.0
 DATA = Path(__file__).parent / "data"
@@ -452,6 +452,25 @@ def test_events_are_append_only(store: JobStore, path: Path, sql: str) -> None:
     finally:
         con.close()
     assert store.events(job_id) == before
+
+
+def test_a_requeued_job_is_pending_again_and_holds_nothing(store: JobStore) -> None:
+    a, b = running(store, count=2)
+    assert store.requeue([Requeue(a, RUN, "host h1 lost"), Requeue(b, DISP, "stale view")], T + 5) == [a]
+    job = store.get(a)
+    assert (job.state, job.hosts, job.unit, job.alloc, job.start_time, job.attempt) == (PEND, (), None, None, None, 1)
+    assert job.reason == "host h1 lost"
+    assert store.events(a)[-1] == (T + 5, "requeued", {"from": RUN, "to": PEND, "reason": "host h1 lost"})
+    assert store.get(b).state == RUN  # the guarded update refused the stale view
+    # the next dispatch takes the next attempt, under a new unit name
+    assert store.dispatch([(a, 2, [["h2", 1]], "xce-t-1-2-0")], T + 6) == [a]
+    assert (store.get(a).attempt, store.get(a).unit) == (2, "xce-t-1-2-0")
+
+
+def test_a_requeue_with_hold_goes_to_psusp(store: JobStore) -> None:
+    (a,) = running(store)
+    assert store.requeue([Requeue(a, RUN, "requeued by alice", hold=True)], T + 5) == [a]
+    assert store.get(a).state == PSUSP
 
 
 def test_an_event_of_an_unknown_kind_is_refused(store: JobStore, path: Path) -> None:
