@@ -254,7 +254,7 @@ def add_known_hosts(path: Path, lines: Iterable[str], replace: bool = False) -> 
                 keep.append(line)
         added = [" ".join(w) for w in wanted if w not in have]
         if added or len(keep) != len(old):
-            _replace(path, "".join(line + "\n" for line in keep + added))
+            replace_file(path, "".join(line + "\n" for line in keep + added))
         return added
 
 
@@ -265,7 +265,7 @@ def remove_known_hosts(path: Path, lines: Iterable[str]) -> int:
         old = _read_lines(path)
         keep = [line for line in old if _fields(line) not in doomed]
         if len(keep) != len(old):
-            _replace(path, "".join(line + "\n" for line in keep))
+            replace_file(path, "".join(line + "\n" for line in keep))
         return len(old) - len(keep)
 
 
@@ -338,7 +338,8 @@ def _commit(tmp: Path, path: Path) -> None:
         raise ConfigError(f"cannot replace {path}: {err.strerror}") from None
 
 
-def _replace(path: Path, text: str) -> None:
+def replace_file(path: Path, text: str) -> None:
+    """Make `text` the content of `path` atomically and durably (temp file, fsync, rename, fsync dir)."""
     tmp = _write_temp(path, text)
     try:
         _commit(tmp, path)
