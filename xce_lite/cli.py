@@ -161,6 +161,75 @@ def controller_status(ctx: click.Context) -> None:
                f"{status['home']}: {jobs['pending']} pending, {jobs['held']} held, {jobs['active']} running.")
 
 
+# ---- the practice cluster --------------------------------------------------------------------------
+
+
+@main.group()
+def lab() -> None:
+    """A practice cluster: real SSH hosts on this machine, registered in this cluster home."""
+
+
+@lab.command("up")
+@click.argument("n", type=click.IntRange(1, 64), default=2)
+@click.option("--plain", is_flag=True, help="Hosts without systemd (always so without root).")
+@click.option("--unprivileged", is_flag=True,
+              help="Hosts that are only sshd processes of yours, not isolated (the default without root).")
+@click.option("--dir", "lab_dir", metavar="DIR", help="Where the hosts live, outside /tmp (default: <home>/lab).")
+@click.pass_context
+def lab_up(ctx: click.Context, n: int, plain: bool, unprivileged: bool, lab_dir: str | None) -> None:
+    """Start N practice hosts (default 2) and add them to xce.yaml as ssh hosts lab1..labN.
+
+    As root each host has its own namespaces and sshd on a loopback address (systemd unless
+    --plain); without root each is an sshd of yours on 127.0.0.1 and a port of its own.
+
+    Example: xce lab up 2 --plain
+    """
+    from xce_lite import daemon, lab
+
+    home: Home = ctx.obj.require()
+    started = lab.up(home, n, plain=plain, unprivileged=True if unprivileged else None, dir=lab_dir)
+    click.echo(lab.up_report(home, started, daemon.lock_holder(home) is not None))
+
+
+@lab.command("down")
+@click.pass_context
+def lab_down(ctx: click.Context) -> None:
+    """Stop the practice hosts and remove exactly their entries from xce.yaml and known_hosts.
+
+    Example: xce lab down
+    """
+    from xce_lite import daemon, lab
+
+    home: Home = ctx.obj.require()
+    stopped = lab.down(home)
+    if stopped is None:
+        click.echo("No lab is up in this home; `xce lab up` starts one.")
+        return
+    record, removed = stopped
+    click.echo(f"Stopped the lab in {record.dir}; removed {', '.join(removed) or 'no host'} from xce.yaml.")
+    if daemon.lock_holder(home) is not None:
+        click.echo("Restart the controller (`xce controller stop; xce controller start`) so that it lets go of them.")
+
+
+@lab.command("status")
+@click.pass_context
+def lab_status(ctx: click.Context) -> None:
+    """Show each practice host: address, kind, pid, whether sshd answers. Exit 1 unless all are up.
+
+    Example: xce lab status
+    """
+    from xce_lite import lab
+
+    states = lab.status(ctx.obj.require())
+    if not states:
+        click.echo("No lab is up in this home; `xce lab up` starts one." if states is None else
+                   "The lab recorded in this home has no host left; `xce lab down` clears what it left.")
+        ctx.exit(1)
+    for line in lab.status_lines(states):
+        click.echo(line)
+    ctx.exit(0 if all(s.up for s in states) else 1)
+
+
 # ---- jobs -----------------------------------------------------------------------------------------
 
 

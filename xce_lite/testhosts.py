@@ -1,4 +1,4 @@
-"""Test hosts: a small cluster of real hosts on one Linux machine, as root.
+"""Test hosts: a small cluster of real hosts on one Linux machine, as root (or, without, plain sshd hosts).
 
 Each host is a real systemd, PID 1 of its own PID, mount, UTS, IPC and cgroup namespaces, with a
 real sshd listening on its own loopback address (127.0.0.11, .12, ... port 22). The file system is
@@ -6,10 +6,16 @@ shared, as on a lab with NFS homes, except /tmp, /var/tmp, /run and /dev/shm, wh
 each host. A plain host (`plain=True`) boots no systemd: its PID 1 is `sleep infinity`, for the
 engine's fallback without systemd.
 
-    python -m xce_lite.testhosts up 3 [DIR] [--plain] [--first-ip 127.0.0.21]
+    python -m xce_lite.testhosts up 3 [DIR] [--plain] [--unprivileged] [--first-ip 127.0.0.21]
     ssh -F DIR/ssh_config host1 hostname
     python -m xce_lite.testhosts status [DIR]
     python -m xce_lite.testhosts down [DIR]
+
+Without root (or with `unprivileged=True`, `--unprivileged`, so that root can try it), a host is
+only an sshd run by the caller on 127.0.0.1 and a free high port, with a host key of its own,
+logging the caller in with the directory's key (AuthorizedKeysFile there, UsePAM no). It is a
+plain host with NO isolation: the machine's /tmp, process table and hostname, no systemd, and
+`down` stops its sshd and the sessions under it, not what those started detached from them.
 
 From Python: `up(n, dir)` returns the hosts, `down(dir)` stops every host started in `dir`,
 `status(dir)` tells which are up. `dir` must lie outside /tmp (the hosts have their own /tmp, so they
@@ -41,6 +47,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import pwd
 import shlex
 import shutil
 import signal
@@ -102,17 +109,18 @@ MASKED_UNITS = (
 UNIT_DIRS = ("/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system")
 
 SSHD_CONFIG = """\
-# written by xce_lite.testhosts: the sshd of every test host in this directory
+# written by xce_lite.testhosts: the sshd of {which}
 Port {port}
-HostKey {dir}/hostkey
+HostKey {hostkey}
 AuthorizedKeysFile {dir}/authorized_keys
-PidFile /run/xce-sshd.pid
+PidFile {pidfile}
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
-StrictModes yes
+# An unprivileged sshd logs in only the user it runs as: there is no other user to guard from.
+StrictModes {strict_modes}
 UseDNS no
 PrintMotd no
 X11Forwarding no
@@ -135,20 +143,36 @@ class TestHostError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class TestHost:
-    """One running test host: `ssh -F {dir}/ssh_config {name}` reaches it as root."""
+    """One running test host: `ssh -F {dir}/ssh_config {name}` reaches it as `user`."""
 
     __test__ = False  # not a pytest test class
 
     name: str
     ip: str
-    pid: int  # PID 1 of the host's namespaces, as the caller sees it
+    pid: int  # PID 1 of the host's namespaces, as the caller sees it; an unprivileged host's sshd
     systemd: bool
     dir: Path
     port: int = SSH_PORT
+    user: str = "root"
+    unprivileged: bool = False  # only an sshd of the caller's: no namespaces (see the module's docstring)
+
+    @property
+    def mode(self) -> str:
+        return "unprivileged" if self.unprivileged else "systemd" if self.systemd else "plain"
+
+    @property
+    def where(self) -> str:
+        """`ip`, or `ip:port` when the port is not 22."""
+        return self.ip if self.port == SSH_PORT else f"{self.ip}:{self.port}"
 
     @property
     def key_path(self) -> Path:
         return self.dir / "id_ed25519"
+
+    @property
+    def host_key_path(self) -> Path:
+        """The public key its sshd presents."""
+        return self.dir / (f"{self.name}.hostkey.pub" if self.unprivileged else "hostkey.pub")
 
     @property
     def known_hosts_path(self) -> Path:
@@ -173,12 +197,12 @@ class TestHost:
 class HostStatus:
     host: TestHost
     alive: bool  # the namespace's PID 1 still runs
-    sshd: bool  # an SSH server answers on host.ip:22
+    sshd: bool  # an SSH server answers on host.ip:host.port
 
     def line(self) -> str:
-        mode = "systemd" if self.host.systemd else "plain"
+        h = self.host
         state = "up" if self.alive and self.sshd else ("no-sshd" if self.alive else "down")
-        return f"{self.host.name} {self.host.ip} pid={self.host.pid} {mode} {state}"
+        return f"{h.name} {h.where} pid={h.pid} {h.mode} {state}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -195,8 +219,12 @@ def _start_time(pid: int) -> int | None:
 
 
 def _alive(pid: int, start: int | None) -> bool:
-    now = _start_time(pid)
-    return now is not None and (start is None or now == start)
+    """Whether that process still runs (a zombie does not: an unprivileged host's sshd is our child)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z" and (start is None or int(fields[19]) == start)
 
 
 def _children(pid: int) -> list[int]:
@@ -232,14 +260,18 @@ def namespace_pids(pid: int) -> list[int]:
 # checks
 
 
-def missing_prerequisites(plain: bool = False) -> list[str]:
-    """What keeps test hosts from starting here, each with its remedy; empty when nothing does."""
+def missing_prerequisites(plain: bool = False, unprivileged: bool = False) -> list[str]:
+    """What keeps test hosts from starting here, each with its remedy; empty when nothing does.
+
+    `unprivileged`: hosts that are only sshd processes of the caller's, which need neither root nor
+    namespaces (and are always plain)."""
     problems = []
     if sys.platform != "linux":
-        return ["test hosts need Linux (namespaces)"]
-    if os.geteuid() != 0:
-        problems.append("test hosts need root (namespaces, mounts, sshd on port 22)")
-    for tool in ("unshare", "nsenter", "setpriv"):
+        return ["test hosts need Linux (/proc)" if unprivileged else "test hosts need Linux (namespaces)"]
+    if os.geteuid() != 0 and not unprivileged:
+        problems.append("test hosts need root (namespaces, mounts, sshd on port 22); without root, "
+                        "plain unprivileged hosts can run (plain=True, or --plain)")
+    for tool in () if unprivileged else ("unshare", "nsenter", "setpriv"):
         if not shutil.which(tool):
             problems.append(f"{tool} is missing: apt-get install -y util-linux")
     if not os.access(SSHD, os.X_OK):
@@ -247,7 +279,7 @@ def missing_prerequisites(plain: bool = False) -> list[str]:
         problems.append(f"sshd is missing: {SSHD_INSTALL}{hint}")
     if not shutil.which("ssh-keygen"):
         problems.append("ssh-keygen is missing: apt-get install -y openssh-client")
-    if not plain and not os.access(SYSTEMD, os.X_OK):
+    if not plain and not unprivileged and not os.access(SYSTEMD, os.X_OK):
         problems.append(f"{SYSTEMD} is missing: apt-get install -y systemd (or use plain hosts)")
     return problems
 
@@ -399,6 +431,8 @@ def claim_ips(n: int, dir: Path, first_ip: str | int | None = None) -> list[str]
 
 def release_ips(dir: Path, ips: list[str]) -> None:
     """Give back the addresses `claim_ips` claimed for the hosts of `dir`."""
+    if not ips:
+        return  # and without root, touch no claims directory
     with _claims_locked() as claims:
         for ip in ips:
             claim = claims / ip
@@ -608,9 +642,9 @@ def _sshd_argv(dir: Path, ip: str) -> list[str]:
     return [SSHD, "-f", str(dir / "sshd_config"), "-o", f"ListenAddress={ip}"]
 
 
-def _banner(ip: str) -> bool:
+def _banner(ip: str, port: int = SSH_PORT) -> bool:
     try:
-        with socket.create_connection((ip, SSH_PORT), timeout=0.5) as s:
+        with socket.create_connection((ip, port), timeout=0.5) as s:
             s.settimeout(1.0)
             return s.recv(64).startswith(b"SSH-")
     except OSError:
@@ -669,16 +703,18 @@ def _step(b: _Boot, dir: Path) -> bool:
     return False
 
 
-def _write_client_files(dir: Path, ips: dict[str, str]) -> None:
-    hostkey = (dir / "hostkey.pub").read_text().split()
-    known = [f"{name},{ip} {hostkey[0]} {hostkey[1]}\n" for name, ip in ips.items()]
-    (dir / "known_hosts").write_text("".join(known))
-    config = [
-        f"Host {name}\n  HostName {ip}\n  Port {SSH_PORT}\n  User root\n  IdentityFile {dir}/id_ed25519\n"
-        f"  IdentitiesOnly yes\n  UserKnownHostsFile {dir}/known_hosts\n  StrictHostKeyChecking yes\n\n"
-        for name, ip in ips.items()
-    ]
-    (dir / "ssh_config").write_text("".join(config))
+def _write_client_files(hosts: list[TestHost]) -> None:
+    """DIR/known_hosts (each host's key, by name and address) and DIR/ssh_config (Host NAME ...)."""
+    known, config = [], []
+    for h in hosts:
+        key_type, key = h.host_key_path.read_text().split()[:2]
+        names = f"{h.name},{h.ip}" if h.port == SSH_PORT else f"[{h.name}]:{h.port},[{h.ip}]:{h.port}"
+        known.append(f"{names} {key_type} {key}\n")
+        config.append(f"Host {h.name}\n  HostName {h.ip}\n  Port {h.port}\n  User {h.user}\n"
+                      f"  IdentityFile {h.key_path}\n  IdentitiesOnly yes\n  UserKnownHostsFile {h.known_hosts_path}\n"
+                      f"  StrictHostKeyChecking yes\n\n")
+    (hosts[0].dir / "known_hosts").write_text("".join(known))
+    (hosts[0].dir / "ssh_config").write_text("".join(config))
 
 
 def _keygen(path: Path) -> None:
@@ -688,20 +724,27 @@ def _keygen(path: Path) -> None:
 
 
 def up(n: int, dir: Path | str, plain: bool = False, first_ip: str | int | None = None, timeout: float = 60.0,
-       die_with_caller: bool = False) -> list[TestHost]:
-    """Start host1..hostN, recorded in `dir`, and wait until each one's sshd answers.
+       die_with_caller: bool = False, unprivileged: bool | None = None, prefix: str = "host") -> list[TestHost]:
+    """Start host1..hostN (`prefix` + number), recorded in `dir`, and wait until each one's sshd answers.
 
     `first_ip`: host1's address (or its last number, as 21); default: the first free block from
     127.0.0.11 (or $XCE_TESTHOSTS_FIRST_IP) up. `die_with_caller`: the hosts die with this process (for
-    tests: nothing outlives a killed pytest). Raises TestHostError, having stopped what it started.
+    tests: nothing outlives a killed pytest). `unprivileged`: hosts that are only sshd processes of the
+    caller's (see the module's docstring); None: so when the caller is not root. They are plain: without
+    root, `plain` must be asked for. Raises TestHostError, having stopped what it started.
     """
     if n < 1:
         raise TestHostError("n must be at least 1")
     dir = _check_dir(dir)
-    problems = missing_prerequisites(plain)
+    if unprivileged is None:
+        unprivileged = os.geteuid() != 0
+    if unprivileged and not plain:
+        raise TestHostError("hosts with systemd need root (namespaces); without root, start plain hosts "
+                            "(plain=True, or --plain): unprivileged sshd processes of yours")
+    problems = missing_prerequisites(plain, unprivileged)
     if problems:
         raise TestHostError("cannot start test hosts: " + "; ".join(problems))
-    if _root_locked():
+    if os.geteuid() == 0 and _root_locked():
         raise TestHostError("root's password is locked ('!' in /etc/shadow), and the hosts' sshd (UsePAM no) "
                             "refuses keys for locked accounts: unlock it, e.g. usermod -p '*' root")
     dir.mkdir(parents=True, exist_ok=True)
@@ -710,13 +753,16 @@ def up(n: int, dir: Path | str, plain: bool = False, first_ip: str | int | None 
         if alive:
             raise TestHostError(f"{dir} already has hosts up ({', '.join(alive)}): down it first")
         down(dir)
-    _keygen(dir / "hostkey")
     _keygen(dir / "id_ed25519")
     shutil.copyfile(dir / "id_ed25519.pub", dir / "authorized_keys")
     os.chmod(dir / "authorized_keys", 0o600)
-    (dir / "sshd_config").write_text(SSHD_CONFIG.format(port=SSH_PORT, dir=dir))
+    names = [f"{prefix}{i}" for i in range(1, n + 1)]
+    if unprivileged:
+        return _up_unprivileged(names, dir, timeout, die_with_caller)
+    _keygen(dir / "hostkey")
+    (dir / "sshd_config").write_text(_sshd_config("every test host in this directory", dir, SSH_PORT,
+                                                  dir / "hostkey", "/run/xce-sshd.pid", strict=True))
 
-    names = [f"host{i}" for i in range(1, n + 1)]
     ips = claim_ips(n, dir, first_ip)
     hierarchies: list[_Hierarchy] = []
     if not plain:
@@ -754,21 +800,123 @@ def up(n: int, dir: Path | str, plain: bool = False, first_ip: str | int | None 
         raise
     _save(dir, boots)
     _hand_claims(dir, {b.ip: b.pid for b in boots})
-    _write_client_files(dir, {b.name: b.ip for b in boots})
-    return [TestHost(b.name, b.ip, b.pid, not b.plain, dir) for b in boots]
+    started = [TestHost(b.name, b.ip, b.pid, not b.plain, dir) for b in boots]
+    _write_client_files(started)
+    return started
+
+
+def _sshd_config(which: str, dir: Path, port: int, hostkey: Path, pidfile: Path | str, strict: bool) -> str:
+    return SSHD_CONFIG.format(which=which, port=port, dir=dir, hostkey=hostkey, pidfile=pidfile,
+                              strict_modes="yes" if strict else "no")
 
 
 def _save(dir: Path, boots: list[_Boot]) -> None:
-    state = {
-        "hosts": [
-            {"name": b.name, "ip": b.ip, "pid": b.pid, "start": b.start, "systemd": not b.plain,
-             "unshare_pid": b.proc.pid, "cgroups": [str(g) for g in b.cgroups]}
-            for b in boots
-        ]
-    }
+    _save_records(dir, [
+        {"name": b.name, "ip": b.ip, "pid": b.pid, "start": b.start, "systemd": not b.plain,
+         "unshare_pid": b.proc.pid, "cgroups": [str(g) for g in b.cgroups]}
+        for b in boots
+    ])
+
+
+def _save_records(dir: Path, records: list[dict]) -> None:
     tmp = dir / (STATE + ".new")
-    tmp.write_text(json.dumps(state, indent=1) + "\n")
+    tmp.write_text(json.dumps({"hosts": records}, indent=1) + "\n")
     os.replace(tmp, dir / STATE)
+
+
+# ---------------------------------------------------------------------------------------------------
+# unprivileged hosts: an sshd of the caller's on 127.0.0.1 and a free port, no namespaces
+
+UNPRIVILEGED_IP = "127.0.0.1"
+
+
+def _free_port(ip: str) -> int:
+    """A port free on `ip` now (the kernel's pick); sshd may still lose it to a race, which `up` retries."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+def _listens(pid: int, ip: str, port: int) -> bool:
+    """Whether process `pid` itself holds the socket listening on ip:port (not some other program)."""
+    want = f"{socket.inet_aton(ip)[::-1].hex().upper()}:{port:04X}"
+    try:
+        rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+        inodes = {f"socket:[{r[9]}]" for r in rows if r[1] == want and r[3] == "0A"}
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+def _start_sshd(name: str, dir: Path, user: str, die_with_caller: bool) -> tuple[subprocess.Popen, dict]:
+    port = _free_port(UNPRIVILEGED_IP)
+    config = dir / f"{name}.sshd_config"
+    config.write_text(_sshd_config(f"{name}, run by {user} without root", dir, port, dir / f"{name}.hostkey",
+                                   dir / f"{name}.sshd.pid", strict=False))
+    argv = [SSHD, "-D", "-e", "-f", str(config), "-o", f"ListenAddress={UNPRIVILEGED_IP}"]
+    if die_with_caller and shutil.which("setpriv"):  # setpriv execs sshd: the PID stays sshd's
+        argv = ["setpriv", "--pdeathsig", "KILL", *argv]
+    with open(dir / f"{name}.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd="/")
+    _spawned[proc.pid] = proc
+    record = {"name": name, "ip": UNPRIVILEGED_IP, "port": port, "pid": proc.pid, "start": _start_time(proc.pid),
+              "systemd": False, "unprivileged": True, "user": user, "cgroups": []}
+    return proc, record
+
+
+def _up_unprivileged(names: list[str], dir: Path, timeout: float, die_with_caller: bool) -> list[TestHost]:
+    """Start one sshd per name, recorded in `dir` as soon as it runs; wait until each listens and answers."""
+    if os.geteuid() == 0:  # root's sshd wants its privilege separation directory, as its service makes it
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    records: list[dict] = []
+    try:
+        for name in names:
+            _keygen(dir / f"{name}.hostkey")
+        running = {}
+        for name in names:
+            running[name], rec = _start_sshd(name, dir, user, die_with_caller)
+            records.append(rec)
+            _save_records(dir, records)  # from now on `down` finds it, even if this process dies
+        deadline = time.monotonic() + timeout
+        retries = 3
+        while running:
+            for i, rec in enumerate(records):
+                proc = running.get(rec["name"])
+                if proc is None:
+                    continue
+                if proc.poll() is not None:
+                    log = _log_tail(dir, rec["name"])
+                    if "Address already in use" not in log or retries == 0:
+                        raise TestHostError(f"{rec['name']}: sshd on {rec['ip']}:{rec['port']} exited "
+                                            f"{proc.returncode}{log}")
+                    retries -= 1  # another program took the port between our pick and sshd's bind
+                    running[rec["name"]], records[i] = _start_sshd(rec["name"], dir, user, die_with_caller)
+                    _save_records(dir, records)
+                elif _listens(rec["pid"], rec["ip"], rec["port"]) and _banner(rec["ip"], rec["port"]):
+                    del running[rec["name"]]
+            if running and time.monotonic() > deadline:
+                raise TestHostError(f"gave up after {timeout:g} s waiting for the sshd of {', '.join(running)}"
+                                    f"{_log_tail(dir, next(iter(running)))}")
+            if running:
+                time.sleep(0.01)
+    except BaseException:
+        down(dir)
+        raise
+    started = [TestHost(r["name"], r["ip"], r["pid"], False, dir, r["port"], user, True) for r in records]
+    _write_client_files(started)
+    return started
+
+
+def _descendants(pid: int) -> list[tuple[int, int | None]]:
+    """(pid, start time) of every process under `pid`, children before their own children."""
+    found, todo = [], _children(pid)
+    while todo:
+        child = todo.pop(0)
+        found.append((child, _start_time(child)))
+        todo += _children(child)
+    return found
 
 
 def _load(dir: Path) -> list[dict]:
@@ -781,7 +929,8 @@ def _load(dir: Path) -> list[dict]:
 def hosts(dir: Path | str) -> list[TestHost]:
     """The hosts recorded in `dir` (running or not)."""
     d = Path(os.path.realpath(Path(dir).expanduser()))
-    return [TestHost(h["name"], h["ip"], h["pid"], h["systemd"], d) for h in _load(d)]
+    return [TestHost(h["name"], h["ip"], h["pid"], h["systemd"], d, h.get("port", SSH_PORT), h.get("user", "root"),
+                     h.get("unprivileged", False)) for h in _load(d)]
 
 
 def status(dir: Path | str) -> list[HostStatus]:
@@ -790,12 +939,14 @@ def status(dir: Path | str) -> list[HostStatus]:
     out = []
     for h, rec in zip(hosts(d), _load(d)):
         alive = bool(rec["pid"]) and _alive(rec["pid"], rec.get("start"))
-        out.append(HostStatus(h, alive, alive and _banner(h.ip)))
+        out.append(HostStatus(h, alive, alive and _banner(h.ip, h.port)))
     return out
 
 
 def down(dir: Path | str, timeout: float = 10.0) -> None:
-    """Stop every host recorded in `dir`: `systemctl exit` inside, then SIGKILL of its PID 1, by PID."""
+    """Stop every host recorded in `dir`: `systemctl exit` inside, then SIGKILL of its PID 1, by PID.
+
+    An unprivileged host's sshd is killed with the sessions under it (each by PID and start time)."""
     d = Path(os.path.realpath(Path(dir).expanduser()))
     recs = _load(d)
     if not recs:
@@ -816,21 +967,25 @@ def down(dir: Path | str, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + (timeout if exits else 0)
     while any(_alive(r["pid"], r.get("start")) for r in live) and time.monotonic() < deadline:
         time.sleep(0.01)  # `systemctl exit` returns before systemd has stopped
-    for r in live:
-        if _alive(r["pid"], r.get("start")):
+    # PID 1 of a namespace takes everything in it along; an unprivileged sshd leaves its sessions alive
+    victims = {r["name"]: [(r["pid"], r.get("start")), *(_descendants(r["pid"]) if r.get("unprivileged") else [])]
+               for r in live}
+    for pid, start in (v for group in victims.values() for v in group):
+        if _alive(pid, start):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(r["pid"], signal.SIGKILL)  # PID 1 of the namespace: everything in it goes too
+                os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout
-    while any(_alive(r["pid"], r.get("start")) for r in live) and time.monotonic() < deadline:
+    while any(_alive(*v) for group in victims.values() for v in group) and time.monotonic() < deadline:
         time.sleep(0.01)
-    stuck = [r["name"] for r in live if _alive(r["pid"], r.get("start"))]
+    stuck = [name for name, group in victims.items() if any(_alive(*v) for v in group)]
     for r in recs:
-        proc = _spawned.pop(r.get("unshare_pid", 0), None)
-        if proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=timeout)
+        for spawned in (r.get("unshare_pid"), r["pid"]):
+            proc = _spawned.pop(spawned or 0, None)
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=timeout)
     left = _remove_cgroups([Path(g) for r in recs for g in r.get("cgroups", [])], time.monotonic() + timeout)
-    release_ips(d, [r["ip"] for r in recs])
+    release_ips(d, [r["ip"] for r in recs if not r.get("unprivileged")])
     if stuck:
         raise TestHostError(f"hosts still running after SIGKILL: {', '.join(stuck)}")
     if left:
@@ -845,14 +1000,16 @@ def down(dir: Path | str, timeout: float = 10.0) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m xce_lite.testhosts",
-        description="A practice cluster on this machine: real hosts (systemd + sshd) on loopback addresses. "
-                    "Needs root.",
+        description="A practice cluster on this machine: real hosts (systemd + sshd) on loopback addresses, "
+                    "as root; without root, plain hosts that are sshd processes of yours (no isolation).",
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="start host1..hostN")
     p_up.add_argument("n", type=int)
     p_up.add_argument("dir", nargs="?", default=str(DEFAULT_DIR), help=f"outside /tmp (default {DEFAULT_DIR})")
     p_up.add_argument("--plain", action="store_true", help="hosts without systemd (PID 1 is sleep)")
+    p_up.add_argument("--unprivileged", action="store_true",
+                      help="plain hosts that are only sshd processes of yours (the default without root)")
     p_up.add_argument("--first-ip", default=None, help="host1's address, e.g. 127.0.0.21 (default: first free)")
     p_up.add_argument("--timeout", type=float, default=60.0)
     for name, text in (("down", "stop every host started in DIR"), ("status", "show the hosts of DIR")):
@@ -862,9 +1019,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "up":
             t0 = time.monotonic()
-            started = up(args.n, args.dir, plain=args.plain, first_ip=args.first_ip, timeout=args.timeout)
+            started = up(args.n, args.dir, plain=args.plain or args.unprivileged, first_ip=args.first_ip,
+                         timeout=args.timeout, unprivileged=True if args.unprivileged else None)
             for h in started:
-                print(f"{h.name} {h.ip} pid={h.pid} {'systemd' if h.systemd else 'plain'}")
+                print(f"{h.name} {h.where} pid={h.pid} {h.mode}")
             d = started[0].dir
             print(f"up in {time.monotonic() - t0:.2f} s. Try: ssh -F {d}/ssh_config {started[0].name} hostname")
             print(f"Stop with: python -m xce_lite.testhosts down {d}")
