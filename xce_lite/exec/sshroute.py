@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
 import threading
 from dataclasses import dataclass
 
@@ -227,8 +228,28 @@ class Route:
         raise exc
 
     def close(self) -> None:
+        """Close every connection, opened or half opened, and end the ProxyCommands they ran."""
         for c in reversed(self.links):
+            transport = c.client.get_transport()
             try:
                 c.close()
+                if transport is not None:
+                    transport.close()  # fabric leaves one alone that failed before it was connected
             except Exception:  # closing is best effort: the connection may be half dead
                 log.debug("closing %s", self.where(c), exc_info=True)
+            if transport is not None and isinstance(transport.sock, paramiko.ProxyCommand):
+                if transport.is_alive() and transport is not threading.current_thread():
+                    transport.join(5)  # its last act closes the ProxyCommand (SIGTERM) once more
+                _reap(transport.sock.process)
+
+
+def _reap(process: subprocess.Popen) -> None:
+    """End a ProxyCommand: paramiko's close() only sends it SIGTERM, leaving a zombie and its pipes."""
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()

@@ -234,17 +234,19 @@ def test_hashed_known_hosts_are_honoured(systemd_hosts, workdir):
 # ---------------------------------------------------------------- through a jump host
 
 
-def jump_config(workdir: Path, harness: TestHost, extra: str = "") -> str:
+def jump_config(workdir: Path, harness: TestHost, how: str = "ProxyJump host1", extra: str = "") -> str:
     """An ssh config where host2 is reached through host1 (first values win in ssh configs)."""
     path = workdir / "ssh_config"
-    path.write_text(f"{extra}Host host2\n  ProxyJump host1\n\n" + harness.ssh_config_path.read_text())
+    path.write_text(f"{extra}Host host2\n  {how}\n\n" + harness.ssh_config_path.read_text())
     return str(path)
 
 
-def test_proxy_jump_goes_through_the_jump_host(systemd_hosts, workdir):
+@pytest.mark.parametrize("how", ["ProxyJump host1", "ProxyCommand ssh -F {config} -o BatchMode=yes -W %h:%p host1"])
+def test_a_jump_host_in_the_ssh_config_is_gone_through(systemd_hosts, workdir, how):
     jump, final = systemd_hosts
+    config = jump_config(workdir, jump, how.format(config=jump.ssh_config_path))
     before = sshd_pids(jump)
-    host = SshHost("host2", ssh_target(final, workdir, ssh_config=jump_config(workdir, jump)), str(workdir / "spool"))
+    host = SshHost("host2", ssh_target(final, workdir, ssh_config=config), str(workdir / "spool"))
     assert host.connect(queue.Queue()).hostname == "host2"
     try:
         assert sshd_pids(jump) - before, "no connection through host1"
