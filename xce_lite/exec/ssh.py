@@ -166,7 +166,14 @@ class _Session:
 
 
 class SshHost(AgentOps):
-    """A machine over SSH as a Host. See the module docstring; the ops are AgentOps'."""
+    """A machine over SSH as a Host. See the module docstring; the ops are AgentOps'.
+
+    `spool` is the agent's directory on the host (`~/` is the host's home), `mode` is passed to the
+    agent (`--mode`: auto, systemd, user, plain), `timeout` bounds each request and the hello.
+    `heartbeat=N`: a ping every N s, and the channel is lost when one is not answered within
+    `timeout`. `accept_new`: trust an unknown host key and append it to target.accepted_keys (a
+    changed key is refused all the same). `log_path`: where the agent's stderr goes.
+    """
 
     def __init__(
         self,
