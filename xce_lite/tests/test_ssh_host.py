@@ -312,7 +312,7 @@ def test_an_agent_without_ping_keeps_the_heartbeat_happy():
     from_agent_r, from_agent_w = os.pipe()
     events: queue.Queue = queue.Queue()
     channel = AgentChannel(os.fdopen(from_agent_r, "rb"), os.fdopen(to_agent_w, "wb"), events.put, "fake",
-                           timeout=5, heartbeat=0.05, heartbeat_timeout=0.5)
+                           timeout=5, heartbeat=0.05, heartbeat_timeout=2.0)
     agent_in, agent_out = os.fdopen(to_agent_r, "rb"), os.fdopen(from_agent_w, "wb", buffering=0)
     try:
         for _ in range(3):
