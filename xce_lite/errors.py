@@ -5,6 +5,7 @@ errors (apsw, paramiko, OSError) are translated into these where they enter the 
 CLI and the API can turn any of them into a message that says what to do, and an exit code:
 
     2  bad input: the request was wrong and nothing was stored (SpecError, ConfigError, UsageError)
+       or a host's SSH key to check before anything is sent to it (HostKeyError)
     3  the controller is not running or not reachable (ControllerDown)
     1  anything else (a refused transition, a store or host failure)
 """
@@ -66,3 +67,26 @@ class HostUnreachable(ExecError):
 
 class LaunchRejected(ExecError):
     """The host refused the launch (bad cwd, no such user). Retrying the same launch cannot help."""
+
+
+class HostKeyError(ExecError):
+    """The host's SSH key cannot be trusted, so nothing was sent to it. Retrying cannot help until
+    someone acts: the message says what to check and which command accepts the key."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, fingerprint: str | None = None, path: str | None = None,
+                 line: int | None = None) -> None:
+        super().__init__(message)
+        self.fingerprint = fingerprint  # the key the host showed, SHA256:... as OpenSSH prints it
+        self.path, self.line = path, line  # the known_hosts line that holds the old key, if any
+
+
+class HostKeyUnknown(HostKeyError):
+    """No known_hosts file lists a key for the host: accept its key (`xce hosts add NAME --accept-new`)
+    once its fingerprint is checked."""
+
+
+class HostKeyChanged(HostKeyError):
+    """The host shows a key other than the one listed for it (or a revoked one): someone may be in the
+    middle, or the host was reinstalled. Never accepted automatically, not even with --accept-new."""

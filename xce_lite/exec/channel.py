@@ -11,6 +11,10 @@ Invariants:
   later request fails with HostUnreachable, and `on_event(HostLost(...))` is called exactly once
   (not after a deliberate `close()`). Reconnect by making a new channel.
 - Agent events are handed to `on_event` as host.py values (UnitFinished), on the reader thread.
+- With `heartbeat=N`, a thread sends a `ping` every N s and loses the channel (HostLost, once) when
+  no reply comes within `heartbeat_timeout`: a read on a silent SSH connection can block for ever,
+  and paramiko's keepalive never declares a peer dead. Any reply counts, an error too (an agent that
+  does not know `ping` answers "unknown op", which proves it reads and writes just as well).
 
 The protocol (agent version 1) is documented in agent.py, the other end of it.
 """
@@ -73,6 +77,8 @@ class AgentChannel:
         on_event: Callable[[HostEvent], Any],
         name: str,
         timeout: float = DEFAULT_TIMEOUT,
+        heartbeat: float | None = None,
+        heartbeat_timeout: float | None = None,
     ) -> None:
         self.name, self.timeout = name, timeout
         self._rfile, self._wfile, self._on_event = rfile, wfile, on_event
@@ -82,8 +88,16 @@ class AgentChannel:
         self._next_id = 0
         self._lost: str | None = None
         self._closing = False
+        self._stopped = threading.Event()  # set on close() and on loss: ends the heartbeat
         self._reader = threading.Thread(target=self._read_loop, name=f"agent-{name}", daemon=True)
         self._reader.start()
+        if heartbeat:
+            threading.Thread(
+                target=self._heartbeat_loop,
+                args=(heartbeat, timeout if heartbeat_timeout is None else heartbeat_timeout),
+                name=f"heartbeat-{name}",
+                daemon=True,
+            ).start()
 
     @property
     def lost(self) -> str | None:
@@ -151,6 +165,7 @@ class AgentChannel:
         """
         with self._lock:
             self._closing = True
+        self._stopped.set()
         try:
             self._wfile.close()
         except OSError:
@@ -163,6 +178,20 @@ class AgentChannel:
         """Wait for the reader thread to end; True if it has."""
         self._reader.join(timeout)
         return not self._reader.is_alive()
+
+    def _heartbeat_loop(self, interval: float, timeout: float) -> None:
+        while not self._stopped.wait(interval):
+            answered = threading.Event()
+            try:
+                self.request_nowait("ping", lambda _reply, _error, answered=answered: answered.set())
+            except HostUnreachable:
+                return  # lost already
+            if not answered.wait(timeout) and not self._stopped.is_set():
+                self._fail(
+                    f"no reply to a heartbeat within {timeout:g} s: the host, the network or the agent "
+                    "hangs"
+                )
+                return
 
     # -- the reader thread
 
@@ -218,6 +247,7 @@ class AgentChannel:
             self._lost = why
             pending, self._pending = list(self._pending.values()), {}
             report = not self._closing
+        self._stopped.set()
         for p in pending:
             p.error = HostUnreachable(f"host {self.name}: {why}; reconnect to the host")
             p.finish()

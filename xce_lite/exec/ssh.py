@@ -1,0 +1,326 @@
+"""SshHost: the Host seam (host.py) for a machine reached over SSH, with nothing installed on it but
+sshd and python3.
+
+One SSH connection per host (fabric/paramiko), and on it ONE long-lived channel that runs the agent
+(agent.py, standard library only) and carries its JSON lines both ways: an AgentChannel over the
+channel's stdin and stdout. There is no command per job: a job is a line on that channel.
+
+connect(events), every wait bounded, every failure a HostUnreachable that says what to check, a
+HostKeyError (hostkeys.py) or a ConfigError:
+1. open the route (sshroute.py): the ssh config, jump hosts, host keys, TCP_NODELAY, keepalive;
+2. ONE exec (within connect_timeout, as is opening its channel):
+       exec /bin/sh -c '[ -f AGENT ] || exit 75; exec PYTHON -S -E AGENT serve --spool SPOOL
+                        --host-name NAME --mode MODE'
+   AGENT is AGENT_DIR/agent-<sha256 prefix>.py: copies go by content, so a host runs exactly the
+   agent this controller ships. Only when that exits 75 (no such copy) is the agent copied, by one
+   more exec (written to a temporary name, then renamed; AGENT_DIR made 0700), and the exec repeated.
+3. hello, within `timeout`. Only then are the channel's events passed on to `events`: those of a
+   failed attempt are dropped (connect raises instead).
+
+Invariants:
+- No user text on a remote command line: the commands hold fixed words, the content hash and
+  shell-quoted config values (python, spool, host name, mode); jobs travel as JSON on the channel.
+  A path that starts with `~/` is resolved on the host ("$HOME"/...).
+- The agent's stderr (tracebacks, warnings) is drained by a thread into `log_path` (else the logging
+  module), so a chatty agent never stalls on a full SSH window.
+- close() sends EOF: the agent exits and running jobs go on (they run under supervisors in their own
+  sessions, never in the SSH session). The connection's loss does the same, and the channel reports
+  HostLost once; `heartbeat=N` also catches a peer gone silent (see channel.py).
+- SSH connections never cross a fork: a host connected in one process refuses to work in a forked
+  child. Open connections in the process that uses them (the scheduler's pool is a forkserver).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import logging
+import os
+import queue
+import shlex
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from xce_lite.errors import HostUnreachable
+from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel, AgentOps
+from xce_lite.exec.host import HostEvent, HostProbe
+from xce_lite.exec.sshroute import Deadline, Route, SshTarget
+
+__all__ = ["AGENT_MISSING", "SshHost", "SshTarget", "agent_copy", "probe", "remote_path"]
+
+log = logging.getLogger(__name__)
+
+AGENT_PATH = Path(__file__).with_name("agent.py")
+AGENT_MISSING = 75  # the start command's exit status when the host has no copy of this agent
+
+
+def agent_copy() -> tuple[bytes, str]:
+    """The agent's bytes and the name of its copy on hosts: agent-<sha256 prefix>.py."""
+    data = AGENT_PATH.read_bytes()
+    return data, f"agent-{hashlib.sha256(data).hexdigest()[:16]}.py"
+
+
+def remote_path(path: str) -> str:
+    """`path` as a word for the host's /bin/sh: `~` and `~/...` under the host's $HOME, the rest quoted."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def _sh(script: str) -> str:
+    """A command line that runs `script` under /bin/sh, whatever the user's login shell is."""
+    return "exec /bin/sh -c " + shlex.quote(script)
+
+
+# ---------------------------------------------------------------- the agent's channel
+
+
+class _Gate:
+    """Holds one connecting channel's events until open() passes them, and every later one, to the
+    queue in order; after drop() they go nowhere (the attempt failed and connect raised)."""
+
+    def __init__(self, events: queue.Queue[HostEvent]) -> None:
+        self._events, self._held, self._state = events, [], "holding"
+        self._lock = threading.Lock()
+
+    def put(self, event: HostEvent) -> None:
+        with self._lock:
+            if self._state == "open":
+                self._events.put(event)
+            elif self._state == "holding":
+                self._held.append(event)
+
+    def open(self) -> None:
+        with self._lock:
+            for event in self._held:
+                self._events.put(event)
+            self._held, self._state = [], "open"
+
+    def drop(self) -> None:
+        with self._lock:
+            self._held, self._state = [], "dropped"
+
+
+class _StderrDrain:
+    """Reads the agent's stderr until it ends: appended to `log_path` (else logged), the last lines
+    kept for error messages."""
+
+    def __init__(self, chan: paramiko.Channel, log_path: Path | None, name: str) -> None:
+        self.tail: collections.deque[str] = collections.deque(maxlen=10)
+        self._chan, self._log_path, self._name = chan, log_path, name
+        self._thread = threading.Thread(target=self._run, name=f"agent-stderr-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        out = None
+        try:
+            if self._log_path is not None:
+                try:
+                    out = open(self._log_path, "ab")
+                except OSError as exc:
+                    log.warning("host %s: cannot write the agent's log %s (%s); logging here instead",
+                                self._name, self._log_path, exc.strerror)
+            for line in iter(self._chan.makefile_stderr("rb").readline, b""):
+                self.tail.append(line.decode("utf-8", "replace").rstrip())
+                if out is not None:
+                    out.write(line)
+                    out.flush()
+                else:
+                    log.warning("host %s agent: %s", self._name, self.tail[-1])
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the channel is gone: nothing more to drain
+        finally:
+            if out is not None:
+                out.close()
+
+    def text(self, seconds: float) -> str:
+        """The last lines, once the stream has ended (waiting up to `seconds` for it)."""
+        self._thread.join(seconds)
+        return " | ".join(self.tail)
+
+
+@dataclass
+class _Session:
+    """One open route with the agent running on its channel."""
+
+    route: Route
+    chan: paramiko.Channel
+    agent: AgentChannel
+    drain: _StderrDrain
+    gate: _Gate
+    pid: int  # the process that opened it: the only one that may use it
+
+    def end(self, wait: float) -> None:
+        """Send EOF, wait up to `wait` s for the agent's output to end, then close everything."""
+        self.agent.close(wait)
+        self.chan.close()
+        self.route.close()
+
+    def exit_status(self, seconds: float) -> int | None:
+        return self.chan.exit_status if self.chan.status_event.wait(seconds) else None
+
+
+class SshHost(AgentOps):
+    """A machine over SSH as a Host. See the module docstring; the ops are AgentOps'.
+
+    `spool` is the agent's directory on the host (`~/` is the host's home), `mode` is passed to the
+    agent (`--mode`: auto, systemd, user, plain), `timeout` bounds each request and the hello.
+    `heartbeat=N`: a ping every N s, and the channel is lost when one is not answered within
+    `timeout`. `accept_new`: trust an unknown host key and append it to target.accepted_keys (a
+    changed key is refused all the same). `log_path`: where the agent's stderr goes.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        target: SshTarget,
+        spool: str,
+        mode: str = "auto",
+        timeout: float = DEFAULT_TIMEOUT,
+        heartbeat: float | None = None,
+        accept_new: bool = False,
+        log_path: str | os.PathLike | None = None,
+    ) -> None:
+        self.name, self.target, self.spool, self.mode = name, target, spool, mode
+        self.timeout, self.heartbeat, self.accept_new = timeout, heartbeat, accept_new
+        self.log_path = Path(log_path) if log_path is not None else None
+        self.deployed = False  # whether the last connect() copied the agent to the host
+        self.agent_pid: int | None = None  # the agent's pid on the host (in its pid namespace)
+        self._session: _Session | None = None
+        self._channel: AgentChannel | None = None
+
+    def _chan(self) -> AgentChannel:
+        if self._session is not None and self._session.pid != os.getpid():
+            raise HostUnreachable(f"host {self.name}: its SSH connection was opened by process "
+                                  f"{self._session.pid}, and SSH connections do not survive fork; connect "
+                                  "in the process that uses the host")
+        return super()._chan()
+
+    def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
+        """Open the route, start (or first copy) the agent and greet it. A previous connection of
+        this host is closed first. Raises HostUnreachable, HostKeyError or ConfigError."""
+        self.close()
+        route = Route(self.target, self.accept_new)
+        deadline = Deadline(route.close)
+        try:
+            route.open(deadline)
+            session, hello = self._start_agent(route, deadline, events)
+        except BaseException:
+            deadline.disarm()
+            route.close()
+            raise
+        session.gate.open()
+        self.agent_pid = hello.extra.get("pid")
+        return hello
+
+    def _start_agent(self, route: Route, deadline: Deadline,
+                     events: queue.Queue[HostEvent]) -> tuple[_Session, HostProbe]:
+        """Start the agent and greet it; copy it first if the host has no copy of this one."""
+        data, copy = agent_copy()
+        self.deployed = False
+        while True:
+            session = self._start(route, deadline, copy, events)
+            self._session, self._channel = session, session.agent
+            try:
+                return session, self.probe()
+            except Exception as exc:
+                self._session = self._channel = None
+                session.gate.drop()
+                status = session.exit_status(self.target.connect_timeout) if isinstance(exc, HostUnreachable) else None
+                session.agent.close(0)
+                session.chan.close()
+                if not isinstance(exc, HostUnreachable):
+                    raise
+                if status != AGENT_MISSING or self.deployed:
+                    raise self._start_failed(exc, status, session) from exc
+            self._deploy(route, deadline, data, copy)
+            self.deployed = True
+
+    def _start(self, route: Route, deadline: Deadline, copy: str, events: queue.Queue[HostEvent]) -> _Session:
+        agent = f"{remote_path(self.target.agent_dir)}/{copy}"
+        script = (f"a={agent}; [ -f \"$a\" ] || exit {AGENT_MISSING}; exec {shlex.quote(self.target.python)} "
+                  f"-S -E \"$a\" serve --spool {remote_path(self.spool)} --host-name {shlex.quote(self.name)} "
+                  f"--mode {shlex.quote(self.mode)}")
+        chan = self._exec(route, deadline, "starting the agent", _sh(script))
+        gate = _Gate(events)
+        drain = _StderrDrain(chan, self.log_path, self.name)
+        channel = AgentChannel(chan.makefile("rb"), chan.makefile_stdin("wb"), gate.put, self.name,
+                               self.timeout, heartbeat=self.heartbeat)
+        return _Session(route, chan, channel, drain, gate, os.getpid())
+
+    def _exec(self, route: Route, deadline: Deadline, step: str, command: str) -> paramiko.Channel:
+        t = self.target.connect_timeout
+        where = route.where(route.links[-1])
+        try:
+            deadline.arm(f"opening a channel for {step}", t)
+            chan = route.transport.open_session(timeout=t)
+            deadline.arm(step, t)
+            chan.exec_command(command)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            if deadline.expired:
+                raise HostUnreachable(f"{where}: no answer within {t:g} s while {deadline.expired}; is the "
+                                      "host overloaded?") from exc
+            raise HostUnreachable(f"{where}: {step} failed: {exc or type(exc).__name__}; sshd may limit "
+                                  "sessions (MaxSessions) or commands there") from exc
+        finally:
+            deadline.disarm()
+        return chan
+
+    def _deploy(self, route: Route, deadline: Deadline, data: bytes, copy: str) -> None:
+        """Copy the agent to AGENT_DIR/copy: a temporary name first, then a rename."""
+        script = (f"umask 077; d={remote_path(self.target.agent_dir)}; t=\"$d/.{copy}.$$\"; "
+                  f"mkdir -p \"$d\" && chmod 700 \"$d\" && cat > \"$t\" && mv -f \"$t\" \"$d/{copy}\" "
+                  "|| { rm -f \"$t\"; exit 1; }")
+        chan = self._exec(route, deadline, "copying the agent", _sh(script))
+        try:
+            deadline.arm("copying the agent", self.target.connect_timeout)
+            chan.sendall(data)
+            chan.shutdown_write()
+            status = chan.recv_exit_status()
+            error = chan.makefile_stderr("rb").read().decode("utf-8", "replace").strip()
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            status, error = None, str(exc) or type(exc).__name__
+        finally:
+            deadline.disarm()
+            chan.close()
+        if status != 0:
+            raise HostUnreachable(f"host {self.name}: cannot copy the agent to {self.target.agent_dir} there "
+                                  f"({error or f'exit status {status}'}); check the disk and the "
+                                  "directory's permissions, or set another agent directory")
+
+    def _start_failed(self, exc: HostUnreachable, status: int | None, session: _Session) -> HostUnreachable:
+        stderr = session.drain.text(1.0)
+        python = self.target.python
+        if status == 127:
+            return HostUnreachable(f"host {self.name}: {python} not found there ({stderr}); install Python 3 "
+                                   "or set the host's `python`")
+        if status == 126:
+            return HostUnreachable(f"host {self.name}: {python} cannot be run there ({stderr}); set the host's "
+                                   "`python` to a Python 3 interpreter")
+        detail = f" (exit status {status})" if status is not None else ""
+        logs = f"; see {self.log_path}" if self.log_path else ""
+        return HostUnreachable(f"{exc}{detail}{': ' + stderr if stderr else ''}{logs}")
+
+    def close(self) -> None:
+        """Send the agent EOF (it exits; running jobs go on) and close the connection."""
+        session, self._session, self._channel = self._session, None, None
+        if session is None or session.pid != os.getpid():
+            return  # never touch a parent's connection from a forked child
+        session.end(0.0 if session.agent.lost else 10.0)
+
+
+def probe(target: SshTarget, spool: str, mode: str = "auto", accept_new: bool = False,
+          timeout: float = DEFAULT_TIMEOUT, log_path: str | os.PathLike | None = None) -> HostProbe:
+    """Connect, greet the agent and close: what `xce hosts add NAME` shows (and, with accept_new,
+    the host key it trusts from now on)."""
+    host = SshHost(target.name, target, spool, mode=mode, timeout=timeout, accept_new=accept_new,
+                   log_path=log_path)
+    try:
+        return host.connect(queue.Queue())
+    finally:
+        host.close()
