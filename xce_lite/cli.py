@@ -464,37 +464,30 @@ def _act(ctx, path: str, ids: tuple[int, ...]) -> None:
         ctx.exit(1)
 
 
-@main.command()
-@click.argument("ids", nargs=-1, type=int)
-@click.pass_context
-def kill(ctx, ids) -> None:
-    """Kill jobs: pending ones end at once, running ones get TERM, then KILL after the grace time.
-
-    Example: xce kill 42
-    """
-    _act(ctx, "/jobs/kill", ids)
-
-
-@main.command()
-@click.argument("ids", nargs=-1, type=int)
-@click.pass_context
-def hold(ctx, ids) -> None:
-    """Hold pending jobs (PEND -> PSUSP) so the scheduler leaves them alone.
-
-    Example: xce hold 42
-    """
-    _act(ctx, "/jobs/hold", ids)
+# Commands that act on jobs by id, all alike: (name, API path, help with its example).
+_ACTIONS = (
+    ("kill", "/jobs/kill", "Kill jobs: pending ones end at once, running ones get TERM, then KILL after the "
+                           "grace time."),
+    ("hold", "/jobs/hold", "Hold pending jobs (PEND -> PSUSP) so the scheduler leaves them alone."),
+    ("release", "/jobs/release", "Release held jobs (PSUSP -> PEND)."),
+    ("suspend", "/jobs/suspend", "Suspend running jobs (RUN -> USUSP, LSF's bstop): their processes get SIGSTOP."),
+    ("resume", "/jobs/resume", "Resume suspended jobs (USUSP -> RUN, LSF's bresume): their processes get "
+                               "SIGCONT."),
+)
 
 
-@main.command()
-@click.argument("ids", nargs=-1, type=int)
-@click.pass_context
-def release(ctx, ids) -> None:
-    """Release held jobs (PSUSP -> PEND).
+def _action_command(name: str, path: str, text: str) -> click.Command:
+    @click.argument("ids", nargs=-1, type=int)
+    @click.pass_context
+    def command(ctx, ids) -> None:
+        _act(ctx, path, ids)
 
-    Example: xce release 42
-    """
-    _act(ctx, "/jobs/release", ids)
+    command.__doc__ = f"{text}\n\n    Example: xce {name} 42\n    "
+    return main.command(name)(command)
+
+
+for _name, _path, _text in _ACTIONS:
+    _action_command(_name, _path, _text)
 
 
 @main.command()
@@ -512,7 +505,8 @@ def hosts(ctx, long, as_json) -> None:
         return
     if long:
         for h in reply["hosts"]:
-            click.echo(f"HOST {h['name']}  ({h['type']}, {h['state']}, {h['jobs']} jobs)")
+            click.echo(f"HOST {h['name']}  ({h['type']}, {_host_status(h)}, {h['jobs']} jobs)")
+            click.echo(f"  {_agent_line(h.get('agent'))}")
             rows = [("RESOURCE", "TOTAL", "RESERVED", "FREE")]
             for name, r in sorted(h["resources"].items()):
                 rows.append((name, *(_amount(name, r[k]) for k in ("total", "reserved", "free"))))
@@ -522,10 +516,40 @@ def hosts(ctx, long, as_json) -> None:
                      f"tags: {' '.join(h['tags'])}" if h["tags"] else ""]
             click.echo("  ".join(e for e in extra if e) + "\n")
         return
-    rows = [("HOST_NAME", "STATUS", "MAX", "NJOBS", "RUN", "MEM")]
+    rows = [("HOST_NAME", "STATUS", "MAX", "NJOBS", "RUN", "MEM", "MODE")]
     for h in reply["hosts"]:
-        rows.append((h["name"], h["state"], str(h["slots"]), str(h["used"]), str(h["jobs"]), format_size(h["mem"])))
+        mode = (h.get("agent") or {}).get("mode") or "-"
+        rows.append((h["name"], h["state"], str(h["slots"]), str(h["used"]), str(h["jobs"]), format_size(h["mem"]),
+                     mode))
     _table(rows)
+
+
+def _host_status(h: dict) -> str:
+    if h["state"] == "ok" or not h.get("unreach_since"):
+        return h["state"]
+    return f"{h['state']} since {_when(h['unreach_since'])}" + ("; lost: its jobs were requeued or ended"
+                                                                 if h.get("lost") else "")
+
+
+_MODE_WORDS = {"systemd": "systemd system units", "user": "systemd user units", "plain": "the plain supervisor"}
+
+
+def _agent_line(agent: dict | None) -> str:
+    """How the host runs jobs, as its agent said when it last connected."""
+    if not agent:
+        return "agent: not connected yet"
+    mode = agent.get("mode") or "plain"
+    words = [f"jobs run under {_MODE_WORDS.get(mode, mode)}", f"agent v{agent['version']} on {agent['hostname']}",
+             f"{agent['cpus']} cpus", format_size(agent["mem"])]
+    if agent.get("load"):
+        words.append("load " + " ".join(f"{x:.2f}" for x in agent["load"]))
+    if agent.get("gpus"):
+        words.append(f"{len(agent['gpus'])} gpus")
+    lines = ["agent: " + ", ".join(words)]
+    for other, info in sorted((agent.get("modes") or {}).items()):
+        if other != mode and isinstance(info, dict) and not info.get("ok") and info.get("why"):
+            lines.append(f"  no {_MODE_WORDS.get(other, other)}: {info['why']}")
+    return "\n  ".join(lines)
 
 
 @main.command()

@@ -1,20 +1,31 @@
 """The controller: the single writer of the job store, the scheduler's caller, the hosts' master.
 
-Its tick is a short list of named steps, each with one commit at most:
+Its tick is a short list of named steps, with one commit at most:
 
-1. reconcile  - take what the hosts reported (units finished, agents lost) and record it;
-2. snapshot   - hosts with what is free on them, pending jobs, queue priorities (memory only);
-3. schedule   - run the pure scheduler core in its worker process (sched_process.py: forkserver,
-                fed with what changed in the pending set since the last session);
-4. intent     - record each dispatch as DISP with its deterministic unit name, BEFORE launching;
-5. launch     - ask each host to start (or adopt) the units; record RUN, or EXIT if refused;
-6. reasons    - store the pend reasons that changed (never a write per job per tick).
+1. collect   - take what the hosts reported: units that ended, launch replies, hosts that came up
+               (with the units they list, matched against the jobs by jobunits.reconcile) or went
+               down (unitwork.py);
+2. hosts lost- a host out of reach for `controller.host_lost_after`: its jobs are requeued (or end
+               EXIT "host lost"), and a copy that runs there when it comes back is stopped;
+3. snapshot  - hosts with what is free on them, pending jobs, queue priorities (memory only);
+4. schedule  - run the pure scheduler core in its worker process (sched_process.py: forkserver,
+               fed with what changed in the pending set since the last session);
+5. intent    - ONE durable commit of everything learned and decided: starts, finishes, requeues,
+               each dispatch as DISP with its deterministic unit names, changed pend reasons;
+6. act       - forget the units whose results are stored, stop the units of jobs that ended or
+               were requeued (they hold their resources, "draining", until their host says they
+               ended), and launch: one unit per host of each dispatched job. Launch replies are
+               stored by the next tick.
 
-A restart is the same code: load the unfinished jobs, ask each host for its units, adopt what runs,
-record what ended, relaunch what was recorded DISP but never reached its host (the unit name makes
-that launch safe to repeat), and mark lost what vanished. A job acknowledged to a client is in the
-store before the reply. API handlers run on the server's threads; they take `self._mu` for the
-in-memory view, and the store serialises the writes.
+A job placed on several hosts has a unit on each (jobunits.py): the first runs its command, the
+others hold its allocation and run its `xce launch` tasks; its outcome is the first unit's.
+
+Hosts connect in the background (hostlinks.py), so a slow or dead host never stalls a tick. A
+restart is the same code: load the unfinished jobs; as each host comes up, adopt what runs, record
+what ended, launch what was recorded DISP but never reached its host (the unit name makes that
+launch safe to repeat), stop stale copies, and mark lost what vanished. A job acknowledged to a
+client is in the store before the reply. API handlers run on the server's threads; they take
+`self._mu` for the in-memory view, and the store serialises the writes.
 """
 
 from __future__ import annotations
@@ -23,39 +34,24 @@ import queue
 import sys
 import threading
 import time
-from collections import defaultdict
-from dataclasses import dataclass, replace
 from typing import Any
 
-from xce_lite import errors
 from xce_lite.api import ApiServer
-from xce_lite.config import ClusterConfig, QueueConfig, load_config
-from xce_lite.exec.host import Host, HostEvent, HostLost, LaunchRequest, UnitFinished, UnitsLaunched
+from xce_lite.config import ClusterConfig, HostConfig, load_config
+from xce_lite.errors import ConfigError
+from xce_lite.exec.host import HostEvent
 from xce_lite.exec.local import LocalHost
 from xce_lite.handlers import ApiHandlers
 from xce_lite.home import Home
-from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, JobSpec, unit_name
-from xce_lite.sched.core import HOST_OK, Decisions, PendingJob, QueuePolicy, Snapshot
+from xce_lite.hostlinks import HostLink
+from xce_lite.jobunits import job_units
+from xce_lite.models import DISP, PEND, PSUSP, JobSpec, unit_name
+from xce_lite.sched.core import Decisions, PendingJob, QueuePolicy, Snapshot
 from xce_lite.sched.placement import HostView
-from xce_lite.snapshot import Holding, host_totals, hosts_now, job_request, shared_free
 from xce_lite.sched_process import PendingSet, SchedulerProcess
-from xce_lite.store.jobs import Finish, JobStore, TickRecord
-
-
-@dataclass
-class Active:
-    """A job that holds resources on hosts: DISP or RUN (suspended states come later)."""
-
-    id: int
-    user: str
-    queue: str
-    state: str
-    unit: str
-    holding: Holding
-
-    @property
-    def hosts(self) -> tuple[tuple[str, int], ...]:
-        return self.holding.hosts
+from xce_lite.snapshot import Holding, host_totals, hosts_now, job_request, shared_free
+from xce_lite.store.jobs import Finish, JobStore, Requeue, TickRecord
+from xce_lite.unitwork import NEW, RUNNING, Active, UnitWork
 
 
 class _WakingQueue(queue.Queue):
@@ -70,7 +66,7 @@ class _WakingQueue(queue.Queue):
         self._wake.set()
 
 
-class Controller(ApiHandlers):
+class Controller(ApiHandlers, UnitWork):
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
@@ -80,6 +76,8 @@ class Controller(ApiHandlers):
         self.queue_policies = tuple(
             QueuePolicy(q.name, q.priority, frozenset(q.hosts) if q.hosts is not None else None,
                         q.running_limit, q.user_running_limit) for q in self.config.queues)
+        # How a hostfile names each host: as the controller reaches it.
+        self.addresses = {h.name: h.address for h in self.config.hosts if h.address}
         home.spool.mkdir(exist_ok=True)
         self.store = JobStore(home.store)
         self.started_at = time.time()
@@ -88,20 +86,14 @@ class Controller(ApiHandlers):
         self._stopping = threading.Event()
         self._finished = threading.Condition(self._mu)
         self._events: queue.Queue[HostEvent] = _WakingQueue(self._wake)
-        self._hosts: dict[str, Host] = {}
-        self._host_state: dict[str, str] = {}
+        self._init_units()
+        self._links: dict[str, HostLink] = {}
         self._pending = PendingSet()
         self._held: dict[int, str] = {}  # PSUSP job id -> user
-        self._active: dict[int, Active] = {}
-        self._by_unit: dict[str, int] = {}
-        self._to_launch: list[int] = []
-        self._kill_marks: dict[int, str] = {}  # job id -> reason, for kills that raced a launch
+        self._attempts: dict[int, int] = {}  # pending job id -> its last attempt, if it ran before
         self._reasons: dict[int, str | None] = {}  # live pend reasons (the API shows these)
         self._stored_reasons: dict[int, str | None] = {}  # what the store holds
         self._reasons_flushed_at = 0.0
-        # Learned since the last commit, stored by the next tick: (finish, event kind), (job, start).
-        self._unrecorded: list[tuple[Finish, str]] = []
-        self._unrecorded_started: list[tuple[int, float]] = []
         self._dirty = True  # something changed since the last scheduling session
         self._scheduler = SchedulerProcess()
         self._server: ApiServer | None = None
@@ -109,11 +101,16 @@ class Controller(ApiHandlers):
     # ---- running ----------------------------------------------------------------------------
 
     def serve(self) -> None:
-        """Run until stopped: start the pool, reach the hosts, adopt, serve the API, tick."""
+        """Run until stopped: load, start the host links, serve the API, tick."""
         try:
             self._load()
             for host_config in self.config.hosts:
-                self._connect_host(host_config.name)
+                link = HostLink(host_config.name, self._host_factory(host_config), self._events, self.log,
+                                backoff_max=self.config.ssh.reconnect_max)
+                self._links[host_config.name] = link
+                self._host_state[host_config.name] = "unreachable"
+                self._down_since[host_config.name] = time.time()
+                link.start()
             self._server = ApiServer(self.home.socket, self.routes(), self.log)
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
             self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
@@ -134,11 +131,17 @@ class Controller(ApiHandlers):
             self._server.shutdown()
             self._server.server_close()
             self.home.socket.unlink(missing_ok=True)
-        for host in self._hosts.values():
-            host.close()  # the agents exit; the jobs go on under their supervisors
+        for link in self._links.values():
+            link.close()  # the agents exit; the jobs go on under their supervisors
         self._scheduler.close()
         self.store.close()
         self.log("controller stopped")
+
+    def _host_factory(self, host: HostConfig):
+        """How the host's link makes a fresh connection to it."""
+        if host.type == "local":
+            return lambda: LocalHost(host.name, self.home.spool / host.name)
+        raise ConfigError(f"host {host.name}: type {host.type} is not supported by this controller yet")
 
     def _load(self) -> None:
         """Rebuild the in-memory view from the store (the store is the truth)."""
@@ -146,58 +149,22 @@ class Controller(ApiHandlers):
             if job.state == PEND:
                 self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time))
                 self._reasons[job.id] = self._stored_reasons[job.id] = job.pend_reason
+                if job.attempt:
+                    self._attempts[job.id] = job.attempt
             elif job.state == PSUSP:
                 self._held[job.id] = job.user
+                if job.attempt:
+                    self._attempts[job.id] = job.attempt
             else:
                 holding = Holding.from_json(job.alloc, job.hosts)
-                self._active[job.id] = Active(job.id, job.user, job.queue, job.state, job.unit or "", holding)
-                self._by_unit[job.unit or ""] = job.id
+                units = job_units(self.cluster, job.id, job.attempt, len(holding.allocs))
+                # Unit 0 of a job stored RUN is known to have run; the others are matched as their
+                # hosts list them (a unit of a job that runs may not have reached its host yet).
+                status = [RUNNING if i == 0 and job.state != DISP else NEW for i in range(len(units))]
+                self._add_active(Active(job.id, job.user, job.queue, job.state, job.attempt, holding, units,
+                                        status))
         if self._active:
             self.log(f"recovering {len(self._active)} dispatched or running jobs")
-
-    def _connect_host(self, name: str) -> None:
-        host = LocalHost(name, self.home.spool / name)
-        try:
-            probe = host.connect(self._events)
-        except errors.ExecError as err:
-            self._host_state[name] = "unreachable"
-            self.log(f"host {name} is unreachable: {err}")
-            return
-        self._hosts[name] = host
-        self._host_state[name] = HOST_OK
-        self.log(f"host {name}: agent up ({probe.cpus} cpus)")
-        self._adopt(name, host)
-
-    def _adopt(self, name: str, host: Host) -> None:
-        """Match the host's units with the store's active jobs (after a start or a reconnect).
-
-        What it learns is recorded by the next tick, like anything a host reports.
-        """
-        listed = {info.unit: info for info in host.list_units()}
-        forget = []
-        now = time.time()
-        with self._mu:
-            for unit, info in listed.items():
-                job_id = self._by_unit.get(unit)
-                if job_id is None:
-                    if info.status == "finished":
-                        forget.append(unit)  # recorded already; the controller died before forgetting
-                    continue
-                if info.status == "finished" and info.result is not None:
-                    self._events.put(UnitFinished(name, unit, info.result))
-                elif self._active[job_id].state == DISP:
-                    self._mark_running(job_id, info.start_time or now)
-            for job in self._active.values():
-                if job.unit in listed or job.hosts[0][0] != name:
-                    continue
-                if job.state == DISP:
-                    self._to_launch.append(job.id)  # recorded, never reached the host: launch it now
-                else:
-                    self._unrecorded.append((Finish(job.id, job.state, EXIT, None, now, None, None, None, None,
-                                                    f"lost: unit {job.unit} vanished from host {name}"), "lost"))
-        if forget:
-            host.forget(forget, wait=False)
-        self._wake.set()
 
     # ---- the tick ---------------------------------------------------------------------------
 
@@ -205,70 +172,25 @@ class Controller(ApiHandlers):
         """One pass; see the module docstring. Everything learned and decided in it is stored in
         one durable commit, before any launch; launch replies are stored by the next pass."""
         now = time.time()
-        finishing, done_units, lost_hosts = self._collect_events()
+        self._collect_events(now)
+        self._expire_lost_hosts(now)
         with self._mu:
-            finishing += self._unrecorded
-            started, self._unrecorded, self._unrecorded_started = self._unrecorded_started, [], []
-            closing = {f.job_id for f, _event in finishing}
+            finishing, self._unrecorded = self._unrecorded, []
+            started, self._unrecorded_started = self._unrecorded_started, []
+            requeues, self._unrecorded_requeues = self._unrecorded_requeues, []
+            closing = {f.job_id for f, _event in finishing} | {r.job_id for r in requeues}
             dirty, self._dirty = self._dirty or bool(closing), False
             hosts = self._hosts_now(closing) if dirty and self._pending else None
             shared = self._shared_free(closing) if hosts is not None else None
-            relaunch, self._to_launch = self._to_launch, []
         decisions = self._schedule(hosts, shared) if hosts is not None else None
         plans = self._plans(decisions) if decisions is not None else []
         reasons = self._reasons_to_store(decisions, now)
-        if finishing or started or plans or reasons:
-            record = self.store.record_tick(finishing, started, plans, reasons, now)
-            self._apply(record, finishing, plans)
-        for name, units in done_units.items():  # only once their results are on disk
-            host = self._hosts.get(name)
-            if host is not None and self._host_state.get(name) == HOST_OK:
-                host.forget(units, wait=False)
-        for name in lost_hosts:
-            self._reconnect(name)
-        launch = relaunch + [job_id for job_id, *_ in plans if job_id in self._active]
-        if launch:
-            self._launch(launch)
-        if self._kill_marks:
-            self._deliver_kill_marks()
-        if self._unrecorded or self._unrecorded_started:
+        if finishing or started or plans or reasons or requeues:
+            record = self.store.record_tick(finishing, started, plans, reasons, now, requeues)
+            self._apply(record, finishing, requeues, plans)
+        self._act()
+        if self._unrecorded or self._unrecorded_started or self._unrecorded_requeues:
             self._wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
-
-    def _collect_events(self) -> tuple[list[tuple[Finish, str]], dict[str, list[str]], set[str]]:
-        """Drain host events: finishes to record, units to forget once recorded, hosts lost."""
-        finishing: list[tuple[Finish, str]] = []
-        seen: set[int] = set()  # a unit's finished event may come twice (adoption, relaunch)
-        done_units: dict[str, list[str]] = defaultdict(list)
-        lost_hosts = set()
-        while True:
-            try:
-                event = self._events.get_nowait()
-            except queue.Empty:
-                return finishing, done_units, lost_hosts
-            if isinstance(event, HostLost):
-                lost_hosts.add(event.host)
-                continue
-            if isinstance(event, UnitsLaunched):
-                with self._mu:
-                    self._launched(event, time.time())
-                continue
-            done_units[event.host].append(event.unit)
-            with self._mu:
-                job_id = self._by_unit.get(event.unit)
-                job = self._active.get(job_id) if job_id is not None else None
-            if job is not None and job.id not in seen:
-                seen.add(job.id)
-                finishing.append((_finish_from_result(job, event), "finished"))
-            # job None: recorded already (a repeated event); the host may drop the unit
-
-    def _reconnect(self, name: str) -> None:
-        self.log(f"host {name}: agent lost; reconnecting")
-        self._host_state[name] = "unreachable"
-        old = self._hosts.pop(name, None)
-        if old is not None:
-            old.close()
-        self._connect_host(name)
-        self._dirty = True
 
     def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
         """The scheduler's view of a pending job, with its queue's task ceiling applied (computed
@@ -281,9 +203,9 @@ class Controller(ApiHandlers):
         return PendingJob(job_id, user, queue, request, spec.priority, submit_time)
 
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
-        """What is free on each host; jobs in `closing` finish in this tick: theirs is free again."""
-        holdings = [job.holding for job in self._active.values() if job.id not in closing]
-        return hosts_now(self.host_totals, self._host_state, holdings)
+        """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
+        still run hold anything (they drain: stopped, holding their resources until they end)."""
+        return hosts_now(self.host_totals, self._host_state, self._holdings(closing))
 
     def _shared_free(self, closing: set[int] = frozenset()):
         return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])
@@ -306,11 +228,14 @@ class Controller(ApiHandlers):
         return decisions
 
     def _plans(self, decisions: Decisions) -> list[tuple[int, int, list, str, dict]]:
+        """Each dispatch as the store records it, under the next attempt's unit names."""
         plans = []
-        for d in decisions.dispatches:
-            attempt = 1  # retries and requeue come later; each new attempt gets a new unit name
-            unit = unit_name(self.cluster, d.job_id, attempt, 0)
-            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json()))
+        with self._mu:
+            for d in decisions.dispatches:
+                attempt = self._attempts.get(d.job_id, 0) + 1
+                unit = unit_name(self.cluster, d.job_id, attempt, 0)
+                plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit,
+                              Holding.of(d.placement).to_json()))
         return plans
 
     def _reasons_to_store(self, decisions: Decisions | None, now: float) -> dict[int, str | None]:
@@ -330,117 +255,41 @@ class Controller(ApiHandlers):
             self._stored_reasons.update(changed)
             return changed
 
-    def _apply(self, record: TickRecord, finishing: list[tuple[Finish, str]], plans: list) -> None:
+    def _apply(self, record: TickRecord, finishing: list[tuple[Finish, str]], requeues: list[Requeue],
+               plans: list) -> None:
         """Bring the in-memory view in line with what `record_tick` stored."""
+        requeued = self.store.jobs(list(record.requeued)) if record.requeued else []
         with self._mu:
             for f, _event in finishing:
-                self._kill_marks.pop(f.job_id, None)
-                job = self._active.pop(f.job_id, None)
-                if job is not None:
-                    self._by_unit.pop(job.unit, None)
+                self._end_active(f.job_id, f"job {f.job_id} ended")
+            for r in requeues:
+                self._end_active(r.job_id, f"job {r.job_id} was requeued: {r.reason}")
+            for job in requeued:
+                self._attempts[job.id] = job.attempt
+                if job.state == PEND:
+                    self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time))
+                else:
+                    self._held[job.id] = job.user
             dispatched = set(record.dispatched)
-            for job_id, _attempt, _hosts, unit, alloc in plans:
+            for job_id, attempt, hosts, _unit, alloc in plans:
                 pending = self._pending.get(job_id)
                 if job_id not in dispatched or pending is None:
                     continue  # killed or held while the scheduler thought: it stays as it is now
                 self._pending.discard(job_id)
+                self._attempts.pop(job_id, None)
                 self._forget_reason(job_id)
-                self._active[job_id] = Active(job_id, pending.user, pending.queue, DISP, unit,
-                                              Holding.from_json(alloc, ()))
-                self._by_unit[unit] = job_id
-            if record.finished:
+                holding = Holding.from_json(alloc, ())
+                units = job_units(self.cluster, job_id, attempt, len(hosts))
+                self._add_active(Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units,
+                                        [NEW] * len(units)))
+                self._to_launch.extend(units)
+            if record.finished or record.requeued:
                 self._dirty = True
                 self._finished.notify_all()
 
     def _forget_reason(self, job_id: int) -> None:
         self._reasons.pop(job_id, None)
         self._stored_reasons.pop(job_id, None)
-
-    def _mark_running(self, job_id: int, start_time: float) -> None:
-        """The unit runs: RUN in memory now, in the store with the next tick's commit. Holds _mu."""
-        self._active[job_id] = replace(self._active[job_id], state=RUN)
-        self._unrecorded_started.append((job_id, start_time))
-
-    def _launch(self, job_ids: list[int]) -> None:
-        by_host: dict[str, list[LaunchRequest]] = defaultdict(list)
-        ids_of: dict[str, int] = {}
-        now = time.time()
-        position = {job_id: i for i, job_id in enumerate(job_ids)}
-        for job in sorted(self.store.jobs(job_ids), key=lambda j: position[j.id]):  # decision order
-            if job.state != DISP or not job.hosts:
-                continue
-            with self._mu:
-                kill_reason = self._kill_marks.pop(job.id, None)
-                if kill_reason is not None:  # killed before it reached its host: it never starts
-                    self._unrecorded.append((Finish(job.id, DISP, EXIT, None, now, None, None, None, None,
-                                                    kill_reason + " before it started"), "launch_failed"))
-                    continue
-            request = _launch_request(job, self.config.controller.grace, self.config.queue(job.queue))
-            by_host[job.hosts[0][0]].append(request)
-            ids_of[request.unit] = job.id
-        for name, requests in by_host.items():
-            host = self._hosts.get(name)
-            try:
-                if host is None:
-                    raise errors.HostUnreachable(f"host {name} is not connected")
-                host.launch_nowait(requests)  # replies come back as a UnitsLaunched event
-            except errors.HostUnreachable as err:
-                self.log(f"host {name}: launch failed, will retry: {err}")
-                with self._mu:
-                    self._to_launch.extend(ids_of[r.unit] for r in requests)  # try again when it is back
-
-    def _launched(self, event: UnitsLaunched, now: float) -> None:
-        """A host's replies to a launch: RUN for started units, EXIT for refused ones. Holds _mu."""
-        for reply in event.replies:
-            job_id = self._by_unit.get(reply.unit)
-            if job_id is None or self._active[job_id].state != DISP:
-                continue
-            if reply.status == "refused":
-                self._unrecorded.append((Finish(job_id, DISP, EXIT, None, now, None, None, None, None,
-                                                f"launch refused by host {event.host}: {reply.error}"),
-                                         "launch_failed"))
-            elif reply.status in ("started", "running"):
-                self._mark_running(job_id, reply.start_time or now)
-            # "finished": an adopted unit that already ended; its finished event follows
-        for unit in event.failed:
-            job_id = self._by_unit.get(unit)
-            if job_id is not None and self._active[job_id].state == DISP:
-                self._unrecorded.append((Finish(job_id, DISP, EXIT, None, now, None, None, None, None,
-                                                f"launch failed on host {event.host}: {event.error}"),
-                                         "launch_failed"))
-
-    def _deliver_kill_marks(self) -> None:
-        """Kills that arrived while their job's launch was in flight: signal the unit now."""
-        with self._mu:
-            marks = [(self._active[i], reason) for i, reason in self._kill_marks.items() if i in self._active]
-        for job, reason in marks:
-            host = self._hosts.get(job.hosts[0][0])
-            if host is not None and host.signal(job.unit, "TERM", reason):
-                with self._mu:
-                    self._kill_marks.pop(job.id, None)
-
-
-def _finish_from_result(job: Active, event: UnitFinished) -> Finish:
-    r = event.result
-    ok = r.exit_code == 0 and r.signal is None and r.reason is None
-    return Finish(job.id, job.state, "DONE" if ok else EXIT, r.start_time, r.end_time, r.exit_code, r.signal,
-                  r.cpu_time, r.max_rss, r.reason)
-
-
-def _launch_request(job: Job, grace: float, queue: QueueConfig) -> LaunchRequest:
-    """What the host needs to run the job; a limit the job did not set comes from its queue."""
-    spec = job.spec
-    env = dict(spec.env)
-    holding = Holding.from_json(job.alloc, job.hosts)
-    env.update({"XCE_JOBID": str(job.id), "XCE_JOB_NAME": job.name, "XCE_QUEUE": job.queue,
-                "XCE_SLOTS": str(sum(n for _, n in job.hosts)), "XCE_HOSTS": " ".join(h for h, _ in job.hosts),
-                "XCE_HOST_NTASKS": str(job.hosts[0][1]), "XCE_ATTEMPT": str(job.attempt)})
-    gpus = holding.allocs[0].gpus if holding.allocs else ()
-    if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
-    return LaunchRequest(unit=job.unit or "", argv=spec.argv, env=env, cwd=spec.cwd, stdout=job.output_path(),
-                         stderr=job.error_path(), run_limit=spec.run_limit or queue.run_limit,
-                         mem_limit=spec.mem_limit or queue.mem_limit, grace=grace)
 
 
 def _log(message: str) -> None:
@@ -459,4 +308,3 @@ def run_foreground(home: Home) -> None:
         signal.signal(signal.SIGTERM, lambda *_: controller.stop())
         signal.signal(signal.SIGINT, lambda *_: controller.stop())
         controller.serve()
-

@@ -33,6 +33,8 @@ class ApiHandlers:
             ("POST", "/jobs/kill"): self.api_kill,
             ("POST", "/jobs/hold"): self.api_hold,
             ("POST", "/jobs/release"): self.api_release,
+            ("POST", "/jobs/suspend"): self.api_suspend,
+            ("POST", "/jobs/resume"): self.api_resume,
             ("GET", "/jobs/wait"): self.api_wait,
             ("GET", "/hosts"): self.api_hosts,
             ("GET", "/jobs/why"): self.api_why,
@@ -171,10 +173,8 @@ class ApiHandlers:
         """PEND <-> PSUSP, as the lifecycle allows; the store's guarded update refuses a stale view."""
         results = []
         for job in self._owned(caller, _ids_of(body)):
-            try:
-                target = next_state(job.state, event)
-            except errors.TransitionError as err:
-                results.append({"id": job.id, "ok": False, "message": f"Job <{job.id}>: {err}"})
+            target = _next_or_refuse(job, event, results)
+            if target is None:
                 continue
             with self._mu:  # the tick may not dispatch it between our check and the change
                 moved = self.store.change_state([job.id], job.state, target, event, time.time(), reason=reason)
@@ -190,6 +190,43 @@ class ApiHandlers:
                             "message": f"Job <{job.id}> is {event}" if moved
                             else f"Job <{job.id}> changed meanwhile; look again with `xce jobs {job.id}`"})
         self._wake.set()
+        return {"results": results}
+
+    def api_suspend(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self._suspend_or_resume(caller, body, "suspended", "STOP")
+
+    def api_resume(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self._suspend_or_resume(caller, body, "resumed", "CONT")
+
+    def _suspend_or_resume(self, caller: Caller, body: Any, event: str, signal: str) -> dict:
+        """RUN <-> USUSP (LSF's bstop and bresume): every unit of the job gets STOP or CONT, which
+        its supervisor passes to the job's processes (and its `xce launch` tasks). The run limit
+        keeps counting while a job is suspended."""
+        results = []
+        for job in self._owned(caller, _ids_of(body)):
+            target = _next_or_refuse(job, event, results)
+            if target is None:
+                continue
+            with self._mu:
+                active = self._active.get(job.id)
+                units = [(active.host_of(i), u) for i, u in enumerate(active.units)] if active else []
+            hosts = [(self._hosts.get(name), unit) for name, unit in units]
+            if not units or hosts[0][0] is None:
+                results.append({"id": job.id, "ok": False,
+                                "message": f"Job <{job.id}>: its first host is out of reach; try again later"})
+                continue
+            delivered = [host.signal(unit, signal, f"{event} by {caller.user}")
+                         for host, unit in hosts if host is not None]
+            if not delivered[0]:
+                results.append({"id": job.id, "ok": False, "message": f"Job <{job.id}> is not running any more"})
+                continue
+            with self._mu:
+                moved = self.store.change_state([job.id], job.state, target, event, time.time(),
+                                                reason=f"{event} by {caller.user}" if event == "suspended" else None)
+                if moved and job.id in self._active:
+                    self._active[job.id].state = target
+            results.append({"id": job.id, "ok": bool(moved), "message": f"Job <{job.id}> is {event}" if moved
+                            else f"Job <{job.id}> changed meanwhile; look again with `xce jobs {job.id}`"})
         return {"results": results}
 
     def api_wait(self, caller: Caller, query: dict, body: Any) -> dict:
@@ -214,20 +251,25 @@ class ApiHandlers:
         return {"schema": 1, "finished": finished, "jobs": self._to_wire(jobs)}
 
     def api_hosts(self, caller: Caller, query: dict, body: Any) -> dict:
-        """Each host: state, and per resource its total, what jobs reserve, what is free."""
+        """Each host: state (ok, or unreach with since when), how it runs jobs, and per resource its
+        total, what jobs reserve, what is free."""
         with self._mu:
             views = self._hosts_now()
             running: dict[str, int] = defaultdict(int)
             for job in self._active.values():
                 for host, _tasks in job.hosts:
                     running[host] += 1
+            probes, since = dict(self._probes), dict(self._down_since)
+            lost = set(self._lost_hosts)
         configs = {h.name: h for h in self.config.hosts}
         return {"schema": 1, "hosts": [
-            {"name": v.name, "type": configs[v.name].type, "state": v.state, "jobs": running[v.name],
+            {"name": v.name, "type": configs[v.name].type, "state": "ok" if v.state == "ok" else "unreach",
+             "unreach_since": since.get(v.name), "lost": v.name in lost, "jobs": running[v.name],
              "slots": v.total["slots"], "used": v.total["slots"] - v.free["slots"], "mem": v.total["mem"],
              "resources": {name: {"total": total, "free": v.free[name], "reserved": total - v.free[name]}
                            for name, total in v.total.items()},
-             "gpus_free": list(v.gpu_free), "attrs": dict(v.attrs), "tags": sorted(v.tags)}
+             "gpus_free": list(v.gpu_free), "attrs": dict(v.attrs), "tags": sorted(v.tags),
+             "agent": _probe_to_wire(probes.get(v.name))}
             for v in views]}
 
     def api_why(self, caller: Caller, query: dict, body: Any) -> dict:
@@ -263,6 +305,23 @@ class ApiHandlers:
             raise errors.TransitionError("only the cluster's owner or root may stop the controller")
         self.stop()
         return {"stopping": True}
+
+
+def _next_or_refuse(job: Job, event: str, results: list[dict]) -> str | None:
+    """The job's state after `event`, or None with the lifecycle's refusal added to `results`."""
+    try:
+        return next_state(job.state, event)
+    except errors.TransitionError as err:
+        results.append({"id": job.id, "ok": False, "message": f"Job <{job.id}>: {err}"})
+        return None
+
+
+def _probe_to_wire(probe) -> dict | None:
+    """What the host's agent said of itself when it last connected (None: never yet)."""
+    if probe is None:
+        return None
+    return {"hostname": probe.hostname, "cpus": probe.cpus, "mem": probe.mem, "version": probe.agent_version,
+            **probe.extra}
 
 
 def _check_ceilings(spec: JobSpec, queue: QueueConfig) -> None:

@@ -285,6 +285,8 @@ def request_to_json(r: LaunchRequest) -> dict:
         "run_limit": r.run_limit,
         "mem_limit": r.mem_limit,
         "grace": r.grace,
+        "role": r.role,
+        "hostfile": r.hostfile,
     }
 
 

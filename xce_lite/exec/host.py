@@ -37,6 +37,10 @@ class LaunchRequest:
     run_limit: float | None = None  # seconds of wall time, then TERM, grace, KILL
     mem_limit: int | None = None  # bytes of resident memory summed over the job's processes
     grace: float = 10.0  # seconds between TERM and KILL
+    # "job": runs argv (a job's first host). "host": a multi-host job's unit on another host: runs
+    # no command, holds the allocation until it is signalled, and runs the job's `xce launch` tasks.
+    role: str = "job"
+    hostfile: str | None = None  # written to the unit's XCE_JOB_HOST_DIR/hostfile (XCE_HOSTFILE)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 from xce_lite.tests.cluster import Cluster
+from xce_lite.tests.waiting import wait_until
 
 
 def test_submit_runs_the_job_and_wait_reports_done(cluster: Cluster):
@@ -169,3 +170,26 @@ def test_hold_of_a_finished_job_is_refused_with_the_lifecycle_reason(cluster: Cl
     assert refused.returncode == 1
     assert f"Job <{job_id}>: a job in state DONE cannot be held" in refused.stderr
     assert cluster.xce("release", str(job_id)).returncode == 1
+
+
+def _process_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_suspend_stops_the_job_and_resume_lets_it_go_on(cluster: Cluster):
+    pid_file = cluster.work / "pid"
+    job_id = cluster.submit("sh", "-c", f"echo $$ > {pid_file}; while :; do sleep 0.1; done")
+    cluster.wait_state(job_id, {"RUN"})
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, "the job to write its pid")
+    pid = int(pid_file.read_text())
+    assert "is suspended" in cluster.ok("suspend", str(job_id))
+    assert cluster.job(job_id)["state"] == "USUSP"
+    wait_until(lambda: _process_state(pid) == "T", 10, "the job's shell to be stopped")
+    again = cluster.xce("suspend", str(job_id))
+    assert again.returncode == 1 and "cannot be suspended" in again.stderr
+    assert "is resumed" in cluster.ok("resume", str(job_id))
+    assert cluster.job(job_id)["state"] == "RUN"
+    wait_until(lambda: _process_state(pid) != "T", 10, "the job's shell to run again")
+    cluster.ok("kill", str(job_id))
+    assert cluster.wait_state(job_id, {"EXIT"})["reason"].startswith("killed by")
