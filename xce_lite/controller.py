@@ -29,15 +29,18 @@ from typing import Any
 
 from xce_lite import errors
 from xce_lite.api import ApiServer
-from xce_lite.config import ClusterConfig, QueueConfig, load_config
+from xce_lite.config import ClusterConfig, QueueConfig
 from xce_lite.exec.host import Host, HostEvent, HostLost, LaunchRequest, UnitFinished, UnitsLaunched
 from xce_lite.exec.local import LocalHost
 from xce_lite.handlers import ApiHandlers
+from xce_lite.handlers_config import ConfigHandlers
 from xce_lite.home import Home
+from xce_lite.merge import Effective, Profile
 from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, JobSpec, unit_name
-from xce_lite.sched.core import HOST_OK, Decisions, PendingJob, QueuePolicy, Snapshot
-from xce_lite.sched.placement import HostView
-from xce_lite.snapshot import Holding, host_totals, hosts_now, job_request, shared_free
+from xce_lite.profiles import load_cluster
+from xce_lite.sched.core import HOST_OK, Decisions, PendingJob, Snapshot
+from xce_lite.sched.placement import HostView, JobRequest
+from xce_lite.snapshot import Holding, effective, hosts_now, shared_free
 from xce_lite.sched_process import PendingSet, SchedulerProcess
 from xce_lite.store.jobs import Finish, JobStore, TickRecord
 
@@ -70,18 +73,22 @@ class _WakingQueue(queue.Queue):
         self._wake.set()
 
 
-class Controller(ApiHandlers):
+class Controller(ApiHandlers, ConfigHandlers):
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
-        self.config: ClusterConfig = load_config(home.config)
-        self.cluster = self.config.cluster
-        self.host_totals = host_totals(self.config)
-        self.queue_policies = tuple(
-            QueuePolicy(q.name, q.priority, frozenset(q.hosts) if q.hosts is not None else None,
-                        q.running_limit, q.user_running_limit) for q in self.config.queues)
+        self.config: ClusterConfig
+        self.profiles: dict[str, Profile]  # application profiles by name (profiles.py)
+        config, profiles = load_cluster(home.config)
+        self.cluster = config.cluster
         home.spool.mkdir(exist_ok=True)
         self.store = JobStore(home.store)
+        try:
+            self._check_config(config, profiles)  # ConfigError: the controller does not start
+        except errors.ConfigError:
+            self.store.close()
+            raise
+        self._use_config(config, profiles)
         self.started_at = time.time()
         self._mu = threading.RLock()
         self._wake = threading.Event()
@@ -271,14 +278,17 @@ class Controller(ApiHandlers):
         self._dirty = True
 
     def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
-        """The scheduler's view of a pending job, with its queue's task ceiling applied (computed
-        live, so a changed ceiling applies to jobs already waiting); SpecError for a malformed -R."""
-        ceiling = self.config.queue(queue).max_tasks
-        high = spec.max_slots or spec.slots
-        if ceiling is not None:
-            high = max(spec.slots, min(high, ceiling))
-        request = job_request(job_id, spec.slots, high, spec.resreq)
-        return PendingJob(job_id, user, queue, request, spec.priority, submit_time)
+        """The scheduler's view of a pending job: its effective request (merge.py), computed live, so
+        a changed profile or queue ceiling applies to jobs already waiting. A stored job that cannot
+        be merged now (its profile or queue is gone, a reconfig made it unrunnable) is blocked with
+        the reason: it pends, never EXIT, until the configuration lets it run or it is killed."""
+        try:
+            eff = effective(spec, queue, self.config, self.profiles)
+        except errors.SpecError as err:
+            return PendingJob(job_id, user, queue, JobRequest(job_id), spec.priority, submit_time,
+                              blocked=f"cannot run as configured now: {err}")
+        request = JobRequest(job_id, eff.min_tasks, eff.max_tasks, eff.resreq)
+        return PendingJob(job_id, user, queue, request, spec.priority, submit_time, eff.profile_hash)
 
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; jobs in `closing` finish in this tick: theirs is free again."""
@@ -305,13 +315,41 @@ class Controller(ApiHandlers):
             self._wake.set()
         return decisions
 
-    def _plans(self, decisions: Decisions) -> list[tuple[int, int, list, str, dict]]:
+    def _plans(self, decisions: Decisions) -> list[tuple[int, int, list, str, dict, dict]]:
+        """The dispatches to record, each with the effective values it will run with. A decision
+        made on a profile that has changed or vanished since (a reconfig during the session), or
+        whose task count the job's queue no longer allows, is declined: the job stays PEND and is
+        scheduled again with what holds now, never EXIT."""
+        if not decisions.dispatches:
+            return []
+        jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches])}
         plans = []
         for d in decisions.dispatches:
+            job = jobs.get(d.job_id)
+            if job is None or job.state != PEND:
+                continue  # killed or held meanwhile: the store's guarded update would refuse it anyway
+            declined = self._stale(job, d.profile_hash, sum(n for _, n in d.hosts))
+            if isinstance(declined, str):
+                self._decline(job.id, d.profile_hash, declined)
+                continue
             attempt = 1  # retries and requeue come later; each new attempt gets a new unit name
             unit = unit_name(self.cluster, d.job_id, attempt, 0)
-            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json()))
+            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json(),
+                          declined.to_json()))
         return plans
+
+    def _stale(self, job: Job, decided_hash: str, tasks: int) -> Effective | str:
+        """The job's effective values now, or why the decision taken for it no longer holds."""
+        try:
+            eff = effective(job.spec, job.queue, self.config, self.profiles)
+        except errors.SpecError as err:
+            return f"its configuration changed since the scheduler's decision: {err}"
+        if eff.profile_hash != decided_hash:
+            return (f"application {job.spec.app} changed since the scheduler's decision "
+                    f"(hash {decided_hash or 'none'} -> {eff.profile_hash})")
+        if not eff.min_tasks <= tasks <= eff.max_tasks:
+            return f"its task range is now {eff.min_tasks}..{eff.max_tasks}, the decision gave it {tasks} tasks"
+        return eff
 
     def _reasons_to_store(self, decisions: Decisions | None, now: float) -> dict[int, str | None]:
         """Keep every pend reason live in memory; hand the store the changed ones at most once a
@@ -339,7 +377,7 @@ class Controller(ApiHandlers):
                 if job is not None:
                     self._by_unit.pop(job.unit, None)
             dispatched = set(record.dispatched)
-            for job_id, _attempt, _hosts, unit, alloc in plans:
+            for job_id, _attempt, _hosts, unit, alloc, *_effective in plans:
                 pending = self._pending.get(job_id)
                 if job_id not in dispatched or pending is None:
                     continue  # killed or held while the scheduler thought: it stays as it is now
@@ -428,19 +466,27 @@ def _finish_from_result(job: Active, event: UnitFinished) -> Finish:
 
 
 def _launch_request(job: Job, grace: float, queue: QueueConfig) -> LaunchRequest:
-    """What the host needs to run the job; a limit the job did not set comes from its queue."""
+    """What the host needs to run the job: the effective values fixed at its dispatch (a job
+    dispatched before those were stored gets its own limits, else its queue's)."""
     spec = job.spec
-    env = dict(spec.env)
+    eff = Effective.from_json(job.effective) if job.effective else None
+    env = eff.job_environment(spec.env) if eff is not None else dict(spec.env)
     holding = Holding.from_json(job.alloc, job.hosts)
     env.update({"XCE_JOBID": str(job.id), "XCE_JOB_NAME": job.name, "XCE_QUEUE": job.queue,
                 "XCE_SLOTS": str(sum(n for _, n in job.hosts)), "XCE_HOSTS": " ".join(h for h, _ in job.hosts),
                 "XCE_HOST_NTASKS": str(job.hosts[0][1]), "XCE_ATTEMPT": str(job.attempt)})
+    if eff is not None and eff.app:
+        env["XCE_APP"] = eff.app
     gpus = holding.allocs[0].gpus if holding.allocs else ()
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
-    return LaunchRequest(unit=job.unit or "", argv=spec.argv, env=env, cwd=spec.cwd, stdout=job.output_path(),
-                         stderr=job.error_path(), run_limit=spec.run_limit or queue.run_limit,
-                         mem_limit=spec.mem_limit or queue.mem_limit, grace=grace)
+    if eff is None:
+        return LaunchRequest(unit=job.unit or "", argv=spec.argv, env=env, cwd=spec.cwd, stdout=job.output_path(),
+                             stderr=job.error_path(), run_limit=spec.run_limit or queue.run_limit,
+                             mem_limit=spec.mem_limit or queue.mem_limit, grace=grace)
+    return LaunchRequest(unit=job.unit or "", argv=eff.job_starter + spec.argv, env=env, cwd=spec.cwd,
+                         stdout=job.output_path(), stderr=job.error_path(), run_limit=eff.run_limit,
+                         mem_limit=eff.mem_limit, grace=grace, profile_env=dict(eff.profile_env))
 
 
 def _log(message: str) -> None:

@@ -37,6 +37,10 @@ class LaunchRequest:
     run_limit: float | None = None  # seconds of wall time, then TERM, grace, KILL
     mem_limit: int | None = None  # bytes of resident memory summed over the job's processes
     grace: float = 10.0  # seconds between TERM and KILL
+    # The application profile's env layer, apart from the job's (`env` already holds both, the
+    # job's on top): the clean outer layer for the profile's hooks (the hooks issue), and what
+    # remote tasks get beneath the job's own. Not sent to the agent yet.
+    profile_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
