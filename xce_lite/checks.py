@@ -26,6 +26,9 @@ from xce_lite.sched.placement import attributes
 from xce_lite.snapshot import effective, host_totals
 
 Setup = tuple[ClusterConfig, dict[str, Profile]]
+# The store's meta key under which the controller keeps the text of the configuration it runs on
+# ({"xce.yaml": text, "applications.yaml": text or null}), for `xceadmin check`.
+RUNNING_CONFIG_META = "running_config"
 # What a host's connection depends on: a change needs the host to be reached again.
 _CONNECTION_FIELDS = ("type", "address", "port", "user", "identity", "python", "spool", "launch")
 

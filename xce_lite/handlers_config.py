@@ -23,7 +23,7 @@ from typing import Any
 
 from xce_lite import errors
 from xce_lite.api import Caller
-from xce_lite.checks import review
+from xce_lite.checks import RUNNING_CONFIG_META, review
 from xce_lite.config import ClusterConfig
 from xce_lite.merge import Profile
 from xce_lite.merge_view import describe_profile
@@ -32,8 +32,6 @@ from xce_lite.presets import PresetDir
 from xce_lite.profiles import applications_path, load_cluster
 from xce_lite.sched.core import QueuePolicy
 from xce_lite.snapshot import host_totals
-
-RUNNING_CONFIG_META = "running_config"
 
 
 class ConfigHandlers:

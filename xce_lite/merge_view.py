@@ -4,6 +4,8 @@ what a reconfig changes. Pure; the rows' field names are stable (tests and tools
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from xce_lite.merge import DEFAULT, JOB, PROFILE, Effective, Profile, task_range
 from xce_lite.sched import resreq as rr
 from xce_lite.units import format_duration, format_size
@@ -61,7 +63,8 @@ def describe_profile(p: Profile) -> list[tuple[str, str]]:
         if e.default is None:
             rows.append((f"rusage {e.name}", f"required, per {e.per}"))
         else:
-            rows.append((f"rusage {e.name}", f"{rr.format_term(e.default).partition('=')[2]} per {e.per} (default)"))
+            amount = rr.format_term(replace(e.default, per="task")).partition("=")[2]
+            rows.append((f"rusage {e.name}", f"{amount} per {e.per} (default)"))
     if r.span is not None:
         rows.append(("span", rr.format_span(r.span)))
     if r.same:
