@@ -117,9 +117,28 @@ class HooksConfig(_Model):
     post_host_exec: HookValue | None = None
 
 
+def _section(name: str, text: str) -> rr.ResReq:
+    """`text` as the inside of one -R section; ValueError (a pydantic error at the field) if bad."""
+    try:
+        return rr.parse(f"{name}[{text}]")
+    except SpecError as err:
+        raise ValueError(str(err)) from None
+
+
 class RusageEntryConfig(_Model):
     default: int | float | str | None = None  # the reservation when the job names none; None: it must
     per: str = Field(default="task", pattern=r"^(task|host|job)$")
+
+    @field_validator("default")
+    @classmethod
+    def _an_amount(cls, value: int | float | str | None) -> int | float | str | None:
+        if value is not None:
+            _section("rusage", f"x={value}")
+        return value
+
+    def term(self, name: str) -> rr.RusageTerm | None:
+        per = "" if self.per == "task" else "/" + self.per
+        return None if self.default is None else _section("rusage", f"{name}={self.default}{per}").rusage[0]
 
 
 def _rusage_entry(value: object) -> object:
@@ -139,28 +158,19 @@ class ResourcesConfig(_Model):
     same: list[_ResourceName] = Field(default_factory=list)
     order: str | None = None
 
-    @model_validator(mode="after")
-    def _parses(self) -> ResourcesConfig:
-        self.to_resources()  # ValueError (from SpecError) says which section and why
-        return self
+    @field_validator("select", "span", "order")
+    @classmethod
+    def _parses(cls, text: str | None, info) -> str | None:
+        if text is not None:
+            _section(info.field_name, text)
+        return text
 
     def to_resources(self) -> ProfileResources:
         def section(name: str, text: str | None) -> rr.ResReq:
-            if text is None:
-                return rr.ResReq()
-            try:
-                return rr.parse(f"{name}[{text}]")
-            except SpecError as err:
-                raise ValueError(f"{name}: {err}") from None
+            return rr.ResReq() if text is None else _section(name, text)
 
-        entries = []
-        for name, entry in self.rusage.items():
-            default = None
-            if entry.default is not None:
-                per = "" if entry.per == "task" else "/" + entry.per
-                default = section("rusage", f"{name}={entry.default}{per}").rusage[0]
-            entries.append(RusageEntry(name, entry.per, default))
-        return ProfileResources(section("select", self.select).select, tuple(entries),
+        return ProfileResources(section("select", self.select).select,
+                                tuple(RusageEntry(name, e.per, e.term(name)) for name, e in self.rusage.items()),
                                 section("span", self.span).span, tuple(sorted(set(self.same))),
                                 section("order", self.order).order)
 
