@@ -31,8 +31,7 @@ def describe(eff: Effective) -> list[tuple[str, str, str]]:
                  o.get("run_limit", DEFAULT)))
     rows.append(("memory limit", format_size(eff.mem_limit) if eff.mem_limit else "none",
                  o.get("mem_limit", DEFAULT)))
-    if eff.profile_env:
-        rows.append(("profile env", " ".join(sorted(eff.profile_env)), PROFILE))
+    rows.extend((f"env {name}", value, PROFILE) for name, value in eff.profile_env.items())  # the job's own on top
     rows.extend((f"param {name}", value, o.get(f"param:{name}", PROFILE)) for name, value in eff.params.items())
     rows.extend((f"annotation {name}", value, PROFILE) for name, value in eff.annotations.items())
     rows.extend((f"hook {point}", " ".join(h.argv), PROFILE) for point, h in eff.hooks.items())
