@@ -42,8 +42,12 @@ def as_command_line(preset: presets.Preset) -> str:
     return shlex.join(words + ["--", "CMD"])
 
 
-def _server_presets(ctx: click.Context, name: str | None = None) -> dict:
-    return _client(ctx).get("/presets", name=name)
+def _server_presets(ctx: click.Context, name: str | None = None) -> tuple[dict, list[presets.Preset]]:
+    """(the reply, its presets); the server adds each one's hash, which is not part of a document."""
+    reply = _client(ctx).get("/presets", name=name)
+    found = [presets.from_json({k: v for k, v in doc.items() if k != "hash"}, f"the cluster's {doc.get('name')}")
+             for doc in reply["presets"]]
+    return reply, found
 
 
 @click.group()
@@ -51,13 +55,13 @@ def preset() -> None:
     """Presets: your saved sets of submit options (`xce submit --preset NAME`)."""
 
 
-@preset.command("save", context_settings={"allow_interspersed_args": False})
-@click.argument("name")
+@preset.command("save")
+@click.argument("preset_name", metavar="NAME")  # not `name`: that is -J's
 @submit_options
 @click.option("--description", default="", help="What the preset is for.")
 @click.option("--force", is_flag=True, help="Replace a preset of that name (keeping it as NAME.json.bak).")
 @click.pass_context
-def preset_save(ctx, name, description, force, **options) -> None:
+def preset_save(ctx, preset_name, description, force, **options) -> None:
     """Save the submit options given here as preset NAME (in ~/.config/xce/presets).
 
     Example: xce preset save sweep -n 4,8 -R "rusage[mem=2G]" -W 30m --description "a parameter sweep"
@@ -65,10 +69,10 @@ def preset_save(ctx, name, description, force, **options) -> None:
     given = given_options(ctx, options)
     if not given:
         raise click.UsageError("give the submit options to save, e.g. `xce preset save NAME -n 4 -W 30m`")
-    saved = presets.Preset(presets.check_name(name), given, description)
-    build_spec(given, ["true"], saved, list(given))  # the values must make a valid submit
+    saved = presets.Preset(presets.check_name(preset_name), given, description)
+    build_spec(given, ["true"])  # the values must make a valid submit
     path = presets.save(saved, replace=force, backup=force)
-    click.echo(f"Preset {name} saved in {path} (hash {saved.hash}).")
+    click.echo(f"Preset {preset_name} saved in {path} (hash {saved.hash}).")
 
 
 @preset.command("list")
@@ -80,8 +84,7 @@ def preset_list(ctx, server) -> None:
     Example: xce preset list --server
     """
     if server:
-        reply = _server_presets(ctx)
-        found = [presets.from_json(doc, "server") for doc in reply["presets"]]
+        reply, found = _server_presets(ctx)
         problems = reply["problems"]
     else:
         found, problems = presets.list_dir()
@@ -106,7 +109,7 @@ def preset_show(ctx, name, server) -> None:
     Example: xce preset show sweep
     """
     if server:
-        shown = presets.from_json(_server_presets(ctx, name)["presets"][0], "server")
+        shown = _server_presets(ctx, name)[1][0]
     else:
         shown = presets.load(name)
     click.echo(f"Preset {shown.name} (hash {shown.hash})" + (f": {shown.description}" if shown.description else ""))
@@ -174,8 +177,7 @@ def preset_pull(ctx, name, new_name, force) -> None:
 
     Example: xce preset pull gpu-train --as my-train
     """
-    reply = _server_presets(ctx, name)
-    server = presets.from_json(reply["presets"][0], "server")
+    reply, (server,) = _server_presets(ctx, name)
     target = new_name or name
     try:
         local = presets.load(target)
