@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from xce_lite import errors
-from xce_lite.cli import _Group
+from xce_lite.cli import GROUP_SETTINGS, HOME_OPTION, _Group
 from xce_lite.cli_apps import review_lines
 from xce_lite.home import Home, resolve_home
 
@@ -26,9 +26,8 @@ class _AdminGroup(_Group):
     prefix = "xceadmin"
 
 
-@click.group(cls=_AdminGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", envvar="XCE_HOME", metavar="DIR",
-              help="The cluster home (default: $XCE_HOME, else ~/.xce).")
+@click.group(cls=_AdminGroup, context_settings=GROUP_SETTINGS)
+@HOME_OPTION
 @click.pass_context
 def main(ctx: click.Context, home: str | None) -> None:
     """xceadmin: check and administer an xce_lite cluster home."""

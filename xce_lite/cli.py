@@ -41,9 +41,13 @@ class _Group(click.Group):
             ctx.exit(err.exit_code)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", envvar="XCE_HOME", metavar="DIR",
-              help="The cluster home (default: $XCE_HOME, else ~/.xce).")
+HOME_OPTION = click.option("--home", envvar="XCE_HOME", metavar="DIR",
+                           help="The cluster home (default: $XCE_HOME, else ~/.xce).")
+GROUP_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+@click.group(cls=_Group, context_settings=GROUP_SETTINGS)
+@HOME_OPTION
 @click.pass_context
 def main(ctx: click.Context, home: str | None) -> None:
     """xce_lite: an LSF-style batch engine. Start with `xce quickstart`."""
