@@ -244,3 +244,21 @@ def test_the_running_config_is_kept_for_xceadmin(apps_cluster: Cluster):
     finally:
         store.close()
     assert kept == {"applications.yaml": APPS, "xce.yaml": CONFIG.format(pid=os.getpid())}
+
+
+def test_the_controller_does_not_start_with_an_undefined_default_application(idle_cluster: Cluster):
+    config = (idle_cluster.home / "xce.yaml").read_text()
+    (idle_cluster.home / "xce.yaml").write_text(config + "default_application: nope\n")
+    started = idle_cluster.xce("controller", "start")
+    assert started.returncode == 2
+    line = len(config.splitlines()) + 1
+    assert f"default_application (line {line}): no application profile 'nope' is defined" in started.stderr
+
+
+def test_reconfig_refuses_to_drop_a_queue_that_still_has_jobs(apps_cluster: Cluster):
+    held = apps_cluster.submit("true", options=("-H",))
+    config = apps_cluster.home / "xce.yaml"
+    config.write_text(config.read_text().replace("name: normal", "name: other"))
+    refused = apps_cluster.xce("reconfig")
+    assert refused.returncode == 2 and "queue normal still has 1 unfinished job(s)" in refused.stderr
+    assert "nothing was changed" in refused.stderr and apps_cluster.job(held)["queue"] == "normal"
