@@ -17,9 +17,13 @@ import time
 import click
 
 from xce_lite import errors
+from xce_lite import presets
 from xce_lite.client import Client
 from xce_lite.home import Home, resolve_home
-from xce_lite.units import format_duration, format_size, parse_duration, parse_size
+from xce_lite.cli_apps import apps, effective_lines, reconfig, table_lines
+from xce_lite.cli_presets import preset as preset_group
+from xce_lite.cli_submit import build_spec, expand, given_options, submit_options
+from xce_lite.units import format_duration, format_size
 
 EXIT_TIMEOUT = 124
 
@@ -27,17 +31,23 @@ EXIT_TIMEOUT = 124
 class _Group(click.Group):
     """Turns XceError into `xce: message` and its exit code, instead of a traceback."""
 
+    prefix = "xce"
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except errors.XceError as err:
-            click.echo(f"xce: {err}", err=True)
+            click.echo(f"{self.prefix}: {err}", err=True)
             ctx.exit(err.exit_code)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", envvar="XCE_HOME", metavar="DIR",
-              help="The cluster home (default: $XCE_HOME, else ~/.xce).")
+HOME_OPTION = click.option("--home", envvar="XCE_HOME", metavar="DIR",
+                           help="The cluster home (default: $XCE_HOME, else ~/.xce).")
+GROUP_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+@click.group(cls=_Group, context_settings=GROUP_SETTINGS)
+@HOME_OPTION
 @click.pass_context
 def main(ctx: click.Context, home: str | None) -> None:
     """xce_lite: an LSF-style batch engine. Start with `xce quickstart`."""
@@ -233,90 +243,27 @@ def lab_status(ctx: click.Context) -> None:
 # ---- jobs -----------------------------------------------------------------------------------------
 
 
-def _env_pair(value: str) -> tuple[str, str]:
-    name, sep, rest = value.partition("=")
-    if not sep or not name:
-        raise click.BadParameter(f"{value!r} is not NAME=VALUE", param_hint="--env")
-    return name, rest
-
-
-def _duration(_ctx, _param, value: str | None) -> float | None:
-    try:
-        return None if value is None else parse_duration(value, "run limit (-W)")
-    except errors.SpecError as err:
-        raise click.BadParameter(str(err)) from None
-
-
-def _size(_ctx, _param, value: str | None) -> int | None:
-    try:
-        return None if value is None else parse_size(value, "memory limit (-M)")
-    except errors.SpecError as err:
-        raise click.BadParameter(str(err)) from None
-
-
 @main.command(context_settings={"allow_interspersed_args": False})
-@click.option("-J", "name", help="Job name.")
-@click.option("-q", "queue", help="Queue (default: the cluster's default queue).")
-@click.option("-n", "tasks", default="1", show_default=True, metavar="MIN[,MAX]",
-              help="Tasks (slots): exactly MIN, or as many as fit from MIN to MAX.")
-@click.option("-R", "resreq", multiple=True, metavar="REQ",
-              help='Resource requirements, LSF-style: "select[...] rusage[...] span[...] same[...] order[...]"'
-                   " (repeatable: selects are ANDed, the rest merged).")
-@click.option("--gpus", type=click.IntRange(1, 1024), help="GPUs per host (the same as -R 'rusage[gpus=N/host]').")
-@click.option("-o", "stdout", help="Output file (%J: job id). Default: xce-%J.out in the working dir.")
-@click.option("-e", "stderr", help="Error file (%J: job id). Default: into the output file.")
-@click.option("--cwd", help="Working directory (default: here).")
-@click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
-              help="Set a variable in the job's environment (repeatable).")
-@click.option("--env-none", is_flag=True,
-              help="Start from an empty environment instead of a copy of this one.")
-@click.option("-W", "run_limit", callback=_duration, help="Run limit: [hours:]minutes, or 30s, 10m, 2h.")
-@click.option("-M", "mem_limit", callback=_size, help="Memory limit: 512M, 4G (a bare number is MB).")
-@click.option("-sp", "priority", type=click.IntRange(0, 100), default=0,
-              help="Job priority within its queue, 0-100: higher goes first (LSF's -sp).")
-@click.option("-H", "--hold", is_flag=True, help="Submit held (PSUSP); `xce release` lets it run.")
+@submit_options
+@click.option("--preset", metavar="NAME", help="Start from a saved preset's options (`xce preset list`); "
+                                               "options given here win.")
 @click.option("--parsable", is_flag=True, help="Print only the job id.")
 @click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
 @click.pass_context
-def submit(ctx, name, queue, tasks, resreq, gpus, stdout, stderr, cwd, env, env_none, run_limit, mem_limit,
-           priority, hold, parsable, command) -> None:
+def submit(ctx, preset, parsable, command, **options) -> None:
     """Submit CMD as a batch job. It runs as given, never through a shell: use `sh -c '...'` for one.
 
-    The job gets a copy of this environment (as in LSF and Slurm) plus any --env.
+    The job gets a copy of this environment (as in LSF and Slurm) plus any --env, and its
+    application profile's settings (-app; `xce apps -l` shows them).
 
     Example: xce submit -J sim -n 2,8 -R "rusage[mem=2G] span[ptile=4]" -W 30m -o out-%J.txt -- ./simulate
     """
-    min_tasks, max_tasks = _task_range(tasks)
-    requirements = list(resreq) + ([f"rusage[gpus={gpus}/host]"] if gpus else [])
-    workdir = os.path.abspath(cwd or os.getcwd())
-    environment = {} if env_none else dict(os.environ)
-    for pair in env:
-        key, value = _env_pair(pair)
-        environment[key] = value
-    spec = {"argv": list(command), "cwd": workdir, "name": name, "queue": queue, "slots": min_tasks,
-            "max_slots": max_tasks, "resreq": requirements,
-            "stdout": _absolute(stdout, workdir), "stderr": _absolute(stderr, workdir), "env": environment,
-            "run_limit": run_limit, "mem_limit": mem_limit, "hold": hold, "priority": priority}
+    chosen = presets.load(preset) if preset is not None else None
+    merged, from_preset = expand(given_options(ctx, options), chosen)
+    spec = build_spec(merged, list(command), chosen, from_preset)
     reply = _client(ctx).post("/jobs", {"jobs": [spec]})
     job_id, queue_name = reply["ids"][0], reply["queues"][0]
     click.echo(job_id if parsable else f"Job <{job_id}> is submitted to queue <{queue_name}>.")
-
-
-def _task_range(text: str) -> tuple[int, int]:
-    low, sep, high = text.partition(",")
-    try:
-        low_n = int(low)
-        high_n = int(high) if sep else low_n
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not MIN or MIN,MAX (whole numbers, e.g. 4 or 2,8)",
-                                 param_hint="-n") from None
-    if low_n < 1 or high_n < low_n:
-        raise click.BadParameter(f"{text!r}: need 1 <= MIN <= MAX", param_hint="-n")
-    return low_n, high_n
-
-
-def _absolute(path: str | None, workdir: str) -> str | None:
-    return None if path is None else os.path.join(workdir, path)
 
 
 @main.command()
@@ -332,7 +279,8 @@ def jobs(ctx, show_all, long, pending, user, as_json, ids) -> None:
 
     Example: xce jobs -a -u all
     """
-    reply = _client(ctx).get("/jobs", ids=",".join(map(str, ids)) or None, all=show_all, user=user)
+    reply = _client(ctx).get("/jobs", ids=",".join(map(str, ids)) or None, all=show_all, user=user,
+                             effective=long or None)
     if pending:
         reply["jobs"] = [j for j in reply["jobs"] if j["state"] in ("PEND", "PSUSP")]
     if as_json:
@@ -367,8 +315,15 @@ def _long(job: dict) -> str:
                                            if job["run_limit"] else "")
              + (f"   Memory limit: {format_size(job['mem_limit'])}" if job["mem_limit"] else ""),
              f"  Submitted: {_when(job['submit_time'])}"]
+    if job.get("app"):
+        lines.append(f"  Application: {job['app']}")
     if job["pend_reason"] and job["state"] == "PEND":
         lines.append(f"  Pending: {job['pend_reason']}")
+    if job.get("effective"):
+        lines.append("  Effective values [where from]:")
+        lines.extend(effective_lines(job["effective"]))
+    elif job.get("effective_problem"):
+        lines.append(f"  Effective values: cannot run as configured now: {job['effective_problem']}")
     if job["hosts"]:
         lines.append(f"  Hosts: {' '.join(f'{n}*{h}' for h, n in job['hosts'])}   Unit: {job['unit']}")
     if job["start_time"]:
@@ -452,6 +407,10 @@ def why(ctx, job_id) -> None:
     click.echo(f"Job <{job_id}> {reply['state']}" + (f": {reply['summary']}" if reply.get("summary") else ""))
     for line in reply["lines"]:
         click.echo(f"  {line}")
+    if reply.get("effective"):
+        click.echo("  What it asks for [where from]:")
+        for line in effective_lines(reply["effective"]):
+            click.echo(line)
 
 
 def _act(ctx, path: str, ids: tuple[int, ...]) -> None:
@@ -578,9 +537,13 @@ def _amount(name: str, value: float) -> str:
 
 
 def _table(rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    for line in table_lines(rows):
+        click.echo(line)
+
+
+main.add_command(apps)
+main.add_command(reconfig)
+main.add_command(preset_group)
 
 
 if __name__ == "__main__":  # pragma: no cover

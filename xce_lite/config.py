@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import yaml
 from pydantic import (
@@ -27,6 +27,7 @@ from xce_lite.errors import ConfigError, SpecError
 from xce_lite.units import parse_duration, parse_size
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def _size(value: Any) -> int:
@@ -167,6 +168,9 @@ class ClusterConfig(_Model):
     resources: dict[Annotated[str, Field(pattern=_NAME)], ResourceConfig] = Field(default_factory=dict)
     # Cluster-wide counters such as licenses (`lic_matlab: 4`): a job's `/job` rusage takes from them.
     shared: dict[Annotated[str, Field(pattern=_NAME)], Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    # The application profile (applications.yaml beside this file) of jobs submitted without -app;
+    # "" for none. It must name a profile (`default` is built in), or the config is refused.
+    default_application: str = Field(default="default", pattern=r"^$|" + _NAME)
 
     @field_validator("resources")
     @classmethod
@@ -238,10 +242,19 @@ class ClusterConfig(_Model):
 
 def load_config(path: Path) -> ClusterConfig:
     """Read and validate `path`; ConfigError names the file, the field, the line and the fix."""
+    return load_yaml(path, ClusterConfig, "create it with `xce init`",
+                     "a mapping with `cluster`, `hosts` and `queues`")[0]
+
+
+def load_yaml(path: Path, model: type[_M], missing: str, expected: str) -> tuple[_M, yaml.Node | None]:
+    """`path` validated as `model`, with its YAML node tree (for the lines of later checks).
+
+    ConfigError names the file, the field and its line; `missing` says what to do when the file does
+    not exist, `expected` what its top level should be."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path} does not exist; create it with `xce init`") from None
+        raise ConfigError(f"{path} does not exist; {missing}") from None
     except OSError as err:
         raise ConfigError(f"cannot read {path}: {err.strerror}") from None
     try:
@@ -250,18 +263,19 @@ def load_config(path: Path) -> ClusterConfig:
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {err}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with `cluster`, `hosts` and `queues`")
+        raise ConfigError(f"{path}: expected {expected}")
     try:
-        return ClusterConfig.model_validate(data)
+        return model.model_validate(data), root
     except ValidationError as err:
-        problems = []
-        for item in err.errors():
-            loc = tuple(item["loc"])
-            where = ".".join(str(p) for p in loc) or "(top level)"
-            line = _line_of(root, loc)
-            at = f" (line {line})" if line else ""
-            problems.append(f"{path}: {where}{at}: {item['msg']}")
+        problems = [problem(path, root, tuple(item["loc"]), item["msg"]) for item in err.errors()]
         raise ConfigError("\n".join(problems) + "\nfix the file, then run the command again") from None
+
+
+def problem(path: Path, root: yaml.Node | None, loc: tuple, message: str) -> str:
+    """`FILE: field.path (line N): message`, the form every config error takes."""
+    where = ".".join(str(p) for p in loc) or "(top level)"
+    line = _line_of(root, loc)
+    return f"{path}: {where}{f' (line {line})' if line else ''}: {message}"
 
 
 def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:

@@ -37,19 +37,22 @@ import time
 from typing import Any
 
 from xce_lite.api import ApiServer
-from xce_lite.config import ClusterConfig, HostConfig, load_config
-from xce_lite.errors import ConfigError
+from xce_lite import errors
+from xce_lite.config import ClusterConfig, HostConfig
 from xce_lite.exec.host import HostEvent
 from xce_lite.exec.local import LocalHost
 from xce_lite.handlers import ApiHandlers
+from xce_lite.handlers_config import ConfigHandlers
 from xce_lite.home import Home
 from xce_lite.hostlinks import HostLink
 from xce_lite.jobunits import job_units
-from xce_lite.models import DISP, PEND, PSUSP, JobSpec, unit_name
-from xce_lite.sched.core import Decisions, PendingJob, QueuePolicy, Snapshot
-from xce_lite.sched.placement import HostView
+from xce_lite.merge import Effective, Profile
+from xce_lite.models import DISP, PEND, PSUSP, Job, JobSpec, unit_name
+from xce_lite.profiles import load_cluster
+from xce_lite.sched.core import Decisions, PendingJob, Snapshot
+from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched_process import PendingSet, SchedulerProcess
-from xce_lite.snapshot import Holding, host_totals, hosts_now, job_request, shared_free
+from xce_lite.snapshot import Holding, effective, hosts_now, shared_free
 from xce_lite.store.jobs import Finish, JobStore, Requeue, TickRecord
 from xce_lite.unitwork import NEW, RUNNING, Active, UnitWork
 
@@ -66,20 +69,22 @@ class _WakingQueue(queue.Queue):
         self._wake.set()
 
 
-class Controller(ApiHandlers, UnitWork):
+class Controller(ApiHandlers, ConfigHandlers, UnitWork):
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
-        self.config: ClusterConfig = load_config(home.config)
-        self.cluster = self.config.cluster
-        self.host_totals = host_totals(self.config)
-        self.queue_policies = tuple(
-            QueuePolicy(q.name, q.priority, frozenset(q.hosts) if q.hosts is not None else None,
-                        q.running_limit, q.user_running_limit) for q in self.config.queues)
-        # How a hostfile names each host: as the controller reaches it.
-        self.addresses = {h.name: h.address for h in self.config.hosts if h.address}
+        self.config: ClusterConfig
+        self.profiles: dict[str, Profile]  # application profiles by name (profiles.py)
+        config, profiles = load_cluster(home.config)
+        self.cluster = config.cluster
         home.spool.mkdir(exist_ok=True)
         self.store = JobStore(home.store)
+        try:
+            self._check_config(config, profiles)  # ConfigError: the controller does not start
+        except errors.ConfigError:
+            self.store.close()
+            raise
+        self._use_config(config, profiles)
         self.started_at = time.time()
         self._mu = threading.RLock()
         self._wake = threading.Event()
@@ -141,7 +146,7 @@ class Controller(ApiHandlers, UnitWork):
         """How the host's link makes a fresh connection to it."""
         if host.type == "local":
             return lambda: LocalHost(host.name, self.home.spool / host.name)
-        raise ConfigError(f"host {host.name}: type {host.type} is not supported by this controller yet")
+        raise errors.ConfigError(f"host {host.name}: type {host.type} is not supported by this controller yet")
 
     def _load(self) -> None:
         """Rebuild the in-memory view from the store (the store is the truth)."""
@@ -193,14 +198,17 @@ class Controller(ApiHandlers, UnitWork):
             self._wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
 
     def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
-        """The scheduler's view of a pending job, with its queue's task ceiling applied (computed
-        live, so a changed ceiling applies to jobs already waiting); SpecError for a malformed -R."""
-        ceiling = self.config.queue(queue).max_tasks
-        high = spec.max_slots or spec.slots
-        if ceiling is not None:
-            high = max(spec.slots, min(high, ceiling))
-        request = job_request(job_id, spec.slots, high, spec.resreq)
-        return PendingJob(job_id, user, queue, request, spec.priority, submit_time)
+        """The scheduler's view of a pending job: its effective request (merge.py), computed live, so
+        a changed profile or queue ceiling applies to jobs already waiting. A stored job that cannot
+        be merged now (its profile or queue is gone, a reconfig made it unrunnable) is blocked with
+        the reason: it pends, never EXIT, until the configuration lets it run or it is killed."""
+        try:
+            eff = effective(spec, queue, self.config, self.profiles)
+        except errors.SpecError as err:
+            return PendingJob(job_id, user, queue, JobRequest(job_id), spec.priority, submit_time,
+                              blocked=f"cannot run as configured now: {err}")
+        request = JobRequest(job_id, eff.min_tasks, eff.max_tasks, eff.resreq)
+        return PendingJob(job_id, user, queue, request, spec.priority, submit_time, eff.profile_hash)
 
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
@@ -227,16 +235,42 @@ class Controller(ApiHandlers, UnitWork):
             self._wake.set()
         return decisions
 
-    def _plans(self, decisions: Decisions) -> list[tuple[int, int, list, str, dict]]:
-        """Each dispatch as the store records it, under the next attempt's unit names."""
+    def _plans(self, decisions: Decisions) -> list[tuple[int, int, list, str, dict, dict]]:
+        """The dispatches to record, each under the next attempt's unit names and with the effective
+        values it will run with. A decision made on a profile that has changed or vanished since (a
+        reconfig during the session), or whose task count the job's queue no longer allows, is
+        declined: the job stays PEND and is scheduled again with what holds now, never EXIT."""
+        if not decisions.dispatches:
+            return []
+        jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches])}
         plans = []
-        with self._mu:
-            for d in decisions.dispatches:
+        for d in decisions.dispatches:
+            job = jobs.get(d.job_id)
+            if job is None or job.state != PEND:
+                continue  # killed or held meanwhile: the store's guarded update would refuse it anyway
+            declined = self._stale(job, d.profile_hash, sum(n for _, n in d.hosts))
+            if isinstance(declined, str):
+                self._decline(job.id, d.profile_hash, declined)
+                continue
+            with self._mu:
                 attempt = self._attempts.get(d.job_id, 0) + 1
-                unit = unit_name(self.cluster, d.job_id, attempt, 0)
-                plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit,
-                              Holding.of(d.placement).to_json()))
+            unit = unit_name(self.cluster, d.job_id, attempt, 0)
+            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json(),
+                          declined.to_json()))
         return plans
+
+    def _stale(self, job: Job, decided_hash: str, tasks: int) -> Effective | str:
+        """The job's effective values now, or why the decision taken for it no longer holds."""
+        try:
+            eff = effective(job.spec, job.queue, self.config, self.profiles)
+        except errors.SpecError as err:
+            return f"its configuration changed since the scheduler's decision: {err}"
+        if eff.profile_hash != decided_hash:
+            return (f"application {job.spec.app} changed since the scheduler's decision "
+                    f"(hash {decided_hash or 'none'} -> {eff.profile_hash})")
+        if not eff.min_tasks <= tasks <= eff.max_tasks:
+            return f"its task range is now {eff.min_tasks}..{eff.max_tasks}, the decision gave it {tasks} tasks"
+        return eff
 
     def _reasons_to_store(self, decisions: Decisions | None, now: float) -> dict[int, str | None]:
         """Keep every pend reason live in memory; hand the store the changed ones at most once a
@@ -271,7 +305,7 @@ class Controller(ApiHandlers, UnitWork):
                 else:
                     self._held[job.id] = job.user
             dispatched = set(record.dispatched)
-            for job_id, attempt, hosts, _unit, alloc in plans:
+            for job_id, attempt, hosts, _unit, alloc, *_effective in plans:
                 pending = self._pending.get(job_id)
                 if job_id not in dispatched or pending is None:
                     continue  # killed or held while the scheduler thought: it stays as it is now

@@ -10,17 +10,18 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from xce_lite import errors
 from xce_lite.api import Caller
-from xce_lite.config import QueueConfig
 from xce_lite.lifecycle import next_state
-from xce_lite.models import DISP, EXIT, PEND, PSUSP, RUN, Job, JobSpec
-from xce_lite.sched.placement import place, why_never
+from xce_lite.merge import Effective
+from xce_lite.merge_view import describe
+from xce_lite.models import DISP, EXIT, PEND, PENDING_STATES, PSUSP, RUN, Job, JobSpec
+from xce_lite.sched.placement import JobRequest, place, why_never
 from xce_lite.sched.reasons import Refusal
-from xce_lite.snapshot import check_units, size_resources
-from xce_lite.units import format_duration, format_size
+from xce_lite.snapshot import check_units, effective, size_resources
 from xce_lite.wire import job_to_wire
 
 
@@ -40,6 +41,7 @@ class ApiHandlers:
             ("GET", "/jobs/why"): self.api_why,
             ("GET", "/queues"): self.api_queues,
             ("POST", "/controller/stop"): self.api_stop,
+            **self.config_routes(),
         }
 
     def api_status(self, caller: Caller, query: dict, body: Any) -> dict:
@@ -72,13 +74,16 @@ class ApiHandlers:
         return {"ids": ids, "queues": [q for _spec, q in accepted]}
 
     def _validate(self, raw: Any) -> tuple[JobSpec, str]:
+        """The spec as it will be stored (its profile name resolved), and its queue's name;
+        SpecError if its effective values break a rule or could never run (merge.py)."""
         spec = JobSpec.from_wire(raw)
-        queue = self.config.queue(spec.queue)
-        queue_name = queue.name
-        _check_ceilings(spec, queue)
-        request = self.pending_job(0, "", queue_name, spec, 0.0).request  # SpecError for a malformed -R
-        check_units(request.resreq, size_resources(self.config))
-        never = why_never(request, self.host_totals, self.config.shared)
+        config = self.config
+        queue_name = config.queue(spec.queue).name
+        if spec.app is None:  # the job keeps the name it was submitted under, whatever the default becomes
+            spec = replace(spec, app=config.default_application, exdata={**spec.exdata, "app_origin": "default"})
+        eff = effective(spec, queue_name, config, self.profiles)
+        check_units(eff.resreq, size_resources(config))
+        never = why_never(JobRequest(0, eff.min_tasks, eff.max_tasks, eff.resreq), self.host_totals, config.shared)
         if never is not None:
             raise errors.SpecError(f"{never} (see `xce hosts -l`)")
         if not os.path.isdir(spec.cwd):
@@ -103,16 +108,41 @@ class ApiHandlers:
             missing = sorted(set(ids) - {j.id for j in jobs})
             if missing:
                 raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
-        return {"schema": 1, "jobs": self._to_wire(jobs)}
+        with_effective = query.get("effective", "").lower() in ("1", "true", "yes")
+        return {"schema": 1, "jobs": self._to_wire(jobs, with_effective)}
 
-    def _to_wire(self, jobs: list[Job]) -> list[dict]:
-        """Jobs as the API shows them: pend reasons are the live ones (the store's may lag a second)."""
-        wired = [job_to_wire(j) for j in jobs]
+    def _to_wire(self, jobs: list[Job], with_effective: bool = False) -> list[dict]:
+        """Jobs as the API shows them: pend reasons are the live ones (the store's may lag a second);
+        task counts are the effective ones. `with_effective`: each job's effective values, as rows
+        (field, value, origin): those fixed at dispatch, or the live ones while it waits."""
+        wired = []
+        for j in jobs:
+            job = job_to_wire(j)
+            eff = self._job_effective(j)
+            if isinstance(eff, Effective):
+                job.update(min_slots=eff.min_tasks, max_slots=eff.max_tasks)
+                if not j.hosts:
+                    job["slots"] = eff.min_tasks
+            if with_effective:
+                job["effective"] = describe(eff) if isinstance(eff, Effective) else []
+                job["effective_problem"] = eff if isinstance(eff, str) else None
+            wired.append(job)
         with self._mu:
             for job in wired:
                 if job["state"] == PEND and job["id"] in self._reasons:
                     job["pend_reason"] = self._reasons[job["id"]]
         return wired
+
+    def _job_effective(self, job: Job) -> Effective | str | None:
+        """Fixed at dispatch, else live for a waiting job; the reason when it cannot be merged now."""
+        if job.effective:
+            return Effective.from_json(job.effective)
+        if job.state not in PENDING_STATES:
+            return None  # ended before it was dispatched, or dispatched before schema 4
+        try:
+            return effective(job.spec, job.queue, self.config, self.profiles)
+        except errors.SpecError as err:
+            return str(err)
 
     def _owned(self, caller: Caller, ids: list[int]) -> list[Job]:
         if not ids:
@@ -282,13 +312,18 @@ class ApiHandlers:
                                                                 + (f": {job.reason}" if job.reason else "")]}
         with self._mu:
             hosts, shared = self._hosts_now(), self._shared_free()
-        request = self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time).request
-        result = place(request, hosts, shared)
+        eff = self._job_effective(job)
+        rows = describe(eff) if isinstance(eff, Effective) else []
+        if not isinstance(eff, Effective):
+            return {"id": job.id, "state": job.state, "effective": rows,
+                    "summary": f"cannot run as configured now: {eff}", "lines": []}
+        result = place(JobRequest(job.id, eff.min_tasks, eff.max_tasks, eff.resreq), hosts, shared)
         if not isinstance(result, Refusal):
             where = " ".join(f"{n}*{h}" for h, n in result.hosts)
-            return {"id": job.id, "state": job.state,
+            return {"id": job.id, "state": job.state, "effective": rows,
                     "lines": [f"it fits now ({where}); the scheduler will start it at its next session"]}
-        return {"id": job.id, "state": job.state, "summary": result.summary(), "lines": list(result.details())}
+        return {"id": job.id, "state": job.state, "effective": rows, "summary": result.summary(),
+                "lines": list(result.details())}
 
     def api_queues(self, caller: Caller, query: dict, body: Any) -> dict:
         counts = self.store.counts_by_queue()
@@ -322,19 +357,6 @@ def _probe_to_wire(probe) -> dict | None:
         return None
     return {"hostname": probe.hostname, "cpus": probe.cpus, "mem": probe.mem, "version": probe.agent_version,
             **probe.extra}
-
-
-def _check_ceilings(spec: JobSpec, queue: QueueConfig) -> None:
-    """A job asking for more than its queue allows is refused: it could never run there."""
-    if queue.run_limit and spec.run_limit and spec.run_limit > queue.run_limit:
-        raise errors.SpecError(f"run limit -W {format_duration(spec.run_limit)} is above queue {queue.name}'s "
-                               f"ceiling of {format_duration(queue.run_limit)}; ask for less or use another queue")
-    if queue.mem_limit and spec.mem_limit and spec.mem_limit > queue.mem_limit:
-        raise errors.SpecError(f"memory limit -M {format_size(spec.mem_limit)} is above queue {queue.name}'s "
-                               f"ceiling of {format_size(queue.mem_limit)}; ask for less or use another queue")
-    if queue.max_tasks and spec.slots > queue.max_tasks:
-        raise errors.SpecError(f"-n {spec.slots}: queue {queue.name} runs jobs of at most {queue.max_tasks} "
-                               f"tasks; ask for fewer or use another queue")
 
 
 def _ids(text: str) -> list[int]:

@@ -43,6 +43,11 @@ class Home:
     def spool(self) -> Path:
         return self.root / "spool"
 
+    @property
+    def presets(self) -> Path:
+        """Admin presets, shared read-only with users at /xce/v1/presets (presets.py)."""
+        return self.root / "config" / "presets"
+
     def require(self) -> Home:
         """The home, if `xce init` made it; otherwise HomeError says how to make it."""
         if not self.config.is_file():

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from xce_lite.exec.host import JobResult, LaunchRequest, UnitInfo
+from xce_lite.merge import Effective
 from xce_lite.models import Job, unit_name
 from xce_lite.snapshot import Holding
 
@@ -54,18 +55,27 @@ def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | Non
                     addresses: Mapping[str, str]) -> list[UnitLaunch]:
     """What each host of a dispatched job is asked to run, first host first.
 
-    `run_limit`/`mem_limit` are the effective limits (the job's, else its queue's). Every unit sees
-    the job's environment plus XCE_JOBID, XCE_JOB_NAME, XCE_QUEUE, XCE_SLOTS (all tasks), XCE_HOSTS
-    (the hosts, first first), XCE_HOST_NTASKS and XCE_HOST_TASK_INDEX (its tasks, and the global
-    index of the first of them), XCE_ATTEMPT, and CUDA_VISIBLE_DEVICES when it holds GPUs; the
-    agent adds XCE_JOB_HOST_DIR and XCE_HOSTFILE.
+    The job runs with the effective values fixed at its dispatch (merge.py: the profile's env under
+    the job's, params and annotations, the job starter before its command, the limits); a job
+    dispatched before those were stored gets its own limits, else `run_limit`/`mem_limit` (its
+    queue's). Every unit sees that environment plus XCE_JOBID, XCE_JOB_NAME, XCE_QUEUE, XCE_SLOTS
+    (all tasks), XCE_HOSTS (the hosts, first first), XCE_HOST_NTASKS and XCE_HOST_TASK_INDEX (its
+    tasks, and the global index of the first of them), XCE_ATTEMPT, XCE_APP (with a profile), and
+    CUDA_VISIBLE_DEVICES when it holds GPUs; the agent adds XCE_JOB_HOST_DIR and XCE_HOSTFILE.
     """
     spec = job.spec
+    eff = Effective.from_json(job.effective) if job.effective else None
+    argv, profile_env = spec.argv, {}
+    if eff is not None:
+        argv, profile_env = eff.job_starter + spec.argv, dict(eff.profile_env)
+        run_limit, mem_limit = eff.run_limit, eff.mem_limit
     holding = Holding.from_json(job.alloc, job.hosts)
     hosts = holding.hosts
     units = job_units(cluster, job.id, job.attempt, len(hosts))
     text = hostfile(hosts, addresses)
-    common = dict(spec.env)
+    common = eff.job_environment(spec.env) if eff is not None else dict(spec.env)
+    if eff is not None and eff.app:
+        common["XCE_APP"] = eff.app
     common.update({"XCE_JOBID": str(job.id), "XCE_JOB_NAME": job.name, "XCE_QUEUE": job.queue,
                    "XCE_SLOTS": str(sum(n for _, n in hosts)), "XCE_HOSTS": " ".join(h for h, _ in hosts),
                    "XCE_ATTEMPT": str(job.attempt)})
@@ -78,9 +88,9 @@ def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | Non
             env.pop("CUDA_VISIBLE_DEVICES", None)  # the submitter's own value means nothing here
         first_task += alloc.tasks
         request = LaunchRequest(
-            unit=units[index], argv=spec.argv if index == 0 else (), env=env, cwd=spec.cwd,
+            unit=units[index], argv=argv if index == 0 else (), env=env, cwd=spec.cwd,
             stdout=job.output_path(), stderr=job.error_path(), run_limit=run_limit, mem_limit=mem_limit,
-            grace=grace, role=ROLE_JOB if index == 0 else ROLE_HOST, hostfile=text)
+            grace=grace, role=ROLE_JOB if index == 0 else ROLE_HOST, hostfile=text, profile_env=profile_env)
         launches.append(UnitLaunch(alloc.host, index, request))
     return launches
 

@@ -3,11 +3,19 @@
 A `JobSpec` is what a user asked for, exactly; the controller validates it with `JobSpec.from_wire`
 (which raises SpecError naming the field) before anything is stored. A `Job` is a stored row.
 Standard library only: the scheduler and the CLI import this module.
+
+A spec keeps the job's OWN values only: what its application profile and queue add is merged in
+live (`merge.py`), never written into the spec, so a changed profile reaches a waiting job. So a
+value the user did not give stays unset here (`slots` None: no `-n`), and the spec names its
+profile (`app`) and carries its `exdata`: `app_params` (its values for the profile's declared
+params) and `meta` (client data such as the preset used, passed through uninterpreted). Requeue
+and job arrays copy the spec, and with it the profile name and these values.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -23,6 +31,11 @@ FINISHED_STATES = frozenset({DONE, EXIT})
 MAX_NAME = 256
 MAX_PRIORITY = 100  # LSF's default MAX_USER_PRIORITY
 MAX_ARGS_BYTES = 1024 * 1024  # argv + env, as stored: a job is a request, not a payload
+MAX_PARAM_VALUE = 4096  # characters of one --app-param value
+MAX_META_BYTES = 16 * 1024  # exdata.meta as JSON: labels for tools, not a payload
+APP_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+PARAM_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+EXDATA_KEYS = ("app_params", "meta", "app_origin")
 
 
 @dataclass(frozen=True)
@@ -33,7 +46,7 @@ class JobSpec:
     cwd: str
     name: str | None = None
     queue: str | None = None  # None: the default queue
-    slots: int = 1  # tasks: at least this many (`-n min`)
+    slots: int | None = None  # tasks: at least this many (`-n min`); None: not given (1, or the profile's)
     max_slots: int | None = None  # `-n min,max`: as many as fit up to this; None: exactly `slots`
     resreq: tuple[str, ...] = ()  # the `-R` strings as given (parsed and combined by the controller)
     stdout: str | None = None  # None: <cwd>/xce-%J.out; %J expands to the job id
@@ -43,6 +56,20 @@ class JobSpec:
     mem_limit: int | None = None  # bytes
     hold: bool = False
     priority: int = 0  # -sp: among its queue's jobs, higher goes first (LSF's user priority)
+    # -app: the application profile. None: the cluster's default_application (the controller stores
+    # the name it resolved to); "": no profile at all.
+    app: str | None = None
+    # {"app_params": {NAME: VALUE}, "meta": {...}, "app_origin": "default"}; only these keys (see
+    # the module docstring). app_origin: set by the controller when `app` came from default_application.
+    exdata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def app_params(self) -> dict[str, str]:
+        return self.exdata.get("app_params") or {}
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.exdata.get("meta") or {}
 
     def to_wire(self) -> dict[str, Any]:
         data = asdict(self)
@@ -69,10 +96,12 @@ class JobSpec:
         name = _text(data, "name")
         if name is not None and (len(name) > MAX_NAME or not name.strip()):
             raise SpecError(f"job name must be 1 to {MAX_NAME} characters and not blank")
-        slots = data.get("slots", 1)
-        if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= 100_000:
+        slots = data.get("slots")
+        if slots is not None and (not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= 100_000):
             raise SpecError(f"slots (-n) must be a whole number from 1 to 100000, not {slots!r}")
         max_slots = data.get("max_slots")
+        if max_slots is not None and slots is None:
+            raise SpecError("max_slots needs slots: send -n MIN,MAX as slots and max_slots")
         if max_slots is not None and (not isinstance(max_slots, int) or isinstance(max_slots, bool)
                                       or not slots <= max_slots <= 100_000):
             raise SpecError(f"-n {slots},{max_slots}: the maximum must be a whole number from {slots} to 100000")
@@ -100,6 +129,7 @@ class JobSpec:
             max_slots=max_slots if max_slots != slots else None, resreq=tuple(resreq),
             stdout=_path(data, "stdout"), stderr=_path(data, "stderr"), env=dict(env),
             run_limit=run_limit, mem_limit=mem_limit, hold=hold, priority=priority,
+            app=_app_name(data), exdata=_exdata(data),
         )
         if len(spec.to_json()) > MAX_ARGS_BYTES:
             raise SpecError(f"the job's command and environment exceed {MAX_ARGS_BYTES} bytes; "
@@ -127,6 +157,41 @@ def _text(data: dict, key: str, required: bool = False) -> str | None:
     if not isinstance(value, str) or "\0" in value:
         raise SpecError(f"{key} must be text without NUL bytes")
     return value
+
+
+def _app_name(data: dict) -> str | None:
+    app = _text(data, "app")
+    if app and not APP_NAME_RE.fullmatch(app):
+        raise SpecError(f"-app {app!r} is not an application name (letters, digits, _ . -; see `xce apps`)")
+    return app
+
+
+def _exdata(data: dict) -> dict[str, Any]:
+    """exdata holds app_params (NAME -> text) and meta (a JSON object, passed through); nothing else."""
+    exdata = data.get("exdata") or {}
+    if not isinstance(exdata, dict):
+        raise SpecError("exdata must be a JSON object")
+    unknown = sorted(set(exdata) - set(EXDATA_KEYS))
+    if unknown:
+        raise SpecError(f"unknown exdata key(s) {', '.join(unknown)}; exdata holds {', '.join(EXDATA_KEYS)}")
+    params = exdata.get("app_params") or {}
+    if not isinstance(params, dict) or not all(isinstance(v, str) for v in params.values()):
+        raise SpecError("app_params must map names to text values (--app-param NAME=VALUE)")
+    for name, value in params.items():
+        if not PARAM_NAME_RE.fullmatch(name):
+            raise SpecError(f"--app-param {name!r}: a param name is a letter, then letters, digits or _")
+        if len(value) > MAX_PARAM_VALUE or "\0" in value:
+            raise SpecError(f"--app-param {name}: the value must be at most {MAX_PARAM_VALUE} characters, no NUL")
+    meta = exdata.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise SpecError("exdata.meta must be a JSON object")
+    if len(json.dumps(meta, ensure_ascii=True)) > MAX_META_BYTES:
+        raise SpecError(f"exdata.meta is above {MAX_META_BYTES} bytes as JSON; keep labels small")
+    origin = exdata.get("app_origin")
+    if origin not in (None, "default"):
+        raise SpecError('exdata.app_origin is "default" or absent')
+    return {key: value for key, value in (("app_params", dict(params)), ("meta", meta), ("app_origin", origin))
+            if value}
 
 
 def _path(data: dict, key: str) -> str | None:
@@ -169,6 +234,9 @@ class Job:
     # what it holds while dispatched or running: {"allocs": [[host, tasks, {resource: amount},
     # [gpu indices]], ...], "shared": {counter: amount}}; None for jobs stored before schema 2
     alloc: dict | None = None
+    # what it runs with, fixed at dispatch: merge.Effective.to_json(); None before dispatch (its
+    # effective values are computed live then) and for jobs dispatched before schema 4
+    effective: dict | None = None
 
     @property
     def name(self) -> str:

@@ -1,5 +1,6 @@
 """Building the scheduler's values from the configuration and the jobs: host totals, what running
-jobs hold, what is free, and each job's effective request.
+jobs hold, what is free, and each job's effective values (the merge of its own values, its
+application profile and its queue: merge.py).
 
 Pure functions over plain values (no store, no clock), shared by the controller's tick, its submit
 checks and `xce why`, so all three see a job and a host the same way.
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 
 from xce_lite.config import ClusterConfig
 from xce_lite.errors import SpecError
+from xce_lite.merge import Effective, Profile, QueueLimits, merge, parse_resreq
+from xce_lite.models import JobSpec
 from xce_lite.sched import resreq as rr
 from xce_lite.sched.placement import GPUS, SLOTS, HostView, JobRequest
 from xce_lite.sched.reasons import NOTHING, FrozenMap, HostAlloc, Placement
@@ -88,16 +90,6 @@ def shared_free(config: ClusterConfig, holdings: Iterable[Holding]) -> FrozenMap
     return FrozenMap(free)
 
 
-@lru_cache(maxsize=4096)
-def parse_resreq(texts: tuple[str, ...]) -> rr.ResReq:
-    """The `-R` strings of a job, parsed and combined; cached, so identical requests share one value
-    (10,000 jobs of one shape hold one ResReq, and cross to the scheduler process once)."""
-    parsed = [rr.parse(text) for text in texts]
-    if not parsed:
-        return rr.ResReq()
-    return parsed[0] if len(parsed) == 1 else rr.combine(parsed)
-
-
 def size_resources(config: ClusterConfig) -> frozenset[str]:
     """Resources whose amounts are sizes: mem-like built-ins and custom resources of kind size."""
     builtin = {"mem", "swp", "swap", "tmp", "maxmem", "maxswp", "maxtmp"}
@@ -128,3 +120,23 @@ def job_request(job_id: int, min_tasks: int, max_tasks: int | None, resreq: tupl
         raise
     except ValueError as err:  # a value the parser let through that the types refuse
         raise SpecError(f"-R: {err}") from None
+
+
+def queue_limits(config: ClusterConfig, queue: str | None) -> QueueLimits:
+    """What the merge reads of a queue; SpecError (listing the queues) for an unknown one."""
+    q = config.queue(queue)
+    return QueueLimits(q.name, q.run_limit, q.mem_limit, q.max_tasks)
+
+
+def effective(spec: JobSpec, queue: str | None, config: ClusterConfig, profiles: dict[str, Profile]) -> Effective:
+    """The job's effective values under this configuration (merge.py); SpecError if its queue or
+    profile is not defined, or it breaks a rule. `spec.app` None or "": no profile (the controller
+    resolves None to the default application at submit)."""
+    limits = queue_limits(config, queue)
+    profile = None
+    if spec.app:
+        profile = profiles.get(spec.app)
+        if profile is None:
+            raise SpecError(f"application {spec.app!r} is not defined; the applications are: "
+                            f"{', '.join(sorted(profiles))} (see `xce apps`)")
+    return merge(spec, profile, limits)

@@ -19,9 +19,10 @@ def job_to_wire(job: Job) -> dict[str, Any]:
         "user": job.user,
         "queue": job.queue,
         "state": job.state,
-        "slots": sum(n for _, n in job.hosts) if job.hosts else job.spec.slots,  # placed, or the minimum
-        "min_slots": job.spec.slots,
-        "max_slots": job.spec.max_slots or job.spec.slots,
+        # placed, or the minimum; the API puts the effective counts here (a profile may set them)
+        "slots": sum(n for _, n in job.hosts) if job.hosts else job.spec.slots or 1,
+        "min_slots": job.spec.slots or 1,
+        "max_slots": job.spec.max_slots or job.spec.slots or 1,
         "resreq": list(job.spec.resreq),
         "command": list(job.spec.argv),
         "cwd": job.spec.cwd,
@@ -41,4 +42,7 @@ def job_to_wire(job: Job) -> dict[str, Any]:
         "max_rss": job.max_rss,
         "reason": job.reason,
         "pend_reason": job.pend_reason,
+        "app": job.spec.app or "",  # the application profile ("": none)
+        "app_params": dict(job.spec.app_params),  # the job's own values; effective ones in `effective`
+        "meta": job.spec.meta,  # client data (the preset used), passed through
     }

@@ -41,6 +41,10 @@ class LaunchRequest:
     # no command, holds the allocation until it is signalled, and runs the job's `xce launch` tasks.
     role: str = "job"
     hostfile: str | None = None  # written to the unit's XCE_JOB_HOST_DIR/hostfile (XCE_HOSTFILE)
+    # The application profile's env layer, apart from the job's (`env` already holds both, the
+    # job's on top): the clean outer layer for the profile's hooks (the hooks issue), and what
+    # remote tasks get beneath the job's own. Not sent to the agent yet.
+    profile_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

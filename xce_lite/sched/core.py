@@ -9,7 +9,8 @@ then submit order (job id). A job first meets its queue's running limits (slots 
 queue, and by its user in the queue); its task range is cut to what the limits leave. Then it is
 placed by `placement.place`, on its queue's hosts, against what is still free in this session (task
 ranges, span, rusage, GPUs, select, same, order). A job that cannot start now pends with the full
-reason, and later jobs may still start past it...
+reason, and later jobs may still start past it. A job marked `blocked` (its profile vanished, a
+reconfig made it unrunnable) is not placed at all: it pends with that reason...
 
 ...until it has waited `reserve_after` seconds (the starvation guard, LSF's slot reservation
 without backfill): then it holds a reservation, and every job after it in order waits, so running
@@ -50,6 +51,12 @@ class PendingJob:
     request: JobRequest  # the effective request; request.id == id
     priority: int = 0  # -sp: among one queue's jobs, higher first
     submit_time: float = 0.0
+    # The content hash of its application profile's version its request was merged with; carried
+    # onto its Dispatch so the controller can refuse a decision made on a profile since changed.
+    profile_hash: str = ""
+    # Why it cannot be considered at all (its profile vanished, a reconfig made its request
+    # unrunnable): it pends with this reason, unplaced, until a reconfig or a kill.
+    blocked: str | None = None
 
     @property
     def shape(self) -> tuple:
@@ -72,6 +79,7 @@ class Snapshot:
 class Dispatch:
     job_id: int
     placement: Placement
+    profile_hash: str = ""  # the job's, as the decision saw it
 
     @property
     def hosts(self) -> tuple[tuple[str, int], ...]:
@@ -130,7 +138,9 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
             complete = False
             break
         policy = queues.get(job.queue, no_policy)
-        if holder is not None:
+        if job.blocked is not None:
+            reason = job.blocked
+        elif holder is not None:
             reason = f"waiting behind job {holder.id}, which holds a reservation until it can start"
         else:
             reason, request = _within_limits(job, policy, queue_used, user_used)
@@ -144,7 +154,7 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
                     refused.clear()
                     queue_used[job.queue] = queue_used.get(job.queue, 0) + result.tasks
                     user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + result.tasks
-                    dispatches.append(Dispatch(job.id, result))
+                    dispatches.append(Dispatch(job.id, result, job.profile_hash))
                     continue
                 reason = refused[shape] = _summary(result, shape, summaries)
             if snapshot.reserve_after > 0 and snapshot.now - job.submit_time >= snapshot.reserve_after:

@@ -20,7 +20,7 @@ from xce_lite.models import FINISHED_STATES, Job, JobSpec
 from xce_lite.store.db import connect, write
 
 _COLUMNS = ("id, user, queue, state, spec, submit_time, attempt, hosts, unit, start_time, end_time, "
-            "exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc")
+            "exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc, effective")
 _FINISHED = tuple(sorted(FINISHED_STATES))
 
 
@@ -62,9 +62,10 @@ class TickRecord:
 
 
 class JobStore:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, readonly: bool = False):
+        """readonly: for tools beside a running controller (`xceadmin check`): reads only."""
         self.path = path
-        self._con = connect(path, create=True)
+        self._con = connect(path, create=not readonly, readonly=readonly)
         self._lock = threading.Lock()
         self._local = threading.local()
         self._readers: list[apsw.Connection] = []
@@ -108,7 +109,7 @@ class JobStore:
                 con.execute(
                     "INSERT INTO jobs(user, queue, state, spec, slots, submit_time, reason) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (user, queue, state, spec.to_json(), spec.slots, now,
+                    (user, queue, state, spec.to_json(), spec.slots or 1, now,
                      "held at submission" if spec.hold else None),
                 )
                 job_id = con.last_insert_rowid()
@@ -230,17 +231,23 @@ class JobStore:
 
 
 def _dispatch(con: apsw.Connection, plans: Sequence[tuple], now: float) -> list[int]:
-    """Plans are (job id, attempt, [[host, tasks]], unit[, alloc]): alloc as in Job.alloc."""
+    """Plans are (job id, attempt, [[host, tasks]], unit[, alloc[, effective]]): alloc and effective as
+    in Job; the dispatched event carries the profile's name and hash from `effective`."""
     moved = []
     for job_id, attempt, hosts, unit, *rest in plans:
         alloc = json.dumps(rest[0], ensure_ascii=True) if rest and rest[0] is not None else None
+        effective = rest[1] if len(rest) > 1 else None
         con.execute(
-            "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, alloc = ?, pend_reason = NULL "
-            "WHERE id = ? AND state = 'PEND'",
-            (attempt, json.dumps(hosts), unit, alloc, job_id),
+            "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, alloc = ?, effective = ?, "
+            "pend_reason = NULL WHERE id = ? AND state = 'PEND'",
+            (attempt, json.dumps(hosts), unit, alloc,
+             json.dumps(effective, ensure_ascii=True) if effective is not None else None, job_id),
         )
         if con.changes() == 1:
-            _event(con, job_id, now, "dispatched", {"attempt": attempt, "hosts": hosts, "unit": unit})
+            data = {"attempt": attempt, "hosts": hosts, "unit": unit}
+            if effective is not None:
+                data.update(app=effective.get("app"), profile_hash=effective.get("profile_hash"))
+            _event(con, job_id, now, "dispatched", data)
             moved.append(job_id)
     return moved
 
@@ -280,8 +287,8 @@ def _requeue(con: apsw.Connection, items: Sequence[Requeue], now: float) -> list
     for r in items:
         state = "PSUSP" if r.hold else "PEND"
         con.execute(
-            "UPDATE jobs SET state = ?, hosts = NULL, unit = NULL, alloc = NULL, start_time = NULL, "
-            "pend_reason = NULL, reason = ? WHERE id = ? AND state = ?",
+            "UPDATE jobs SET state = ?, hosts = NULL, unit = NULL, alloc = NULL, effective = NULL, "
+            "start_time = NULL, pend_reason = NULL, reason = ? WHERE id = ? AND state = ?",
             (state, r.reason, r.job_id, r.from_state),
         )
         if con.changes() == 1:
@@ -302,12 +309,12 @@ def _event(con: apsw.Connection, job_id: int, now: float, kind: str, data: dict 
 
 def _job(row: tuple) -> Job:
     (job_id, user, queue, state, spec, submit_time, attempt, hosts, unit, start_time, end_time,
-     exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc) = row
+     exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc, effective) = row
     return Job(
         id=job_id, user=user, queue=queue, state=state, spec=JobSpec.from_json(spec),
         submit_time=submit_time, attempt=attempt,
         hosts=tuple((h, n) for h, n in json.loads(hosts)) if hosts else (),
         unit=unit, start_time=start_time, end_time=end_time, exit_code=exit_code, exit_signal=exit_signal,
         cpu_time=cpu_time, max_rss=max_rss, reason=reason, pend_reason=pend_reason,
-        alloc=json.loads(alloc) if alloc else None,
+        alloc=json.loads(alloc) if alloc else None, effective=json.loads(effective) if effective else None,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,8 +11,10 @@ from pathlib import Path
 import click
 import pytest
 
+from xce_lite import presets
+from xce_lite.checks import review
 from xce_lite.cli import main
-from xce_lite.config import load_config
+from xce_lite.profiles import load_cluster
 from xce_lite.tests.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,16 +51,46 @@ def test_help_runs_without_a_home(tmp_path):
     assert result.returncode == 0 and "submit" in result.stdout
 
 
-def test_example_config_loads():
-    config = load_config(EXAMPLES / "xce.yaml")
+def test_every_example_config_and_preset_loads_without_a_warning():
+    assert sorted(p.name for p in EXAMPLES.glob("*.yaml")) == ["applications.yaml", "xce.yaml"]
+    config, profiles = load_cluster(EXAMPLES / "xce.yaml")
     assert config.default_queue.name == "normal" and [q.name for q in config.queues] == ["normal", "urgent"]
+    assert sorted(profiles) == ["default", "hello", "sweep"]
+    assert review((config, profiles), []).to_json() == {"errors": [], "warnings": [], "changes": [], "restart": []}
+    found = sorted(EXAMPLES.glob("presets/*.json"))
+    assert [p.stem for p in found] == ["quick"]
+    for path in found:
+        assert presets.read_file(path).options["app"] in profiles
 
 
-def test_example_job_runs(cluster: Cluster):
-    job_id = cluster.submit("sh", str(EXAMPLES / "hello.sh"), options=("-J", "hello", "-o", "hello-%J.out"))
-    assert cluster.xce("wait", str(job_id)).returncode == 0
-    out = (cluster.work / f"hello-{job_id}.out").read_text()
+@pytest.fixture
+def example_cluster():
+    """A cluster home made of the example files as they are (its cluster name made unique)."""
+    c = Cluster(config=(EXAMPLES / "xce.yaml").read_text().replace("cluster: lab", f"cluster: ex{os.getpid()}"))
+    shutil.copy(EXAMPLES / "applications.yaml", c.home / "applications.yaml")
+    c.env["XDG_CONFIG_HOME"] = str(c.root / "config")
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
+def test_example_job_runs_with_every_example_profile_and_preset(example_cluster: Cluster):
+    c = example_cluster
+    job_id = c.submit("sh", str(EXAMPLES / "hello.sh"), options=("-J", "hello", "-o", "hello-%J.out"))
+    assert c.xce("wait", str(job_id)).returncode == 0
+    out = (c.work / f"hello-{job_id}.out").read_text()
     assert f"hello from job {job_id} (hello) in queue normal" in out
+    hello = c.submit("sh", str(EXAMPLES / "hello.sh"), options=("-app", "hello"))
+    sweep = c.submit("sh", "-c", 'echo "$XCE_SLOTS tasks, niceness $(cut -d" " -f19 /proc/self/stat)"',
+                     options=("-app", "sweep"))
+    c.ok("preset", "import", str(EXAMPLES / "presets" / "quick.json"))
+    quick = c.submit("sh", str(EXAMPLES / "hello.sh"), options=("--preset", "quick"))
+    assert c.xce("wait", str(hello), str(sweep), str(quick)).returncode == 0
+    assert "application hello: hello in style plain, owner docs" in (c.work / f"xce-{hello}.out").read_text()
+    assert (c.work / f"xce-{sweep}.out").read_text() == "2 tasks, niceness 5\n"
+    assert "application hello: hello in style loud" in (c.work / f"quick-{quick}.out").read_text()
 
 
 def test_quickstart_from_nothing_runs_an_example_job(idle_cluster: Cluster):

@@ -4,6 +4,8 @@ Every import counts, including those inside functions (a lazy import is still an
 ones (resolved against the importing module's package). The rules:
 
 - `sched/*` and `lifecycle` import only the standard library, `models`, `errors` and `sched.*`;
+- `merge` and `merge_view` (the job + profile + queue merge, used by the controller and later the
+  simulator) are pure too: the standard library, `models`, `errors`, `units` and `sched.*`;
 - `store/*` never imports `exec` or `sched`;
 - `exec/*` never imports `store`, `sched` or `controller`;
 - `exec/agent.py` is copied alone to hosts: the standard library only;
@@ -132,6 +134,15 @@ def test_pure_core_imports_only_stdlib_models_errors_and_sched(layer: str) -> No
         return is_stdlib(target) or within(target, "xce_lite.models", "xce_lite.errors", "xce_lite.sched")
 
     assert violations(layer, all_imports(), allowed) == []
+
+
+@pytest.mark.parametrize("module", ["xce_lite.merge", "xce_lite.merge_view"])
+def test_the_merge_is_pure(module: str) -> None:
+    def allowed(target: str) -> bool:
+        return is_stdlib(target) or within(target, "xce_lite.models", "xce_lite.errors", "xce_lite.units",
+                                           "xce_lite.sched", "xce_lite.merge")
+
+    assert violations(module, all_imports(), allowed) == []
 
 
 def test_store_never_imports_exec_or_sched() -> None:

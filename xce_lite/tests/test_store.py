@@ -243,7 +243,8 @@ def test_the_v1_store_opens_and_reads_back(v1_store: JobStore) -> None:
         assert (j.user, j.state, j.queue, j.spec.argv, j.hosts, j.unit) == ("alice", state, queue, argv, hosts, unit)
         assert (j.submit_time, j.start_time, j.end_time, j.exit_code, j.reason) == (T, start, end, code, reason)
         assert [kind for _, kind, _ in v1_store.events(job_id)] == kinds
-    assert jobs[1].spec == JobSpec(argv=("sleep", "60"), cwd="/home/alice/work", name="pending", env={"A": "1"})
+    assert jobs[1].spec == JobSpec(argv=("sleep", "60"), cwd="/home/alice/work", name="pending", env={"A": "1"},
+                                   slots=1)
     assert jobs[2].pend_reason == "not enough free slots: needs 1, at most 0 free on any host"
     assert jobs[3].spec.hold is True
     assert (jobs[5].spec.slots, jobs[5].spec.run_limit, jobs[5].spec.mem_limit) == (2, 3600.0, 4 * 1024**3)
