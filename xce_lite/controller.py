@@ -146,7 +146,12 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork):
         """How the host's link makes a fresh connection to it."""
         if host.type == "local":
             return lambda: LocalHost(host.name, self.home.spool / host.name)
-        raise errors.ConfigError(f"host {host.name}: type {host.type} is not supported by this controller yet")
+        from xce_lite.exec.ssh import SshHost  # fabric and paramiko: only for clusters with ssh hosts
+
+        target = ssh_target(host, self.config, self.home)
+        spool, log_path = host.agent_spool(self.cluster), self.home.root / f"agent-{host.name}.log"
+        heartbeat = self.config.ssh.keepalive
+        return lambda: SshHost(host.name, target, spool, mode=host.launch, heartbeat=heartbeat, log_path=log_path)
 
     def _load(self) -> None:
         """Rebuild the in-memory view from the store (the store is the truth)."""
@@ -324,6 +329,16 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork):
     def _forget_reason(self, job_id: int) -> None:
         self._reasons.pop(job_id, None)
         self._stored_reasons.pop(job_id, None)
+
+
+def ssh_target(host: HostConfig, config: ClusterConfig, home: Home):
+    """How to reach an ssh host, as plain values: the host's own settings, then the cluster's."""
+    from xce_lite.exec.sshroute import SshTarget
+
+    ssh = config.ssh
+    return SshTarget(name=host.name, address=host.address, port=host.port, user=host.user, identity=host.identity,
+                     ssh_config=ssh.config, known_hosts=tuple(ssh.known_hosts), accepted_keys=str(home.known_hosts),
+                     connect_timeout=ssh.connect_timeout, keepalive=ssh.keepalive, python=host.python or "python3")
 
 
 def _log(message: str) -> None:

@@ -40,6 +40,11 @@ class Home:
         return self.root / "controller.log"
 
     @property
+    def known_hosts(self) -> Path:
+        """Host keys this cluster trusts besides the user's own (`xce hosts add --accept-new`, `xce lab`)."""
+        return self.root / "known_hosts"
+
+    @property
     def spool(self) -> Path:
         return self.root / "spool"
 

@@ -8,6 +8,7 @@ it never runs on the controller's tick. A link owns its host's connection:
 - when the transport reports the channel lost, it announces `HostDown` at once, closes the old
   connection and tries again after a pause that doubles from `first_delay` up to `backoff_max`;
   a failed attempt is `HostDown` too (once per outage), with the error, which says what to check;
+  a refused host key waits the longest pause (only a person can fix it; `retry_now` cuts it short);
 - the units' own events (finished, launch replies) pass through to the controller's queue as they
   come, tagged with nothing: a result is a result whichever connection brought it.
 
@@ -132,6 +133,9 @@ class HostLink:
                 old.close()
             up = self._connect(generation)
             with self._cv:
+                if isinstance(up, errors.HostKeyError):
+                    delay = self.backoff_max  # only a person can fix the key: no quick retries
+                    continue
                 if up is None:
                     delay = min(self.backoff_max, max(self.first_delay, delay * 2))
                     continue
@@ -142,12 +146,17 @@ class HostLink:
                 delay = 0.0
             self.events.put(up)
 
-    def _connect(self, generation: int) -> HostUp | None:
+    def _connect(self, generation: int) -> HostUp | errors.HostKeyError | None:
+        """The host up, or None (or the host key refusal) after reporting it down."""
         host = self.factory()
         try:
             with _connecting:
                 probe = host.connect(_Forward(self, generation))
                 units = tuple(host.list_units())
+        except errors.HostKeyError as err:
+            host.close()
+            self._report_down(generation, str(err))
+            return err
         except errors.ExecError as err:
             host.close()
             self._report_down(generation, str(err))

@@ -156,7 +156,7 @@ def up(home: Home, n: int = 2, plain: bool = False, unprivileged: bool | None = 
         hosts = testhosts.up(n, lab_dir, plain=plain, unprivileged=unprivileged, prefix=NAME_PREFIX, timeout=timeout)
         lab = dataclasses.replace(lab, known_hosts=[_known_hosts_line(h) for h in hosts])
         _save(home, lab)
-        config_edit.add_known_hosts(home.root / "known_hosts", lab.known_hosts, replace=True)
+        config_edit.add_known_hosts(home.known_hosts, lab.known_hosts, replace=True)
         keys_added = True
         config_edit.add_hosts(home.config, [_entry(h, mode) for h in hosts], comment=COMMENT)
     except BaseException as err:
@@ -190,7 +190,7 @@ def _undo(home: Home, lab: Lab, keys_added: bool) -> list[str]:
     left = []
     try:
         if keys_added:
-            config_edit.remove_known_hosts(home.root / "known_hosts", lab.known_hosts)
+            config_edit.remove_known_hosts(home.known_hosts, lab.known_hosts)
     except XceError as err:
         left.append(str(err))
     try:
@@ -215,7 +215,7 @@ def down(home: Home) -> tuple[Lab, list[str]] | None:
         removed = config_edit.remove_hosts(home.config, ours)
     except ConfigError as err:
         raise ConfigError(f"{err}\nthe lab is still up; fix that, then run `xce lab down` again") from None
-    config_edit.remove_known_hosts(home.root / "known_hosts", lab.known_hosts)
+    config_edit.remove_known_hosts(home.known_hosts, lab.known_hosts)
     try:
         testhosts.down(lab.dir)
     except testhosts.TestHostError as err:

@@ -24,13 +24,15 @@ from xce_lite.tests.waiting import wait_until
 
 
 class Cluster:
-    def __init__(self, slots: int = 2, grace: str = "2s", config: str | None = None):
+    def __init__(self, slots: int = 2, grace: str = "2s", config: str | None = None, work: Path | None = None):
+        """`work`: where jobs run and write (default: beside the home, under /tmp); jobs on test hosts
+        need a directory outside /tmp, which each host has a private copy of."""
         # A short path: a Unix socket path must fit in 107 bytes, and pytest's tmp_path may not.
         self.root = Path(tempfile.mkdtemp(prefix="xce-test-"))
         self.home = self.root / "home"
-        self.work = self.root / "work"
+        self.work = work or self.root / "work"
         self.home.mkdir()
-        self.work.mkdir()
+        self.work.mkdir(parents=True, exist_ok=True)
         (self.home / "xce.yaml").write_text(textwrap.dedent(config) if config else textwrap.dedent(f"""\
             cluster: t{os.getpid()}
             hosts:

@@ -1,0 +1,168 @@
+"""End to end over SSH: the real controller, real sshd and real systemd test hosts.
+
+The test hosts share this machine's file system except /tmp: jobs run in a directory under the
+session's `testhosts_root`. Tests that break a host (stop its sshd, kill its namespace) boot hosts
+of their own; the others share the session's two systemd hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from xce_lite import testhosts
+from xce_lite.tests.cluster import Cluster
+from xce_lite.tests.waiting import wait_until
+
+
+def ssh_host_entries(hosts: list[testhosts.TestHost], slots: int = 2) -> str:
+    return "".join(f"  - {{name: {h.name}, type: ssh, address: '{h.ip}', user: root, identity: '{h.key_path}', "
+                   f"slots: {slots}, mem: 1G}}\n" for h in hosts)
+
+
+def remote_config(hosts: list[testhosts.TestHost], lost_after: str = "5m", keepalive: str = "15s") -> str:
+    known = sorted({str(h.known_hosts_path) for h in hosts})
+    return (f"cluster: rm{os.getpid()}\nhosts:\n{ssh_host_entries(hosts)}"
+            f"queues:\n  - {{name: normal, default: true}}\n"
+            f"ssh:\n  config: /nonexistent\n  known_hosts: {json.dumps(known)}\n  keepalive: {keepalive}\n"
+            f"  reconnect_max: 2s\n"
+            f"controller:\n  tick: 1s\n  grace: 1s\n  host_lost_after: {lost_after}\n")
+
+
+def started_cluster(config: str, root: Path) -> Cluster:
+    c = Cluster(config=config, work=root / f"work-{uuid.uuid4().hex[:8]}")
+    c.start()
+    return c
+
+
+def close(c: Cluster) -> None:
+    """Kill what the test left running on the hosts (they outlive the controller), then stop it."""
+    try:
+        unfinished = json.loads(c.ok("jobs", "--json", "-u", "all"))["jobs"]
+        if unfinished:
+            c.xce("kill", *[str(j["id"]) for j in unfinished])
+            c.xce("wait", "--timeout", "30", *[str(j["id"]) for j in unfinished])
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def rcluster(systemd_hosts, testhosts_root):
+    c = started_cluster(remote_config(systemd_hosts), testhosts_root)
+    try:
+        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        yield c
+    finally:
+        close(c)
+
+
+def hosts_of(c: Cluster) -> dict[str, dict]:
+    return {h["name"]: h for h in json.loads(c.ok("hosts", "--json"))["hosts"]}
+
+
+AWKWARD = ["with space", "'single'", '"double"', "$(touch /pwned)", "a;b", "line1\nline2", "é☃", "`id`", "$HOME",
+           "%n %% {}", "-n", ""]
+
+
+def test_arguments_reach_a_remote_job_byte_exact(rcluster: Cluster):
+    out = rcluster.work / "argv.json"
+    job_id = rcluster.submit(sys.executable, "-c", f"import json,sys; json.dump(sys.argv[1:], open({str(out)!r}, 'w'))",
+                             *AWKWARD)
+    assert rcluster.xce("wait", str(job_id)).returncode == 0
+    assert json.loads(out.read_text()) == AWKWARD
+    assert not Path("/pwned").exists()
+    job = rcluster.job(job_id)
+    assert job["hosts"][0][0] in ("host1", "host2")
+
+
+def test_hosts_show_how_they_run_jobs(rcluster: Cluster):
+    listing = rcluster.ok("hosts", "-l")
+    assert "HOST host1  (ssh, ok" in listing and "agent v" in listing
+    assert hosts_of(rcluster)["host2"]["agent"]["hostname"] == "host2"
+
+
+def test_kill_9_of_the_controller_adopts_every_remote_unit_and_launches_none_twice(rcluster: Cluster):
+    ledger = rcluster.work / "ledger"
+    ids = [rcluster.submit("sh", "-c", f'echo "$XCE_JOBID $(hostname)" >> {ledger}; sleep 3; exit $((XCE_JOBID % 2))')
+           for _ in range(4)]
+    wait_until(lambda: all(rcluster.job(i)["state"] == "RUN" for i in ids), 60, "all four jobs running")
+    rcluster.kill9_controller()
+    rcluster.start()
+    waited = rcluster.xce("wait", *map(str, ids), timeout=120)
+    assert waited.returncode in (0, 1), waited.stderr
+    lines = ledger.read_text().splitlines()
+    assert sorted(int(line.split()[0]) for line in lines) == sorted(ids)  # each ran exactly once
+    for job_id in ids:
+        job = rcluster.job(job_id)
+        assert (job["state"], job["exit_code"]) == (("DONE", 0) if job_id % 2 == 0 else ("EXIT", 1))
+        assert job["attempt"] == 1
+
+
+# ---- hosts of their own, to break ------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_hosts(require_testhosts, testhosts_root):
+    """Two plain hosts, a1 and b1, each in a directory of its own (so one can be killed alone)."""
+    require_testhosts(plain=True)
+    dirs = [testhosts_root / f"own-{prefix}-{uuid.uuid4().hex[:6]}" for prefix in ("a", "b")]
+    booted = []
+    try:
+        for prefix, d in zip(("a", "b"), dirs):
+            booted += testhosts.up(1, d, plain=True, die_with_caller=True, prefix=prefix)
+        yield booted
+    finally:
+        for d in dirs:
+            testhosts.down(d)
+
+
+def sshd_pids(host: testhosts.TestHost) -> list[int]:
+    return [pid for pid in testhosts.namespace_pids(host.pid) if testhosts._comm(pid) == "sshd"]
+
+
+def test_sshd_stopped_for_a_while_the_job_goes_on_and_its_result_arrives_after(own_hosts, testhosts_root):
+    a, b = own_hosts
+    c = started_cluster(remote_config([a, b], keepalive="1s"), testhosts_root)
+    try:
+        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        marker = c.work / "ended"
+        job_id = c.submit("sh", "-c", f"sleep 3; touch {marker}; exit 5")
+        host = c.wait_state(job_id, {"RUN"}, timeout=60)["hosts"][0][0]
+        victim = a if host == a.name else b
+        for pid in sshd_pids(victim):  # the listener and the controller's session: the host is cut off
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: hosts_of(c)[victim.name]["state"] == "unreach", 60, f"{victim.name} to show unreach")
+        wait_until(marker.exists, 60, "the job to end while its host is cut off")
+        assert c.job(job_id)["state"] == "RUN"  # nobody could tell the controller yet
+        subprocess.run(victim.nsenter_argv(testhosts._sshd_argv(victim.dir, victim.ip)), check=True, timeout=30)
+        final = c.wait_state(job_id, {"EXIT"}, timeout=60)
+        assert (final["exit_code"], final["attempt"]) == (5, 1)
+        assert hosts_of(c)[victim.name]["state"] == "ok"
+    finally:
+        close(c)
+
+
+def test_a_host_whose_namespace_dies_is_lost_and_its_job_runs_elsewhere(own_hosts, testhosts_root):
+    a, b = own_hosts
+    c = started_cluster(remote_config([a, b], lost_after="3s", keepalive="1s"), testhosts_root)
+    try:
+        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        log = c.work / "ran-on"
+        job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT $(hostname)" >> {log}; sleep 2')
+        host = c.wait_state(job_id, {"RUN"}, timeout=60)["hosts"][0][0]
+        victim, survivor = (a, b) if host == a.name else (b, a)
+        testhosts.down(victim.dir)  # the whole host, its jobs with it
+        wait_until(lambda: c.job(job_id)["attempt"] == 2, 60, "the job to be requeued as attempt 2")
+        final = c.wait_state(job_id, {"DONE"}, timeout=60)
+        assert final["hosts"] == [[survivor.name, 1]]
+        assert hosts_of(c)[victim.name]["lost"] is True
+        assert log.read_text().split() == ["1", victim.name, "2", survivor.name]
+    finally:
+        close(c)
