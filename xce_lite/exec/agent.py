@@ -1209,7 +1209,9 @@ def unsafe_for_systemd(paths: dict[str, str]) -> str | None:
 
 def probe_modes(paths: dict[str, str], cgroup: str | None) -> tuple[dict, dict]:
     """What each way of running units needs, and whether this host has it: ({mode: {"ok", "why",
-    "memory"}}, {"systemd": version or None, "env": the environment for systemctl and systemd-run}).
+    "memory"}}, {"systemd": the manager's version or None, "env": the environment for systemctl and
+    systemd-run, "systemctl" and "systemd_run": their paths or None}). `paths` (what -> path) must
+    be fit for a unit's command line (unsafe_for_systemd).
 
     `systemd` (system units): root, systemd is PID 1 of this host (/run/systemd/system) and its
     manager answers. `user`: a lingering user manager reachable through $XDG_RUNTIME_DIR (set to
@@ -1244,6 +1246,10 @@ def probe_modes(paths: dict[str, str], cgroup: str | None) -> tuple[dict, dict]:
         cgroup == "v2" and "memory" in (read_text("/sys/fs/cgroup/cgroup.controllers") or "").split()
     ) else "supervisor"
     modes = {"systemd": {"ok": why is None, "why": why, "memory": memory}}
+    if memory == "supervisor":
+        modes["systemd"]["memory_why"] = (
+            f"cgroup {cgroup}: no memory controller here, so the supervisor's RSS watch enforces memory limits"
+        )
 
     runtime = env["XDG_RUNTIME_DIR"]
     if not os.path.isdir(runtime):
@@ -1668,8 +1674,9 @@ class Agent:
             reason = "supervisor lost: the host restarted while the job ran, so its exit status is unknown"
         elif u.mode != "plain":
             reason = (
-                f"supervisor lost: systemd no longer knows unit {unit} and it left no result, so the job's "
-                f"exit status is unknown; see journalctl {'--user ' if u.mode == 'user' else ''}-u {unit}"
+                f"supervisor lost: systemd does not know unit {unit} (it never started, or ended without a "
+                f"result), so the job's exit status is unknown; see journalctl {'--user ' if u.mode == 'user' else ''}"
+                f"-u {unit}"
             )
         else:
             reason = "supervisor lost: it was killed or crashed, so the job's exit status is unknown"
@@ -1732,15 +1739,20 @@ class Agent:
         is gone (or not yet started)."""
         self.catch_up()
         units = sorted(self.watched)
+        known = self.ask_systemd(units)
+        for unit in units:
+            if self.report_if_finished(unit, known):
+                self.watched.discard(unit)
+
+    def ask_systemd(self, units: list[str]) -> dict[str, bool]:
+        """systemd_known() for those of `units` that only systemd can judge now: systemd units with
+        no result, not being started here, whose supervisor is gone or not yet started."""
         doubtful = [
             unit for unit in units
             if (u := self.units.get(unit)) is not None and u.result is None and u.mode != "plain"
             and unit not in self.starting and not (u.pid and u.boot == self.boot and is_alive(u.pid, u.starttime))
         ]
-        known = self.systemd_known(doubtful) if doubtful else {}
-        for unit in units:
-            if self.report_if_finished(unit, known):
-                self.watched.discard(unit)
+        return self.systemd_known(doubtful) if doubtful else {}
 
     def kill(self, pid: int, signum: int) -> bool:
         try:
@@ -1983,9 +1995,9 @@ class Agent:
 
     def op_list(self, req: dict) -> dict:
         self.catch_up()
-        units = []
+        units, known = [], self.ask_systemd(list(self.units))
         for unit in sorted(self.units):
-            state, start_time, result, _pid = self.unit_status(unit)
+            state, start_time, result, _pid = self.unit_status(unit, known)
             if state == "running" and unit not in self.child_units:
                 self.watched.add(unit)
             if result is not None:

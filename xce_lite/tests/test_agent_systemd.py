@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from xce_lite import testhosts
-from xce_lite.errors import LaunchRejected
+from xce_lite.errors import HostUnreachable, LaunchRejected
 from xce_lite.exec.channel import AgentChannel, AgentOps
 from xce_lite.exec.host import (
     JobResult,
@@ -128,13 +128,14 @@ def stop_leftovers(host: testhosts.TestHost, spool: Path, user: testhosts.HostUs
 
 @pytest.fixture
 def root_agents(systemd_hosts, work):
-    """start(spool=work/spool) -> a HostAgent serving in system mode on host1, as root, over ssh."""
+    """start(spool=work/spool, mode="systemd", *extra) -> a HostAgent serving on host1, as root, over ssh."""
     host, started, spools = systemd_hosts[0], [], set()
 
-    def start(spool: Path | None = None, mode: str = "systemd") -> HostAgent:
+    def start(spool: Path | None = None, mode: str = "systemd", *extra: str) -> HostAgent:
         spool = spool or work / "spool"
         spools.add(spool)
-        argv = [PY, "-S", "-E", str(AGENT), "serve", "--spool", str(spool), "--mode", mode, "--host-name", host.name]
+        argv = [PY, "-S", "-E", str(AGENT), "serve", "--spool", str(spool), "--mode", mode, "--host-name", host.name,
+                *extra]
         started.append(HostAgent(host.name, host.ssh_argv(argv), work / "agent.log"))
         return started[-1]
 
@@ -372,13 +373,40 @@ def test_jobs_see_the_hosts_tmp_and_this_machines_tmp_is_untouched(root_agents, 
     assert not os.path.exists(probe)
 
 
-def test_many_units_at_once_all_start_and_finish(root_agents, work):
-    agent = root_agents()
+def test_many_units_at_once_all_start_and_finish_while_the_journal_is_compacted(root_agents, work):
+    agent = root_agents(None, "systemd", "--journal-limit", "4096")
+    first_journal = (work / "spool" / "journal").stat().st_ino
     units = [name(f"m{i}") for i in range(30)]
     replies = agent.launch([request(unit, ["true"], work) for unit in units])
     assert {r.status for r in replies} == {"started"}
     assert all(agent.finished(unit, timeout=60).exit_code == 0 for unit in units)
     assert list((work / "spool" / "units").iterdir()) == []
+    assert (work / "spool" / "journal").stat().st_ino != first_journal  # compacted meanwhile
+    assert all(journal(work / "spool")[u]["result"]["exit_code"] == 0 for u in units)
+
+
+def test_an_agent_that_exits_first_starts_the_units_it_queued(root_agents, work):
+    agent, units = root_agents(), [name(f"q{i}") for i in range(12)]
+    agent.launch([request(unit, ["true"], work) for unit in units])
+    agent.close()  # at once: most are still queued for systemd-run
+    results = wait_until(lambda: all(journal(work / "spool")[u]["result"] for u in units) and journal(work / "spool"),
+                         60, "every queued unit's result")
+    assert {u: results[u]["result"]["exit_code"] for u in units} == dict.fromkeys(units, 0)
+
+
+def test_a_spool_path_systemd_would_split_falls_back_to_plain_or_is_fatal(root_agents, work):
+    spool = work / "with space" / "spool"
+    agent = root_agents(spool, "auto")
+    why = agent.hello.extra["modes"]["systemd"]["why"]
+    assert agent.hello.extra["mode"] == "plain" and "' '" in why and "systemd would split or expand" in why
+    agent.close()
+    with pytest.raises(HostUnreachable, match="cannot run units in mode systemd.*systemd would split"):
+        root_agents(spool, "systemd")
+
+
+def test_a_unit_name_systemd_cannot_take_is_refused(root_agents, work):
+    [reply] = root_agents().launch([request("a+b=c", ["true"], work)])
+    assert reply.status == "refused" and "cannot name a systemd unit" in reply.error
 
 
 def test_read_and_ping_through_the_host_seam(root_agents, work):
@@ -405,7 +433,7 @@ def test_hello_as_a_lingering_user_says_user_units_and_who_enforces_memory(user_
 
 
 def test_system_mode_as_a_user_is_fatal_and_says_why(user_agents):
-    with pytest.raises(Exception, match="mode systemd.*system units need root"):
+    with pytest.raises(HostUnreachable, match="mode systemd.*system units need root"):
         user_agents(mode="systemd")
 
 
