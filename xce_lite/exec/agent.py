@@ -203,8 +203,9 @@ MODES = ("auto", "systemd", "user", "plain")
 OPS = ("hello", "ping", "launch", "signal", "list", "forget", "read", "tasks", "launch_done")
 READ_MAX = 1 << 20  # bytes a `read` may return at once
 STOP_MARGIN = 5.0  # seconds systemd waits beyond a unit's grace before it KILLs what is left
-# systemd-run processes at once. bench/agent_systemd.py, 200 `true` units on a busy 2-core host:
-# 35 units/s with 1 or 2, 41 with 4 or 8 (bare serial systemd-run: 71/s); more only add processes
+# systemd-run processes at once. bench/agent_systemd.py, 200 `true` units on the busy 2-core box:
+# 37-41 units/s with 1 to 8 (CPU bound: PID 1 and the units' interpreters); 4 keeps the loop
+# from waiting on a slow systemd-run without crowding the CPU
 SYSTEMD_RUN_JOBS = 4
 LAUNCH_RECONNECT = 120.0  # seconds `xce launch` waits for a host agent that went away to come back
 
