@@ -3,7 +3,8 @@
     python bench/agent_systemd.py [--runs 5] [--units 200] [--jobs 1,2,4,8]
 
 Needs root: it boots one systemd test host (xce_lite.testhosts) in ~/.cache/xce-testhosts/
-bench-agent-PID, and stops it at the end. Prints each run as it is measured, then the medians:
+bench-agent-PID, and stops it and removes that directory at the end. Prints each run as it is
+measured, then the medians:
 
 - `bare serial`: a loop inside the host (one Python process entered with nsenter once, so no
   nsenter per unit) runs `systemd-run --no-block --quiet true` --units times, one after the other,
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import queue
+import shutil
 import statistics
 import subprocess
 import sys
@@ -136,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         start = interpreter_start(host, str(pyc))
     finally:
         testhosts.down(base / "hosts")
+        shutil.rmtree(base, ignore_errors=True)
     serial = statistics.median(figures["bare serial"])
     print(f"\n{args.units} `true` units, medians of {args.runs} runs, on {host.name} (systemd test host):")
     for label, xs in figures.items():
