@@ -145,7 +145,7 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork):
     def _host_factory(self, host: HostConfig):
         """How the host's link makes a fresh connection to it."""
         if host.type == "local":
-            return lambda: LocalHost(host.name, self.home.spool / host.name)
+            return lambda: LocalHost(host.name, self.home.spool / host.name, mode=host.launch)
         from xce_lite.exec.ssh import SshHost  # fabric and paramiko: only for clusters with ssh hosts
 
         target = ssh_target(host, self.config, self.home)

@@ -34,8 +34,6 @@ from xce_lite.store.jobs import Finish, Requeue
 from xce_lite.units import format_duration
 
 NEW, SENT, RUNNING, ENDED = "new", "sent", "running", "ended"
-# Agents of protocol 1 know no "host" role: a multi-host job's other hosts get no unit from them.
-HOST_ROLE_VERSION = 2
 UNREACH = "unreachable"
 
 
@@ -345,11 +343,8 @@ class UnitWork:
                                          row.spec.mem_limit or queue.mem_limit, self.addresses)[index]
                 if launch.host not in self._hosts:
                     continue  # sent when its host lists its units again
-                if index > 0 and self._probes[launch.host].agent_version < HOST_ROLE_VERSION:
-                    job.status[index] = ENDED  # the allocation is held all the same; nothing runs there
-                else:
-                    job.status[index] = SENT
-                    by_host[launch.host].append(launch.request)
+                job.status[index] = SENT
+                by_host[launch.host].append(launch.request)
         for name, requests in by_host.items():
             host = self._hosts.get(name)
             try:

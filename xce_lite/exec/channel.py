@@ -10,17 +10,19 @@ Invariants:
 - Once the agent's output ends or turns to garbage, the channel is lost for good: every pending and
   later request fails with HostUnreachable, and `on_event(HostLost(...))` is called exactly once
   (not after a deliberate `close()`). Reconnect by making a new channel.
-- Agent events are handed to `on_event` as host.py values (UnitFinished), on the reader thread.
+- Agent events are handed to `on_event` as host.py values (UnitFinished, LaunchRequested,
+  TaskFinished), on the reader thread.
 - With `heartbeat=N`, a thread sends a `ping` every N s and loses the channel (HostLost, once) when
   no reply comes within `heartbeat_timeout`: a read on a silent SSH connection can block for ever,
   and paramiko's keepalive never declares a peer dead. Any reply counts, an error too (an agent that
   does not know `ping` answers "unknown op", which proves it reads and writes just as well).
 
-The protocol (agent version 1) is documented in agent.py, the other end of it.
+The protocol (agent version 2) is documented in agent.py, the other end of it.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
@@ -29,12 +31,16 @@ from typing import IO, Any
 
 from xce_lite.errors import ExecError, HostUnreachable, LaunchRejected
 from xce_lite.exec.host import (
+    FileChunk,
     HostEvent,
     HostLost,
     HostProbe,
     JobResult,
     LaunchReply,
     LaunchRequest,
+    LaunchRequested,
+    Task,
+    TaskFinished,
     UnitFinished,
     UnitInfo,
     UnitsLaunched,
@@ -226,6 +232,12 @@ class AgentChannel:
                 self._emit(
                     UnitFinished(host=self.name, unit=msg["unit"], result=result_from_json(msg["result"]))
                 )
+            elif event == "launch_requested":
+                self._emit(LaunchRequested(self.name, msg["launch_id"], msg["unit"], tuple(msg["argv"]),
+                                           dict(msg["env"]), msg["cwd"]))
+            elif event == "task_finished":
+                self._emit(TaskFinished(self.name, msg["unit"], msg["launch_id"], msg["index"], msg["exit_code"],
+                                        msg["signal"], msg.get("error")))
             else:
                 log.warning("host %s: agent event %r: %s", self.name, event, msg.get("error"))
             return True
@@ -267,6 +279,8 @@ def result_from_json(d: dict) -> JobResult:
         cpu_time=d["cpu_time"],
         max_rss=d["max_rss"],
         reason=d.get("reason"),
+        service_result=d.get("service_result"),
+        mode=d.get("mode"),
     )
 
 
@@ -366,3 +380,22 @@ class AgentOps:
             raise ExecError(
                 f"host {self.name} kept {len(refused)} unit(s): " + "; ".join(u["error"] for u in refused)
             )
+
+    def ping(self, timeout: float | None = None) -> float:
+        """The host's clock: one cheap round trip (heartbeats)."""
+        return float(self._chan().request("ping", timeout)["time"])
+
+    def read(self, path: str, offset: int = 0, max: int = 1 << 20) -> FileChunk:
+        """Up to `max` bytes (at most 1 MiB) of the host's file from `offset`; LaunchRejected names a
+        file that is missing or unreadable."""
+        r = self._chan().request("read", path=path, offset=offset, max=max)
+        return FileChunk(data=base64.b64decode(r["data_b64"]), offset=r["offset"], size=r["size"], eof=r["eof"])
+
+    def tasks(self, unit: str, launch_id: str, tasks: list[Task]) -> None:
+        """Start tasks of `xce launch` inside the running unit; LaunchRejected if it does not run."""
+        items = [{"index": t.index, "argv": list(t.argv), "env": dict(t.env), "cwd": t.cwd} for t in tasks]
+        self._chan().request("tasks", unit=unit, launch_id=launch_id, tasks=items)
+
+    def launch_done(self, launch_id: str, exit_code: int) -> bool:
+        """Answer the job's waiting `xce launch`; True if it heard it now (else it is kept for it)."""
+        return bool(self._chan().request("launch_done", launch_id=launch_id, exit_code=exit_code)["delivered"])

@@ -13,6 +13,10 @@ Every implementation (local, SSH, the simulator's fake) keeps the same contract:
 - `signal(unit, name, reason)` asks the unit's supervisor to deliver a signal; for TERM/KILL the
   supervisor escalates TERM -> grace -> KILL and records `reason` as the end reason.
 - `list_units()` reports every unit the host knows: running ones, and finished ones not yet forgotten.
+- `xce launch` inside a job on the host arrives as a `LaunchRequested` event; `tasks(unit, launch_id,
+  tasks)` starts tasks inside a running unit, each end a `TaskFinished` event; `launch_done(launch_id,
+  exit_code)` answers the waiting `xce launch` on the job's first host.
+- `read(path, offset, max)` returns a piece of a file on the host (`xce peek`); `ping()` is cheap.
 
 Values crossing the seam are plain frozen dataclasses of JSON-able fields.
 """
@@ -66,6 +70,8 @@ class JobResult:
     cpu_time: float  # user + system seconds of the job and its waited-for descendants
     max_rss: int  # peak resident set size in bytes (largest process, from wait4)
     reason: str | None = None  # "killed by user", "run limit 00:10:00 reached", "exec failed: ...", ...
+    service_result: str | None = None  # systemd's $SERVICE_RESULT for the unit; None in plain mode
+    mode: str | None = None  # how it ran: "plain", "systemd" or "user"; None from a version 1 agent
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,53 @@ class UnitsLaunched:
     error: str | None = None
 
 
-HostEvent = UnitFinished | HostLost | UnitsLaunched
+@dataclass(frozen=True)
+class LaunchRequested:
+    """A job ran `xce launch -- argv` in `unit` on `host`: the controller sends `tasks` to the job's
+    hosts, then `launch_done(launch_id, ...)` to this one."""
+
+    host: str
+    launch_id: str
+    unit: str
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: str
+
+
+@dataclass(frozen=True)
+class TaskFinished:
+    """A task of `xce launch` ended (exit_code, or signal), or never started (error says why)."""
+
+    host: str
+    unit: str
+    launch_id: str
+    index: int
+    exit_code: int | None
+    signal: int | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of `xce launch` for a host: `index` is its global task index."""
+
+    index: int
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: str
+
+
+@dataclass(frozen=True)
+class FileChunk:
+    """A piece of a file on a host: `data` from the requested offset, `offset` just past it."""
+
+    data: bytes
+    offset: int
+    size: int  # the file's size when it was read
+    eof: bool
+
+
+HostEvent = UnitFinished | HostLost | UnitsLaunched | LaunchRequested | TaskFinished
 
 
 class Host(Protocol):
@@ -138,6 +190,22 @@ class Host(Protocol):
 
     def close(self) -> None:
         """Stop talking to the host. Running units go on."""
+        ...
+
+    def ping(self, timeout: float | None = None) -> float:
+        """The host's clock (epoch seconds); HostUnreachable if it does not answer in time."""
+        ...
+
+    def read(self, path: str, offset: int = 0, max: int = 1 << 20) -> FileChunk:
+        """Up to `max` (at most 1 MiB) bytes of the host's file `path` from `offset`."""
+        ...
+
+    def tasks(self, unit: str, launch_id: str, tasks: list[Task]) -> None:
+        """Start `tasks` inside the running `unit`; each end comes as a TaskFinished event."""
+        ...
+
+    def launch_done(self, launch_id: str, exit_code: int) -> bool:
+        """Answer the `xce launch` waiting for `launch_id`; True if it was connected to hear it."""
         ...
 
 

@@ -1,7 +1,7 @@
 """LocalHost: the Host seam (host.py) for this machine.
 
-Runs agent.py as a child process (`python -S -E agent.py serve --spool SPOOL --host-name NAME`) and
-speaks to it through an AgentChannel over the child's stdin/stdout pipes. What it keeps:
+Runs agent.py as a child process (`python -S -E agent.py serve --spool SPOOL --host-name NAME --mode
+MODE`) and speaks to it through an AgentChannel over the child's stdin/stdout pipes. What it keeps:
 
 - The agent runs in its own session (start_new_session), so a Ctrl-C in the controller's terminal
   does not reach it or the jobs; jobs run in their supervisors' sessions anyway.
@@ -10,9 +10,11 @@ speaks to it through an AgentChannel over the child's stdin/stdout pipes. What i
   controller dies instead, the pipe closes all the same.
 - One agent per spool: a second LocalHost on the same spool waits for the first agent's lock
   (`lock_timeout`), then connect() raises HostUnreachable saying so.
-- The spool holds no file per unit, only the agent's `.lock` and `journal` (see agent.py):
-  supervisor_pids() reads the supervisors that still run from the journal, for clean-up in tests
-  and benchmarks.
+- `mode` is how the agent runs jobs (agent.py: auto, systemd, user or plain); `auto` picks systemd
+  units where this machine can (root, systemd as PID 1), else the plain supervisor. The probe's
+  `extra` says which it uses (`mode`) and why not the others (`modes`).
+- The agent's journal records every unit (see agent.py): supervisor_pids() reads the supervisors
+  that still run from it, for clean-up in tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -53,10 +55,11 @@ class LocalHost(AgentOps):
         python: str = sys.executable,
         timeout: float = DEFAULT_TIMEOUT,
         lock_timeout: float = 10.0,
+        mode: str = "auto",
     ) -> None:
         self.name = name
         self.spool_dir = Path(spool_dir).absolute()
-        self.python, self.timeout, self.lock_timeout = python, timeout, lock_timeout
+        self.python, self.timeout, self.lock_timeout, self.mode = python, timeout, lock_timeout, mode
         self._proc: subprocess.Popen | None = None
         self._channel: AgentChannel | None = None
 
@@ -85,6 +88,8 @@ class LocalHost(AgentOps):
             self.name,
             "--lock-timeout",
             str(self.lock_timeout),
+            "--mode",
+            self.mode,
         ]
         with open(self.log_path, "ab") as log:
             try:
