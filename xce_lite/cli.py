@@ -395,6 +395,25 @@ def _print_wait(reply: dict) -> None:
             click.echo(f"Job <{job['id']}> still {job['state']}")
 
 
+@main.command(context_settings={"allow_interspersed_args": False})
+@click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
+def launch(command) -> None:
+    """From inside a job: run CMD once per task of the job, on every host it holds (LSF's blaunch),
+    and exit with the worst exit code. Each copy sees XCE_TASK_INDEX and its host's XCE_HOST_NTASKS;
+    its output goes to the job's output file on that host.
+
+    Example: xce submit -n 8 -R "span[ptile=4]" -- xce launch -- ./worker
+    """
+    from xce_lite.exec.agent import LaunchFailed, launch_tasks
+
+    try:
+        code = launch_tasks(list(command))
+    except LaunchFailed as err:
+        click.echo(f"xce launch: {err}", err=True)
+        sys.exit(255)
+    sys.exit(code if 0 <= code <= 255 else 255)
+
+
 @main.command()
 @click.argument("job_id", type=int)
 @click.pass_context

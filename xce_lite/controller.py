@@ -46,6 +46,7 @@ from xce_lite.handlers_config import ConfigHandlers
 from xce_lite.home import Home
 from xce_lite.hostlinks import HostLink
 from xce_lite.jobunits import job_units
+from xce_lite.launches import TaskLaunches
 from xce_lite.merge import Effective, Profile
 from xce_lite.models import DISP, PEND, PSUSP, Job, JobSpec, unit_name
 from xce_lite.profiles import load_cluster
@@ -69,7 +70,7 @@ class _WakingQueue(queue.Queue):
         self._wake.set()
 
 
-class Controller(ApiHandlers, ConfigHandlers, UnitWork):
+class Controller(ApiHandlers, ConfigHandlers, UnitWork, TaskLaunches):
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
@@ -92,6 +93,7 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork):
         self._finished = threading.Condition(self._mu)
         self._events: queue.Queue[HostEvent] = _WakingQueue(self._wake)
         self._init_units()
+        self._init_launches()
         self._links: dict[str, HostLink] = {}
         self._pending = PendingSet()
         self._held: dict[int, str] = {}  # PSUSP job id -> user

@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from xce_lite import errors
-from xce_lite.exec.host import JobResult, UnitFinished, UnitsLaunched
+from xce_lite.exec.host import JobResult, LaunchRequested, TaskFinished, UnitFinished, UnitsLaunched
 from xce_lite.hostlinks import HostDown, HostUp
 from xce_lite.jobunits import Expected, launch_requests, reconcile
 from xce_lite.models import DISP, EXIT, RUN
@@ -130,6 +130,10 @@ class UnitWork:
                     self._host_up(event, now)
                 elif isinstance(event, HostDown):
                     self._host_down(event, now)
+                elif isinstance(event, LaunchRequested):
+                    self._launch_requested(event)
+                elif isinstance(event, TaskFinished):
+                    self._task_finished(event)
 
     def _unit_finished(self, host: str, unit: str, result: JobResult, now: float) -> None:
         """A unit ended (the result is durable on its host until we forget it)."""
@@ -148,6 +152,7 @@ class UnitWork:
             return  # a unit's finished event may come twice (adoption, relaunch)
         job.status[index] = ENDED
         job.results[index] = result
+        self._unit_tasks_ended(job.id, index)
         if index == 0 and not job.ending:
             job.ending = True
             self._unrecorded.append((_finish_from_result(job, result), "finished"))
@@ -279,6 +284,7 @@ class UnitWork:
         self._kill_marks.pop(job_id, None)
         if job is None:
             return
+        self._unit_tasks_ended(job_id)
         for index, unit in enumerate(job.units):
             self._by_unit.pop(unit, None)
             host = job.host_of(index)
@@ -315,6 +321,7 @@ class UnitWork:
                 self.log(f"host {name}: could not stop unit {unit}: {err}")
         if launch:
             self._launch(launch)
+        self._send_tasks()
         if self._kill_marks:
             self._deliver_kill_marks()
 

@@ -166,3 +166,41 @@ def test_a_host_whose_namespace_dies_is_lost_and_its_job_runs_elsewhere(own_host
         assert log.read_text().split() == ["1", victim.name, "2", survivor.name]
     finally:
         close(c)
+
+
+def test_a_ptile_job_lands_on_two_hosts_and_each_sees_its_share(rcluster: Cluster):
+    report = ('mkdir -p {out}; {{ echo "host=$(hostname) ntasks=$XCE_HOST_NTASKS index=$XCE_HOST_TASK_INDEX '
+              'hosts=$XCE_HOSTS slots=$XCE_SLOTS dir=$XCE_JOB_HOST_DIR"; cat "$XCE_HOSTFILE"; }} > {out}/$(hostname)')
+    out = rcluster.work / "shares"
+    job_id = rcluster.submit("sh", "-c", report.format(out=out), options=("-n", "4", "-R", "span[ptile=2]"))
+    assert rcluster.xce("wait", str(job_id)).returncode == 0
+    job = rcluster.job(job_id)
+    assert sorted(job["hosts"]) == [["host1", 2], ["host2", 2]]
+    first = job["hosts"][0][0]
+    lines = (out / first).read_text().splitlines()
+    assert lines[0].startswith(f"host={first} ntasks=2 index=0 hosts={first} ")
+    assert "slots=4 dir=" in lines[0]
+    ips = {h: hosts_of(rcluster)[h]["agent"]["hostname"] for h in ("host1", "host2")}
+    assert len(lines) == 3 and all(line.endswith(" slots=2") for line in lines[1:]) and ips
+    # only the first host runs the command; the other holds the allocation (its unit ran, and ended)
+    assert sorted(p.name for p in out.iterdir()) == [first]
+
+
+def test_a_multi_host_job_runs_xce_launch_tasks_on_every_host(rcluster: Cluster):
+    out = rcluster.work / "tasks"
+    out.mkdir()
+    task = f'echo "$(hostname) $XCE_TASK_INDEX" > {out}/task-$XCE_TASK_INDEX'
+    job_id = rcluster.submit("xce", "launch", "--", "sh", "-c", task, options=("-n", "4", "-R", "span[ptile=2]"))
+    waited = rcluster.xce("wait", str(job_id))
+    assert waited.returncode == 0, waited.stdout + (rcluster.work / f"xce-{job_id}.out").read_text()
+    seen = sorted((out / f"task-{i}").read_text().split()[0] for i in range(4))
+    assert seen == ["host1", "host1", "host2", "host2"]
+
+
+def test_run_and_memory_limits_on_systemd_hosts_end_the_job_with_their_reason(rcluster: Cluster):
+    slow = rcluster.submit("sleep", "60", options=("-W", "2s"))
+    hog = rcluster.submit(sys.executable, "-c", "x = bytearray(600 * 2**20); import time; time.sleep(60)",
+                          options=("-M", "100M"))
+    ended = {i: rcluster.wait_state(i, {"EXIT", "DONE"}, timeout=90) for i in (slow, hog)}
+    assert ended[slow]["state"] == "EXIT" and ended[slow]["reason"] == "run limit 00:00:02 reached"
+    assert ended[hog]["state"] == "EXIT" and ended[hog]["reason"] == "memory limit 100M exceeded"
