@@ -395,6 +395,35 @@ def _print_wait(reply: dict) -> None:
             click.echo(f"Job <{job['id']}> still {job['state']}")
 
 
+@main.command()
+@click.option("-f", "follow", is_flag=True, help="Keep showing what the job writes until it ends.")
+@click.option("-e", "errors_file", is_flag=True, help="Show the job's error file (-e) instead of its output.")
+@click.argument("job_id", type=int)
+@click.pass_context
+def peek(ctx, follow, errors_file, job_id) -> None:
+    """Show a job's output so far, read on its first host (LSF's bpeek); -f follows it.
+
+    Example: xce peek -f 42
+    """
+    import base64
+
+    client = _client(ctx)
+    offset = 0
+    while True:
+        reply = client.get("/jobs/peek", id=job_id, offset=offset, stream="err" if errors_file else "out")
+        data = base64.b64decode(reply["data_b64"])
+        if data:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        elif reply.get("message") and not follow:
+            click.echo(reply["message"], err=True)
+        offset = reply["offset"]
+        if not follow or (reply["eof"] and reply["state"] in ("DONE", "EXIT")):
+            return
+        if reply["eof"]:
+            time.sleep(0.5)
+
+
 @main.command(context_settings={"allow_interspersed_args": False})
 @click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
 def launch(command) -> None:

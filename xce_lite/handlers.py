@@ -7,6 +7,7 @@ the in-memory view, and the store serialises the writes.
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 from collections import defaultdict
@@ -39,6 +40,7 @@ class ApiHandlers:
             ("GET", "/jobs/wait"): self.api_wait,
             ("GET", "/hosts"): self.api_hosts,
             ("GET", "/jobs/why"): self.api_why,
+            ("GET", "/jobs/peek"): self.api_peek,
             ("GET", "/queues"): self.api_queues,
             ("POST", "/controller/stop"): self.api_stop,
             **self.config_routes(),
@@ -324,6 +326,39 @@ class ApiHandlers:
                     "lines": [f"it fits now ({where}); the scheduler will start it at its next session"]}
         return {"id": job.id, "state": job.state, "effective": rows, "summary": result.summary(),
                 "lines": list(result.details())}
+
+    def api_peek(self, caller: Caller, query: dict, body: Any) -> dict:
+        """A piece of a job's output file, read on its first host through the agent (shared file
+        systems are common, not assumed): `offset` where to start, `stream` out or err."""
+        ids = _ids(query.get("id", ""))
+        if len(ids) != 1:
+            raise errors.SpecError("name one job: /jobs/peek?id=JOBID")
+        job = self._owned(caller, ids)[0]
+        stream = query.get("stream", "out")
+        if stream not in ("out", "err"):
+            raise errors.SpecError(f"stream must be out or err, not {stream!r}")
+        path = job.output_path() if stream == "out" else job.error_path()
+        if path is None:
+            raise errors.SpecError(f"job {job.id} has no error file of its own: its stderr goes to {job.output_path()}")
+        if not job.hosts:
+            return {"id": job.id, "state": job.state, "data_b64": "", "offset": 0, "eof": True,
+                    "message": f"Job <{job.id}> has not started: no output yet"}
+        name = job.hosts[0][0]
+        host = self._hosts.get(name)
+        if host is None:
+            raise errors.HostUnreachable(f"job {job.id}'s output is on host {name}, which is out of reach; "
+                                         "try again when `xce hosts` shows it ok")
+        try:
+            offset = max(0, int(query.get("offset", 0)))
+        except ValueError:
+            raise errors.SpecError(f"offset must be a whole number, not {query.get('offset')!r}") from None
+        try:
+            chunk = host.read(path, offset, 1 << 20)
+        except errors.LaunchRejected as err:  # the agent's answer: no such file, or unreadable
+            return {"id": job.id, "state": job.state, "data_b64": "", "offset": offset, "eof": True,
+                    "message": f"Job <{job.id}>: nothing to show yet ({err})"}
+        return {"id": job.id, "state": job.state, "data_b64": base64.b64encode(chunk.data).decode("ascii"),
+                "offset": chunk.offset, "eof": chunk.eof, "path": path, "host": name}
 
     def api_queues(self, caller: Caller, query: dict, body: Any) -> dict:
         counts = self.store.counts_by_queue()

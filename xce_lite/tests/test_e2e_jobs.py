@@ -193,3 +193,15 @@ def test_suspend_stops_the_job_and_resume_lets_it_go_on(cluster: Cluster):
     wait_until(lambda: _process_state(pid) != "T", 10, "the job's shell to run again")
     cluster.ok("kill", str(job_id))
     assert cluster.wait_state(job_id, {"EXIT"})["reason"].startswith("killed by")
+
+
+def test_peek_shows_the_output_so_far_and_follows_it_to_the_end(cluster: Cluster):
+    gate = cluster.work / "gate"
+    job_id = cluster.submit("sh", "-c", f"echo first; while [ ! -e {gate} ]; do sleep 0.1; done; echo second")
+    cluster.wait_state(job_id, {"RUN"})
+    wait_until(lambda: cluster.ok("peek", str(job_id)) == "first\n", 10, "peek to show the first line")
+    gate.touch()
+    assert cluster.ok("peek", "-f", str(job_id)) == "first\nsecond\n"
+    assert cluster.job(job_id)["state"] == "DONE"
+    missing = cluster.xce("peek", "-e", str(job_id))
+    assert missing.returncode == 2 and "has no error file of its own" in missing.stderr

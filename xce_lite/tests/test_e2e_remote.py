@@ -204,3 +204,11 @@ def test_run_and_memory_limits_on_systemd_hosts_end_the_job_with_their_reason(rc
     ended = {i: rcluster.wait_state(i, {"EXIT", "DONE"}, timeout=90) for i in (slow, hog)}
     assert ended[slow]["state"] == "EXIT" and ended[slow]["reason"] == "run limit 00:00:02 reached"
     assert ended[hog]["state"] == "EXIT" and ended[hog]["reason"] == "memory limit 100M exceeded"
+
+
+def test_peek_reads_the_output_on_the_jobs_host_through_its_agent(rcluster: Cluster):
+    # /tmp is private to each test host: only the host's agent can read a file there
+    job_id = rcluster.submit("sh", "-c", "echo from-the-host; sleep 60", options=("-o", "/tmp/peek-%J.out"))
+    rcluster.wait_state(job_id, {"RUN"})
+    assert not Path(f"/tmp/peek-{job_id}.out").exists()
+    wait_until(lambda: rcluster.ok("peek", str(job_id)) == "from-the-host\n", 30, "peek through the agent")
