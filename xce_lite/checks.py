@@ -6,7 +6,7 @@ Errors (the configuration is refused): unfinished jobs in a queue the configurat
 name). Schema errors and an undefined `default_application` are raised by the loaders already.
 Warnings (it is used, and the warnings are printed or logged): secret-looking env names in a
 profile, a profile whose select matches no host, and, against the configuration that runs now,
-which pending jobs' effective values would change and which settings only a restart applies.
+which pending jobs' effective values would change.
 Pure over loaded values: the callers read the files and the store.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from xce_lite.config import ClusterConfig, HostConfig
+from xce_lite.config import ClusterConfig
 from xce_lite.errors import SpecError
 from xce_lite.merge import Effective, Profile
 from xce_lite.merge_view import changed_fields
@@ -29,8 +29,6 @@ Setup = tuple[ClusterConfig, dict[str, Profile]]
 # The store's meta key under which the controller keeps the text of the configuration it runs on
 # ({"xce.yaml": text, "applications.yaml": text or null}), for `xceadmin check`.
 RUNNING_CONFIG_META = "running_config"
-# What a host's connection depends on: a change needs the host to be reached again.
-_CONNECTION_FIELDS = ("type", "address", "port", "user", "identity", "python", "spool", "launch")
 
 
 @dataclass
@@ -39,10 +37,9 @@ class Review:
     warnings: list[str] = field(default_factory=list)
     # pending jobs whose effective values change: {"id", "fields": [...], "refused": reason or None}
     changes: list[dict] = field(default_factory=list)
-    restart: list[str] = field(default_factory=list)  # what only a controller restart applies
 
     def to_json(self) -> dict:
-        return {"errors": self.errors, "warnings": self.warnings, "changes": self.changes, "restart": self.restart}
+        return {"errors": self.errors, "warnings": self.warnings, "changes": self.changes}
 
 
 def review(new: Setup, jobs: Iterable[Job], running: Setup | None = None) -> Review:
@@ -61,7 +58,6 @@ def review(new: Setup, jobs: Iterable[Job], running: Setup | None = None) -> Rev
         if running[0].cluster != config.cluster:
             result.errors.append(f"the cluster name changed from {running[0].cluster} to {config.cluster}; it is part "
                                  f"of every unit name: put it back (rename only a cluster with no jobs, and restart)")
-        result.restart.extend(restart_needed(running[0], config))
         result.changes = pending_changes([j for j in jobs if j.state in PENDING_STATES], running, new)
     return result
 
@@ -98,20 +94,3 @@ def _effective(job: Job, setup: Setup) -> tuple[Effective | None, str | None]:
         return effective(job.spec, job.queue, *setup), None
     except SpecError as err:
         return None, str(err)
-
-
-def restart_needed(old: ClusterConfig, new: ClusterConfig) -> list[str]:
-    """Host and ssh changes a running controller does not apply: hosts it would have to (re)connect."""
-    notes = []
-    before: dict[str, HostConfig] = {h.name: h for h in old.hosts}
-    after: dict[str, HostConfig] = {h.name: h for h in new.hosts}
-    for name in sorted(after.keys() - before.keys()):
-        notes.append(f"host {name} was added: it stays unreachable until the controller restarts")
-    for name in sorted(before.keys() & after.keys()):
-        moved = [f for f in _CONNECTION_FIELDS if getattr(before[name], f) != getattr(after[name], f)]
-        if moved:
-            notes.append(f"host {name}: {', '.join(moved)} changed; the controller keeps its connection as it is "
-                         f"until it restarts")
-    if old.ssh != new.ssh:
-        notes.append("ssh settings changed; they apply to connections made after a controller restart")
-    return notes

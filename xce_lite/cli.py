@@ -497,15 +497,17 @@ for _name, _path, _text in _ACTIONS:
     _action_command(_name, _path, _text)
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option("-l", "long", is_flag=True, help="Per resource: total, reserved and free; GPUs, attributes, tags.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document.")
 @click.pass_context
 def hosts(ctx, long, as_json) -> None:
-    """List the hosts with their state and slots.
+    """List the hosts with their state and slots (`xce hosts add` adds one).
 
     Example: xce hosts -l
     """
+    if ctx.invoked_subcommand is not None:
+        return
     reply = _client(ctx).get("/hosts")
     if as_json:
         click.echo(json.dumps(reply, indent=2))
@@ -513,6 +515,8 @@ def hosts(ctx, long, as_json) -> None:
     if long:
         for h in reply["hosts"]:
             click.echo(f"HOST {h['name']}  ({h['type']}, {_host_status(h)}, {h['jobs']} jobs)")
+            if h.get("unreach_why"):
+                click.echo(f"  out of reach: {h['unreach_why']}")
             click.echo(f"  {_agent_line(h.get('agent'))}")
             rows = [("RESOURCE", "TOTAL", "RESERVED", "FREE")]
             for name, r in sorted(h["resources"].items()):
@@ -529,6 +533,57 @@ def hosts(ctx, long, as_json) -> None:
         rows.append((h["name"], h["state"], str(h["slots"]), str(h["used"]), str(h["jobs"]), format_size(h["mem"]),
                      mode))
     _table(rows)
+
+
+@hosts.command("add")
+@click.argument("name")
+@click.option("--address", help="Its address (default: NAME, as your SSH config resolves it).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Its SSH port (default: the SSH config's, or 22).")
+@click.option("--user", help="Whom to log in as (default: the SSH config's, or you).")
+@click.option("--identity", metavar="FILE", help="The private key to log in with.")
+@click.option("--python", help="The host's Python 3 (default: python3 on its PATH).")
+@click.option("--launch", type=click.Choice(["auto", "systemd", "user", "plain"]), default="auto", show_default=True,
+              help="How jobs run there: systemd units, user units, or the plain supervisor.")
+@click.option("--slots", type=click.IntRange(1, 100_000), help="Slots to offer (default: its CPUs).")
+@click.option("--mem", help="Memory to offer, e.g. 64G (default: all of it).")
+@click.option("--accept-new", is_flag=True, help="Trust the host's key if no known_hosts file knows it yet.")
+@click.option("--dry-run", is_flag=True, help="Probe and show, but do not change xce.yaml.")
+@click.pass_context
+def hosts_add(ctx, name, address, port, user, identity, python, launch, slots, mem, accept_new, dry_run) -> None:
+    """Probe a host over SSH, show what it is and how jobs would run there, and add it to xce.yaml.
+
+    Its host key must be known (your known_hosts, the cluster's); an unknown one is refused with its
+    fingerprint: check it, then add --accept-new. A running controller connects the host at once.
+
+    Example: xce hosts add gpu1 --address 10.0.0.5 --user alice --accept-new
+    """
+    from xce_lite import daemon
+    from xce_lite.hostadd import add_host
+
+    home: Home = ctx.obj.require()
+    fields = {"address": address, "port": port, "user": user, "identity": identity, "python": python,
+              "launch": launch}
+    added = add_host(home, name, fields, slots=slots, mem=mem, accept_new=accept_new, dry_run=dry_run)
+    probe = added.probe
+    agent = {"hostname": probe.hostname, "cpus": probe.cpus, "mem": probe.mem, "version": probe.agent_version,
+             **probe.extra}
+    click.echo(f"Host {name} answers: {_agent_line(agent)}")
+    if not added.entry:
+        click.echo(f"Host {name} was in {home.config} already: its host key is trusted now.")
+        if daemon.lock_holder(home) is not None:
+            _client(ctx).post("/hosts/reconnect", {"names": [name]})
+        return
+    offered = f"slots {added.entry['slots']}, mem {added.entry['mem']}" + (
+        f", gpus {added.entry['gpus']}" if added.entry.get("gpus") else "")
+    if not added.written:
+        click.echo(f"Would add it to {home.config} with {offered} (--dry-run: nothing written).")
+        return
+    click.echo(f"Added it to {home.config} with {offered}.")
+    if daemon.lock_holder(home) is None:
+        click.echo("Start the controller to use it: `xce controller start`.")
+        return
+    _client(ctx).post("/controller/reconfig", {})
+    click.echo("The controller is connecting to it now; `xce hosts` shows when it is ok.")
 
 
 def _host_status(h: dict) -> str:

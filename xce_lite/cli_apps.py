@@ -26,7 +26,6 @@ def effective_lines(rows: list[list[str]], indent: str = "    ") -> list[str]:
 def review_lines(review: dict) -> list[str]:
     """A configuration review (checks.Review.to_json) for people; errors come as a ConfigError."""
     lines = [f"warning: {w}" for w in review.get("warnings", ())]
-    lines += [f"needs a restart: {note}" for note in review.get("restart", ())]
     for change in review.get("changes", ()):
         what = f"would pend, refused now: {change['refused']}" if change["refused"] else ", ".join(change["fields"])
         lines.append(f"pending job {change['id']} changes: {what}")

@@ -112,12 +112,7 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork, TaskLaunches):
         try:
             self._load()
             for host_config in self.config.hosts:
-                link = HostLink(host_config.name, self._host_factory(host_config), self._events, self.log,
-                                backoff_max=self.config.ssh.reconnect_max)
-                self._links[host_config.name] = link
-                self._host_state[host_config.name] = "unreachable"
-                self._down_since[host_config.name] = time.time()
-                link.start()
+                self._start_link(host_config)
             self._server = ApiServer(self.home.socket, self.routes(), self.log)
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
             self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
@@ -144,11 +139,43 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork, TaskLaunches):
         self.store.close()
         self.log("controller stopped")
 
+    def _start_link(self, host: HostConfig) -> None:
+        """Keep `host` connected from now on (hostlinks.py); until it answers it is unreachable."""
+        link = HostLink(host.name, self._host_factory(host), self._events, self.log,
+                        backoff_max=self.config.ssh.reconnect_max)
+        with self._mu:
+            self._links[host.name] = link
+            self._host_state.setdefault(host.name, "unreachable")
+            if self._host_state[host.name] != "ok":
+                self._down_since.setdefault(host.name, time.time())
+        link.start()
+
+    def _hosts_changed(self, old: ClusterConfig, new: ClusterConfig) -> None:
+        """After a reconfig: connect added hosts, and reconnect hosts whose connection settings (or
+        the cluster's ssh settings) changed; the new connection lists the host's units and the jobs
+        on it go on. A removed host is closed to new work already (it is not in the scheduler's
+        view); its link stays, so the results of the jobs still running there come back."""
+        before = {h.name: h for h in old.hosts}
+        for host in new.hosts:
+            was = before.get(host.name)
+            if was is not None and (_connection(was) == _connection(host) and old.ssh == new.ssh):
+                continue
+            link = self._links.pop(host.name, None)
+            if link is not None:
+                link.close()
+            self.log(f"host {host.name}: {'added' if was is None else 'connection settings changed'}; connecting")
+            self._start_link(host)
+        removed = sorted(before.keys() - {h.name for h in new.hosts})
+        if removed:
+            self.log(f"hosts removed: {', '.join(removed)} (closed to new work; their running jobs go on)")
+
     def _host_factory(self, host: HostConfig):
         """How the host's link makes a fresh connection to it."""
         if host.type == "local":
             return lambda: LocalHost(host.name, self.home.spool / host.name, mode=host.launch)
         from xce_lite.exec.ssh import SshHost  # fabric and paramiko: only for clusters with ssh hosts
+
+        from xce_lite.hostadd import ssh_target
 
         target = ssh_target(host, self.config, self.home)
         spool, log_path = host.agent_spool(self.cluster), self.home.root / f"agent-{host.name}.log"
@@ -333,14 +360,9 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork, TaskLaunches):
         self._stored_reasons.pop(job_id, None)
 
 
-def ssh_target(host: HostConfig, config: ClusterConfig, home: Home):
-    """How to reach an ssh host, as plain values: the host's own settings, then the cluster's."""
-    from xce_lite.exec.sshroute import SshTarget
-
-    ssh = config.ssh
-    return SshTarget(name=host.name, address=host.address, port=host.port, user=host.user, identity=host.identity,
-                     ssh_config=ssh.config, known_hosts=tuple(ssh.known_hosts), accepted_keys=str(home.known_hosts),
-                     connect_timeout=ssh.connect_timeout, keepalive=ssh.keepalive, python=host.python or "python3")
+def _connection(host: HostConfig) -> tuple:
+    """What a host's connection depends on (its resources and tags apply without reconnecting)."""
+    return (host.type, host.address, host.port, host.user, host.identity, host.python, host.spool, host.launch)
 
 
 def _log(message: str) -> None:

@@ -39,6 +39,7 @@ class ApiHandlers:
             ("POST", "/jobs/resume"): self.api_resume,
             ("GET", "/jobs/wait"): self.api_wait,
             ("GET", "/hosts"): self.api_hosts,
+            ("POST", "/hosts/reconnect"): self.api_reconnect,
             ("GET", "/jobs/why"): self.api_why,
             ("GET", "/jobs/peek"): self.api_peek,
             ("GET", "/queues"): self.api_queues,
@@ -291,18 +292,31 @@ class ApiHandlers:
             for job in self._active.values():
                 for host, _tasks in job.hosts:
                     running[host] += 1
-            probes, since = dict(self._probes), dict(self._down_since)
+            probes, since, why = dict(self._probes), dict(self._down_since), dict(self._down_why)
             lost = set(self._lost_hosts)
         configs = {h.name: h for h in self.config.hosts}
         return {"schema": 1, "hosts": [
             {"name": v.name, "type": configs[v.name].type, "state": "ok" if v.state == "ok" else "unreach",
-             "unreach_since": since.get(v.name), "lost": v.name in lost, "jobs": running[v.name],
+             "unreach_since": since.get(v.name), "unreach_why": why.get(v.name), "lost": v.name in lost,
+             "jobs": running[v.name],
              "slots": v.total["slots"], "used": v.total["slots"] - v.free["slots"], "mem": v.total["mem"],
              "resources": {name: {"total": total, "free": v.free[name], "reserved": total - v.free[name]}
                            for name, total in v.total.items()},
              "gpus_free": list(v.gpu_free), "attrs": dict(v.attrs), "tags": sorted(v.tags),
              "agent": _probe_to_wire(probes.get(v.name))}
             for v in views]}
+
+    def api_reconnect(self, caller: Caller, query: dict, body: Any) -> dict:
+        """Try to reach these hosts now, not at the end of their backoff (a key was just accepted)."""
+        names = body.get("names") if isinstance(body, dict) else None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise errors.SpecError('send {"names": [host, ...]}')
+        unknown = [n for n in names if n not in self._links]
+        if unknown:
+            raise errors.NotFound(f"no such host: {', '.join(unknown)} (see `xce hosts`)")
+        for name in names:
+            self._links[name].retry_now()
+        return {"reconnecting": names}
 
     def api_why(self, caller: Caller, query: dict, body: Any) -> dict:
         """Why a pending job waits: the placement tried now, per host and per resource."""

@@ -8,9 +8,9 @@ A mixin of `Controller`, like handlers.py. What a reconfig keeps:
   jobs keep the effective values stored at their dispatch. A scheduling session already under way
   may decide on the old values: `_plans` then declines the dispatch and the job stays PEND.
 - Queues, profiles, defaults, the controller's settings and hosts' totals, attributes and tags
-  apply at once. A host removed is closed to new work (its running jobs go on); a host added, or
-  one whose connection settings changed, waits for a restart: `_hosts_changed` is the hook where
-  live (re)connection will go (it only logs today). The reply says what needs the restart.
+  apply at once. A host removed is closed to new work (its running jobs go on); a host added is
+  connected, and one whose connection settings changed is reconnected (the controller's
+  `_hosts_changed`).
 The running configuration's text is kept in the store's meta, so `xceadmin check` can say what a
 restart with the files as they are would change, with or without a running controller.
 """
@@ -94,19 +94,8 @@ class ConfigHandlers:
                 self._dirty = True
             self._hosts_changed(running[0], new[0])
             self._wake.set()
-            self.log(f"reconfigured: {len(result.changes)} pending job(s) see new effective values"
-                     + "".join(f"; {note}" for note in result.restart))
+            self.log(f"reconfigured: {len(result.changes)} pending job(s) see new effective values")
         return {**result.to_json(), "applied": not dry_run}
-
-    def _hosts_changed(self, old: ClusterConfig, new: ClusterConfig) -> None:
-        """The hook for live host (re)connection after a reconfig. Today: added hosts stay
-        unreachable and changed connection settings wait for a restart (the reply says so);
-        removed hosts are out of the scheduler's view already, their running jobs go on."""
-        added = sorted({h.name for h in new.hosts} - {h.name for h in old.hosts})
-        removed = sorted({h.name for h in old.hosts} - {h.name for h in new.hosts})
-        if added or removed:
-            self.log(f"hosts: added {', '.join(added) or 'none'} (connected at the next restart); "
-                     f"removed {', '.join(removed) or 'none'} (closed to new work)")
 
     def _decline(self, job_id: int, decided_hash: str, why: str) -> None:
         """A dispatch the configuration no longer allows: the job stays PEND (retryable), never EXIT."""

@@ -80,6 +80,7 @@ class UnitWork:
         self._host_state: dict[str, str] = {}  # "ok" or "unreachable" (what the scheduler reads)
         self._generation: dict[str, int] = {}  # host -> the link generation of its HostUp
         self._down_since: dict[str, float] = {}  # host -> since when it is out of reach
+        self._down_why: dict[str, str] = {}  # host -> why it is out of reach (the link's last word)
         self._lost_hosts: set[str] = set()  # out of reach past the grace: their jobs were handled
         self._probes: dict = {}  # host -> its last HostProbe
         self._active: dict[int, Active] = {}
@@ -205,6 +206,7 @@ class UnitWork:
         self._probes[name] = up.probe
         was_lost = name in self._lost_hosts
         since = self._down_since.pop(name, None)
+        self._down_why.pop(name, None)
         self._lost_hosts.discard(name)
         self._dirty = True
         if since is not None and now - since > 5:
@@ -248,8 +250,9 @@ class UnitWork:
         name = down.host
         if self._host_state.get(name) == HOST_OK:
             self.log(f"host {name}: agent lost ({down.why}); reconnecting")
-        elif name not in self._down_since:
+        elif self._down_why.get(name) != down.why:
             self.log(f"host {name} is unreachable: {down.why}")
+        self._down_why[name] = down.why
         self._host_state[name] = UNREACH
         self._hosts.pop(name, None)  # the link closes it
         self._down_since.setdefault(name, now)

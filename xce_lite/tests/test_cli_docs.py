@@ -56,7 +56,7 @@ def test_every_example_config_and_preset_loads_without_a_warning():
     config, profiles = load_cluster(EXAMPLES / "xce.yaml")
     assert config.default_queue.name == "normal" and [q.name for q in config.queues] == ["normal", "urgent"]
     assert sorted(profiles) == ["default", "hello", "sweep"]
-    assert review((config, profiles), []).to_json() == {"errors": [], "warnings": [], "changes": [], "restart": []}
+    assert review((config, profiles), []).to_json() == {"errors": [], "warnings": [], "changes": []}
     found = sorted(EXAMPLES.glob("presets/*.json"))
     assert [p.stem for p in found] == ["quick"]
     for path in found:

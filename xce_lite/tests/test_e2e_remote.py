@@ -212,3 +212,56 @@ def test_peek_reads_the_output_on_the_jobs_host_through_its_agent(rcluster: Clus
     rcluster.wait_state(job_id, {"RUN"})
     assert not Path(f"/tmp/peek-{job_id}.out").exists()
     wait_until(lambda: rcluster.ok("peek", str(job_id)) == "from-the-host\n", 30, "peek through the agent")
+
+
+LOCAL_ONLY = """\
+cluster: add{pid}
+hosts:
+  - {{name: here, slots: 1, mem: 1G}}
+{more}queues:
+  - {{name: normal}}
+ssh: {{config: /nonexistent, known_hosts: [], reconnect_max: 60s}}
+"""
+
+
+def test_hosts_add_probes_refuses_an_unknown_key_then_adds_the_host_live(plain_hosts, testhosts_root):
+    host = plain_hosts[0]
+    c = started_cluster(LOCAL_ONLY.format(pid=os.getpid(), more=""), testhosts_root)
+    try:
+        before = (c.home / "xce.yaml").read_bytes()
+        args = ("hosts", "add", "remote1", "--address", host.ip, "--user", "root", "--identity", str(host.key_path))
+        refused = c.xce(*args)
+        assert refused.returncode == 2
+        assert "SHA256:" in refused.stderr and "--accept-new" in refused.stderr
+        assert (c.home / "xce.yaml").read_bytes() == before  # nothing written
+        added = c.xce(*args, "--accept-new", "--slots", "2")
+        assert added.returncode == 0, added.stderr
+        assert "Host remote1 answers: agent: jobs run under the plain supervisor" in added.stdout
+        assert "with slots 2, mem " in added.stdout and "connecting to it now" in added.stdout
+        text = (c.home / "xce.yaml").read_text()
+        assert "name: remote1" in text and "type: ssh" in text and f"address: {host.ip}" in text
+        assert host.ip in (c.home / "known_hosts").read_text()
+        wait_until(lambda: hosts_of(c).get("remote1", {}).get("state") == "ok", 60, "the new host to be connected")
+        job_id = c.submit("hostname", options=("-R", "select[type==ssh]"))
+        assert c.xce("wait", str(job_id)).returncode == 0
+        assert (c.work / f"xce-{job_id}.out").read_text().strip() == host.name
+        again = c.xce(*args)
+        assert again.returncode == 2 and "already in" in again.stderr
+    finally:
+        close(c)
+
+
+def test_a_configured_host_with_an_unknown_key_waits_until_hosts_add_accepts_it(plain_hosts, testhosts_root):
+    host = plain_hosts[0]
+    entry = f"  - {{name: remote1, type: ssh, address: '{host.ip}', user: root, identity: '{host.key_path}', " \
+            "slots: 1, mem: 1G}\n"
+    c = started_cluster(LOCAL_ONLY.format(pid=os.getpid(), more=entry), testhosts_root)
+    try:
+        wait_until(lambda: "not known" in (c.home / "controller.log").read_text(), 30, "the key refusal in the log")
+        assert hosts_of(c)["remote1"]["state"] == "unreach"
+        trusted = c.xce("hosts", "add", "remote1", "--accept-new")
+        assert trusted.returncode == 0, trusted.stderr
+        assert "its host key is trusted now" in trusted.stdout
+        wait_until(lambda: hosts_of(c)["remote1"]["state"] == "ok", 30, "remote1 to be reached at once, not in 60 s")
+    finally:
+        close(c)

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from xce_lite.checks import restart_needed, review
-from xce_lite.config import load_config
+from xce_lite.checks import review
 from xce_lite.errors import ConfigError
 from xce_lite.merge import Profile
 from xce_lite.profiles import load_cluster
@@ -98,16 +97,6 @@ def test_warnings_secret_env_names_and_a_select_that_matches_no_host():
     assert [w.split(":")[0] for w in found.warnings] == ["application gpu", "application gpu"]
     assert "DB_PASSWORD looks like a secret" in found.warnings[0]
     assert "select[defined(gpu_model)] matches no host" in found.warnings[1]
-
-
-def test_host_changes_that_need_a_restart_are_named(tmp_path):
-    old = load_config(home(tmp_path, None))
-    (tmp_path / "xce.yaml").write_text(CLUSTER.replace(
-        "  - {name: h1, slots: 4, mem: 8G, tags: [avx512]}",
-        "  - {name: h1, slots: 8, mem: 8G, type: ssh, address: 127.0.0.11}\n  - {name: h2, slots: 1, mem: 1G}"))
-    notes = restart_needed(old, load_config(tmp_path / "xce.yaml"))
-    assert notes == ["host h2 was added: it stays unreachable until the controller restarts",
-                     "host h1: type, address changed; the controller keeps its connection as it is until it restarts"]
 
 
 # ---- xceadmin check on the broken configurations of tests/data/configs -----------------------------
