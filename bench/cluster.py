@@ -22,6 +22,12 @@ from pathlib import Path
 
 import psutil
 
+# Measure the tree this file is in, not whatever `pip install` put in site-packages: this process
+# imports from it, and so do the controllers and agents it starts.
+ROOT = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, ROOT)
+os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+
 from xce_lite.client import Client
 from xce_lite.exec.local import supervisor_pids
 from xce_lite.tests.cluster import kill_tree
@@ -44,14 +50,20 @@ def _write_config(home: Path, slots: int, tick: str, grace: str) -> None:
 
 
 class BenchCluster:
-    def __init__(self, slots: int = 2, tick: str = "1s", grace: str = "2s"):
+    def __init__(self, slots: int = 2, tick: str = "1s", grace: str = "2s", config: str | None = None,
+                 work: Path | None = None):
+        """`config`: the whole xce.yaml (default: one local host of `slots`); `work`: where jobs run
+        (default: beside the home in /tmp; jobs on test hosts need one outside /tmp)."""
         self.root = Path(tempfile.mkdtemp(prefix="xb-", dir="/tmp"))
         self.home = self.root / "h"
-        self.work = self.root / "w"
+        self.work = work or self.root / "w"
         self.home.mkdir()
-        self.work.mkdir()
+        self.work.mkdir(parents=True, exist_ok=True)
         self.out = str(self.work / "out")  # every job's stdout and stderr: one shared junk file
-        _write_config(self.home, slots, tick, grace)
+        if config is None:
+            _write_config(self.home, slots, tick, grace)
+        else:
+            (self.home / "xce.yaml").write_text(config)
         if len(os.fsencode(self.socket)) > 107:
             raise RuntimeError(f"socket path too long: {self.socket}")
         self.env = dict(os.environ, XCE_HOME=str(self.home))
