@@ -173,14 +173,15 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork, TaskLaunches):
         """How the host's link makes a fresh connection to it."""
         if host.type == "local":
             return lambda: LocalHost(host.name, self.home.spool / host.name, mode=host.launch)
-        from xce_lite.exec.ssh import SshHost  # fabric and paramiko: only for clusters with ssh hosts
+        from xce_lite.exec.sshgate import GatewayHost  # paramiko lives in the gateway process, not here
 
         from xce_lite.hostadd import ssh_target
 
         target = ssh_target(host, self.config, self.home)
         spool, log_path = host.agent_spool(self.cluster), self.home.root / f"agent-{host.name}.log"
         heartbeat = self.config.ssh.keepalive
-        return lambda: SshHost(host.name, target, spool, mode=host.launch, heartbeat=heartbeat, log_path=log_path)
+        return lambda: GatewayHost(host.name, target, spool, mode=host.launch, heartbeat=heartbeat,
+                                   log_path=log_path)
 
     def _load(self) -> None:
         """Rebuild the in-memory view from the store (the store is the truth)."""

@@ -24,7 +24,7 @@ from xce_lite.home import Home
 
 def ssh_target(host: HostConfig, config: ClusterConfig, home: Home):
     """How to reach an ssh host, as plain values: the host's own settings, then the cluster's."""
-    from xce_lite.exec.sshroute import SshTarget
+    from xce_lite.exec.sshtarget import SshTarget
 
     ssh = config.ssh
     return SshTarget(name=host.name, address=host.address, port=host.port, user=host.user, identity=host.identity,

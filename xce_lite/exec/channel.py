@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import queue
 import threading
 from collections.abc import Callable
 from typing import IO, Any
@@ -267,6 +268,34 @@ class AgentChannel:
             self._emit(HostLost(host=self.name, why=why))
 
 
+class EventGate:
+    """Holds one connecting channel's events until open() passes them, and every later one, to the
+    queue in order; after drop() they go nowhere (the attempt failed and connect raised). For
+    transports whose connect greets the agent before the caller may hear from it."""
+
+    def __init__(self, events: queue.Queue[HostEvent]) -> None:
+        self._events, self._held, self._state = events, [], "holding"
+        self._lock = threading.Lock()
+
+    def put(self, event: HostEvent) -> None:
+        with self._lock:
+            if self._state == "open":
+                self._events.put(event)
+            elif self._state == "holding":
+                self._held.append(event)
+
+    def open(self) -> None:
+        with self._lock:
+            for event in self._held:
+                self._events.put(event)
+            self._held, self._state = [], "open"
+
+    def drop(self) -> None:
+        with self._lock:
+            self._held, self._state = [], "dropped"
+
+
+
 # ---------------------------------------------------------------- the Host seam over a channel
 
 
@@ -315,6 +344,20 @@ class AgentOps:
         if self._channel is None:
             raise HostUnreachable(f"host {self.name} is not connected; call connect() first")
         return self._channel
+
+    def _greet(self, rfile, wfile, events, timeout: float, heartbeat: float | None) -> HostProbe:
+        """Open the channel on a transport's files and greet the agent; its events reach `events`
+        only once the hello is answered (a failed attempt's never do: self.close() and raise)."""
+        gate = EventGate(events)
+        self._channel = AgentChannel(rfile, wfile, gate.put, self.name, timeout, heartbeat=heartbeat)
+        try:
+            hello = self.probe()
+        except BaseException:
+            gate.drop()
+            self.close()
+            raise
+        gate.open()
+        return hello
 
     def probe(self) -> HostProbe:
         r = self._chan().request("hello")

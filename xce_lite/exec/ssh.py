@@ -1,5 +1,6 @@
 """SshHost: the Host seam (host.py) for a machine reached over SSH, with nothing installed on it but
-sshd and python3.
+sshd and python3. The controller runs these connections in its SSH gateway process (sshgate.py,
+through `open_agent`); SshHost itself serves short-lived users (`xce hosts add`'s probe, tests).
 
 One SSH connection per host (fabric/paramiko), and on it ONE long-lived channel that runs the agent
 (agent.py, standard library only) and carries its JSON lines both ways: an AgentChannel over the
@@ -8,12 +9,13 @@ channel's stdin and stdout. There is no command per job: a job is a line on that
 connect(events), every wait bounded, every failure a HostUnreachable that says what to check, a
 HostKeyError (hostkeys.py) or a ConfigError:
 1. open the route (sshroute.py): the ssh config, jump hosts, host keys, TCP_NODELAY, keepalive;
-2. ONE exec (within connect_timeout, as is opening its channel):
-       exec /bin/sh -c '[ -f AGENT ] || exit 75; exec PYTHON -S -E AGENT serve --spool SPOOL
-                        --host-name NAME --mode MODE'
+2. ONE exec (within connect_timeout, as is opening its channel), `open_agent`:
+       exec /bin/sh -c '[ -f AGENT ] || exit 75; command -v PYTHON || exit 127; echo READY;
+                        exec PYTHON -S -E AGENT serve --spool SPOOL --host-name NAME --mode MODE'
    AGENT is AGENT_DIR/agent-<sha256 prefix>.py: copies go by content, so a host runs exactly the
    agent this controller ships. Only when that exits 75 (no such copy) is the agent copied, by one
    more exec (written to a temporary name, then renamed; AGENT_DIR made 0700), and the exec repeated.
+   The READY line tells a started agent from a start that failed, before a byte of the protocol.
 3. hello, within `timeout`. Only then are the channel's events passed on to `events`: those of a
    failed attempt are dropped (connect raises instead).
 
@@ -47,7 +49,8 @@ import paramiko
 from xce_lite.errors import HostUnreachable
 from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel, AgentOps
 from xce_lite.exec.host import HostEvent, HostProbe
-from xce_lite.exec.sshroute import Deadline, Route, SshTarget
+from xce_lite.exec.sshroute import Deadline, Route
+from xce_lite.exec.sshtarget import SshTarget
 
 __all__ = ["AGENT_MISSING", "SshHost", "SshTarget", "agent_copy", "probe", "remote_path"]
 
@@ -55,6 +58,7 @@ log = logging.getLogger(__name__)
 
 AGENT_PATH = Path(__file__).with_name("agent.py")
 AGENT_MISSING = 75  # the start command's exit status when the host has no copy of this agent
+READY = "xce-agent-ready"  # the start command's first line once it has found the copy
 
 
 def agent_copy() -> tuple[bytes, str]:
@@ -78,32 +82,6 @@ def _sh(script: str) -> str:
 
 
 # ---------------------------------------------------------------- the agent's channel
-
-
-class _Gate:
-    """Holds one connecting channel's events until open() passes them, and every later one, to the
-    queue in order; after drop() they go nowhere (the attempt failed and connect raised)."""
-
-    def __init__(self, events: queue.Queue[HostEvent]) -> None:
-        self._events, self._held, self._state = events, [], "holding"
-        self._lock = threading.Lock()
-
-    def put(self, event: HostEvent) -> None:
-        with self._lock:
-            if self._state == "open":
-                self._events.put(event)
-            elif self._state == "holding":
-                self._held.append(event)
-
-    def open(self) -> None:
-        with self._lock:
-            for event in self._held:
-                self._events.put(event)
-            self._held, self._state = [], "open"
-
-    def drop(self) -> None:
-        with self._lock:
-            self._held, self._state = [], "dropped"
 
 
 class _StderrDrain:
@@ -145,28 +123,131 @@ class _StderrDrain:
 
 
 @dataclass
-class _Session:
-    """One open route with the agent running on its channel."""
+class AgentStream:
+    """The agent running on a channel of an open route: its stdout positioned past the ready line."""
 
     route: Route
     chan: paramiko.Channel
-    agent: AgentChannel
+    rfile: object  # the channel's stdout, as a binary file
     drain: _StderrDrain
-    gate: _Gate
-    pid: int  # the process that opened it: the only one that may use it
+    deployed: bool  # the agent was copied to the host on the way
 
-    def end(self, wait: float) -> None:
-        """Send EOF, wait up to `wait` s for the agent's output to end, then close everything."""
-        self.agent.close(wait)
+    def close(self) -> None:
         self.chan.close()
         self.route.close()
 
-    def exit_status(self, seconds: float) -> int | None:
-        return self.chan.exit_status if self.chan.status_event.wait(seconds) else None
+
+def open_agent(target: SshTarget, name: str, spool: str, mode: str, accept_new: bool,
+               log_path: Path | None) -> AgentStream:
+    """Open the route to `target` and start the agent on one channel of it (copying it first if
+    the host has no copy of this one). Every wait is bounded; raises HostUnreachable, HostKeyError
+    or ConfigError, having closed what it opened."""
+    route = Route(target, accept_new)
+    deadline = Deadline(route.close)
+    try:
+        route.open(deadline)
+        return _start_agent(route, deadline, target, name, spool, mode, log_path)
+    except BaseException:
+        deadline.disarm()
+        route.close()
+        raise
+
+
+def _start_agent(route: Route, deadline: Deadline, target: SshTarget, name: str, spool: str, mode: str,
+                 log_path: Path | None) -> AgentStream:
+    """The start command prints READY once it has found the copy (else it exits AGENT_MISSING, or
+    127/126 when the host's python cannot run), then execs the agent on the same channel."""
+    data, copy = agent_copy()
+    agent = f"{remote_path(target.agent_dir)}/{copy}"
+    script = (f"a={agent}; [ -f \"$a\" ] || exit {AGENT_MISSING}; p={shlex.quote(target.python)}; "
+              f"command -v \"$p\" >/dev/null || {{ echo \"$p: not found\" >&2; exit 127; }}; echo {READY}; "
+              f"exec \"$p\" -S -E \"$a\" serve --spool {remote_path(spool)} --host-name {shlex.quote(name)} "
+              f"--mode {shlex.quote(mode)}")
+    deployed = False
+    while True:
+        chan = _exec(route, deadline, target, "starting the agent", _sh(script))
+        drain = _StderrDrain(chan, log_path, name)
+        rfile = chan.makefile("rb")
+        try:
+            deadline.arm("starting the agent", target.connect_timeout)
+            first = rfile.readline()
+        except (OSError, EOFError, paramiko.SSHException):
+            first = b""
+        finally:
+            deadline.disarm()
+        if first.rstrip(b"\n") == READY.encode():
+            return AgentStream(route, chan, rfile, drain, deployed)
+        status = chan.exit_status if chan.status_event.wait(target.connect_timeout) else None
+        chan.close()
+        if status == AGENT_MISSING and not deployed:
+            _deploy(route, deadline, target, name, data, copy)
+            deployed = True
+            continue
+        raise _start_failed(route, target, name, status, drain, log_path)
+
+
+def _exec(route: Route, deadline: Deadline, target: SshTarget, step: str, command: str) -> paramiko.Channel:
+    t = target.connect_timeout
+    where = route.where(route.links[-1])
+    try:
+        deadline.arm(f"opening a channel for {step}", t)
+        chan = route.transport.open_session(timeout=t)
+        deadline.arm(step, t)
+        chan.exec_command(command)
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        if deadline.expired:
+            raise HostUnreachable(f"{where}: no answer within {t:g} s while {deadline.expired}; is the "
+                                  "host overloaded?") from exc
+        raise HostUnreachable(f"{where}: {step} failed: {exc or type(exc).__name__}; sshd may limit "
+                              "sessions (MaxSessions) or commands there") from exc
+    finally:
+        deadline.disarm()
+    return chan
+
+
+def _deploy(route: Route, deadline: Deadline, target: SshTarget, name: str, data: bytes, copy: str) -> None:
+    """Copy the agent to AGENT_DIR/copy: a temporary name first, then a rename."""
+    script = (f"umask 077; d={remote_path(target.agent_dir)}; t=\"$d/.{copy}.$$\"; "
+              f"mkdir -p \"$d\" && chmod 700 \"$d\" && cat > \"$t\" && mv -f \"$t\" \"$d/{copy}\" "
+              "|| { rm -f \"$t\"; exit 1; }")
+    chan = _exec(route, deadline, target, "copying the agent", _sh(script))
+    try:
+        deadline.arm("copying the agent", target.connect_timeout)
+        chan.sendall(data)
+        chan.shutdown_write()
+        status = chan.recv_exit_status()
+        error = chan.makefile_stderr("rb").read().decode("utf-8", "replace").strip()
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        status, error = None, str(exc) or type(exc).__name__
+    finally:
+        deadline.disarm()
+        chan.close()
+    if status != 0:
+        raise HostUnreachable(f"host {name}: cannot copy the agent to {target.agent_dir} there "
+                              f"({error or f'exit status {status}'}); check the disk and the "
+                              "directory's permissions, or set another agent directory")
+
+
+def _start_failed(route: Route, target: SshTarget, name: str, status: int | None, drain: _StderrDrain,
+                  log_path: Path | None) -> HostUnreachable:
+    stderr = drain.text(1.0)
+    python = target.python
+    if status == 127:
+        return HostUnreachable(f"host {name}: {python} not found there ({stderr or 'not on the PATH'}); "
+                               "install Python 3 or set the host's `python`")
+    if status == 126:
+        return HostUnreachable(f"host {name}: {python} cannot be run there ({stderr}); set the host's "
+                               "`python` to a Python 3 interpreter")
+    detail = f" (exit status {status})" if status is not None else ""
+    logs = f"; see {log_path}" if log_path else ""
+    return HostUnreachable(f"{route.where(route.links[-1])}: the agent did not start{detail}"
+                           f"{': ' + stderr if stderr else ''}{logs}")
 
 
 class SshHost(AgentOps):
-    """A machine over SSH as a Host. See the module docstring; the ops are AgentOps'.
+    """A machine over SSH as a Host, in this process. See the module docstring; the ops are
+    AgentOps'. (The controller uses sshgate.GatewayHost, which runs the same connection in the SSH
+    gateway process, so that the controller never loads paramiko.)
 
     `spool` is the agent's directory on the host (`~/` is the host's home), `mode` is passed to the
     agent (`--mode`: auto, systemd, user, plain), `timeout` bounds each request and the hello.
@@ -191,13 +272,14 @@ class SshHost(AgentOps):
         self.log_path = Path(log_path) if log_path is not None else None
         self.deployed = False  # whether the last connect() copied the agent to the host
         self.agent_pid: int | None = None  # the agent's pid on the host (in its pid namespace)
-        self._session: _Session | None = None
+        self._stream: AgentStream | None = None
+        self._pid = os.getpid()  # the process that opened the connection: the only one that may use it
         self._channel: AgentChannel | None = None
 
     def _chan(self) -> AgentChannel:
-        if self._session is not None and self._session.pid != os.getpid():
+        if self._stream is not None and self._pid != os.getpid():
             raise HostUnreachable(f"host {self.name}: its SSH connection was opened by process "
-                                  f"{self._session.pid}, and SSH connections do not survive fork; connect "
+                                  f"{self._pid}, and SSH connections do not survive fork; connect "
                                   "in the process that uses the host")
         return super()._chan()
 
@@ -205,113 +287,20 @@ class SshHost(AgentOps):
         """Open the route, start (or first copy) the agent and greet it. A previous connection of
         this host is closed first. Raises HostUnreachable, HostKeyError or ConfigError."""
         self.close()
-        route = Route(self.target, self.accept_new)
-        deadline = Deadline(route.close)
-        try:
-            route.open(deadline)
-            session, hello = self._start_agent(route, deadline, events)
-        except BaseException:
-            deadline.disarm()
-            route.close()
-            raise
-        session.gate.open()
+        stream = open_agent(self.target, self.name, self.spool, self.mode, self.accept_new, self.log_path)
+        self._stream, self._pid, self.deployed = stream, os.getpid(), stream.deployed
+        hello = self._greet(stream.rfile, stream.chan.makefile_stdin("wb"), events, self.timeout, self.heartbeat)
         self.agent_pid = hello.extra.get("pid")
         return hello
 
-    def _start_agent(self, route: Route, deadline: Deadline,
-                     events: queue.Queue[HostEvent]) -> tuple[_Session, HostProbe]:
-        """Start the agent and greet it; copy it first if the host has no copy of this one."""
-        data, copy = agent_copy()
-        self.deployed = False
-        while True:
-            session = self._start(route, deadline, copy, events)
-            self._session, self._channel = session, session.agent
-            try:
-                return session, self.probe()
-            except Exception as exc:
-                self._session = self._channel = None
-                session.gate.drop()
-                status = session.exit_status(self.target.connect_timeout) if isinstance(exc, HostUnreachable) else None
-                session.agent.close(0)
-                session.chan.close()
-                if not isinstance(exc, HostUnreachable):
-                    raise
-                if status != AGENT_MISSING or self.deployed:
-                    raise self._start_failed(exc, status, session) from exc
-            self._deploy(route, deadline, data, copy)
-            self.deployed = True
-
-    def _start(self, route: Route, deadline: Deadline, copy: str, events: queue.Queue[HostEvent]) -> _Session:
-        agent = f"{remote_path(self.target.agent_dir)}/{copy}"
-        script = (f"a={agent}; [ -f \"$a\" ] || exit {AGENT_MISSING}; exec {shlex.quote(self.target.python)} "
-                  f"-S -E \"$a\" serve --spool {remote_path(self.spool)} --host-name {shlex.quote(self.name)} "
-                  f"--mode {shlex.quote(self.mode)}")
-        chan = self._exec(route, deadline, "starting the agent", _sh(script))
-        gate = _Gate(events)
-        drain = _StderrDrain(chan, self.log_path, self.name)
-        channel = AgentChannel(chan.makefile("rb"), chan.makefile_stdin("wb"), gate.put, self.name,
-                               self.timeout, heartbeat=self.heartbeat)
-        return _Session(route, chan, channel, drain, gate, os.getpid())
-
-    def _exec(self, route: Route, deadline: Deadline, step: str, command: str) -> paramiko.Channel:
-        t = self.target.connect_timeout
-        where = route.where(route.links[-1])
-        try:
-            deadline.arm(f"opening a channel for {step}", t)
-            chan = route.transport.open_session(timeout=t)
-            deadline.arm(step, t)
-            chan.exec_command(command)
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            if deadline.expired:
-                raise HostUnreachable(f"{where}: no answer within {t:g} s while {deadline.expired}; is the "
-                                      "host overloaded?") from exc
-            raise HostUnreachable(f"{where}: {step} failed: {exc or type(exc).__name__}; sshd may limit "
-                                  "sessions (MaxSessions) or commands there") from exc
-        finally:
-            deadline.disarm()
-        return chan
-
-    def _deploy(self, route: Route, deadline: Deadline, data: bytes, copy: str) -> None:
-        """Copy the agent to AGENT_DIR/copy: a temporary name first, then a rename."""
-        script = (f"umask 077; d={remote_path(self.target.agent_dir)}; t=\"$d/.{copy}.$$\"; "
-                  f"mkdir -p \"$d\" && chmod 700 \"$d\" && cat > \"$t\" && mv -f \"$t\" \"$d/{copy}\" "
-                  "|| { rm -f \"$t\"; exit 1; }")
-        chan = self._exec(route, deadline, "copying the agent", _sh(script))
-        try:
-            deadline.arm("copying the agent", self.target.connect_timeout)
-            chan.sendall(data)
-            chan.shutdown_write()
-            status = chan.recv_exit_status()
-            error = chan.makefile_stderr("rb").read().decode("utf-8", "replace").strip()
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            status, error = None, str(exc) or type(exc).__name__
-        finally:
-            deadline.disarm()
-            chan.close()
-        if status != 0:
-            raise HostUnreachable(f"host {self.name}: cannot copy the agent to {self.target.agent_dir} there "
-                                  f"({error or f'exit status {status}'}); check the disk and the "
-                                  "directory's permissions, or set another agent directory")
-
-    def _start_failed(self, exc: HostUnreachable, status: int | None, session: _Session) -> HostUnreachable:
-        stderr = session.drain.text(1.0)
-        python = self.target.python
-        if status == 127:
-            return HostUnreachable(f"host {self.name}: {python} not found there ({stderr}); install Python 3 "
-                                   "or set the host's `python`")
-        if status == 126:
-            return HostUnreachable(f"host {self.name}: {python} cannot be run there ({stderr}); set the host's "
-                                   "`python` to a Python 3 interpreter")
-        detail = f" (exit status {status})" if status is not None else ""
-        logs = f"; see {self.log_path}" if self.log_path else ""
-        return HostUnreachable(f"{exc}{detail}{': ' + stderr if stderr else ''}{logs}")
-
     def close(self) -> None:
         """Send the agent EOF (it exits; running jobs go on) and close the connection."""
-        session, self._session, self._channel = self._session, None, None
-        if session is None or session.pid != os.getpid():
+        stream, channel, self._stream, self._channel = self._stream, self._channel, None, None
+        if stream is None or self._pid != os.getpid():
             return  # never touch a parent's connection from a forked child
-        session.end(0.0 if session.agent.lost else 10.0)
+        if channel is not None:
+            channel.close(0.0 if channel.lost else 10.0)
+        stream.close()
 
 
 def probe(target: SshTarget, spool: str, mode: str = "auto", accept_new: bool = False,

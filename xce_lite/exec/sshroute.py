@@ -25,13 +25,13 @@ import os
 import socket
 import subprocess
 import threading
-from dataclasses import dataclass
 
 import fabric
 import paramiko
 from paramiko.config import SSHConfig
 
 from xce_lite.errors import ConfigError, HostKeyError, HostUnreachable, XceError
+from xce_lite.exec.sshtarget import SshTarget
 from xce_lite.exec.hostkeys import KnownHosts, KnownHostsPolicy, key_name, no_listed_type_error
 
 log = logging.getLogger(__name__)
@@ -40,28 +40,6 @@ log = logging.getLogger(__name__)
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 MAX_JUMPS = 8  # ProxyJump hops that may lead to one host (a loop in the ssh config ends here)
-
-
-@dataclass(frozen=True)
-class SshTarget:
-    """How to reach one host: plain values (built from config.HostConfig and config.SshConfig).
-
-    None means "as the ssh config says" (then: the name, port 22, the local user, paramiko's default
-    keys and ssh-agent). `name` is the host's name in the cluster and its Host entry in the ssh config.
-    """
-
-    name: str
-    address: str | None = None
-    port: int | None = None
-    user: str | None = None
-    identity: str | None = None  # a private key file, tried before the ssh config's IdentityFile
-    ssh_config: str | None = "~/.ssh/config"  # None, or a missing file: no ssh config
-    known_hosts: tuple[str, ...] = ("~/.ssh/known_hosts",)  # trusted, never written
-    accepted_keys: str | None = None  # trusted too; where accept_new writes (e.g. <home>/known_hosts)
-    connect_timeout: float = 10.0  # seconds for each step of connecting
-    keepalive: float = 15.0  # seconds between keepalives on an idle connection
-    python: str = "python3"  # the host's Python 3
-    agent_dir: str = "~/.xce-agent"  # where the host keeps the agent's copies (by content hash)
 
 
 class Deadline:

@@ -265,3 +265,31 @@ def test_a_configured_host_with_an_unknown_key_waits_until_hosts_add_accepts_it(
         wait_until(lambda: hosts_of(c)["remote1"]["state"] == "ok", 30, "remote1 to be reached at once, not in 60 s")
     finally:
         close(c)
+
+
+def gateway_pids(c: Cluster) -> list[int]:
+    """The controller's live SSH gateway processes (a killed one not yet reaped is left out)."""
+    import psutil
+
+    found = []
+    for child in psutil.Process(c.controller_pid).children():
+        try:
+            if "xce_lite.exec.sshgate" in " ".join(child.cmdline()):
+                found.append(child.pid)
+        except psutil.Error:  # a zombie, or gone meanwhile
+            pass
+    return found
+
+
+def test_ssh_lives_in_the_gateway_and_a_killed_gateway_is_replaced(rcluster: Cluster):
+    maps = Path(f"/proc/{rcluster.controller_pid}/maps").read_text()
+    assert "cryptography" not in maps and "_cffi_backend" not in maps  # paramiko's crypto is not loaded here
+    [gateway] = gateway_pids(rcluster)
+    assert "cryptography" in Path(f"/proc/{gateway}/maps").read_text()
+    job_id = rcluster.submit("sh", "-c", "sleep 2; exit 4")
+    rcluster.wait_state(job_id, {"RUN"})
+    os.kill(gateway, signal.SIGKILL)
+    wait_until(lambda: gateway_pids(rcluster) and gateway_pids(rcluster) != [gateway], 60, "a new gateway")
+    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(rcluster).values()), 60, "both hosts back")
+    final = rcluster.wait_state(job_id, {"EXIT"}, timeout=60)
+    assert (final["exit_code"], final["attempt"]) == (4, 1)  # the job went on, and its result came back
