@@ -46,6 +46,12 @@ def split_name(text: str) -> tuple[str, str | None]:
     return text[: match.start()], text[match.start():].strip()
 
 
+def throttle_of(text: str) -> int | None:
+    """The throttle of an array's canonical text (`ArraySpec.text()`), without expanding it."""
+    head, sep, tail = text.rpartition("%")
+    return int(tail) if sep and head.endswith("]") else None
+
+
 def parse(text: str) -> ArraySpec:
     """`[1-100:2,5]%10` (the brackets optional) -> its indices and throttle; SpecError says what to fix."""
     body = text.strip()

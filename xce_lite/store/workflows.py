@@ -43,11 +43,13 @@ class FlowStep:
 
 @dataclass(frozen=True)
 class FlowRecord:
-    """A flow's steps, one per submitted item, in the same order."""
+    """A flow's steps in dependency order: those in `kept` name the job they already have (a rescue
+    keeps what finished DONE); the others take the submitted items' ids, in order."""
 
     name: str
     steps: tuple[FlowStep, ...]
     rescue_of: int | None = None
+    kept: tuple[tuple[str, int], ...] = ()  # (step, its job or array id)
 
 
 @dataclass(frozen=True)
@@ -100,10 +102,11 @@ def insert_flow(con: apsw.Connection, flow: FlowRecord, ids: Sequence[int], user
     con.execute("INSERT INTO flows(name, user, submit_time, rescue_of) VALUES (?, ?, ?, ?)",
                 (flow.name, user, now, flow.rescue_of))
     flow_id = con.last_insert_rowid()
+    kept, new_ids = dict(flow.kept), iter(ids)
     con.executemany("INSERT INTO flow_steps(flow_id, position, step, job_id, is_array, depend, upstream) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [(flow_id, position, s.step, job_id, int(s.is_array), s.depend, json.dumps(list(s.upstream)))
-                     for position, (s, job_id) in enumerate(zip(flow.steps, ids))])
+                    [(flow_id, position, s.step, kept[s.step] if s.step in kept else next(new_ids), int(s.is_array),
+                      s.depend, json.dumps(list(s.upstream))) for position, s in enumerate(flow.steps)])
     return flow_id
 
 
@@ -163,6 +166,16 @@ class WorkflowStore:
                     f"SELECT array_id, state, exit_code, start_time IS NOT NULL, count(*) FROM jobs WHERE array_id "
                     f"IN ({', '.join('?' * len(chunk))}) GROUP BY 1, 2, 3, 4", chunk):
                 found.setdefault((array_id, True), []).append((state, code, bool(started), n))
+        return found
+
+    def kill_requested(self, job_ids: Sequence[int]) -> set[int]:
+        """The jobs someone asked to kill since their last dispatch (their failure is not retried)."""
+        found: set[int] = set()
+        for chunk in _chunks(list(job_ids)):
+            found.update(i for (i,) in self._reader().execute(
+                f"SELECT k.job_id FROM events k WHERE k.kind = 'kill_requested' AND k.job_id IN "
+                f"({', '.join('?' * len(chunk))}) AND k.seq > (SELECT coalesce(max(d.seq), 0) FROM events d "
+                f"WHERE d.job_id = k.job_id AND d.kind = 'dispatched')", chunk))
         return found
 
     # ---- arrays ---------------------------------------------------------------------------------------
