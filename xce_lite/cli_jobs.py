@@ -35,7 +35,7 @@ def jobs(ctx, show_all, long, pending, user, elements, as_json, ids) -> None:
     Example: xce jobs -a -u all
     """
     reply = _client(ctx).get("/jobs", ids=",".join(ids) or None, all=show_all, user=user,
-                             effective=long or None, elements=elements or pending or None)
+                             effective=long or None, history=long or None, elements=elements or pending or None)
     if pending:
         reply["jobs"] = [j for j in reply["jobs"] if j["state"] in ("PEND", "PSUSP")]
         reply["arrays"] = []
@@ -146,7 +146,21 @@ def _long(job: dict) -> str:
             lines.append(f"  CPU time: {job['cpu_time']:.2f} s   Max memory: {format_size(job['max_rss'] or 0)}")
     elif job["reason"]:
         lines.append(f"  Reason: {job['reason']}")
+    if len(job.get("history") or ()) > 1:
+        lines.append("  History:")
+        lines.extend(f"    {when(e['time'])}  {e['kind']}{_event_detail(e)}" for e in job["history"])
     return "\n".join(lines) + "\n"
+
+
+def _event_detail(event: dict) -> str:
+    """What an event says in a few words: the attempt and hosts of a dispatch, why a requeue."""
+    data = event.get("data") or {}
+    if event["kind"] == "dispatched":
+        return f": attempt {data.get('attempt')} on {' '.join(f'{n}*{h}' for h, n in data.get('hosts') or [])}"
+    if event["kind"] == "finished":
+        return f": {data.get('state')}" + (f", exit code {data['exit_code']}" if data.get("exit_code") is not None
+                                          else "")
+    return f": {data['reason']}" if data.get("reason") else ""
 
 
 def outcome(job: dict) -> str:

@@ -119,7 +119,12 @@ class ApiHandlers:
         else:
             jobs = self.store.jobs(None, user=user, include_finished=include_finished, elements=elements)
             summaries = self.store.array_summaries(user=user, include_finished=include_finished)
-        return {"schema": 1, "jobs": self._to_wire(jobs, _flag(query, "effective")), "arrays": summaries}
+        wired = self._to_wire(jobs, _flag(query, "effective"))
+        if _flag(query, "history"):  # every attempt's events: dispatched, started, requeued (a retry), ...
+            for job in wired:
+                job["history"] = [{"time": t, "kind": kind, "data": data}
+                                  for t, kind, data in self.store.events(job["id"])]
+        return {"schema": 1, "jobs": wired, "arrays": summaries}
 
     def _to_wire(self, jobs: list[Job], with_effective: bool = False) -> list[dict]:
         """Jobs as the API shows them: pend reasons are the live ones (the store's may lag a second);
