@@ -66,7 +66,7 @@ def load_file(path: Path, sets: dict[str, str]):
 
     try:
         text = path.read_text(encoding="utf-8")
-        root, data = yaml.compose(text), yaml.safe_load(text)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when there
     except OSError as err:
         raise errors.SpecError(f"cannot read {path}: {err.strerror}") from None
     except yaml.YAMLError as err:
@@ -74,6 +74,7 @@ def load_file(path: Path, sets: dict[str, str]):
     try:
         return flows.load(data, sets)
     except flows.FlowError as err:
+        root = yaml.compose(text)  # the node tree, for the lines of the problems only
         lines = [problem(path, root, loc, message) for loc, message in err.problems]
         raise errors.SpecError("\n".join(lines) + "\nnothing was submitted; fix the file and submit it again") from None
 

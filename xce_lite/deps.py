@@ -43,7 +43,7 @@ PLAIN = ("done", "ended", "exit", "started")
 COUNTS = ("numdone", "numended", "numexit")
 OPS = ("==", "!=", ">=", "<=", ">", "<")
 SLURM = {"after": "started", "afterok": "done", "afternotok": "exit", "afterany": "ended"}
-MAX_TEXT = 8192
+MAX_TEXT = 65536  # a flow step after a thousand others says done(...) a thousand times
 _TOKEN = re.compile(r"""\s*(?:(?P<op>&&|\|\||==|!=|>=|<=|[()\[\],!<>])"""
                     r"""|"(?P<str>(?:[^"\\]|\\.)*)"|(?P<word>[^\s()\[\],!<>=&|"]+))""")
 _SLURM_TERM = re.compile(r"(after|afterok|afternotok|afterany)((?::\d+(?:_\d+)?)+)")
@@ -395,19 +395,20 @@ class GroupFacts:
         return ", ".join(f"{n} {state}" for state, n in self.states if n)
 
 
-def group_facts(jobs: Iterable[tuple[str, int | None, bool]]) -> GroupFacts:
-    """From (state, exit code, has started) per job of a group."""
+def group_facts(rows: Iterable[tuple]) -> GroupFacts:
+    """From (state, exit code, has started[, how many]) rows, one (or `how many`) per job of a group."""
     states: dict[str, int] = {}
     codes: dict[int | None, int] = {}
     total = started = unstarted = 0
-    for state, code, has_started in jobs:
-        total += 1
-        states[state] = states.get(state, 0) + 1
-        started += bool(has_started)
+    for state, code, has_started, *count in rows:
+        n = count[0] if count else 1
+        total += n
+        states[state] = states.get(state, 0) + n
+        started += n if has_started else 0
         if state in ("DONE", "EXIT") and not has_started:
-            unstarted += 1
+            unstarted += n
         if state == "EXIT":
-            codes[code] = codes.get(code, 0) + 1
+            codes[code] = codes.get(code, 0) + n
     return GroupFacts(total, tuple(sorted(states.items())), started, unstarted,
                       tuple(sorted(codes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))))
 

@@ -231,7 +231,9 @@ class Workflows:
 def _steps_matching(ref: deps.Ref, steps: dict[str, deps.Target], text: str) -> list[deps.Target]:
     import fnmatch
 
-    names = [n for n in steps if fnmatch.fnmatchcase(n, ref.name or "")]
+    pattern = ref.name or ""
+    names = [n for n in steps if fnmatch.fnmatchcase(n, pattern)] if "*" in pattern else \
+        [pattern] if pattern in steps else []
     if not names:
         raise errors.SpecError(f"-w at position {ref.pos + 1}: {ref.name!r} names no earlier step of this flow")
     if ref.index is not None:
