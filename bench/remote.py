@@ -12,8 +12,8 @@ running in a directory outside /tmp (each test host has a /tmp of its own). Figu
 (with min and max) of --runs samples:
 
 - `N x true, one batch POST`: from the POST until the last job is DONE: jobs/s end to end; with
-  the controller's CPU time (user + system, from /proc) and the agents' (both hosts' agent
-  processes, found in their namespaces) per job;
+  the CPU time (user + system, from /proc) per job of the controller, its SSH gateway, the agents
+  and the hosts' sshd (both found in the hosts' namespaces);
 - `submit -> running`: an idle cluster, one job at a time: from the POST until the job's `date`
   runs (the job writes the time), --latency samples, median and p95;
 - floors on one host of each kind, inside it (one process entered with nsenter, so no nsenter per
@@ -118,18 +118,28 @@ def wait_idle(c: BenchCluster, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
+def named_pids(hosts: list[testhosts.TestHost], comm: str) -> list[int]:
+    return [pid for h in hosts for pid in testhosts.namespace_pids(h.pid) if testhosts._comm(pid) == comm]
+
+
+def gateway_pids(c: BenchCluster) -> list[int]:
+    return [p.pid for p in c.descendants() if "xce_lite.exec.sshgate" in " ".join(p.cmdline())]
+
+
 def throughput(c: BenchCluster, hosts: list[testhosts.TestHost], n: int) -> dict:
+    """One batch of n `true` jobs; the CPU each party spent on it, per job (ms)."""
     client = c.client()
     spec = c.spec(["true"])
-    agents = agent_pids(hosts)
-    cpu_c, cpu_a = cpu_seconds([c.pid]), cpu_seconds(agents)
+    parties = {"ctl": [c.pid], "gateway": gateway_pids(c), "agents": agent_pids(hosts),
+               "sshd": named_pids(hosts, "sshd")}
+    before = {k: cpu_seconds(v) for k, v in parties.items()}
     t0 = time.perf_counter()
     ids = client.post("/jobs", {"jobs": [spec] * n})["ids"]
     reply = wait_done(client, ids, time.monotonic() + 900)
     wall = time.perf_counter() - t0
     done = sum(1 for j in reply["jobs"] if j["state"] == "DONE") if reply else 0
-    return {"rate": n / wall, "done": done, "ctl_ms": (cpu_seconds([c.pid]) - cpu_c) / n * 1000,
-            "agent_ms": (cpu_seconds(agents) - cpu_a) / n * 1000}
+    return {"rate": n / wall, "done": done,
+            **{f"{k}_ms": (cpu_seconds(v) - before[k]) / n * 1000 for k, v in parties.items()}}
 
 
 def latency(c: BenchCluster, samples: int) -> list[float]:
@@ -200,12 +210,14 @@ def main(argv: list[str] | None = None) -> int:
                 for r in range(args.runs):
                     runs.append(throughput(c, hosts, args.jobs))
                     o = runs[-1]
-                    print(f"    run {r + 1}: {o['rate']:.0f} jobs/s, {o['done']}/{args.jobs} DONE, controller "
-                          f"{o['ctl_ms']:.2f} ms/job, agents {o['agent_ms']:.2f} ms/job", flush=True)
+                    print(f"    run {r + 1}: {o['rate']:.0f} jobs/s, {o['done']}/{args.jobs} DONE; CPU per job: "
+                          f"controller {o['ctl_ms']:.2f} ms, ssh gateway {o['gateway_ms']:.2f} ms, agents "
+                          f"{o['agents_ms']:.2f} ms, the hosts' sshd {o['sshd_ms']:.2f} ms", flush=True)
                     wait_idle(c)
                 line(f"{args.jobs} x true, one batch POST, end to end", [o["rate"] for o in runs], "jobs/s")
-                line("  controller CPU per job", [o["ctl_ms"] / 1000 for o in runs], "s")
-                line("  agents' CPU per job", [o["agent_ms"] / 1000 for o in runs], "s")
+                for key, who in (("ctl", "controller"), ("gateway", "ssh gateway"), ("agents", "agents"),
+                                 ("sshd", "the hosts' sshd")):
+                    line(f"  {who} CPU per job", [o[f"{key}_ms"] / 1000 for o in runs], "s")
                 lat = latency(c, args.latency)
                 s = summary(lat)
                 line("submit -> running (idle)", lat, "s", f", p95 {fmt(s['p95'], 's')}")

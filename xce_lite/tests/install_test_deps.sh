@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what the test hosts (xce_lite/testhosts.py) need on Debian 12, as root. Idempotent: when
+# Install what the test hosts (xce_lite/testhosts/) need on Debian 12, as root. Idempotent: when
 # everything is there it installs nothing and exits 0.
 #
 #   what the hosts use            Debian package

@@ -217,7 +217,7 @@ def test_up_refuses_a_directory_the_hosts_have_their_own_copy_of():
 
 
 def test_a_missing_sshd_is_named_with_the_command_that_installs_it(monkeypatch, tmp_path):
-    monkeypatch.setattr(testhosts, "SSHD", "/nonexistent/sshd")
+    monkeypatch.setattr(testhosts.base, "SSHD", "/nonexistent/sshd")
     problems = testhosts.missing_prerequisites()
     assert any("apt-get install -y openssh-server" in p for p in problems), problems
     with pytest.raises(TestHostError, match="apt-get install -y openssh-server"):

@@ -1,0 +1,97 @@
+"""Users inside a systemd test host: a non-root user with lingering, in the host's mount namespace only."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+from xce_lite.testhosts.base import TestHost, TestHostError, _check_dir
+
+
+
+# command line
+
+
+@dataclasses.dataclass(frozen=True)
+class HostUser:
+    """A non-root user with a lingering systemd user manager, inside one systemd test host only."""
+
+    __test__ = False  # not a pytest test class
+
+    host: TestHost
+    name: str
+    uid: int
+    home: str  # the home as the host sees it: /run/xce-home/NAME
+    files: Path  # the same directory as this machine sees it (under the caller's directory)
+
+    @property
+    def runtime_dir(self) -> str:
+        return f"/run/user/{self.uid}"
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """argv running `argv` inside the host as this user, with a login-like environment."""
+        env = [f"HOME={self.home}", f"USER={self.name}", f"LOGNAME={self.name}", "PATH=/usr/bin:/bin",
+               f"XDG_RUNTIME_DIR={self.runtime_dir}", "LANG=C.UTF-8"]
+        return self.host.nsenter_argv(["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
+                                       "env", "-i", *env, *argv])
+
+
+def add_lingering_user(host: TestHost, name: str, dir: Path | str, uid: int = 2001,
+                       timeout: float = 30.0) -> HostUser:
+    """Give the systemd test host `host` a user `name` (uid = gid = `uid`) whose systemd user manager
+    lingers (`loginctl enable-linger`), for jobs in user units. Changes nothing on this machine.
+
+    Inside the host's own mount namespace only, private copies (kept in `dir`) are bind-mounted over
+    /etc/passwd, /etc/group and /etc/shadow, and an empty directory over /var/lib/systemd, where
+    logind records lingering users. The home is `dir`/NAME-home, bind-mounted at /run/xce-home/NAME
+    inside the host (its /run is private): a home under this machine's /root (mode 0700), where test
+    directories usually are, would be out of the user's reach. `dir` must lie outside /tmp.
+    Raises TestHostError if the user manager does not answer within `timeout` seconds.
+    """
+    if not host.systemd:
+        raise TestHostError(f"{host.name} has no systemd: a lingering user needs a systemd host")
+    dir = _check_dir(dir)
+    dir.mkdir(parents=True, exist_ok=True)
+    files, home = dir / f"{name}-home", f"/run/xce-home/{name}"
+    files.mkdir(exist_ok=True)
+    os.chown(files, uid, uid)
+    lines = {
+        "passwd": f"{name}:x:{uid}:{uid}:{name}:{home}:/bin/sh\n",
+        "group": f"{name}:x:{uid}:\n",
+        "shadow": f"{name}:*:19000:0:99999:7:::\n",
+    }
+    var_lib = dir / "var-lib-systemd"
+    (var_lib / "linger").mkdir(parents=True, exist_ok=True)
+    script = ["set -e"]
+    for base, line in lines.items():
+        copy = dir / f"{host.name}.{base}"
+        text = Path(f"/etc/{base}").read_text()
+        if not any(entry.split(":", 1)[0] == name for entry in text.splitlines()):
+            text += line
+        copy.write_text(text)
+        os.chmod(copy, 0o640 if base == "shadow" else 0o644)
+        script.append(f"mountpoint -q /etc/{base} || mount --bind {shlex.quote(str(copy))} /etc/{base}")
+    script += [
+        f"mountpoint -q /var/lib/systemd || mount --bind {shlex.quote(str(var_lib))} /var/lib/systemd",
+        f"mkdir -p {home}",
+        f"mountpoint -q {home} || mount --bind {shlex.quote(str(files))} {home}",
+    ]
+    for argv in (["sh", "-c", "\n".join(script)], ["loginctl", "enable-linger", name]):
+        done = subprocess.run(host.nsenter_argv(argv), capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise TestHostError(f"{host.name}: {shlex.join(argv[:2])} failed: {done.stderr.strip()}")
+    user = HostUser(host, name, uid, home, files)
+    deadline = time.monotonic() + timeout
+    while True:
+        done = subprocess.run(user.argv(["systemctl", "--user", "is-system-running"]), capture_output=True,
+                              text=True, timeout=timeout)
+        if done.stdout.strip() in ("running", "degraded"):
+            return user
+        if time.monotonic() > deadline:
+            raise TestHostError(f"{host.name}: the user manager of {name} did not come up within {timeout:g} s "
+                                f"({done.stdout.strip()} {done.stderr.strip()})")
+        time.sleep(0.05)
