@@ -3,7 +3,7 @@ jobs hold, what is free, and each job's effective values (the merge of its own v
 application profile and its queue: merge.py).
 
 Pure functions over plain values (no store, no clock), shared by the controller's tick, its submit
-checks and `xce why`, so all three see a job and a host the same way.
+checks, `xce why` and the simulator, so all of them see a job, a queue and a host the same way.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from xce_lite.errors import SpecError
 from xce_lite.merge import Effective, Profile, QueueLimits, merge, parse_resreq
 from xce_lite.models import JobSpec
 from xce_lite.sched import resreq as rr
+from xce_lite.sched.core import PendingJob, QueuePolicy
 from xce_lite.sched.placement import GPUS, SLOTS, HostView, JobRequest
 from xce_lite.sched.reasons import NOTHING, FrozenMap, HostAlloc, Placement
 
@@ -140,3 +141,24 @@ def effective(spec: JobSpec, queue: str | None, config: ClusterConfig, profiles:
             raise SpecError(f"application {spec.app!r} is not defined; the applications are: "
                             f"{', '.join(sorted(profiles))} (see `xce apps`)")
     return merge(spec, profile, limits)
+
+
+def queue_policies(config: ClusterConfig) -> tuple[QueuePolicy, ...]:
+    """What the scheduler reads of each queue: priority, hosts, running limits."""
+    return tuple(QueuePolicy(q.name, q.priority, frozenset(q.hosts) if q.hosts is not None else None,
+                             q.running_limit, q.user_running_limit) for q in config.queues)
+
+
+def pending_job(job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float, config: ClusterConfig,
+                profiles: dict[str, Profile]) -> tuple[PendingJob, Effective | None]:
+    """The scheduler's view of a pending job, and its effective values: its request merged live, so a
+    changed profile or queue ceiling applies to jobs already waiting. A job that cannot be merged
+    now (its profile or queue is gone, a reconfig made it unrunnable) is blocked with the reason
+    (and no effective values): it pends, never EXIT, until the configuration lets it run."""
+    try:
+        eff = effective(spec, queue, config, profiles)
+    except SpecError as err:
+        return PendingJob(job_id, user, queue, JobRequest(job_id), spec.priority, submit_time,
+                          blocked=f"cannot run as configured now: {err}"), None
+    request = JobRequest(job_id, eff.min_tasks, eff.max_tasks, eff.resreq)
+    return PendingJob(job_id, user, queue, request, spec.priority, submit_time, eff.profile_hash), eff
