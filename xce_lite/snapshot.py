@@ -9,7 +9,7 @@ checks, `xce why` and the simulator, so all of them see a job, a queue and a hos
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xce_lite.config import ClusterConfig
 from xce_lite.errors import SpecError
@@ -17,7 +17,7 @@ from xce_lite.merge import Effective, Profile, QueueLimits, merge, parse_resreq
 from xce_lite.models import JobSpec
 from xce_lite.sched import resreq as rr
 from xce_lite.sched.core import PendingJob, QueuePolicy
-from xce_lite.sched.placement import GPUS, SLOTS, HostView, JobRequest
+from xce_lite.sched.placement import GPUS, SLOTS, HostView, JobRequest, why_never
 from xce_lite.sched.reasons import NOTHING, FrozenMap, HostAlloc, Placement
 
 
@@ -162,3 +162,19 @@ def pending_job(job_id: int, user: str, queue: str, spec: JobSpec, submit_time: 
                           blocked=f"cannot run as configured now: {err}"), None
     request = JobRequest(job_id, eff.min_tasks, eff.max_tasks, eff.resreq)
     return PendingJob(job_id, user, queue, request, spec.priority, submit_time, eff.profile_hash), eff
+
+
+def admit(spec: JobSpec, config: ClusterConfig, profiles: dict[str, Profile],
+          totals: tuple[HostView, ...]) -> tuple[JobSpec, str, Effective]:
+    """What submit checks before anything is stored: the spec as it will be stored (a job without
+    -app gets the cluster's default_application, and remembers it did), its queue's name and its
+    effective values; SpecError if they break a rule or no host could ever run them."""
+    queue_name = config.queue(spec.queue).name
+    if spec.app is None:  # the job keeps the name it was submitted under, whatever the default becomes
+        spec = replace(spec, app=config.default_application, exdata={**spec.exdata, "app_origin": "default"})
+    eff = effective(spec, queue_name, config, profiles)
+    check_units(eff.resreq, size_resources(config))
+    never = why_never(JobRequest(0, eff.min_tasks, eff.max_tasks, eff.resreq), totals, config.shared)
+    if never is not None:
+        raise SpecError(f"{never} (see `xce hosts -l`)")
+    return spec, queue_name, eff

@@ -1,0 +1,354 @@
+"""The simulation engine: the controller's scheduler core and merge, on a simulated clock and hosts.
+
+What is the controller's, shared and never copied: the submit checks and merge (`snapshot.admit`,
+`snapshot.pending_job`), the queue policies (`snapshot.queue_policies`), what a host has free
+(`snapshot.hosts_now`, per changed host), the shared counters (`snapshot.shared_free`) and the pure
+core (`sched.core.schedule`). Hosts are fake Hosts behind the exec seam (exec/fake.py): a dispatch
+launches a unit there, and its end comes back as a `UnitFinished` event, as from a real host.
+
+A step is one simulated instant. Instants lie on a grid of `interval` seconds (the controller's
+tick, by default): an event at t is seen at the first grid point at or after t, and everything due
+by then is taken in one step, in this order (the controller's tick):
+
+1. collect: the clock moves; units that ended finish their jobs (DONE, or EXIT with the reason);
+2. submit: jobs due are admitted (or rejected, with why no host could ever run them); a job with
+   a dependency waits for it, an array element for room under its array's %limit;
+3. release: jobs whose dependency now holds, and array elements with room, join the pending set;
+4. schedule: if anything changed and jobs are pending, ONE session of the core;
+5. dispatch: each plan reserves its hosts and launches on the first; pend reasons are stored.
+
+Jobs released by a dispatch (`started(x)`) or a session cut short by its budget make the next grid
+point an instant of its own, as they would wake the controller. Time is only ever `self.now`:
+nothing here reads a real clock. Deterministic: the same config and workload give the same steps.
+
+Tracing: `step(traced)` keeps the `core.Examined` values of the jobs `traced` names (the core's
+observer); they ride on the Step and are never recorded, so a trace cannot change a decision.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from xce_lite.config import ClusterConfig
+from xce_lite.errors import SpecError
+from xce_lite.exec.fake import FakeCluster, sim_argv
+from xce_lite.exec.host import LaunchRequest, UnitFinished
+from xce_lite.merge import Effective, Profile
+from xce_lite.models import DONE, EXIT, PEND, RUN, JobSpec
+from xce_lite.sched.core import Decisions, Dispatch, PendingJob, Snapshot, schedule
+from xce_lite.sim import flow
+from xce_lite.sim.workload import Workload, WorkloadJob
+from xce_lite.snapshot import Holding, admit, host_totals, hosts_now, pending_job, queue_policies, shared_free
+
+WAITING, REJECTED = "WAIT", "REJECTED"  # not submitted yet; refused at submit
+
+
+@dataclass(eq=False)
+class SimJob:
+    id: int
+    entry: WorkloadJob
+    name: str | None
+    array: str | None = None  # the array's name, for an element
+    state: str = WAITING
+    queue: str = ""
+    spec: JobSpec | None = None
+    eff: Effective | None = None
+    pending: PendingJob | None = None
+    reason: str | None = None
+    start: float | None = None
+    end: float | None = None
+    exit_code: int | None = None
+    holding: Holding | None = None
+    order: int = 0  # dispatch order: ties in end time finish in it
+    after: object = None  # the parsed dependency
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one instant did. `reasons`: (reason, ids) of the jobs whose pend reason changed."""
+
+    number: int
+    time: float
+    session: int | None
+    finished: tuple[tuple[int, str, int | None], ...] = ()
+    submitted: tuple[int, ...] = ()
+    rejected: tuple[tuple[int, str], ...] = ()
+    dispatched: tuple[Dispatch, ...] = ()
+    reasons: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    pending: int = 0
+    running: int = 0
+    used: tuple[tuple[str, float], ...] = ()
+    examined: tuple = field(default=(), compare=False)  # traced core.Examined values; never recorded
+
+    def to_json(self) -> dict:
+        """The recorded form: every decision and the accounting, nothing the trace adds."""
+        return {"step": self.number, "t": self.time, "session": self.session,
+                "finished": [list(f) for f in self.finished], "submitted": list(self.submitted),
+                "rejected": [list(r) for r in self.rejected],
+                "dispatched": [[d.job_id, [list(h) for h in d.hosts]] for d in self.dispatched],
+                "reasons": [[r, list(ids)] for r, ids in self.reasons],
+                "acct": {"pending": self.pending, "running": self.running, "used": dict(self.used)}}
+
+
+class Simulator:
+    def __init__(self, config: ClusterConfig, profiles: dict[str, Profile], workload: Workload,
+                 interval: float | None = None) -> None:
+        self.config, self.profiles, self.workload = config, profiles, workload
+        self.interval = config.controller.tick if interval is None else interval
+        if self.interval < 0:
+            raise SpecError(f"interval {self.interval}: give 0 (every instant) or a positive number of seconds")
+        self.totals = host_totals(config)
+        self.policies = queue_policies(config)
+        self.total_by_resource: dict[str, float] = {}
+        for view in self.totals:
+            for name, amount in view.total.items():
+                self.total_by_resource[name] = self.total_by_resource.get(name, 0) + amount
+        self.cluster = FakeCluster()
+        self.events: queue.Queue = queue.Queue()
+        for view in self.totals:
+            self.cluster.host(view.name).connect(self.events)
+        self.jobs: list[SimJob] = []  # by id - 1
+        self._by_name: dict[str, list[SimJob]] = {}
+        for entry in sorted(workload.jobs, key=lambda e: (e.submit, e.row)):
+            if entry.array is None:
+                self._new_job(entry, entry.name, None)
+            else:
+                name, first, last, _ = entry.array
+                for index in range(first, last + 1):
+                    self._new_job(entry, f"{name}[{index}]", name)
+        for job in self.jobs:
+            if job.entry.after is not None:
+                job.after = flow.parse(job.entry.after)
+                missing = sorted(t for t in flow.targets(job.after) if not self._targets(t))
+                if missing:
+                    raise SpecError(f"workload {workload.source}, job {job.entry.row}: its dependency names "
+                                    f"{', '.join(missing)}, which no job of the workload is (by name or id)")
+        self.now = 0.0
+        self.step_number = self.sessions = 0
+        self._next_submit = 0  # index into self.jobs: the next not yet submitted (they are in submit order)
+        self.pending: dict[int, PendingJob] = {}
+        self.running: dict[int, SimJob] = {}
+        self._held_deps: dict[int, SimJob] = {}
+        self._throttled: dict[str, deque[SimJob]] = {}  # array -> elements waiting for room
+        self._array_running: dict[str, int] = {}
+        self._views = {v.name: v for v in self.totals}
+        self._totals = dict(self._views)
+        self._on_host: dict[str, dict[int, Holding]] = {v.name: {} for v in self.totals}
+        self._changed_hosts: set[str] = set()
+        self._shared_holders: dict[int, Holding] = {}
+        self._shared = shared_free(config, ())
+        self._slots_used: dict[tuple[str, str], int] = {}
+        self.used: dict[str, float] = dict.fromkeys(self.total_by_resource, 0)
+        self.used_seconds: dict[str, float] = dict.fromkeys(self.total_by_resource, 0.0)
+        self._dirty = False  # something changed that the next session must see
+        self._wake = False  # the next grid point is an instant of its own (released jobs, a cut session)
+        self._dispatches = 0
+
+    def _new_job(self, entry: WorkloadJob, name: str | None, array: str | None) -> None:
+        job = SimJob(len(self.jobs) + 1, entry, name, array)
+        self.jobs.append(job)
+        for key in filter(None, (name, array, str(job.id))):
+            self._by_name.setdefault(key, []).append(job)
+
+    def _targets(self, target: str) -> list[SimJob]:
+        return self._by_name.get(target, [])
+
+    # ---- the clock
+
+    def next_instant(self) -> float | None:
+        """When the next step happens; None when nothing is left to happen."""
+        times = []
+        if self._next_submit < len(self.jobs):
+            times.append(self.jobs[self._next_submit].entry.submit)
+        end = self.cluster.next_end()
+        if end is not None:
+            times.append(end)
+        if self._wake:
+            times.append(self.now + self.interval)
+        if not times:
+            return None
+        t = max(min(times), self.now)
+        if self.interval > 0:
+            t = math.ceil(t / self.interval) * self.interval
+        return max(t, self.now)
+
+    @property
+    def finished(self) -> bool:
+        return self.next_instant() is None
+
+    def step(self, traced: Callable[[int], bool] | None = None) -> Step | None:
+        """Run one instant (see the module docstring); None when the simulation is over. `traced`:
+        which jobs' `core.Examined` values the step keeps (tracing reads, never decides)."""
+        t = self.next_instant()
+        if t is None:
+            return None
+        for name, amount in self.used.items():
+            self.used_seconds[name] += amount * (t - self.now)
+        self.now, self._wake = t, False
+        self.step_number += 1
+        finished = self._collect(t)
+        submitted, rejected = self._submit(t)
+        changed: dict[str, list[int]] = {}
+        self._release(changed)
+        session = None
+        dispatched: tuple[Dispatch, ...] = ()
+        examined: list = []
+        if self._dirty and self.pending:
+            self._dirty = False
+            self.sessions += 1
+            session = self.sessions
+            observe = None if traced is None else (lambda e: examined.append(e) if traced(e.job_id) else None)
+            decisions = schedule(self._snapshot(), self.config.controller.sched_budget, observe)
+            dispatched = decisions.dispatches
+            self._apply(decisions, changed)
+            if not decisions.complete:
+                self._dirty = self._wake = True
+        if self._release(changed):  # started(x) dependencies: the next grid point is an instant of its own
+            self._wake = True
+        return Step(self.step_number, t, session, tuple(finished), tuple(submitted), tuple(rejected), dispatched,
+                    tuple((r, tuple(ids)) for r, ids in changed.items()), len(self.pending) + len(self._held_deps)
+                    + sum(map(len, self._throttled.values())), len(self.running),
+                    tuple(self.used.items()), tuple(examined))
+
+    # ---- the tick's phases
+
+    def _collect(self, t: float) -> list[tuple[int, str, int | None]]:
+        self.cluster.advance(t)
+        finished = []
+        while True:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                break
+            if not isinstance(event, UnitFinished):
+                continue
+            job = self.running.pop(int(event.unit.split("-")[1]))
+            result = event.result
+            job.state = DONE if result.exit_code == 0 else EXIT
+            job.end, job.exit_code, job.reason = result.end_time, result.exit_code, result.reason
+            self._release_holding(job)
+            self.cluster.host(event.host).forget([event.unit])
+            finished.append((job.id, job.state, job.exit_code))
+        if finished:
+            self._dirty = True
+        return finished
+
+    def _submit(self, t: float) -> tuple[list[int], list[tuple[int, str]]]:
+        submitted, rejected = [], []
+        while self._next_submit < len(self.jobs) and self.jobs[self._next_submit].entry.submit <= t:
+            job = self.jobs[self._next_submit]
+            self._next_submit += 1
+            e = job.entry
+            spec = JobSpec(argv=sim_argv(e.runtime, e.exit_code), cwd="/", name=job.name, queue=e.queue,
+                           slots=e.slots, max_slots=e.max_slots, resreq=e.resreq, run_limit=e.run_limit,
+                           mem_limit=e.mem_limit, priority=e.priority, app=e.app)
+            try:
+                job.spec, job.queue, job.eff = admit(spec, self.config, self.profiles, self.totals)
+            except SpecError as err:
+                job.state, job.reason = REJECTED, str(err)
+                rejected.append((job.id, str(err)))
+                continue
+            job.state = PEND
+            submitted.append(job.id)
+            self._held_deps[job.id] = job  # _release moves it on when it may
+        return submitted, rejected
+
+    def _release(self, changed: dict[str, list[int]]) -> int:
+        """Move the jobs whose dependency now holds, and array elements with room, to the pending
+        set; the others' reasons say why they wait (into `changed` when new). Returns how many moved."""
+        moved = 0
+        for job in list(self._held_deps.values()):
+            if job.after is not None:
+                verdict = flow.evaluate(job.after, lambda t: [j.state for j in self._targets(t)])
+                if verdict is not True:
+                    self._wait(job, f"dependency {job.entry.after} " +
+                               ("can never be satisfied" if verdict is None else "is not satisfied yet"), changed)
+                    continue
+            del self._held_deps[job.id]
+            limit = job.entry.array[3] if job.array is not None else None
+            if limit is not None and self._array_running.get(job.array, 0) >= limit:
+                self._wait(job, f"array {job.array}: at most {limit} elements run at once", changed)
+                self._throttled.setdefault(job.array, deque()).append(job)
+                continue
+            self._to_pending(job)
+            moved += 1
+        for array, waiting in self._throttled.items():
+            limit = waiting[0].entry.array[3] if waiting else 0
+            while waiting and self._array_running.get(array, 0) < limit:
+                self._to_pending(waiting.popleft())
+                moved += 1
+        return moved
+
+    @staticmethod
+    def _wait(job: SimJob, reason: str, changed: dict[str, list[int]]) -> None:
+        if job.reason != reason:
+            job.reason = reason
+            changed.setdefault(reason, []).append(job.id)
+
+    def _to_pending(self, job: SimJob) -> None:
+        if job.array is not None:  # counted from release: the core may start every pending element at once
+            self._array_running[job.array] = self._array_running.get(job.array, 0) + 1
+        job.pending = pending_job(job.id, job.entry.user, job.queue, job.spec, job.entry.submit, self.config,
+                                  self.profiles)[0]
+        self.pending[job.id] = job.pending
+        self._dirty = True
+
+    def _snapshot(self) -> Snapshot:
+        for name in self._changed_hosts:
+            self._views[name] = hosts_now((self._totals[name],), {name: "ok"}, self._on_host[name].values())[0]
+        self._changed_hosts.clear()
+        running = tuple((q, u, n) for (q, u), n in self._slots_used.items() if n)
+        return Snapshot(tuple(self._views.values()), tuple(self.pending.values()), self.policies, self._shared,
+                        running, self.now, self.config.controller.reserve_after)
+
+    def _apply(self, decisions: Decisions, changed: dict[str, list[int]]) -> None:
+        for d in decisions.dispatches:
+            job = self.jobs[d.job_id - 1]
+            del self.pending[job.id]
+            self._dispatches += 1
+            job.state, job.start, job.order, job.reason = RUN, self.now, self._dispatches, None
+            self._hold(job, Holding.of(d.placement))
+            self._launch(job, d.hosts[0][0])
+        for reason, ids in decisions.waiting:
+            for job_id in ids:
+                self._wait(self.jobs[job_id - 1], reason, changed)
+
+    def _launch(self, job: SimJob, first_host: str, start: float | None = None) -> None:
+        request = LaunchRequest(unit=f"sim-{job.id}-1-0", argv=job.spec.argv, env={}, cwd="/", stdout="/dev/null",
+                                stderr=None, run_limit=job.eff.run_limit, mem_limit=job.eff.mem_limit)
+        host = self.cluster.host(first_host)
+        reply = host.launch([request])[0] if start is None else host.start_at(request, start)
+        if reply.status != "started":
+            raise RuntimeError(f"the fake host refused job {job.id}: {reply.error}")  # a bug, not input
+
+    def _hold(self, job: SimJob, holding: Holding) -> None:
+        job.holding = holding
+        self.running[job.id] = job
+        for alloc in holding.allocs:
+            self._on_host[alloc.host][job.id] = holding
+            self._changed_hosts.add(alloc.host)
+            for name, amount in alloc.reserved.items():
+                self.used[name] = self.used.get(name, 0) + amount
+        if holding.shared:
+            self._shared_holders[job.id] = holding
+            self._shared = shared_free(self.config, self._shared_holders.values())
+        key = (job.queue, job.entry.user)
+        self._slots_used[key] = self._slots_used.get(key, 0) + sum(a.tasks for a in holding.allocs)
+
+    def _release_holding(self, job: SimJob) -> None:
+        holding = job.holding
+        for alloc in holding.allocs:
+            del self._on_host[alloc.host][job.id]
+            self._changed_hosts.add(alloc.host)
+            for name, amount in alloc.reserved.items():
+                self.used[name] -= amount
+        if self._shared_holders.pop(job.id, None) is not None:
+            self._shared = shared_free(self.config, self._shared_holders.values())
+        key = (job.queue, job.entry.user)
+        self._slots_used[key] -= sum(a.tasks for a in holding.allocs)
+        if job.array is not None:
+            self._array_running[job.array] -= 1
