@@ -23,6 +23,7 @@ from xce_lite.home import Home, resolve_home
 from xce_lite.cli_apps import apps, effective_lines, reconfig, table_lines
 from xce_lite.cli_presets import preset as preset_group
 from xce_lite.cli_submit import build_spec, expand, given_options, submit_options
+from xce_lite.sim.cli import sim as sim_group
 from xce_lite.units import format_duration, format_size
 
 EXIT_TIMEOUT = 124
@@ -548,3 +549,4 @@ main.add_command(preset_group)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+main.add_command(sim_group)

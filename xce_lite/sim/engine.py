@@ -40,6 +40,7 @@ from xce_lite.exec.host import LaunchRequest, UnitFinished
 from xce_lite.merge import Effective, Profile
 from xce_lite.models import DONE, EXIT, PEND, RUN, JobSpec
 from xce_lite.sched.core import Decisions, Dispatch, PendingJob, Snapshot, schedule
+from xce_lite.sched.placement import HostView
 from xce_lite.sim import flow
 from xce_lite.sim.workload import Workload, WorkloadJob
 from xce_lite.snapshot import Holding, admit, host_totals, hosts_now, pending_job, queue_policies, shared_free
@@ -180,6 +181,11 @@ class Simulator:
     def finished(self) -> bool:
         return self.next_instant() is None
 
+    @property
+    def submitted_count(self) -> int:
+        """Jobs submitted so far: they are `self.jobs[:submitted_count]` (jobs are in submit order)."""
+        return self._next_submit
+
     def step(self, traced: Callable[[int], bool] | None = None) -> Step | None:
         """Run one instant (see the module docstring); None when the simulation is over. `traced`:
         which jobs' `core.Examined` values the step keeps (tracing reads, never decides)."""
@@ -242,12 +248,8 @@ class Simulator:
         while self._next_submit < len(self.jobs) and self.jobs[self._next_submit].entry.submit <= t:
             job = self.jobs[self._next_submit]
             self._next_submit += 1
-            e = job.entry
-            spec = JobSpec(argv=sim_argv(e.runtime, e.exit_code), cwd="/", name=job.name, queue=e.queue,
-                           slots=e.slots, max_slots=e.max_slots, resreq=e.resreq, run_limit=e.run_limit,
-                           mem_limit=e.mem_limit, priority=e.priority, app=e.app)
             try:
-                job.spec, job.queue, job.eff = admit(spec, self.config, self.profiles, self.totals)
+                self._admit(job)
             except SpecError as err:
                 job.state, job.reason = REJECTED, str(err)
                 rejected.append((job.id, str(err)))
@@ -256,6 +258,14 @@ class Simulator:
             submitted.append(job.id)
             self._held_deps[job.id] = job  # _release moves it on when it may
         return submitted, rejected
+
+    def _admit(self, job: SimJob) -> None:
+        """The controller's submit checks and merge; SpecError if it would refuse the job."""
+        e = job.entry
+        spec = JobSpec(argv=sim_argv(e.runtime, e.exit_code), cwd="/", name=job.name, queue=e.queue,
+                       slots=e.slots, max_slots=e.max_slots, resreq=e.resreq, run_limit=e.run_limit,
+                       mem_limit=e.mem_limit, priority=e.priority, app=e.app)
+        job.spec, job.queue, job.eff = admit(spec, self.config, self.profiles, self.totals)
 
     def _release(self, changed: dict[str, list[int]]) -> int:
         """Move the jobs whose dependency now holds, and array elements with room, to the pending
@@ -297,10 +307,18 @@ class Simulator:
         self.pending[job.id] = job.pending
         self._dirty = True
 
-    def _snapshot(self) -> Snapshot:
-        for name in self._changed_hosts:
+    def host_views(self) -> list[HostView]:
+        """Every host as the scheduler sees it now (free amounts)."""
+        for name in self._changed_hosts:  # only the hosts whose holdings changed are built again
             self._views[name] = hosts_now((self._totals[name],), {name: "ok"}, self._on_host[name].values())[0]
         self._changed_hosts.clear()
+        return list(self._views.values())
+
+    def jobs_on(self, host: str) -> int:
+        return len(self._on_host[host])
+
+    def _snapshot(self) -> Snapshot:
+        self.host_views()
         running = tuple((q, u, n) for (q, u), n in self._slots_used.items() if n)
         return Snapshot(tuple(self._views.values()), tuple(self.pending.values()), self.policies, self._shared,
                         running, self.now, self.config.controller.reserve_after)
@@ -352,3 +370,41 @@ class Simulator:
         self._slots_used[key] -= sum(a.tasks for a in holding.allocs)
         if job.array is not None:
             self._array_running[job.array] -= 1
+
+    # ---- snapshots of the simulated state
+
+    def state(self) -> dict:
+        """Everything a later `restore` needs to go on exactly as this run would (JSON-able)."""
+        jobs = [[j.id, j.state, j.reason, j.start, j.end, j.exit_code, j.order,
+                 j.holding.to_json() if j.state == RUN else None] for j in self.jobs[:self._next_submit]]
+        return {"now": self.now, "step": self.step_number, "sessions": self.sessions, "submitted": self._next_submit,
+                "dispatches": self._dispatches, "dirty": self._dirty, "wake": self._wake,
+                "used_seconds": self.used_seconds, "jobs": jobs, "pending": list(self.pending),
+                "held": list(self._held_deps), "throttled": {a: [j.id for j in q] for a, q in self._throttled.items()}}
+
+    def restore(self, state: dict) -> None:
+        """Take up a `state()` of a simulation of the same config and workload (checked by the caller)."""
+        self.now, self.step_number, self.sessions = state["now"], state["step"], state["sessions"]
+        self._next_submit, self._dispatches = state["submitted"], state["dispatches"]
+        self._wake = state["wake"]
+        self.used_seconds = dict(state["used_seconds"])
+        self.cluster.now = self.now
+        running = []
+        for job_id, job_state, reason, start, end, exit_code, order, holding in state["jobs"]:
+            job = self.jobs[job_id - 1]
+            job.state, job.reason, job.start, job.end, job.exit_code, job.order = (
+                job_state, reason, start, end, exit_code, order)
+            if job_state != REJECTED:
+                self._admit(job)
+            if job_state == RUN:
+                running.append((order, job, Holding.from_json(holding, ())))
+        for _, job, holding in sorted(running, key=lambda r: r[0]):  # launch order breaks ties in end time
+            self._hold(job, holding)
+            self._launch(job, holding.allocs[0].host, job.start)
+            if job.array is not None:
+                self._array_running[job.array] = self._array_running.get(job.array, 0) + 1
+        for job_id in state["pending"]:
+            self._to_pending(self.jobs[job_id - 1])
+        self._dirty = state["dirty"]
+        self._held_deps = {i: self.jobs[i - 1] for i in state["held"]}
+        self._throttled = {a: deque(self.jobs[i - 1] for i in ids) for a, ids in state["throttled"].items()}

@@ -6,7 +6,7 @@ job, with its defaults:
     submit    seconds from the start (a number, or `90s`, `10m`, `2h`); required
     user      who submits it ("user")             queue     its queue (the cluster's default)
     app       its application profile (the cluster's default_application; "" for none)
-    n         tasks: `4` or `2,8` (-n min,max)     R         the -R request text ("")
+    n         tasks: `4` or `2,8` (-n min,max)     R         the -R text, or a list of them
     runtime   seconds it runs once started; required        exit      its exit code (0)
     name      its name (-J), what dependencies refer to     priority  -sp 0..100 (0)
     W         run limit (-W), M memory limit (-M)            after     a dependency (-w): done(a) && ended(b)
@@ -124,7 +124,7 @@ def parse_job(row: object, index: int, source: str) -> WorkloadJob:
         row=index, submit=_seconds(row["submit"], "submit", where), runtime=_seconds(row["runtime"], "runtime", where),
         user=_text(row, "user", where) or "user", queue=_text(row, "queue", where),
         app=str(row["app"]) if "app" in row and row["app"] is not None else None,
-        slots=slots, max_slots=max_slots, resreq=(str(row["R"]),) if row.get("R") else (),
+        slots=slots, max_slots=max_slots, resreq=_resreq(row.get("R"), where),
         exit_code=_int(row.get("exit", 0), "exit", where, 0, 255), name=name if array is None else array[0],
         priority=_int(row.get("priority", 0), "priority", where, 0, 100),
         run_limit=_seconds(row["W"], "W", where) if "W" in row else None,
@@ -139,6 +139,17 @@ def _text(row: dict, key: str, where: str) -> str | None:
     if not isinstance(value, (str, int)) or isinstance(value, bool) or not str(value).strip():
         raise SpecError(f"{where}: `{key}` must be a non-empty text, not {value!r}")
     return str(value).strip()
+
+
+def _resreq(value: object, where: str) -> tuple[str, ...]:
+    """`R`: one -R text, or a list of them (selects ANDed, the rest merged, as -R given twice)."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise SpecError(f"{where}: `R` must be a -R text or a list of them, not {value!r}")
 
 
 def _seconds(value: object, key: str, where: str) -> float:
