@@ -8,7 +8,7 @@ checks, `xce why` and the simulator, so all of them see a job, a queue and a hos
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from xce_lite.config import ClusterConfig
@@ -164,17 +164,20 @@ def pending_job(job_id: int, user: str, queue: str, spec: JobSpec, submit_time: 
     return PendingJob(job_id, user, queue, request, spec.priority, submit_time, eff.profile_hash), eff
 
 
-def admit(spec: JobSpec, config: ClusterConfig, profiles: dict[str, Profile],
-          totals: tuple[HostView, ...]) -> tuple[JobSpec, str, Effective]:
+def admit(spec: JobSpec, config: ClusterConfig, profiles: dict[str, Profile], totals: tuple[HostView, ...],
+          never: Callable[[JobRequest], str | None] | None = None) -> tuple[JobSpec, str, Effective]:
     """What submit checks before anything is stored: the spec as it will be stored (a job without
     -app gets the cluster's default_application, and remembers it did), its queue's name and its
-    effective values; SpecError if they break a rule or no host could ever run them."""
+    effective values; SpecError if they break a rule or no host could ever run them. `never`
+    answers `why_never(request, totals, config.shared)`; the simulator passes a memo of it (the
+    answer depends on the request alone, and reading 1,000 hosts per submit is 0.1 s)."""
     queue_name = config.queue(spec.queue).name
     if spec.app is None:  # the job keeps the name it was submitted under, whatever the default becomes
         spec = replace(spec, app=config.default_application, exdata={**spec.exdata, "app_origin": "default"})
     eff = effective(spec, queue_name, config, profiles)
     check_units(eff.resreq, size_resources(config))
-    never = why_never(JobRequest(0, eff.min_tasks, eff.max_tasks, eff.resreq), totals, config.shared)
-    if never is not None:
-        raise SpecError(f"{never} (see `xce hosts -l`)")
+    request = JobRequest(0, eff.min_tasks, eff.max_tasks, eff.resreq)
+    why = why_never(request, totals, config.shared) if never is None else never(request)
+    if why is not None:
+        raise SpecError(f"{why} (see `xce hosts -l`)")
     return spec, queue_name, eff

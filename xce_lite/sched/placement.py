@@ -346,7 +346,8 @@ class _Host:
     def __init__(self, view: HostView) -> None:
         self.view = view
         self.name = view.name
-        self.free: dict[str, Any] = dict(view.free)
+        free = view.free
+        self.free: dict[str, Any] = free.to_dict() if isinstance(free, FrozenMap) else dict(free)
         self.gpu_free = view.gpu_free
         self._names: dict[str, object] | None = None
         # Closed or unreachable: the one reason it takes nothing, whatever the job.

@@ -40,7 +40,7 @@ from xce_lite.exec.host import LaunchRequest, UnitFinished
 from xce_lite.merge import Effective, Profile
 from xce_lite.models import DONE, EXIT, PEND, RUN, JobSpec
 from xce_lite.sched.core import Decisions, Dispatch, PendingJob, Snapshot, schedule
-from xce_lite.sched.placement import HostView
+from xce_lite.sched.placement import HostView, JobRequest, why_never
 from xce_lite.sim import flow
 from xce_lite.sim.workload import Workload, WorkloadJob
 from xce_lite.snapshot import Holding, admit, host_totals, hosts_now, pending_job, queue_policies, shared_free
@@ -148,6 +148,7 @@ class Simulator:
         self._dirty = False  # something changed that the next session must see
         self._wake = False  # the next grid point is an instant of its own (released jobs, a cut session)
         self._dispatches = 0
+        self._never_memo: dict[tuple, str | None] = {}
 
     def _new_job(self, entry: WorkloadJob, name: str | None, array: str | None) -> None:
         job = SimJob(len(self.jobs) + 1, entry, name, array)
@@ -265,7 +266,14 @@ class Simulator:
         spec = JobSpec(argv=sim_argv(e.runtime, e.exit_code), cwd="/", name=job.name, queue=e.queue,
                        slots=e.slots, max_slots=e.max_slots, resreq=e.resreq, run_limit=e.run_limit,
                        mem_limit=e.mem_limit, priority=e.priority, app=e.app)
-        job.spec, job.queue, job.eff = admit(spec, self.config, self.profiles, self.totals)
+        job.spec, job.queue, job.eff = admit(spec, self.config, self.profiles, self.totals, self._never)
+
+    def _never(self, request: JobRequest) -> str | None:
+        """`why_never` on the cluster's totals, memoised by request shape (it reads nothing else)."""
+        key = (request.min_tasks, request.max_tasks, request.resreq)
+        if key not in self._never_memo:
+            self._never_memo[key] = why_never(request, self.totals, self.config.shared)
+        return self._never_memo[key]
 
     def _release(self, changed: dict[str, list[int]]) -> int:
         """Move the jobs whose dependency now holds, and array elements with room, to the pending

@@ -43,6 +43,10 @@ BYTE_BOUND = 64 * 1024 * 1024
 _RULES = ("with room", "select false", "resource short", "same", "closed", "unreachable")
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _rule(reasons: tuple) -> str:
     first = reasons[0] if reasons else None
     if isinstance(first, HostDown):
@@ -76,8 +80,8 @@ def render(e: core.Examined, step: int, t: float, session: int | None, level: st
     body: list[str] = []
     if e.kind == core.DISPATCHED:
         p: Placement = e.outcome  # type: ignore[assignment]
-        lines.append(f"  plan: {len(p.allocs)} host{'s' if len(p.allocs) != 1 else ''}, {p.tasks} task{'s' if p.tasks != 1 else ''}")
-        body = [f"    {a.host}: {a.tasks} task{'s' if a.tasks != 1 else ''}"
+        lines.append(f"  plan: {_count(len(p.allocs), 'host')}, {_count(p.tasks, 'task')}")
+        body = [f"    {a.host}: {_count(a.tasks, 'task')}"
                 + "".join(f", {k} {format_amount(k, v)}" for k, v in a.reserved.items() if k != "slots")
                 + (f", gpu indices {','.join(map(str, a.gpus))}" if a.gpus else "") for a in p.allocs]
         counts = {"in the plan": len(body)}
@@ -86,7 +90,7 @@ def render(e: core.Examined, step: int, t: float, session: int | None, level: st
         if e.kind == core.REFUSED:
             refusal: Refusal = e.outcome  # type: ignore[assignment]
             lines.extend(f"  no plan: {r.text()}" for r in refusal.job_reasons)
-            rows = [(0, h, f"can take {n} task{'s' if n != 1 else ''}", "with room") for h, n in refusal.capacity]
+            rows = [(0, h, f"can take {_count(n, 'task')}", "with room") for h, n in refusal.capacity]
             rows += [(1 + _RULES.index(_rule(r.reasons)) if _rule(r.reasons) in _RULES else 9, r.host,
                       _host_line(r.reasons), _rule(r.reasons)) for r in refusal.hosts]
             rows.sort(key=lambda row: (row[0], row[1]))
