@@ -22,7 +22,7 @@ def export_workload(store_path: Path, out: Path, since: float | None = None) -> 
 
     store = JobStore(store_path, readonly=True)
     try:
-        jobs = [j for j in store.jobs() if j.state in (DONE, EXIT) and j.start_time is not None
+        jobs = [j for j in store.jobs(include_finished=True) if j.state in (DONE, EXIT) and j.start_time is not None
                 and j.end_time is not None and (since is None or j.submit_time >= since)]
     finally:
         store.close()
