@@ -76,6 +76,7 @@ class Repl:
         self.recorder: Recorder | None = None
         self.output_path: str | None = None
         self.log_path = log_path
+        self.log: IO[str] | None = open(log_path, "a", encoding="utf-8") if log_path else None
         self.breaks: list[Breakpoint] = []
         self._break_numbers = 0
         self.settings: TraceSettings | None = None
@@ -110,6 +111,9 @@ class Repl:
             self.recorder.close()
             self.recorder = None
         self.files.close_all()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
         self.settings = None
         self.out.flush()
 
@@ -158,6 +162,8 @@ class Repl:
             return None
         if self.recorder is not None:
             self.recorder.write(step.to_json())
+        if self.log is not None:
+            self.log.write(self._rollup(step) + "\n")
         return step
 
     def _echo(self, step: Step) -> None:
@@ -194,15 +200,15 @@ class Repl:
             self.files.write(self.settings.file, text + "\n")
 
     def _hit(self, step: Step) -> bool:
+        """Report every breakpoint this step meets; True if any did."""
         dispatched = {d.job_id for d in step.dispatched}
-        for b in self.breaks:
-            if (b.kind == "at" and step.time >= b.value) or (b.kind == "dispatch" and b.job in dispatched) \
-                    or (b.kind == "pending" and self._pending_longer(b)):
-                self.out.write(f"breakpoint {b.number} ({b.describe()}) hit at step {step.number} t={step.time:g}\n")
-                if b.kind == "at":  # a time is passed once
-                    self.breaks.remove(b)
-                return True
-        return False
+        hit = [b for b in self.breaks if (b.kind == "at" and step.time >= b.value)
+               or (b.kind == "dispatch" and b.job in dispatched) or (b.kind == "pending" and self._pending_longer(b))]
+        for b in hit:
+            self.out.write(f"breakpoint {b.number} ({b.describe()}) hit at step {step.number} t={step.time:g}\n")
+            if b.kind == "at":  # a time is passed once
+                self.breaks.remove(b)
+        return bool(hit)
 
     def _pending_longer(self, b: Breakpoint) -> bool:
         now = self.sim.now
