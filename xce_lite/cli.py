@@ -21,10 +21,12 @@ from xce_lite import presets
 from xce_lite.client import Client
 from xce_lite.home import Home, resolve_home
 from xce_lite.cli_apps import apps, effective_lines, reconfig, table_lines
+from xce_lite.cli_flow import flow as flow_group
+from xce_lite.cli_jobs import display, jobs, outcome, when
 from xce_lite.cli_presets import preset as preset_group
 from xce_lite.cli_submit import build_spec, expand, given_options, submit_options
 from xce_lite.sim.cli import sim as sim_group
-from xce_lite.units import format_duration, format_size
+from xce_lite.units import format_size
 
 EXIT_TIMEOUT = 124
 
@@ -263,112 +265,23 @@ def submit(ctx, preset, parsable, command, **options) -> None:
     merged, from_preset = expand(given_options(ctx, options), chosen)
     spec = build_spec(merged, list(command), chosen, from_preset)
     reply = _client(ctx).post("/jobs", {"jobs": [spec]})
-    job_id, queue_name = reply["ids"][0], reply["queues"][0]
-    click.echo(job_id if parsable else f"Job <{job_id}> is submitted to queue <{queue_name}>.")
+    job_id, queue_name, size = reply["ids"][0], reply["queues"][0], (reply.get("sizes") or [None])[0]
+    array = f" (an array of {size} elements: {job_id}[index])" if size else ""
+    click.echo(job_id if parsable else f"Job <{job_id}>{array} is submitted to queue <{queue_name}>.")
 
 
-@main.command()
-@click.option("-a", "show_all", is_flag=True, help="Include finished jobs.")
-@click.option("-l", "long", is_flag=True, help="Every field of each job.")
-@click.option("-p", "pending", is_flag=True, help="Pending jobs only, each with why it waits.")
-@click.option("-u", "user", help="This user's jobs; `all` for everyone's (default: yours).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document: {schema: 1, jobs: [...]}.")
-@click.argument("ids", nargs=-1, type=int)
-@click.pass_context
-def jobs(ctx, show_all, long, pending, user, as_json, ids) -> None:
-    """List jobs, LSF-style (unfinished ones unless -a or ids are given).
-
-    Example: xce jobs -a -u all
-    """
-    reply = _client(ctx).get("/jobs", ids=",".join(map(str, ids)) or None, all=show_all, user=user,
-                             effective=long or None)
-    if pending:
-        reply["jobs"] = [j for j in reply["jobs"] if j["state"] in ("PEND", "PSUSP")]
-    if as_json:
-        click.echo(json.dumps(reply, indent=2))
-        return
-    if not reply["jobs"]:
-        click.echo("No unfinished job found" if not show_all else "No job found")
-        return
-    if long:
-        click.echo("\n".join(_long(job) for job in reply["jobs"]))
-        return
-    if pending:
-        for job in reply["jobs"]:
-            why = job["pend_reason"] or ("held" if job["state"] == "PSUSP" else "not scheduled yet")
-            click.echo(f"{job['id']}  {job['user']}  {job['state']}  {_clip(job['name'], 24)}\n  {why}")
-        return
-    rows = [("JOBID", "USER", "STAT", "QUEUE", "SLOTS", "EXEC_HOST", "JOB_NAME", "SUBMIT_TIME")]
-    for job in reply["jobs"]:
-        hosts = ",".join(f"{n}*{h}" if n > 1 else h for h, n in job["hosts"]) or "-"
-        rows.append((str(job["id"]), job["user"], job["state"], job["queue"], str(job["slots"]), hosts,
-                     _clip(job["name"], 24), _when(job["submit_time"])))
-    _table(rows)
-
-
-def _long(job: dict) -> str:
-    lines = [f"Job <{job['id']}>, Job Name <{job['name']}>, User <{job['user']}>, Queue <{job['queue']}>, "
-             f"Status <{job['state']}>",
-             f"  Command: {json.dumps(job['command'], ensure_ascii=False)}",
-             f"  Working directory: {job['cwd']}",
-             f"  Output: {job['stdout']}" + (f"   Error: {job['stderr']}" if job["stderr"] else ""),
-             f"  Slots: {job['slots']}" + (f"   Run limit: {format_duration(job['run_limit'])}"
-                                           if job["run_limit"] else "")
-             + (f"   Memory limit: {format_size(job['mem_limit'])}" if job["mem_limit"] else ""),
-             f"  Submitted: {_when(job['submit_time'])}"]
-    if job.get("app"):
-        lines.append(f"  Application: {job['app']}")
-    if job["pend_reason"] and job["state"] == "PEND":
-        lines.append(f"  Pending: {job['pend_reason']}")
-    if job.get("effective"):
-        lines.append("  Effective values [where from]:")
-        lines.extend(effective_lines(job["effective"]))
-    elif job.get("effective_problem"):
-        lines.append(f"  Effective values: cannot run as configured now: {job['effective_problem']}")
-    if job["hosts"]:
-        lines.append(f"  Hosts: {' '.join(f'{n}*{h}' for h, n in job['hosts'])}   Unit: {job['unit']}")
-    if job["start_time"]:
-        lines.append(f"  Started: {_when(job['start_time'])}")
-    if job["end_time"]:
-        lines.append(f"  Ended: {_when(job['end_time'])}   {_outcome(job)}")
-        if job["cpu_time"] is not None:
-            lines.append(f"  CPU time: {job['cpu_time']:.2f} s   Max memory: {format_size(job['max_rss'] or 0)}")
-    elif job["reason"]:
-        lines.append(f"  Reason: {job['reason']}")
-    return "\n".join(lines) + "\n"
-
-
-def _outcome(job: dict) -> str:
-    if job["exit_signal"]:
-        text = f"killed by signal {job['exit_signal']}"
-    elif job["exit_code"] is not None:
-        text = f"exit code {job['exit_code']}"
-    else:
-        text = "no exit code"
-    return text + (f": {job['reason']}" if job["reason"] else "")
-
-
-def _clip(text: str, width: int) -> str:
-    text = text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _when(stamp: float | None) -> str:
-    return "-" if stamp is None else time.strftime("%b %d %H:%M:%S", time.localtime(stamp))
-
-
-def _job_ids(values: tuple[int, ...]) -> list[int]:
+def _job_ids(values: tuple[str, ...]) -> list[str]:
     if not values:
         raise click.UsageError("name at least one job id")
     return list(values)
 
 
 @main.command()
-@click.argument("ids", nargs=-1, type=int)
+@click.argument("ids", nargs=-1)
 @click.option("--timeout", type=float, help="Give up after this many seconds (exit 124).")
 @click.pass_context
 def wait(ctx, ids, timeout) -> None:
-    """Wait until the jobs finish; exit 0 if all are DONE, 1 if any is EXIT.
+    """Wait until the jobs finish (an array: all its elements); exit 0 if all are DONE, 1 if any is EXIT.
 
     Example: xce wait 42 43
     """
@@ -391,16 +304,17 @@ def _wait_for(client: Client, ids: list[int], timeout: float | None) -> dict:
 def _print_wait(reply: dict) -> None:
     for job in reply["jobs"]:
         if job["state"] in ("DONE", "EXIT"):
-            click.echo(f"Job <{job['id']}> {job['state']}: {_outcome(job)}")
+            click.echo(f"Job <{display(job)}> {job['state']}: {outcome(job)}")
         else:
-            click.echo(f"Job <{job['id']}> still {job['state']}")
+            click.echo(f"Job <{display(job)}> still {job['state']}")
 
 
 @main.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id")
 @click.pass_context
 def why(ctx, job_id) -> None:
-    """Say why a pending job waits: per host and per resource, tried against the cluster as it is now.
+    """Say why a pending job waits: per host and per resource, tried against the cluster as it is now
+    (or the dependency it waits for). JOB_ID: 42, or 42[7] for an array element.
 
     Example: xce why 42
     """
@@ -414,8 +328,8 @@ def why(ctx, job_id) -> None:
             click.echo(line)
 
 
-def _act(ctx, path: str, ids: tuple[int, ...]) -> None:
-    reply = _client(ctx).post(path, {"ids": _job_ids(ids)})
+def _act(ctx, path: str, ids: tuple[str, ...], **extra) -> None:
+    reply = _client(ctx).post(path, {"ids": _job_ids(ids), **extra})
     failed = False
     for result in reply["results"]:
         click.echo(result["message"], err=not result["ok"])
@@ -434,20 +348,34 @@ _ACTIONS = (
     ("resume", "/jobs/resume", "Resume suspended jobs (USUSP -> RUN, LSF's bresume): their processes get "
                                "SIGCONT."),
 )
+_ACTION_IDS = "IDS: 42 (a job, or a whole array), 42[7] (one element of array 42)."
 
 
 def _action_command(name: str, path: str, text: str) -> click.Command:
-    @click.argument("ids", nargs=-1, type=int)
+    @click.argument("ids", nargs=-1)
     @click.pass_context
     def command(ctx, ids) -> None:
         _act(ctx, path, ids)
 
-    command.__doc__ = f"{text}\n\n    Example: xce {name} 42\n    "
+    command.__doc__ = f"{text} {_ACTION_IDS}\n\n    Example: xce {name} 42 43[7]\n    "
     return main.command(name)(command)
 
 
 for _name, _path, _text in _ACTIONS:
     _action_command(_name, _path, _text)
+
+
+@main.command()
+@click.option("--hold", is_flag=True, help="Requeue it held (PSUSP): `xce release` lets it run again.")
+@click.argument("ids", nargs=-1)
+@click.pass_context
+def requeue(ctx, hold, ids) -> None:
+    """Send dispatched or running jobs back to the queue (LSF's brequeue): their processes are
+    stopped, and each job keeps its id and submit time and runs again as its next attempt.
+
+    Example: xce requeue 42 --hold
+    """
+    _act(ctx, "/jobs/requeue", ids, hold=hold)
 
 
 @main.command()
@@ -487,7 +415,7 @@ def hosts(ctx, long, as_json) -> None:
 def _host_status(h: dict) -> str:
     if h["state"] == "ok" or not h.get("unreach_since"):
         return h["state"]
-    return f"{h['state']} since {_when(h['unreach_since'])}" + ("; lost: its jobs were requeued or ended"
+    return f"{h['state']} since {when(h['unreach_since'])}" + ("; lost: its jobs were requeued or ended"
                                                                  if h.get("lost") else "")
 
 
@@ -542,11 +470,13 @@ def _table(rows: list[tuple[str, ...]]) -> None:
         click.echo(line)
 
 
+main.add_command(jobs)
+main.add_command(flow_group)
 main.add_command(apps)
 main.add_command(reconfig)
 main.add_command(preset_group)
+main.add_command(sim_group)
 
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
-main.add_command(sim_group)

@@ -14,7 +14,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from xce_lite import errors
+from xce_lite import arrays, deps, errors
 from xce_lite.presets import OPTIONS, Preset
 from xce_lite.units import parse_duration, parse_size
 
@@ -23,7 +23,8 @@ SPEC_FIELD = {"tasks": "slots", "gpus": "resreq", "env_none": "env", "app_param"
 _BY_NAME = ("env", "app_param")  # NAME=VALUE lists: a preset's and the command line's merge by name
 
 _OPTIONS = (
-    click.option("-J", "name", help="Job name."),
+    click.option("-J", "name", help='Job name; "name[1-100:2,200]%10" submits an array (elements 1, 3, ... 99 '
+                                    'and 200, at most 10 at once).'),
     click.option("-q", "queue", help="Queue (default: the cluster's default queue)."),
     click.option("-app", "app", metavar="NAME",
                  help="Application profile (see `xce apps`); '' for none. Default: the cluster's default one."),
@@ -46,6 +47,15 @@ _OPTIONS = (
     click.option("-H", "--hold", is_flag=True, help="Submit held (PSUSP); `xce release` lets it run."),
     click.option("--app-param", "app_param", multiple=True, metavar="NAME=VALUE",
                  help="A value for a param the application profile declares (repeatable; see `xce apps -l`)."),
+    click.option("-w", "depend", metavar="EXPR",
+                 help='Dependency: "done(42) && ended(prep) || exit(7, != 0)", numdone(ID, >= N), started(...); '
+                      "Slurm's afterok:ID also works."),
+    click.option("--on-dep-fail", "on_dep_fail", type=click.Choice(["cancel", "pend"]),
+                 help="A dependency that can never be satisfied: cancel the job (default) or keep it pending."),
+    click.option("--retry", "retry", type=click.IntRange(0, 100),
+                 help="Requeue a failed attempt up to N times (XCE_ATTEMPT counts them)."),
+    click.option("--retry-on", "retry_on", metavar="CODES",
+                 help="Retry only on these exit codes, e.g. 1,75 (default: any failure)."),
 )
 
 
@@ -92,13 +102,29 @@ def build_spec(options: dict[str, Any], command: list[str], preset: Preset | Non
         return click.BadParameter(message + where, param_hint=OPTIONS[key][0])
 
     spec: dict[str, Any] = {"argv": list(command)}
+    name, array = arrays.split_name(options["name"]) if options.get("name") else (None, None)
+    for key, value, check in (("name", array, arrays.parse), ("depend", options.get("depend"), deps.parse)):
+        if value is not None:
+            try:
+                check(value)
+            except errors.SpecError as err:
+                raise bad(key, str(err)) from None
+    if array is not None:
+        spec["array"] = arrays.parse(array).text()
+    if options.get("depend") is not None:
+        spec["depend"] = options["depend"]
+    for key in ("on_dep_fail", "retry"):
+        if options.get(key) is not None:
+            spec[key] = options[key]
+    if options.get("retry_on") is not None:
+        spec["retry_on"] = _codes(options["retry_on"], bad)
     if options.get("tasks") is not None:
         spec["slots"], spec["max_slots"] = _task_range(options["tasks"], bad)
     workdir = os.path.abspath(options.get("cwd") or os.getcwd())
     environment = {} if options.get("env_none") else dict(os.environ)
     environment.update(_pairs(options.get("env", ()), "env", bad))
     gpus = options.get("gpus")
-    spec.update(cwd=workdir, name=options.get("name"), queue=options.get("queue"), app=options.get("app"),
+    spec.update(cwd=workdir, name=name or None, queue=options.get("queue"), app=options.get("app"),
                 resreq=list(options.get("resreq", ())) + ([f"rusage[gpus={gpus}/host]"] if gpus else []),
                 stdout=_absolute(options.get("stdout"), workdir), stderr=_absolute(options.get("stderr"), workdir),
                 env=environment, hold=bool(options.get("hold")), priority=options.get("priority") or 0)
@@ -132,6 +158,16 @@ def _pairs(values, key: str, bad) -> dict[str, str]:
             raise bad(key, f"{value!r} is not NAME=VALUE")
         pairs[name] = rest
     return pairs
+
+
+def _codes(text: str, bad) -> list[int]:
+    try:
+        codes = [int(part) for part in str(text).split(",")]
+    except ValueError:
+        raise bad("retry_on", f"{text!r} is not a list of exit codes such as 1,75") from None
+    if not all(1 <= c <= 255 for c in codes):
+        raise bad("retry_on", f"{text!r}: exit codes to retry on are from 1 to 255")
+    return codes
 
 
 def _task_range(text: str, bad) -> tuple[int, int]:

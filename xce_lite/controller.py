@@ -7,12 +7,15 @@ Its tick is a short list of named steps, with one commit at most:
                down (unitwork.py);
 2. hosts lost- a host out of reach for `controller.host_lost_after`: its jobs are requeued (or end
                EXIT "host lost"), and a copy that runs there when it comes back is stopped;
-3. snapshot  - hosts with what is free on them, pending jobs, queue priorities (memory only);
-4. schedule  - run the pure scheduler core in its worker process (sched_process.py: forkserver,
+3. gate      - pending jobs with a dependency, or in an array with a throttle, go to the scheduler
+               when they may start; a dependency that can never hold cancels its job (depwork.py);
+4. snapshot  - hosts with what is free on them, pending jobs, queue priorities (memory only);
+5. schedule  - run the pure scheduler core in its worker process (sched_process.py: forkserver,
                fed with what changed in the pending set since the last session);
-5. intent    - ONE durable commit of everything learned and decided: starts, finishes, requeues,
-               each dispatch as DISP with its deterministic unit names, changed pend reasons;
-6. act       - forget the units whose results are stored, stop the units of jobs that ended or
+6. intent    - ONE durable commit of everything learned and decided: starts, finishes, requeues
+               (a failed attempt with retries left is requeued, not finished), cancels, each
+               dispatch as DISP with its deterministic unit names, changed pend reasons;
+7. act       - forget the units whose results are stored, stop the units of jobs that ended or
                were requeued (they hold their resources, "draining", until their host says they
                ended), and launch: one unit per host of each dispatched job. Launch replies are
                stored by the next tick.
@@ -39,10 +42,12 @@ from typing import Any
 from xce_lite.api import ApiServer
 from xce_lite import errors
 from xce_lite.config import ClusterConfig, HostConfig
+from xce_lite.depwork import Workflows
 from xce_lite.exec.host import HostEvent
 from xce_lite.exec.local import LocalHost
 from xce_lite.handlers import ApiHandlers
 from xce_lite.handlers_config import ConfigHandlers
+from xce_lite.handlers_flow import FlowHandlers
 from xce_lite.home import Home
 from xce_lite.hostlinks import HostLink
 from xce_lite.jobunits import job_units
@@ -69,7 +74,7 @@ class _WakingQueue(queue.Queue):
         self._wake.set()
 
 
-class Controller(ApiHandlers, ConfigHandlers, UnitWork):
+class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Workflows):
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
@@ -92,10 +97,12 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork):
         self._finished = threading.Condition(self._mu)
         self._events: queue.Queue[HostEvent] = _WakingQueue(self._wake)
         self._init_units()
+        self._init_workflows()
         self._links: dict[str, HostLink] = {}
         self._pending = PendingSet()
         self._held: dict[int, str] = {}  # PSUSP job id -> user
         self._attempts: dict[int, int] = {}  # pending job id -> its last attempt, if it ran before
+        self._retries: dict[int, int] = {}  # job id -> its retries so far, from a plan to its dispatch
         self._reasons: dict[int, str | None] = {}  # live pend reasons (the API shows these)
         self._stored_reasons: dict[int, str | None] = {}  # what the store holds
         self._reasons_flushed_at = 0.0
@@ -155,14 +162,18 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork):
 
     def _load(self) -> None:
         """Rebuild the in-memory view from the store (the store is the truth)."""
-        for job in self.store.unfinished():
+        jobs = self.store.unfinished()
+        killed = self.store.kill_requested([j.id for j in jobs if j.state not in (PEND, PSUSP)])
+        for job in jobs:
             if job.state == PEND:
-                self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time))
+                self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
                 self._reasons[job.id] = self._stored_reasons[job.id] = job.pend_reason
                 if job.attempt:
                     self._attempts[job.id] = job.attempt
             elif job.state == PSUSP:
                 self._held[job.id] = job.user
+                if job.array_id is not None:
+                    self._note_element(job.id, job.array_id)
                 if job.attempt:
                     self._attempts[job.id] = job.attempt
             else:
@@ -171,10 +182,21 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork):
                 # Unit 0 of a job stored RUN is known to have run; the others are matched as their
                 # hosts list them (a unit of a job that runs may not have reached its host yet).
                 status = [RUNNING if i == 0 and job.state != DISP else NEW for i in range(len(units))]
-                self._add_active(Active(job.id, job.user, job.queue, job.state, job.attempt, holding, units,
-                                        status))
+                active = Active(job.id, job.user, job.queue, job.state, job.attempt, holding, units, status,
+                                retries=job.retries, killed=job.id in killed)
+                self._add_active(self._with_workflow(active, job.array_id, job.effective))
         if self._active:
             self.log(f"recovering {len(self._active)} dispatched or running jobs")
+
+    def _with_workflow(self, active: Active, array_id: int | None, effective: dict | None) -> Active:
+        """The active job with its array and its retry rule (from the effective values it runs with)."""
+        if array_id is not None:
+            self._note_element(active.id, array_id)
+        active.array_id = array_id
+        if effective:
+            eff = Effective.from_json(effective)
+            active.retry, active.retry_on = eff.retry, eff.retry_on
+        return active
 
     # ---- the tick ---------------------------------------------------------------------------
 
@@ -184,6 +206,7 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork):
         now = time.time()
         self._collect_events(now)
         self._expire_lost_hosts(now)
+        cancels = self._gate_step()
         with self._mu:
             finishing, self._unrecorded = self._unrecorded, []
             started, self._unrecorded_started = self._unrecorded_started, []
@@ -195,8 +218,8 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork):
         decisions = self._schedule(hosts, shared) if hosts is not None else None
         plans = self._plans(decisions) if decisions is not None else []
         reasons = self._reasons_to_store(decisions, now)
-        if finishing or started or plans or reasons or requeues:
-            record = self.store.record_tick(finishing, started, plans, reasons, now, requeues)
+        if finishing or started or plans or reasons or requeues or cancels:
+            record = self.store.record_tick(finishing, started, plans, reasons, now, requeues, cancels)
             self._apply(record, finishing, requeues, plans)
         self._act()
         if self._unrecorded or self._unrecorded_started or self._unrecorded_requeues:
@@ -250,6 +273,7 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork):
                 continue
             with self._mu:
                 attempt = self._attempts.get(d.job_id, 0) + 1
+                self._retries[d.job_id] = job.retries  # the dispatched job's retry count so far
             unit = unit_name(self.cluster, d.job_id, attempt, 0)
             plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json(),
                           declined.to_json()))
@@ -292,28 +316,36 @@ class Controller(ApiHandlers, ConfigHandlers, UnitWork):
         with self._mu:
             for f, _event in finishing:
                 self._end_active(f.job_id, f"job {f.job_id} ended")
+                self._ended_element(f.job_id)
             for r in requeues:
                 self._end_active(r.job_id, f"job {r.job_id} was requeued: {r.reason}")
             for job in requeued:
                 self._attempts[job.id] = job.attempt
                 if job.state == PEND:
-                    self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time))
+                    self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
                 else:
                     self._held[job.id] = job.user
+            for job_id in record.cancelled:
+                self._dequeue(job_id)
+                self._ended_element(job_id)
             dispatched = set(record.dispatched)
-            for job_id, attempt, hosts, _unit, alloc, *_effective in plans:
+            for job_id, attempt, hosts, _unit, alloc, effective in plans:
                 pending = self._pending.get(job_id)
                 if job_id not in dispatched or pending is None:
                     continue  # killed or held while the scheduler thought: it stays as it is now
-                self._pending.discard(job_id)
+                self._dequeue(job_id)
                 self._attempts.pop(job_id, None)
-                self._forget_reason(job_id)
                 holding = Holding.from_json(alloc, ())
                 units = job_units(self.cluster, job_id, attempt, len(hosts))
-                self._add_active(Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units,
-                                        [NEW] * len(units)))
+                active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
+                                retries=self._retries.pop(job_id, 0))
+                self._add_active(self._with_workflow(active, self._array_of.get(job_id), effective))
                 self._to_launch.extend(units)
-            if record.finished or record.requeued:
+            if record.finished or record.requeued or record.cancelled or record.started:
+                self._gate_dirty = True
+                if len(self._gate):
+                    self._wake.set()  # a dependant may go now, or be cancelled: do not wait a tick
+            if record.finished or record.requeued or record.cancelled:
                 self._dirty = True
                 self._finished.notify_all()
 

@@ -12,15 +12,16 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from xce_lite import errors
+from xce_lite import arrays, errors
 from xce_lite.api import Caller
 from xce_lite.lifecycle import next_state
 from xce_lite.merge import Effective
 from xce_lite.merge_view import describe
-from xce_lite.models import DISP, EXIT, PEND, PENDING_STATES, PSUSP, RUN, Job, JobSpec
+from xce_lite.models import DISP, DONE, EXIT, PEND, PENDING_STATES, PSUSP, RUN, Job, JobSpec
 from xce_lite.sched.placement import JobRequest, place
 from xce_lite.sched.reasons import Refusal
 from xce_lite.snapshot import admit, effective
+from xce_lite.store.workflows import NewJob
 from xce_lite.wire import job_to_wire
 
 
@@ -41,36 +42,40 @@ class ApiHandlers:
             ("GET", "/queues"): self.api_queues,
             ("POST", "/controller/stop"): self.api_stop,
             **self.config_routes(),
+            **self.flow_routes(),
         }
 
     def api_status(self, caller: Caller, query: dict, body: Any) -> dict:
         with self._mu:
-            counts = {"pending": len(self._pending), "held": len(self._held), "active": len(self._active)}
+            waiting = len(self._gate) - len(self._gate.fed)  # pending, not yet the scheduler's to place
+            counts = {"pending": len(self._pending) + waiting, "held": len(self._held), "active": len(self._active)}
         return {"cluster": self.cluster, "pid": os.getpid(), "home": str(self.home.root),
                 "started_at": self.started_at, "jobs": counts, "you": caller.user}
 
     def api_submit(self, caller: Caller, query: dict, body: Any) -> dict:
-        """Validate every spec (all or nothing), store them, wake the scheduler, return the ids."""
+        """Validate every spec (all or nothing), resolve its dependency, store them (an array as its
+        elements), wake the scheduler, return the ids (an array's is its first element's)."""
         if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
             raise errors.SpecError('send {"jobs": [spec, ...]} with at least one job spec')
         many = len(body["jobs"]) > 1
         accepted = []
         for index, raw in enumerate(body["jobs"]):
             try:
-                accepted.append(self._validate(raw))
+                spec, queue_name = self._validate(raw)
+                depend = self._resolve_depend(spec, caller.user)
             except errors.SpecError as err:
                 raise errors.SpecError(f"job {index + 1}: {err}" if many else str(err)) from None
+            indices = arrays.parse(spec.array).indices if spec.array else ()
+            accepted.append(NewJob(spec, queue_name, indices, depend))
         now = time.time()
         ids = self.store.submit(accepted, caller.user, now)  # on disk before the reply
         with self._mu:
-            for job_id, (spec, queue_name) in zip(ids, accepted):
-                if spec.hold:
-                    self._held[job_id] = caller.user
-                else:
-                    self._pending.add(self.pending_job(job_id, caller.user, queue_name, spec, now))
+            for job_id, item in zip(ids, accepted):
+                self._admit(job_id, item, caller.user, now)
             self._dirty = True
         self._wake.set()
-        return {"ids": ids, "queues": [q for _spec, q in accepted]}
+        return {"ids": ids, "queues": [item.queue for item in accepted],
+                "sizes": [len(item.indices) or None for item in accepted]}
 
     def _validate(self, raw: Any) -> tuple[JobSpec, str]:
         """The spec as it will be stored (its profile name resolved), and its queue's name;
@@ -86,20 +91,30 @@ class ApiHandlers:
         return spec, queue_name
 
     def api_jobs(self, caller: Caller, query: dict, body: Any) -> dict:
-        ids = _ids(query.get("ids", ""))
+        """Jobs, and arrays summed up (one entry each, with their elements' count by state); an
+        array's elements too with `elements`. `ids`: jobs, arrays (42) and elements (42[7])."""
+        refs = self._expand_refs([part for part in query.get("ids", "").split(",") if part.strip()])
         user = query.get("user")
         if user == "all":
             user = None
-        elif user is None and not ids:
+        elif user is None and not refs:
             user = caller.user
-        include_finished = query.get("all", "").lower() in ("1", "true", "yes")
-        jobs = self.store.jobs(ids or None, user=user, include_finished=include_finished)
-        if ids:
-            missing = sorted(set(ids) - {j.id for j in jobs})
-            if missing:
-                raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
-        with_effective = query.get("effective", "").lower() in ("1", "true", "yes")
-        return {"schema": 1, "jobs": self._to_wire(jobs, with_effective)}
+        include_finished = _flag(query, "all")
+        elements = _flag(query, "elements")
+        if refs:
+            array_ids = [int(label) for label, _ids, whole in refs if whole]
+            job_ids = [i for _label, ids, whole in refs if not whole or elements for i in ids]
+            jobs = self.store.jobs(job_ids) if job_ids else []
+            summaries = self.store.array_summaries(array_ids) if array_ids else []
+        else:
+            jobs = self.store.jobs(None, user=user, include_finished=include_finished, elements=elements)
+            summaries = self.store.array_summaries(user=user, include_finished=include_finished)
+        wired = self._to_wire(jobs, _flag(query, "effective"))
+        if _flag(query, "history"):  # every attempt's events: dispatched, started, requeued (a retry), ...
+            for job in wired:
+                job["history"] = [{"time": t, "kind": kind, "data": data}
+                                  for t, kind, data in self.store.events(job["id"])]
+        return {"schema": 1, "jobs": wired, "arrays": summaries}
 
     def _to_wire(self, jobs: list[Job], with_effective: bool = False) -> list[dict]:
         """Jobs as the API shows them: pend reasons are the live ones (the store's may lag a second);
@@ -143,45 +158,51 @@ class ApiHandlers:
             raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
         foreign = [i for i in ids if jobs[i].user != caller.user and not caller.is_admin]
         if foreign:
-            raise errors.TransitionError(f"job {foreign[0]} belongs to {jobs[foreign[0]].user}, not you")
+            raise errors.TransitionError(f"job {jobs[foreign[0]].display_id} belongs to {jobs[foreign[0]].user}, "
+                                         f"not you")
         return [jobs[i] for i in ids]
 
     def api_kill(self, caller: Caller, query: dict, body: Any) -> dict:
         results = []
         now = time.time()
-        for job in self._owned(caller, _ids_of(body)):
-            results.append({"id": job.id, **self._kill_one(job, caller, now)})
+        for label, jobs, whole in self._owned_refs(caller, body):
+            if not whole:
+                results.append({"id": label, **self._kill_one(jobs[0], caller, now)})
+                continue
+            pending = self._kill_pending([j for j in jobs if j.state in (PEND, PSUSP)], caller, now)
+            active = [self._kill_one(j, caller, now) for j in jobs
+                      if j.id not in pending and j.state not in (DONE, EXIT)]
+            killed = len(pending) + sum(1 for r in active if r["ok"])
+            results.append({"id": label, "ok": killed > 0 or len(active) == 0,
+                            "message": f"Array <{label}>: {killed} element(s) being terminated"
+                                       + (f", {len(jobs) - killed} had finished or were out of reach"
+                                          if killed < len(jobs) else "")})
         return {"results": results}
 
     def _kill_one(self, job: Job, caller: Caller, now: float) -> dict:
         reason = f"killed by {caller.user}"
+        name = job.display_id
         if job.state in (PEND, PSUSP):
-            moved = self.store.change_state([job.id], job.state, EXIT, "killed_pending", now,
-                                            reason=reason + " while pending", end_time=now)
-            if moved:
-                with self._mu:
-                    self._pending.discard(job.id)
-                    self._held.pop(job.id, None)
-                    self._forget_reason(job.id)
-                    self._dirty = True
-                    self._finished.notify_all()
-                return {"ok": True, "message": f"Job <{job.id}> is being terminated"}
+            if self._kill_pending([job], caller, now):
+                return {"ok": True, "message": f"Job <{name}> is being terminated"}
             job = self.store.get(job.id) or job  # it was dispatched meanwhile: kill it there
         if job.state in (DISP, RUN) and job.unit:
             host = self._hosts.get(job.hosts[0][0])
             if host is None:
-                return {"ok": False, "message": f"Job <{job.id}>: its host is unreachable; try again"}
+                return {"ok": False, "message": f"Job <{name}>: its host is unreachable; try again"}
             self.store.record_event(job.id, "kill_requested", now, {"by": caller.user})
             with self._mu:
                 # Not launched yet, or its launch is in flight on the tick's thread: the launch step
                 # sees this mark and kills it instead of starting it, or right after starting it.
                 self._kill_marks[job.id] = reason
+                if job.id in self._active:
+                    self._active[job.id].killed = True  # its failure is not retried
             if host.signal(job.unit, "TERM", reason):
                 with self._mu:
                     self._kill_marks.pop(job.id, None)
             self._wake.set()
-            return {"ok": True, "message": f"Job <{job.id}> is being terminated"}
-        return {"ok": False, "message": f"Job <{job.id}> has already finished ({job.state})"}
+            return {"ok": True, "message": f"Job <{name}> is being terminated"}
+        return {"ok": False, "message": f"Job <{name}> has already finished ({job.state})"}
 
     def api_hold(self, caller: Caller, query: dict, body: Any) -> dict:
         return self._hold_or_release(caller, body, "held", f"held by {caller.user}")
@@ -190,25 +211,24 @@ class ApiHandlers:
         return self._hold_or_release(caller, body, "released", None)
 
     def _hold_or_release(self, caller: Caller, body: Any, event: str, reason: str | None) -> dict:
-        """PEND <-> PSUSP, as the lifecycle allows; the store's guarded update refuses a stale view."""
+        """PEND <-> PSUSP, as the lifecycle allows; the store's guarded update refuses a stale view.
+        A whole array moves in one transaction per state, with one result line."""
         results = []
-        for job in self._owned(caller, _ids_of(body)):
-            target = _next_or_refuse(job, event, results)
-            if target is None:
+        for label, jobs, whole in self._owned_refs(caller, body):
+            refused: list[dict] = []
+            movable = [(job, target) for job in jobs if (target := _next_or_refuse(job, event, refused)) is not None]
+            moved = self._move_pending(movable, event, reason)
+            if whole:
+                results.append({"id": label, "ok": bool(moved) or not movable,
+                                "message": f"Array <{label}>: {len(moved)} element(s) {event}"
+                                           + (f", {len(jobs) - len(moved)} were not pending" if len(moved) < len(jobs)
+                                              else "")})
                 continue
-            with self._mu:  # the tick may not dispatch it between our check and the change
-                moved = self.store.change_state([job.id], job.state, target, event, time.time(), reason=reason)
-                if moved and target == PSUSP:
-                    self._pending.discard(job.id)
-                    self._forget_reason(job.id)
-                    self._held[job.id] = job.user
-                elif moved:
-                    self._held.pop(job.id, None)
-                    self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time))
-                self._dirty = True
-            results.append({"id": job.id, "ok": bool(moved),
-                            "message": f"Job <{job.id}> is {event}" if moved
-                            else f"Job <{job.id}> changed meanwhile; look again with `xce jobs {job.id}`"})
+            results.extend({**r, "id": label} for r in refused)
+            if movable:
+                results.append({"id": label, "ok": bool(moved),
+                                "message": f"Job <{label}> is {event}" if moved
+                                else f"Job <{label}> changed meanwhile; look again with `xce jobs {label}`"})
         self._wake.set()
         return {"results": results}
 
@@ -223,7 +243,7 @@ class ApiHandlers:
         its supervisor passes to the job's processes (and its `xce launch` tasks). The run limit
         keeps counting while a job is suspended."""
         results = []
-        for job in self._owned(caller, _ids_of(body)):
+        for job in (j for _label, jobs, _whole in self._owned_refs(caller, body) for j in jobs):
             target = _next_or_refuse(job, event, results)
             if target is None:
                 continue
@@ -251,23 +271,20 @@ class ApiHandlers:
 
     def api_wait(self, caller: Caller, query: dict, body: Any) -> dict:
         """Block until every job named has finished, or `timeout` seconds; long-poll for `xce wait`."""
-        ids = _ids(query.get("ids", ""))
+        refs = self._expand_refs([part for part in query.get("ids", "").split(",") if part.strip()])
+        ids = [i for _label, job_ids, _whole in refs for i in job_ids]
         if not ids:
             raise errors.SpecError("name at least one job id to wait for")
         timeout = min(float(query.get("timeout", 30)), 300.0)
         deadline = time.monotonic() + timeout
-        known = {j.id for j in self.store.jobs(ids)}
-        missing = [i for i in ids if i not in known]
-        if missing:
-            raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
         with self._mu:
-            while any(i in self._pending or i in self._held or i in self._active for i in ids):
+            while any(i in self._pending or i in self._gate or i in self._held or i in self._active for i in ids):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._finished.wait(left)
         jobs = self.store.jobs(ids)
-        finished = all(j.state in ("DONE", "EXIT") for j in jobs)
+        finished = all(j.state in (DONE, EXIT) for j in jobs)
         return {"schema": 1, "finished": finished, "jobs": self._to_wire(jobs)}
 
     def api_hosts(self, caller: Caller, query: dict, body: Any) -> dict:
@@ -294,12 +311,18 @@ class ApiHandlers:
 
     def api_why(self, caller: Caller, query: dict, body: Any) -> dict:
         """Why a pending job waits: the placement tried now, per host and per resource."""
-        job = self._owned(caller, _ids(query.get("id", "")))[0] if query.get("id") else None
-        if job is None:
-            raise errors.SpecError("name a job: /jobs/why?id=JOBID")
+        refs = self._expand_refs([query["id"]]) if query.get("id") else []
+        if not refs or len(refs[0][1]) != 1:
+            raise errors.SpecError("name a job or an array element: /jobs/why?id=JOBID (or 42[7])")
+        job = self._owned(caller, refs[0][1])[0]
         if job.state != PEND:
-            return {"id": job.id, "state": job.state, "lines": [f"Job <{job.id}> is {job.state}, not pending"
+            return {"id": job.id, "state": job.state, "lines": [f"Job <{job.display_id}> is {job.state}, not pending"
                                                                 + (f": {job.reason}" if job.reason else "")]}
+        with self._mu:
+            gated = job.id in self._gate and job.id not in self._gate.fed
+            reason = self._reasons.get(job.id)
+        if gated:  # it is not the scheduler's to place yet
+            return {"id": job.id, "state": job.state, "summary": reason or "waiting for its dependency", "lines": []}
         with self._mu:
             hosts, shared = self._hosts_now(), self._shared_free()
         eff = self._job_effective(job)
@@ -356,8 +379,14 @@ def _ids(text: str) -> list[int]:
         raise errors.SpecError(f"job ids must be whole numbers, not {text!r}") from None
 
 
-def _ids_of(body: Any) -> list[int]:
+def _refs_of(body: Any) -> list:
+    """The jobs a request names: ids, or text such as "42" and "42[7]"."""
     ids = body.get("ids") if isinstance(body, dict) else None
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise errors.SpecError('send {"ids": [job id, ...]}')
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, (int, str)) and not isinstance(i, bool)
+                                                       for i in ids):
+        raise errors.SpecError('send {"ids": [job id or "42[7]", ...]} naming at least one job')
     return ids
+
+
+def _flag(query: dict, name: str) -> bool:
+    return query.get(name, "").lower() in ("1", "true", "yes")

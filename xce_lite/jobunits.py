@@ -60,8 +60,9 @@ def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | Non
     dispatched before those were stored gets its own limits, else `run_limit`/`mem_limit` (its
     queue's). Every unit sees that environment plus XCE_JOBID, XCE_JOB_NAME, XCE_QUEUE, XCE_SLOTS
     (all tasks), XCE_HOSTS (the hosts, first first), XCE_HOST_NTASKS and XCE_HOST_TASK_INDEX (its
-    tasks, and the global index of the first of them), XCE_ATTEMPT, XCE_APP (with a profile), and
-    CUDA_VISIBLE_DEVICES when it holds GPUs; the agent adds XCE_JOB_HOST_DIR and XCE_HOSTFILE.
+    tasks, and the global index of the first of them), XCE_ATTEMPT, XCE_APP (with a profile),
+    XCE_ARRAY_ID and XCE_ARRAY_INDEX (an array's element), and CUDA_VISIBLE_DEVICES when it holds
+    GPUs; the agent adds XCE_JOB_HOST_DIR and XCE_HOSTFILE.
     """
     spec = job.spec
     eff = Effective.from_json(job.effective) if job.effective else None
@@ -79,6 +80,10 @@ def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | Non
     common.update({"XCE_JOBID": str(job.id), "XCE_JOB_NAME": job.name, "XCE_QUEUE": job.queue,
                    "XCE_SLOTS": str(sum(n for _, n in hosts)), "XCE_HOSTS": " ".join(h for h, _ in hosts),
                    "XCE_ATTEMPT": str(job.attempt)})
+    for name in ("XCE_ARRAY_ID", "XCE_ARRAY_INDEX"):
+        common.pop(name, None)  # a job submitted from inside an element copied its environment
+    if job.array_id is not None:
+        common.update(XCE_ARRAY_ID=str(job.array_id), XCE_ARRAY_INDEX=str(job.array_index))
     launches, first_task = [], 0
     for index, alloc in enumerate(holding.allocs):
         env = dict(common, XCE_HOST_NTASKS=str(alloc.tasks), XCE_HOST_TASK_INDEX=str(first_task))

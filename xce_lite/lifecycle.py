@@ -20,6 +20,8 @@ TRANSITIONS: dict[str, dict[str, str]] = {
     "started": {DISP: RUN},
     "launch_failed": {DISP: EXIT},
     "killed_pending": {PEND: EXIT, PSUSP: EXIT},
+    # its dependency can never be satisfied (done(5) after 5 ended EXIT): cancelled
+    "dependency_failed": {PEND: EXIT, PSUSP: EXIT},
     "finished": {DISP: DONE, RUN: DONE, USUSP: DONE, SSUSP: DONE},
     "lost": {DISP: EXIT, RUN: EXIT, USUSP: EXIT, SSUSP: EXIT},
     # back to the queue: the host was lost (the default policy), or by hand; a new attempt follows

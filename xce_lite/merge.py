@@ -28,6 +28,9 @@ The rules (a profile holds what every job of the application must have; see READ
   minimum task count above its `max_tasks`, could never run there and is refused. Without any limit
   the job gets the queue's ceiling; a task range is cut to `max_tasks`.
 - A service profile is refused: every job is a batch job (services come later).
+- Retries: the profile's count is the default and a maximum (`--retry` may ask for fewer); the
+  exit codes to retry on are the job's (`--retry-on`) if it gives them, else the profile's, else
+  any failure. Codes without a count are refused: there would be nothing to retry.
 
 Each effective field says where it came from: `job`, `preset` (a job value the client's preset
 set: the client lists those fields in exdata.meta.preset.fields), `profile`, `queue` or `default`.
@@ -126,6 +129,8 @@ class Profile:
     job_starter: tuple[str, ...] = ()
     params: tuple[Param, ...] = ()
     annotations: FrozenMap = NOTHING
+    retry: int | None = None  # retries of a failed attempt: the default and the maximum
+    retry_on: tuple[int, ...] | None = None  # exit codes to retry on (None: any failure)
 
     @cached_property
     def hash(self) -> str:
@@ -137,7 +142,8 @@ class Profile:
 
 def _canonical(p: Profile) -> dict[str, Any]:
     r = p.resources
-    return {
+    retries = {"retry": [p.retry, list(p.retry_on) if p.retry_on else None]} if p.retry is not None else {}
+    return {**retries,
         "kind": p.kind, "mode": p.mode, "launch": p.launch, "env": dict(p.env),
         "hooks": {point: [list(h.argv), h.timeout] for point, h in p.hooks.items()},
         "select": rr.format_expr(r.select) if r.select is not None else None,
@@ -184,6 +190,8 @@ class Effective:
     mode: str = "direct"
     launch: str = "auto"
     origins: FrozenMap = NOTHING
+    retry: int = 0  # a failed attempt is requeued up to this many times
+    retry_on: tuple[int, ...] | None = None  # only for these exit codes (None: any failure)
 
     def exported_env(self) -> dict[str, str]:
         """XCE_APP_PARAM_* and XCE_APP_ANN_*: what the job learns of its params and annotations."""
@@ -207,7 +215,8 @@ class Effective:
                 "params": dict(self.params), "annotations": dict(self.annotations),
                 "hooks": {p: {"argv": list(h.argv), "timeout": h.timeout} for p, h in self.hooks.items()},
                 "job_starter": list(self.job_starter), "mode": self.mode, "launch": self.launch,
-                "origins": dict(self.origins)}
+                "origins": dict(self.origins), "retry": self.retry,
+                "retry_on": list(self.retry_on) if self.retry_on is not None else None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Effective:
@@ -218,7 +227,8 @@ class Effective:
             params=FrozenMap(data["params"]), annotations=FrozenMap(data["annotations"]),
             hooks=FrozenMap({p: Hook(tuple(h["argv"]), h["timeout"]) for p, h in data["hooks"].items()}),
             job_starter=tuple(data["job_starter"]), mode=data["mode"], launch=data["launch"],
-            origins=FrozenMap(data["origins"]))
+            origins=FrozenMap(data["origins"]), retry=data.get("retry", 0),
+            retry_on=tuple(data["retry_on"]) if data.get("retry_on") is not None else None)
 
 
 # ---- the merge ----------------------------------------------------------------------------------
@@ -261,9 +271,10 @@ def merge(spec: JobSpec, profile: Profile | None, queue: QueueLimits) -> Effecti
         "memory limit", "-M", spec.mem_limit, job_origin("mem_limit"), profile, profile and profile.mem_limit,
         queue, queue.mem_limit, format_size)
     params = _params(spec, profile, job_origin("app_params"), origins)
+    retry, retry_on = _retries(spec, profile, job_origin, origins)
     if profile is None:
         return Effective("", "", low, high, resreq, run_limit, mem_limit, params=params,
-                         origins=FrozenMap(origins))
+                         origins=FrozenMap(origins), retry=retry, retry_on=retry_on)
     for key, present in (("env", profile.env), ("annotations", profile.annotations), ("hooks", profile.hooks),
                          ("job_starter", profile.job_starter)):
         if present:
@@ -271,7 +282,31 @@ def merge(spec: JobSpec, profile: Profile | None, queue: QueueLimits) -> Effecti
     origins["launch"] = origins["mode"] = PROFILE
     return Effective(name, profile.hash, low, high, resreq, run_limit, mem_limit, profile.env, params,
                      profile.annotations, profile.hooks, profile.job_starter, profile.mode, profile.launch,
-                     FrozenMap(origins))
+                     FrozenMap(origins), retry, retry_on)
+
+
+def _retries(spec: JobSpec, profile: Profile | None, job_origin, origins: dict[str, str]
+             ) -> tuple[int, tuple[int, ...] | None]:
+    """(retries, exit codes to retry on) by the rule in the module docstring."""
+    ceiling = profile.retry if profile is not None else None
+    if spec.retry is not None:
+        if ceiling is not None and spec.retry > ceiling:
+            raise SpecError(f"--retry {spec.retry} is above application {profile.name}'s {ceiling} retries; "
+                            f"ask for fewer, or leave --retry out")
+        retry, origins["retry"] = spec.retry, job_origin("retry")
+    elif ceiling:
+        retry, origins["retry"] = ceiling, PROFILE
+    else:
+        retry = 0
+    if spec.retry_on is not None:
+        if not retry:
+            raise SpecError("--retry-on names exit codes to retry on, but the job has no retries: add --retry N")
+        retry_on, origins["retry_on"] = spec.retry_on, job_origin("retry_on")
+    elif retry and profile is not None and profile.retry_on:
+        retry_on, origins["retry_on"] = profile.retry_on, PROFILE
+    else:
+        retry_on = None
+    return retry, retry_on
 
 
 def _job_origin(spec: JobSpec):

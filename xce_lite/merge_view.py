@@ -39,6 +39,9 @@ def describe(eff: Effective) -> list[tuple[str, str, str]]:
         rows.append(("job starter", " ".join(eff.job_starter), PROFILE))
     if eff.app:
         rows.append(("mode, launch", f"{eff.mode}, {eff.launch}", PROFILE))
+    if eff.retry:
+        codes = ",".join(map(str, eff.retry_on)) if eff.retry_on else "any failure"
+        rows.append(("retries", f"{eff.retry} on {codes}", o.get("retry", DEFAULT)))
     return rows
 
 
@@ -78,6 +81,9 @@ def describe_profile(p: Profile) -> list[tuple[str, str]]:
     rows.extend((f"param {q.name}", (q.default if q.default is not None else "(no default)")
                  + (f"  - {q.description}" if q.description else "")) for q in p.params)
     rows.extend((f"annotation {name}", value) for name, value in p.annotations.items())
+    if p.retry is not None:
+        rows.append(("retries", f"{p.retry} at most, on " + (",".join(map(str, p.retry_on)) if p.retry_on
+                                                             else "any failure")))
     rows.extend((f"hook {point}", " ".join(h.argv)) for point, h in p.hooks.items())
     if p.job_starter:
         rows.append(("job starter", " ".join(p.job_starter)))

@@ -10,15 +10,20 @@ value the user did not give stays unset here (`slots` None: no `-n`), and the sp
 profile (`app`) and carries its `exdata`: `app_params` (its values for the profile's declared
 params) and `meta` (client data such as the preset used, passed through uninterpreted). Requeue
 and job arrays copy the spec, and with it the profile name and these values.
+
+Workflows (README "Workflows"): `array` makes the spec an array of elements (arrays.py), which
+share this one spec; `depend` is the `-w` condition as the user wrote it (deps.py; the controller
+stores it resolved to job ids); `retry`/`retry_on` ask for a failed attempt to be requeued.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from xce_lite import arrays, deps
 from xce_lite.errors import SpecError
 
 # LSF's state names, where users see them. DISP: dispatched, not yet known to be running.
@@ -36,6 +41,8 @@ MAX_META_BYTES = 16 * 1024  # exdata.meta as JSON: labels for tools, not a paylo
 APP_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 PARAM_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 EXDATA_KEYS = ("app_params", "meta", "app_origin")
+ON_DEP_FAIL = ("cancel", "pend")  # a dependency that can never hold: cancel the job, or keep it pending
+MAX_RETRIES = 100
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,11 @@ class JobSpec:
     # {"app_params": {NAME: VALUE}, "meta": {...}, "app_origin": "default"}; only these keys (see
     # the module docstring). app_origin: set by the controller when `app` came from default_application.
     exdata: dict[str, Any] = field(default_factory=dict)
+    array: str | None = None  # "[1-20:2]%5" (arrays.ArraySpec.text): an array of elements
+    depend: str | None = None  # -w, as written
+    on_dep_fail: str = "cancel"  # or "pend" (--on-dep-fail)
+    retry: int | None = None  # --retry N: requeue a failed attempt up to N times (None: the profile's)
+    retry_on: tuple[int, ...] | None = None  # --retry-on: only these exit codes (None: any failure)
 
     @property
     def app_params(self) -> dict[str, str]:
@@ -72,9 +84,13 @@ class JobSpec:
         return self.exdata.get("meta") or {}
 
     def to_wire(self) -> dict[str, Any]:
-        data = asdict(self)
+        # Field by field, not dataclasses.asdict: that deep-copies the environment, and cost half of
+        # a 1,000-step flow's submit (measured by bench/workflows.py). The values are only serialised.
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["argv"] = list(self.argv)
         data["resreq"] = list(self.resreq)
+        if self.retry_on is not None:
+            data["retry_on"] = list(self.retry_on)
         return data
 
     @classmethod
@@ -129,7 +145,7 @@ class JobSpec:
             max_slots=max_slots if max_slots != slots else None, resreq=tuple(resreq),
             stdout=_path(data, "stdout"), stderr=_path(data, "stderr"), env=dict(env),
             run_limit=run_limit, mem_limit=mem_limit, hold=hold, priority=priority,
-            app=_app_name(data), exdata=_exdata(data),
+            app=_app_name(data), exdata=_exdata(data), **_workflow(data),
         )
         if len(spec.to_json()) > MAX_ARGS_BYTES:
             raise SpecError(f"the job's command and environment exceed {MAX_ARGS_BYTES} bytes; "
@@ -145,6 +161,8 @@ class JobSpec:
         data = json.loads(text)
         data["argv"] = tuple(data["argv"])
         data["resreq"] = tuple(data.get("resreq", ()))
+        if data.get("retry_on") is not None:
+            data["retry_on"] = tuple(data["retry_on"])
         return cls(**data)
 
 
@@ -194,6 +212,30 @@ def _exdata(data: dict) -> dict[str, Any]:
             if value}
 
 
+def _workflow(data: dict) -> dict[str, Any]:
+    """array, depend, on_dep_fail, retry, retry_on: checked here, so a malformed one is refused
+    with its position before anything is stored (names in `depend` resolve in the controller)."""
+    array = _text(data, "array")
+    if array is not None:
+        array = arrays.parse(array).text()
+    depend = _text(data, "depend")
+    if depend is not None:
+        deps.parse(depend)
+    on_dep_fail = data.get("on_dep_fail") or "cancel"
+    if on_dep_fail not in ON_DEP_FAIL:
+        raise SpecError(f"--on-dep-fail {on_dep_fail!r}: say cancel (the default) or pend")
+    retry = data.get("retry")
+    if retry is not None and (not isinstance(retry, int) or isinstance(retry, bool) or not 0 <= retry <= MAX_RETRIES):
+        raise SpecError(f"--retry {retry!r}: the number of retries is a whole number from 0 to {MAX_RETRIES}")
+    retry_on = data.get("retry_on")
+    if retry_on is not None:
+        if not isinstance(retry_on, list) or not retry_on or not all(
+                isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= 255 for c in retry_on):
+            raise SpecError(f"--retry-on {retry_on!r}: list exit codes from 1 to 255, e.g. --retry-on 1,75")
+        retry_on = tuple(sorted(set(retry_on)))
+    return {"array": array, "depend": depend, "on_dep_fail": on_dep_fail, "retry": retry, "retry_on": retry_on}
+
+
 def _path(data: dict, key: str) -> str | None:
     value = _text(data, key)
     if value is not None and not value.startswith("/"):
@@ -237,21 +279,40 @@ class Job:
     # what it runs with, fixed at dispatch: merge.Effective.to_json(); None before dispatch (its
     # effective values are computed live then) and for jobs dispatched before schema 4
     effective: dict | None = None
+    # an array's element: its array (the array's id is its first element's job id) and its index;
+    # its spec is the array's, shared by every element
+    array_id: int | None = None
+    array_index: int | None = None
+    depend: dict | None = None  # the dependency, resolved (deps.to_json); an element's is its array's
+    retries: int = 0  # times it was requeued to retry after a failed attempt
 
     @property
     def name(self) -> str:
         return self.spec.name or (self.spec.argv[0].rsplit("/", 1)[-1] if self.spec.argv else "")
 
+    @property
+    def display_id(self) -> str:
+        """`42` for a job, `42[7]` for element 7 of array 42 (as LSF shows them)."""
+        return str(self.id) if self.array_id is None else f"{self.array_id}[{self.array_index}]"
+
     def output_path(self) -> str:
-        return expand_job_path(self.spec.stdout or f"{self.spec.cwd.rstrip('/')}/xce-%J.out", self.id)
+        default = "xce-%J.out" if self.array_id is None else "xce-%J_%I.out"
+        return self._expand(self.spec.stdout or f"{self.spec.cwd.rstrip('/')}/{default}")
 
     def error_path(self) -> str | None:
-        return expand_job_path(self.spec.stderr, self.id) if self.spec.stderr else None
+        return self._expand(self.spec.stderr) if self.spec.stderr else None
+
+    def _expand(self, path: str) -> str:
+        if self.array_id is None:
+            return expand_job_path(path, self.id)
+        return expand_job_path(path, self.array_id, self.array_index)
 
 
-def expand_job_path(path: str, job_id: int) -> str:
-    """`%J` is the job id (LSF); `%%` is a literal percent sign."""
-    return path.replace("%%", "\0").replace("%J", str(job_id)).replace("\0", "%")
+def expand_job_path(path: str, job_id: int, index: int | None = None) -> str:
+    """`%J` is the job id (an element's array id, as in LSF), `%I` an element's index (0 for a job
+    that is not in an array); `%%` is a literal percent sign."""
+    return (path.replace("%%", "\0").replace("%J", str(job_id)).replace("%I", str(index or 0))
+            .replace("\0", "%"))
 
 
 def unit_name(cluster: str, job_id: int, attempt: int, host_index: int) -> str:

@@ -22,6 +22,7 @@ submitted without `-app` ("" for none); a name that is not defined is a ConfigEr
         tasks: {min: 1, max: 8, default: 2}        # -n must lie within; without -n: default
         job_starter: [nice, -n, "5"]               # the job runs as job_starter + its command
         hooks: {pre_job_exec: [/opt/matlab/check]} # stored and validated; run by the hooks issue
+        retry: {count: 2, exit_codes: [75]}        # requeue a failed attempt (default and maximum)
         params: {SOLVER: {default: direct}}        # XCE_APP_PARAM_SOLVER; --app-param SOLVER=...
         annotations: {team.owner: imaging}         # XCE_APP_ANN_TEAM_OWNER, for tools
 
@@ -206,6 +207,12 @@ def _param(value: object) -> object:
     return value
 
 
+class RetryConfig(_Model):
+    count: int = Field(ge=0, le=100)  # retries of a failed attempt: the default and the maximum
+    # only these exit codes (default: any failure); not `on:`, which YAML reads as true
+    exit_codes: list[Annotated[int, Field(ge=1, le=255)]] | None = None
+
+
 class ProfileConfig(_Model):
     description: str = ""
     # batch (every job today) or service (rejected for batch jobs; services come later)
@@ -221,6 +228,7 @@ class ProfileConfig(_Model):
     params: dict[str, Annotated[ParamConfig, BeforeValidator(_param)]] = Field(default_factory=dict)
     annotations: dict[Annotated[str, Field(pattern=_ANNOTATION_NAME)], Annotated[
         str, Field(max_length=MAX_ANNOTATION_VALUE)]] = Field(default_factory=dict)
+    retry: RetryConfig | None = None  # {count: 2, exit_codes: [75]}: requeue a failed attempt (--retry)
 
     @field_validator("env")
     @classmethod
@@ -271,7 +279,8 @@ class ProfileConfig(_Model):
             run_limit=self.limits.run_limit, mem_limit=self.limits.mem_limit, min_tasks=self.tasks.min,
             max_tasks=self.tasks.max, default_tasks=self.tasks.default, job_starter=tuple(self.job_starter),
             params=tuple(Param(n, p.default, p.description) for n, p in self.params.items()),
-            annotations=FrozenMap(self.annotations))
+            annotations=FrozenMap(self.annotations), retry=self.retry.count if self.retry else None,
+            retry_on=tuple(sorted(set(self.retry.exit_codes))) if self.retry and self.retry.exit_codes else None)
 
 
 def _unique_env_names(names, convert, what: str) -> None:

@@ -53,6 +53,11 @@ class Active:
     status: list[str]  # per unit: NEW, SENT, RUNNING, ENDED
     results: dict[int, JobResult] = field(default_factory=dict)  # of the units that ENDED
     ending: bool = False  # its finish or requeue is on its way to the store
+    array_id: int | None = None  # an array's element
+    retry: int = 0  # --retry: a failed attempt is requeued while retries < retry
+    retry_on: tuple[int, ...] | None = None  # only for these exit codes (None: any failure)
+    retries: int = 0
+    killed: bool = False  # someone asked to kill it: its failure is not retried
 
     @property
     def hosts(self) -> tuple[tuple[str, int], ...]:
@@ -152,7 +157,12 @@ class UnitWork:
         job.results[index] = result
         if index == 0 and not job.ending:
             job.ending = True
-            self._unrecorded.append((_finish_from_result(job, result), "finished"))
+            finish = _finish_from_result(job, result)
+            retry = _retry_of(job, finish)
+            if retry is not None:
+                self._unrecorded_requeues.append(retry)
+            else:
+                self._unrecorded.append((finish, "finished"))
 
     def _launched(self, event: UnitsLaunched, now: float) -> None:
         """A host's replies to a launch: running units, and refusals that end their job."""
@@ -373,6 +383,23 @@ class UnitWork:
             if host is not None and host.signal(job.units[0], "TERM", reason):
                 with self._mu:
                     self._kill_marks.pop(job.id, None)
+
+
+def _retry_of(job: Active, finish: Finish) -> Requeue | None:
+    """The requeue that retries a failed attempt (--retry, --retry-on), or None: it succeeded, was
+    killed by someone, failed with a code not listed, or has no retries left."""
+    if finish.state != EXIT or job.killed or job.retries >= job.retry:
+        return None
+    if job.retry_on is not None and finish.exit_code not in job.retry_on:
+        return None
+    how = (f"killed by signal {finish.exit_signal}" if finish.exit_signal else f"exit code {finish.exit_code}")
+    if finish.reason:
+        how += f": {finish.reason}"
+    reason = f"attempt {job.attempt} failed ({how}); retry {job.retries + 1} of {job.retry}"
+    result = {"attempt": job.attempt, "exit_code": finish.exit_code, "signal": finish.exit_signal,
+              "reason": finish.reason, "start_time": finish.start_time, "end_time": finish.end_time,
+              "cpu_time": finish.cpu_time, "max_rss": finish.max_rss}
+    return Requeue(job.id, job.state, reason, retry=True, result=result)
 
 
 def _finish_from_result(job: Active, result: JobResult) -> Finish:

@@ -45,4 +45,14 @@ def job_to_wire(job: Job) -> dict[str, Any]:
         "app": job.spec.app or "",  # the application profile ("": none)
         "app_params": dict(job.spec.app_params),  # the job's own values; effective ones in `effective`
         "meta": job.spec.meta,  # client data (the preset used), passed through
+        # workflows: an element's array and index ("display_id": 42[7]), the dependency as written,
+        # retries asked for and used
+        "display_id": job.display_id,
+        "array_id": job.array_id,
+        "array_index": job.array_index,
+        "array": job.spec.array,
+        "depend": job.spec.depend,
+        "on_dep_fail": job.spec.on_dep_fail,
+        "retry": job.spec.retry,
+        "retries": job.retries,
     }

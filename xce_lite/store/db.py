@@ -15,6 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
 from importlib import resources
@@ -145,3 +146,9 @@ def _raise_store_error(err: BaseException) -> None:
         if isinstance(cause, (apsw.FullError, apsw.IOError)):
             raise StoreError(f"the job store cannot be written ({cause}); free disk space, then retry") from err
         cause = cause.__context__
+
+
+def insert_event(con: apsw.Connection, job_id: int, now: float, kind: str, data: dict | None) -> None:
+    """Append one event to a job's history (inside the caller's write transaction)."""
+    con.execute("INSERT INTO events(job_id, time, kind, data) VALUES (?, ?, ?, ?)",
+                (job_id, now, kind, json.dumps(data, ensure_ascii=True) if data is not None else None))

@@ -18,9 +18,12 @@ import apsw
 
 from xce_lite.models import FINISHED_STATES, Job, JobSpec
 from xce_lite.store.db import connect, write
+from xce_lite.store.db import insert_event as _event
+from xce_lite.store.workflows import ELEMENT_SPEC, FlowRecord, NewJob, WorkflowStore, insert_flow, insert_job
 
 _COLUMNS = ("id, user, queue, state, spec, submit_time, attempt, hosts, unit, start_time, end_time, "
-            "exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc, effective")
+            "exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc, effective, "
+            "array_id, array_index, depend, retries")
 _FINISHED = tuple(sorted(FINISHED_STATES))
 
 
@@ -49,6 +52,8 @@ class Requeue:
     from_state: str
     reason: str
     hold: bool = False  # back to PSUSP instead of PEND
+    retry: bool = False  # a failed attempt retried (--retry): counted in the job's `retries`
+    result: dict | None = None  # how the attempt ended (a retry's exit code, ...), for the history
 
 
 @dataclass(frozen=True)
@@ -59,9 +64,10 @@ class TickRecord:
     started: tuple[int, ...]
     dispatched: tuple[int, ...]
     requeued: tuple[int, ...] = ()
+    cancelled: tuple[int, ...] = ()
 
 
-class JobStore:
+class JobStore(WorkflowStore):
     def __init__(self, path: Path, readonly: bool = False):
         """readonly: for tools beside a running controller (`xceadmin check`): reads only."""
         self.path = path
@@ -69,6 +75,8 @@ class JobStore:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._readers: list[apsw.Connection] = []
+        # arrays never change: each one's (spec, dependency) is read and parsed once
+        self._arrays: dict[int, tuple[JobSpec, dict | None]] = {}
 
     def close(self) -> None:
         with self._lock:
@@ -100,21 +108,23 @@ class JobStore:
 
     # ---- writes -----------------------------------------------------------------------------
 
-    def submit(self, jobs: Sequence[tuple[JobSpec, str]], user: str, now: float) -> list[int]:
-        """Store (spec, queue) pairs as new jobs in one transaction; their ids, in order."""
-        ids = []
+    def submit(self, jobs: Sequence[NewJob | tuple[JobSpec, str]], user: str, now: float,
+               depends=None, flow: FlowRecord | None = None) -> list[int]:
+        """Store new jobs and arrays in one transaction; the id of each (an array's is its first
+        element's). `depends(ids) -> [resolved dependency or None]` computes the dependencies once
+        the ids are known (a flow's steps depend on each other); `flow` records the steps too."""
+        items = [job if isinstance(job, NewJob) else NewJob(*job) for job in jobs]
         with self._write() as con:
-            for spec, queue in jobs:
-                state = "PSUSP" if spec.hold else "PEND"
-                con.execute(
-                    "INSERT INTO jobs(user, queue, state, spec, slots, submit_time, reason) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (user, queue, state, spec.to_json(), spec.slots or 1, now,
-                     "held at submission" if spec.hold else None),
-                )
-                job_id = con.last_insert_rowid()
-                _event(con, job_id, now, "submitted", {"user": user, "queue": queue, "held": spec.hold})
-                ids.append(job_id)
+            next_id = con.execute("SELECT coalesce(max(id), 0) + 1 FROM jobs").get
+            ids = []
+            for item in items:
+                ids.append(next_id)
+                next_id += max(1, len(item.indices))
+            resolved = depends(ids) if depends is not None else [item.depend for item in items]
+            for item, job_id, depend in zip(items, ids, resolved):
+                insert_job(con, item, job_id, depend, user, now)
+            if flow is not None:
+                insert_flow(con, flow, ids, user, now)
         return ids
 
     def change_state(self, ids: Iterable[int], from_state: str, to_state: str, event: str, now: float,
@@ -149,20 +159,24 @@ class JobStore:
 
     def record_tick(self, finishes: Sequence[tuple[Finish, str]], started: Sequence[tuple[int, float]],
                     plans: Sequence[tuple], reasons: dict[int, str | None],
-                    now: float, requeues: Sequence[Requeue] = ()) -> TickRecord:
+                    now: float, requeues: Sequence[Requeue] = (),
+                    cancels: Sequence[tuple[int, str, str]] = ()) -> TickRecord:
         """Everything one controller tick learned and decided, in ONE durable transaction.
 
         Order matters: a job may have started and finished since the last tick (DISP -> RUN ->
         DONE), a requeued job is pending again before the dispatches are stored, and a dispatch may
-        use slots that a finish or a requeue freed.
+        use slots that a finish or a requeue freed. `cancels`: (job id, its state, why) for pending
+        jobs whose dependency can never be satisfied: EXIT, event `dependency_failed`.
         """
         with self._write() as con:
             started_ids = _started(con, started, now)
             finished_ids = _finish(con, finishes, now)
             requeued_ids = _requeue(con, requeues, now)
+            cancelled_ids = _cancel(con, cancels, now)
             dispatched_ids = _dispatch(con, plans, now)
             _pend_reasons(con, reasons)
-        return TickRecord(tuple(finished_ids), tuple(started_ids), tuple(dispatched_ids), tuple(requeued_ids))
+        return TickRecord(tuple(finished_ids), tuple(started_ids), tuple(dispatched_ids), tuple(requeued_ids),
+                          tuple(cancelled_ids))
 
     def requeue(self, items: Sequence[Requeue], now: float) -> list[int]:
         """Send dispatched or running jobs back to PEND (or PSUSP), in one transaction."""
@@ -185,10 +199,12 @@ class JobStore:
         """Every job not DONE or EXIT, in id order (the controller's working set at start)."""
         rows = self._reader().execute(
             f"SELECT {_COLUMNS} FROM jobs WHERE state NOT IN (?, ?) ORDER BY id", _FINISHED)
-        return [_job(row) for row in rows]
+        return self._jobs_of(rows)
 
     def jobs(self, ids: Sequence[int] | None = None, user: str | None = None,
-             include_finished: bool = False, limit: int | None = None) -> list[Job]:
+             include_finished: bool = False, limit: int | None = None, elements: bool = True) -> list[Job]:
+        """Jobs by id, or a user's (unfinished unless `include_finished`); `elements` False leaves
+        out array elements (the listing shows their arrays instead)."""
         where, args = [], []
         if ids:
             where.append(f"id IN ({', '.join('?' * len(ids))})")
@@ -199,13 +215,25 @@ class JobStore:
         if not include_finished and not ids:
             where.append("state NOT IN (?, ?)")
             args.extend(_FINISHED)
+        if not elements:
+            where.append("array_id IS NULL")
         sql = f"SELECT {_COLUMNS} FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [_job(row) for row in self._reader().execute(sql, args)]
+        return self._jobs_of(self._reader().execute(sql, args))
+
+    def _jobs_of(self, rows: Iterable[tuple]) -> list[Job]:
+        rows = list(rows)
+        missing = {row[19] for row in rows if row[19] is not None and row[19] not in self._arrays}
+        if missing:
+            found = self._reader().execute(
+                f"SELECT id, spec, depend FROM arrays WHERE id IN ({', '.join('?' * len(missing))})", list(missing))
+            self._arrays.update((array_id, (JobSpec.from_json(spec), json.loads(depend) if depend else None))
+                                for array_id, spec, depend in found)
+        return [_job(row, self._arrays) for row in rows]
 
     def get(self, job_id: int) -> Job | None:
         found = self.jobs([job_id])
@@ -288,12 +316,26 @@ def _requeue(con: apsw.Connection, items: Sequence[Requeue], now: float) -> list
         state = "PSUSP" if r.hold else "PEND"
         con.execute(
             "UPDATE jobs SET state = ?, hosts = NULL, unit = NULL, alloc = NULL, effective = NULL, "
-            "start_time = NULL, pend_reason = NULL, reason = ? WHERE id = ? AND state = ?",
-            (state, r.reason, r.job_id, r.from_state),
+            "start_time = NULL, pend_reason = NULL, reason = ?, retries = retries + ? WHERE id = ? AND state = ?",
+            (state, r.reason, int(r.retry), r.job_id, r.from_state),
         )
         if con.changes() == 1:
-            _event(con, r.job_id, now, "requeued", {"from": r.from_state, "to": state, "reason": r.reason})
+            data = {"from": r.from_state, "to": state, "reason": r.reason}
+            if r.retry:
+                data.update(retry=True, result=r.result)
+            _event(con, r.job_id, now, "requeued", data)
             moved.append(r.job_id)
+    return moved
+
+
+def _cancel(con: apsw.Connection, items: Sequence[tuple[int, str, str]], now: float) -> list[int]:
+    moved = []
+    for job_id, from_state, reason in items:
+        con.execute("UPDATE jobs SET state = 'EXIT', end_time = ?, reason = ?, pend_reason = NULL "
+                    "WHERE id = ? AND state = ?", (now, reason, job_id, from_state))
+        if con.changes() == 1:
+            _event(con, job_id, now, "dependency_failed", {"from": from_state, "reason": reason})
+            moved.append(job_id)
     return moved
 
 
@@ -302,19 +344,21 @@ def _pend_reasons(con: apsw.Connection, reasons: dict[int, str | None]) -> None:
                     [(reason, job_id) for job_id, reason in reasons.items()])
 
 
-def _event(con: apsw.Connection, job_id: int, now: float, kind: str, data: dict | None) -> None:
-    con.execute("INSERT INTO events(job_id, time, kind, data) VALUES (?, ?, ?, ?)",
-                (job_id, now, kind, json.dumps(data, ensure_ascii=True) if data is not None else None))
-
-
-def _job(row: tuple) -> Job:
+def _job(row: tuple, arrays: dict[int, tuple[JobSpec, dict | None]]) -> Job:
+    """A Job from its row; an element takes its spec and dependency from its array."""
     (job_id, user, queue, state, spec, submit_time, attempt, hosts, unit, start_time, end_time,
-     exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc, effective) = row
+     exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc, effective,
+     array_id, array_index, depend, retries) = row
+    if array_id is not None and spec == ELEMENT_SPEC:
+        job_spec, depend_data = arrays[array_id]
+    else:
+        job_spec, depend_data = JobSpec.from_json(spec), json.loads(depend) if depend else None
     return Job(
-        id=job_id, user=user, queue=queue, state=state, spec=JobSpec.from_json(spec),
+        id=job_id, user=user, queue=queue, state=state, spec=job_spec,
         submit_time=submit_time, attempt=attempt,
         hosts=tuple((h, n) for h, n in json.loads(hosts)) if hosts else (),
         unit=unit, start_time=start_time, end_time=end_time, exit_code=exit_code, exit_signal=exit_signal,
         cpu_time=cpu_time, max_rss=max_rss, reason=reason, pend_reason=pend_reason,
         alloc=json.loads(alloc) if alloc else None, effective=json.loads(effective) if effective else None,
+        array_id=array_id, array_index=array_index, depend=depend_data, retries=retries,
     )

@@ -29,6 +29,8 @@ LEGAL: dict[tuple[str, str, bool], str] = {
     (DISP, "launch_failed", True): EXIT,
     (PEND, "killed_pending", True): EXIT,
     (PSUSP, "killed_pending", True): EXIT,
+    (PEND, "dependency_failed", True): EXIT,
+    (PSUSP, "dependency_failed", True): EXIT,
     (DISP, "finished", True): DONE,
     (RUN, "finished", True): DONE,
     (USUSP, "finished", True): DONE,
