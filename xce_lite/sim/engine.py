@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import math
 import queue
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from xce_lite import deps
 from xce_lite.config import ClusterConfig
 from xce_lite.errors import SpecError
 from xce_lite.exec.fake import FakeCluster, sim_argv
@@ -41,7 +41,7 @@ from xce_lite.merge import Effective, Profile
 from xce_lite.models import DONE, EXIT, PEND, RUN, JobSpec
 from xce_lite.sched.core import Decisions, Dispatch, PendingJob, Snapshot, schedule
 from xce_lite.sched.placement import HostView, JobRequest, why_never
-from xce_lite.sim import flow
+from xce_lite.sim.gating import Workflows
 from xce_lite.sim.workload import Workload, WorkloadJob
 from xce_lite.snapshot import Holding, admit, host_totals, hosts_now, pending_job, queue_policies, shared_free
 
@@ -54,6 +54,8 @@ class SimJob:
     entry: WorkloadJob
     name: str | None
     array: str | None = None  # the array's name, for an element
+    array_id: int | None = None  # its array's id (the first element's job id), for an element
+    index: int | None = None  # its index in the array
     state: str = WAITING
     queue: str = ""
     spec: JobSpec | None = None
@@ -65,7 +67,6 @@ class SimJob:
     exit_code: int | None = None
     holding: Holding | None = None
     order: int = 0  # dispatch order: ties in end time finish in it
-    after: object = None  # the parsed dependency
 
 
 @dataclass(frozen=True)
@@ -113,29 +114,26 @@ class Simulator:
         for view in self.totals:
             self.cluster.host(view.name).connect(self.events)
         self.jobs: list[SimJob] = []  # by id - 1
-        self._by_name: dict[str, list[SimJob]] = {}
         for entry in sorted(workload.jobs, key=lambda e: (e.submit, e.row)):
+            if entry.after is not None:
+                try:
+                    deps.parse(entry.after)
+                except SpecError as err:
+                    raise SpecError(f"workload {workload.source}, job {entry.row}: {err}")
             if entry.array is None:
-                self._new_job(entry, entry.name, None)
-            else:
-                name, first, last, _ = entry.array
-                for index in range(first, last + 1):
-                    self._new_job(entry, f"{name}[{index}]", name)
-        for job in self.jobs:
-            if job.entry.after is not None:
-                job.after = flow.parse(job.entry.after)
-                missing = sorted(t for t in flow.targets(job.after) if not self._targets(t))
-                if missing:
-                    raise SpecError(f"workload {workload.source}, job {job.entry.row}: its dependency names "
-                                    f"{', '.join(missing)}, which no job of the workload is (by name or id)")
+                self.jobs.append(SimJob(len(self.jobs) + 1, entry, entry.name))
+                continue
+            first = len(self.jobs) + 1
+            for index in entry.array[1]:
+                self.jobs.append(SimJob(len(self.jobs) + 1, entry, f"{entry.array[0]}[{index}]", entry.array[0],
+                                        first, index))
+        self.flows = Workflows(self.jobs)
+        self._array_running: dict[int, int] = {}  # array id -> its elements running
         self.now = 0.0
         self.step_number = self.sessions = 0
         self._next_submit = 0  # index into self.jobs: the next not yet submitted (they are in submit order)
         self.pending: dict[int, PendingJob] = {}
         self.running: dict[int, SimJob] = {}
-        self._held_deps: dict[int, SimJob] = {}
-        self._throttled: dict[str, deque[SimJob]] = {}  # array -> elements waiting for room
-        self._array_running: dict[str, int] = {}
         self._views = {v.name: v for v in self.totals}
         self._totals = dict(self._views)
         self._on_host: dict[str, dict[int, Holding]] = {v.name: {} for v in self.totals}
@@ -149,15 +147,6 @@ class Simulator:
         self._wake = False  # the next grid point is an instant of its own (released jobs, a cut session)
         self._dispatches = 0
         self._never_memo: dict[tuple, str | None] = {}
-
-    def _new_job(self, entry: WorkloadJob, name: str | None, array: str | None) -> None:
-        job = SimJob(len(self.jobs) + 1, entry, name, array)
-        self.jobs.append(job)
-        for key in filter(None, (name, array, str(job.id))):
-            self._by_name.setdefault(key, []).append(job)
-
-    def _targets(self, target: str) -> list[SimJob]:
-        return self._by_name.get(target, [])
 
     # ---- the clock
 
@@ -200,7 +189,7 @@ class Simulator:
         finished = self._collect(t)
         submitted, rejected = self._submit(t)
         changed: dict[str, list[int]] = {}
-        self._release(changed)
+        finished += self._gate(t, changed)
         session = None
         dispatched: tuple[Dispatch, ...] = ()
         examined: list = []
@@ -214,11 +203,11 @@ class Simulator:
             self._apply(decisions, changed)
             if not decisions.complete:
                 self._dirty = self._wake = True
-        if self._release(changed):  # started(x) dependencies: the next grid point is an instant of its own
-            self._wake = True
+        if dispatched and self.flows.started_matters and len(self.flows.gate):  # started(x): look again next
+            self.flows.dirty = self._wake = True
         return Step(self.step_number, t, session, tuple(finished), tuple(submitted), tuple(rejected), dispatched,
-                    tuple((r, tuple(ids)) for r, ids in changed.items()), len(self.pending) + len(self._held_deps)
-                    + sum(map(len, self._throttled.values())), len(self.running),
+                    tuple((r, tuple(ids)) for r, ids in changed.items()),
+                    len(self.pending) + len(self.flows.gate) - len(self.flows.gate.fed), len(self.running),
                     tuple(self.used.items()), tuple(examined))
 
     # ---- the tick's phases
@@ -241,7 +230,7 @@ class Simulator:
             self.cluster.host(event.host).forget([event.unit])
             finished.append((job.id, job.state, job.exit_code))
         if finished:
-            self._dirty = True
+            self._dirty = self.flows.dirty = True
         return finished
 
     def _submit(self, t: float) -> tuple[list[int], list[tuple[int, str]]]:
@@ -251,13 +240,16 @@ class Simulator:
             self._next_submit += 1
             try:
                 self._admit(job)
+                expr = self.flows.resolve(job)
             except SpecError as err:
                 job.state, job.reason = REJECTED, str(err)
                 rejected.append((job.id, str(err)))
                 continue
             job.state = PEND
+            self.flows.register(job)
             submitted.append(job.id)
-            self._held_deps[job.id] = job  # _release moves it on when it may
+            if not self.flows.add(job, expr):
+                self._to_pending(job)
         return submitted, rejected
 
     def _admit(self, job: SimJob) -> None:
@@ -275,31 +267,28 @@ class Simulator:
             self._never_memo[key] = why_never(request, self.totals, self.config.shared)
         return self._never_memo[key]
 
-    def _release(self, changed: dict[str, list[int]]) -> int:
-        """Move the jobs whose dependency now holds, and array elements with room, to the pending
-        set; the others' reasons say why they wait (into `changed` when new). Returns how many moved."""
-        moved = 0
-        for job in list(self._held_deps.values()):
-            if job.after is not None:
-                verdict = flow.evaluate(job.after, lambda t: [j.state for j in self._targets(t)])
-                if verdict is not True:
-                    self._wait(job, f"dependency {job.entry.after} " +
-                               ("can never be satisfied" if verdict is None else "is not satisfied yet"), changed)
-                    continue
-            del self._held_deps[job.id]
-            limit = job.entry.array[3] if job.array is not None else None
-            if limit is not None and self._array_running.get(job.array, 0) >= limit:
-                self._wait(job, f"array {job.array}: at most {limit} elements run at once", changed)
-                self._throttled.setdefault(job.array, deque()).append(job)
-                continue
-            self._to_pending(job)
-            moved += 1
-        for array, waiting in self._throttled.items():
-            limit = waiting[0].entry.array[3] if waiting else 0
-            while waiting and self._array_running.get(array, 0) < limit:
-                self._to_pending(waiting.popleft())
-                moved += 1
-        return moved
+    def _gate(self, t: float, changed: dict[str, list[int]]) -> list[tuple[int, str, int | None]]:
+        """The controller's gate step: feed what may start, take back what may not, cancel what never
+        can (EXIT with the reason); the others' reasons say what they wait for."""
+        decision = self.flows.decide(self._array_running)
+        if decision is None:
+            return []
+        for job_id in decision.feed:
+            self._to_pending(self.jobs[job_id - 1])
+        for job_id in decision.unfeed:
+            self.pending.pop(job_id, None)
+        cancelled = []
+        for job_id, reason in decision.cancel:
+            job = self.jobs[job_id - 1]
+            self.flows.gate.remove(job_id)
+            self.pending.pop(job_id, None)
+            job.state, job.end, job.reason = EXIT, t, reason
+            cancelled.append((job_id, EXIT, None))
+        if cancelled:  # their dependants learn it at the next grid point, as in the controller's next tick
+            self.flows.dirty = self._wake = True
+        for job_id, reason in decision.reasons.items():
+            self._wait(self.jobs[job_id - 1], reason, changed)
+        return cancelled
 
     @staticmethod
     def _wait(job: SimJob, reason: str, changed: dict[str, list[int]]) -> None:
@@ -308,8 +297,6 @@ class Simulator:
             changed.setdefault(reason, []).append(job.id)
 
     def _to_pending(self, job: SimJob) -> None:
-        if job.array is not None:  # counted from release: the core may start every pending element at once
-            self._array_running[job.array] = self._array_running.get(job.array, 0) + 1
         job.pending = pending_job(job.id, job.entry.user, job.queue, job.spec, job.entry.submit, self.config,
                                   self.profiles)[0]
         self.pending[job.id] = job.pending
@@ -335,6 +322,9 @@ class Simulator:
         for d in decisions.dispatches:
             job = self.jobs[d.job_id - 1]
             del self.pending[job.id]
+            self.flows.gate.remove(job.id)
+            if job.array_id is not None:
+                self._array_running[job.array_id] = self._array_running.get(job.array_id, 0) + 1
             self._dispatches += 1
             job.state, job.start, job.order, job.reason = RUN, self.now, self._dispatches, None
             self._hold(job, Holding.of(d.placement))
@@ -376,8 +366,8 @@ class Simulator:
             self._shared = shared_free(self.config, self._shared_holders.values())
         key = (job.queue, job.entry.user)
         self._slots_used[key] -= sum(a.tasks for a in holding.allocs)
-        if job.array is not None:
-            self._array_running[job.array] -= 1
+        if job.array_id is not None:
+            self._array_running[job.array_id] -= 1
 
     # ---- snapshots of the simulated state
 
@@ -388,7 +378,8 @@ class Simulator:
         return {"now": self.now, "step": self.step_number, "sessions": self.sessions, "submitted": self._next_submit,
                 "dispatches": self._dispatches, "dirty": self._dirty, "wake": self._wake,
                 "used_seconds": self.used_seconds, "jobs": jobs, "pending": list(self.pending),
-                "held": list(self._held_deps), "throttled": {a: [j.id for j in q] for a, q in self._throttled.items()}}
+                "gate": sorted(self.flows.gate.waiters), "fed": sorted(self.flows.gate.fed),
+                "gate_dirty": self.flows.dirty}
 
     def restore(self, state: dict) -> None:
         """Take up a `state()` of a simulation of the same config and workload (checked by the caller)."""
@@ -398,21 +389,26 @@ class Simulator:
         self.used_seconds = dict(state["used_seconds"])
         self.cluster.now = self.now
         running = []
+        gated = set(state["gate"])
         for job_id, job_state, reason, start, end, exit_code, order, holding in state["jobs"]:
             job = self.jobs[job_id - 1]
             job.state, job.reason, job.start, job.end, job.exit_code, job.order = (
                 job_state, reason, start, end, exit_code, order)
             if job_state != REJECTED:
                 self._admit(job)
+                expr = self.flows.resolve(job)  # names mean what they meant when it was submitted
+                self.flows.register(job)
+                if job_id in gated:
+                    self.flows.add(job, expr)
             if job_state == RUN:
                 running.append((order, job, Holding.from_json(holding, ())))
         for _, job, holding in sorted(running, key=lambda r: r[0]):  # launch order breaks ties in end time
             self._hold(job, holding)
             self._launch(job, holding.allocs[0].host, job.start)
-            if job.array is not None:
-                self._array_running[job.array] = self._array_running.get(job.array, 0) + 1
+            if job.array_id is not None:
+                self._array_running[job.array_id] = self._array_running.get(job.array_id, 0) + 1
         for job_id in state["pending"]:
             self._to_pending(self.jobs[job_id - 1])
         self._dirty = state["dirty"]
-        self._held_deps = {i: self.jobs[i - 1] for i in state["held"]}
-        self._throttled = {a: deque(self.jobs[i - 1] for i in ids) for a, ids in state["throttled"].items()}
+        self.flows.gate.fed = set(state["fed"])
+        self.flows.dirty = state["gate_dirty"]

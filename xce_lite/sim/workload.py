@@ -13,6 +13,8 @@ job, with its defaults:
     array     `name[1-100]%10`: that many elements, at most 10 running at once (`name` is then the
               array's name; the elements are name[1], name[2], ...)
 
+Dependencies and arrays are the controller's own (deps.py, arrays.py, gate.py): see sim/gating.py.
+
 Times are seconds; a string with a unit goes through units.parse_duration, a plain number string
 (CSV) is seconds. Bad input raises SpecError naming the file, the job (row) and the field, with
 what to write instead; nothing is half-read. `digest` is a hash of the parsed jobs: recordings and
@@ -28,13 +30,13 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from xce_lite import arrays
 from xce_lite.errors import SpecError
 from xce_lite.units import parse_duration, parse_size
 
 FIELDS = ("submit", "user", "queue", "app", "n", "R", "runtime", "exit", "name", "priority", "W", "M", "after",
           "array")
 _NUMBER = re.compile(r"^\d+(\.\d+)?$")
-_ARRAY = re.compile(r"^([A-Za-z0-9_.-]+)\[(\d+)-(\d+)\](?:%(\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class WorkloadJob:
     run_limit: float | None = None
     mem_limit: int | None = None
     after: str | None = None
-    array: tuple[str, int, int, int | None] | None = None  # (name, first, last, at most running)
+    array: tuple[str, tuple[int, ...], int | None] | None = None  # (name, indices, at most running)
 
 
 @dataclass(frozen=True)
@@ -196,13 +198,13 @@ def _tasks(text: str, where: str) -> tuple[int, int | None]:
     return lo, hi if hi != lo else None
 
 
-def _array(text: str, where: str) -> tuple[str, int, int, int | None]:
-    m = _ARRAY.match(text.strip())
-    if m is None:
+def _array(text: str, where: str) -> tuple[str, tuple[int, ...], int | None]:
+    """`name[1-100:2,5]%10` -> (name, indices, throttle), by the controller's own arrays.parse."""
+    name, suffix = arrays.split_name(text.strip())
+    if suffix is None or not name:
         raise SpecError(f"{where}: `array` must look like name[1-100] or name[1-100]%10, not {text!r}")
-    first, last = int(m.group(2)), int(m.group(3))
-    limit = int(m.group(4)) if m.group(4) else None
-    if first < 1 or last < first or last - first >= 100_000 or limit == 0:
-        raise SpecError(f"{where}: `array` {text!r}: indices run from 1 up, first <= last, at most 100000 "
-                        f"elements, and a %limit of at least 1")
-    return m.group(1), first, last, limit
+    try:
+        spec = arrays.parse(suffix)
+    except SpecError as err:
+        raise SpecError(f"{where}: {err}")
+    return name, spec.indices, spec.throttle

@@ -142,12 +142,42 @@ def test_csv_workloads_and_bad_input_say_where_and_what_to_do(tmp_path):
     assert bad.returncode == 2 and "unknown column(s) colour" in bad.stderr
     for text, expected in (("jobs:\n  - {submit: 0}\n", "job 1: `runtime` is missing"),
                            ("jobs:\n  - {submit: 0, runtime: 5, n: 'x'}\n", "`n` must be MIN or MIN,MAX"),
-                           ("jobs:\n  - {submit: 0, runtime: 5, after: 'done(nobody)'}\n", "names nobody"),
-                           ("jobs:\n  - {submit: 0, runtime: 5, array: 'a[3-1]'}\n", "first <= last")):
+                           ("jobs:\n  - {submit: 0, runtime: 5, after: 'done(a) &&'}\n", "job 1: -w"),
+                           ("jobs:\n  - {submit: 0, runtime: 5, array: 'a[3-1]'}\n", "the range 3-1 is reversed")):
         w = tmp_path / "bad.yaml"
         w.write_text(text)
         with pytest.raises(SpecError, match=expected.replace("(", r"\(").replace(")", r"\)")):
             simulator(config, w)
+    w = tmp_path / "later.yaml"  # a name resolves when its dependant is submitted, as in the controller
+    w.write_text("jobs:\n  - {submit: 0, runtime: 5, after: 'done(later)'}\n  - {submit: 1, runtime: 5, name: later}\n")
+    sim = simulator(config, w)
+    while sim.step():
+        pass
+    first = sim.jobs[0]
+    assert first.state == "REJECTED" and "has no job named 'later' submitted before this one" in first.reason
+
+
+def test_dependencies_and_arrays_go_through_the_controllers_gate(tmp_path):
+    config, workload = files(tmp_path, workload="""jobs:
+  - {submit: 0, name: prep, runtime: 10, exit: 1}
+  - {submit: 0, name: main, runtime: 10, after: "done(prep)"}
+  - {submit: 0, array: "sweep[1-6:2,9]%2", runtime: 4}
+  - {submit: 0, name: cleanup, runtime: 1, after: "exit(prep, 1) && numended(sweep, == *)"}
+  - {submit: 0, name: watch, runtime: 1, after: "started(sweep[9])"}
+""")
+    sim = simulator(config, workload)
+    while sim.step():
+        pass
+    jobs = {j.name: j for j in sim.jobs}
+    assert jobs["main"].state == "EXIT" and jobs["main"].start is None
+    assert jobs["main"].reason == ("dependency can never be satisfied: done(prep): prep (job 1) is EXIT (exit code 1) "
+                                   "(can never hold)")
+    sweep = [j for j in sim.jobs if j.array == "sweep"]
+    assert [j.name for j in sweep] == ["sweep[1]", "sweep[3]", "sweep[5]", "sweep[9]"]
+    assert all(j.state == "DONE" for j in sweep) and jobs["cleanup"].state == "DONE"
+    assert jobs["cleanup"].start >= max(j.end for j in sweep)
+    assert max(sum(1 for k in sweep if k.start <= j.start < k.end) for j in sweep) == 2
+    assert jobs["watch"].start >= jobs["sweep[9]"].start
 
 
 def test_fake_hosts_keep_the_seam_contract_on_the_simulated_clock():

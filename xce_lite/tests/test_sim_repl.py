@@ -27,7 +27,7 @@ def test_help_steps_breakpoints_info_and_quit(tmp_path):
     assert "Trace:\n  trace on [all | JOB...] [summary|full] [file PATH]" in text
     assert "3: when job 7 has been pending longer than 100 s" in text
     assert "step 2 t=10 session 2: submitted 6; dispatched 3 on gpu1*1, 4 on gpu2*1; 4 pending, 4 running" in text
-    assert "  pend [7 8]: array sweep: at most 4 elements run at once" in text
+    assert "  pend [7 8]: array 3 runs at most 4 elements at once (%4); it waits for one to end" in text
     assert "breakpoint 3 (when job 7 has been pending longer than 100 s) hit at step 3 t=20" not in text
     assert "breakpoint 3 (when job 7 has been pending longer than 100 s) hit at step 5 t=610" in text
     assert "step 5 t=610: 0 submitted, 2 finished, 2 dispatched; 4 pending, 4 running" in text  # a rollup line
