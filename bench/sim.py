@@ -8,9 +8,9 @@ Prints figures and asserts nothing. The cluster and workload are synthetic, from
 written as the files a user would give (`xce.yaml`, a CSV workload) into a temporary directory:
 1,000 hosts (900 with 16 slots and 64G, 100 GPU hosts with 32 slots, 256G and 4 GPUs), three queues
 (normal; short, with a 1h run limit; gpu on the GPU hosts with a per-user running limit), and jobs
-of six shapes (serial with mem; 4 tasks on one host; 16-48 task parallel jobs with span[ptile=16];
-a task range 1..8; GPU jobs; a few that exceed the short queue's run limit and end EXIT) submitted
-in bursts by 50 users at whole seconds, at a rate that keeps the cluster busy (~85-95% of slots).
+of five shapes (serial with mem; 4 tasks on one host, some beyond the short queue's run limit, which
+end EXIT; 16-48 task parallel jobs with span[ptile=16]; a task range 1..8; GPU jobs) submitted in
+bursts by 50 users at whole seconds, offering 85% of the cluster's slot-seconds.
 
 Figures (medians of --runs runs, with min and max):
   1. loading the config and the 100,000-job workload (CSV parse, validation);
@@ -61,30 +61,36 @@ def write_inputs(folder: Path, n_jobs: int, n_hosts: int) -> tuple[Path, Path]:
     config.write_text(CONFIG.format(hosts="\n".join(hosts), gpu_hosts=", ".join(f"g{i:03d}" for i in range(gpu))))
     rng = random.Random(SEED)
     slots = (n_hosts - gpu) * 16 + gpu * 32
-    rows, t = [], 0
-    # Average slot-seconds per job is ~8,400 (see the shapes): submit at ~90% of the cluster's rate.
-    per_second = slots * 0.9 / 8400
+    rows = []
     while len(rows) < n_jobs:
-        burst = min(rng.randint(1, 40), n_jobs - len(rows))
+        kind = rng.random()
+        if kind < 0.60:
+            row = {"queue": "normal", "n": "1", "R": f"rusage[mem={rng.choice((1, 2, 4))}G]",
+                   "runtime": rng.choice((300, 900, 1800, 3600, 7200))}
+        elif kind < 0.82:
+            row = {"queue": "short", "n": "4", "R": "span[hosts=1] rusage[mem=1G]",
+                   "runtime": rng.choice((120, 600, 1800, 4000))}  # 4000 > the 1h limit: EXIT
+        elif kind < 0.86:
+            row = {"queue": "normal", "n": str(rng.choice((16, 32, 48))), "R": "span[ptile=16]",
+                   "runtime": rng.choice((1800, 3600))}
+        elif kind < 0.97:
+            row = {"queue": "normal", "n": "1,8", "R": "rusage[mem=512M]", "runtime": rng.choice((600, 1200))}
+        else:
+            row = {"queue": "gpu", "n": "1", "R": "rusage[gpus=1, mem=8G]", "runtime": rng.choice((600, 1800, 3600))}
+        rows.append(row)
+    # Offer 85% of the cluster's slot-seconds: a busy cluster with a backlog that comes and goes.
+    # (A task range 1..8 is counted at 4 tasks; the short queue's limit caps a 4000 s run at 3600.)
+    mean = sum(min(r["runtime"], 3600 if r["queue"] == "short" else 1e9) * (4 if r["n"] == "1,8" else int(r["n"]))
+               for r in rows) / len(rows)
+    per_second = slots * 0.85 / mean
+    t, i = 0, 0
+    while i < len(rows):  # bursts of 1-40 jobs by one user at whole seconds
+        burst = min(rng.randint(1, 40), len(rows) - i)
         t += max(1, round(rng.expovariate(per_second / burst)))
         user = f"u{rng.randrange(50):02d}"
-        for _ in range(burst):
-            kind = rng.random()
-            if kind < 0.55:
-                row = {"queue": "normal", "n": "1", "R": f"rusage[mem={rng.choice((1, 2, 4))}G]",
-                       "runtime": rng.choice((300, 900, 1800, 3600, 7200))}
-            elif kind < 0.75:
-                row = {"queue": "short", "n": "4", "R": "span[hosts=1] rusage[mem=1G]",
-                       "runtime": rng.choice((120, 600, 1800, 4000))}  # 4000 > the 1h limit: EXIT
-            elif kind < 0.82:
-                row = {"queue": "normal", "n": str(rng.choice((16, 32, 48))), "R": "span[ptile=16]",
-                       "runtime": rng.choice((1800, 3600))}
-            elif kind < 0.92:
-                row = {"queue": "normal", "n": "1,8", "R": "rusage[mem=512M]", "runtime": rng.choice((600, 1200))}
-            else:
-                row = {"queue": "gpu", "n": "1", "R": "rusage[gpus=1, mem=8G]",
-                       "runtime": rng.choice((1800, 3600, 7200))}
-            rows.append({"submit": t, "user": user, **row})
+        for row in rows[i:i + burst]:
+            row.update(submit=t, user=user)
+        i += burst
     workload = folder / "workload.csv"
     with workload.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["submit", "user", "queue", "n", "R", "runtime"])
@@ -93,12 +99,12 @@ def write_inputs(folder: Path, n_jobs: int, n_hosts: int) -> tuple[Path, Path]:
     return config, workload
 
 
-def run_once(config: Path, workload: Path, traced: frozenset[int] | None) -> dict:
+def run_once(config: Path, workload: Path, traced: frozenset[int] | None, interval: float | None) -> dict:
     t0 = time.perf_counter()
     cluster, profiles = load_cluster(config)
     load = load_workload(workload)
     t1 = time.perf_counter()
-    sim = Simulator(cluster, profiles, load)
+    sim = Simulator(cluster, profiles, load, interval)
     digest = hashlib.sha256()
     lines = 0
     wants = traced.__contains__ if traced is not None else None
@@ -124,12 +130,14 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--traced", type=int, default=50, help="jobs traced at full level in figure 3 (0: skip it)")
+    ap.add_argument("--interval", type=float, default=None, help="seconds between scheduling instants "
+                    "(default: the config's controller.tick, 1 s)")
     args = ap.parse_args()
     print(f"python {sys.version.split()[0]}, xce_lite from {ROOT / 'xce_lite'}, seed {SEED}")
     with tempfile.TemporaryDirectory() as tmp:
         config, workload = write_inputs(Path(tmp), args.jobs, args.hosts)
         print(f"input: {args.hosts} hosts, {args.jobs} jobs ({workload.stat().st_size / 1e6:.1f} MB of CSV)")
-        runs = [run_once(config, workload, None) for _ in range(args.runs)]
+        runs = [run_once(config, workload, None, args.interval) for _ in range(args.runs)]
         first = runs[0]
         assert all(r["hash"] == first["hash"] for r in runs), "runs differ: the simulator is not deterministic"
         print(f"  1 load config + workload: {stats([r['load'] for r in runs])}")
@@ -142,7 +150,7 @@ def main() -> None:
         if args.traced:
             rng = random.Random(SEED)
             traced = frozenset(rng.sample(range(1, args.jobs + 1), args.traced))
-            t = run_once(config, workload, traced)
+            t = run_once(config, workload, traced, args.interval)
             base = statistics.median(wall)
             change = 100 * (t["run"] - base) / base
             print(f"  3 run, {args.traced} jobs traced at full level: {t['run']:.2f} s ({change:+.1f}% "

@@ -64,23 +64,27 @@ def host_totals(config: ClusterConfig) -> tuple[HostView, ...]:
 def hosts_now(totals: tuple[HostView, ...], states: dict[str, str],
               holdings: Iterable[Holding]) -> tuple[HostView, ...]:
     """The hosts as the scheduler sees them: each state, and totals less what `holdings` reserve."""
-    used: dict[str, dict[str, float]] = {h.name: {} for h in totals}
-    gpus_used: dict[str, set[int]] = {h.name: set() for h in totals}
+    allocs: dict[str, list[HostAlloc]] = {h.name: [] for h in totals}
     for holding in holdings:
         for alloc in holding.allocs:
-            if alloc.host not in used:
-                continue  # a host removed from the config while a job still held it
-            for name, amount in alloc.reserved.items():
-                used[alloc.host][name] = used[alloc.host].get(name, 0) + amount
-            gpus_used[alloc.host].update(alloc.gpus)
-    views = []
-    for host in totals:
-        free = {name: total - used[host.name].get(name, 0) for name, total in host.total.items()}
-        gpu_free = tuple(i for i in host.gpu_free if i not in gpus_used[host.name])
-        free[GPUS] = len(gpu_free)
-        views.append(HostView(host.name, states.get(host.name, "unreachable"), host.total, free, gpu_free,
-                              host.attrs, host.tags))
-    return tuple(views)
+            if alloc.host in allocs:  # else a host removed from the config while a job still held it
+                allocs[alloc.host].append(alloc)
+    return tuple(host_now(host, states.get(host.name, "unreachable"), allocs[host.name]) for host in totals)
+
+
+def host_now(total: HostView, state: str, allocs: Iterable[HostAlloc]) -> HostView:
+    """One host as the scheduler sees it: `total` (a host_totals view) less what `allocs`, the
+    allocations on it, reserve, summed in their order (the simulator rebuilds only changed hosts)."""
+    used: dict[str, float] = {}
+    gpus_used: set[int] = set()
+    for alloc in allocs:
+        for name, amount in alloc.reserved.items():
+            used[name] = used.get(name, 0) + amount
+        gpus_used.update(alloc.gpus)
+    free = {name: amount - used.get(name, 0) for name, amount in total.total.items()}
+    gpu_free = tuple(i for i in total.gpu_free if i not in gpus_used)
+    free[GPUS] = len(gpu_free)
+    return total.with_free(free, gpu_free, state)
 
 
 def shared_free(config: ClusterConfig, holdings: Iterable[Holding]) -> FrozenMap:

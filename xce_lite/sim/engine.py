@@ -2,7 +2,7 @@
 
 What is the controller's, shared and never copied: the submit checks and merge (`snapshot.admit`,
 `snapshot.pending_job`), the queue policies (`snapshot.queue_policies`), what a host has free
-(`snapshot.hosts_now`, per changed host), the shared counters (`snapshot.shared_free`) and the pure
+(`snapshot.host_now`, per changed host), the shared counters (`snapshot.shared_free`) and the pure
 core (`sched.core.schedule`). Hosts are fake Hosts behind the exec seam (exec/fake.py): a dispatch
 launches a unit there, and its end comes back as a `UnitFinished` event, as from a real host.
 
@@ -43,7 +43,7 @@ from xce_lite.sched.core import Decisions, Dispatch, PendingJob, Snapshot, sched
 from xce_lite.sched.placement import HostView, JobRequest, why_never
 from xce_lite.sim.gating import Workflows
 from xce_lite.sim.workload import Workload, WorkloadJob
-from xce_lite.snapshot import Holding, admit, host_totals, hosts_now, pending_job, queue_policies, shared_free
+from xce_lite.snapshot import Holding, admit, host_now, host_totals, pending_job, queue_policies, shared_free
 
 WAITING, REJECTED = "WAIT", "REJECTED"  # not submitted yet; refused at submit
 
@@ -305,7 +305,8 @@ class Simulator:
     def host_views(self) -> list[HostView]:
         """Every host as the scheduler sees it now (free amounts)."""
         for name in self._changed_hosts:  # only the hosts whose holdings changed are built again
-            self._views[name] = hosts_now((self._totals[name],), {name: "ok"}, self._on_host[name].values())[0]
+            self._views[name] = host_now(self._totals[name], "ok", [a for h in self._on_host[name].values()
+                                                                      for a in h.allocs if a.host == name])
         self._changed_hosts.clear()
         return list(self._views.values())
 

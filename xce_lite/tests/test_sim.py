@@ -200,6 +200,19 @@ def test_fake_hosts_keep_the_seam_contract_on_the_simulated_clock():
     assert host.list_units() == [] and cluster.next_end() is None
 
 
+def test_a_host_with_other_free_amounts_is_what_replace_would_build_and_checks_what_changes():
+    from dataclasses import replace
+
+    view = core.HostView("h", "ok", {"slots": 4, "mem": 8 << 30, "gpus": 2}, None, (0, 1), {"type": "X"},
+                         frozenset({"t"}))
+    free = {"slots": 1, "mem": 1 << 30, "gpus": 1}
+    assert view.with_free(free, (1,), "closed") == replace(view, free=free, gpu_free=(1,), state="closed")
+    for bad_free, gpu_free, state in (({"slots": 1}, (), None), ({**free, "mem": float("nan")}, (1,), None),
+                                      (free, (0, 1), None), (free, (1,), "gone")):
+        with pytest.raises(ValueError):
+            view.with_free(bad_free, gpu_free, state)
+
+
 def _big_job_examined() -> core.Examined:
     hosts = tuple(core.HostView(f"h{i:04d}", "ok" if i % 50 else "closed", {"slots": 4, "mem": 8 << 30},
                                 {"slots": i % 3, "mem": (i % 5) << 30}, (), {}, frozenset({"gpu"} if i % 7 else ()))
