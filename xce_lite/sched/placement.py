@@ -364,8 +364,10 @@ class _Host:
     def __init__(self, view: HostView) -> None:
         self.view = view
         self.name = view.name
+        # Never changed in place (Session.take replaces it with `taken`'s new dict), so it may be
+        # the view's own: no copy per host per session.
         free = view.free
-        self.free: dict[str, Any] = free.to_dict() if isinstance(free, FrozenMap) else dict(free)
+        self.free: dict[str, Any] = free.shared_dict() if isinstance(free, FrozenMap) else dict(free)
         self.gpu_free = view.gpu_free
         self._names: dict[str, object] | None = None
         # Closed or unreachable: the one reason it takes nothing, whatever the job.

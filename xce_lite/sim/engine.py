@@ -41,6 +41,7 @@ from xce_lite.merge import Effective, Profile
 from xce_lite.models import DONE, EXIT, PEND, RUN, JobSpec
 from xce_lite.sched.core import Decisions, Dispatch, PendingJob, Snapshot, schedule
 from xce_lite.sched.placement import HostView, JobRequest, why_never
+from xce_lite.sched.reasons import HostAlloc
 from xce_lite.sim.gating import Workflows
 from xce_lite.sim.workload import Workload, WorkloadJob
 from xce_lite.snapshot import Holding, admit, host_now, host_totals, pending_job, queue_policies, shared_free
@@ -136,7 +137,7 @@ class Simulator:
         self.running: dict[int, SimJob] = {}
         self._views = {v.name: v for v in self.totals}
         self._totals = dict(self._views)
-        self._on_host: dict[str, dict[int, Holding]] = {v.name: {} for v in self.totals}
+        self._on_host: dict[str, dict[int, HostAlloc]] = {v.name: {} for v in self.totals}  # job -> its alloc there
         self._changed_hosts: set[str] = set()
         self._shared_holders: dict[int, Holding] = {}
         self._shared = shared_free(config, ())
@@ -305,8 +306,7 @@ class Simulator:
     def host_views(self) -> list[HostView]:
         """Every host as the scheduler sees it now (free amounts)."""
         for name in self._changed_hosts:  # only the hosts whose holdings changed are built again
-            self._views[name] = host_now(self._totals[name], "ok", [a for h in self._on_host[name].values()
-                                                                      for a in h.allocs if a.host == name])
+            self._views[name] = host_now(self._totals[name], "ok", self._on_host[name].values())
         self._changed_hosts.clear()
         return list(self._views.values())
 
@@ -346,7 +346,7 @@ class Simulator:
         job.holding = holding
         self.running[job.id] = job
         for alloc in holding.allocs:
-            self._on_host[alloc.host][job.id] = holding
+            self._on_host[alloc.host][job.id] = alloc
             self._changed_hosts.add(alloc.host)
             for name, amount in alloc.reserved.items():
                 self.used[name] = self.used.get(name, 0) + amount
