@@ -3,8 +3,9 @@
 Every job that ran to an end (DONE or EXIT with a start time) becomes one workload job: submitted
 when it was (seconds after the first one exported), by its user, to its queue, with its profile,
 task range, -R, limits and priority, running as long as it ran and ending with its exit code
-(a job killed by a signal exports exit 1, and its run as it was). Jobs still pending or running,
-and jobs killed before they started, have no runtime yet and are left out. Read-only on the store.
+(a job killed by a signal exports exit 1, and its run as it was), and its `-w` as written. An array's
+elements export as jobs of their own (its throttle is not carried over). Jobs still pending or
+running, and jobs killed before they started, have no runtime yet and are left out. Read-only.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def export_workload(store_path: Path, out: Path, since: float | None = None) -> 
             row["W"] = f"{s.run_limit:g}s"
         if s.mem_limit is not None:
             row["M"] = f"{s.mem_limit}b"
+        if s.depend:  # as written: names resolve again at the simulated submit, as they did at the real one
+            row["after"] = s.depend
         rows.append(row)
     partial = out.with_name(out.name + ".partial")
     partial.write_text("# exported by `xce sim export`: times in seconds after the first job's submit\n"
