@@ -108,3 +108,17 @@ def test_trace_files_append_refuse_the_recording_and_the_log_and_close_on_quit(t
     assert all(line in text for line in written.splitlines()[1:])  # the same bytes as on the console
     assert (tmp_path / "sched.log").read_text().count("\n") == 5 and traced
     assert "tracing jobs 5 at full level" in text
+
+
+def test_a_snapshot_loaded_in_the_repl_goes_on_as_the_run_it_was_saved_from(tmp_path):
+    out = repl("break at 600\ncontinue\nsnapshot save mid.snap\ncontinue\ninfo summary\nsnapshot load mid.snap\n"
+               "info jobs\ncontinue\ninfo summary\nsnapshot load nothing.snap\nquit\n", cwd=tmp_path)
+    text = out.stdout
+    assert "saved the state at step 5 t=610 to mid.snap" in text and "loaded the state at step 5 t=610" in text
+    first, second = text.split("(xce-sim) snapshot load mid.snap")
+    def after_break(part: str) -> list[str]:
+        tail = part.split("(xce-sim) continue\n")[-1]
+        return [line for line in tail.splitlines() if not line.startswith("(xce-sim)")]
+    assert after_break(first) == after_break(second.split("(xce-sim) snapshot load nothing.snap")[0])
+    assert "     7 sweep[5]       PEND" in second  # the state as saved, before it went on
+    assert "error: snapshot nothing.snap: cannot read it" in text
