@@ -25,6 +25,7 @@ from xce_lite.cli_flow import flow as flow_group
 from xce_lite.cli_jobs import display, jobs, outcome, when
 from xce_lite.cli_presets import preset as preset_group
 from xce_lite.cli_submit import build_spec, expand, given_options, submit_options
+from xce_lite.sim.cli import sim as sim_group
 from xce_lite.units import format_size
 
 EXIT_TIMEOUT = 124
@@ -577,6 +578,7 @@ main.add_command(flow_group)
 main.add_command(apps)
 main.add_command(reconfig)
 main.add_command(preset_group)
+main.add_command(sim_group)
 
 
 if __name__ == "__main__":  # pragma: no cover

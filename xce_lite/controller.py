@@ -56,9 +56,9 @@ from xce_lite.merge import Effective, Profile
 from xce_lite.models import DISP, PEND, PSUSP, Job, JobSpec, unit_name
 from xce_lite.profiles import load_cluster
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
-from xce_lite.sched.placement import HostView, JobRequest
+from xce_lite.sched.placement import HostView
 from xce_lite.sched_process import PendingSet, SchedulerProcess
-from xce_lite.snapshot import Holding, effective, hosts_now, shared_free
+from xce_lite.snapshot import Holding, effective, hosts_now, pending_job, shared_free
 from xce_lite.store.jobs import Finish, JobStore, Requeue, TickRecord
 from xce_lite.unitwork import NEW, RUNNING, Active, UnitWork
 
@@ -256,17 +256,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
 
     def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
-        """The scheduler's view of a pending job: its effective request (merge.py), computed live, so
-        a changed profile or queue ceiling applies to jobs already waiting. A stored job that cannot
-        be merged now (its profile or queue is gone, a reconfig made it unrunnable) is blocked with
-        the reason: it pends, never EXIT, until the configuration lets it run or it is killed."""
-        try:
-            eff = effective(spec, queue, self.config, self.profiles)
-        except errors.SpecError as err:
-            return PendingJob(job_id, user, queue, JobRequest(job_id), spec.priority, submit_time,
-                              blocked=f"cannot run as configured now: {err}")
-        request = JobRequest(job_id, eff.min_tasks, eff.max_tasks, eff.resreq)
-        return PendingJob(job_id, user, queue, request, spec.priority, submit_time, eff.profile_hash)
+        """The scheduler's view of a pending job (snapshot.pending_job, which the simulator shares)."""
+        return pending_job(job_id, user, queue, spec, submit_time, self.config, self.profiles)[0]
 
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that

@@ -11,7 +11,6 @@ import base64
 import os
 import time
 from collections import defaultdict
-from dataclasses import replace
 from typing import Any
 
 from xce_lite import arrays, errors
@@ -20,9 +19,9 @@ from xce_lite.lifecycle import next_state
 from xce_lite.merge import Effective
 from xce_lite.merge_view import describe
 from xce_lite.models import DISP, DONE, EXIT, PEND, PENDING_STATES, PSUSP, RUN, Job, JobSpec
-from xce_lite.sched.placement import JobRequest, place, why_never
+from xce_lite.sched.placement import JobRequest, place
 from xce_lite.sched.reasons import Refusal
-from xce_lite.snapshot import check_units, effective, size_resources
+from xce_lite.snapshot import admit, effective
 from xce_lite.store.workflows import NewJob
 from xce_lite.wire import job_to_wire
 
@@ -84,16 +83,7 @@ class ApiHandlers:
     def _validate(self, raw: Any) -> tuple[JobSpec, str]:
         """The spec as it will be stored (its profile name resolved), and its queue's name;
         SpecError if its effective values break a rule or could never run (merge.py)."""
-        spec = JobSpec.from_wire(raw)
-        config = self.config
-        queue_name = config.queue(spec.queue).name
-        if spec.app is None:  # the job keeps the name it was submitted under, whatever the default becomes
-            spec = replace(spec, app=config.default_application, exdata={**spec.exdata, "app_origin": "default"})
-        eff = effective(spec, queue_name, config, self.profiles)
-        check_units(eff.resreq, size_resources(config))
-        never = why_never(JobRequest(0, eff.min_tasks, eff.max_tasks, eff.resreq), self.host_totals, config.shared)
-        if never is not None:
-            raise errors.SpecError(f"{never} (see `xce hosts -l`)")
+        spec, queue_name, _eff = admit(JobSpec.from_wire(raw), self.config, self.profiles, self.host_totals)
         if not os.path.isdir(spec.cwd):
             raise errors.SpecError(f"working directory {spec.cwd} does not exist or is not a directory")
         if not os.access(spec.cwd, os.R_OK | os.X_OK):

@@ -30,8 +30,7 @@ from xce_lite.merge_view import describe_profile
 from xce_lite.models import PEND
 from xce_lite.presets import PresetDir
 from xce_lite.profiles import applications_path, load_cluster
-from xce_lite.sched.core import QueuePolicy
-from xce_lite.snapshot import host_totals
+from xce_lite.snapshot import host_totals, queue_policies
 
 
 class ConfigHandlers:
@@ -58,9 +57,7 @@ class ConfigHandlers:
         self.config, self.profiles = config, profiles
         self.host_totals = host_totals(config)
         self.addresses = {h.name: h.address for h in config.hosts if h.address}  # how a hostfile names hosts
-        self.queue_policies = tuple(
-            QueuePolicy(q.name, q.priority, frozenset(q.hosts) if q.hosts is not None else None,
-                        q.running_limit, q.user_running_limit) for q in config.queues)
+        self.queue_policies = queue_policies(config)
         if not hasattr(self, "_presets"):
             self._presets = PresetDir(self.home.presets)
         self._record_running_config()

@@ -21,10 +21,17 @@ unplaceable is not searched again until a dispatch changes what is free; a cache
 FULL reason of the attempt that proved it, never an empty one. The searches themselves go through
 one `placement.Session`, which keeps each shape's candidate hosts current as dispatches take from
 them, rather than scanning every host each time.
+
+Observing (the simulator's trace): `schedule(..., observe=f)` calls `f(Examined(...))` for every job
+it examines, in order, with what it found: the plan, the search's full `Refusal` (per-host reasons
+and the hosts with room), the job whose identical request proved unsatisfiable earlier this session
+(a cache hit), or the limit or reservation that held it back. Observing only reads: the decisions
+are the same with or without it, and without it the session pays one `is None` test per job.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from xce_lite.sched.placement import HostView, JobRequest, Session, taken
@@ -86,6 +93,24 @@ class Dispatch:
         return self.placement.hosts
 
 
+DISPATCHED, REFUSED, KNOWN_UNSAT, LIMITED, BLOCKED, BEHIND = (
+    "dispatched", "refused", "known_unsat", "limited", "blocked", "behind")
+
+
+@dataclass(frozen=True)
+class Examined:
+    """What one session did with one job (see the module docstring, Observing). `request` is the
+    one placed: the job's, its task range cut to what its queue's running limits leave."""
+
+    job_id: int
+    kind: str  # DISPATCHED, REFUSED, KNOWN_UNSAT, LIMITED, BLOCKED or BEHIND
+    request: JobRequest
+    reason: str | None = None  # why it waits; None when dispatched
+    outcome: Placement | Refusal | None = None  # the plan (DISPATCHED) or the search's refusal (REFUSED)
+    proved_by: int | None = None  # KNOWN_UNSAT: the job whose search proved the request unsatisfiable
+    reserved: bool = False  # it now holds a reservation: later jobs wait for it
+
+
 @dataclass(frozen=True)
 class Decisions:
     dispatches: tuple[Dispatch, ...]
@@ -100,11 +125,14 @@ class Decisions:
         return tuple((job_id, reason) for reason, ids in self.waiting for job_id in ids)
 
 
-def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
+def schedule(snapshot: Snapshot, budget: int = 1_000_000,
+             observe: Callable[[Examined], None] | None = None) -> Decisions:
     """Decide which pending jobs start now and why the others wait.
 
     `budget` bounds the jobs examined in this session; the rest keep their previous reasons and
-    `complete` says so, so a huge backlog can never stall the controller's tick.
+    `complete` says so, so a huge backlog can never stall the controller's tick. `observe`, if
+    given, is told what was found for each job examined (module docstring); it cannot change a
+    decision.
     """
     queues = {q.name: q for q in snapshot.queues}
     no_policy = QueuePolicy("", priority=0)
@@ -123,6 +151,7 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
     # the queue's host set, not its name: placement reads nothing else of the queue, so queues that
     # share their hosts share one search.
     refused: dict[tuple, str] = {}
+    provers: dict[tuple, int] = {}  # observing only: shape -> the job whose search refused it
     # The same key -> its last refusal and that refusal's summary, for the last SUMMARIES_KEPT keys
     # met: a shape searched again after a dispatch that changed nothing it reads is refused alike,
     # and its text is not composed again. (Comparing is cheap: the session reuses the per-host
@@ -138,15 +167,20 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
             complete = False
             break
         policy = queues.get(job.queue, no_policy)
+        request = job.request
         if job.blocked is not None:
-            reason = job.blocked
+            reason, kind = job.blocked, BLOCKED
         elif holder is not None:
-            reason = f"waiting behind job {holder.id}, which holds a reservation until it can start"
+            reason, kind = f"waiting behind job {holder.id}, which holds a reservation until it can start", BEHIND
         else:
             reason, request = _within_limits(job, policy, queue_used, user_used)
+            kind = LIMITED
+        result: Placement | Refusal | None = None
+        reserved = False
         if reason is None:
             shape = (policy.hosts, request.min_tasks, request.max_tasks, request.resreq)
             reason = refused.get(shape)
+            kind = KNOWN_UNSAT
             if reason is None:
                 result = session.place(request, policy.hosts)
                 if not isinstance(result, Refusal):
@@ -155,11 +189,23 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
                     queue_used[job.queue] = queue_used.get(job.queue, 0) + result.tasks
                     user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + result.tasks
                     dispatches.append(Dispatch(job.id, result, job.profile_hash))
+                    if observe is not None:
+                        provers.clear()
+                        observe(Examined(job.id, DISPATCHED, request, outcome=result))
                     continue
                 reason = refused[shape] = _summary(result, shape, summaries)
+                kind = REFUSED
+                if observe is not None:
+                    provers[shape] = job.id
             if snapshot.reserve_after > 0 and snapshot.now - job.submit_time >= snapshot.reserve_after:
                 holder = job
+                reserved = True
                 reason += "; it has waited long enough to hold a reservation: later jobs wait for it"
+            if observe is not None:
+                observe(Examined(job.id, kind, request, reason, result,
+                                 provers.get(shape) if kind == KNOWN_UNSAT else None, reserved))
+        elif observe is not None:
+            observe(Examined(job.id, kind, request, reason))
         waiting.setdefault(reason, []).append(job.id)
     return Decisions(tuple(dispatches), tuple((r, tuple(ids)) for r, ids in waiting.items()), complete)
 

@@ -131,6 +131,24 @@ class HostView:
         object.__setattr__(self, "attrs", FrozenMap(self.attrs))
         object.__setattr__(self, "tags", frozenset(self.tags))
 
+    def with_free(self, free: Mapping[str, int | float], gpu_free: tuple[int, ...],
+                  state: str | None = None) -> HostView:
+        """This host with other free amounts (and state), the same as `replace(self, free=...,
+        gpu_free=..., state=...)` but checking only what changes: what a host IS was checked when
+        it was made."""
+        state = self.state if state is None else state
+        _check(state in HOST_STATES, f"host {self.name}: state {state!r} is not one of {HOST_STATES}")
+        free = FrozenMap(free)
+        gpu_free = tuple(sorted(gpu_free))
+        _check(free.keys() == self.total.keys() and all(_is_number(v) for v in free.values()),
+               f"host {self.name}: free must name the same resources as total, with finite numbers")
+        _check(free.get(GPUS, 0) == len(gpu_free), f"host {self.name}: free gpus must equal the free GPU indices")
+        view = object.__new__(HostView)
+        for name, value in (("name", self.name), ("state", state), ("total", self.total), ("free", free),
+                            ("gpu_free", gpu_free), ("attrs", self.attrs), ("tags", self.tags)):
+            object.__setattr__(view, name, value)
+        return view
+
     def emptied(self) -> HostView:
         """The host open and with nothing reserved: what `why_never` measures against."""
         return replace(self, state="ok", free=self.total, gpu_free=tuple(range(int(self.total.get(GPUS, 0)))))
@@ -346,7 +364,10 @@ class _Host:
     def __init__(self, view: HostView) -> None:
         self.view = view
         self.name = view.name
-        self.free: dict[str, Any] = dict(view.free)
+        # Never changed in place (Session.take replaces it with `taken`'s new dict), so it may be
+        # the view's own: no copy per host per session.
+        free = view.free
+        self.free: dict[str, Any] = free.shared_dict() if isinstance(free, FrozenMap) else dict(free)
         self.gpu_free = view.gpu_free
         self._names: dict[str, object] | None = None
         # Closed or unreachable: the one reason it takes nothing, whatever the job.

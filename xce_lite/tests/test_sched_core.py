@@ -474,3 +474,32 @@ def test_take_leaves_what_the_reference_leaves(snapshot: Snapshot) -> None:
         hosts, shared = take(hosts, shared, d.placement)
         expected_hosts, expected_shared = reference_take(expected_hosts, expected_shared, d.placement)
         assert hosts == expected_hosts and shared == expected_shared
+
+
+# ---- observing (the simulator's trace) ---------------------------------------------------------
+
+
+def test_observing_reports_every_examined_job_and_changes_no_decision():
+    hosts = [host("h1", slots=4), host("h2", slots=2, state="closed")]
+    queues = (QueuePolicy("normal", 30), QueuePolicy("capped", 20, running_limit=1))
+    jobs = (job(1, slots=3), job(2, slots=4), job(3, slots=4), job(4, queue="capped", slots=2))
+    snapshot = Snapshot(hosts=tuple(hosts), jobs=jobs, queues=queues)
+    seen = []
+    observed = schedule(snapshot, observe=seen.append)
+    assert pickle.dumps(observed) == pickle.dumps(schedule(snapshot))
+    assert [(e.job_id, e.kind) for e in seen] == [(1, "dispatched"), (2, "refused"), (3, "known_unsat"),
+                                                  (4, "limited")]
+    assert seen[0].outcome.hosts == (("h1", 3),)
+    refusal = seen[1].outcome
+    assert isinstance(refusal, Refusal) and refusal.details() == (
+        "needs at least 4 tasks, at most 1 fit", "h1: can take 1 task", "h2: closed")
+    assert seen[2].proved_by == 2 and seen[2].outcome is None and seen[2].reason == seen[1].reason
+    assert seen[3].reason.startswith("queue capped: its running limit of 1 slots")
+
+
+def test_a_dispatch_ends_what_a_refusal_proved_for_the_observer_too():
+    jobs = (job(1, slots=5), job(2, slots=1), job(3, slots=5))
+    seen = []
+    schedule(snap([host("h1", slots=4)], list(jobs)), observe=seen.append)
+    assert [(e.job_id, e.kind, e.proved_by) for e in seen] == [(1, "refused", None), (2, "dispatched", None),
+                                                              (3, "refused", None)]
