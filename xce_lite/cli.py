@@ -201,7 +201,10 @@ def lab_up(ctx: click.Context, n: int, plain: bool, unprivileged: bool, lab_dir:
 
     home: Home = ctx.obj.require()
     started = lab.up(home, n, plain=plain, unprivileged=True if unprivileged else None, dir=lab_dir)
-    click.echo(lab.up_report(home, started, daemon.lock_holder(home) is not None))
+    running = daemon.lock_holder(home) is not None
+    if running and not started.already:
+        _client(ctx).post("/controller/reconfig", {})  # it connects the new hosts at once
+    click.echo(lab.up_report(home, started, running))
 
 
 @lab.command("down")
@@ -221,7 +224,8 @@ def lab_down(ctx: click.Context) -> None:
     record, removed = stopped
     click.echo(f"Stopped the lab in {record.dir}; removed {', '.join(removed) or 'no host'} from xce.yaml.")
     if daemon.lock_holder(home) is not None:
-        click.echo("Restart the controller (`xce controller stop; xce controller start`) so that it lets go of them.")
+        _client(ctx).post("/controller/reconfig", {})
+        click.echo("The controller closed them to new work (jobs still running there are followed to their end).")
 
 
 @lab.command("status")

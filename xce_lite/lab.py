@@ -250,12 +250,11 @@ def up_report(home: Home, started: Started, controller_running: bool) -> str:
         return "\n".join(lines)
     lines += [
         f"Registered in {home.config} as ssh hosts {', '.join(h.name for h in hosts)} (tags: [{LAB_TAG}]; {SLOTS} "
-        f"slots and {MEM} each: they share this machine), their host keys in {home.root / 'known_hosts'}.",
+        f"slots and {MEM} each: they share this machine), their host keys in {home.known_hosts}.",
         *started.notes,
         f"Try: ssh -F {lab.dir / 'ssh_config'} {hosts[0].name} hostname",
-        "Next: the controller reads xce.yaml when it starts: " + (
-            "restart it with `xce controller stop; xce controller start` (running jobs go on)" if controller_running
-            else "start it with `xce controller start`"),
+        "Next: " + ("the controller is connecting to them now (`xce reconfig`)" if controller_running
+                    else "start the controller: `xce controller start`"),
         f"  then `xce hosts` and `xce submit -R \"select[{LAB_TAG}]\" -n {2 * len(hosts)} -- hostname`.",
         "Stop with: xce lab down",
     ]

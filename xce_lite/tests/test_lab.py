@@ -341,3 +341,22 @@ def test_the_lab_lives_beside_the_home_unless_the_home_is_under_tmp(tmp_path):
     under_tmp = lab.default_dir(Home(Path("/tmp/x/home")))
     assert under_tmp.parent == Path.home() / ".cache" / "xce-testhosts" and under_tmp.name.startswith("lab-")
     assert under_tmp == lab.default_dir(Home(Path("/tmp/x/home"))) != lab.default_dir(Home(Path("/tmp/y")))
+
+
+def test_a_running_controller_takes_the_lab_in_and_lets_it_go_live(home_with_lab_dir, require_testhosts):
+    require_testhosts(plain=True)
+    c, lab_dir = home_with_lab_dir
+    c.start()
+    out = c.ok("lab", "up", "1", "--unprivileged", "--dir", str(lab_dir))
+    assert "the controller is connecting to them now" in out
+
+    def lab1_state() -> str | None:
+        listed = {h["name"]: h for h in json.loads(c.ok("hosts", "--json"))["hosts"]}
+        return listed.get("lab1", {}).get("state")
+
+    wait_until(lambda: lab1_state() == "ok", 60, "lab1 to be connected without a restart")
+    job_id = c.submit("sh", "-c", "echo on-the-lab", options=("-R", "select[lab]"))
+    assert c.xce("wait", str(job_id)).returncode == 0
+    assert c.job(job_id)["hosts"] == [["lab1", 1]]
+    assert "closed them to new work" in c.ok("lab", "down")
+    assert lab1_state() is None  # out of the cluster's hosts
