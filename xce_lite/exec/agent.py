@@ -7,7 +7,8 @@ xce_lite or a third-party package. Commands:
     python3 -S -E agent.py serve --spool DIR [--host-name NAME] [--mode auto|systemd|user|plain]
                     [--lock-timeout SECONDS] [--journal-limit BYTES]
     python3 -S -E agent.py exec UNIT_DIR     the supervisor, as a supervised systemd unit's main process
-    python3 -S -E agent.py post UNIT_DIR     its ExecStopPost: records THE result
+    python3 -S -E agent.py pre UNIT_DIR      its ExecStartPre, with pre hooks: runs them
+    python3 -S -E agent.py post UNIT_DIR     its ExecStopPost: runs the post hooks, records THE result
     python3 -S -E agent.py launch -- CMD...  inside a job: `xce launch` (SPOOL/bin/xce runs this)
 
 PROTOCOL (version 2). `serve` speaks JSON lines on stdin/stdout (one object per line, ASCII-only
@@ -29,8 +30,11 @@ an op causes come after its reply. Ops:
              mem_limit (bytes), grace (s between TERM and KILL; default 10), role ("job": runs argv,
              the default; "host": a secondary host's unit of a multi-host job, which runs no command,
              holds the allocation until signalled and runs tasks; argv may be empty), hostfile
-             (text, written to XCE_JOB_HOST_DIR/hostfile; XCE_HOSTFILE names it)}. Null or missing
-             optional fields keep version 1's behaviour.
+             (text, written to XCE_JOB_HOST_DIR/hostfile; XCE_HOSTFILE names it), hooks ([{point
+             (pre_host_exec, pre_job_exec, post_job_exec, post_host_exec), layer ("profile": run with
+             profile_env; "job": with env), argv, timeout (s)}], in run order: see HOOKS), profile_env,
+             post_failure ("record", the default, or "exit"), starter (the job starter: before each
+             task's argv too)}. Null or missing optional fields keep version 1's behaviour.
     signal {unit, signal (TERM KILL INT HUP USR1 USR2 STOP CONT), reason} -> found. TERM and KILL
              end the job (TERM, then KILL after its grace) with `reason` as the result's reason;
              STOP/CONT suspend and resume the job's (and tasks') groups; the same in every mode.
@@ -54,7 +58,9 @@ Events (no id):
 RESULT: {exit_code (null if killed by a signal), signal, start_time, end_time, cpu_time, max_rss,
     reason ("killed by alice", "run limit 00:10:00 reached", "memory limit 2G exceeded",
     "exec failed: ...", "systemd refused the unit: ...", "supervisor lost: ...", "lost: ..."),
-    service_result (systemd's $SERVICE_RESULT; null in plain mode), mode}. cpu_time and max_rss are
+    service_result (systemd's $SERVICE_RESULT; null in plain mode), mode, and with hooks: hooks (each
+    run: {point, layer, ok, exit_code, signal, timed_out, stopped, error, timeout, seconds}) and note
+    (post hooks that failed, when they do not fail the job)}. cpu_time and max_rss are
     wait4's (the job and its waited-for descendants; the largest process) under a supervisor, the
     unit's cgroup's (all its processes, page cache included in memory) in a direct unit.
 
@@ -92,8 +98,10 @@ cgroup, limits and end.
 
 SUPERVISED units, where a job needs a process of ours: a host unit (role "host": it runs no
 command, holds the allocation and runs tasks), a memory limit systemd cannot enforce (user units on
-cgroup v1: the supervisor's RSS watch does), a job whose argv, env or paths D-Bus cannot carry (not
-UTF-8, an env name systemd refuses), and hosts without flock or sync.
+cgroup v1: the supervisor's RSS watch does), a unit with hooks (see HOOKS: its steps are Python
+anyway, and `post` merges the supervisor's result with theirs), a job whose argv, env or paths
+D-Bus cannot carry (not UTF-8, an env name systemd refuses), and hosts without flock or sync.
+    [ExecStartPre=PYTHON -S -E AGENT.pyc pre UNIT_DIR]   (with pre hooks)
     ExecStart=PYTHON -S -E AGENT.pyc exec UNIT_DIR    (KillMode=mixed)
     ExecStopPost=-/bin/sh -c "test ! -d UNIT_DIR || exec PYTHON -S -E AGENT.pyc post UNIT_DIR"
 (AGENT.pyc: this file compiled into SPOOL/bin). The job's argv and env are in UNIT_DIR/spec.json,
@@ -105,7 +113,8 @@ its result in UNIT_DIR/result.json, and `post`, which systemd runs however the u
 shell test above finds UNIT_DIR still there), merges it (or nothing, if the supervisor was
 SIGKILLed) with $SERVICE_RESULT, $EXIT_CODE, $EXIT_STATUS, the unit's OOM counter and the requested
 kill reason, and appends THE `finished` record, fdatasync'ed; then it removes UNIT_DIR. Either pokes
-the agent through SPOOL/agent.sock. Signals go to the supervisor, held until its `started` record.
+the agent through SPOOL/agent.sock. Signals go to the supervisor, held until its `started` record;
+a kill before it (its pre hooks may run) is StopUnit.
 
 In both, RuntimeMaxSec enforces the run limit (the supervisor does not: one reason, not two racing),
 MemoryMax the memory limit where systemd can (not user units on cgroup v1, where it is ignored
@@ -116,6 +125,17 @@ on the same poll() as everything else. A call systemd refuses is the unit's fini
 start is unanswered, or while systemd knows it (it said so, and its UnitRemoved has not come; or
 ListUnitsByNames says loaded and active, activating, deactivating or with a job), or for START_GRACE
 after its launch by another agent, whose call systemd may not have read yet.
+
+HOOKS run in the step runner (run_hooks): in plain mode inside the supervisor, under systemd as the
+unit's `pre` (ExecStartPre) and `post` (ExecStopPost) steps of a supervised unit. Each is a process
+group of its own, never through a shell, with its output after a header line in the job's files,
+bounded by its timeout (then TERM, KILL after HOOK_KILL_GRACE). Pre hooks run in order until one
+fails (non-zero, a signal, its timeout, or it cannot start): then the job does not run and that
+failure is the result's reason; a kill stops them (the reason is the kill's). The post hooks all
+run, once, however the job ended, with its status in their env; those that fail are the result's
+note, or its reason with post_failure "exit" when it has none. Under systemd the unit's
+TimeoutStartSec covers its pre hooks and its TimeoutStopSec (which also bounds the stop of its
+main process) its post hooks, so that systemd never cuts a step short.
 
 JOBS get, besides their env: XCE_UNIT, XCE_JOB_HOST_DIR (SPOOL/units/UNIT: made by the supervisor
 in plain mode, by the agent under systemd, where spec.json, result.json, kill_reason and
@@ -153,7 +173,8 @@ A journal record is one line of ASCII JSON. A unit's records, in the order they 
                 by the supervisor once the job runs, before it lets go of the agent's spool lock:
                 its pid, its /proc start time (field 22 of /proc/PID/stat, which defends against pid
                 reuse), the boot id (a pid of another boot means nothing) and the job's pid, which is
-                also its process group (a member of the supervisor's session; 0 for a "host" unit)
+                also its process group (a member of the supervisor's session; 0 for a "host" unit);
+                a plain supervisor with hooks appends it first with job 0, before its pre hooks
     {"event":"kill_requested","unit":U,"reason":R}      by the agent, before it signals the supervisor
     {"event":"task_finished","unit":U,"launch_id":L,"index":I,"exit_code":C,"signal":S,"error":E}
                 by the supervisor, as each task of `xce launch` ends
@@ -669,16 +690,17 @@ class UnitRecorder(JournalRecorder):
     finished record itself, fdatasync'ed, and removes UNIT_DIR, which tells the unit's
     ExecStopPost that it has nothing to do: one Python interpreter per unit instead of two
     (measured here: ~14 ms of CPU each). Otherwise it writes UNIT_DIR/result.json, which `post`
-    merges with what systemd says. Not fsynced: `post` reads it at once, and after an OS crash a
-    unit of the old boot is lost whatever it wrote.
+    merges with what systemd says; always, when the unit has hooks (`post` runs its post hooks).
+    Not fsynced: `post` reads it at once, and after an OS crash a unit of the old boot is lost
+    whatever it wrote.
     """
 
-    def __init__(self, spool: str, unit: str, boot: str, unit_dir: str, systemd_memory: bool):
+    def __init__(self, spool: str, unit: str, boot: str, unit_dir: str, systemd_memory: bool, hooks: bool):
         super().__init__(spool, unit, boot)
-        self.unit_dir, self.systemd_memory = unit_dir, systemd_memory
+        self.unit_dir, self.systemd_memory, self.hooks = unit_dir, systemd_memory, hooks
 
     def finished(self, result: dict, by_itself: bool = True) -> None:
-        if by_itself and not (self.systemd_memory and oom_kills() > 0):
+        if by_itself and not self.hooks and not (self.systemd_memory and oom_kills() > 0):
             result["service_result"] = "success"
             inode, end = append_shared(self.path, record("finished", unit=self.unit, result=result), sync=True)
             remove_tree(self.unit_dir)
@@ -745,12 +767,16 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
     Called with SUPERVISOR_SIGNALS blocked; they stay blocked for good: the supervisor takes them
     with sigtimedwait.
 
-    Order matters: the job is started and `started` recorded while this process still holds the
-    fds it inherited from the agent, the spool lock among them (see the module docstring); only
-    then are they closed (with `detach`): the agent's pipes would hide EOF from the controller.
-    The job itself inherits none of them: they are close-on-exec or replaced in spawn_job.
-    In plain mode (spec host_dir_by "supervisor") this makes the unit's host directory, beside the
-    agent rather than on its serial path, and removes it once the result is durable.
+    Order matters: `started` is recorded while this process still holds the fds it inherited from
+    the agent, the spool lock among them (see the module docstring); only then are they closed
+    (with `detach`): the agent's pipes would hide EOF from the controller. The job itself inherits
+    none of them: they are close-on-exec or replaced in spawn_job. In plain mode (spec host_dir_by
+    "supervisor") this makes the unit's host directory, beside the agent rather than on its serial
+    path, and removes it once the result is durable; and with spec hooks_by "supervisor" it runs
+    the unit's hooks itself: `started` (job 0) first, so that the lock is not held while they run,
+    then the pre hooks (the job runs only if they all succeed; a kill stops them), the job (its
+    run limit counts from here; `started` again with its pid), and the post hooks once it has
+    ended, however it ended, before the result is recorded.
     """
     try:
         os.setsid()  # the job's group joins this session: how a lost supervisor's job is known
@@ -758,7 +784,21 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
         pass
     watch = Watch(recorder, spec, start_time)
     own_dir = spec.get("host_dir_by") == "supervisor"
+    hooks = spec.get("hooks_by") == "supervisor" and bool(spec.get("hooks"))
     by_itself = True  # the job ended (or could not start) with no kill begun, nor a bug here
+    detached, outcomes = not detach, []
+
+    def started(job: int) -> None:
+        nonlocal detached
+        pid = os.getpid()
+        recorder.started(pid, int(proc_stat(pid)[19]), start_time, job)
+        if not detached:
+            detached = True
+            os.closerange(0, 1 << 20)  # close_range(2) underneath: cheap whatever the fd limit
+            null = os.open(os.devnull, os.O_RDWR)  # becomes fd 0
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+
     try:
         try:
             if own_dir:
@@ -767,19 +807,23 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
                 except OSError as exc:
                     reason = f"cannot make the job's host directory {spec['host_dir']}: {exc.strerror}"
                     raise JobEnded(make_result(start_time, reason)) from None
+            if hooks:
+                started(0)
+                outcomes, failure = run_hooks(spec, "pre")
+                if outcomes and outcomes[-1]["stopped"]:
+                    raise JobEnded(make_result(start_time, watch.kill_reason("killed")))
+                if failure:
+                    raise JobEnded(make_result(start_time, failure))
             watch.start()
         except JobEnded as ended:
             result = ended.result
         else:
-            pid = os.getpid()
-            recorder.started(pid, int(proc_stat(pid)[19]), start_time, watch.pid)
-            if detach:
-                os.closerange(0, 1 << 20)  # close_range(2) underneath: cheap whatever the fd limit
-                null = os.open(os.devnull, os.O_RDWR)  # becomes fd 0
-                os.dup2(null, 1)
-                os.dup2(null, 2)
+            started(watch.pid)
             result = watch.wait()
             by_itself = watch.reason is None
+        if hooks:
+            result["mode"] = spec.get("mode", "plain")
+            outcomes += run_hooks(spec, "post", result)[0]
     except BaseException as exc:
         import traceback  # only here: keeps the agent, which every supervisor copies, small
 
@@ -791,7 +835,7 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
         result = make_result(start_time, f"supervisor error: {exc!r} (see {log})")
         by_itself = False
     result["mode"] = spec.get("mode", "plain")
-    recorder.finished(result, by_itself)
+    recorder.finished(with_hooks(result, outcomes, spec.get("post_failure")), by_itself)
     if own_dir:
         remove_tree(spec["host_dir"])
 
@@ -1144,6 +1188,8 @@ class Watch:
             why = self.refused or "the unit was ending: the task did not start"
             self.recorder.task_finished(launch_id, key[1], None, why)
             return
+        if self.spec.get("starter"):  # the job starter wraps each task as it wraps the job
+            task = {**task, "argv": [*self.spec["starter"], *task["argv"]]}
         try:
             out, err = open_outputs(self.spec, self.start_time)
             try:
@@ -1155,6 +1201,173 @@ class Watch:
         except JobEnded as ended:
             code = ended.result["exit_code"]
             self.recorder.task_finished(launch_id, key[1], None if code is None else code << 8, ended.result["reason"])
+
+
+# ---------------------------------------------------------------- hooks: the step runner
+
+# The hooks of a unit run here, in order, each bounded by its own timeout: in plain mode inside the
+# supervisor (pre hooks before the job, post hooks after it however it ended); under systemd as the
+# unit's own steps, `pre UNIT_DIR` its ExecStartPre and `post UNIT_DIR` its ExecStopPost (so they
+# run however the unit ends: a kill, RuntimeMaxSec, an OOM kill, a lost agent). One step for all of
+# a phase's hooks rather than one systemd step per hook: systemd gives every step the unit's
+# Environment= (the job's), where a profile's hooks must see the profile's env only; a step that
+# hits its timeout skips the ExecStopPost steps after it (the other post hooks, the result); and
+# each hook's outcome must reach the result, and a post hook's env must say how the job ended.
+HOOK_POINTS = ("pre_host_exec", "pre_job_exec", "post_job_exec", "post_host_exec")
+HOOK_KILL_GRACE = 2.0  # seconds from TERM to KILL for a hook past its timeout, or stopped by a kill
+HOOK_PATH = "/usr/local/bin:/usr/bin:/bin"  # a profile hook's PATH when the profile's env sets none
+_PLAIN_WORD = frozenset(_LETTERS_DIGITS + "/_.,:+=@%-")
+
+
+def hook_name(hook: dict) -> str:
+    return f"{hook['point']} hook ({hook['layer']})"
+
+
+def hook_failure(outcome: dict) -> str | None:
+    """Why a hook failed, worded for a job's reason ("pre_job_exec hook (profile) exited 3"), or None."""
+    name = hook_name(outcome)
+    if outcome["ok"]:
+        return None
+    if outcome["error"]:
+        return f"{name} could not start: {outcome['error']}"
+    if outcome["stopped"]:
+        return f"{name} was stopped by a kill"
+    if outcome["timed_out"]:
+        return f"{name} timed out after {outcome['timeout']:g} s"
+    if outcome["signal"]:
+        return f"{name} was killed by signal {signal_name(outcome['signal'])}"
+    return f"{name} exited {outcome['exit_code']}"
+
+
+def job_status(spec: dict, result: dict) -> str:
+    """DONE or EXIT as the controller will say ("" for a host unit: its job's end is not known here)."""
+    if spec.get("role") == "host":
+        return ""
+    return "DONE" if result["exit_code"] == 0 and result["signal"] is None and result["reason"] is None else "EXIT"
+
+
+def hook_env(spec: dict, hook: dict, ended: dict | None) -> dict[str, str]:
+    """A hook's environment. A profile's: the profile's env, xce's own XCE_* names of the job (job id,
+    hosts, host dir, hostfile...) and a PATH; a job's own (-E, -Ep): the job's env. Both get XCE_HOOK
+    and XCE_HOOK_LAYER, and post hooks XCE_JOB_STATUS, XCE_JOB_EXIT_CODE, XCE_JOB_SIGNAL and
+    XCE_JOB_REASON (empty when there is none)."""
+    if hook["layer"] == "job":
+        env = dict(spec["env"])
+    else:
+        env = dict(spec.get("profile_env") or {})
+        env.update((k, v) for k, v in spec["env"].items() if k.startswith("XCE_"))
+        env.setdefault("PATH", HOOK_PATH)
+    env.update(XCE_HOOK=hook["point"], XCE_HOOK_LAYER=hook["layer"])
+    if ended is not None:
+        env.update(XCE_JOB_STATUS=job_status(spec, ended), XCE_JOB_REASON=ended["reason"] or "",
+                   XCE_JOB_EXIT_CODE="" if ended["exit_code"] is None else str(ended["exit_code"]),
+                   XCE_JOB_SIGNAL=signal_name(ended["signal"]) if ended["signal"] else "")
+    return env
+
+
+def is_kill(signum: int) -> bool:
+    """True for a signal that asks the supervisor (or a hooks step) to end the unit."""
+    if signum in REQUEST_SIGNALS:
+        signum = getattr(signal, "SIG" + REQUEST_NAMES[signum - signal.SIGRTMIN])
+    return signum in KILL_SIGNALS or signum == signal.SIGKILL
+
+
+def run_hook(spec: dict, hook: dict, ended: dict | None, stoppable: bool) -> dict:
+    """Run one hook to its end, or to its timeout (then TERM, and KILL after HOOK_KILL_GRACE), with
+    its output appended to the job's own files after a header line; its outcome. With SUPERVISOR_
+    SIGNALS blocked (they are taken here); `stoppable` (pre hooks): a kill stops it, as a timeout does."""
+    outcome = {"point": hook["point"], "layer": hook["layer"], "ok": False, "exit_code": None, "signal": None,
+               "timed_out": False, "stopped": False, "error": None, "timeout": hook["timeout"], "seconds": 0.0}
+    began = time.monotonic()
+    try:
+        out, err = open_outputs(spec, spec["start_time"])
+    except JobEnded as ended_early:
+        outcome["error"] = ended_early.result["reason"]
+        return outcome
+    try:
+        words = " ".join(a if a and set(a) <= _PLAIN_WORD else shell_quote(a) for a in hook["argv"])
+        os.write(out, f"[xce] {hook_name(hook)} on {os.uname().nodename}: {words}\n".encode("utf-8", "replace"))
+        try:
+            pid = spawn_job({"argv": hook["argv"], "env": hook_env(spec, hook, ended), "cwd": spec["cwd"]}, out, err,
+                            spec["start_time"])
+        except JobEnded as failed:
+            outcome.update(error=failed.result["reason"], exit_code=failed.result["exit_code"])
+            return outcome
+        status = wait_hook(pid, hook["timeout"], outcome, stoppable)
+        code = os.waitstatus_to_exitcode(status)
+        outcome.update(exit_code=None if code < 0 else code, signal=-code if code < 0 else None)
+        outcome["ok"] = code == 0 and not outcome["timed_out"] and not outcome["stopped"]
+        outcome["seconds"] = round(time.monotonic() - began, 3)
+        end = "ok" if outcome["ok"] else hook_failure(outcome).removeprefix(hook_name(outcome) + " ")
+        os.write(out, f"[xce] {hook_name(hook)}: {end} ({outcome['seconds']:.1f} s)\n".encode())
+        return outcome
+    finally:
+        os.close(out)
+        if err != out:
+            os.close(err)
+
+
+def wait_hook(pid: int, timeout: float, outcome: dict, stoppable: bool) -> int:
+    """Wait for a hook (the leader of its own process group); its wait status. Past its timeout, or
+    on a kill when `stoppable`, its group gets TERM, then KILL after HOOK_KILL_GRACE; what is left of
+    a hook stopped so is killed once it has ended."""
+    deadline, kill_at = time.monotonic() + timeout, None
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            if outcome["timed_out"] or outcome["stopped"]:
+                Watch.killpg(pid, signal.SIGKILL)
+            return status
+        now = time.monotonic()
+        if kill_at is None and now >= deadline:
+            outcome["timed_out"] = True
+            kill_at = now + HOOK_KILL_GRACE
+            Watch.killpg(pid, signal.SIGTERM)
+            Watch.killpg(pid, signal.SIGCONT)
+        elif kill_at is not None and now >= kill_at:
+            Watch.killpg(pid, signal.SIGKILL)
+            kill_at = now + 3600.0  # KILL is sent; wait for the end
+        info = signal.sigtimedwait(SUPERVISOR_SIGNALS, max(0.0, (deadline if kill_at is None else kill_at) - now))
+        if info is not None and stoppable and is_kill(info.si_signo) and kill_at is None:
+            outcome["stopped"] = True
+            kill_at = time.monotonic() + HOOK_KILL_GRACE
+            Watch.killpg(pid, signal.SIGTERM)
+            Watch.killpg(pid, signal.SIGCONT)
+
+
+def run_hooks(spec: dict, phase: str, ended: dict | None = None) -> tuple[list[dict], str | None]:
+    """Run the unit's hooks of `phase` ("pre" or "post") in order: (their outcomes, the first
+    failure's text or None). Pre hooks stop at the first failure, and a kill stops them; post hooks
+    all run, each to its end or its timeout, a kill notwithstanding (they run once the job is over)."""
+    outcomes, failure = [], None
+    for hook in spec.get("hooks") or ():
+        if not hook["point"].startswith(phase + "_"):
+            continue
+        outcome = run_hook(spec, hook, ended, stoppable=phase == "pre")
+        outcomes.append(outcome)
+        failure = failure or hook_failure(outcome)
+        if phase == "pre" and failure:
+            break
+    return outcomes, failure
+
+
+def with_hooks(result: dict, outcomes: list[dict], post_failure: str | None) -> dict:
+    """`result` with its hooks' outcomes; post hooks that failed are its note ("post_job_exec hook
+    (profile) exited 2"), or its reason if it has none and the profile says post_failure: exit."""
+    if not outcomes:
+        return result
+    result["hooks"] = outcomes
+    failed = [text for o in outcomes if o["point"].startswith("post_") and (text := hook_failure(o))]
+    if failed and post_failure == "exit" and result["reason"] is None:
+        result["reason"] = "; ".join(failed)
+    elif failed:
+        result["note"] = "; ".join(failed)
+    return result
+
+
+def hooks_budget(spec: dict, phase: str) -> float:
+    """Seconds the hooks of `phase` may take together, each to its timeout and its KILL."""
+    return sum(h["timeout"] + HOOK_KILL_GRACE for h in spec.get("hooks") or () if h["point"].startswith(phase + "_"))
 
 
 # ---------------------------------------------------------------- systemd units: exec and post
@@ -1172,17 +1385,35 @@ def exec_main(unit_dir: str) -> int:
         return 2
     if spec.get("spool"):
         systemd_memory = spec.get("watch_mem_limit") is False and bool(spec.get("mem_limit"))
-        recorder = UnitRecorder(spec["spool"], spec["unit"], boot_id(), unit_dir, systemd_memory)
+        hooks = bool(spec.get("hooks"))
+        recorder = UnitRecorder(spec["spool"], spec["unit"], boot_id(), unit_dir, systemd_memory, hooks)
         become_supervisor(recorder, spec, spec["start_time"], detach=False)
     else:
         become_supervisor(DirRecorder(unit_dir), spec, time.time(), detach=False)
     return 0
 
 
+def pre_main(unit_dir: str) -> int:
+    """`pre UNIT_DIR`, the unit's ExecStartPre: run its pre hooks (run_hooks; a stop of the unit
+    stops them) and leave their outcomes in UNIT_DIR/hooks.json for `post`; exit 1 if one failed,
+    so that systemd does not start the job (and runs the unit's ExecStopPost)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)  # first: a TERM now is held, not fatal
+    spec = read_json(os.path.join(unit_dir, "spec.json"))
+    if spec is None:
+        print(f"agent pre: no spec.json in {unit_dir}; the agent (or you) writes it", file=sys.stderr)
+        return 2
+    outcomes, failure = run_hooks(spec, "pre")
+    write_file(os.path.join(unit_dir, "hooks.json"), dumps(outcomes))
+    return 1 if failure else 0
+
+
 def post_main(unit_dir: str) -> int:
     """`post UNIT_DIR`, the unit's ExecStopPost, which systemd runs however the unit ended: append
     THE finished record (fdatasync'ed), remove UNIT_DIR, poke the agent. Also when the supervisor
-    wrote nothing (SIGKILLed by the OOM killer or at the stop timeout, or never started)."""
+    wrote nothing (SIGKILLed by the OOM killer or at the stop timeout, or never started). With
+    hooks: the pre hooks' outcomes (one that failed is the reason: the job never ran), then the
+    post hooks, run here once the result is known (their env says it), each to its timeout."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)  # a hook's end, and systemd's TERM, wait here
     spec = read_json(os.path.join(unit_dir, "spec.json"))
     if spec is None:
         print(f"agent post: no spec.json in {unit_dir}: nothing to record", file=sys.stderr)
@@ -1195,6 +1426,16 @@ def post_main(unit_dir: str) -> int:
         supervised = None
     oom = oom_kills() if spec.get("watch_mem_limit") is False and spec.get("mem_limit") else 0
     result = post_result(spec, supervised, os.environ, oom, lambda: journal_kill_reason(journal, unit))
+    if spec.get("hooks"):
+        try:
+            outcomes = read_json(os.path.join(unit_dir, "hooks.json")) or []
+        except ValueError:
+            outcomes = []
+        failed = [hook_failure(o) for o in outcomes if not o["ok"] and not o["stopped"]]
+        if failed and supervised is None:  # a pre hook failed: the job never ran
+            result.update(reason=failed[0], exit_code=None, signal=None)
+        outcomes += run_hooks(spec, "post", result)[0]
+        with_hooks(result, outcomes, spec.get("post_failure"))
     inode, end = append_shared(journal, record("finished", unit=unit, result=result), sync=True)
     remove_tree(unit_dir)
     poke(spool, synced=[inode, end])
@@ -1884,6 +2125,24 @@ def validate(u: dict, mode: str = "plain") -> None:
     hostfile = u.get("hostfile")
     if hostfile is not None and (not isinstance(hostfile, str) or "\0" in hostfile):
         raise Refused("hostfile must be text (the lines of the job's hostfile) or null")
+    validate_hooks(u)
+
+
+def validate_hooks(u: dict) -> None:
+    hooks = u.get("hooks") or []
+    if not isinstance(hooks, list):
+        raise Refused("hooks must be a list of {point, layer, argv, timeout}")
+    for hook in hooks:
+        if not isinstance(hook, dict) or hook.get("point") not in HOOK_POINTS or hook.get("layer") not in (
+                "profile", "job"):
+            raise Refused(f"a hook needs a point ({', '.join(HOOK_POINTS)}) and a layer (profile or job): {hook!r}")
+        check_argv_env(hook.get("argv"), {})
+        timeout = hook.get("timeout")
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < 1e7:
+            raise Refused(f"hook {hook['point']}: timeout must be a positive number of seconds")
+    check_argv_env(u.get("starter") or [], u.get("profile_env") or {}, allow_empty=True)
+    if u.get("post_failure") not in (None, "record", "exit"):
+        raise Refused("post_failure is record or exit")
 
 
 def validate_tasks(req: dict) -> None:
@@ -2473,6 +2732,12 @@ class Agent:
             post = [*tail, "post", host_dir]
             if os.path.exists("/bin/sh"):
                 post = ["/bin/sh", "-c", f"test ! -d {host_dir} || exec {' '.join(post)}"]
+            if spec.get("hooks"):  # TimeoutStopSec bounds both the job's stop and each ExecStopPost
+                stop = max(spec["grace"], hooks_budget(spec, "post")) + STOP_MARGIN
+                props[3] = ("TimeoutStopUSec", ("t", round(stop * 1e6)))
+            if hooks_budget(spec, "pre"):
+                props += [("ExecStartPre", ("a(sasb)", [(self.python, [*tail, "pre", host_dir], False)])),
+                          ("TimeoutStartUSec", ("t", round((hooks_budget(spec, "pre") + STOP_MARGIN) * 1e6)))]
             return props + [
                 ("ExecStart", ("a(sasb)", [(self.python, [*tail, "exec", host_dir], False)])),
                 ("ExecStopPost", ("a(sasb)", [(post[0], post, True)])),
@@ -2505,6 +2770,8 @@ class Agent:
             return self.host["modes"][self.mode].get("direct_why") or "no direct units on this host"
         if spec["role"] != "job":
             return "a host unit runs no command: its supervisor holds the allocation and runs tasks"
+        if spec.get("hooks"):
+            return "its hooks run in Python steps (pre, post), which merge the supervisor's result"
         if spec.get("mem_limit") and spec["watch_mem_limit"]:
             return "systemd cannot enforce the memory limit here: the supervisor's RSS watch does"
         argv, env = spec["argv"], spec["env"]
@@ -2612,7 +2879,8 @@ class Agent:
         if unit in self.units:
             return self.adopt(unit, reply, self.unit_status(unit))
         start_time = time.time()
-        keys = ("unit", "argv", "env", "cwd", "stdout", "stderr", "run_limit", "mem_limit", "grace", "hostfile")
+        keys = ("unit", "argv", "env", "cwd", "stdout", "stderr", "run_limit", "mem_limit", "grace", "hostfile",
+                "hooks", "profile_env", "post_failure", "starter")
         spec = {k: u.get(k) for k in keys}
         host_dir = os.path.join(self.units_dir, unit)
         spec.update(role=u.get("role", "job"), start_time=start_time, spool=self.spool, mode=self.mode)
@@ -2626,6 +2894,8 @@ class Agent:
             spec["watch_mem_limit"] = self.host["modes"][self.mode]["memory"] != "systemd"
             if self.direct_unfit(spec) is None:
                 direct = {"stdout": spec["stdout"], "stderr": spec["stderr"], "grace": spec["grace"]}
+                if spec.get("starter"):
+                    direct["starter"] = spec["starter"]
         try:
             mode = {} if self.mode == "plain" else {"mode": self.mode}
             if direct is not None:
@@ -2636,7 +2906,7 @@ class Agent:
             return reply
         if self.mode != "plain":
             return self.launch_unit(spec, reply, direct is not None)
-        spec["host_dir_by"] = "supervisor"
+        spec["host_dir_by"] = spec["hooks_by"] = "supervisor"
         try:
             pid = fork_supervisor(JournalRecorder(self.spool, unit, self.boot), spec, start_time)
         except OSError as exc:
@@ -2698,7 +2968,9 @@ class Agent:
             return {"found": False}
         reason = str(req.get("reason") or "")
         self.append(record("kill_requested", unit=unit, reason=reason))
-        if self.units[unit].direct is not None:
+        u = self.units[unit]
+        if u.direct is not None or (u.mode != "plain" and status[3] is None and name in ("TERM", "INT", "HUP", "KILL")):
+            # a direct unit; or a supervisor not started yet (its pre hooks may run): systemd stops the unit
             return {"found": self.signal_direct(unit, name, reason)}
         signum = signal.SIGTERM if name == "TERM" else signal.SIGRTMIN + REQUEST_NAMES.index(name)
         return {"found": self.deliver(unit, status[3], signum)}
@@ -3216,7 +3488,7 @@ def launch_main(argv: list[str]) -> int:
 USAGE = (
     "usage: agent.py serve --spool DIR [--host-name NAME] [--mode auto|systemd|user|plain]\n"
     "                      [--lock-timeout SECONDS] [--journal-limit BYTES]\n"
-    "       agent.py exec UNIT_DIR | post UNIT_DIR      (inside a systemd unit)\n"
+    "       agent.py exec UNIT_DIR | pre UNIT_DIR | post UNIT_DIR      (inside a systemd unit)\n"
     "       agent.py launch -- CMD [ARG...]              (inside a job: `xce launch`)"
 )
 
@@ -3288,9 +3560,9 @@ def serve_main(argv: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else None
-    if command in ("exec", "post") and len(argv) == 2:
+    if command in ("exec", "pre", "post") and len(argv) == 2:
         unit_dir = os.path.abspath(argv[1])
-        return exec_main(unit_dir) if command == "exec" else post_main(unit_dir)
+        return {"exec": exec_main, "pre": pre_main, "post": post_main}[command](unit_dir)
     if command == "launch":
         return launch_main(argv[1:])
     if command == "serve":
