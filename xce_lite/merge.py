@@ -16,7 +16,9 @@ The rules (a profile holds what every job of the application must have; see READ
   sort a profile key the other way. Run and memory limits: the profile's is a maximum; a job may ask
   for less (`-W`, `-M`), never more. Tasks: a job's `-n` must lie within the profile's range; without
   `-n` it gets the profile's default count (else its minimum). env, hooks, job starter, launch,
-  annotations: the profile's as they are (the job's own env is a separate layer, on top).
+  annotations: the profile's as they are (the job's own env is a separate layer, on top; so are its
+  own hooks, `-E`/`-Ep`, the inner layer of pre/post_job_exec, refused if the profile says
+  `job_hooks: false`).
 - rusage is the one per-resource default: the union of the profile's terms and the job's; for a
   resource in both, the job's term wins whole, higher or lower, but must keep the profile's unit of
   account (`per`: task, host or job), so a per-host reservation cannot silently become per-task. A
@@ -93,10 +95,13 @@ class ProfileResources:
     order: tuple[rr.OrderKey, ...] = ()
 
 
+DEFAULT_HOOK_TIMEOUT = 300.0  # seconds a hook without a timeout of its own may run
+
+
 @dataclass(frozen=True)
 class Hook:
     argv: tuple[str, ...]
-    timeout: float | None = None  # seconds; None: the hooks issue's default
+    timeout: float | None = None  # seconds; None: DEFAULT_HOOK_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,8 @@ class Profile:
     launch: str = "auto"
     env: FrozenMap = NOTHING
     hooks: FrozenMap = NOTHING  # hook point -> Hook
+    job_hooks: bool = True  # a job may give its own -E / -Ep
+    post_failure: str = "record"  # "exit": a post hook that fails ends a DONE job EXIT
     resources: ProfileResources = ProfileResources()
     run_limit: float | None = None
     mem_limit: int | None = None
@@ -140,6 +147,7 @@ def _canonical(p: Profile) -> dict[str, Any]:
     return {
         "kind": p.kind, "mode": p.mode, "launch": p.launch, "env": dict(p.env),
         "hooks": {point: [list(h.argv), h.timeout] for point, h in p.hooks.items()},
+        "job_hooks": p.job_hooks, "post_failure": p.post_failure,
         "select": rr.format_expr(r.select) if r.select is not None else None,
         "rusage": [[e.name, e.per, None if e.default is None else
                     rr.amount_in_base_units(e.default, rr.default_unit(e.name))] for e in r.rusage],
@@ -184,6 +192,8 @@ class Effective:
     mode: str = "direct"
     launch: str = "auto"
     origins: FrozenMap = NOTHING
+    job_hooks: FrozenMap = NOTHING  # the job's own: pre_job_exec / post_job_exec -> Hook (/bin/sh -c CMD)
+    post_failure: str = "record"
 
     def exported_env(self) -> dict[str, str]:
         """XCE_APP_PARAM_* and XCE_APP_ANN_*: what the job learns of its params and annotations."""
@@ -205,9 +215,11 @@ class Effective:
                 "min_tasks": self.min_tasks, "max_tasks": self.max_tasks, "resreq": rr.format(self.resreq),
                 "run_limit": self.run_limit, "mem_limit": self.mem_limit, "profile_env": dict(self.profile_env),
                 "params": dict(self.params), "annotations": dict(self.annotations),
-                "hooks": {p: {"argv": list(h.argv), "timeout": h.timeout} for p, h in self.hooks.items()},
+                "hooks": _hooks_to_json(self.hooks),
                 "job_starter": list(self.job_starter), "mode": self.mode, "launch": self.launch,
-                "origins": dict(self.origins)}
+                "origins": dict(self.origins),
+                "job_hooks": _hooks_to_json(self.job_hooks),
+                "post_failure": self.post_failure}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Effective:
@@ -216,9 +228,19 @@ class Effective:
             max_tasks=data["max_tasks"], resreq=parse_resreq((data["resreq"],)), run_limit=data["run_limit"],
             mem_limit=data["mem_limit"], profile_env=FrozenMap(data["profile_env"]),
             params=FrozenMap(data["params"]), annotations=FrozenMap(data["annotations"]),
-            hooks=FrozenMap({p: Hook(tuple(h["argv"]), h["timeout"]) for p, h in data["hooks"].items()}),
+            hooks=_hooks_from_json(data["hooks"]),
             job_starter=tuple(data["job_starter"]), mode=data["mode"], launch=data["launch"],
-            origins=FrozenMap(data["origins"]))
+            origins=FrozenMap(data["origins"]),
+            job_hooks=_hooks_from_json(data.get("job_hooks", {})),
+            post_failure=data.get("post_failure", "record"))
+
+
+def _hooks_to_json(hooks: FrozenMap) -> dict[str, Any]:
+    return {point: {"argv": list(h.argv), "timeout": h.timeout} for point, h in hooks.items()}
+
+
+def _hooks_from_json(data: dict[str, Any]) -> FrozenMap:
+    return FrozenMap({point: Hook(tuple(h["argv"]), h["timeout"]) for point, h in data.items()})
 
 
 # ---- the merge ----------------------------------------------------------------------------------
@@ -261,17 +283,35 @@ def merge(spec: JobSpec, profile: Profile | None, queue: QueueLimits) -> Effecti
         "memory limit", "-M", spec.mem_limit, job_origin("mem_limit"), profile, profile and profile.mem_limit,
         queue, queue.mem_limit, format_size)
     params = _params(spec, profile, job_origin("app_params"), origins)
+    job_hooks = _job_hooks(spec, profile)
+    if job_hooks:
+        origins["job_hooks"] = job_origin("hooks")
     if profile is None:
         return Effective("", "", low, high, resreq, run_limit, mem_limit, params=params,
-                         origins=FrozenMap(origins))
+                         origins=FrozenMap(origins), job_hooks=job_hooks)
     for key, present in (("env", profile.env), ("annotations", profile.annotations), ("hooks", profile.hooks),
                          ("job_starter", profile.job_starter)):
         if present:
             origins[key] = PROFILE
     origins["launch"] = origins["mode"] = PROFILE
+    if profile.hooks or job_hooks:
+        origins["post_failure"] = PROFILE
     return Effective(name, profile.hash, low, high, resreq, run_limit, mem_limit, profile.env, params,
                      profile.annotations, profile.hooks, profile.job_starter, profile.mode, profile.launch,
-                     FrozenMap(origins))
+                     FrozenMap(origins), job_hooks, profile.post_failure)
+
+
+def _job_hooks(spec: JobSpec, profile: Profile | None) -> FrozenMap:
+    """The job's own -E / -Ep as the inner layer of pre/post_job_exec (run through /bin/sh -c, as
+    LSF runs them); SpecError if its profile does not allow them."""
+    given = spec.job_hooks
+    if not given:
+        return NOTHING
+    if profile is not None and not profile.job_hooks:
+        raise SpecError(f"application {profile.name} does not allow a job's own hooks (-E, -Ep): its profile "
+                        "says job_hooks: false; submit without them, or ask for another profile")
+    points = {"pre_exec": "pre_job_exec", "post_exec": "post_job_exec"}
+    return FrozenMap({points[key]: Hook(("/bin/sh", "-c", command)) for key, command in sorted(given.items())})
 
 
 def _job_origin(spec: JobSpec):

@@ -43,7 +43,7 @@ OPTIONS: dict[str, tuple[str, type]] = {
     "resreq": ("-R", list), "gpus": ("--gpus", int), "stdout": ("-o", str), "stderr": ("-e", str),
     "cwd": ("--cwd", str), "env": ("--env", list), "env_none": ("--env-none", bool),
     "run_limit": ("-W", str), "mem_limit": ("-M", str), "priority": ("-sp", int), "hold": ("--hold", bool),
-    "app_param": ("--app-param", list),
+    "app_param": ("--app-param", list), "pre_exec": ("-E", str), "post_exec": ("-Ep", str),
 }
 
 
