@@ -71,7 +71,8 @@ fatal. In plain mode the agent forks a supervisor per unit (below). Under system
 transient service of its name, which the agent asks the manager for itself, over D-Bus on the
 manager's private socket (class Bus: StartTransientUnit, StopUnit, KillUnit, ListUnitsByNames,
 AttachProcessesToUnit; no systemd-run, no systemctl): Type=exec, CollectMode=inactive-or-failed,
-TimeoutStopSec=<grace + STOP_MARGIN> (which also bounds its ExecStopPost), RuntimeMaxSec=<run_limit>,
+TimeoutStopSec (which also bounds its ExecStopPost: the grace, at least STOP_MARGIN, in a direct unit;
+grace + STOP_MARGIN under a supervisor, which KILLs after the grace itself), RuntimeMaxSec=<run_limit>,
 MemoryMax=<mem_limit> (MemorySwapMax=0 on cgroup v2) where systemd enforces memory. Two kinds:
 
 DIRECT units, the rule: the job is the unit's main process, with no Python in the unit.
@@ -2716,10 +2717,14 @@ class Agent:
         supervisor's in UNIT_DIR/spec.json. A supervisor's ExecStopPost runs `post` only if UNIT_DIR
         is still there (see UnitRecorder), through /bin/sh, which starts in 1 ms where Python takes 10."""
         unit, host_dir = spec["unit"], spec["host_dir"]
+        # A supervisor KILLs its job after the grace (systemd's stop timeout is its backstop); in a
+        # direct unit systemd does, and the same timeout bounds the stop script: at least STOP_MARGIN.
+        stop = max(spec["grace"], STOP_MARGIN) if direct else spec["grace"] + STOP_MARGIN
+        if spec.get("hooks"):  # TimeoutStopSec bounds both the job's stop and each ExecStopPost
+            stop = max(stop, hooks_budget(spec, "post") + STOP_MARGIN)
         props = [
             ("Type", ("s", "exec")), ("CollectMode", ("s", "inactive-or-failed")),
-            ("KillMode", ("s", "control-group" if direct else "mixed")),
-            ("TimeoutStopUSec", ("t", round((spec["grace"] + STOP_MARGIN) * 1e6))),
+            ("KillMode", ("s", "control-group" if direct else "mixed")), ("TimeoutStopUSec", ("t", round(stop * 1e6))),
         ]
         if spec.get("run_limit"):
             props.append(("RuntimeMaxUSec", ("t", round(spec["run_limit"] * 1e6))))
@@ -2732,9 +2737,6 @@ class Agent:
             post = [*tail, "post", host_dir]
             if os.path.exists("/bin/sh"):
                 post = ["/bin/sh", "-c", f"test ! -d {host_dir} || exec {' '.join(post)}"]
-            if spec.get("hooks"):  # TimeoutStopSec bounds both the job's stop and each ExecStopPost
-                stop = max(spec["grace"], hooks_budget(spec, "post")) + STOP_MARGIN
-                props[3] = ("TimeoutStopUSec", ("t", round(stop * 1e6)))
             if hooks_budget(spec, "pre"):
                 props += [("ExecStartPre", ("a(sasb)", [(self.python, [*tail, "pre", host_dir], False)])),
                           ("TimeoutStartUSec", ("t", round((hooks_budget(spec, "pre") + STOP_MARGIN) * 1e6)))]
