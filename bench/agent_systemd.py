@@ -4,17 +4,22 @@
 
 Needs root: it boots one systemd test host (xce_lite.testhosts) in ~/.cache/xce-testhosts/
 bench-agent-PID, and stops it and removes that directory at the end. Prints each run as it is
-measured, then the medians:
+measured, then the medians, each with the CPU it cost per unit (all of the host's processes, PID 1
+included, from the host's own cpuacct cgroup on this machine: a figure the machine's load does not
+skew as it skews the rates):
 
 - `bare serial`: a loop inside the host (one Python process entered with nsenter once, so no
   nsenter per unit) runs `systemd-run --no-block --quiet true` --units times, one after the other,
   then waits until the manager has no job queued (every unit has started): units / wall time.
 - `bare K at once`: the same with K systemd-run processes at a time.
-- `agent, K systemd-runs`: `agent.py serve --mode systemd --systemd-run-jobs K` inside the host
-  (over nsenter pipes, wrapped in an AgentChannel) gets ONE launch of --units `true` units; from
-  before the request until the last finished event: units / wall time. A unit whose job ends by
-  itself runs one Python interpreter (its supervisor, `exec`) besides what systemd does; its
-  ExecStopPost is /bin/sh, which finds the result recorded and does not start `post`.
+- `agent, direct units`: `agent.py serve --mode systemd` inside the host (over nsenter pipes, wrapped
+  in an AgentChannel) gets ONE launch of --units `true` units; from before the request until the
+  last finished event: units / wall time. Each unit is started over D-Bus and runs the job as its
+  main process (/bin/sh execs it) with a /bin/sh ExecStopPost that records the result: no Python
+  in the unit.
+- `agent, supervised units`: the same with an environment name systemd refuses, which puts the
+  agent's Python supervisor in each unit (`exec`; its ExecStopPost is /bin/sh, which finds the
+  result recorded and does not start `post`).
 - `python -S -E agent.pyc`: the wall time of one such interpreter start (exec of a missing unit
   directory), inside the host, for reference.
 
@@ -57,6 +62,19 @@ print(n / (time.perf_counter() - started))
 """
 
 
+class HostCpu:
+    """CPU seconds used so far by everything in a test host: its cpuacct cgroup on this machine."""
+
+    def __init__(self, host: testhosts.TestHost):
+        line = next(x for x in Path(f"/proc/{host.pid}/cgroup").read_text().splitlines()
+                    if "cpuacct" in x.split(":")[1].split(","))
+        controllers, path = line.split(":")[1], line.split(":", 2)[2]
+        self.path = Path(f"/sys/fs/cgroup/{controllers}{path}/cpuacct.usage")
+
+    def __call__(self) -> float:
+        return int(self.path.read_text()) / 1e9
+
+
 def bare(host: testhosts.TestHost, units: int, k: int) -> float:
     done = subprocess.run(host.nsenter_argv([PY, "-c", BARE_LOOP, str(units), str(k)]), capture_output=True,
                           text=True, check=True)
@@ -64,10 +82,9 @@ def bare(host: testhosts.TestHost, units: int, k: int) -> float:
 
 
 class Agent(AgentOps):
-    def __init__(self, host: testhosts.TestHost, spool: Path, jobs: int):
+    def __init__(self, host: testhosts.TestHost, spool: Path):
         self.name, self.events = host.name, queue.Queue()
-        argv = [PY, "-S", "-E", str(AGENT), "serve", "--spool", str(spool), "--mode", "systemd",
-                "--systemd-run-jobs", str(jobs)]
+        argv = [PY, "-S", "-E", str(AGENT), "serve", "--spool", str(spool), "--mode", "systemd"]
         self.proc = subprocess.Popen(host.nsenter_argv(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._channel = AgentChannel(self.proc.stdout, self.proc.stdin, self.events.put, self.name, timeout=60)
         self.probe()
@@ -77,9 +94,10 @@ class Agent(AgentOps):
         self.proc.wait(30)
 
 
-def agent_rate(agent: Agent, work: Path, units: int) -> float:
+def agent_rate(agent: Agent, work: Path, units: int, supervised: bool) -> float:
     names = [f"b{uuid.uuid4().hex[:8]}-{i}" for i in range(units)]
-    requests = [LaunchRequest(unit=n, argv=("true",), env={"PATH": "/usr/bin:/bin"}, cwd=str(work),
+    env = {"PATH": "/usr/bin:/bin", **({"NOT.DIRECT": "1"} if supervised else {})}
+    requests = [LaunchRequest(unit=n, argv=("true",), env=env, cwd=str(work),
                               stdout=str(work / "junk.out"), stderr=None) for n in names]
     started = time.perf_counter()
     agent.launch(requests, timeout=60)
@@ -111,41 +129,50 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--units", type=int, default=200)
-    parser.add_argument("--jobs", default="1,2,4,8", help="K values, for the bare loop and the agent")
+    parser.add_argument("--jobs", default="2,4,8", help="K values for the bare loop, besides serial")
     args = parser.parse_args(argv)
-    ks = [int(k) for k in args.jobs.split(",")]
+    ks = [int(k) for k in args.jobs.split(",") if int(k) > 1]
     base = testhosts.DEFAULT_DIR.parent / f"bench-agent-{os.getpid()}"
     work = base / "work"
     [host] = testhosts.up(1, base / "hosts", die_with_caller=True)
-    figures: dict[str, list[float]] = {}
+    cpu = HostCpu(host)
+    figures: dict[str, list[tuple[float, float]]] = {}
+
+    def measure(label: str, run: int, step) -> None:
+        before = cpu()
+        rate = step()
+        figures.setdefault(label, []).append((rate, (cpu() - before) / args.units * 1000))
+        print(f"run {run + 1}: {label}: {rate:.0f} units/s, {figures[label][-1][1]:.1f} ms CPU/unit", flush=True)
+
     try:
         work.mkdir(parents=True)
-        for k in ks:  # warm-up and the .pyc: one small run of each
+        for k in [1, *ks]:  # warm-up, and the .pyc
             bare(host, 10, k)
-        for run in range(args.runs):
-            for label, k in [("bare serial", 1)] + [(f"bare {k} at once", k) for k in ks if k > 1]:
-                figures.setdefault(label, []).append(bare(host, args.units, k))
-                print(f"run {run + 1}: {label}: {figures[label][-1]:.0f} units/s", flush=True)
-            for k in ks:
-                agent = Agent(host, work / f"spool-{k}", k)
-                try:
-                    label = f"agent, {k} systemd-runs"
-                    figures.setdefault(label, []).append(agent_rate(agent, work, args.units))
-                    print(f"run {run + 1}: {label}: {figures[label][-1]:.0f} units/s", flush=True)
-                finally:
-                    agent.close()
-        pyc = next((work / "spool-1" / "bin").glob("agent-*.pyc"))
+        agent = Agent(host, work / "spool")
+        try:
+            agent_rate(agent, work, 10, False)
+            for run in range(args.runs):
+                measure("bare serial", run, lambda: bare(host, args.units, 1))
+                for k in ks:
+                    measure(f"bare {k} at once", run, lambda k=k: bare(host, args.units, k))
+                measure("agent, direct units", run, lambda: agent_rate(agent, work, args.units, False))
+                measure("agent, supervised units", run, lambda: agent_rate(agent, work, args.units, True))
+        finally:
+            agent.close()
+        pyc = next((work / "spool" / "bin").glob("agent-*.pyc"))
         start = interpreter_start(host, str(pyc))
     finally:
         testhosts.down(base / "hosts")
         shutil.rmtree(base, ignore_errors=True)
-    serial = statistics.median(figures["bare serial"])
-    print(f"\n{args.units} `true` units, medians of {args.runs} runs, on {host.name} (systemd test host):")
+    serial = statistics.median(rate for rate, _ in figures["bare serial"])
+    print(f"\n{args.units} `true` units, medians of {args.runs} runs, on {host.name} (systemd test host), "
+          f"load {os.getloadavg()[0]:.1f}:")
     for label, xs in figures.items():
-        rate = statistics.median(xs)
-        print(f"  {label:24} {rate:6.0f} units/s  ({rate / serial:4.0%} of bare serial; min {min(xs):.0f}, "
-              f"max {max(xs):.0f})")
-    print(f"  python -S -E agent.pyc    {start * 1000:6.1f} ms per interpreter start (one per unit)")
+        rates = [rate for rate, _ in xs]
+        rate, ms = statistics.median(rates), statistics.median(ms for _, ms in xs)
+        print(f"  {label:24} {rate:6.0f} units/s  ({rate / serial:4.0%} of bare serial; min {min(rates):.0f}, "
+              f"max {max(rates):.0f}); {ms:5.1f} ms CPU per unit")
+    print(f"  python -S -E agent.pyc    {start * 1000:6.1f} ms per interpreter start")
     return 0
 
 

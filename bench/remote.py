@@ -3,12 +3,14 @@
 
     python bench/remote.py                 # ~5 minutes on the 2-core box, as root
     python bench/remote.py --runs 5 --jobs 1000 --latency 40
+    python bench/remote.py --only systemd --slots 8   # what a host's agent can take, not the latency
 
 Needs root: it boots two systemd test hosts and two plain ones (xce_lite.testhosts) under
 ~/.cache/xce-testhosts/bench-remote-PID, and stops them BY PID at the end, whatever happens.
-For each kind, one controller (a temporary home in /tmp) with both hosts as `type: ssh` hosts of
-2 slots each (4 slots in all: the foundation's local figures used one host of 2 slots), jobs
-running in a directory outside /tmp (each test host has a /tmp of its own). Figures, each a median
+For each kind (--only one of them), one controller (a temporary home in /tmp) with both hosts as
+`type: ssh` hosts of --slots each (default 2, 4 slots in all, latency bound: the foundation's local
+figures used one host of 2 slots), jobs running in a directory outside /tmp (each test host has a
+/tmp of its own). Figures, each a median
 (with min and max) of --runs samples:
 
 - `N x true, one batch POST`: from the POST until the last job is DONE: jobs/s end to end; with
@@ -66,9 +68,9 @@ print(n / (time.perf_counter() - t))
 """
 
 
-def config(kind: str, hosts: list[testhosts.TestHost]) -> str:
+def config(kind: str, hosts: list[testhosts.TestHost], slots: int) -> str:
     entries = "".join(f"  - {{name: {h.name}, type: ssh, address: '{h.ip}', user: root, identity: '{h.key_path}', "
-                      f"slots: 2, mem: 4G}}\n" for h in hosts)
+                      f"slots: {slots}, mem: 4G}}\n" for h in hosts)
     known = ", ".join(f"'{h.known_hosts_path}'" for h in hosts)
     return (f"cluster: br{kind[0]}{os.getpid()}\nhosts:\n{entries}queues:\n  - {{name: normal, default: true}}\n"
             f"ssh: {{config: /nonexistent, known_hosts: [{known}]}}\ncontroller: {{tick: 1s, grace: 2s}}\n")
@@ -189,15 +191,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--latency", type=int, default=40)
     parser.add_argument("--pending", type=int, default=10_000)
+    parser.add_argument("--slots", type=int, default=2, help="slots per host (2: latency bound, as the local figures)")
+    parser.add_argument("--only", choices=["systemd", "plain"], help="one kind of host only")
     args = parser.parse_args(argv)
     base = testhosts.DEFAULT_DIR.parent / f"bench-remote-{os.getpid()}"
     dirs = {"systemd": base / "systemd", "plain": base / "plain"}
     try:
-        booted = {"systemd": testhosts.up(2, dirs["systemd"], die_with_caller=True, prefix="s"),
-                  "plain": testhosts.up(2, dirs["plain"], plain=True, die_with_caller=True, prefix="p")}
+        booted = {}
+        if args.only in (None, "systemd"):
+            booted["systemd"] = testhosts.up(2, dirs["systemd"], die_with_caller=True, prefix="s")
+        if args.only in (None, "plain"):
+            booted["plain"] = testhosts.up(2, dirs["plain"], plain=True, die_with_caller=True, prefix="p")
         for kind, hosts in booted.items():
-            print(f"\n== {kind} hosts: {', '.join(h.name for h in hosts)}", flush=True)
-            c = BenchCluster(config=config(kind, hosts), work=base / f"work-{kind}")
+            print(f"\n== {kind} hosts: {', '.join(h.name for h in hosts)}, {args.slots} slots each", flush=True)
+            c = BenchCluster(config=config(kind, hosts, args.slots), work=base / f"work-{kind}")
             try:
                 c.start()
                 wait_hosts_up(c, 2)

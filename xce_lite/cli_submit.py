@@ -19,7 +19,8 @@ from xce_lite.presets import OPTIONS, Preset
 from xce_lite.units import parse_duration, parse_size
 
 # The option -> the spec field it sets (for the origins the merge reports)
-SPEC_FIELD = {"tasks": "slots", "gpus": "resreq", "env_none": "env", "app_param": "app_params"}
+SPEC_FIELD = {"tasks": "slots", "gpus": "resreq", "env_none": "env", "app_param": "app_params", "pre_exec": "hooks",
+              "post_exec": "hooks"}
 _BY_NAME = ("env", "app_param")  # NAME=VALUE lists: a preset's and the command line's merge by name
 
 _OPTIONS = (
@@ -56,6 +57,12 @@ _OPTIONS = (
                  help="Requeue a failed attempt up to N times (XCE_ATTEMPT counts them)."),
     click.option("--retry-on", "retry_on", metavar="CODES",
                  help="Retry only on these exit codes, e.g. 1,75 (default: any failure)."),
+    click.option("-E", "pre_exec", metavar="CMD",
+                 help="Pre-exec command (run by /bin/sh on the first host before the job; if it fails, the job "
+                      "does not run and ends EXIT), inside the profile's pre_job_exec."),
+    click.option("-Ep", "post_exec", metavar="CMD",
+                 help="Post-exec command (run by /bin/sh on the first host after the job, however it ended), "
+                      "inside the profile's post_job_exec."),
 )
 
 
@@ -142,6 +149,9 @@ def build_spec(options: dict[str, Any], command: list[str], preset: Preset | Non
     params = _pairs(options.get("app_param", ()), "app_param", bad)
     if params:
         exdata["app_params"] = params
+    hooks = {key: options[key] for key in ("pre_exec", "post_exec") if options.get(key)}
+    if hooks:
+        exdata["hooks"] = hooks
     if preset is not None:
         fields = sorted({SPEC_FIELD.get(key, key) for key in from_preset})
         exdata["meta"] = {"preset": {"name": preset.name, "hash": preset.hash, "fields": fields}}

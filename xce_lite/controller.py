@@ -344,8 +344,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         """Bring the in-memory view in line with what `record_tick` stored."""
         requeued = self.store.jobs(list(record.requeued)) if record.requeued else []
         with self._mu:
-            for f, _event in finishing:
-                self._end_active(f.job_id, f"job {f.job_id} ended")
+            for f, _event in finishing:  # the other hosts' post hooks see it as XCE_JOB_REASON
+                self._end_active(f.job_id, f"job {f.job_id} ended {f.state}" + (f": {f.reason}" if f.reason else ""))
                 self._ended_element(f.job_id)
             for r in requeues:
                 self._end_active(r.job_id, f"job {r.job_id} was requeued: {r.reason}")

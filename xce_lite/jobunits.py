@@ -17,8 +17,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from xce_lite.exec.host import JobResult, LaunchRequest, UnitInfo
-from xce_lite.merge import Effective
+from xce_lite.exec.host import HookRun, JobResult, LaunchRequest, UnitInfo
+from xce_lite.merge import DEFAULT_HOOK_TIMEOUT, Effective
 from xce_lite.models import Job, unit_name
 from xce_lite.snapshot import Holding
 
@@ -42,6 +42,22 @@ def hostfile(hosts: Iterable[tuple[str, int]], addresses: Mapping[str, str]) -> 
     return "".join(f"{addresses.get(host, host)} slots={tasks}\n" for host, tasks in hosts)
 
 
+def unit_hooks(eff: Effective | None, first: bool) -> tuple[HookRun, ...]:
+    """The hooks one unit of a job runs, in order: host pre, job pre (the profile's, then the job's
+    own -E), [the job], job post (the job's -Ep, then the profile's), host post. The job ones run on
+    the first host only; the profile's are the outer layer on both sides of the job's."""
+    if eff is None:
+        return ()
+    layers = {"profile": eff.hooks, "job": eff.job_hooks}
+    order = [("pre_host_exec", "profile")]
+    if first:
+        order += [("pre_job_exec", "profile"), ("pre_job_exec", "job"), ("post_job_exec", "job"),
+                  ("post_job_exec", "profile")]
+    order.append(("post_host_exec", "profile"))
+    return tuple(HookRun(point, layer, hook.argv, DEFAULT_HOOK_TIMEOUT if hook.timeout is None else hook.timeout)
+                 for point, layer in order if (hook := layers[layer].get(point)) is not None)
+
+
 @dataclass(frozen=True)
 class UnitLaunch:
     """One unit of a job to start: on `host`, as `request`."""
@@ -63,6 +79,7 @@ def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | Non
     tasks, and the global index of the first of them), XCE_ATTEMPT, XCE_APP (with a profile),
     XCE_ARRAY_ID and XCE_ARRAY_INDEX (an array's element), and CUDA_VISIBLE_DEVICES when it holds
     GPUs; the agent adds XCE_JOB_HOST_DIR and XCE_HOSTFILE.
+    Each unit gets its hooks (unit_hooks) and the profile's post_failure rule.
     """
     spec = job.spec
     eff = Effective.from_json(job.effective) if job.effective else None
@@ -95,7 +112,9 @@ def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | Non
         request = LaunchRequest(
             unit=units[index], argv=argv if index == 0 else (), env=env, cwd=spec.cwd,
             stdout=job.output_path(), stderr=job.error_path(), run_limit=run_limit, mem_limit=mem_limit,
-            grace=grace, role=ROLE_JOB if index == 0 else ROLE_HOST, hostfile=text, profile_env=profile_env)
+            grace=grace, role=ROLE_JOB if index == 0 else ROLE_HOST, hostfile=text, profile_env=profile_env,
+            hooks=unit_hooks(eff, index == 0), post_failure=eff.post_failure if eff is not None else "record",
+            starter=eff.job_starter if eff is not None else ())
         launches.append(UnitLaunch(alloc.host, index, request))
     return launches
 

@@ -16,7 +16,9 @@ The rules (a profile holds what every job of the application must have; see READ
   sort a profile key the other way. Run and memory limits: the profile's is a maximum; a job may ask
   for less (`-W`, `-M`), never more. Tasks: a job's `-n` must lie within the profile's range; without
   `-n` it gets the profile's default count (else its minimum). env, hooks, job starter, launch,
-  annotations: the profile's as they are (the job's own env is a separate layer, on top).
+  annotations: the profile's as they are (the job's own env is a separate layer, on top; so are its
+  own hooks, `-E`/`-Ep`, the inner layer of pre/post_job_exec, refused if the profile says
+  `job_hooks: false`).
 - rusage is the one per-resource default: the union of the profile's terms and the job's; for a
   resource in both, the job's term wins whole, higher or lower, but must keep the profile's unit of
   account (`per`: task, host or job), so a per-host reservation cannot silently become per-task. A
@@ -96,10 +98,13 @@ class ProfileResources:
     order: tuple[rr.OrderKey, ...] = ()
 
 
+DEFAULT_HOOK_TIMEOUT = 300.0  # seconds a hook without a timeout of its own may run
+
+
 @dataclass(frozen=True)
 class Hook:
     argv: tuple[str, ...]
-    timeout: float | None = None  # seconds; None: the hooks issue's default
+    timeout: float | None = None  # seconds; None: DEFAULT_HOOK_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,8 @@ class Profile:
     launch: str = "auto"
     env: FrozenMap = NOTHING
     hooks: FrozenMap = NOTHING  # hook point -> Hook
+    job_hooks: bool = True  # a job may give its own -E / -Ep
+    post_failure: str = "record"  # "exit": a post hook that fails ends a DONE job EXIT
     resources: ProfileResources = ProfileResources()
     run_limit: float | None = None
     mem_limit: int | None = None
@@ -146,6 +153,7 @@ def _canonical(p: Profile) -> dict[str, Any]:
     return {**retries,
         "kind": p.kind, "mode": p.mode, "launch": p.launch, "env": dict(p.env),
         "hooks": {point: [list(h.argv), h.timeout] for point, h in p.hooks.items()},
+        "job_hooks": p.job_hooks, "post_failure": p.post_failure,
         "select": rr.format_expr(r.select) if r.select is not None else None,
         "rusage": [[e.name, e.per, None if e.default is None else
                     rr.amount_in_base_units(e.default, rr.default_unit(e.name))] for e in r.rusage],
@@ -192,6 +200,8 @@ class Effective:
     origins: FrozenMap = NOTHING
     retry: int = 0  # a failed attempt is requeued up to this many times
     retry_on: tuple[int, ...] | None = None  # only for these exit codes (None: any failure)
+    job_hooks: FrozenMap = NOTHING  # the job's own: pre_job_exec / post_job_exec -> Hook (/bin/sh -c CMD)
+    post_failure: str = "record"
 
     def exported_env(self) -> dict[str, str]:
         """XCE_APP_PARAM_* and XCE_APP_ANN_*: what the job learns of its params and annotations."""
@@ -213,10 +223,12 @@ class Effective:
                 "min_tasks": self.min_tasks, "max_tasks": self.max_tasks, "resreq": rr.format(self.resreq),
                 "run_limit": self.run_limit, "mem_limit": self.mem_limit, "profile_env": dict(self.profile_env),
                 "params": dict(self.params), "annotations": dict(self.annotations),
-                "hooks": {p: {"argv": list(h.argv), "timeout": h.timeout} for p, h in self.hooks.items()},
+                "hooks": _hooks_to_json(self.hooks),
                 "job_starter": list(self.job_starter), "mode": self.mode, "launch": self.launch,
                 "origins": dict(self.origins), "retry": self.retry,
-                "retry_on": list(self.retry_on) if self.retry_on is not None else None}
+                "retry_on": list(self.retry_on) if self.retry_on is not None else None,
+                "job_hooks": _hooks_to_json(self.job_hooks),
+                "post_failure": self.post_failure}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Effective:
@@ -225,10 +237,20 @@ class Effective:
             max_tasks=data["max_tasks"], resreq=parse_resreq((data["resreq"],)), run_limit=data["run_limit"],
             mem_limit=data["mem_limit"], profile_env=FrozenMap(data["profile_env"]),
             params=FrozenMap(data["params"]), annotations=FrozenMap(data["annotations"]),
-            hooks=FrozenMap({p: Hook(tuple(h["argv"]), h["timeout"]) for p, h in data["hooks"].items()}),
+            hooks=_hooks_from_json(data["hooks"]),
             job_starter=tuple(data["job_starter"]), mode=data["mode"], launch=data["launch"],
             origins=FrozenMap(data["origins"]), retry=data.get("retry", 0),
-            retry_on=tuple(data["retry_on"]) if data.get("retry_on") is not None else None)
+            retry_on=tuple(data["retry_on"]) if data.get("retry_on") is not None else None,
+            job_hooks=_hooks_from_json(data.get("job_hooks", {})),
+            post_failure=data.get("post_failure", "record"))
+
+
+def _hooks_to_json(hooks: FrozenMap) -> dict[str, Any]:
+    return {point: {"argv": list(h.argv), "timeout": h.timeout} for point, h in hooks.items()}
+
+
+def _hooks_from_json(data: dict[str, Any]) -> FrozenMap:
+    return FrozenMap({point: Hook(tuple(h["argv"]), h["timeout"]) for point, h in data.items()})
 
 
 # ---- the merge ----------------------------------------------------------------------------------
@@ -272,17 +294,23 @@ def merge(spec: JobSpec, profile: Profile | None, queue: QueueLimits) -> Effecti
         queue, queue.mem_limit, format_size)
     params = _params(spec, profile, job_origin("app_params"), origins)
     retry, retry_on = _retries(spec, profile, job_origin, origins)
+    job_hooks = _job_hooks(spec, profile)
+    if job_hooks:
+        origins["job_hooks"] = job_origin("hooks")
     if profile is None:
         return Effective("", "", low, high, resreq, run_limit, mem_limit, params=params,
-                         origins=FrozenMap(origins), retry=retry, retry_on=retry_on)
+                         origins=FrozenMap(origins), retry=retry, retry_on=retry_on, job_hooks=job_hooks)
     for key, present in (("env", profile.env), ("annotations", profile.annotations), ("hooks", profile.hooks),
                          ("job_starter", profile.job_starter)):
         if present:
             origins[key] = PROFILE
     origins["launch"] = origins["mode"] = PROFILE
+    if profile.hooks or job_hooks:
+        origins["post_failure"] = PROFILE
     return Effective(name, profile.hash, low, high, resreq, run_limit, mem_limit, profile.env, params,
                      profile.annotations, profile.hooks, profile.job_starter, profile.mode, profile.launch,
-                     FrozenMap(origins), retry, retry_on)
+                     origins=FrozenMap(origins), retry=retry, retry_on=retry_on, job_hooks=job_hooks,
+                     post_failure=profile.post_failure)
 
 
 def _retries(spec: JobSpec, profile: Profile | None, job_origin, origins: dict[str, str]
@@ -307,6 +335,19 @@ def _retries(spec: JobSpec, profile: Profile | None, job_origin, origins: dict[s
     else:
         retry_on = None
     return retry, retry_on
+
+
+def _job_hooks(spec: JobSpec, profile: Profile | None) -> FrozenMap:
+    """The job's own -E / -Ep as the inner layer of pre/post_job_exec (run through /bin/sh -c, as
+    LSF runs them); SpecError if its profile does not allow them."""
+    given = spec.job_hooks
+    if not given:
+        return NOTHING
+    if profile is not None and not profile.job_hooks:
+        raise SpecError(f"application {profile.name} does not allow a job's own hooks (-E, -Ep): its profile "
+                        "says job_hooks: false; submit without them, or ask for another profile")
+    points = {"pre_exec": "pre_job_exec", "post_exec": "post_job_exec"}
+    return FrozenMap({points[key]: Hook(("/bin/sh", "-c", command)) for key, command in sorted(given.items())})
 
 
 def _job_origin(spec: JobSpec):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from xce_lite.merge import DEFAULT, JOB, PROFILE, Effective, Profile, task_range
+from xce_lite.merge import DEFAULT, DEFAULT_HOOK_TIMEOUT, JOB, PROFILE, Effective, Hook, Profile, task_range
 from xce_lite.sched import resreq as rr
 from xce_lite.units import format_duration, format_size
 
@@ -34,7 +34,10 @@ def describe(eff: Effective) -> list[tuple[str, str, str]]:
     rows.extend((f"env {name}", value, PROFILE) for name, value in eff.profile_env.items())  # the job's own on top
     rows.extend((f"param {name}", value, o.get(f"param:{name}", PROFILE)) for name, value in eff.params.items())
     rows.extend((f"annotation {name}", value, PROFILE) for name, value in eff.annotations.items())
-    rows.extend((f"hook {point}", " ".join(h.argv), PROFILE) for point, h in eff.hooks.items())
+    rows.extend((f"hook {point}", _hook_text(h), PROFILE) for point, h in eff.hooks.items())
+    rows.extend((f"job hook {point}", h.argv[-1], o.get("job_hooks", JOB)) for point, h in eff.job_hooks.items())
+    if eff.hooks or eff.job_hooks:
+        rows.append(("post hook failure", eff.post_failure, PROFILE))
     if eff.job_starter:
         rows.append(("job starter", " ".join(eff.job_starter), PROFILE))
     if eff.app:
@@ -84,7 +87,15 @@ def describe_profile(p: Profile) -> list[tuple[str, str]]:
     if p.retry is not None:
         rows.append(("retries", f"{p.retry} at most, on " + (",".join(map(str, p.retry_on)) if p.retry_on
                                                              else "any failure")))
-    rows.extend((f"hook {point}", " ".join(h.argv)) for point, h in p.hooks.items())
+    rows.extend((f"hook {point}", _hook_text(h)) for point, h in p.hooks.items())
+    if p.hooks or not p.job_hooks:
+        rows.append(("job hooks (-E, -Ep)", "allowed" if p.job_hooks else "refused"))
+    if p.hooks:
+        rows.append(("post hook failure", p.post_failure))
     if p.job_starter:
         rows.append(("job starter", " ".join(p.job_starter)))
     return rows
+
+
+def _hook_text(h: Hook) -> str:
+    return " ".join(h.argv) + f"  (timeout {format_duration(h.timeout or DEFAULT_HOOK_TIMEOUT)})"

@@ -8,8 +8,9 @@ A spec keeps the job's OWN values only: what its application profile and queue a
 live (`merge.py`), never written into the spec, so a changed profile reaches a waiting job. So a
 value the user did not give stays unset here (`slots` None: no `-n`), and the spec names its
 profile (`app`) and carries its `exdata`: `app_params` (its values for the profile's declared
-params) and `meta` (client data such as the preset used, passed through uninterpreted). Requeue
-and job arrays copy the spec, and with it the profile name and these values.
+params), `hooks` (its own pre and post exec commands, `-E` and `-Ep`, run through /bin/sh -c)
+and `meta` (client data such as the preset used, passed through uninterpreted). Requeue and job
+arrays copy the spec, and with it the profile name and these values.
 
 Workflows (README "Workflows"): `array` makes the spec an array of elements (arrays.py), which
 share this one spec; `depend` is the `-w` condition as the user wrote it (deps.py; the controller
@@ -38,9 +39,11 @@ MAX_PRIORITY = 100  # LSF's default MAX_USER_PRIORITY
 MAX_ARGS_BYTES = 1024 * 1024  # argv + env, as stored: a job is a request, not a payload
 MAX_PARAM_VALUE = 4096  # characters of one --app-param value
 MAX_META_BYTES = 16 * 1024  # exdata.meta as JSON: labels for tools, not a payload
+MAX_HOOK_COMMAND = 4096  # characters of a job's own -E / -Ep command
+JOB_HOOK_KEYS = ("pre_exec", "post_exec")  # exdata.hooks: -E and -Ep
 APP_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 PARAM_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
-EXDATA_KEYS = ("app_params", "meta", "app_origin")
+EXDATA_KEYS = ("app_params", "meta", "app_origin", "hooks")
 ON_DEP_FAIL = ("cancel", "pend")  # a dependency that can never hold: cancel the job, or keep it pending
 MAX_RETRIES = 100
 
@@ -66,8 +69,9 @@ class JobSpec:
     # -app: the application profile. None: the cluster's default_application (the controller stores
     # the name it resolved to); "": no profile at all.
     app: str | None = None
-    # {"app_params": {NAME: VALUE}, "meta": {...}, "app_origin": "default"}; only these keys (see
-    # the module docstring). app_origin: set by the controller when `app` came from default_application.
+    # {"app_params": {NAME: VALUE}, "meta": {...}, "app_origin": "default", "hooks": {"pre_exec": CMD,
+    # "post_exec": CMD}}; only these keys (see the module docstring). app_origin: set by the controller
+    # when `app` came from default_application.
     exdata: dict[str, Any] = field(default_factory=dict)
     array: str | None = None  # "[1-20:2]%5" (arrays.ArraySpec.text): an array of elements
     depend: str | None = None  # -w, as written
@@ -82,6 +86,11 @@ class JobSpec:
     @property
     def meta(self) -> dict[str, Any]:
         return self.exdata.get("meta") or {}
+
+    @property
+    def job_hooks(self) -> dict[str, str]:
+        """The job's own hook commands: {"pre_exec": CMD (-E), "post_exec": CMD (-Ep)}, either may be absent."""
+        return self.exdata.get("hooks") or {}
 
     def to_wire(self) -> dict[str, Any]:
         # Field by field, not dataclasses.asdict: that deep-copies the environment, and cost half of
@@ -208,8 +217,15 @@ def _exdata(data: dict) -> dict[str, Any]:
     origin = exdata.get("app_origin")
     if origin not in (None, "default"):
         raise SpecError('exdata.app_origin is "default" or absent')
-    return {key: value for key, value in (("app_params", dict(params)), ("meta", meta), ("app_origin", origin))
-            if value}
+    hooks = exdata.get("hooks") or {}
+    if not isinstance(hooks, dict) or set(hooks) - set(JOB_HOOK_KEYS):
+        raise SpecError(f"exdata.hooks holds {' and '.join(JOB_HOOK_KEYS)} only (-E and -Ep)")
+    for key, command in hooks.items():
+        flag = "-E" if key == "pre_exec" else "-Ep"
+        if not isinstance(command, str) or not command.strip() or len(command) > MAX_HOOK_COMMAND or "\0" in command:
+            raise SpecError(f"{flag}: give a shell command of at most {MAX_HOOK_COMMAND} characters, no NUL")
+    return {key: value for key, value in (("app_params", dict(params)), ("meta", meta), ("app_origin", origin),
+                                          ("hooks", dict(hooks))) if value}
 
 
 def _workflow(data: dict) -> dict[str, Any]:

@@ -45,6 +45,7 @@ OPTIONS: dict[str, tuple[str, type]] = {
     "run_limit": ("-W", str), "mem_limit": ("-M", str), "priority": ("-sp", int), "hold": ("--hold", bool),
     "app_param": ("--app-param", list), "depend": ("-w", str), "on_dep_fail": ("--on-dep-fail", str),
     "retry": ("--retry", int), "retry_on": ("--retry-on", str),
+    "pre_exec": ("-E", str), "post_exec": ("-Ep", str),
 }
 
 

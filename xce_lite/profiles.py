@@ -21,7 +21,7 @@ submitted without `-app` ("" for none); a name that is not defined is a ConfigEr
         limits: {run_limit: 4h, mem_limit: 8G}     # maxima: a job may ask for less
         tasks: {min: 1, max: 8, default: 2}        # -n must lie within; without -n: default
         job_starter: [nice, -n, "5"]               # the job runs as job_starter + its command
-        hooks: {pre_job_exec: [/opt/matlab/check]} # stored and validated; run by the hooks issue
+        hooks: {pre_job_exec: [/opt/matlab/check]} # see README "Hooks"; also job_hooks, post_failure
         retry: {count: 2, exit_codes: [75]}        # requeue a failed attempt (default and maximum)
         params: {SOLVER: {default: direct}}        # XCE_APP_PARAM_SOLVER; --app-param SOLVER=...
         annotations: {team.owner: imaging}         # XCE_APP_ANN_TEAM_OWNER, for tools
@@ -93,7 +93,7 @@ def _argv(value: list[str], what: str) -> tuple[str, ...]:
 
 class HookConfig(_Model):
     argv: list[str]
-    timeout: Seconds | None = None  # how long the hook may run (applied by the hooks issue)
+    timeout: Seconds | None = None  # how long the hook may run (default merge.DEFAULT_HOOK_TIMEOUT), then TERM, KILL
 
     @field_validator("argv")
     @classmethod
@@ -110,12 +110,16 @@ HookValue = Annotated[HookConfig, BeforeValidator(_hook)]
 
 
 class HooksConfig(_Model):
-    """Outer-layer hooks: job ones run once on the first host, host ones once on each host."""
+    """Outer-layer hooks: job ones run once on the first host, host ones once on each host. A job's
+    own -E/-Ep (the inner layer) are allowed unless `job_hooks: false`; a post hook that fails is
+    recorded, and ends a DONE job EXIT only with `post_failure: exit`."""
 
     pre_job_exec: HookValue | None = None
     post_job_exec: HookValue | None = None
     pre_host_exec: HookValue | None = None
     post_host_exec: HookValue | None = None
+    job_hooks: bool = True
+    post_failure: str = Field(default="record", pattern=r"^(record|exit)$")
 
 
 def _section(name: str, text: str) -> rr.ResReq:
@@ -275,7 +279,8 @@ class ProfileConfig(_Model):
                  if (h := getattr(self.hooks, point)) is not None}
         return Profile(
             name=name, description=self.description, kind=self.kind, mode=self.mode, launch=self.launch,
-            env=FrozenMap(self.env), hooks=FrozenMap(hooks), resources=self.resources.to_resources(),
+            env=FrozenMap(self.env), hooks=FrozenMap(hooks), job_hooks=self.hooks.job_hooks,
+            post_failure=self.hooks.post_failure, resources=self.resources.to_resources(),
             run_limit=self.limits.run_limit, mem_limit=self.limits.mem_limit, min_tasks=self.tasks.min,
             max_tasks=self.tasks.max, default_tasks=self.tasks.default, job_starter=tuple(self.job_starter),
             params=tuple(Param(n, p.default, p.description) for n, p in self.params.items()),

@@ -167,6 +167,10 @@ class UnitWork:
                 self._unrecorded_requeues.append(retry)
             else:
                 self._unrecorded.append((finish, "finished"))
+        elif index != 0 and not job.ending and (failed := failed_pre_hook(result)) is not None:
+            # the job's other host could not get ready: end the job (a kill, delivered as kills
+            # that race a launch are), with the hook's failure as its reason
+            self._kill_marks.setdefault(job.id, f"{failed} on host {host}")
 
     def _launched(self, event: UnitsLaunched, now: float) -> None:
         """A host's replies to a launch: running units, and refusals that end their job."""
@@ -408,6 +412,16 @@ def _retry_of(job: Active, finish: Finish) -> Requeue | None:
 
 
 def _finish_from_result(job: Active, result: JobResult) -> Finish:
+    """DONE: exit 0, no signal, no reason. A note (post hooks that failed without failing the job)
+    is stored after the reason, whatever the state."""
     ok = result.exit_code == 0 and result.signal is None and result.reason is None
+    reason = "; ".join(text for text in (result.reason, result.note) if text) or None
     return Finish(job.id, job.state, "DONE" if ok else EXIT, result.start_time, result.end_time, result.exit_code,
-                  result.signal, result.cpu_time, result.max_rss, result.reason)
+                  result.signal, result.cpu_time, result.max_rss, reason, result.hooks)
+
+
+def failed_pre_hook(result: JobResult) -> str | None:
+    """The reason of a unit that ended because one of its pre hooks failed, else None."""
+    if any(h.get("point", "").startswith("pre_") and not h.get("ok", True) for h in result.hooks):
+        return result.reason
+    return None

@@ -5,9 +5,10 @@ The controller copies this file to a host (by content hash) and runs it; it must
 xce_lite or a third-party package. Commands:
 
     python3 -S -E agent.py serve --spool DIR [--host-name NAME] [--mode auto|systemd|user|plain]
-                    [--lock-timeout SECONDS] [--journal-limit BYTES] [--systemd-run-jobs N]
-    python3 -S -E agent.py exec UNIT_DIR     the supervisor, as a systemd unit's main process
-    python3 -S -E agent.py post UNIT_DIR     its ExecStopPost: records THE result
+                    [--lock-timeout SECONDS] [--journal-limit BYTES]
+    python3 -S -E agent.py exec UNIT_DIR     the supervisor, as a supervised systemd unit's main process
+    python3 -S -E agent.py pre UNIT_DIR      its ExecStartPre, with pre hooks: runs them
+    python3 -S -E agent.py post UNIT_DIR     its ExecStopPost: runs the post hooks, records THE result
     python3 -S -E agent.py launch -- CMD...  inside a job: `xce launch` (SPOOL/bin/xce runs this)
 
 PROTOCOL (version 2). `serve` speaks JSON lines on stdin/stdout (one object per line, ASCII-only
@@ -16,20 +17,24 @@ exactly one reply `{"id": N, "ok": true, ...}` or `{"id": N, "ok": false, "error
 an op causes come after its reply. Ops:
     hello -> version, hostname, host_name, cpus, mem (bytes), pid, spool, mode (the one in use),
              modes {systemd|user|plain: {ok, why (what is missing, and the fix), memory ("systemd"
-             or "supervisor": who enforces mem_limit; "memory_why" says why not systemd)}},
+             or "supervisor": who enforces mem_limit; "memory_why" says why not systemd), direct
+             (jobs can be their unit's main process; "direct_why" says why not)}},
              load [1, 5, 15 min], gpus [{index, name, memory (bytes)}] (nvidia-smi; [] without),
              cgroup ("v1", "v2", "hybrid" or null), systemd (the manager's version or null), user,
              uid, boot_id, python (its version)
     ping -> time (the host's clock): cheap, for heartbeats
     launch {units: [UNIT]} -> replies: [{unit, status "started"|"running"|"finished"|"refused",
              start_time, error, result (when finished)}], in order, at once (a systemd unit is
-             "started" once its `launched` is journaled; systemd-run runs after the reply).
+             "started" once its `launched` is journaled; systemd is asked after the reply).
              UNIT: {unit, argv, env, cwd, stdout, stderr (null: into stdout), run_limit (s),
              mem_limit (bytes), grace (s between TERM and KILL; default 10), role ("job": runs argv,
              the default; "host": a secondary host's unit of a multi-host job, which runs no command,
              holds the allocation until signalled and runs tasks; argv may be empty), hostfile
-             (text, written to XCE_JOB_HOST_DIR/hostfile; XCE_HOSTFILE names it)}. Null or missing
-             optional fields keep version 1's behaviour.
+             (text, written to XCE_JOB_HOST_DIR/hostfile; XCE_HOSTFILE names it), hooks ([{point
+             (pre_host_exec, pre_job_exec, post_job_exec, post_host_exec), layer ("profile": run with
+             profile_env; "job": with env), argv, timeout (s)}], in run order: see HOOKS), profile_env,
+             post_failure ("record", the default, or "exit"), starter (the job starter: before each
+             task's argv too)}. Null or missing optional fields keep version 1's behaviour.
     signal {unit, signal (TERM KILL INT HUP USR1 USR2 STOP CONT), reason} -> found. TERM and KILL
              end the job (TERM, then KILL after its grace) with `reason` as the result's reason;
              STOP/CONT suspend and resume the job's (and tasks') groups; the same in every mode.
@@ -52,45 +57,93 @@ Events (no id):
     {"event": "error", "error"} for a line that is not a request
 RESULT: {exit_code (null if killed by a signal), signal, start_time, end_time, cpu_time, max_rss,
     reason ("killed by alice", "run limit 00:10:00 reached", "memory limit 2G exceeded",
-    "exec failed: ...", "systemd-run failed: ...", "supervisor lost: ..."), service_result
-    (systemd's $SERVICE_RESULT; null in plain mode), mode}.
+    "exec failed: ...", "systemd refused the unit: ...", "supervisor lost: ...", "lost: ..."),
+    service_result (systemd's $SERVICE_RESULT; null in plain mode), mode, and with hooks: hooks (each
+    run: {point, layer, ok, exit_code, signal, timed_out, stopped, error, timeout, seconds}) and note
+    (post hooks that failed, when they do not fail the job)}. cpu_time and max_rss are
+    wait4's (the job and its waited-for descendants; the largest process) under a supervisor, the
+    unit's cgroup's (all its processes, page cache included in memory) in a direct unit.
 
 MODES. `auto` picks systemd system units (root, and systemd is PID 1 of this host: /run/systemd/
 system exists and the manager answers) over user units (a lingering user manager reachable through
 $XDG_RUNTIME_DIR, /run/user/UID when unset) over plain; an explicit mode the host cannot do is
 fatal. In plain mode the agent forks a supervisor per unit (below). Under systemd each unit is one
-transient service of its name, started by
-    systemd-run [--user] --unit=UNIT.service --collect --quiet --no-block -p Type=exec
-        -p KillMode=mixed -p TimeoutStopSec=<grace + STOP_MARGIN> [-p RuntimeMaxSec=<run_limit>]
-        [-p MemoryMax=<mem_limit> (-p MemorySwapMax=0 on cgroup v2)]
-        -p ExecStopPost=-/bin/sh -c "test ! -d UNIT_DIR || exec PYTHON -S -E AGENT.pyc post UNIT_DIR"
-        -- PYTHON -S -E AGENT.pyc exec UNIT_DIR
-(AGENT.pyc: this file compiled into SPOOL/bin). The job's argv and env never reach that command
-line (systemd 252 expands $VAR and %-specifiers there, with no way to say no): they are in
-UNIT_DIR/spec.json, and the python, agent and spool paths are checked to hold nothing systemd
-would expand or split. Inside the unit the same supervisor as in plain mode runs the job and
-appends `started`. When the job ends by itself (no kill, no limit, no OOM kill), the supervisor
-appends THE `finished` record (service_result "success": it exits 0), fdatasync'ed, and removes
-UNIT_DIR. Otherwise it leaves its result in UNIT_DIR/result.json, and `post`, which systemd runs
-however the unit ended (the shell test above finds UNIT_DIR still there), merges it (or nothing,
-if the supervisor was SIGKILLed) with $SERVICE_RESULT, $EXIT_CODE, $EXIT_STATUS, the unit's OOM
-counter and the requested kill reason, and appends THE `finished` record, fdatasync'ed; then it
-removes UNIT_DIR. A unit thus runs one Python interpreter, two only when systemd has a say in
-its end. Either pokes the agent through SPOOL/agent.sock (the agent also checks the journal's size
-every WATCH_INTERVAL). RuntimeMaxSec enforces the run limit (the supervisor does not: one reason,
-not two racing), MemoryMax the memory limit where systemd can (not user units on cgroup v1, where
-it is ignored without a word: there the supervisor's RSS watch does it, as hello's modes say).
-The agent runs up to --systemd-run-jobs systemd-run processes at once, reaped on SIGCHLD, and never
-waits for one; a systemd-run that fails is the unit's finished result ("systemd-run failed: <its
-stderr>"). A unit with no result runs while its supervisor does or, under systemd, while systemd
-knows it (loaded, and active, activating, deactivating, or with a start job queued): `systemctl
-show` is asked only when the supervisor is gone or not yet started. Signals for a supervisor not
-yet started are held until its `started` record.
+transient service of its name, which the agent asks the manager for itself, over D-Bus on the
+manager's private socket (class Bus: StartTransientUnit, StopUnit, KillUnit, ListUnitsByNames,
+AttachProcessesToUnit; no systemd-run, no systemctl): Type=exec, CollectMode=inactive-or-failed,
+TimeoutStopSec (which also bounds its ExecStopPost: the grace, at least STOP_MARGIN, in a direct unit;
+grace + STOP_MARGIN under a supervisor, which KILLs after the grace itself), RuntimeMaxSec=<run_limit>,
+MemoryMax=<mem_limit> (MemorySwapMax=0 on cgroup v2) where systemd enforces memory. Two kinds:
+
+DIRECT units, the rule: the job is the unit's main process, with no Python in the unit.
+    ExecStart=/bin/sh SPOOL/bin/unit-exec-H.sh ARGC    rebuilds the job's argv and execs it (same pid)
+    ExecStopPost=-/bin/sh SPOOL/bin/unit-stop-H.sh UNIT START_TIME MODE RUN_LIMIT MEM_LIMIT BOOT
+with KillMode=control-group, Delegate=yes, MemoryAccounting, WorkingDirectory,
+Environment= (the job's env, and its argv as XCE_ARGV_0.., which the exec script drops),
+StandardOutput/StandardError=append:PATH and IgnoreSIGPIPE=no. Command lines hold only checked
+paths, names and numbers: systemd 252 expands $VAR in them and writes them back for a
+daemon-reload in a form it reads back wrong (see EXEC_SCRIPT); the Environment= it keeps exact. The
+stop script (STOP_SCRIPT: shell builtins, flock and sync) appends THE `finished` record however the
+unit ended: exit code or signal ($EXIT_CODE, $EXIT_STATUS), $SERVICE_RESULT, CPU time and peak
+memory from the unit's cgroup (v1 or v2), and the reason, worded as the supervisor words it (memory
+limit from the OOM counter, the kill reason the agent wrote to UNIT_DIR/kill_reason before it asked
+systemd to stop the unit, run limit on `timeout`, "killed by signal ..."), fdatasync'ed, under the
+journal's shared lock. Before asking systemd, the agent checks what the supervisor would report as
+the job's failure to start (its output files, its program on the job's PATH: "exec failed") and
+records that result instead. A kill is StopUnit (TERM to every process of the unit, KILL after
+TimeoutStopSec; a start job still waiting is cancelled, and nothing runs) or KillUnit (KILL, and
+the other signals, to all its processes; held until the unit's start job is over); suspend and
+resume are KillUnit STOP and CONT. Tasks of `xce launch` get a supervisor of their own, forked here
+and moved into the unit (AttachProcessesToUnit, which needs Delegate=yes), so they share its
+cgroup, limits and end.
+
+SUPERVISED units, where a job needs a process of ours: a host unit (role "host": it runs no
+command, holds the allocation and runs tasks), a memory limit systemd cannot enforce (user units on
+cgroup v1: the supervisor's RSS watch does), a unit with hooks (see HOOKS: its steps are Python
+anyway, and `post` merges the supervisor's result with theirs), a job whose argv, env or paths
+D-Bus cannot carry (not UTF-8, an env name systemd refuses), and hosts without flock or sync.
+    [ExecStartPre=PYTHON -S -E AGENT.pyc pre UNIT_DIR]   (with pre hooks)
+    ExecStart=PYTHON -S -E AGENT.pyc exec UNIT_DIR    (KillMode=mixed)
+    ExecStopPost=-/bin/sh -c "test ! -d UNIT_DIR || exec PYTHON -S -E AGENT.pyc post UNIT_DIR"
+(AGENT.pyc: this file compiled into SPOOL/bin). The job's argv and env are in UNIT_DIR/spec.json,
+and the python, agent and spool paths are checked to hold nothing systemd would expand or split.
+Inside the unit the same supervisor as in plain mode runs the job and appends `started`. When the
+job ends by itself (no kill, no limit, no OOM kill), the supervisor appends THE `finished` record
+(service_result "success": it exits 0), fdatasync'ed, and removes UNIT_DIR. Otherwise it leaves
+its result in UNIT_DIR/result.json, and `post`, which systemd runs however the unit ended (the
+shell test above finds UNIT_DIR still there), merges it (or nothing, if the supervisor was
+SIGKILLed) with $SERVICE_RESULT, $EXIT_CODE, $EXIT_STATUS, the unit's OOM counter and the requested
+kill reason, and appends THE `finished` record, fdatasync'ed; then it removes UNIT_DIR. Either pokes
+the agent through SPOOL/agent.sock. Signals go to the supervisor, held until its `started` record;
+a kill before it (its pre hooks may run) is StopUnit.
+
+In both, RuntimeMaxSec enforces the run limit (the supervisor does not: one reason, not two racing),
+MemoryMax the memory limit where systemd can (not user units on cgroup v1, where it is ignored
+without a word, as hello's modes say). The agent never waits for the manager: calls are answered,
+and the manager's UnitRemoved signals come (it sends every signal to every private connection),
+on the same poll() as everything else. A call systemd refuses is the unit's finished result
+("systemd refused the unit: ..."). A unit with no result runs while its supervisor does, while its
+start is unanswered, or while systemd knows it (it said so, and its UnitRemoved has not come; or
+ListUnitsByNames says loaded and active, activating, deactivating or with a job), or for START_GRACE
+after its launch by another agent, whose call systemd may not have read yet.
+
+HOOKS run in the step runner (run_hooks): in plain mode inside the supervisor, under systemd as the
+unit's `pre` (ExecStartPre) and `post` (ExecStopPost) steps of a supervised unit. Each is a process
+group of its own, never through a shell, with its output after a header line in the job's files,
+bounded by its timeout (then TERM, KILL after HOOK_KILL_GRACE). Pre hooks run in order until one
+fails (non-zero, a signal, its timeout, or it cannot start): then the job does not run and that
+failure is the result's reason; a kill stops them (the reason is the kill's). The post hooks all
+run, once, however the job ended, with its status in their env; those that fail are the result's
+note, or its reason with post_failure "exit" when it has none. Under systemd the unit's
+TimeoutStartSec covers its pre hooks and its TimeoutStopSec (which also bounds the stop of its
+main process) its post hooks, so that systemd never cuts a step short.
 
 JOBS get, besides their env: XCE_UNIT, XCE_JOB_HOST_DIR (SPOOL/units/UNIT: made by the supervisor
-in plain mode, by the agent under systemd, where spec.json, result.json and tasks-*.json live too;
-removed once the unit's result is durable), XCE_LAUNCH_SOCKET, XCE_HOSTFILE (with a hostfile) and
-SPOOL/bin at the end of PATH. `xce launch -- CMD` (launch_tasks()) sends {"op": "launch", "unit",
+in plain mode, by the agent under systemd, where spec.json, result.json, kill_reason and
+tasks-*.json live too; removed once the unit's result is durable), XCE_LAUNCH_SOCKET, XCE_HOSTFILE
+(with a hostfile) and SPOOL/bin at the end of PATH; in a direct unit also what systemd gives every
+service (INVOCATION_ID, SYSTEMD_EXEC_PID; a user manager's HOME, USER, XDG_RUNTIME_DIR...) unless
+the job's env sets the same names. `xce launch -- CMD` (launch_tasks()) sends {"op": "launch", "unit",
 "argv", "env", "cwd"} to SPOOL/agent.sock and blocks; the agent answers {"launch_id"} and emits
 launch_requested; the controller sends `tasks` to each host of the job and, when every task has
 ended, `launch_done` here, which answers {"exit_code"}. An `xce launch` whose agent goes away asks
@@ -101,7 +154,7 @@ SPOOL. The spool of `serve` holds a fixed set of files, however many units come 
     journal       every unit's life as records appended one after the other (below); durable
     journal.new   a compacted journal being written, for a moment
     agent.sock    the agent's socket for jobs and supervisors (0600)
-    bin/          the `xce` shim, and this agent compiled for units (systemd modes)
+    bin/          the `xce` shim, this agent compiled for units and the unit scripts (systemd modes)
     units/        each running unit's host directory (XCE_JOB_HOST_DIR)
     supervisor-errors.log   tracebacks of supervisors that failed (a bug), if any
 The agent itself creates no file per unit in plain mode. Creating an inode was the dearest step of
@@ -114,19 +167,21 @@ ends (RemoveIPC=yes, the default) while the jobs run on, and a reboot empties it
 the pids would vanish under running units.
 
 A journal record is one line of ASCII JSON. A unit's records, in the order they are appended:
-    {"event":"launched","unit":U,"start_time":T[,"mode":M]}   by the agent, BEFORE it forks the
-                supervisor or queues the unit for systemd-run (mode: "systemd" or "user"; none: plain)
+    {"event":"launched","unit":U,"start_time":T[,"mode":M][,"direct":D]}   by the agent, BEFORE it
+                forks the supervisor or asks systemd (mode: "systemd" or "user"; none: plain; D: a
+                direct unit's {"stdout", "stderr", "grace"}, for its tasks' supervisors)
     {"event":"started","unit":U,"pid":P,"starttime":S,"boot":B,"job":J}
                 by the supervisor once the job runs, before it lets go of the agent's spool lock:
                 its pid, its /proc start time (field 22 of /proc/PID/stat, which defends against pid
                 reuse), the boot id (a pid of another boot means nothing) and the job's pid, which is
-                also its process group (a member of the supervisor's session; 0 for a "host" unit)
+                also its process group (a member of the supervisor's session; 0 for a "host" unit);
+                a plain supervisor with hooks appends it first with job 0, before its pre hooks
     {"event":"kill_requested","unit":U,"reason":R}      by the agent, before it signals the supervisor
     {"event":"task_finished","unit":U,"launch_id":L,"index":I,"exit_code":C,"signal":S,"error":E}
                 by the supervisor, as each task of `xce launch` ends
-    {"event":"finished","unit":U,"result":{...}}        by the supervisor (plain) or `post` (systemd)
+    {"event":"finished","unit":U,"result":{...}}        by the supervisor, `post` or the stop script
                 however the job ended, fdatasync'ed before it exits; or by the agent (fdatasync'ed)
-                when the supervisor is lost or systemd-run failed
+                when the supervisor is lost, the job cannot start or systemd refused the unit
     {"event":"forgotten","units":[U,...]}               by the agent, on `forget`
 and the first line of every journal file is {"event":"journal","version":1}. Each record is ONE
 write(2) to the file opened O_APPEND (the kernel never interleaves two), of newline + JSON +
@@ -143,26 +198,27 @@ is the one the path names, so nothing is ever appended to a file that was rename
 Invariants:
 - A unit runs at most once: it is known from its `launched` record to its `forgotten` one, and a
   launch of a known unit is adopted (reported running or finished), never started again.
-  `launched` is appended before the fork (or systemd-run), so whoever reads the journal after a
-  crash knows the unit; under systemd the unit name is systemd's too, and a second systemd-run of
-  it fails.
+  `launched` is appended before the fork (or the call to systemd), so whoever reads the journal
+  after a crash knows the unit; under systemd the unit name is systemd's too, and a second
+  StartTransientUnit of it fails.
 - One agent per spool: `serve` holds an exclusive flock on SPOOL/.lock. A forked supervisor shares
-  that lock until it has appended `started`, and a systemd-run holds it until systemd knows the
-  unit, so a new agent never sees a unit that is alive but not visible (which it would misreport
-  as "supervisor lost").
+  that lock until it has appended `started`, so a new agent never sees a plain unit that is alive
+  but not visible (which it would misreport as "supervisor lost"); a systemd unit another agent
+  launched is not judged lost before START_GRACE has passed (that agent's call may be in flight).
 - The agent is single-threaded, so os.fork is safe; a plain job costs a fork of this small process,
   never a new interpreter. The agent never touches running jobs when it exits (on stdin EOF); it
-  first starts the units it has queued for systemd-run.
-- The supervisor records a result however the job ends, and so does `post` however a unit ends. A
-  unit with no result and nothing that runs it (no live supervisor forked here or recorded in
-  `started` in this boot; under systemd, a unit systemd no longer knows) has lost its supervisor:
+  first waits for systemd's answer to the starts it has asked for.
+- The supervisor records a result however the job ends, and so do `post` and the stop script
+  however a unit ends. A unit with no result and nothing that runs it (no live supervisor forked
+  here or recorded in `started` in this boot; under systemd, a unit systemd no longer knows) is lost:
   killed -9, crashed, or the host restarted. Whoever notices appends a result saying so
   (exit_code null); the FIRST `finished` record of a unit is its result, so a real result is never
   overwritten and every later answer is the same.
 - A result is durable before the agent reports it (finished event, launch reply, list reply): the
   supervisor fdatasyncs its record before it exits, so a result whose supervisor exited with status
   0 is durable, and so is one that `post` poked about (it says up to where it fdatasync'ed); for
-  any other, the agent fdatasyncs the journal before it writes the line.
+  any other (the stop script's among them: it cannot poke), the agent fdatasyncs the journal
+  before it writes the line.
 - `launched`, `started`, `kill_requested`, `task_finished` and `forgotten` are not fsynced: they
   survive any process's crash, and an OS crash once the kernel has written them back (within about
   30 s). After a reboot every unit of the old boot without a result is reported lost ("the host
@@ -178,6 +234,8 @@ import gc
 import os
 import sys
 import time
+
+import _struct  # the C module under `struct`: D-Bus marshalling
 
 # The C modules under `signal` and `json`: their Python wrappers import enum and re, some 15 ms of
 # every unit's start under systemd, where `exec` and `post` are fresh interpreters (measured here:
@@ -203,10 +261,9 @@ MODES = ("auto", "systemd", "user", "plain")
 OPS = ("hello", "ping", "launch", "signal", "list", "forget", "read", "tasks", "launch_done")
 READ_MAX = 1 << 20  # bytes a `read` may return at once
 STOP_MARGIN = 5.0  # seconds systemd waits beyond a unit's grace before it KILLs what is left
-# systemd-run processes at once. bench/agent_systemd.py, 200 `true` units on the busy 2-core box:
-# 37-41 units/s with 1 to 8 (CPU bound: PID 1 and the units' interpreters); 4 keeps the loop
-# from waiting on a slow systemd-run without crowding the CPU
-SYSTEMD_RUN_JOBS = 4
+# Seconds a unit launched by another agent (now gone) may be unknown to systemd before it counts as
+# lost: that agent's StartTransientUnit may still lie unread in the manager's socket buffer.
+START_GRACE = 10.0
 LAUNCH_RECONNECT = 120.0  # seconds `xce launch` waits for a host agent that went away to come back
 
 # Names a `signal` request may use. The agent asks a supervisor to deliver signal NAME to its job by
@@ -238,10 +295,12 @@ _LETTERS_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 UNIT_FIRST_CHARS = frozenset(_LETTERS_DIGITS + "_@+")
 UNIT_CHARS = UNIT_FIRST_CHARS | frozenset(".:=-")
 SYSTEMD_UNIT_CHARS = frozenset(_LETTERS_DIGITS + "_.:-")  # what systemd allows, less '@' and '\'
+ENV_NAME_CHARS = frozenset(_LETTERS_DIGITS + "_")  # what systemd 252 takes in Environment= names
 # Nothing systemd splits, unquotes or expands ($VAR, %i, quotes, \, spaces) in a unit's command line.
 SYSTEMD_PATH_CHARS = frozenset(_LETTERS_DIGITS + "/_.,:+=@-")
 MEM_SAMPLE_INTERVAL = 0.5  # seconds between RSS samples of a job with a memory limit
 WATCH_INTERVAL = 0.5  # seconds between checks of units this agent did not fork
+COMPACT_RETRY = 50.0  # milliseconds before the next try to compact, when the journal's lock was busy
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -276,6 +335,24 @@ def valid_unit_name(name: object) -> bool:
     return (
         isinstance(name, str) and 0 < len(name) <= 200 and name[0] in UNIT_FIRST_CHARS and set(name) <= UNIT_CHARS
     )
+
+
+def dbus_text_ok(text: str) -> bool:
+    """True if systemd takes `text` as a D-Bus string: UTF-8 (no lone surrogate, which is how a raw
+    byte from os.environ looks), without the noncharacters its UTF-8 check refuses."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return not any(0xFDD0 <= ord(c) <= 0xFDEF or (ord(c) & 0xFFFE) == 0xFFFE for c in text)
+
+
+def normal_path(path: str) -> bool:
+    """True for an absolute path systemd calls normalized: no '//', '/./', '/../', trailing '/'."""
+    return (path.startswith("/") and not path.startswith("//") and os.path.normpath(path) == path
+            and len(path) < 4096 and all(len(part) < 256 for part in path.split("/")))
 
 
 def proc_stat(pid: int) -> list[bytes] | None:
@@ -614,16 +691,17 @@ class UnitRecorder(JournalRecorder):
     finished record itself, fdatasync'ed, and removes UNIT_DIR, which tells the unit's
     ExecStopPost that it has nothing to do: one Python interpreter per unit instead of two
     (measured here: ~14 ms of CPU each). Otherwise it writes UNIT_DIR/result.json, which `post`
-    merges with what systemd says. Not fsynced: `post` reads it at once, and after an OS crash a
-    unit of the old boot is lost whatever it wrote.
+    merges with what systemd says; always, when the unit has hooks (`post` runs its post hooks).
+    Not fsynced: `post` reads it at once, and after an OS crash a unit of the old boot is lost
+    whatever it wrote.
     """
 
-    def __init__(self, spool: str, unit: str, boot: str, unit_dir: str, systemd_memory: bool):
+    def __init__(self, spool: str, unit: str, boot: str, unit_dir: str, systemd_memory: bool, hooks: bool):
         super().__init__(spool, unit, boot)
-        self.unit_dir, self.systemd_memory = unit_dir, systemd_memory
+        self.unit_dir, self.systemd_memory, self.hooks = unit_dir, systemd_memory, hooks
 
     def finished(self, result: dict, by_itself: bool = True) -> None:
-        if by_itself and not (self.systemd_memory and oom_kills() > 0):
+        if by_itself and not self.hooks and not (self.systemd_memory and oom_kills() > 0):
             result["service_result"] = "success"
             inode, end = append_shared(self.path, record("finished", unit=self.unit, result=result), sync=True)
             remove_tree(self.unit_dir)
@@ -690,12 +768,16 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
     Called with SUPERVISOR_SIGNALS blocked; they stay blocked for good: the supervisor takes them
     with sigtimedwait.
 
-    Order matters: the job is started and `started` recorded while this process still holds the
-    fds it inherited from the agent, the spool lock among them (see the module docstring); only
-    then are they closed (with `detach`): the agent's pipes would hide EOF from the controller.
-    The job itself inherits none of them: they are close-on-exec or replaced in spawn_job.
-    In plain mode (spec host_dir_by "supervisor") this makes the unit's host directory, beside the
-    agent rather than on its serial path, and removes it once the result is durable.
+    Order matters: `started` is recorded while this process still holds the fds it inherited from
+    the agent, the spool lock among them (see the module docstring); only then are they closed
+    (with `detach`): the agent's pipes would hide EOF from the controller. The job itself inherits
+    none of them: they are close-on-exec or replaced in spawn_job. In plain mode (spec host_dir_by
+    "supervisor") this makes the unit's host directory, beside the agent rather than on its serial
+    path, and removes it once the result is durable; and with spec hooks_by "supervisor" it runs
+    the unit's hooks itself: `started` (job 0) first, so that the lock is not held while they run,
+    then the pre hooks (the job runs only if they all succeed; a kill stops them), the job (its
+    run limit counts from here; `started` again with its pid), and the post hooks once it has
+    ended, however it ended, before the result is recorded.
     """
     try:
         os.setsid()  # the job's group joins this session: how a lost supervisor's job is known
@@ -703,7 +785,21 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
         pass
     watch = Watch(recorder, spec, start_time)
     own_dir = spec.get("host_dir_by") == "supervisor"
+    hooks = spec.get("hooks_by") == "supervisor" and bool(spec.get("hooks"))
     by_itself = True  # the job ended (or could not start) with no kill begun, nor a bug here
+    detached, outcomes = not detach, []
+
+    def started(job: int) -> None:
+        nonlocal detached
+        pid = os.getpid()
+        recorder.started(pid, int(proc_stat(pid)[19]), start_time, job)
+        if not detached:
+            detached = True
+            os.closerange(0, 1 << 20)  # close_range(2) underneath: cheap whatever the fd limit
+            null = os.open(os.devnull, os.O_RDWR)  # becomes fd 0
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+
     try:
         try:
             if own_dir:
@@ -712,19 +808,23 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
                 except OSError as exc:
                     reason = f"cannot make the job's host directory {spec['host_dir']}: {exc.strerror}"
                     raise JobEnded(make_result(start_time, reason)) from None
+            if hooks:
+                started(0)
+                outcomes, failure = run_hooks(spec, "pre")
+                if outcomes and outcomes[-1]["stopped"]:
+                    raise JobEnded(make_result(start_time, watch.kill_reason("killed")))
+                if failure:
+                    raise JobEnded(make_result(start_time, failure))
             watch.start()
         except JobEnded as ended:
             result = ended.result
         else:
-            pid = os.getpid()
-            recorder.started(pid, int(proc_stat(pid)[19]), start_time, watch.pid)
-            if detach:
-                os.closerange(0, 1 << 20)  # close_range(2) underneath: cheap whatever the fd limit
-                null = os.open(os.devnull, os.O_RDWR)  # becomes fd 0
-                os.dup2(null, 1)
-                os.dup2(null, 2)
+            started(watch.pid)
             result = watch.wait()
             by_itself = watch.reason is None
+        if hooks:
+            result["mode"] = spec.get("mode", "plain")
+            outcomes += run_hooks(spec, "post", result)[0]
     except BaseException as exc:
         import traceback  # only here: keeps the agent, which every supervisor copies, small
 
@@ -736,7 +836,7 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
         result = make_result(start_time, f"supervisor error: {exc!r} (see {log})")
         by_itself = False
     result["mode"] = spec.get("mode", "plain")
-    recorder.finished(result, by_itself)
+    recorder.finished(with_hooks(result, outcomes, spec.get("post_failure")), by_itself)
     if own_dir:
         remove_tree(spec["host_dir"])
 
@@ -794,6 +894,83 @@ def spawn_job(spec: dict, out: int, err: int, start_time: float) -> int:
         raise JobEnded(make_result(start_time, reason, exit_code=127 if exc.errno == errno.ENOENT else 126))
 
 
+def find_program(name: str, path: str | None, cwd: str) -> tuple[str | None, int]:
+    """Where spawn_job would find `name` from directory `cwd` with the job's PATH `path`: (its
+    path, 0), or (None, ENOENT; EACCES if a file was there that cannot be executed)."""
+    dirs = [""] if "/" in name else (path if path is not None else "/bin:/usr/bin").split(":")
+    denied = False
+    for d in dirs if name else ():
+        candidate = os.path.join(cwd, d, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate, 0
+        denied = denied or os.path.exists(candidate)
+    return None, errno.EACCES if denied else errno.ENOENT
+
+
+def direct_start_problem(spec: dict) -> dict | None:
+    """The result of a direct job that cannot start, checked where it would start (its output files,
+    then its program), worded as the supervisor words it; None if it can start."""
+    try:
+        out, err = open_outputs(spec, spec["start_time"])
+    except JobEnded as ended:
+        return ended.result
+    os.close(out)
+    if err != out:
+        os.close(err)
+    name = spec["argv"][0]
+    found, why = find_program(name, spec["env"].get("PATH"), spec["cwd"])
+    if found is None:
+        reason = f"exec failed: {os.strerror(why)}: {name}"
+        return make_result(spec["start_time"], reason, exit_code=127 if why == errno.ENOENT else 126)
+    return None
+
+
+def fork_task_supervisor(recorder: JournalRecorder, spec: dict) -> tuple[int, int]:
+    """Fork a supervisor for the tasks of `xce launch` that wait in a direct unit's host directory
+    (spec: role "tasks", host_dir, stdout, stderr, grace); (its pid, the fd to answer it on, see
+    Agent.answer_tasks). It starts no task before the answer says systemd has moved it into the
+    unit, and ends once its tasks have."""
+    go_r, go_w = os.pipe2(os.O_CLOEXEC)
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        os.close(go_r)
+        os.close(go_w)
+        raise
+    if pid == 0:
+        code = 70
+        try:
+            gc.disable()
+            signal.set_wakeup_fd(-1)
+            os.setsid()
+            os.closerange(0, go_r)  # the agent's pipes, lock, journal and sockets are not ours
+            os.closerange(go_r + 1, 1 << 20)
+            answer = os.read(go_r, 512)
+            os.close(go_r)
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            watch = Watch(recorder, spec, time.time())
+            if answer != b"ok":
+                why = answer[3:].decode("utf-8", "replace") or "the agent went away"
+                watch.refused = f"cannot start the task inside unit {spec['unit']}: {why}"
+            watch.wait()
+            code = 0
+        except BaseException:
+            import traceback
+
+            with open(recorder.error_log(), "a") as f:
+                f.write(f"tasks' supervisor of {spec.get('unit')} (pid {os.getpid()}):\n")
+                traceback.print_exc(file=f)
+        finally:
+            os._exit(code)
+    os.close(go_r)
+    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    return pid, go_w
+
+
 class Watch:
     """Runs one unit's job (none for a "host" unit) and its tasks of `xce launch`, and waits for
     them, enforcing the limits it is given and acting on requested signals.
@@ -820,10 +997,11 @@ class Watch:
         self.tasks_seen: set[tuple[str, int]] = set()  # a task repeated in a request starts once
         self.tasks_ending = False
         self.task_cpu, self.task_rss = 0.0, 0
+        self.refused: str | None = None  # why no task may start (a tasks' supervisor outside its unit)
 
     def start(self) -> None:
         """Start the job (self.pid); JobEnded if it cannot start. A "host" unit starts nothing."""
-        if self.spec.get("role") == "host":
+        if self.spec.get("role") in ("host", "tasks"):
             return
         out, err = open_outputs(self.spec, self.start_time)
         try:
@@ -886,7 +1064,10 @@ class Watch:
                 self.recorder.task_finished(task[0], task[1], status)
 
     def ended(self) -> bool:
-        """True once the unit is over; ends leftover tasks once the job (or the host unit) is."""
+        """True once the unit is over; ends leftover tasks once the job (or the host unit) is. A
+        tasks' supervisor (role "tasks", fork_task_supervisor) is over once its tasks are."""
+        if self.spec.get("role") == "tasks":
+            return not self.tasks
         over = self.job_status is not None if self.pid else self.reason is not None
         if over and self.tasks and not self.tasks_ending:
             self.tasks_ending = True
@@ -1004,9 +1185,12 @@ class Watch:
         if key in self.tasks_seen:
             return
         self.tasks_seen.add(key)
-        if self.reason is not None or self.job_status is not None:
-            self.recorder.task_finished(launch_id, key[1], None, "the unit was ending: the task did not start")
+        if self.reason is not None or self.job_status is not None or self.refused:
+            why = self.refused or "the unit was ending: the task did not start"
+            self.recorder.task_finished(launch_id, key[1], None, why)
             return
+        if self.spec.get("starter"):  # the job starter wraps each task as it wraps the job
+            task = {**task, "argv": [*self.spec["starter"], *task["argv"]]}
         try:
             out, err = open_outputs(self.spec, self.start_time)
             try:
@@ -1018,6 +1202,173 @@ class Watch:
         except JobEnded as ended:
             code = ended.result["exit_code"]
             self.recorder.task_finished(launch_id, key[1], None if code is None else code << 8, ended.result["reason"])
+
+
+# ---------------------------------------------------------------- hooks: the step runner
+
+# The hooks of a unit run here, in order, each bounded by its own timeout: in plain mode inside the
+# supervisor (pre hooks before the job, post hooks after it however it ended); under systemd as the
+# unit's own steps, `pre UNIT_DIR` its ExecStartPre and `post UNIT_DIR` its ExecStopPost (so they
+# run however the unit ends: a kill, RuntimeMaxSec, an OOM kill, a lost agent). One step for all of
+# a phase's hooks rather than one systemd step per hook: systemd gives every step the unit's
+# Environment= (the job's), where a profile's hooks must see the profile's env only; a step that
+# hits its timeout skips the ExecStopPost steps after it (the other post hooks, the result); and
+# each hook's outcome must reach the result, and a post hook's env must say how the job ended.
+HOOK_POINTS = ("pre_host_exec", "pre_job_exec", "post_job_exec", "post_host_exec")
+HOOK_KILL_GRACE = 2.0  # seconds from TERM to KILL for a hook past its timeout, or stopped by a kill
+HOOK_PATH = "/usr/local/bin:/usr/bin:/bin"  # a profile hook's PATH when the profile's env sets none
+_PLAIN_WORD = frozenset(_LETTERS_DIGITS + "/_.,:+=@%-")
+
+
+def hook_name(hook: dict) -> str:
+    return f"{hook['point']} hook ({hook['layer']})"
+
+
+def hook_failure(outcome: dict) -> str | None:
+    """Why a hook failed, worded for a job's reason ("pre_job_exec hook (profile) exited 3"), or None."""
+    name = hook_name(outcome)
+    if outcome["ok"]:
+        return None
+    if outcome["error"]:
+        return f"{name} could not start: {outcome['error']}"
+    if outcome["stopped"]:
+        return f"{name} was stopped by a kill"
+    if outcome["timed_out"]:
+        return f"{name} timed out after {outcome['timeout']:g} s"
+    if outcome["signal"]:
+        return f"{name} was killed by signal {signal_name(outcome['signal'])}"
+    return f"{name} exited {outcome['exit_code']}"
+
+
+def job_status(spec: dict, result: dict) -> str:
+    """DONE or EXIT as the controller will say ("" for a host unit: its job's end is not known here)."""
+    if spec.get("role") == "host":
+        return ""
+    return "DONE" if result["exit_code"] == 0 and result["signal"] is None and result["reason"] is None else "EXIT"
+
+
+def hook_env(spec: dict, hook: dict, ended: dict | None) -> dict[str, str]:
+    """A hook's environment. A profile's: the profile's env, xce's own XCE_* names of the job (job id,
+    hosts, host dir, hostfile...) and a PATH; a job's own (-E, -Ep): the job's env. Both get XCE_HOOK
+    and XCE_HOOK_LAYER, and post hooks XCE_JOB_STATUS, XCE_JOB_EXIT_CODE, XCE_JOB_SIGNAL and
+    XCE_JOB_REASON (empty when there is none)."""
+    if hook["layer"] == "job":
+        env = dict(spec["env"])
+    else:
+        env = dict(spec.get("profile_env") or {})
+        env.update((k, v) for k, v in spec["env"].items() if k.startswith("XCE_"))
+        env.setdefault("PATH", HOOK_PATH)
+    env.update(XCE_HOOK=hook["point"], XCE_HOOK_LAYER=hook["layer"])
+    if ended is not None:
+        env.update(XCE_JOB_STATUS=job_status(spec, ended), XCE_JOB_REASON=ended["reason"] or "",
+                   XCE_JOB_EXIT_CODE="" if ended["exit_code"] is None else str(ended["exit_code"]),
+                   XCE_JOB_SIGNAL=signal_name(ended["signal"]) if ended["signal"] else "")
+    return env
+
+
+def is_kill(signum: int) -> bool:
+    """True for a signal that asks the supervisor (or a hooks step) to end the unit."""
+    if signum in REQUEST_SIGNALS:
+        signum = getattr(signal, "SIG" + REQUEST_NAMES[signum - signal.SIGRTMIN])
+    return signum in KILL_SIGNALS or signum == signal.SIGKILL
+
+
+def run_hook(spec: dict, hook: dict, ended: dict | None, stoppable: bool) -> dict:
+    """Run one hook to its end, or to its timeout (then TERM, and KILL after HOOK_KILL_GRACE), with
+    its output appended to the job's own files after a header line; its outcome. With SUPERVISOR_
+    SIGNALS blocked (they are taken here); `stoppable` (pre hooks): a kill stops it, as a timeout does."""
+    outcome = {"point": hook["point"], "layer": hook["layer"], "ok": False, "exit_code": None, "signal": None,
+               "timed_out": False, "stopped": False, "error": None, "timeout": hook["timeout"], "seconds": 0.0}
+    began = time.monotonic()
+    try:
+        out, err = open_outputs(spec, spec["start_time"])
+    except JobEnded as ended_early:
+        outcome["error"] = ended_early.result["reason"]
+        return outcome
+    try:
+        words = " ".join(a if a and set(a) <= _PLAIN_WORD else shell_quote(a) for a in hook["argv"])
+        os.write(out, f"[xce] {hook_name(hook)} on {os.uname().nodename}: {words}\n".encode("utf-8", "replace"))
+        try:
+            pid = spawn_job({"argv": hook["argv"], "env": hook_env(spec, hook, ended), "cwd": spec["cwd"]}, out, err,
+                            spec["start_time"])
+        except JobEnded as failed:
+            outcome.update(error=failed.result["reason"], exit_code=failed.result["exit_code"])
+            return outcome
+        status = wait_hook(pid, hook["timeout"], outcome, stoppable)
+        code = os.waitstatus_to_exitcode(status)
+        outcome.update(exit_code=None if code < 0 else code, signal=-code if code < 0 else None)
+        outcome["ok"] = code == 0 and not outcome["timed_out"] and not outcome["stopped"]
+        outcome["seconds"] = round(time.monotonic() - began, 3)
+        end = "ok" if outcome["ok"] else hook_failure(outcome).removeprefix(hook_name(outcome) + " ")
+        os.write(out, f"[xce] {hook_name(hook)}: {end} ({outcome['seconds']:.1f} s)\n".encode())
+        return outcome
+    finally:
+        os.close(out)
+        if err != out:
+            os.close(err)
+
+
+def wait_hook(pid: int, timeout: float, outcome: dict, stoppable: bool) -> int:
+    """Wait for a hook (the leader of its own process group); its wait status. Past its timeout, or
+    on a kill when `stoppable`, its group gets TERM, then KILL after HOOK_KILL_GRACE; what is left of
+    a hook stopped so is killed once it has ended."""
+    deadline, kill_at = time.monotonic() + timeout, None
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            if outcome["timed_out"] or outcome["stopped"]:
+                Watch.killpg(pid, signal.SIGKILL)
+            return status
+        now = time.monotonic()
+        if kill_at is None and now >= deadline:
+            outcome["timed_out"] = True
+            kill_at = now + HOOK_KILL_GRACE
+            Watch.killpg(pid, signal.SIGTERM)
+            Watch.killpg(pid, signal.SIGCONT)
+        elif kill_at is not None and now >= kill_at:
+            Watch.killpg(pid, signal.SIGKILL)
+            kill_at = now + 3600.0  # KILL is sent; wait for the end
+        info = signal.sigtimedwait(SUPERVISOR_SIGNALS, max(0.0, (deadline if kill_at is None else kill_at) - now))
+        if info is not None and stoppable and is_kill(info.si_signo) and kill_at is None:
+            outcome["stopped"] = True
+            kill_at = time.monotonic() + HOOK_KILL_GRACE
+            Watch.killpg(pid, signal.SIGTERM)
+            Watch.killpg(pid, signal.SIGCONT)
+
+
+def run_hooks(spec: dict, phase: str, ended: dict | None = None) -> tuple[list[dict], str | None]:
+    """Run the unit's hooks of `phase` ("pre" or "post") in order: (their outcomes, the first
+    failure's text or None). Pre hooks stop at the first failure, and a kill stops them; post hooks
+    all run, each to its end or its timeout, a kill notwithstanding (they run once the job is over)."""
+    outcomes, failure = [], None
+    for hook in spec.get("hooks") or ():
+        if not hook["point"].startswith(phase + "_"):
+            continue
+        outcome = run_hook(spec, hook, ended, stoppable=phase == "pre")
+        outcomes.append(outcome)
+        failure = failure or hook_failure(outcome)
+        if phase == "pre" and failure:
+            break
+    return outcomes, failure
+
+
+def with_hooks(result: dict, outcomes: list[dict], post_failure: str | None) -> dict:
+    """`result` with its hooks' outcomes; post hooks that failed are its note ("post_job_exec hook
+    (profile) exited 2"), or its reason if it has none and the profile says post_failure: exit."""
+    if not outcomes:
+        return result
+    result["hooks"] = outcomes
+    failed = [text for o in outcomes if o["point"].startswith("post_") and (text := hook_failure(o))]
+    if failed and post_failure == "exit" and result["reason"] is None:
+        result["reason"] = "; ".join(failed)
+    elif failed:
+        result["note"] = "; ".join(failed)
+    return result
+
+
+def hooks_budget(spec: dict, phase: str) -> float:
+    """Seconds the hooks of `phase` may take together, each to its timeout and its KILL."""
+    return sum(h["timeout"] + HOOK_KILL_GRACE for h in spec.get("hooks") or () if h["point"].startswith(phase + "_"))
 
 
 # ---------------------------------------------------------------- systemd units: exec and post
@@ -1035,17 +1386,35 @@ def exec_main(unit_dir: str) -> int:
         return 2
     if spec.get("spool"):
         systemd_memory = spec.get("watch_mem_limit") is False and bool(spec.get("mem_limit"))
-        recorder = UnitRecorder(spec["spool"], spec["unit"], boot_id(), unit_dir, systemd_memory)
+        hooks = bool(spec.get("hooks"))
+        recorder = UnitRecorder(spec["spool"], spec["unit"], boot_id(), unit_dir, systemd_memory, hooks)
         become_supervisor(recorder, spec, spec["start_time"], detach=False)
     else:
         become_supervisor(DirRecorder(unit_dir), spec, time.time(), detach=False)
     return 0
 
 
+def pre_main(unit_dir: str) -> int:
+    """`pre UNIT_DIR`, the unit's ExecStartPre: run its pre hooks (run_hooks; a stop of the unit
+    stops them) and leave their outcomes in UNIT_DIR/hooks.json for `post`; exit 1 if one failed,
+    so that systemd does not start the job (and runs the unit's ExecStopPost)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)  # first: a TERM now is held, not fatal
+    spec = read_json(os.path.join(unit_dir, "spec.json"))
+    if spec is None:
+        print(f"agent pre: no spec.json in {unit_dir}; the agent (or you) writes it", file=sys.stderr)
+        return 2
+    outcomes, failure = run_hooks(spec, "pre")
+    write_file(os.path.join(unit_dir, "hooks.json"), dumps(outcomes))
+    return 1 if failure else 0
+
+
 def post_main(unit_dir: str) -> int:
     """`post UNIT_DIR`, the unit's ExecStopPost, which systemd runs however the unit ended: append
     THE finished record (fdatasync'ed), remove UNIT_DIR, poke the agent. Also when the supervisor
-    wrote nothing (SIGKILLed by the OOM killer or at the stop timeout, or never started)."""
+    wrote nothing (SIGKILLed by the OOM killer or at the stop timeout, or never started). With
+    hooks: the pre hooks' outcomes (one that failed is the reason: the job never ran), then the
+    post hooks, run here once the result is known (their env says it), each to its timeout."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)  # a hook's end, and systemd's TERM, wait here
     spec = read_json(os.path.join(unit_dir, "spec.json"))
     if spec is None:
         print(f"agent post: no spec.json in {unit_dir}: nothing to record", file=sys.stderr)
@@ -1058,6 +1427,16 @@ def post_main(unit_dir: str) -> int:
         supervised = None
     oom = oom_kills() if spec.get("watch_mem_limit") is False and spec.get("mem_limit") else 0
     result = post_result(spec, supervised, os.environ, oom, lambda: journal_kill_reason(journal, unit))
+    if spec.get("hooks"):
+        try:
+            outcomes = read_json(os.path.join(unit_dir, "hooks.json")) or []
+        except ValueError:
+            outcomes = []
+        failed = [hook_failure(o) for o in outcomes if not o["ok"] and not o["stopped"]]
+        if failed and supervised is None:  # a pre hook failed: the job never ran
+            result.update(reason=failed[0], exit_code=None, signal=None)
+        outcomes += run_hooks(spec, "post", result)[0]
+        with_hooks(result, outcomes, spec.get("post_failure"))
     inode, end = append_shared(journal, record("finished", unit=unit, result=result), sync=True)
     remove_tree(unit_dir)
     poke(spool, synced=[inode, end])
@@ -1210,31 +1589,42 @@ def unsafe_for_systemd(paths: dict[str, str]) -> str | None:
 
 def probe_modes(paths: dict[str, str], cgroup: str | None) -> tuple[dict, dict]:
     """What each way of running units needs, and whether this host has it: ({mode: {"ok", "why",
-    "memory"}}, {"systemd": the manager's version or None, "env": the environment for systemctl and
-    systemd-run, "systemctl" and "systemd_run": their paths or None}). `paths` (what -> path) must
-    be fit for a unit's command line (unsafe_for_systemd).
+    "memory", "direct"}}, {"systemd": the manager's version or None, "env": the environment (with
+    XDG_RUNTIME_DIR), "tools": {"flock", "sync"}: their paths, or None if a direct unit's
+    ExecStopPost cannot have them}). `paths` (what -> path) must be fit for a unit's command line
+    (unsafe_for_systemd).
 
     `systemd` (system units): root, systemd is PID 1 of this host (/run/systemd/system) and its
-    manager answers. `user`: a lingering user manager reachable through $XDG_RUNTIME_DIR (set to
-    /run/user/UID when unset). `memory` says who enforces a memory limit: "systemd" (MemoryMax) or
-    "supervisor" (its RSS watch), where systemd cannot (user managers on cgroup v1 get no memory
-    controller, and systemd ignores MemoryMax there without a word).
+    manager answers on its private socket. `user`: a lingering user manager reachable through
+    $XDG_RUNTIME_DIR (set to /run/user/UID when unset). `memory` says who enforces a memory limit:
+    "systemd" (MemoryMax) or "supervisor" (its RSS watch), where systemd cannot (user managers on
+    cgroup v1 get no memory controller, and systemd ignores MemoryMax there without a word).
+    `direct` says whether jobs can be their unit's main process (with /bin/sh, flock and sync; see
+    EXEC_SCRIPT); "direct_why" why not.
     """
     uid, user, env = os.getuid(), user_name(), dict(os.environ)
     env.setdefault("XDG_RUNTIME_DIR", f"/run/user/{uid}")
-    systemctl = which("systemctl") or which("systemctl", "/usr/bin:/bin")
-    systemd_run = which("systemd-run") or which("systemd-run", "/usr/bin:/bin")
-    facts = {"systemd": None, "env": env, "systemctl": systemctl, "systemd_run": systemd_run}
+    tools = {name: which(name, "/usr/bin:/bin") for name in ("flock", "sync")}
+    missing = sorted(name for name, path in tools.items() if path is None or set(path) - SYSTEMD_PATH_CHARS)
+    if not os.path.exists("/bin/sh"):
+        missing.insert(0, "/bin/sh")
+    direct_why = f"{' and '.join(missing)} missing (in /usr/bin and /bin): jobs run under the supervisor" if (
+        missing) else None
+    facts = {"systemd": None, "env": env, "tools": None if missing else tools}
     unsafe = unsafe_for_systemd(paths)
 
-    def manager(flags: list[str]) -> str | None:
+    def manager(mode: str) -> str | None:
         """Why the manager cannot serve (None if it can); notes its version."""
-        if systemctl is None or systemd_run is None:
-            return "systemctl or systemd-run is not installed (not in PATH, /usr/bin or /bin)"
-        code, out, err = run_command([systemctl, *flags, "show", "-p", "Version", "--value"], env=env)
-        if code != 0:
-            return f"`systemctl {' '.join(flags + ['show'])}` failed: {(err or out).strip() or code}"
-        facts["systemd"] = facts["systemd"] or out.strip() or None
+        path = manager_socket(mode, env)
+        try:
+            bus = Bus(path)
+            try:
+                version = bus.call("Get", "ss", (MANAGER, "Version"), path=MANAGER_PATH, interface=PROPERTIES)
+            finally:
+                bus.close()
+        except (OSError, DBusError) as exc:
+            return f"the {'user' if mode == 'user' else 'system'} manager does not answer on {path}: {exc}"
+        facts["systemd"] = facts["systemd"] or str(version[0][1]) or None
         return unsafe
 
     if uid != 0:
@@ -1242,11 +1632,11 @@ def probe_modes(paths: dict[str, str], cgroup: str | None) -> tuple[dict, dict]:
     elif not os.path.isdir("/run/systemd/system"):
         why = "systemd is not this host's init (no /run/systemd/system): use mode plain"
     else:
-        why = manager([])
+        why = manager("systemd")
     memory = "systemd" if (cgroup in ("v1", "hybrid") and os.path.isdir("/sys/fs/cgroup/memory")) or (
         cgroup == "v2" and "memory" in (read_text("/sys/fs/cgroup/cgroup.controllers") or "").split()
     ) else "supervisor"
-    modes = {"systemd": {"ok": why is None, "why": why, "memory": memory}}
+    modes = {"systemd": {"ok": why is None, "why": why, "memory": memory, "direct": direct_why is None}}
     if memory == "supervisor":
         modes["systemd"]["memory_why"] = (
             f"cgroup {cgroup}: no memory controller here, so the supervisor's RSS watch enforces memory limits"
@@ -1260,16 +1650,18 @@ def probe_modes(paths: dict[str, str], cgroup: str | None) -> tuple[dict, dict]:
         why = f"no lingering user manager for {user}: run `loginctl enable-linger {user}`"
         why += " (without it, the manager and every job under it stop soon after the last login ends)"
     else:
-        why = manager(["--user"])
+        why = manager("user")
     delegated = read_text(f"/sys/fs/cgroup/user.slice/user-{uid}.slice/user@{uid}.service/cgroup.controllers")
     memory = "systemd" if cgroup == "v2" and "memory" in (delegated or "").split() else "supervisor"
-    modes["user"] = {"ok": why is None, "why": why, "memory": memory}
+    modes["user"] = {"ok": why is None, "why": why, "memory": memory, "direct": direct_why is None}
     if memory == "supervisor":
         modes["user"]["memory_why"] = (
             f"cgroup {cgroup}: the user manager has no memory controller, so systemd would ignore MemoryMax; "
             "the supervisor's RSS watch enforces memory limits"
         )
-    modes["plain"] = {"ok": True, "why": None, "memory": "supervisor"}
+    if direct_why:
+        modes["systemd"]["direct_why"] = modes["user"]["direct_why"] = direct_why
+    modes["plain"] = {"ok": True, "why": None, "memory": "supervisor", "direct": False}
     return modes, facts
 
 
@@ -1297,6 +1689,391 @@ def compile_agent(bin_dir: str) -> str:
 
 def shell_quote(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+# ---------------------------------------------------------------- D-Bus: the service manager's own socket
+#
+# systemd answers on a private socket of its own (/run/systemd/private for the system manager, root
+# only; $XDG_RUNTIME_DIR/systemd/private for a user's): a peer-to-peer D-Bus connection, no bus daemon
+# between, so no Hello, no destination, no match rules. This is just enough of D-Bus for the agent:
+# AUTH EXTERNAL, the marshalling of the types the manager's methods take and return, method calls
+# whose replies are matched by serial, and signals skipped undecoded but UnitRemoved and JobRemoved.
+# Observed (systemd 252): the manager sends every signal to every private connection, subscribed or
+# not (about 30 messages, 21 KB, per transient unit's life).
+
+MANAGER_PATH, MANAGER = "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager"
+PROPERTIES = "org.freedesktop.DBus.Properties"
+DBUS_CALL, DBUS_RETURN, DBUS_ERROR, DBUS_SIGNAL = 1, 2, 3, 4
+DBUS_TIMEOUT = 10.0  # seconds a blocking call waits for its reply
+_DBUS_ALIGN = {"y": 1, "b": 4, "n": 2, "q": 2, "i": 4, "u": 4, "x": 8, "t": 8, "d": 8, "h": 4, "s": 4, "o": 4,
+               "g": 1, "a": 4, "(": 8, "{": 8, "v": 1}
+_DBUS_FIXED = {"y": "B", "b": "I", "n": "h", "q": "H", "i": "i", "u": "I", "x": "q", "t": "Q", "d": "d", "h": "I"}
+_dbus_type_cache: dict[str, list[str]] = {}
+
+
+class DBusError(Exception):
+    """An error reply: `name` (org.freedesktop.systemd1.NoSuchUnit, ...) and the manager's message."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(f"{message} ({name})")
+        self.name = name
+
+
+def dbus_types(signature: str) -> list[str]:
+    """The complete types of a signature, in order: "sa(sv)" -> ["s", "a(sv)"]."""
+    found = _dbus_type_cache.get(signature)
+    if found is not None:
+        return found
+    found, i = [], 0
+    while i < len(signature):
+        j = i
+        while signature[j] == "a":
+            j += 1
+        if signature[j] in "({":
+            depth = 0
+            while True:
+                depth += (signature[j] in "({") - (signature[j] in ")}")
+                j += 1
+                if depth == 0:
+                    break
+        else:
+            j += 1
+        found.append(signature[i:j])
+        i = j
+    _dbus_type_cache[signature] = found
+    return found
+
+
+def dbus_put(buf: bytearray, kind: str, value) -> None:
+    """Append `value` marshalled as the complete type `kind` (little-endian), aligned from the start
+    of `buf`. Variants are (signature, value) pairs; dicts (a{..}) are dicts, structs tuples."""
+    c = kind[0]
+    buf += bytes(-len(buf) % _DBUS_ALIGN[c])
+    if c in _DBUS_FIXED:
+        buf += _struct.pack("<" + _DBUS_FIXED[c], value)
+    elif c in "so":
+        data = value.encode("utf-8")
+        buf += _struct.pack("<I", len(data)) + data + b"\0"
+    elif c == "g":
+        data = value.encode("ascii")
+        buf += bytes((len(data),)) + data + b"\0"
+    elif c == "v":
+        dbus_put(buf, "g", value[0])
+        dbus_put(buf, value[0], value[1])
+    elif c == "a":
+        at = len(buf)
+        buf += bytes(4)
+        item = kind[1:]
+        buf += bytes(-len(buf) % _DBUS_ALIGN[item[0]])
+        start = len(buf)
+        for v in value.items() if item[0] == "{" else value:
+            dbus_put(buf, item, v)
+        _struct.pack_into("<I", buf, at, len(buf) - start)
+    elif c in "({":
+        for field_kind, v in zip(dbus_types(kind[1:-1]), value):
+            dbus_put(buf, field_kind, v)
+    else:
+        raise ValueError(f"cannot marshal D-Bus type {kind!r}")
+
+
+def dbus_get(data: bytes, offset: int, kind: str, order: str):
+    """(the value of complete type `kind` at `offset` in `data`, the offset past it); `order` is
+    "<" or ">", the message's byte order."""
+    c = kind[0]
+    offset += -offset % _DBUS_ALIGN[c]
+    if c in _DBUS_FIXED:
+        fmt = order + _DBUS_FIXED[c]
+        value = _struct.unpack_from(fmt, data, offset)[0]
+        return (bool(value) if c == "b" else value), offset + _struct.calcsize(fmt)
+    if c in "so":
+        size = _struct.unpack_from(order + "I", data, offset)[0]
+        return data[offset + 4 : offset + 4 + size].decode("utf-8", "replace"), offset + 5 + size
+    if c == "g":
+        size = data[offset]
+        return data[offset + 1 : offset + 1 + size].decode("ascii", "replace"), offset + 2 + size
+    if c == "v":
+        signature, offset = dbus_get(data, offset, "g", order)
+        value, offset = dbus_get(data, offset, signature, order)
+        return (signature, value), offset
+    if c == "a":
+        size = _struct.unpack_from(order + "I", data, offset)[0]
+        item = kind[1:]
+        offset += 4
+        offset += -offset % _DBUS_ALIGN[item[0]]
+        end, items = offset + size, []
+        while offset < end:
+            value, offset = dbus_get(data, offset, item, order)
+            items.append(value)
+        return (dict(items) if item[0] == "{" else items), offset
+    if c in "({":
+        values = []
+        for field_kind in dbus_types(kind[1:-1]):
+            value, offset = dbus_get(data, offset, field_kind, order)
+            values.append(value)
+        return tuple(values), offset
+    raise ValueError(f"cannot read D-Bus type {kind!r}")
+
+
+class DBusMessage:
+    """A received message: a reply (`reply_to` its call's serial, `error` the error name of an error
+    reply) or a signal (`member`); `body` decoded for replies, UnitRemoved and JobRemoved only."""
+
+    __slots__ = ("body", "error", "kind", "member", "reply_to")
+
+    def __init__(self, kind: int, reply_to: int | None, member: str | None, error: str | None, body: list):
+        self.kind, self.reply_to, self.member, self.error, self.body = kind, reply_to, member, error, body
+
+
+class Bus:
+    """A connection to a systemd manager's private socket. Non-blocking once connected: send()
+    queues a call and returns its serial, write() sends what the socket takes, read() returns the
+    messages received whole; call() waits (up to a deadline) for one reply, keeping what else came
+    in `backlog` for the owner's loop. OSError once the connection is gone: make a new Bus."""
+
+    def __init__(self, path: str, timeout: float = 5.0):
+        import _socket
+
+        self.path = path
+        self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
+            self.sock.settimeout(timeout)
+            address, fd = unix_address(path)
+            try:
+                self.sock.connect(address)
+            finally:
+                if fd >= 0:
+                    os.close(fd)
+            # BEGIN goes with AUTH, so that the manager has read it when its OK comes. Observed
+            # (systemd 252): a call that reaches it in one read with a late BEGIN may go unread
+            # until more data comes.
+            uid = str(os.getuid()).encode().hex().encode()
+            self.sock.sendall(b"\0AUTH EXTERNAL " + uid + b"\r\nBEGIN\r\n")
+            line = b""
+            while not line.endswith(b"\r\n") and len(line) < 512:
+                data = self.sock.recv(512)
+                if not data:
+                    break
+                line += data
+            if not line.startswith(b"OK "):
+                raise OSError(errno.EACCES, f"the manager refused AUTH EXTERNAL: {line.strip()!r}", path)
+            self.sock.setblocking(False)
+        except BaseException:
+            self.sock.close()
+            raise
+        self.serial = 0
+        self.out = bytearray()
+        self.inbuf = bytearray()
+        self.backlog: list[DBusMessage] = []
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, member: str, signature: str = "", args: tuple = (), path: str = MANAGER_PATH,
+             interface: str = MANAGER) -> int:
+        """Queue a method call; its serial. write() sends it."""
+        self.serial += 1
+        body = bytearray()
+        for kind, value in zip(dbus_types(signature), args):
+            dbus_put(body, kind, value)
+        fields = [(1, ("o", path)), (2, ("s", interface)), (3, ("s", member))]
+        if signature:
+            fields.append((8, ("g", signature)))
+        head = bytearray(_struct.pack("<cBBBII", b"l", DBUS_CALL, 0, 1, len(body), self.serial))
+        dbus_put(head, "a(yv)", fields)
+        head += bytes(-len(head) % 8)
+        self.out += head + body
+        return self.serial
+
+    def write(self) -> None:
+        """Send as much of the queued calls as the socket takes now."""
+        while self.out:
+            try:
+                sent = self.sock.send(self.out)
+            except (BlockingIOError, InterruptedError):
+                return
+            del self.out[:sent]
+
+    def read(self) -> list[DBusMessage]:
+        """The messages that have arrived whole (none if nothing came); OSError if the manager
+        closed the connection (it does so when it re-executes itself)."""
+        while True:
+            try:
+                data = self.sock.recv(1 << 18)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not data:
+                raise OSError(errno.ECONNRESET, "the manager closed the connection", self.path)
+            self.inbuf += data
+        return self.parse()
+
+    def parse(self) -> list[DBusMessage]:
+        found, buf, at = [], self.inbuf, 0
+        while len(buf) - at >= 16:
+            order = "<" if buf[at] == 0x6C else ">"  # 'l'
+            size, _serial, fields_size = _struct.unpack_from(order + "III", buf, at + 4)
+            head_end = at + 16 + fields_size + (-(16 + fields_size) % 8)
+            end = head_end + size
+            if len(buf) < end:
+                break
+            kind = buf[at + 1]
+            head = buf[at + 16 : head_end]
+            if kind != DBUS_SIGNAL or b"UnitRemoved" in head or b"JobRemoved" in head:  # the rest: skipped
+                message = bytes(buf[at:end])
+                fields = dict(dbus_get(message, 12, "a(yv)", order)[0])
+                body, offset = [], head_end - at
+                for body_kind in dbus_types(fields.get(8, ("g", ""))[1]):
+                    value, offset = dbus_get(message, offset, body_kind, order)
+                    body.append(value)
+                reply_to, member, error = (fields.get(n, (None, None))[1] for n in (5, 3, 4))
+                found.append(DBusMessage(kind, reply_to, member, error, body))
+            at = end
+        del buf[:at]
+        return found
+
+    def call(self, member: str, signature: str = "", args: tuple = (), timeout: float = DBUS_TIMEOUT,
+             **where: str) -> list:
+        """Call and wait for the reply: its body; DBusError for an error reply, OSError (TimeoutError
+        after `timeout` seconds) if the connection fails. Other messages go to `backlog`."""
+        import select
+
+        serial = self.send(member, signature, args, **where)
+        deadline = time.monotonic() + timeout
+        poller = select.poll()
+        while True:
+            self.write()
+            for message in self.read():
+                if message.reply_to == serial and message.kind in (DBUS_RETURN, DBUS_ERROR):
+                    if message.kind == DBUS_ERROR:
+                        raise DBusError(message.error, str(message.body[0]) if message.body else "")
+                    return message.body
+                self.backlog.append(message)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(errno.ETIMEDOUT, f"no reply to {member} within {timeout:g} s", self.path)
+            poller.register(self.sock.fileno(), select.POLLIN | (select.POLLOUT if self.out else 0))
+            poller.poll(left * 1000)
+
+
+def manager_socket(mode: str, env: dict) -> str:
+    """The private socket of the manager that runs units in `mode` ("systemd" or "user")."""
+    if mode == "user":
+        return os.path.join(env.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}", "systemd", "private")
+    return "/run/systemd/private"
+
+
+
+# ---------------------------------------------------------------- direct units: the job as the unit's main process
+
+# A "direct" unit runs the job itself as its main process: ExecStart is /bin/sh on EXEC_SCRIPT, which
+# rebuilds the job's argv from XCE_ARGV_0..N-1 and execs it (same pid), and ExecStopPost is /bin/sh on
+# STOP_SCRIPT, which appends the unit's finished record. No Python runs in the unit.
+# Observed (systemd 252): a daemon-reload re-reads transient units from /run/systemd/transient, where
+# the manager wrote their settings back as unit-file text; it writes ExecStartEx= (a key it does not
+# read) and escapes '$' and ';' in ways its own parser does not take back, so a command line set
+# over D-Bus that holds the job's bytes loses them, or its ExecStopPost, at the next reload. Its
+# Environment= survives exactly (quotes, backslashes, newlines, '$', '%'), so the job's argv travels
+# there and the command lines hold only the checked paths of the scripts, numbers and names.
+EXEC_SCRIPT = r"""# written by the xce host agent: a direct unit's ExecStart (see agent.py). $1 is the job's argc; its
+# argv is in XCE_ARGV_0..: rebuild it exactly, drop those names, and become the job (the same pid).
+n=$1 i=0
+set --
+while [ "$i" -lt "$n" ]; do
+  eval "set -- \"\$@\" \"\$XCE_ARGV_$i\"; unset XCE_ARGV_$i"
+  i=$((i + 1))
+done
+exec "$@"
+"""
+STOP_SCRIPT = r"""# written by the xce host agent: a direct unit's ExecStopPost (see agent.py), which systemd runs
+# however the unit ended. Appends THE finished record of unit $1 to the journal, fdatasync'ed, worded
+# as the supervisor words its results. Args: UNIT START_TIME MODE RUN_LIMIT MEM_LIMIT BOOT (the boot's
+# epoch in 1/100 s); "-" for no limit. Only shell builtins, but for flock (the journal's shared lock)
+# and sync.
+IFS=' '
+unit=$1 start=$2 mode=$3 run=$4 mem=$5 boot=$6 dir=@UNITS@/$1 j=@JOURNAL@
+cpu=0 peak=0 oom=0 code=null sig=null reason=null
+while IFS=: read -r _ c p; do
+  case $p in */"$unit".service) ;; */"$unit".service/.control) p=${p%/.control} ;; *) continue ;; esac
+  case ,$c, in
+    ,,) g=@V2@$p
+      [ -r "$g/cpu.stat" ] && while read -r k v; do [ "$k" = usage_usec ] && cpu=$((v * 1000)); done < "$g/cpu.stat"
+      [ -r "$g/memory.peak" ] && read -r peak < "$g/memory.peak"
+      [ -r "$g/memory.events" ] && while read -r k v; do [ "$k" = oom_kill ] && oom=$v; done < "$g/memory.events" ;;
+    *,cpuacct,*) g=/sys/fs/cgroup/$c$p; [ -r "$g/cpuacct.usage" ] && read -r cpu < "$g/cpuacct.usage" ;;
+    *,memory,*) g=/sys/fs/cgroup/memory$p
+      [ -r "$g/memory.max_usage_in_bytes" ] && read -r peak < "$g/memory.max_usage_in_bytes"
+      [ -r "$g/memory.oom_control" ] && while read -r k v; do [ "$k" = oom_kill ] && oom=$v
+      done < "$g/memory.oom_control" ;;
+  esac
+done < /proc/self/cgroup
+read -r st < /proc/self/stat
+set -- ${st##*) }
+end=$((boot + ${20} * 100 / @HZ@))
+status=$EXIT_STATUS
+case $EXIT_CODE in
+  exited) case $status in ""|*[!0-9]*) ;; *) code=$status ;; esac ;;
+  killed|dumped) case $status in @SIGNALS@ RTMIN+*) sig=$((@RTMIN@ + ${status#RTMIN+})) ;; *) sig=0 ;; esac ;;
+esac
+case $SERVICE_RESULT in ""|*[!a-z-]*) result=null ;; *) result="\"$SERVICE_RESULT\"" ;; esac
+journalctl="journalctl -u $unit"
+[ "$mode" = user ] && journalctl="journalctl --user -u $unit"
+if [ "$mem" != - ] && { [ "$oom" -gt 0 ] || [ "$SERVICE_RESULT" = oom-kill ]; }; then
+  reason="\"memory limit $mem exceeded\""
+elif [ -r "$dir/kill_reason" ] && read -r r < "$dir/kill_reason" && [ "${r#\"}" != "$r" ]; then
+  reason=$r
+elif [ "$SERVICE_RESULT" = timeout ] && [ "$run" != - ]; then
+  reason="\"run limit $run reached\""
+elif [ "$sig" != null ]; then
+  reason="\"killed by signal SIG$status\""
+  [ -r "$dir/signalled" ] && read -r s r < "$dir/signalled" && [ "$s" = "$status" ] && reason=$r
+elif [ -z "$EXIT_CODE" ]; then
+  reason="\"the job did not start ($SERVICE_RESULT); see $journalctl\""
+elif [ "$code" != null ] && [ "$code" -ge 200 ] && [ "$code" -le 249 ]; then
+  reason="\"exit status $code: systemd uses 200-249 for its own failures to start a job; see $journalctl\""
+fi
+f='\n{"event":"finished","unit":"%s","result":{"exit_code":%s,"signal":%s,"start_time":%s,"end_time":%d.%02d,'
+f=$f'"cpu_time":%d.%09d,"max_rss":%d,"reason":%s,"service_result":%s,"mode":"%s"}}\n'
+exec 3>>"$j" && @FLOCK@ -s 3 || exit 1
+while ! [ /proc/self/fd/3 -ef "$j" ]; do exec 3>>"$j" && @FLOCK@ -s 3 || exit 1; done
+printf "$f" "$unit" "$code" "$sig" "$start" $((end / 100)) $((end % 100)) $((cpu / 1000000000)) \
+  $((cpu % 1000000000)) "$peak" "$reason" "$result" "$mode" >&3
+# The lock goes with the fd, before the sync: a compaction that renames a new journal over $j in
+# between has copied this record into it, and fsynced it; then this syncs that one.
+exec 3>&-
+exec @SYNC@ -d "$j"
+"""
+
+
+def unit_scripts(spool: str, cgroup: str | None, tools: dict[str, str]) -> tuple[str, str]:
+    """Write EXEC_SCRIPT and STOP_SCRIPT (made for this spool and host) into SPOOL/bin, named by
+    their content, so that a unit started by an earlier agent keeps its own; their paths."""
+    import hashlib
+
+    table = " ".join(f"{name[3:]}) sig={num} ;;" for num, name in sorted(SIGNAL_NAMES.items()))
+    v2 = "/sys/fs/cgroup/unified" if cgroup == "hybrid" else "/sys/fs/cgroup"
+    stop = STOP_SCRIPT
+    for key, value in (("UNITS", os.path.join(spool, UNITS)), ("JOURNAL", os.path.join(spool, JOURNAL)), ("V2", v2),
+                       ("HZ", str(os.sysconf("SC_CLK_TCK"))), ("SIGNALS", table), ("RTMIN", str(signal.SIGRTMIN)),
+                       ("FLOCK", tools["flock"]), ("SYNC", tools["sync"])):
+        stop = stop.replace(f"@{key}@", value)
+    paths = []
+    for kind, text in (("exec", EXEC_SCRIPT), ("stop", stop)):
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        path = os.path.join(spool, BIN, f"unit-{kind}-{digest}.sh")
+        if not os.path.exists(path):
+            write_file(path, text.encode())
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def boot_epoch_cs() -> int:
+    """When this host booted, in 1/100 s since the epoch, from the clock and /proc/uptime: a
+    process's start time (in clock ticks since boot) plus this is when it started."""
+    with open("/proc/uptime", encoding="ascii") as f:
+        uptime = float(f.read().split()[0])
+    return round((time.time() - uptime) * 100)
 
 
 # ---------------------------------------------------------------- the agent
@@ -1349,6 +2126,24 @@ def validate(u: dict, mode: str = "plain") -> None:
     hostfile = u.get("hostfile")
     if hostfile is not None and (not isinstance(hostfile, str) or "\0" in hostfile):
         raise Refused("hostfile must be text (the lines of the job's hostfile) or null")
+    validate_hooks(u)
+
+
+def validate_hooks(u: dict) -> None:
+    hooks = u.get("hooks") or []
+    if not isinstance(hooks, list):
+        raise Refused("hooks must be a list of {point, layer, argv, timeout}")
+    for hook in hooks:
+        if not isinstance(hook, dict) or hook.get("point") not in HOOK_POINTS or hook.get("layer") not in (
+                "profile", "job"):
+            raise Refused(f"a hook needs a point ({', '.join(HOOK_POINTS)}) and a layer (profile or job): {hook!r}")
+        check_argv_env(hook.get("argv"), {})
+        timeout = hook.get("timeout")
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < 1e7:
+            raise Refused(f"hook {hook['point']}: timeout must be a positive number of seconds")
+    check_argv_env(u.get("starter") or [], u.get("profile_env") or {}, allow_empty=True)
+    if u.get("post_failure") not in (None, "record", "exit"):
+        raise Refused("post_failure is record or exit")
 
 
 def validate_tasks(req: dict) -> None:
@@ -1368,12 +2163,14 @@ class Unit:
     """What the journal says of one unit: one launch of it, from `launched` until `forgotten`."""
 
     __slots__ = (
-        "boot", "durable", "job", "kill", "mode", "pid", "result", "result_end", "start_time", "starttime",
+        "boot", "direct", "durable", "job", "kill", "mode", "pid", "result", "result_end", "start_time",
+        "starttime",
     )
 
-    def __init__(self, start_time: float | None, mode: str = "plain"):
+    def __init__(self, start_time: float | None, mode: str = "plain", direct: dict | None = None):
         self.start_time = start_time
         self.mode = mode  # how it runs: "plain" (a forked supervisor), "systemd" or "user" (a unit)
+        self.direct = direct  # a direct unit's {"stdout", "stderr", "grace"}; None: it has a supervisor
         self.pid: int | None = None  # the supervisor, once `started`
         self.starttime: int | None = None
         self.boot: str | None = None
@@ -1392,7 +2189,7 @@ def fold(units: dict[str, Unit], data: bytes, offset: int, news: list | None = N
         try:
             event = rec["event"]
             if event == "launched":
-                units[rec["unit"]] = Unit(rec["start_time"], rec.get("mode", "plain"))
+                units[rec["unit"]] = Unit(rec["start_time"], rec.get("mode", "plain"), rec.get("direct"))
             elif event == "forgotten":
                 for name in rec["units"]:
                     units.pop(name, None)
@@ -1446,8 +2243,9 @@ class Agent:
     share one poll().
 
     `mode` is how it starts units: "plain" (forked supervisors), "systemd" or "user" (transient
-    units, through systemd-run processes it starts SYSTEMD_RUN_JOBS at a time and reaps on
-    SIGCHLD, so that the loop never waits for systemd). `host` holds what probe_modes found.
+    units, started by calls on the manager's private D-Bus socket, whose replies and UnitRemoved
+    signals come into the same poll(), so that the loop never waits for systemd). `host` holds what
+    probe_modes found; `scripts` the paths of EXEC_SCRIPT and STOP_SCRIPT (None: no direct units).
     """
 
     def __init__(
@@ -1459,25 +2257,31 @@ class Agent:
         host: dict | None = None,
         lock_fd: int = -1,
         code: str | None = None,
-        run_jobs: int = SYSTEMD_RUN_JOBS,
+        scripts: tuple[str, str] | None = None,
     ):
         self.spool, self.host_name, self.mode = spool, host_name, mode
-        self.host = host or {"modes": {"plain": {"ok": True, "why": None, "memory": "supervisor"}}}
-        self.lock_fd, self.run_jobs = lock_fd, run_jobs
+        self.host = host or {"modes": {"plain": {"ok": True, "why": None, "memory": "supervisor", "direct": False}}}
+        self.lock_fd, self.scripts = lock_fd, scripts
         self.python, self.code = sys.executable, code or os.path.abspath(__file__)
         self.units_dir, self.bin_dir = os.path.join(spool, UNITS), os.path.join(spool, BIN)
         self.sock_path = os.path.join(spool, SOCKET)
         self.boot = boot_id()
+        self.boot_cs = boot_epoch_cs()
         self.out: list[bytes] = []  # lines to write at the end of this loop turn
         self.children: dict[int, str] = {}  # supervisor pid -> unit, for supervisors forked here
         self.child_units: dict[str, tuple[int, float]] = {}  # unit -> (pid, start_time), the same
+        self.task_children: dict[int, str] = {}  # pid -> unit of the tasks' supervisors of direct units
         self.watched: set[str] = set()  # running units this agent did not fork: polled, or poked
         self.units: dict[str, Unit] = {}  # the fold of the journal
         self.news: list[dict] | None = None  # records to act on, once serving (see catch_up)
-        self.queue: list[tuple[str, list[str]]] = []  # (unit, systemd-run argv) not started yet
-        self.queue_head = 0
-        self.running: dict[int, tuple[str, int]] = {}  # systemd-run pid -> (unit, its stderr pipe)
-        self.starting: set[str] = set()  # units queued or in systemd-run
+        self.bus: Bus | None = None  # the manager's private socket (systemd modes)
+        self.next_connect = 0.0  # monotonic time of the next attempt to reach the manager
+        self.calls: dict[int, tuple] = {}  # serial -> (what, unit, ...) of calls not answered yet
+        self.starting: set[str] = set()  # units whose StartTransientUnit has no reply yet
+        self.tracked: set[str] = set()  # units systemd has, as the live connection says (UnitRemoved)
+        self.removed: list[str] = []  # units whose UnitRemoved came this turn
+        self.accepted: set[str] = set()  # units whose start this agent saw systemd accept
+        self.held: dict[str, list[str]] = {}  # direct unit -> signals held until its start job is over
         self.pending: dict[str, list[int]] = {}  # unit -> signals for a supervisor not yet started
         self.clients: dict[int, Client] = {}
         self.waiting: dict[str, int] = {}  # launch id -> fd of the `xce launch` waiting for it
@@ -1489,6 +2293,7 @@ class Agent:
         self.offset = 0  # bytes of the journal file read and applied
         self.synced = 0  # bytes of the journal file known to be on disk
         self.need_sync = False  # a result about to be reported may not be on disk yet
+        self.compact_soon = False  # the journal wants compacting, and its lock was busy
         self.jfd = self.open_journal()
         self.catch_up()
         self.sync()  # whatever earlier agents and supervisors left is durable before it is reported
@@ -1543,6 +2348,11 @@ class Agent:
             unit, event = rec["unit"], rec["event"]
             if event == "finished":
                 self.pending.pop(unit, None)
+                self.tracked.discard(unit)
+                self.accepted.discard(unit)
+                self.held.pop(unit, None)
+                if self.units[unit].direct is not None:  # no supervisor or `post` of its own removes it
+                    remove_tree(os.path.join(self.units_dir, unit))
                 if unit in self.watched:
                     self.watched.discard(unit)
                     self.emit_finished(unit, self.units[unit].result)
@@ -1562,7 +2372,9 @@ class Agent:
         try:
             fcntl.flock(old, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return  # a supervisor is appending: try again next turn
+            self.compact_soon = True  # a supervisor or ExecStopPost is appending: try again shortly
+            return
+        self.compact_soon = False
         tmp, fd = self.journal_path + ".new", -1
         try:
             self.catch_up()
@@ -1596,6 +2408,8 @@ class Agent:
         parts = [record("journal", version=JOURNAL_VERSION)]
         for name, u in self.units.items():
             mode = {} if u.mode == "plain" else {"mode": u.mode}
+            if u.direct is not None:
+                mode["direct"] = u.direct
             parts.append(record("launched", unit=name, start_time=u.start_time, **mode))
             if u.pid is not None:
                 parts.append(
@@ -1614,9 +2428,12 @@ class Agent:
 
         The caller has caught up with the journal. A unit with no result runs while its supervisor
         does (forked here, or recorded in `started` and alive in this boot) and, for a systemd unit,
-        while it is queued here or systemd knows it (`known`: unit -> bool, from systemd_known;
-        asked here if the unit is not in it). One with no result that does not run has lost its
-        supervisor: this records the result that says so.
+        while its start is not answered yet, or systemd knows it (`tracked`: it said so on the live
+        connection, which will bring its UnitRemoved; else `known`: unit -> bool, from
+        systemd_known, asked here if the unit is not in it), or it was launched less than
+        START_GRACE ago by another agent (whose call systemd may not have read yet). One with no
+        result that does not run has lost its supervisor (or its ExecStopPost recorded nothing):
+        this records the result that says so.
         """
         u = self.units.get(unit)
         if u is None:
@@ -1624,14 +2441,16 @@ class Agent:
         if u.result is None and unit in self.child_units:
             pid, start_time = self.child_units[unit]
             return "running", start_time, None, pid
-        if u.result is None and unit in self.starting:
-            return "running", u.start_time, None, None
         if u.result is None and u.pid and u.boot == self.boot and is_alive(u.pid, u.starttime):
             return "running", u.start_time, None, u.pid
+        if u.result is None and (unit in self.starting or unit in self.tracked):
+            return "running", u.start_time, None, None
         if u.result is None and u.mode != "plain":  # the rare path: `post` runs, or it never started
             if known is None or unit not in known:
                 known = self.systemd_known([unit])
             if known.get(unit, True):  # True: systemd did not answer, so nothing is known lost
+                return "running", u.start_time, None, None
+            if u.pid is None and unit not in self.accepted and time.time() - (u.start_time or 0) < START_GRACE:
                 return "running", u.start_time, None, None
         if u.result is None:
             self.catch_up()  # it may have ended since we looked
@@ -1641,26 +2460,28 @@ class Agent:
 
     def systemd_known(self, units: list[str]) -> dict[str, bool]:
         """unit -> True if systemd knows it (loaded, and active, activating, deactivating or
-        reloading, or with a job queued: after `systemd-run --no-block` a unit waits inactive for
-        its start job), False if not; units systemd was not asked about (it did not answer) are
-        left out. One `systemctl show` per manager for all of `units`."""
-        known: dict[str, bool] = {}
-        for mode, flags in (("systemd", []), ("user", ["--user"])):
-            names = [u for u in units if self.units[u].mode == mode]
-            if not names or not self.host.get("systemctl"):
-                continue
-            argv = [self.host["systemctl"], *flags, "show", "-p", "Id,LoadState,ActiveState,Job", "--"]
-            code, out, err = run_command(argv + [f"{u}.service" for u in names], env=self.host.get("env"))
-            if code != 0:
-                why = err.strip() or code
-                print(f"agent: systemctl show failed ({why}); its units are not judged now", file=sys.stderr)
-                continue
-            for block in out.split("\n\n"):
-                props = dict(line.partition("=")[::2] for line in block.splitlines() if "=" in line)
-                unit = props.get("Id", "").removesuffix(".service")
-                if unit in names:
-                    active = props.get("ActiveState") in ("active", "activating", "deactivating", "reloading")
-                    known[unit] = props.get("LoadState") == "loaded" and (active or bool(props.get("Job")))
+        reloading, or with a job queued: a unit waits inactive for its start job), False if not;
+        units systemd was not asked about (it did not answer; another mode's) are left out. One
+        ListUnitsByNames call for all of `units`; a unit it says is there is tracked from then on."""
+        names = [u for u in units if self.units[u].mode == self.mode]
+        if not names or not self.connect_bus():
+            return {}
+        try:
+            listed = self.bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in names],))[0]
+        except DBusError as exc:
+            print(f"agent: ListUnitsByNames failed ({exc}); its units are not judged now", file=sys.stderr)
+            return {}
+        except OSError as exc:
+            self.bus_lost(exc)
+            return {}
+        known = {}
+        for name, _desc, load, active, _sub, _following, _path, job, *_rest in listed:
+            unit = name.removesuffix(".service")
+            if unit in self.units:
+                alive = active in ("active", "activating", "deactivating", "reloading")
+                known[unit] = load == "loaded" and (alive or job != 0)
+                if known[unit]:
+                    self.tracked.add(unit)
         return known
 
     def record_lost(self, unit: str, u: Unit) -> None:
@@ -1679,6 +2500,14 @@ class Agent:
                 f"result), so the job's exit status is unknown; see journalctl {'--user ' if u.mode == 'user' else ''}"
                 f"-u {unit}"
             )
+            if u.direct is not None:
+                reason = (
+                    f"lost: systemd does not know unit {unit} and its ExecStopPost recorded no result (it never "
+                    f"started, or ended unrecorded), so the job's exit status is unknown; see journalctl "
+                    f"{'--user ' if u.mode == 'user' else ''}-u {unit}"
+                )
+            if u.kill:  # a kill asked for before systemd started it cancels its start: nothing ran
+                reason = u.kill
         else:
             reason = "supervisor lost: it was killed or crashed, so the job's exit status is unknown"
             fields = proc_stat(u.job) if u.job else None
@@ -1710,7 +2539,7 @@ class Agent:
 
     def reap(self) -> None:
         """Collect every exited child: supervisors forked here (their unit is reported; gone if
-        forgotten) and systemd-run processes."""
+        forgotten), and the tasks' supervisors of direct units."""
         reaped = []
         while True:
             try:
@@ -1719,9 +2548,8 @@ class Agent:
                 break
             if pid == 0:
                 break
-            if pid in self.running:
-                self.systemd_run_ended(pid, status)
-                continue
+            if self.task_children.pop(pid, None) is not None:
+                continue  # its tasks' ends are in the journal
             unit = self.children.pop(pid, None)
             if unit is not None and self.child_units[unit][0] == pid:  # not a forgotten launch's
                 del self.child_units[unit]
@@ -1747,11 +2575,12 @@ class Agent:
 
     def ask_systemd(self, units: list[str]) -> dict[str, bool]:
         """systemd_known() for those of `units` that only systemd can judge now: systemd units with
-        no result, not being started here, whose supervisor is gone or not yet started."""
+        no result, not being started here nor tracked, whose supervisor is gone or not yet started."""
         doubtful = [
             unit for unit in units
             if (u := self.units.get(unit)) is not None and u.result is None and u.mode != "plain"
-            and unit not in self.starting and not (u.pid and u.boot == self.boot and is_alive(u.pid, u.starttime))
+            and unit not in self.starting and unit not in self.tracked
+            and not (u.pid and u.boot == self.boot and is_alive(u.pid, u.starttime))
         ]
         return self.systemd_known(doubtful) if doubtful else {}
 
@@ -1785,92 +2614,225 @@ class Agent:
             env["XCE_HOSTFILE"] = os.path.join(host_dir, "hostfile")
         return env
 
-    def unit_argv(self, spec: dict) -> list[str]:
-        """The systemd-run command of a unit: only checked paths and numbers, never the job's own
-        argv or env (systemd would expand $VAR and %-specifiers in them): those are in spec.json.
-        Its ExecStopPost runs `post` only if UNIT_DIR is still there (see UnitRecorder), through
-        /bin/sh, which starts in 1 ms where Python takes 10."""
-        host_dir, limits = spec["host_dir"], []
-        tail = [self.python, "-S", "-E", self.code]
-        post = " ".join([*tail, "post", host_dir])
-        if os.path.exists("/bin/sh"):
-            post = f'/bin/sh -c "test ! -d {host_dir} || exec {post}"'
+    def connect_bus(self, now: bool = False) -> bool:
+        """Reach the manager's private socket, unless connected (tried at most once a second while
+        it does not answer, unless `now`); True if connected."""
+        if self.bus is not None:
+            return True
+        if self.mode == "plain" or (time.monotonic() < self.next_connect and not now):
+            return False
+        path = manager_socket(self.mode, self.host.get("env", os.environ))
+        try:
+            self.bus = Bus(path, timeout=2.0)
+        except OSError as exc:
+            self.next_connect = time.monotonic() + 1.0
+            print(f"agent: cannot reach the manager at {path} ({exc}); trying again", file=sys.stderr)
+            return False
+        if self.poller is not None:
+            self.poller.register(self.bus.fileno(), 1)  # POLLIN
+        return True
+
+    def bus_lost(self, exc: Exception) -> None:
+        """The manager closed the connection (as it does when it re-executes itself) or broke it:
+        what it did not answer is unknown, and what it tracked is doubtful, until it is asked again
+        (poll_watched does, reconnecting)."""
+        print(f"agent: lost the connection to the manager ({exc}); reconnecting", file=sys.stderr)
+        if self.poller is not None:
+            self.poller.unregister(self.bus.fileno())
+        self.bus.close()
+        self.bus = None
+        for what, unit, *extra in self.calls.values():
+            if what == "start":
+                self.starting.discard(unit)
+            elif what == "attach":
+                self.answer_tasks(extra[0], "the connection to systemd was lost")
+        self.calls.clear()
+        self.tracked.clear()
+        self.held.clear()  # their JobRemoved will not come: a signal now goes straight to systemd
+
+    def handle_bus(self) -> None:
+        """Act on what the manager sent: replies to calls, and the UnitRemoved of known units (whose
+        result is then in the journal, or they are lost)."""
+        try:
+            messages = self.bus.backlog + self.bus.read()
+            self.bus.backlog = []
+            self.bus.write()
+        except OSError as exc:
+            self.bus_lost(exc)
+            return
+        for message in messages:
+            if message.kind == DBUS_SIGNAL and message.member == "UnitRemoved" and message.body:
+                unit = str(message.body[0]).removesuffix(".service")
+                if unit in self.units:
+                    self.tracked.discard(unit)
+                    self.removed.append(unit)
+            elif message.kind == DBUS_SIGNAL and message.member == "JobRemoved" and len(message.body) == 4:
+                unit = str(message.body[2]).removesuffix(".service")
+                for name in self.held.pop(unit, ()):  # its start job is over: it runs, or ran
+                    self.signal_direct(unit, name, "")
+            elif message.reply_to in self.calls:
+                self.answered(self.calls.pop(message.reply_to), message)
+        if self.removed:
+            self.catch_up()
+            units = [u for u in dict.fromkeys(self.removed) if u in self.watched]
+            self.removed.clear()
+            known = self.ask_systemd(units)
+            for unit in units:
+                if self.report_if_finished(unit, known):
+                    self.watched.discard(unit)
+
+    def answered(self, call: tuple, message: DBusMessage) -> None:
+        what, unit = call[0], call[1]
+        error = None
+        if message.kind == DBUS_ERROR:
+            error = f"{message.body[0] if message.body else ''} ({message.error})"
+        if what == "start":
+            self.starting.discard(unit)
+            if error is None:
+                self.accepted.add(unit)
+                self.tracked.add(unit)
+            else:
+                self.start_failed(unit, f"systemd refused the unit: {error}")
+        elif what == "attach":
+            self.answer_tasks(call[2], error)
+        elif error is not None:
+            print(f"agent: {what} of unit {unit} failed: {error}", file=sys.stderr)
+
+    def start_unit(self, spec: dict, direct: bool) -> None:
+        """Ask the manager to start the unit's transient service (the reply comes to handle_bus)."""
+        unit = spec["unit"]
+        if not self.connect_bus(now=True):
+            self.start_failed(unit, f"cannot reach systemd at {manager_socket(self.mode, self.host.get('env', {}))}")
+            return
+        props = self.unit_properties(spec, direct)
+        serial = self.bus.send("StartTransientUnit", "ssa(sv)a(sa(sv))", (f"{unit}.service", "fail", props, []))
+        self.calls[serial] = ("start", unit)
+        self.starting.add(unit)
+        if direct:
+            self.held[unit] = []
+
+    def unit_properties(self, spec: dict, direct: bool) -> list:
+        """The unit's transient service. Its command lines hold only checked paths, names and
+        numbers (see EXEC_SCRIPT): a direct unit's argv and env are in its Environment=, a
+        supervisor's in UNIT_DIR/spec.json. A supervisor's ExecStopPost runs `post` only if UNIT_DIR
+        is still there (see UnitRecorder), through /bin/sh, which starts in 1 ms where Python takes 10."""
+        unit, host_dir = spec["unit"], spec["host_dir"]
+        # A supervisor KILLs its job after the grace (systemd's stop timeout is its backstop); in a
+        # direct unit systemd does, and the same timeout bounds the stop script: at least STOP_MARGIN.
+        stop = max(spec["grace"], STOP_MARGIN) if direct else spec["grace"] + STOP_MARGIN
+        if spec.get("hooks"):  # TimeoutStopSec bounds both the job's stop and each ExecStopPost
+            stop = max(stop, hooks_budget(spec, "post") + STOP_MARGIN)
+        props = [
+            ("Type", ("s", "exec")), ("CollectMode", ("s", "inactive-or-failed")),
+            ("KillMode", ("s", "control-group" if direct else "mixed")), ("TimeoutStopUSec", ("t", round(stop * 1e6))),
+        ]
         if spec.get("run_limit"):
-            limits += ["-p", f"RuntimeMaxSec={round(spec['run_limit'] * 1e6)}us"]
+            props.append(("RuntimeMaxUSec", ("t", round(spec["run_limit"] * 1e6))))
         if spec.get("mem_limit") and not spec["watch_mem_limit"]:
-            limits += ["-p", f"MemoryMax={int(spec['mem_limit'])}"]
+            props.append(("MemoryMax", ("t", int(spec["mem_limit"]))))
             if self.host.get("cgroup") == "v2":
-                limits += ["-p", "MemorySwapMax=0"]
-        return [
-            self.host["systemd_run"], *(["--user"] if self.mode == "user" else []),
-            f"--unit={spec['unit']}.service", "--collect", "--quiet", "--no-block",
-            "-p", "Type=exec", "-p", "KillMode=mixed",
-            "-p", f"TimeoutStopSec={round((spec['grace'] + STOP_MARGIN) * 1e6)}us", *limits,
-            "-p", f"ExecStopPost=-{post}", "--", *tail, "exec", host_dir,
+                props.append(("MemorySwapMax", ("t", 0)))
+        if not direct:
+            tail = [self.python, "-S", "-E", self.code]
+            post = [*tail, "post", host_dir]
+            if os.path.exists("/bin/sh"):
+                post = ["/bin/sh", "-c", f"test ! -d {host_dir} || exec {' '.join(post)}"]
+            if hooks_budget(spec, "pre"):
+                props += [("ExecStartPre", ("a(sasb)", [(self.python, [*tail, "pre", host_dir], False)])),
+                          ("TimeoutStartUSec", ("t", round((hooks_budget(spec, "pre") + STOP_MARGIN) * 1e6)))]
+            return props + [
+                ("ExecStart", ("a(sasb)", [(self.python, [*tail, "exec", host_dir], False)])),
+                ("ExecStopPost", ("a(sasb)", [(post[0], post, True)])),
+            ]
+        exec_script, stop_script = self.scripts
+        argv, env = spec["argv"], [f"{k}={v}" for k, v in spec["env"].items()]
+        env += [f"XCE_ARGV_{i}={arg}" for i, arg in enumerate(argv)]
+        limits = [format_limit(spec["run_limit"]) if spec.get("run_limit") else "-",
+                  format_size(int(spec["mem_limit"])) if spec.get("mem_limit") else "-"]
+        stop = ["sh", stop_script, unit, repr(spec["start_time"]), self.mode, *limits, str(self.boot_cs)]
+        props += [
+            # peak memory needs MemoryAccounting; CPU time comes from cgroup v2's cpu.stat, there without
+            # CPUAccounting (which costs a v1 cpu cgroup: ~15 ms of a unit's life here), but on pure v1
+            ("MemoryAccounting", ("b", True)), ("CPUAccounting", ("b", self.host.get("cgroup") == "v1")),
+            ("Delegate", ("b", True)),  # AttachProcessesToUnit (tasks of `xce launch`) needs it
+            ("IgnoreSIGPIPE", ("b", False)),  # as a process started by the supervisor has it
+            ("Environment", ("as", env)), ("WorkingDirectory", ("s", spec["cwd"])),
+            ("StandardOutputFileToAppend", ("s", spec["stdout"])),
+        ]
+        if spec.get("stderr"):
+            props.append(("StandardErrorFileToAppend", ("s", spec["stderr"])))
+        return props + [
+            ("ExecStart", ("a(sasb)", [("/bin/sh", ["sh", exec_script, str(len(argv))], False)])),
+            ("ExecStopPost", ("a(sasb)", [("/bin/sh", stop, True)])),
         ]
 
-    def start_queued(self) -> None:
-        """Start systemd-run for queued units, up to run_jobs at once. Each holds the spool lock
-        (as fd 3) until it exits, when systemd knows the unit: a new agent that reads the journal
-        meanwhile never takes a unit still being started for lost."""
-        while self.queue_head < len(self.queue) and len(self.running) < self.run_jobs:
-            unit, argv = self.queue[self.queue_head]
-            self.queue_head += 1
-            err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-            try:
-                actions = [
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, err_w, 2),
-                ]
-                if self.lock_fd >= 0:
-                    actions.append((os.POSIX_SPAWN_DUP2, self.lock_fd, 3))
-                pid = os.posix_spawn(argv[0], argv, self.host["env"], file_actions=actions,
-                                     setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
-            except OSError as exc:
-                os.close(err_r)
-                self.systemd_run_failed(unit, f"cannot run {argv[0]}: {exc.strerror}")
-                continue
-            finally:
-                os.close(err_w)
-            self.running[pid] = (unit, err_r)
-        if self.queue_head == len(self.queue):
-            self.queue.clear()
-            self.queue_head = 0
+    def direct_unfit(self, spec: dict) -> str | None:
+        """Why this job cannot be its unit's main process (it then runs under the supervisor), or None."""
+        if self.scripts is None:
+            return self.host["modes"][self.mode].get("direct_why") or "no direct units on this host"
+        if spec["role"] != "job":
+            return "a host unit runs no command: its supervisor holds the allocation and runs tasks"
+        if spec.get("hooks"):
+            return "its hooks run in Python steps (pre, post), which merge the supervisor's result"
+        if spec.get("mem_limit") and spec["watch_mem_limit"]:
+            return "systemd cannot enforce the memory limit here: the supervisor's RSS watch does"
+        argv, env = spec["argv"], spec["env"]
+        if len(argv) > 1000 or sum(len(a) for a in argv) + sum(len(k) + len(v) for k, v in env.items()) > 1 << 19:
+            return "the job's argv and environment are too large for one D-Bus call"
+        if not all(dbus_text_ok(text) for text in (*argv, *env.values(), spec["cwd"], spec["stdout"],
+                                                    spec.get("stderr") or "/")):
+            return "the job's argv, environment or paths hold bytes that are not UTF-8, which D-Bus cannot carry"
+        if not all(k[0] not in "0123456789" and set(k) <= ENV_NAME_CHARS for k in env):
+            return "an environment name systemd refuses (letters, digits and _ only, not first a digit)"
+        if not all(normal_path(p) for p in (spec["cwd"], spec["stdout"], spec.get("stderr") or "/")):
+            return "a path systemd refuses (not normalized: '//', '/./', '/../' or a trailing '/')"
+        return None
 
-    def systemd_run_ended(self, pid: int, status: int) -> None:
-        unit, err_r = self.running.pop(pid)
-        try:
-            text = os.read(err_r, 1 << 16).decode(errors="replace").strip()
-        except OSError:
-            text = ""
-        os.close(err_r)
-        if status == 0:
-            self.starting.discard(unit)
-            return
-        self.systemd_run_failed(unit, text or f"exit status {os.waitstatus_to_exitcode(status)}")
-
-    def systemd_run_failed(self, unit: str, why: str) -> None:
-        """The unit never started: its result says why (unless it has one: a unit's `post` may have
-        come first), as for any finished unit."""
+    def start_failed(self, unit: str, why: str) -> None:
+        """The unit never started: its result says why (unless it has one: its ExecStopPost may
+        have come first), as for any finished unit."""
         self.starting.discard(unit)
         self.catch_up()
         u = self.units.get(unit)
         if u is not None and u.result is None:
-            result = make_result(u.start_time, f"systemd-run failed: {why}", mode=u.mode)
+            result = make_result(u.start_time, why, mode=u.mode)
             self.append(record("finished", unit=unit, result=result), sync=True)
             remove_tree(os.path.join(self.units_dir, unit))
 
     def finish_starting(self) -> None:
-        """Before exiting: start the queued units and wait for every systemd-run, so that no unit
-        the controller was told "started" is left unstarted (and then reported lost)."""
-        while self.queue or self.running:
-            self.start_queued()
-            try:
-                pid, status = os.waitpid(next(iter(self.running)), 0)
-            except (StopIteration, ChildProcessError):
-                break
-            self.systemd_run_ended(pid, status)
+        """Before exiting: wait (up to DBUS_TIMEOUT) for the manager's answer to every start sent,
+        so that none the controller was told "started" is left unsent or unanswered."""
+        import select
+
+        deadline = time.monotonic() + DBUS_TIMEOUT
+        while self.bus is not None and self.starting and time.monotonic() < deadline:
+            poller = select.poll()
+            poller.register(self.bus.fileno(), select.POLLIN | (select.POLLOUT if self.bus.out else 0))
+            poller.poll(100)
+            self.handle_bus()
+
+    def fork_tasks(self, unit: str, u: Unit) -> None:
+        """Start the tasks just written to a direct unit's host directory: a supervisor for them is
+        forked here, moved into the unit by systemd (AttachProcessesToUnit: its cgroup, so they
+        are killed with it and count against its limits), and told to go on once it is there."""
+        host_dir = os.path.join(self.units_dir, unit)
+        spec = {"unit": unit, "role": "tasks", "host_dir": host_dir, "mode": self.mode, **u.direct}
+        pid, go = fork_task_supervisor(JournalRecorder(self.spool, unit, self.boot), spec)
+        self.task_children[pid] = unit
+        if not self.connect_bus(now=True):
+            self.answer_tasks(go, "systemd does not answer")
+            return
+        serial = self.bus.send("AttachProcessesToUnit", "ssau", (f"{unit}.service", "", [pid]))
+        self.calls[serial] = ("attach", unit, go)
+
+    @staticmethod
+    def answer_tasks(go: int, error: str | None) -> None:
+        """Tell a tasks' supervisor that it is inside its unit (error None), or why it is not."""
+        try:
+            os.write(go, b"ok" if error is None else b"no " + error.encode("utf-8", "replace")[:400])
+        except OSError:
+            pass
+        os.close(go)
 
     # -- ops
 
@@ -1919,7 +2881,8 @@ class Agent:
         if unit in self.units:
             return self.adopt(unit, reply, self.unit_status(unit))
         start_time = time.time()
-        keys = ("unit", "argv", "env", "cwd", "stdout", "stderr", "run_limit", "mem_limit", "grace", "hostfile")
+        keys = ("unit", "argv", "env", "cwd", "stdout", "stderr", "run_limit", "mem_limit", "grace", "hostfile",
+                "hooks", "profile_env", "post_failure", "starter")
         spec = {k: u.get(k) for k in keys}
         host_dir = os.path.join(self.units_dir, unit)
         spec.update(role=u.get("role", "job"), start_time=start_time, spool=self.spool, mode=self.mode)
@@ -1927,15 +2890,25 @@ class Agent:
         if spec["grace"] is None:
             spec["grace"] = 10.0
         spec["env"] = self.job_env(spec["env"], unit, host_dir, spec["hostfile"] is not None)
+        direct = None
+        if self.mode != "plain":
+            spec["watch_run_limit"] = False  # RuntimeMaxSec enforces it: one reason, not two racing
+            spec["watch_mem_limit"] = self.host["modes"][self.mode]["memory"] != "systemd"
+            if self.direct_unfit(spec) is None:
+                direct = {"stdout": spec["stdout"], "stderr": spec["stderr"], "grace": spec["grace"]}
+                if spec.get("starter"):
+                    direct["starter"] = spec["starter"]
         try:
             mode = {} if self.mode == "plain" else {"mode": self.mode}
+            if direct is not None:
+                mode["direct"] = direct
             self.append(record("launched", unit=unit, start_time=start_time, **mode))
         except OSError as exc:
             reply["error"] = f"cannot write {self.journal_path}: {exc.strerror}; check the spool's file system"
             return reply
         if self.mode != "plain":
-            return self.launch_unit(spec, reply)
-        spec["host_dir_by"] = "supervisor"
+            return self.launch_unit(spec, reply, direct is not None)
+        spec["host_dir_by"] = spec["hooks_by"] = "supervisor"
         try:
             pid = fork_supervisor(JournalRecorder(self.spool, unit, self.boot), spec, start_time)
         except OSError as exc:
@@ -1947,25 +2920,30 @@ class Agent:
         reply.update(status="started", start_time=start_time)
         return reply
 
-    def launch_unit(self, spec: dict, reply: dict) -> dict:
-        """Queue a systemd unit for systemd-run (its `launched` is in the journal): the reply says
-        "started" at once; a systemd-run that fails becomes the unit's finished result."""
+    def launch_unit(self, spec: dict, reply: dict, direct: bool) -> dict:
+        """Ask systemd for the unit (its `launched` is in the journal): the reply says "started" at
+        once; a refusal becomes the unit's finished result, and so does a direct job that could
+        not start (worded as the supervisor would: exec failed, output files)."""
         unit, host_dir = spec["unit"], spec["host_dir"]
-        spec["watch_run_limit"] = False  # RuntimeMaxSec enforces it: one reason, not two racing
-        spec["watch_mem_limit"] = self.host["modes"][self.mode]["memory"] != "systemd"
         try:
             remove_tree(host_dir)  # a lost launch's leftovers: its result.json is not this one's
             make_host_dir(spec)
-            write_file(os.path.join(host_dir, "spec.json"), dumps(spec))
+            if direct:
+                result = direct_start_problem(spec)
+            else:
+                result = None
+                write_file(os.path.join(host_dir, "spec.json"), dumps(spec))
         except OSError as exc:
             reason = f"cannot make the job's host directory {host_dir}: {exc.strerror}"
-            result = make_result(spec["start_time"], reason, mode=self.mode)
+            result = make_result(spec["start_time"], reason)
+        if result is not None:
+            result["mode"] = self.mode
             self.append(record("finished", unit=unit, result=result), sync=True)
             self.emit_finished(unit, result)
+            remove_tree(host_dir)
             reply.update(status="finished", start_time=spec["start_time"], result=self.reported(unit, result))
             return reply
-        self.queue.append((unit, self.unit_argv(spec)))
-        self.starting.add(unit)
+        self.start_unit(spec, direct)
         self.watched.add(unit)
         reply.update(status="started", start_time=spec["start_time"])
         return reply
@@ -1990,9 +2968,42 @@ class Agent:
         status = self.unit_status(unit)
         if status is None or status[0] != "running":
             return {"found": False}
-        self.append(record("kill_requested", unit=unit, reason=str(req.get("reason") or "")))
+        reason = str(req.get("reason") or "")
+        self.append(record("kill_requested", unit=unit, reason=reason))
+        u = self.units[unit]
+        if u.direct is not None or (u.mode != "plain" and status[3] is None and name in ("TERM", "INT", "HUP", "KILL")):
+            # a direct unit; or a supervisor not started yet (its pre hooks may run): systemd stops the unit
+            return {"found": self.signal_direct(unit, name, reason)}
         signum = signal.SIGTERM if name == "TERM" else signal.SIGRTMIN + REQUEST_NAMES.index(name)
         return {"found": self.deliver(unit, status[3], signum)}
+
+    def signal_direct(self, unit: str, name: str, reason: str) -> bool:
+        """A signal request for a direct unit, through systemd: TERM, INT and HUP stop the unit
+        (TERM to all its processes, KILL after TimeoutStopSec), KILL kills them all and stops it
+        (a stop cancels a start job still waiting: nothing runs), the others go to all its
+        processes (KillUnit), once its start job is over (held until then: they would be lost).
+        The reason for STOP_SCRIPT is left in the host directory first."""
+        if unit in self.held and name not in ("TERM", "INT", "HUP", "KILL"):
+            self.held[unit].append(name)
+            return True
+        host_dir = os.path.join(self.units_dir, unit)
+        try:
+            if name in ("TERM", "INT", "HUP", "KILL"):
+                write_file(os.path.join(host_dir, "kill_reason"), dumps(reason[:1000] or "killed"))
+            elif name in ("USR1", "USR2"):
+                write_file(os.path.join(host_dir, "signalled"), f"{name} ".encode() + dumps(reason[:1000] or None))
+        except OSError as exc:
+            print(f"agent: cannot note the reason for {unit} in {host_dir}: {exc}", file=sys.stderr)
+        if not self.connect_bus(now=True):
+            raise Refused(f"systemd does not answer at {manager_socket(self.mode, self.host.get('env', {}))}; "
+                          "try again")
+        service = f"{unit}.service"
+        if name not in ("TERM", "INT", "HUP"):
+            signum = getattr(signal, f"SIG{name}")
+            self.calls[self.bus.send("KillUnit", "ssi", (service, "all", signum))] = ("kill", unit)
+        if name in ("TERM", "INT", "HUP", "KILL"):
+            self.calls[self.bus.send("StopUnit", "ss", (service, "replace"))] = ("stop", unit)
+        return True
 
     def op_list(self, req: dict) -> dict:
         self.catch_up()
@@ -2056,7 +3067,8 @@ class Agent:
 
     def op_tasks(self, req: dict) -> dict:
         """Start tasks of `xce launch` inside a running unit: written to its host directory, and its
-        supervisor told with TASKS_SIGNAL. Each end is a task_finished event."""
+        supervisor told with TASKS_SIGNAL (a direct unit, which has none, gets a tasks' supervisor:
+        fork_tasks). Each end is a task_finished event."""
         validate_tasks(req)
         unit, launch_id = req["unit"], req["launch_id"]
         self.catch_up()
@@ -2076,7 +3088,10 @@ class Agent:
             write_file(os.path.join(host_dir, f"tasks-{launch_id}.json"), batch)
         except OSError as exc:
             raise Refused(f"cannot hand the tasks to unit {unit} in {host_dir}: {exc.strerror}") from None
-        self.deliver(unit, status[3], TASKS_SIGNAL)
+        if self.units[unit].direct is not None:
+            self.fork_tasks(unit, self.units[unit])
+        else:
+            self.deliver(unit, status[3], TASKS_SIGNAL)
         return {"accepted": len(tasks)}
 
     def op_launch_done(self, req: dict) -> dict:
@@ -2276,10 +3291,15 @@ class Agent:
         self.poller.register(wake_r, select.POLLIN)
         if self.listener is not None:
             self.poller.register(self.listener.fileno(), select.POLLIN)
+        if self.bus is not None:
+            self.poller.register(self.bus.fileno(), select.POLLIN)
         pending = bytearray()
         next_watch = time.monotonic() + WATCH_INTERVAL
+        writing = False  # POLLOUT asked for the bus: calls wait in its buffer
         while True:
             timeout = max(0.0, next_watch - time.monotonic()) * 1000 if self.watched else None
+            if self.compact_soon:
+                timeout = min(timeout if timeout is not None else COMPACT_RETRY, COMPACT_RETRY)
             ready = {fd for fd, _ev in self.poller.poll(timeout)}
             if wake_r in ready:
                 drain(wake_r)
@@ -2299,7 +3319,13 @@ class Agent:
             for fd in ready & self.clients.keys():
                 self.read_client(fd)
             self.reap()
-            self.start_queued()
+            if self.bus is not None:
+                self.handle_bus()
+            if self.bus is not None and bool(self.bus.out) != writing:
+                writing = bool(self.bus.out)
+                self.poller.modify(self.bus.fileno(), select.POLLIN | (select.POLLOUT if writing else 0))
+            elif self.bus is None:
+                writing = False
             if time.monotonic() >= next_watch:
                 self.poll_watched()
                 next_watch = time.monotonic() + WATCH_INTERVAL
@@ -2463,8 +3489,8 @@ def launch_main(argv: list[str]) -> int:
 
 USAGE = (
     "usage: agent.py serve --spool DIR [--host-name NAME] [--mode auto|systemd|user|plain]\n"
-    "                      [--lock-timeout SECONDS] [--journal-limit BYTES] [--systemd-run-jobs N]\n"
-    "       agent.py exec UNIT_DIR | post UNIT_DIR      (inside a systemd unit)\n"
+    "                      [--lock-timeout SECONDS] [--journal-limit BYTES]\n"
+    "       agent.py exec UNIT_DIR | pre UNIT_DIR | post UNIT_DIR      (inside a systemd unit)\n"
     "       agent.py launch -- CMD [ARG...]              (inside a job: `xce launch`)"
 )
 
@@ -2484,7 +3510,7 @@ def prepare_spool(spool: str, code: str) -> None:
 
 def serve_main(argv: list[str]) -> int:
     opts = dict(zip(argv[1::2], argv[2::2]))
-    known = {"--spool", "--host-name", "--mode", "--lock-timeout", "--journal-limit", "--systemd-run-jobs"}
+    known = {"--spool", "--host-name", "--mode", "--lock-timeout", "--journal-limit"}
     if "--spool" not in opts or len(argv) % 2 != 1 or set(opts) - known:
         print(USAGE, file=sys.stderr)
         return 2
@@ -2510,18 +3536,21 @@ def serve_main(argv: list[str]) -> int:
             f"this host cannot run units in mode {mode}, which its `launch:` setting asks for: "
             f"{modes[mode]['why']}; fix that, or set `launch: auto`"
         )
+    scripts = None
     try:
         if mode != "plain":
             code = compile_agent(os.path.join(spool, BIN))
+            if host["tools"] is not None:
+                scripts = unit_scripts(spool, cgroup, host["tools"])
         prepare_spool(spool, code)
     except (OSError, SyntaxError) as exc:
         return fatal(f"cannot prepare spool {spool}: {exc}; check the spool's file system")
     try:
         limit = int(opts.get("--journal-limit", JOURNAL_LIMIT))
-        jobs = max(1, int(opts.get("--systemd-run-jobs", SYSTEMD_RUN_JOBS)))
-        agent = Agent(spool, opts.get("--host-name") or os.uname().nodename, limit, mode, host, lock_fd, code, jobs)
+        agent = Agent(spool, opts.get("--host-name") or os.uname().nodename, limit, mode, host, lock_fd, code, scripts)
     except OSError as exc:
         return fatal(f"cannot use the journal in spool {spool}: {exc}; check the spool's file system")
+    agent.connect_bus(now=True)
     agent.open_socket()
     try:
         agent.serve()
@@ -2533,9 +3562,9 @@ def serve_main(argv: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else None
-    if command in ("exec", "post") and len(argv) == 2:
+    if command in ("exec", "pre", "post") and len(argv) == 2:
         unit_dir = os.path.abspath(argv[1])
-        return exec_main(unit_dir) if command == "exec" else post_main(unit_dir)
+        return {"exec": exec_main, "pre": pre_main, "post": post_main}[command](unit_dir)
     if command == "launch":
         return launch_main(argv[1:])
     if command == "serve":

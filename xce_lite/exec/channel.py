@@ -310,6 +310,8 @@ def result_from_json(d: dict) -> JobResult:
         reason=d.get("reason"),
         service_result=d.get("service_result"),
         mode=d.get("mode"),
+        note=d.get("note"),
+        hooks=tuple(d.get("hooks") or ()),
     )
 
 
@@ -318,6 +320,11 @@ def _reply(x: dict) -> LaunchReply:
 
 
 def request_to_json(r: LaunchRequest) -> dict:
+    hooks = {}
+    if r.hooks:  # sent only with hooks: a launch without them stays as small as before
+        hooks = {"hooks": [{"point": h.point, "layer": h.layer, "argv": list(h.argv), "timeout": h.timeout}
+                           for h in r.hooks],
+                 "profile_env": dict(r.profile_env), "post_failure": r.post_failure}
     return {
         "unit": r.unit,
         "argv": list(r.argv),
@@ -330,6 +337,8 @@ def request_to_json(r: LaunchRequest) -> dict:
         "grace": r.grace,
         "role": r.role,
         "hostfile": r.hostfile,
+        **hooks,
+        **({"starter": list(r.starter)} if r.starter else {}),
     }
 
 

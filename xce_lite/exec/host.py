@@ -29,6 +29,19 @@ from typing import Protocol
 
 
 @dataclass(frozen=True)
+class HookRun:
+    """One hook a unit runs: at `point` (pre_host_exec, pre_job_exec, post_job_exec, post_host_exec),
+    of `layer` "profile" (run with the profile's env only) or "job" (the job's -E/-Ep, with its env),
+    for at most `timeout` seconds (then TERM, then KILL). A unit runs its pre hooks in order, then
+    the job, then its post hooks in order, however the job ended."""
+
+    point: str
+    layer: str
+    argv: tuple[str, ...]
+    timeout: float
+
+
+@dataclass(frozen=True)
 class LaunchRequest:
     """What a host needs to run one unit. `argv` is executed directly, never through a shell."""
 
@@ -46,9 +59,12 @@ class LaunchRequest:
     role: str = "job"
     hostfile: str | None = None  # written to the unit's XCE_JOB_HOST_DIR/hostfile (XCE_HOSTFILE)
     # The application profile's env layer, apart from the job's (`env` already holds both, the
-    # job's on top): the clean outer layer for the profile's hooks (the hooks issue), and what
-    # remote tasks get beneath the job's own. Not sent to the agent yet.
+    # job's on top): the clean outer layer for the profile's hooks, and what remote tasks get
+    # beneath the job's own. Sent to the agent with the hooks.
     profile_env: dict[str, str] = field(default_factory=dict)
+    hooks: tuple[HookRun, ...] = ()  # in run order: the pre ones, then the post ones
+    starter: tuple[str, ...] = ()  # the job starter (already before argv): the unit's tasks of `xce launch` get it too
+    post_failure: str = "record"  # "exit": a post hook that fails makes a DONE job EXIT
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,11 @@ class JobResult:
     reason: str | None = None  # "killed by user", "run limit 00:10:00 reached", "exec failed: ...", ...
     service_result: str | None = None  # systemd's $SERVICE_RESULT for the unit; None in plain mode
     mode: str | None = None  # how it ran: "plain", "systemd" or "user"; None from a version 1 agent
+    # What post hooks that failed say, when that does not fail the job ("post_job_exec hook
+    # (profile) exited 2"): stored with the job's reason, the job stays DONE.
+    note: str | None = None
+    # Each hook run, in order: {point, layer, exit_code, signal, timed_out, error, seconds}.
+    hooks: tuple[dict, ...] = ()
 
 
 @dataclass(frozen=True)

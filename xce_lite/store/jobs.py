@@ -41,6 +41,7 @@ class Finish:
     cpu_time: float | None
     max_rss: int | None
     reason: str | None
+    hooks: tuple[dict, ...] = ()  # each hook the unit ran, as its host reported it (in the event only)
 
 
 @dataclass(frozen=True)
@@ -302,9 +303,11 @@ def _finish(con: apsw.Connection, items: Sequence[tuple[Finish, str]], now: floa
              f.reason, f.job_id, f.from_state),
         )
         if con.changes() == 1:
-            _event(con, f.job_id, now, event, {
-                "state": f.state, "exit_code": f.exit_code, "signal": f.exit_signal,
-                "reason": f.reason, "cpu_time": f.cpu_time, "max_rss": f.max_rss})
+            data = {"state": f.state, "exit_code": f.exit_code, "signal": f.exit_signal,
+                    "reason": f.reason, "cpu_time": f.cpu_time, "max_rss": f.max_rss}
+            if f.hooks:
+                data["hooks"] = list(f.hooks)
+            _event(con, f.job_id, now, event, data)
             moved.append(f.job_id)
     return moved
 

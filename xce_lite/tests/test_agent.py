@@ -249,7 +249,8 @@ def test_hello_describes_the_host(agent):
     assert reply["ok"] and reply["version"] == 2
     assert reply["cpus"] >= 1 and reply["mem"] > 100 << 20
     assert reply["hostname"] == os.uname().nodename and reply["pid"] == agent.proc.pid
-    assert reply["mode"] == "plain" and reply["modes"]["plain"] == {"ok": True, "why": None, "memory": "supervisor"}
+    assert reply["mode"] == "plain" and reply["modes"]["plain"] == {"ok": True, "why": None, "memory": "supervisor",
+                                                                   "direct": False}
     assert len(reply["load"]) == 3 and all(x >= 0 for x in reply["load"])
     assert reply["user"] == pwd.getpwuid(os.getuid()).pw_name and reply["uid"] == os.getuid()
     assert reply["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()

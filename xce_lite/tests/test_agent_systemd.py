@@ -1,11 +1,14 @@
 """agent.py inside real systemd test hosts: jobs in system units (as root, over ssh) and in user
-units (as a non-root user with a lingering user manager, made inside the host only).
+units (as a non-root user with a lingering user manager, made inside the host only), as the unit's
+own main process ("direct" units, the rule) or under the Python supervisor (host units, jobs whose
+bytes D-Bus cannot carry, memory limits systemd cannot enforce).
 
 The agent runs inside the host (`ssh host1 python3 agent.py serve ...`, or nsenter + setpriv for the
 user), its pipes wrapped in an AgentChannel, and the tests speak to it through AgentOps, as the
 controller does. Spools, job directories and outputs live under `testhosts_root`, which the hosts
 share with this machine; unit names carry a random prefix, since the hosts outlive a test. Jobs that
-must stay running wait for a "release" file (and give up after a minute by themselves).
+must stay running (HOLD_JOB) say so in a file, with their pid, then wait for a "release" file (and
+give up after a minute by themselves).
 """
 
 from __future__ import annotations
@@ -36,6 +39,15 @@ from xce_lite.tests.waiting import wait_until
 
 AGENT = Path(__file__).resolve().parents[1] / "exec" / "agent.py"
 PY = "/usr/bin/python3"  # inside the hosts, for root and for the user alike
+HOLD_JOB = (
+    "import os, sys, time\n"
+    "open(sys.argv[1] + '.running', 'w').write(str(os.getpid()))\n"
+    "end = time.time() + 60\n"
+    "while not os.path.exists(sys.argv[1]) and time.time() < end:\n"
+    "    time.sleep(0.02)\n"
+    "sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)\n"
+)
+SUPERVISED = {"NOT.DIRECT": "1"}  # an env name systemd refuses: the job runs under the supervisor
 TASK = (
     "import os, sys\ni = int(os.environ['XCE_TASK_INDEX'])\n"
     "cgroup = [line for line in open('/proc/self/cgroup') if line.startswith('0::')][0].strip()\n"
@@ -45,6 +57,19 @@ TASK = (
 
 def py(code: str, *args: str) -> list[str]:
     return [PY, "-c", code, *args]
+
+
+def running(release: Path | str, timeout: float = 20) -> int:
+    """Wait until the HOLD_JOB waiting for `release` runs; its pid (the host's)."""
+    marker = Path(f"{release}.running")
+    return wait_until(lambda: marker.exists() and marker.read_text() and int(marker.read_text()), timeout,
+                      f"the job waiting for {release} to run")
+
+
+def launched(spool: Path, unit: str) -> dict:
+    """The unit's last `launched` record in the journal (its "direct" says how it runs)."""
+    records = [json.loads(line) for line in (spool / "journal").read_bytes().split(b"\n") if line.strip()]
+    return [r for r in records if r.get("event") == "launched" and r.get("unit") == unit][-1]
 
 
 class HostAgent(AgentOps):
@@ -180,7 +205,8 @@ def user_agents(alice):
 
 def test_hello_says_the_host_runs_system_units(root_agents):
     x = root_agents().hello.extra
-    assert x["mode"] == "systemd" and x["modes"]["systemd"] == {"ok": True, "why": None, "memory": "systemd"}
+    assert x["mode"] == "systemd"
+    assert x["modes"]["systemd"] == {"ok": True, "why": None, "memory": "systemd", "direct": True}
     assert x["systemd"] and x["cgroup"] in ("v1", "v2", "hybrid") and (x["user"], x["uid"]) == ("root", 0)
     assert not x["modes"]["user"]["ok"] and "root" in x["modes"]["user"]["why"]
 
@@ -191,9 +217,11 @@ def test_a_job_runs_in_a_system_unit_of_its_own_and_its_result_comes_back(root_a
     assert reply.status == "started"
     result = agent.finished(unit)
     assert (result.exit_code, result.signal, result.reason) == (3, None, None)
-    assert (result.service_result, result.mode) == ("success", "systemd")
+    assert (result.service_result, result.mode) == ("exit-code", "systemd")  # systemd's own verdict on the job
+    assert result.cpu_time > 0 and result.max_rss > 0  # the unit's cgroup's
     assert f"/system.slice/{unit}.service\n" in (work / f"{unit}.out").read_text()
     assert not (work / "spool" / "units" / unit).exists()  # removed once the result was durable
+    assert launched(work / "spool", unit)["direct"] == {"stdout": f"{work}/{unit}.out", "stderr": None, "grace": 2.0}
 
 
 def test_the_run_limit_is_systemds_and_says_so(root_agents, work):
@@ -214,8 +242,8 @@ def test_the_memory_limit_is_systemds_and_says_so(root_agents, work):
 
 def test_a_kill_ends_the_job_with_its_reason(root_agents, work):
     agent, unit = root_agents(), name("victim")
-    agent.launch([request(unit, py(WAIT_JOB, str(work / "never")), work)])
-    wait_until(lambda: journal(work / "spool").get(unit, {}).get("job"), 20, f"{unit} started")
+    agent.launch([request(unit, py(HOLD_JOB, str(work / "never")), work)])
+    running(work / "never")
     assert agent.signal(unit, "TERM", "killed by alice")
     result = agent.finished(unit)
     assert (result.reason, result.signal, result.service_result) == ("killed by alice", signal.SIGTERM, "success")
@@ -224,15 +252,15 @@ def test_a_kill_ends_the_job_with_its_reason(root_agents, work):
 def test_a_kill_right_after_launch_is_held_until_the_supervisor_runs(root_agents, work):
     agent, unit = root_agents(), name("early")
     agent.launch([request(unit, py(WAIT_JOB, str(work / "never")), work)])
-    assert agent.signal(unit, "KILL", "killed by bob")  # systemd-run may not even have run yet
+    assert agent.signal(unit, "KILL", "killed by bob")  # systemd may not even have started it yet
     result = agent.finished(unit)
     assert result.reason == "killed by bob" and result.exit_code is None
 
 
 def test_suspend_and_resume_reach_the_job(root_agents, systemd_hosts, work):
     agent, unit, host = root_agents(), name("nap"), systemd_hosts[0]
-    agent.launch([request(unit, py(WAIT_JOB, str(work / "go")), work)])
-    job = wait_until(lambda: journal(work / "spool").get(unit, {}).get("job"), 20, f"{unit} started")
+    agent.launch([request(unit, py(HOLD_JOB, str(work / "go")), work)])
+    job = running(work / "go")
     assert agent.signal(unit, "STOP", "suspended by alice")
     wait_until(lambda: host_proc_state(host, job) == "T", 10, "the job stopped")
     assert agent.signal(unit, "CONT", "resumed by alice")
@@ -245,10 +273,10 @@ def test_an_agent_killed_and_started_again_adopts_running_units_and_reports_fini
     root_agents, systemd_hosts, work
 ):
     first, early, late = root_agents(), name("early"), name("late")
-    first.launch([request(early, py(WAIT_JOB, str(work / "go-early"), "3"), work),
-                  request(late, py(WAIT_JOB, str(work / "go-late"), "4"), work)])
-    for unit in (early, late):
-        wait_until(lambda u=unit: journal(work / "spool").get(u, {}).get("job"), 20, f"{unit} started")
+    first.launch([request(early, py(HOLD_JOB, str(work / "go-early"), "3"), work),
+                  request(late, py(HOLD_JOB, str(work / "go-late"), "4"), work)])
+    for release in ("go-early", "go-late"):
+        running(work / release)
     in_host(systemd_hosts[0], "kill", "-9", str(first.hello.extra["pid"]))
     (work / "go-early").touch()
     wait_until(lambda: journal(work / "spool")[early]["result"], 20, "early's result, written with no agent")
@@ -259,7 +287,7 @@ def test_an_agent_killed_and_started_again_adopts_running_units_and_reports_fini
     assert second.launch([request(late, ["true"], work)])[0].status == "running"  # adopted, not run again
     (work / "go-late").touch()
     result = second.finished(late)
-    assert result.exit_code == 4 and result.service_result == "success"
+    assert result.exit_code == 4 and result.service_result == "exit-code"
 
 
 def test_a_repeated_launch_never_runs_a_unit_twice(root_agents, work):
@@ -275,14 +303,14 @@ def test_a_repeated_launch_never_runs_a_unit_twice(root_agents, work):
     assert counter.read_text() == "ran\n"
 
 
-def test_a_systemd_run_that_fails_is_the_units_result(root_agents, systemd_hosts, work):
+def test_a_unit_systemd_refuses_is_the_units_result(root_agents, systemd_hosts, work):
     agent, unit, host = root_agents(), name("taken"), systemd_hosts[0]
     in_host(host, "systemd-run", f"--unit={unit}.service", "--quiet", "--collect", "sleep", "60")  # not ours
     try:
         [reply] = agent.launch([request(unit, ["true"], work)])
         assert reply.status == "started"
         result = agent.finished(unit)
-        assert result.reason.startswith("systemd-run failed: ") and unit in result.reason
+        assert result.reason.startswith("systemd refused the unit: ") and unit in result.reason
         assert result.exit_code is None and not (work / "spool" / "units" / unit).exists()
     finally:
         in_host(host, "systemctl", "stop", f"{unit}.service")
@@ -290,12 +318,31 @@ def test_a_systemd_run_that_fails_is_the_units_result(root_agents, systemd_hosts
 
 def test_a_supervisor_killed_9_still_gets_its_result_from_post(root_agents, systemd_hosts, work):
     agent, unit = root_agents(), name("orphan")
-    agent.launch([request(unit, py(WAIT_JOB, str(work / "never")), work)])
+    agent.launch([request(unit, py(WAIT_JOB, str(work / "never")), work, env={"PATH": "/usr/bin:/bin", **SUPERVISED})])
     supervisor = wait_until(lambda: journal(work / "spool").get(unit, {}).get("pid"), 20, f"{unit}'s supervisor")
+    assert "direct" not in launched(work / "spool", unit)
     in_host(systemd_hosts[0], "kill", "-9", str(supervisor))
     result = agent.finished(unit)
     assert result.exit_code is None and result.service_result == "signal"
     assert result.reason.startswith("supervisor lost: it ended without a result (signal: killed KILL)")
+
+
+def test_a_direct_job_killed_9_is_recorded_by_its_exec_stop_post(root_agents, systemd_hosts, work):
+    agent, unit = root_agents(), name("shot")
+    agent.launch([request(unit, py(HOLD_JOB, str(work / "never")), work)])
+    in_host(systemd_hosts[0], "kill", "-9", str(running(work / "never")))
+    result = agent.finished(unit)
+    assert (result.exit_code, result.signal, result.service_result) == (None, signal.SIGKILL, "signal")
+    assert result.reason == "killed by signal SIGKILL"
+
+
+def test_a_direct_job_that_cannot_start_says_why_as_the_supervisor_does(root_agents, work):
+    agent, missing, closed = root_agents(), name("missing"), name("closed")
+    agent.launch([request(missing, ["no-such-command-xyz"], work),
+                  request(closed, ["true"], work, stdout=f"{work}/no/such/dir/out")])
+    result = agent.finished(missing)
+    assert (result.exit_code, result.reason) == (127, "exec failed: No such file or directory: no-such-command-xyz")
+    assert agent.finished(closed).reason.startswith(f"cannot open output file {work}/no/such/dir/out: No such file")
 
 
 def test_a_host_unit_holds_until_it_is_killed(root_agents, work):
@@ -324,7 +371,7 @@ def test_the_job_gets_its_hostfile_and_env(root_agents, work):
         "PATH": f"/usr/bin:/bin:{spool}/bin", "A": "$HOME %n", "XCE_UNIT": unit, "XCE_JOB_HOST_DIR": str(host_dir),
         "XCE_LAUNCH_SOCKET": str(spool / "agent.sock"), "XCE_HOSTFILE": str(host_dir / "hostfile"),
     }
-    assert got["hostfile"] == "host1\n" and got["dir"] == ["hostfile", "spec.json"]
+    assert got["hostfile"] == "host1\n" and got["dir"] == ["hostfile"]  # a direct unit has no spec.json
 
 
 def test_xce_launch_runs_tasks_inside_the_unit_with_their_exit_codes(root_agents, work):
@@ -350,15 +397,23 @@ def test_xce_launch_runs_tasks_inside_the_unit_with_their_exit_codes(root_agents
         agent.tasks(unit, asked.launch_id, tasks)
 
 
-def test_argv_and_env_reach_the_job_byte_exact_past_systemd(root_agents, work):
+@pytest.mark.parametrize("raw", ["", "\udcff"], ids=["direct", "raw-bytes-supervised"])
+def test_argv_and_env_reach_the_job_byte_exact_past_systemd(root_agents, systemd_hosts, work, raw):
     agent, unit = root_agents(), name("exact")
     args = ["$HOME", "${PATH}", "%n %i %%", "a b", "'single'", '"double"', "$(touch /pwned)", "semi;colon|pipe&",
-            "new\nline", "ünï©ødé ✓", "*", "", "\\", "\udcff raw byte"]
-    value = 'line1\nline2 ünï $X ${Y} %h "q" \udcfe'
-    code = ("import os\nopen(os.environ['OUT'], 'wb').write("
-            "open('/proc/self/cmdline', 'rb').read() + b'\\x01' + os.environb[b'XV'])")
+            ";", "new\nline", "ünï©ødé ✓", "*", "", "\\", "\\$X", "$", "-e", "\t tab", f"{raw} raw byte"]
+    value = f'line1\nline2 ünï $X ${{Y}} %h "q" \\; {raw}'
+    code = ("import os, time\nopen(os.environ['OUT'] + '.running', 'w').write('1')\n"
+            "while not os.path.exists(os.environ['GO']):\n    time.sleep(0.02)\n"
+            "open(os.environ['OUT'], 'wb').write(\n"
+            "    open('/proc/self/cmdline', 'rb').read() + b'\\x01' + os.environb[b'XV'])")
     argv = py(code, *args)
-    agent.launch([request(unit, argv, work, env={"OUT": str(work / "got"), "XV": value})])
+    env = {"OUT": str(work / "got"), "GO": str(work / "go"), "XV": value}
+    agent.launch([request(unit, argv, work, env=env)])
+    assert ("direct" in launched(work / "spool", unit)) == (not raw)
+    running(work / "got")
+    in_host(systemd_hosts[0], "systemctl", "daemon-reload")  # re-reads the unit: its ExecStopPost must survive
+    (work / "go").touch()
     assert agent.finished(unit).exit_code == 0
     cmdline, env_value = (work / "got").read_bytes().split(b"\x01")
     assert cmdline == b"".join(os.fsencode(a) + b"\0" for a in argv)
@@ -375,7 +430,8 @@ def test_jobs_see_the_hosts_tmp_and_this_machines_tmp_is_untouched(root_agents, 
 
 def test_many_units_at_once_all_start_and_finish_while_the_journal_is_compacted(root_agents, work):
     agent = root_agents(None, "systemd", "--journal-limit", "4096")
-    first_journal = (work / "spool" / "journal").stat().st_ino
+    os.link(work / "spool" / "journal", work / "first-journal")  # so that no new file gets its inode number
+    first_journal = (work / "first-journal").stat().st_ino
     units = [name(f"m{i}") for i in range(30)]
     replies = agent.launch([request(unit, ["true"], work) for unit in units])
     assert {r.status for r in replies} == {"started"}
@@ -444,7 +500,7 @@ def test_a_job_runs_in_a_user_unit_with_its_limits_and_kill_reason(user_agents, 
         request(ok, py("print(open('/proc/self/cgroup').read())"), seen),
         request(slow, ["sleep", "30"], seen, run_limit=1),
         request(fat, py("import time\nx = bytearray(200 << 20)\ntime.sleep(10)"), seen, mem_limit=64 << 20),
-        request(victim, py(WAIT_JOB, f"{seen}/never"), seen),
+        request(victim, py(HOLD_JOB, f"{seen}/never"), seen),
     ])
     result = agent.finished(ok)
     assert (result.exit_code, result.service_result, result.mode) == (0, "success", "user")
@@ -453,7 +509,7 @@ def test_a_job_runs_in_a_user_unit_with_its_limits_and_kill_reason(user_agents, 
     assert result.reason == "run limit 00:00:01 reached" and result.service_result == "timeout"
     result = agent.finished(fat)  # on cgroup v1 the supervisor's RSS watch enforces it
     assert result.reason == "memory limit 64M exceeded"
-    wait_until(lambda: journal(here / "spool").get(victim, {}).get("job"), 20, f"{victim} started")
+    running(here / "never")
     assert agent.signal(victim, "TERM", "killed by alice")
     assert agent.finished(victim).reason == "killed by alice"
 
@@ -461,8 +517,8 @@ def test_a_job_runs_in_a_user_unit_with_its_limits_and_kill_reason(user_agents, 
 def test_user_units_outlive_their_agent_and_are_adopted(user_agents):
     first, seen, here = user_agents()
     unit = name("long")
-    first.launch([request(unit, py(WAIT_JOB, f"{seen}/go", "6"), seen)])
-    wait_until(lambda: journal(here / "spool").get(unit, {}).get("job"), 20, f"{unit} started")
+    first.launch([request(unit, py(HOLD_JOB, f"{seen}/go", "6"), seen)])
+    running(here / "go")
     first.close()  # the connection dropped: the agent exits, its unit runs on
     second, _seen, _here = user_agents()
     assert second.launch([request(unit, ["true"], seen)])[0].status == "running"

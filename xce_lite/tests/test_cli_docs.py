@@ -88,7 +88,9 @@ def test_example_job_runs_with_every_example_profile_and_preset(example_cluster:
     c.ok("preset", "import", str(EXAMPLES / "presets" / "quick.json"))
     quick = c.submit("sh", str(EXAMPLES / "hello.sh"), options=("--preset", "quick"))
     assert c.xce("wait", str(hello), str(sweep), str(quick)).returncode == 0
-    assert "application hello: hello in style plain, owner docs" in (c.work / f"xce-{hello}.out").read_text()
+    out = (c.work / f"xce-{hello}.out").read_text()
+    assert "application hello: hello in style plain, owner docs" in out
+    assert f"getting ready for job {hello}\n" in out and f"job {hello} ended DONE\n" in out  # its hooks
     assert (c.work / f"xce-{sweep}.out").read_text() == "2 tasks, niceness 5\n"
     assert "application hello: hello in style loud" in (c.work / f"quick-{quick}.out").read_text()
 

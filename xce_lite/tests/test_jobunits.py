@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from xce_lite.exec.host import JobResult, UnitInfo
+from xce_lite.exec.host import HookRun, JobResult, UnitInfo
 from xce_lite.jobunits import Expected, hostfile, job_units, launch_requests, parse_unit, reconcile
+from xce_lite.merge import Hook, Profile, QueueLimits, merge
 from xce_lite.models import Job, JobSpec, unit_name
+from xce_lite.sched.reasons import FrozenMap
 
 RESULT = JobResult(exit_code=0, signal=None, start_time=1.0, end_time=2.0, cpu_time=0.1, max_rss=1024)
 
@@ -49,6 +51,48 @@ def test_each_host_gets_its_own_unit_with_its_share_of_the_tasks() -> None:
     assert (first.env["XCE_HOST_NTASKS"], first.env["XCE_HOST_TASK_INDEX"]) == ("2", "0")
     assert (second.env["XCE_HOST_NTASKS"], second.env["XCE_HOST_TASK_INDEX"]) == ("2", "2")
     assert first.env["CUDA_VISIBLE_DEVICES"] == "0,1" and "CUDA_VISIBLE_DEVICES" not in second.env
+
+
+def test_each_unit_gets_its_hooks_in_order_and_the_job_ones_only_on_the_first_host() -> None:
+    hooks = FrozenMap({point: Hook((f"/bin/{point}",), 30.0 if point == "pre_host_exec" else None)
+                       for point in ("pre_host_exec", "pre_job_exec", "post_job_exec", "post_host_exec")})
+    prof = Profile("app", hooks=hooks, post_failure="exit", env=FrozenMap({"P": "1"}), job_starter=("nice",))
+    row = job()
+    spec = JobSpec(argv=row.spec.argv, cwd="/work", app="app", exdata={"hooks": {"pre_exec": "a", "post_exec": "b"}})
+    eff = merge(spec, prof, QueueLimits("normal"))
+    row = Job(**{**row.__dict__, "spec": spec, "effective": eff.to_json()})
+    first, second = (u.request for u in launch_requests("lab", row, 5.0, None, None, {}))
+    own = {"pre_job_exec": ("/bin/sh", "-c", "a"), "post_job_exec": ("/bin/sh", "-c", "b")}
+    assert [(h.point, h.layer, h.argv, h.timeout) for h in first.hooks] == [
+        ("pre_host_exec", "profile", ("/bin/pre_host_exec",), 30.0),
+        ("pre_job_exec", "profile", ("/bin/pre_job_exec",), 300.0),
+        ("pre_job_exec", "job", own["pre_job_exec"], 300.0),
+        ("post_job_exec", "job", own["post_job_exec"], 300.0),
+        ("post_job_exec", "profile", ("/bin/post_job_exec",), 300.0),
+        ("post_host_exec", "profile", ("/bin/post_host_exec",), 300.0)]
+    assert second.hooks == (HookRun("pre_host_exec", "profile", ("/bin/pre_host_exec",), 30.0),
+                            HookRun("post_host_exec", "profile", ("/bin/post_host_exec",), 300.0))
+    for request in (first, second):
+        assert (request.post_failure, request.profile_env, request.starter) == ("exit", {"P": "1"}, ("nice",))
+    assert first.argv == ("nice", "mpirun", "./sim")
+
+
+def test_post_hooks_that_failed_are_noted_after_the_reason_and_a_done_job_stays_done() -> None:
+    from types import SimpleNamespace
+
+    from xce_lite.unitwork import _finish_from_result, failed_pre_hook
+
+    running = SimpleNamespace(id=7, state="RUN")
+    post = {"point": "post_job_exec", "layer": "profile", "ok": False}
+    noted = JobResult(0, None, 1.0, 2.0, 0.1, 1024, note="post_job_exec hook (profile) exited 2", hooks=(post,))
+    finish = _finish_from_result(running, noted)
+    assert (finish.state, finish.reason, finish.hooks) == ("DONE", "post_job_exec hook (profile) exited 2", (post,))
+    killed = JobResult(None, 15, 1.0, 2.0, 0.1, 1024, reason="killed by alice", note=noted.note)
+    assert _finish_from_result(running, killed).reason == "killed by alice; post_job_exec hook (profile) exited 2"
+    pre = {"point": "pre_host_exec", "layer": "profile", "ok": False}
+    assert failed_pre_hook(JobResult(None, None, 1.0, 2.0, 0, 0, reason="pre_host_exec hook (profile) exited 1",
+                                     hooks=(pre,))) == "pre_host_exec hook (profile) exited 1"
+    assert failed_pre_hook(noted) is None
 
 
 def test_a_submitters_own_cuda_devices_never_reach_a_host_without_gpus() -> None:

@@ -253,9 +253,31 @@ def test_effective_values_survive_their_json_and_show_every_field_with_its_origi
     assert rows["select"] == ("avx512", PROFILE)
     assert rows["rusage mem"] == ("2G/task", PROFILE) and rows["rusage lic"] == ("1/job", JOB)
     assert rows["run limit"] == ("0:10:00", PROFILE) and rows["memory limit"] == ("1G", QUEUE)
-    assert rows["hook post_job_exec"] == ("/bin/tidy", PROFILE) and rows["job starter"] == ("nice", PROFILE)
+    assert rows["hook post_job_exec"] == ("/bin/tidy  (timeout 0:00:30)", PROFILE)
+    assert rows["job starter"] == ("nice", PROFILE) and rows["post hook failure"] == ("record", PROFILE)
     assert changed_fields(eff, merge(job("rusage[lic=2/job]", slots=2, max_slots=4), prof,
                                      QueueLimits("q", mem_limit=GiB))) == ["rusage lic"]
+
+
+def test_a_jobs_own_hooks_are_the_inner_layer_unless_its_profile_refuses_them():
+    spec = job(exdata={"hooks": {"pre_exec": "stage in", "post_exec": "stage out"}})
+    eff = merge(spec, profile(post_failure="exit"), QUEUE_ANY)
+    assert dict(eff.job_hooks) == {"pre_job_exec": Hook(("/bin/sh", "-c", "stage in")),
+                                   "post_job_exec": Hook(("/bin/sh", "-c", "stage out"))}
+    assert eff.post_failure == "exit" and eff.origins["job_hooks"] == JOB
+    assert Effective.from_json(eff.to_json()) == eff
+    rows = {field: (value, origin) for field, value, origin in describe(eff)}
+    assert rows["job hook pre_job_exec"] == ("stage in", JOB)
+    assert merge(spec, None, QUEUE_ANY).job_hooks == eff.job_hooks  # no profile: nothing refuses them
+    with pytest.raises(SpecError, match="application app does not allow a job's own hooks"):
+        merge(spec, profile(job_hooks=False), QUEUE_ANY)
+
+
+def test_effective_values_stored_before_the_hooks_still_load():
+    stored = merge(job(), profile(), QUEUE_ANY).to_json()
+    del stored["job_hooks"], stored["post_failure"]
+    eff = Effective.from_json(stored)
+    assert (dict(eff.job_hooks), eff.post_failure) == ({}, "record")
 
 
 # ---- the property: a profile value is never removed ---------------------------------------------------

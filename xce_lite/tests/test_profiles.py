@@ -14,7 +14,7 @@ import pytest
 
 from xce_lite.checks import review
 from xce_lite.errors import ConfigError
-from xce_lite.merge import Profile
+from xce_lite.merge import Hook, Profile
 from xce_lite.profiles import load_cluster
 
 DATA = Path(__file__).parent / "data" / "configs"
@@ -81,6 +81,8 @@ def test_every_attribute_of_the_good_example_loads():
     ("applications: {sim: {job_starter: ['']}}", "applications.sim.job_starter", "is a command"),
     ("applications: {sim: {hooks: {pre_job_exec: []}}}", "applications.sim.hooks.pre_job_exec.argv",
      "is a command"),
+    ("applications: {sim: {hooks: {post_failure: fail}}}", "applications.sim.hooks.post_failure",
+     "String should match pattern"),
     ("applications: {sim: {annotations: {'a.b': x, 'a_b': y}}}", "applications.sim.annotations",
      "both become XCE_APP_ANN_A_B"),
 ])
@@ -89,6 +91,17 @@ def test_broken_profiles_name_the_file_the_field_and_the_line(tmp_path, applicat
         load_cluster(home(tmp_path, applications))
     text = str(caught.value)
     assert f"{tmp_path / 'applications.yaml'}: {field} (line 1)" in text and message in text
+
+
+def test_hooks_their_timeouts_and_their_two_switches_load(tmp_path):
+    text = ("applications: {sim: {hooks: {pre_host_exec: [/bin/stage, in], post_job_exec: {argv: [/bin/tidy], "
+            "timeout: 2m}, job_hooks: false, post_failure: exit}}}")
+    sim = load_cluster(home(tmp_path, text))[1]["sim"]
+    assert sim.hooks["pre_host_exec"] == Hook(("/bin/stage", "in"), None)
+    assert sim.hooks["post_job_exec"] == Hook(("/bin/tidy",), 120.0)
+    assert (sim.job_hooks, sim.post_failure) == (False, "exit")
+    plain = load_cluster(home(tmp_path, "applications: {sim: {}}"))[1]["sim"]
+    assert (plain.job_hooks, plain.post_failure) == (True, "record")  # the defaults
 
 
 def test_warnings_secret_env_names_and_a_select_that_matches_no_host():
