@@ -149,6 +149,43 @@ def test_a_job_whose_agent_dies_runs_its_post_hooks_once_and_its_result_arrives(
     assert_hooks_once_in_order(hc, job_id, "EXIT", "", "5")
 
 
+# Run inside a host: kill -9 the sshd processes of the SSH session the agent (argv[1]) hangs from,
+# never the listener (the one sshd whose parent is not an sshd): the connection drops, the host
+# stays reachable, and the controller reconnects to a new agent.
+CUT_SESSION = """
+import os, sys
+def parent(pid):
+    return int(next(l for l in open(f"/proc/{pid}/status") if l.startswith("PPid:")).split()[1])
+def comm(pid):
+    return open(f"/proc/{pid}/comm").read().strip()
+pid, session = int(sys.argv[1]), []
+while pid > 1:
+    pid = parent(pid)
+    if comm(pid) == "sshd" and comm(parent(pid)) == "sshd":
+        session.append(pid)
+assert session, "the agent hangs from no sshd session"
+for pid in session:
+    os.kill(pid, 9)
+"""
+
+
+def test_a_job_whose_ssh_connection_drops_runs_its_post_hooks_once_and_its_result_arrives(hc: Cluster):
+    marker = hc.work / f"go-{uuid.uuid4().hex[:6]}"
+    job_id = submit(hc, "sh", "-c", f"while [ ! -e {marker} ]; do sleep 0.1; done; exit 4")
+    host = hc.wait_state(job_id, {"RUN"}, timeout=60)["hosts"][0][0]
+    wait_until(lambda: len(hook_lines(hc, job_id)) == 3, 30, "the pre hooks")
+    agent = hosts_of(hc)[host]["agent"]["pid"]
+    where = next(h for h in hc.hosts if h.name == host)
+    subprocess.run(where.nsenter_argv([sys.executable, "-c", CUT_SESSION, str(agent)]), check=True, timeout=30)
+    wait_until(lambda: hosts_of(hc)[host]["agent"] is None or hosts_of(hc)[host]["agent"]["pid"] != agent, 60,
+               "the controller to see the connection go")
+    marker.touch()
+    wait_until(lambda: len(hook_lines(hc, job_id)) == 6, 60, "the post hooks, with the connection gone")
+    job = ended(hc, job_id)
+    assert (job["state"], job["exit_code"]) == ("EXIT", 4)
+    assert_hooks_once_in_order(hc, job_id, "EXIT", "", "4")
+
+
 def test_a_job_that_ends_while_the_controller_is_killed_runs_its_post_hooks_once(hc: Cluster):
     marker = hc.work / f"go-{uuid.uuid4().hex[:6]}"
     job_id = submit(hc, "sh", "-c", f"while [ ! -e {marker} ]; do sleep 0.1; done")
