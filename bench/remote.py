@@ -19,7 +19,8 @@ figures used one host of 2 slots), jobs running in a directory outside /tmp (eac
 - `submit -> running`: an idle cluster, one job at a time: from the POST until the job's `date`
   runs (the job writes the time), --latency samples, median and p95;
 - floors on one host of each kind, inside it (one process entered with nsenter, so no nsenter per
-  unit): a loop of bare `systemd-run --no-block --quiet true` until the manager has no job queued;
+  unit): a loop of bare `systemd-run --no-block --quiet true` until the manager has no job queued
+  (on one host alone, then on both at once: the jobs ran on both, sharing the same cores);
   a loop of bare fork+exec of /bin/true;
 - the controller's RSS with 10,000 jobs pending behind jobs holding every slot, ssh hosts (and so
   paramiko) in use.
@@ -30,6 +31,7 @@ Asserts nothing; the machine is shared and noisy: compare figures within one run
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import shutil
 import statistics
@@ -179,6 +181,13 @@ def floor(host: testhosts.TestHost, loop: str, n: int) -> float:
     return float(done.stdout)
 
 
+def floors_at_once(hosts: list[testhosts.TestHost], loop: str, n: int) -> list[float]:
+    """`floor` on every host at the same time: what each host's mechanism gives while the others
+    share the machine's cores, as they do when the jobs run on all of them."""
+    with concurrent.futures.ThreadPoolExecutor(len(hosts)) as pool:
+        return list(pool.map(lambda h: floor(h, loop, n), hosts))
+
+
 def line(name: str, xs: list[float], unit: str, extra: str = "") -> None:
     s = summary(xs)
     print(f"  {name}: median {fmt(s['median'], unit)} (min {fmt(s['min'], unit)}, max {fmt(s['max'], unit)}; "
@@ -231,9 +240,12 @@ def main(argv: list[str] | None = None) -> int:
                 if kind == "systemd":
                     bare = [floor(hosts[0], SYSTEMD_RUN_LOOP, 200) for _ in range(args.runs)]
                     line("floor: bare `systemd-run --no-block true` loop on one host", bare, "units/s")
+                    both = [statistics.mean(floors_at_once(hosts, SYSTEMD_RUN_LOOP, 200)) for _ in range(args.runs)]
+                    line("floor: the same loop on both hosts at once, per host", both, "units/s")
                     per_host = statistics.median([o["rate"] for o in runs]) / 2
                     print(f"  per host: {per_host:.0f} jobs/s = {per_host / statistics.median(bare):.0%} of the "
-                          f"bare systemd-run rate", flush=True)
+                          f"bare systemd-run rate on one host alone, {per_host / statistics.median(both):.0%} of "
+                          f"it on both at once (as the jobs ran)", flush=True)
                 else:
                     bare = [floor(hosts[0], FORK_EXEC_LOOP, 1000) for _ in range(args.runs)]
                     line("floor: bare fork+exec of /bin/true on one host", bare, "execs/s")
