@@ -63,6 +63,9 @@ from xce_lite.store.jobs import Finish, JobStore, Requeue, TickRecord
 from xce_lite.unitwork import NEW, RUNNING, Active, UnitWork
 
 
+LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
+
+
 class _WakingQueue(queue.Queue):
     """Host events wake the tick as they arrive."""
 
@@ -120,6 +123,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._load()
             for host_config in self.config.hosts:
                 self._start_link(host_config)
+            self._settle_local_hosts()
             self._server = ApiServer(self.home.socket, self.routes(), self.log)
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
             self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
@@ -130,6 +134,19 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                     self.tick()
         finally:
             self._shutdown()
+
+    def _settle_local_hosts(self) -> None:
+        """Before serving: tick until each local host's agent has answered (or failed), for at most
+        LOCAL_SETTLE seconds, so that `xce controller start; xce hosts` shows this machine ok. Remote
+        hosts are never waited for: they connect in the background."""
+        local = [h.name for h in self.config.hosts if h.type == "local"]
+        deadline = time.monotonic() + LOCAL_SETTLE
+        while time.monotonic() < deadline and not self._stopping.is_set():
+            if all(self._host_state.get(n) == "ok" or n in self._down_why for n in local):
+                return
+            self._wake.wait(0.05)
+            self._wake.clear()
+            self.tick()
 
     def stop(self) -> None:
         self._stopping.set()
