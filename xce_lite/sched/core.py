@@ -19,7 +19,7 @@ jobs drain until it fits. Backfill by run limit (letting short jobs use the drai
 Sessions: within one session, a request shape (task range and -R, on its queue's host set) proven
 unplaceable is not searched again until a dispatch changes what is free; a cache hit returns the
 FULL reason of the attempt that proved it, never an empty one. The searches themselves go through
-one `placement.Session`, which keeps each shape's candidate hosts current as dispatches take from
+one `session.Session`, which keeps each shape's candidate hosts current as dispatches take from
 them, rather than scanning every host each time.
 
 Observing (the simulator's trace): `schedule(..., observe=f)` calls `f(Examined(...))` for every job
@@ -34,8 +34,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from xce_lite.sched.placement import HostView, JobRequest, Session, taken
+from xce_lite.sched.fit import taken
+from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched.reasons import NOTHING, FrozenMap, Placement, Refusal
+from xce_lite.sched.session import Session
 
 HOST_OK = "ok"
 SUMMARIES_KEPT = 256  # refusals kept per session to reuse their text (see schedule)
@@ -249,7 +251,7 @@ def _within_limits(job: PendingJob, policy: QueuePolicy, queue_used: dict[str, i
 def take(hosts: list[HostView], shared: FrozenMap, placement: Placement) -> tuple[list[HostView], FrozenMap]:
     """The hosts and shared counters with `placement`'s reservations taken out of what is free; only
     the allocated hosts are rebuilt. (`schedule` itself keeps what is free in its placement Session,
-    which updates the allocated hosts in place: see `placement.taken`, the arithmetic both share.)"""
+    which updates the allocated hosts in place: see `fit.taken`, the arithmetic both share.)"""
     allocs = {a.host: a for a in placement.allocs}
     updated = list(hosts)
     for i, host in enumerate(updated):
