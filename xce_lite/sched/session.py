@@ -9,6 +9,7 @@ places on, not every host. `placement.place` itself is a one-job Session.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -57,27 +58,45 @@ MAX_ASKS = 64
 
 class _Host:
     """A host during a session. What it IS (`view`: state, totals, attributes, tags) is fixed for the
-    session; what it has free (`free`, a plain dict, and `gpu_free`) is replaced by `Session.take`."""
+    session, and for as long as the Session keeps it (see `Session.renew`); what it has free (`free`,
+    a plain dict, and `gpu_free`) is replaced by `Session.take`, and by `reset` for a new snapshot."""
 
-    __slots__ = ("_names", "down", "free", "gpu_free", "name", "refusals", "view")
+    __slots__ = ("_names", "down", "free", "generation", "gpu_free", "name", "refusals", "view")
 
     def __init__(self, view: HostView) -> None:
-        self.view = view
-        self.name = view.name
-        # Never changed in place (Session.take replaces it with `taken`'s new dict), so it may be
-        # the view's own: no copy per host per session.
-        free = view.free
-        self.free: dict[str, Any] = free.shared_dict() if isinstance(free, FrozenMap) else dict(free)
-        self.gpu_free = view.gpu_free
         self._names: dict[str, object] | None = None
+        self.generation = 0  # the last Session.renew that read it
         # Closed or unreachable: the one reason it takes nothing, whatever the job.
         self.down = HostRefusal(view.name, (HostDown(view.state),)) if view.state != "ok" else None
         # Why it cannot take one task, by what the reasons read (see _Shape.asks): shapes that ask
         # the same share them. Emptied when the host is taken from.
         self.refusals: dict[int, HostRefusal] = {}
+        self.adopt(view)
+
+    def adopt(self, view: HostView) -> None:
+        """Read the host from `view`: at first, or a view of the same host (state, totals,
+        attributes, tags) with the free amounts `self.view` has, in new objects (the Session reads
+        the snapshot it was given)."""
+        self.view, self.name = view, view.name
+        # Never changed in place (Session.take replaces it with `taken`'s new dict), so it may be
+        # the view's own: no copy per host per session.
+        free = view.free
+        self.free: dict[str, Any] = free.shared_dict() if isinstance(free, FrozenMap) else dict(free)
+        self.gpu_free = view.gpu_free
+
+    def reset(self, view: HostView) -> None:
+        """The host as `view` has it: the same host, with what `view` has free (which may differ from
+        what it had). Its reasons go: they name free amounts."""
+        self.adopt(view)
+        self.refusals.clear()
+
+    @property
+    def is_open(self) -> bool:
+        """It can take a task of some job: up, with a free slot (every task holds one)."""
+        return self.down is None and self.free.get(SLOTS, 0) >= 1
 
     def names(self) -> dict[str, object]:
-        """`attributes(view)`: what select[], same[] and order[] read, built once per session."""
+        """`attributes(view)`: what select[], same[] and order[] read, built once per host."""
         if self._names is None:
             self._names = attributes(self.view)
         return self._names
@@ -97,20 +116,26 @@ class _Shape:
       by what it has free now or the same[] attributes it lacks. Those reasons are built only
       when a refusal needs them, and kept in `refused` until the host is taken from.
     - Free amounts only shrink in a session, so room only shrinks: a host leaves `members` when its
-      room reaches 0 and never comes back. A host with no free slot can never take a task (every
-      task holds a slot), so the full hosts of a busy cluster are never members at all.
+      room reaches 0 and comes back only with a new snapshot (`Session.renew`), where what is free
+      may grow. A host with no free slot can never take a task (every task holds a slot), so the
+      full hosts of a busy cluster are never members at all.
     """
 
-    __slots__ = ("answer", "asks", "caps", "demand", "group", "hosts", "keys", "matching", "members", "order",
-                 "refused", "same", "seen", "select", "shared_seen")
+    __slots__ = ("allowed", "answer", "asks", "caps", "demand", "generation", "group", "hosts", "keys", "matching",
+                 "members", "order", "refused", "same", "seen", "select", "shared_seen")
 
-    def __init__(self, demand: Demand, r: rr.ResReq, hosts: list[_Host], matching: set[_Host] | None,
-                 seen: int, asks: int) -> None:
+    def __init__(self, demand: Demand, r: rr.ResReq, hosts: list[_Host], allowed: frozenset[str] | None,
+                 matching: set[_Host] | None, seen: int, generation: int, asks: int) -> None:
         self.demand = demand
+        # The snapshot (Session.renew's count) `demand` was read in: it is read again from the first
+        # job met in each snapshot, so placements carry that job's own values (names included), as
+        # a fresh Session's would.
+        self.generation = generation
         self.order = r.order
         self.select = r.select
         self.asks = asks  # what a refused host's reasons read (host terms, same[]), as a number
         self.hosts = hosts
+        self.allowed = allowed  # the names of `hosts`; None: every host
         self.matching = matching  # the open hosts the select is true on; None: no select
         self.same = r.same
         self.members: list[_Host] = []
@@ -118,7 +143,7 @@ class _Shape:
         self.keys: dict[_Host, tuple[object, ...]] = {}  # order[] keys of the members, when order[] is given
         self.group: dict[_Host, tuple[object, ...]] = {}  # same[] values, when same[] is given
         self.refused: dict[_Host, HostRefusal] = {}
-        self.seen = seen  # how far into the session's log of hosts taken from this shape is current
+        self.seen = seen  # the Session's clock when this shape last caught up with the hosts that changed
         # The last refusal, while nothing it reads has changed: no member's room, no refused host's
         # reasons, no shared counter it asks for (`shared_seen`: the session's count of placements
         # that took from the counters, at the time).
@@ -129,11 +154,34 @@ class _Shape:
         """Closed, unreachable or select false: nothing free has a say."""
         return host.down is not None or (self.matching is not None and host not in self.matching)
 
+    def admits(self, host: _Host) -> bool:
+        """`host` is one of the shape's hosts, with every same[] attribute: it may be a member."""
+        return (self.allowed is None or host.name in self.allowed) and \
+            not (self.same and any(a not in host.names() for a in self.same))
+
     def room(self, host: _Host) -> tuple[int, int]:
         """(tasks `host` can take as any host, as the first host): the most up to the maximum."""
         d = self.demand
         other = tasks_fitting(host.free, d.host_terms, False, d.max_tasks)
         return other, tasks_fitting(host.free, d.host_terms, True, d.max_tasks) if d.per_job and other else other
+
+
+def _name(host: _Host) -> str:
+    return host.name
+
+
+def _same_map(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, FrozenMap) and isinstance(b, FrozenMap):
+        return a.shared_dict() == b.shared_dict()
+    return a == b
+
+
+def _same_host(a: HostView, b: HostView) -> bool:
+    """`a` and `b` are the same host, whatever each has free: name, state, totals, attributes, tags."""
+    return a.name == b.name and a.state == b.state and _same_map(a.total, b.total) and \
+        _same_map(a.attrs, b.attrs) and a.tags == b.tags
 
 
 def _units(shape: _Shape, members: list[_Host], allowed: int) -> list[int]:
@@ -179,24 +227,93 @@ class Session:
     request shape's candidate hosts, sorted once, only lose members or move under order[] (see
     `_Shape`). A shape is keyed by (host set, task range, -R): jobs of queues sharing their hosts
     share it.
+
+    From one snapshot to the next: `renew` starts a session on a new snapshot of the same hosts and
+    keeps all of that, reading again only the hosts whose free amounts changed (or were taken from),
+    so a session costs what changed since the last one, not what exists. Its answers are still
+    exactly those of a new Session on that snapshot (the tests compare them, warm and cold).
     """
 
     def __init__(self, hosts: Sequence[HostView], shared_free: Mapping[str, int | float] = NOTHING) -> None:
+        self._build(hosts, dict(FrozenMap(shared_free)))
+
+    def _build(self, hosts: Sequence[HostView], shared: dict[str, Any]) -> None:
         if len({h.name for h in hosts}) != len(hosts):  # a programming error in building a snapshot
             raise ValueError("host names must be distinct")
         self.hosts = [_Host(h) for h in sorted(hosts, key=lambda h: h.name)]
         self._by_name = {h.name: h for h in self.hosts}
-        self._open = [h for h in self.hosts if h.down is None and h.free.get(SLOTS, 0) >= 1]  # by name
-        self.shared: dict[str, Any] = dict(FrozenMap(shared_free))  # sorted by name, as FrozenMap keeps it
+        self._open = [h for h in self.hosts if h.is_open]  # by name
+        self.shared = shared  # sorted by name, as FrozenMap keeps it
         self._shapes: dict[tuple[object, ...], _Shape] = {}
         self._matching: dict[object, set[_Host]] = {}  # select -> the open hosts it is true on
         self._unmatched: dict[object, dict[_Host, HostRefusal]] = {}  # select -> the others' reasons
         self._false: dict[object, tuple[SelectFalse]] = {}
         self._hosts_in: dict[frozenset[str], list[_Host]] = {}  # a queue's host set -> its hosts, by name
-        self._taken: list[_Host] = []  # every host taken from, in order: shapes catch up from it
-        self._shared_taken = 0  # how many placements took from the shared counters
+        # Every host whose free amounts changed, with the clock's value then, oldest change first:
+        # a shape catches up with the hosts changed since it last looked, newest first, stopping at
+        # the first it has seen. One entry per host, so it is bounded by the hosts.
+        self._changes: dict[_Host, int] = {}
+        self._clock = 0
+        self._taken: list[_Host] = []  # the hosts taken from since the snapshot: `renew` resets them
+        self._generation = 0  # how many snapshots this Session has had (renew's count)
+        self._shared_taken = 0  # how many times the shared counters changed
         self._asks: dict[tuple[object, ...], int] = {}  # (host terms, same[]) -> a number, for _Host.refusals
         self._asks_made = 0
+
+    def renew(self, hosts: Sequence[HostView], shared_free: Mapping[str, int | float] = NOTHING) -> bool:
+        """Start a session on a new snapshot, as `Session(hosts, shared_free)` would, keeping what
+        still holds: True if it did, False if it started afresh, because the hosts are not the same
+        ones (names, states, totals, attributes, tags) or the shared counters' names changed.
+        Hosts taken from in the last session, and hosts whose view has other free amounts, are
+        read again; the rest cost a look each (a comparison when the view is a new, equal one)."""
+        shared = dict(FrozenMap(shared_free))
+        by_name = self._by_name
+        if len(hosts) != len(by_name) or shared.keys() != self.shared.keys():
+            self._build(hosts, shared)
+            return False
+        generation = self._generation + 1
+        # Read again: the hosts taken from (back to what their view has free) and those whose view
+        # has other free amounts.
+        changed: dict[_Host, HostView] = {host: host.view for host in self._taken}
+        for view in hosts:
+            host = by_name.get(view.name)
+            if host is None or host.generation == generation:  # another host, or a name twice
+                self._build(hosts, shared)
+                return False
+            host.generation = generation
+            old = host.view
+            if view is old:
+                continue
+            if not _same_host(old, view):
+                self._build(hosts, shared)
+                return False
+            if host not in changed and view.gpu_free == old.gpu_free and _same_map(view.free, old.free):
+                host.adopt(view)  # an equal view: what the host holds stays true of it
+            else:
+                changed[host] = view
+        self._taken = []
+        for host, view in changed.items():
+            was_open = host.is_open
+            host.reset(view)
+            self._changed(host)
+            if was_open != host.is_open:
+                if was_open:
+                    self._open.remove(host)
+                else:
+                    bisect.insort(self._open, host, key=_name)
+        if shared != self.shared:
+            self.shared = shared
+            self._shared_taken += 1
+        self._generation = generation
+        for memo in (self._matching, self._unmatched, self._false, self._hosts_in):
+            if len(memo) > MAX_SHAPES:  # bounded across sessions; shapes keep what they hold
+                memo.clear()
+        return True
+
+    def _changed(self, host: _Host) -> None:
+        self._changes.pop(host, None)
+        self._changes[host] = self._clock
+        self._clock += 1
 
     def place(self, job: JobRequest, allowed: frozenset[str] | None = None) -> Placement | Refusal:
         """`place(job, the hosts named in allowed (None: all), shared_free)` as things stand now."""
@@ -222,12 +339,13 @@ class Session:
         """Take `placement`'s reservations out of what is free, on its hosts only."""
         for alloc in placement.allocs:
             host = self._by_name[alloc.host]
-            was_open = host.down is None and host.free.get(SLOTS, 0) >= 1
+            was_open = host.is_open
             host.free, host.gpu_free = taken(host.free, host.gpu_free, alloc)
             host.refusals.clear()
+            self._changed(host)
             self._taken.append(host)
-            if was_open and host.free.get(SLOTS, 0) < 1:
-                self._open.remove(host)  # for good: free amounts only shrink
+            if was_open and not host.is_open:
+                self._open.remove(host)  # for the session: free amounts only shrink in it
         if placement.shared:
             self.shared = {name: amount - placement.shared.get(name, 0) for name, amount in self.shared.items()}
             self._shared_taken += 1
@@ -241,6 +359,8 @@ class Session:
             shape = self._new_shape(job, allowed)
             if len(self._shapes) >= MAX_SHAPES:  # drop the least recently met: it is rebuilt, as
                 del self._shapes[next(iter(self._shapes))]  # things then stand, if met again
+        elif shape.generation != self._generation:  # equal to what it was, read from this job (see _Shape)
+            shape.demand, shape.generation = demand_of(job, self.shared), self._generation
         self._shapes[key] = shape  # last: the most recently met
         return shape
 
@@ -252,11 +372,11 @@ class Session:
             hosts = self._hosts_in[allowed] = [h for h in self.hosts if h.name in allowed]
         demand = demand_of(job, self.shared)
         asks = self._number_asks((tuple(demand.host_terms), r.same))
-        shape = _Shape(demand, r, hosts, self._select(r.select), len(self._taken), asks)
+        shape = _Shape(demand, r, hosts, allowed, self._select(r.select), self._clock, self._generation, asks)
         # Only open hosts with a free slot can take a task (every task holds a slot); the others'
         # reasons are built if a refusal needs them.
         for host in self._open if allowed is None else (h for h in self._open if h.name in allowed):
-            if shape.refused_for_good(host) or (r.same and any(a not in host.names() for a in r.same)):
+            if shape.refused_for_good(host) or not shape.admits(host):
                 continue
             room = shape.room(host)
             if room[0]:
@@ -295,39 +415,52 @@ class Session:
         return matching
 
     def _catch_up(self, shape: _Shape) -> None:
-        """Bring `shape` up to date with the hosts taken from since it last looked: their room is
-        read again (a member whose room reaches 0 leaves), their order[] keys too, and the refusal
-        reasons kept for them are dropped (they name free amounts). The shape's last refusal stays
-        its answer only if none of that changed it."""
-        if shape.seen == len(self._taken):
+        """Bring `shape` up to date with the hosts whose free amounts changed since it last looked
+        (taken from, or read again by `renew`): their room is read again (a member whose room
+        reaches 0 leaves; after a renew, a host with room joins, in order), their order[] keys too,
+        and the refusal reasons kept for them are dropped (they name free amounts). The shape's last
+        refusal stays its answer only if none of that changed it."""
+        if shape.seen == self._clock:
             return
-        changed = dict.fromkeys(self._taken[shape.seen:])
-        shape.seen = len(self._taken)
+        changes, changed = self._changes, []
+        for host in reversed(changes):  # newest first, up to the first one the shape has seen
+            if changes[host] < shape.seen:
+                break
+            changed.append(host)
+        shape.seen = self._clock
         moved = False
         for host in changed:
             if shape.refused_for_good(host):
                 continue  # its reason names nothing that is free
             old = shape.refused.pop(host, None)
-            if host not in shape.caps:  # not a member (or not in the shape's hosts): room only shrinks,
-                if old is not None and shape.answer is not None:  # so it never becomes one
-                    new = shape.refused[host] = self._host_refusal(shape, host)
-                    if new != old:
-                        shape.answer = None
-                continue
-            room = shape.room(host)
-            if room != shape.caps[host]:
+            if host in shape.caps:
+                room = shape.room(host)
+                if room != shape.caps[host]:
+                    shape.answer = None
+                if room[0] == 0:
+                    del shape.caps[host]
+                    shape.members.remove(host)
+                    shape.keys.pop(host, None)
+                else:
+                    shape.caps[host] = room
+                    if shape.order:
+                        shape.keys[host] = host.order_key(shape.order)
+                        moved = True
+            elif shape.admits(host) and (room := shape.room(host))[0]:  # only after a renew: it joins
                 shape.answer = None
-            if room[0] == 0:
-                del shape.caps[host]
-                shape.members.remove(host)
-                shape.keys.pop(host, None)
-            else:
                 shape.caps[host] = room
+                shape.members.append(host)
                 if shape.order:
                     shape.keys[host] = host.order_key(shape.order)
-                    moved = True
+                if shape.same:
+                    shape.group[host] = tuple(host.names()[a] for a in shape.same)
+                moved = True
+            elif old is not None and shape.answer is not None:
+                new = shape.refused[host] = self._host_refusal(shape, host)
+                if new != old:
+                    shape.answer = None
         if moved:
-            shape.members.sort(key=shape.keys.__getitem__)
+            shape.members.sort(key=shape.keys.__getitem__ if shape.order else _name)
 
     # ---- solving and answering
 
