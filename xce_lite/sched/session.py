@@ -61,11 +61,10 @@ class _Host:
     session, and for as long as the Session keeps it (see `Session.renew`); what it has free (`free`,
     a plain dict, and `gpu_free`) is replaced by `Session.take`, and by `reset` for a new snapshot."""
 
-    __slots__ = ("_names", "down", "free", "generation", "gpu_free", "name", "refusals", "view")
+    __slots__ = ("_names", "down", "free", "gpu_free", "name", "refusals", "view")
 
     def __init__(self, view: HostView) -> None:
         self._names: dict[str, object] | None = None
-        self.generation = 0  # the last Session.renew that read it
         # Closed or unreachable: the one reason it takes nothing, whatever the job.
         self.down = HostRefusal(view.name, (HostDown(view.state),)) if view.state != "ok" else None
         # Why it cannot take one task, by what the reasons read (see _Shape.asks): shapes that ask
@@ -184,6 +183,20 @@ def _same_host(a: HostView, b: HostView) -> bool:
         _same_map(a.attrs, b.attrs) and a.tags == b.tags
 
 
+def _compare(host: _Host, view: HostView, changed: dict[_Host, HostView]) -> bool:
+    """For `Session.renew`: False if `view` is not `host` any more (what it is changed); else True,
+    with `host` in `changed` if `view` has other free amounts, or adopting `view` if it has equal ones
+    and `host` is not to be read again anyway."""
+    old = host.view
+    if not _same_host(old, view):
+        return False
+    if host not in changed and view.gpu_free == old.gpu_free and _same_map(view.free, old.free):
+        host.adopt(view)  # an equal view: what the host holds stays true of it
+    else:
+        changed[host] = view
+    return True
+
+
 def _units(shape: _Shape, members: list[_Host], allowed: int) -> list[int]:
     """The units each of `members` can take as any host, in order; when `shape.demand.looks_back`,
     only as far as the first members that already hold `allowed` units.
@@ -240,6 +253,7 @@ class Session:
     def _build(self, hosts: Sequence[HostView], shared: dict[str, Any]) -> None:
         if len({h.name for h in hosts}) != len(hosts):  # a programming error in building a snapshot
             raise ValueError("host names must be distinct")
+        self._views = tuple(hosts)  # as given: `renew` compares the next snapshot's with them
         self.hosts = [_Host(h) for h in sorted(hosts, key=lambda h: h.name)]
         self._by_name = {h.name: h for h in self.hosts}
         self._open = [h for h in self.hosts if h.is_open]  # by name
@@ -265,33 +279,14 @@ class Session:
         still holds: True if it did, False if it started afresh, because the hosts are not the same
         ones (names, states, totals, attributes, tags) or the shared counters' names changed.
         Hosts taken from in the last session, and hosts whose view has other free amounts, are
-        read again; the rest cost a look each (a comparison when the view is a new, equal one)."""
+        read again; the rest cost a look each: an identity test when the caller passes the same
+        view object again (the simulator does), a comparison when it is a new, equal one."""
         shared = dict(FrozenMap(shared_free))
-        by_name = self._by_name
-        if len(hosts) != len(by_name) or shared.keys() != self.shared.keys():
+        changed = self._reread(hosts) if shared.keys() == self.shared.keys() else None
+        if changed is None:
             self._build(hosts, shared)
             return False
-        generation = self._generation + 1
-        # Read again: the hosts taken from (back to what their view has free) and those whose view
-        # has other free amounts.
-        changed: dict[_Host, HostView] = {host: host.view for host in self._taken}
-        for view in hosts:
-            host = by_name.get(view.name)
-            if host is None or host.generation == generation:  # another host, or a name twice
-                self._build(hosts, shared)
-                return False
-            host.generation = generation
-            old = host.view
-            if view is old:
-                continue
-            if not _same_host(old, view):
-                self._build(hosts, shared)
-                return False
-            if host not in changed and view.gpu_free == old.gpu_free and _same_map(view.free, old.free):
-                host.adopt(view)  # an equal view: what the host holds stays true of it
-            else:
-                changed[host] = view
-        self._taken = []
+        self._taken, self._views = [], tuple(hosts)
         for host, view in changed.items():
             was_open = host.is_open
             host.reset(view)
@@ -304,11 +299,36 @@ class Session:
         if shared != self.shared:
             self.shared = shared
             self._shared_taken += 1
-        self._generation = generation
+        self._generation += 1
         for memo in (self._matching, self._unmatched, self._false, self._hosts_in):
             if len(memo) > MAX_SHAPES:  # bounded across sessions; shapes keep what they hold
                 memo.clear()
         return True
+
+    def _reread(self, hosts: Sequence[HostView]) -> dict[_Host, HostView] | None:
+        """The hosts to read again, with their new views: those taken from in the last session and
+        those whose view has other free amounts (a view with equal ones is adopted on the spot).
+        None if `hosts` are not the same hosts as the last snapshot's."""
+        if len(hosts) != len(self._views):
+            return None
+        changed: dict[_Host, HostView] = {host: host.view for host in self._taken}
+        by_name = self._by_name
+        for view, last in zip(hosts, self._views):  # in the last snapshot's order, as callers keep it
+            if view is last:
+                continue
+            if view.name != last.name:
+                break
+            if not _compare(by_name[view.name], view, changed):
+                return None
+        else:
+            return changed
+        if {view.name for view in hosts} != by_name.keys():  # as many views: each name once
+            return None
+        for view in hosts:  # in another order: by name (what is done is done alike again)
+            host = by_name[view.name]
+            if view is not host.view and not _compare(host, view, changed):
+                return None
+        return changed
 
     def _changed(self, host: _Host) -> None:
         self._changes.pop(host, None)

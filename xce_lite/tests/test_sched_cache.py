@@ -58,8 +58,8 @@ def after(snapshot: Snapshot, decisions: Decisions) -> tuple[list[HostView], Fro
 def next_snapshot(draw: st.DrawFn, snapshot: Snapshot, decisions: Decisions) -> Snapshot:
     """What the controller sends next: the dispatched jobs gone and their placements taken out of
     what is free; then some hosts with other free amounts, some with a new but equal view, the
-    shared counters moved, new jobs; rarely a host that changes what it is (state, attributes) or
-    leaves, after which the cache must start afresh."""
+    shared counters moved, new jobs, the hosts in another order; rarely a host that changes what it is
+    (state, attributes) or leaves, after which the cache must start afresh."""
     hosts, shared, jobs = after(snapshot, decisions)
     for i, view in enumerate(hosts):
         change = draw(st.sampled_from(("same",) * 6 + ("free", "free", "equal", "what")))
@@ -72,6 +72,8 @@ def next_snapshot(draw: st.DrawFn, snapshot: Snapshot, decisions: Decisions) -> 
                                            attrs={"model": draw(st.sampled_from(("A", "B")))})
     if hosts and draw(st.integers(0, 9)) == 0:
         del hosts[draw(st.integers(0, len(hosts) - 1))]
+    if draw(st.integers(0, 4)) == 0:
+        hosts.reverse()  # the same hosts in another order
     if draw(st.booleans()):
         shared = FrozenMap({"lic": draw(st.integers(0, 6))})
     first = max((j.id for j in snapshot.jobs), default=0) + 1
