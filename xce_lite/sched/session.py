@@ -5,6 +5,10 @@ Its answers are exactly what `placement.place` gives on the hosts with those pla
 out, but it keeps what does not change in a session (attributes, select verdicts, closed hosts)
 and each request shape's candidates, so a search reads the hosts that changed and the few it
 places on, not every host. `placement.place` itself is a one-job Session.
+
+`Session.renew` carries all that to the next snapshot of the same hosts (core.SessionCache holds
+the Session between `schedule` calls): only the hosts taken from or with other free amounts are
+read again, and each shape catches up with them from a change log, as it does within a session.
 """
 
 from __future__ import annotations
