@@ -21,7 +21,10 @@ run in interleaved rounds so the shared machine's noise falls on all of them ali
   4. schedule() at 20k jobs x 500 hosts and at 10k jobs x 1,000 hosts (growth);
   5. nothing changed since the last session: the controller skips the session (its tick only tests
      a flag); for scale, what a session would cost if it did not skip;
-  6. a SHA-256 of the pickled decisions of two schedule() calls on the same input, and the counts.
+  6. a SHA-256 of the pickled decisions of two schedule() calls on the same input, and the counts;
+  7. schedule() with a core.SessionCache, as the simulator and the worker call it: a new cache on
+     [1]'s snapshot, then warm on [3]'s change and on it again (unchanged), each checked against a
+     call without the cache on the same snapshot.
 """
 
 from __future__ import annotations
@@ -275,6 +278,21 @@ def process_sessions(hosts, jobs, shared, runs: int):
     return start_t, full_t, incr_t, same_t, last
 
 
+def warm_sessions(first: core.Snapshot, later: core.Snapshot, cold: core.Decisions, runs: int):
+    """[7]: per run, a new SessionCache through `first` (cold), then `later` twice (warm), timed; and
+    whether each call decided what a call without a cache decides on its snapshot (by hash)."""
+    cold_t, incr_t, same_t = [], [], []
+    hashes = set()
+    cold_later = decisions_hash(core.schedule(later))
+    for _ in range(runs):
+        cache = core.SessionCache()
+        for samples, snap, expected in ((cold_t, first, cold), (incr_t, later, None), (same_t, later, None)):
+            dt, got = timed(core.schedule, snap, 1_000_000, None, cache)
+            samples.append(dt)
+            hashes.add((decisions_hash(got), cold_later if expected is None else decisions_hash(expected)))
+    return cold_t, incr_t, same_t, all(got == want for got, want in hashes)
+
+
 def skip_path_cost(loops: int = 1_000_000) -> float:
     """The controller's tick when nothing is dirty: the same tests as Controller.tick, with the
     same values (no session, no host snapshot, no pickling); seconds per tick."""
@@ -411,6 +429,14 @@ def main() -> None:
     rest = tuple(j for j in jobs if j.id not in dispatched)
     s4 = [timed(core.schedule, make_snapshot(hosts_after, rest, shared_after))[0] for _ in range(args.runs)]
     table.add(f"5c schedule() after [1]'s dispatches ({len(rest)} jobs)", s4, "the cluster is full")
+
+    print(f"\n[7] schedule() with a SessionCache in this process, {args.runs} runs (a new cache each)", flush=True)
+    later = make_snapshot(hosts_after, rest + make_jobs(10, first_id=len(jobs) + 1), shared_after)
+    cold_t, incr_t, same_t, identical = warm_sessions(snapshot, later, decisions, args.runs)
+    table.add("7a with a new cache (the first session)", cold_t, "[1]'s session")
+    table.add("7b warm, [3]'s change (-dispatched, +10 jobs)", incr_t, "[3]'s session, in process; cold: ~[5c]")
+    table.add("7c warm, unchanged since 7b", same_t, "[5b]'s session, in process")
+    print(f"    decisions of every warm call identical to a cold call's on the same snapshot: {identical}")
 
     table.print()
     print("\nslurm 22.05 on this machine, 10,000 jobs pending on one node: main pass 15 ms, backfill 188 ms")

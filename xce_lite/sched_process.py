@@ -10,7 +10,10 @@ checksum of the whole set. On a mismatch, a timeout or a dead worker, the next s
 everything again, so a lost change costs one full resend, never a wrong decision.
 
 The worker builds the same `Snapshot` value the core always takes and calls the same `schedule`,
-so decisions are what the core alone would give; the simulator calls `schedule` directly.
+so decisions are what the core alone would give; the simulator calls `schedule` directly. The
+worker also keeps a `core.SessionCache` from one session to the next, so a session re-reads only the
+hosts whose free amounts changed. The cache never changes a decision and is bounded (its docstring),
+so the worker's memory stays that of one session on the largest cluster it has seen.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import multiprocessing
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from xce_lite.sched.core import Decisions, PendingJob, Snapshot, schedule
+from xce_lite.sched.core import Decisions, PendingJob, SessionCache, Snapshot, schedule
 
 # The pending set's checksum: (count, sum of id * _MIX mod 2**61), kept incrementally on both sides.
 _MASK = (1 << 61) - 1
@@ -94,6 +97,7 @@ def _serve(conn) -> None:
     """The worker's loop: apply the changes, check the set, schedule, reply. Ends on None or EOF."""
     jobs: dict[int, PendingJob] = {}
     count = total = 0  # the checksum of `jobs`, kept as they change
+    cache = SessionCache()  # kept through full resends too: it holds what hosts are, no job
     while True:
         try:
             session: _Session | None = conn.recv()
@@ -113,17 +117,17 @@ def _serve(conn) -> None:
         if (count, total) != session.checksum:
             conn.send(None)  # out of step: ask for everything
             continue
-        conn.send(_schedule_without_gc(replace(session.base, jobs=tuple(jobs.values())), session.budget))
+        conn.send(_schedule_without_gc(replace(session.base, jobs=tuple(jobs.values())), session.budget, cache))
 
 
-def _schedule_without_gc(snapshot: Snapshot, budget: int) -> Decisions:
+def _schedule_without_gc(snapshot: Snapshot, budget: int, cache: SessionCache) -> Decisions:
     """A session allocates many small objects and frees them by reference counting alone (it makes
     no cycles), so the cycle collector's passes over this process's heap (10,000s of pending jobs)
     would find nothing: paused for the call. Here, not in the core: the core stays a pure function
     with no effect on the interpreter."""
     gc.disable()
     try:
-        return schedule(snapshot, budget)
+        return schedule(snapshot, budget, cache=cache)
     finally:
         gc.enable()
 

@@ -19,8 +19,15 @@ jobs drain until it fits. Backfill by run limit (letting short jobs use the drai
 Sessions: within one session, a request shape (task range and -R, on its queue's host set) proven
 unplaceable is not searched again until a dispatch changes what is free; a cache hit returns the
 FULL reason of the attempt that proved it, never an empty one. The searches themselves go through
-one `placement.Session`, which keeps each shape's candidate hosts current as dispatches take from
+one `session.Session`, which keeps each shape's candidate hosts current as dispatches take from
 them, rather than scanning every host each time.
+
+Carrying over (`SessionCache`): a caller that schedules again and again (the simulator, the
+scheduler worker) passes the same cache to every call. The placement Session, its shapes and
+their candidates, and the refusal texts then live from one call to the next, and a call reads
+again only the hosts whose free amounts changed: a session costs what changed, not what exists.
+A cache never changes a decision: the same snapshot gives the same decisions, byte for byte, with
+a cache or without, warm or cold (the tests compare them after random changes).
 
 Observing (the simulator's trace): `schedule(..., observe=f)` calls `f(Examined(...))` for every job
 it examines, in order, with what it found: the plan, the search's full `Refusal` (per-host reasons
@@ -34,8 +41,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from xce_lite.sched.placement import HostView, JobRequest, Session, taken
+from xce_lite.sched.fit import taken
+from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched.reasons import NOTHING, FrozenMap, Placement, Refusal
+from xce_lite.sched.session import Session
 
 HOST_OK = "ok"
 SUMMARIES_KEPT = 256  # refusals kept per session to reuse their text (see schedule)
@@ -111,6 +120,35 @@ class Examined:
     reserved: bool = False  # it now holds a reservation: later jobs wait for it
 
 
+class SessionCache:
+    """What one `schedule` call leaves for the next, so that it costs what changed: the placement
+    Session (see `session.Session.renew`) and the refusal texts. The caller owns it and passes it
+    to each call, one call at a time (not thread-safe). It holds values derived from the hosts it
+    has seen, never a decision, and it is bounded: at most `session.MAX_SHAPES` request shapes,
+    each with its candidate hosts and their reasons, and SUMMARIES_KEPT refusal texts. A call that
+    did not end (an exception) leaves it to be built afresh."""
+
+    __slots__ = ("_busy", "_session", "summaries")
+
+    def __init__(self) -> None:
+        self._session: Session | None = None
+        self._busy = False  # a call is using it; still True at the next: that one did not end
+        # (queue's hosts, task range, -R) -> its last refusal and that refusal's text (see _summary)
+        self.summaries: dict[tuple, tuple[Refusal, str]] = {}
+
+    def begin(self, hosts: tuple[HostView, ...], shared_free: FrozenMap) -> Session:
+        """The Session for a call on `hosts` and `shared_free`: the last one, renewed."""
+        if self._session is None or self._busy:
+            self._session, self.summaries = Session(hosts, shared_free), {}
+        else:
+            self._session.renew(hosts, shared_free)
+        self._busy = True
+        return self._session
+
+    def end(self) -> None:
+        self._busy = False
+
+
 @dataclass(frozen=True)
 class Decisions:
     dispatches: tuple[Dispatch, ...]
@@ -126,13 +164,14 @@ class Decisions:
 
 
 def schedule(snapshot: Snapshot, budget: int = 1_000_000,
-             observe: Callable[[Examined], None] | None = None) -> Decisions:
+             observe: Callable[[Examined], None] | None = None, cache: SessionCache | None = None) -> Decisions:
     """Decide which pending jobs start now and why the others wait.
 
     `budget` bounds the jobs examined in this session; the rest keep their previous reasons and
     `complete` says so, so a huge backlog can never stall the controller's tick. `observe`, if
     given, is told what was found for each job examined (module docstring); it cannot change a
-    decision.
+    decision. `cache`, if given, carries what this call reads from the last call that had it to
+    the next (module docstring, Carrying over); it cannot change a decision either.
     """
     queues = {q.name: q for q in snapshot.queues}
     no_policy = QueuePolicy("", priority=0)
@@ -156,8 +195,12 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
     # met: a shape searched again after a dispatch that changed nothing it reads is refused alike,
     # and its text is not composed again. (Comparing is cheap: the session reuses the per-host
     # reasons.) Bounded: a refusal holds a reason for every host.
-    summaries: dict[tuple, tuple[Refusal, str]] = {}
-    session = Session(snapshot.hosts, snapshot.shared_free)
+    if cache is None:
+        summaries: dict[tuple, tuple[Refusal, str]] = {}
+        session = Session(snapshot.hosts, snapshot.shared_free)
+    else:
+        session = cache.begin(snapshot.hosts, snapshot.shared_free)
+        summaries = cache.summaries
     dispatches: list[Dispatch] = []
     waiting: dict[str, list[int]] = {}
     holder: PendingJob | None = None  # the job holding a reservation, once one does
@@ -207,6 +250,8 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
         elif observe is not None:
             observe(Examined(job.id, kind, request, reason))
         waiting.setdefault(reason, []).append(job.id)
+    if cache is not None:
+        cache.end()
     return Decisions(tuple(dispatches), tuple((r, tuple(ids)) for r, ids in waiting.items()), complete)
 
 
@@ -249,7 +294,7 @@ def _within_limits(job: PendingJob, policy: QueuePolicy, queue_used: dict[str, i
 def take(hosts: list[HostView], shared: FrozenMap, placement: Placement) -> tuple[list[HostView], FrozenMap]:
     """The hosts and shared counters with `placement`'s reservations taken out of what is free; only
     the allocated hosts are rebuilt. (`schedule` itself keeps what is free in its placement Session,
-    which updates the allocated hosts in place: see `placement.taken`, the arithmetic both share.)"""
+    which updates the allocated hosts in place: see `fit.taken`, the arithmetic both share.)"""
     allocs = {a.host: a for a in placement.allocs}
     updated = list(hosts)
     for i, host in enumerate(updated):

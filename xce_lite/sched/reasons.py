@@ -17,7 +17,7 @@ counts in megabytes (mem, swp, tmp...) with K/M/G/T, and everything else as a pl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,20 @@ class FrozenMap(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._d)
+
+    # The dict's own methods and views (read-only), not the Mapping mixins' Python loops: a
+    # session and the simulator's host rebuilds read 100,000s of these maps.
+    def __contains__(self, key: object) -> bool:
+        return key in self._d
+
+    def keys(self) -> KeysView[str]:
+        return self._d.keys()
+
+    def items(self) -> ItemsView[str, Any]:
+        return self._d.items()
+
+    def values(self) -> ValuesView[Any]:
+        return self._d.values()
 
     def shared_dict(self) -> dict[str, Any]:
         """The map's own dict, for reading at dict speed where a copy per read would cost (a

@@ -39,7 +39,7 @@ from xce_lite.exec.fake import FakeCluster, sim_argv
 from xce_lite.exec.host import LaunchRequest, UnitFinished
 from xce_lite.merge import Effective, Profile
 from xce_lite.models import DONE, EXIT, PEND, RUN, JobSpec
-from xce_lite.sched.core import Decisions, Dispatch, PendingJob, Snapshot, schedule
+from xce_lite.sched.core import Decisions, Dispatch, PendingJob, SessionCache, Snapshot, schedule
 from xce_lite.sched.placement import HostView, JobRequest, why_never
 from xce_lite.sched.reasons import HostAlloc
 from xce_lite.sim.gating import Workflows
@@ -148,6 +148,9 @@ class Simulator:
         self._wake = False  # the next grid point is an instant of its own (released jobs, a cut session)
         self._dispatches = 0
         self._never_memo: dict[tuple, str | None] = {}
+        # What one session of the core leaves for the next: a session then costs the hosts that
+        # changed, not all of them. It never changes a decision (sched/core.py, Carrying over).
+        self._sessions = SessionCache()
 
     # ---- the clock
 
@@ -199,7 +202,7 @@ class Simulator:
             self.sessions += 1
             session = self.sessions
             observe = None if traced is None else (lambda e: examined.append(e) if traced(e.job_id) else None)
-            decisions = schedule(self._snapshot(), self.config.controller.sched_budget, observe)
+            decisions = schedule(self._snapshot(), self.config.controller.sched_budget, observe, self._sessions)
             dispatched = decisions.dispatches
             self._apply(decisions, changed)
             if not decisions.complete:

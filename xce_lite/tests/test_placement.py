@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xce_lite.errors import SpecError
-from xce_lite.sched import placement
+from xce_lite.sched import session as sessions
 from xce_lite.sched import resreq as rr
 from xce_lite.sched.placement import (
     GPUS,
@@ -618,12 +618,12 @@ def test_a_session_answers_what_place_answers_on_what_is_left(cluster, requests,
 @given(clusters(most=8, types=("A", "B", "")), st.lists(jobs(), min_size=1, max_size=4), st.data())
 def test_a_session_that_drops_shapes_answers_alike(cluster, requests, data):
     """With room for one shape only, shapes are dropped and rebuilt as things then stand."""
-    kept = placement.MAX_SHAPES
-    placement.MAX_SHAPES = 1
+    kept = sessions.MAX_SHAPES
+    sessions.MAX_SHAPES = 1
     try:
         check_session(cluster, requests, data)
     finally:
-        placement.MAX_SHAPES = kept
+        sessions.MAX_SHAPES = kept
 
 
 def check_session(cluster, requests, data):
