@@ -22,8 +22,8 @@ figures used one host of 2 slots), jobs running in a directory outside /tmp (eac
   unit): a loop of bare `systemd-run --no-block --quiet true` until the manager has no job queued
   (on one host alone, then on both at once: the jobs ran on both, sharing the same cores);
   a loop of bare fork+exec of /bin/true;
-- the controller's RSS with 10,000 jobs pending behind jobs holding every slot, ssh hosts (and so
-  paramiko) in use.
+- the controller's RSS with 10,000 jobs pending behind jobs holding every slot, ssh hosts in use
+  (a fresh controller, as in run.py's figure).
 
 Asserts nothing; the machine is shared and noisy: compare figures within one run.
 """
@@ -249,6 +249,12 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     bare = [floor(hosts[0], FORK_EXEC_LOOP, 1000) for _ in range(args.runs)]
                     line("floor: bare fork+exec of /bin/true on one host", bare, "execs/s")
+                    # A fresh controller, as the foundation's figure has it (run.py): this one has run
+                    # thousands of jobs, and its heap and SQLite's page cache show it.
+                    c.stop()
+                    c = BenchCluster(config=config(kind, hosts, args.slots), work=base / f"work-{kind}-rss")
+                    c.start()
+                    wait_hosts_up(c, 2)
                     r = rss_with_backlog(c, args.pending)
                     print(f"  controller with {args.pending} pending, ssh hosts: VmRSS {r['rss'] / 2**20:.1f} MB, "
                           f"VmHWM {r['hwm'] / 2**20:.1f} MB", flush=True)
