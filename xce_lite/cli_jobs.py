@@ -160,6 +160,9 @@ def _event_detail(event: dict) -> str:
     if event["kind"] == "finished":
         return f": {data.get('state')}" + (f", exit code {data['exit_code']}" if data.get("exit_code") is not None
                                           else "")
+    if event["kind"] == "host_hooks":  # a host that ended after the job: its host hooks' outcome
+        return f": on {data.get('host')}, " + (data["note"] if data.get("note") else
+                                              f"{len(data.get('hooks') or ())} ran, all ok")
     return f": {data['reason']}" if data.get("reason") else ""
 
 

@@ -99,6 +99,8 @@ class UnitWork:
         self._unrecorded: list[tuple[Finish, str]] = []  # (finish, event kind)
         self._unrecorded_started: list[tuple[int, float]] = []
         self._unrecorded_requeues: list[Requeue] = []
+        # (job id, kind, data) of units that ended after their job: stored before they are forgotten
+        self._host_hook_events: list[tuple[int, str, dict]] = []
 
     def _add_active(self, job: Active) -> None:
         self._active[job.id] = job
@@ -145,6 +147,9 @@ class UnitWork:
         """A unit ended (the result is durable on its host until we forget it)."""
         drain = self._draining.pop(unit, None)
         if drain is not None:
+            if result.hooks:  # a host the job ended before: what its host hooks did is the job's too
+                self._host_hook_events.append((drain.job_id, "host_hooks", {
+                    "host": host, "unit": unit, "hooks": list(result.hooks), "note": result.note}))
             self._forgets[host].append(unit)
             self._dirty = True  # what it held is free
             return
@@ -321,6 +326,9 @@ class UnitWork:
             forgets, self._forgets = self._forgets, defaultdict(list)
             stops, self._stops = self._stops, []
             launch, self._to_launch = self._to_launch, []
+            host_hooks, self._host_hook_events = self._host_hook_events, []
+        if host_hooks:  # on disk before their hosts may drop the results they came from
+            self.store.record_events(host_hooks, time.time())
         for name, units in forgets.items():
             host = self._hosts.get(name)
             if host is not None and units:

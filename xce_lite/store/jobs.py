@@ -185,8 +185,13 @@ class JobStore(WorkflowStore):
             return _requeue(con, items, now)
 
     def record_event(self, job_id: int, kind: str, now: float, data: dict | None = None) -> None:
+        self.record_events([(job_id, kind, data)], now)
+
+    def record_events(self, events: Sequence[tuple[int, str, dict | None]], now: float) -> None:
+        """(job id, kind, data) events, in order, in one transaction."""
         with self._write() as con:
-            _event(con, job_id, now, kind, data)
+            for job_id, kind, data in events:
+                _event(con, job_id, now, kind, data)
 
     def set_pend_reasons(self, reasons: dict[int, str | None]) -> None:
         """Store changed pend reasons only (the caller diffs), in one transaction."""

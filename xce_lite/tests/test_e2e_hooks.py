@@ -40,6 +40,7 @@ def applications(log: Path) -> str:
         "failpre": {"env": {"HOOK_LOG": str(log)}, "hooks": {**four, "pre_job_exec": hook("exit 3")}},
         "hungpost": {"env": {"HOOK_LOG": str(log)}, "hooks": {**four, "post_job_exec": hook("sleep 60", "2s")}},
         "nojobhooks": {"env": {"HOOK_LOG": str(log)}, "hooks": {**four, "job_hooks": False}},
+        "failposthost": {"env": {"HOOK_LOG": str(log)}, "hooks": {**four, "post_host_exec": hook("exit 2")}},
     }
     return json.dumps({"applications": profiles})  # JSON is YAML
 
@@ -257,9 +258,28 @@ def test_a_multi_host_job_runs_host_hooks_on_each_host_once_and_job_hooks_on_the
         job = ended(c, job_id)
         assert job["state"] == "DONE", job
         first, other = job["hosts"][0][0], job["hosts"][1][0]
-        lines = hook_lines(c, job_id)
-        assert [what for where, what, _ in lines if where == first] == FIRST_HOST
-        assert [what for where, what, _ in lines if where == other] == ["pre_host_exec profile",
-                                                                        "post_host_exec profile"]
+        # the job ends with its first host's unit; the other's drains, running its post hook after
+        wait_until(lambda: [what for where, what, _ in hook_lines(c, job_id) if where == other] == [
+            "pre_host_exec profile", "post_host_exec profile"], 60, "the other host's post_host_exec")
+        assert [what for where, what, _ in hook_lines(c, job_id) if where == first] == FIRST_HOST
+        # and what the other host's hooks did is an event of the job (stored before it is forgotten)
+        [event] = wait_until(lambda: host_hook_events(c, job_id), 60, "the other host's hooks recorded")
+        assert event["data"]["host"] == other
+        assert [(h["point"], h["ok"]) for h in event["data"]["hooks"]] == [("pre_host_exec", True),
+                                                                            ("post_host_exec", True)]
+        assert event["data"]["note"] is None
+        assert f"host_hooks: on {other}, 2 ran, all ok" in c.ok("jobs", "-l", str(job_id))
+        # a failing post_host_exec: recorded on the first host with the job, on the other in its event
+        failing = submit(c, "true", app="failposthost", options=("-n", "4", "-R", "span[ptile=2]"))
+        job = ended(c, failing)
+        assert (job["state"], job["reason"]) == ("DONE", "post_host_exec hook (profile) exited 2")
+        other = job["hosts"][1][0]
+        [event] = wait_until(lambda: host_hook_events(c, failing), 60, "the other host's failed hook recorded")
+        assert (event["data"]["host"], event["data"]["note"]) == (other, "post_host_exec hook (profile) exited 2")
     finally:
         close(c)
+
+
+def host_hook_events(c: Cluster, job_id: int) -> list[dict]:
+    history = json.loads(c.ok("jobs", "--json", "-l", str(job_id)))["jobs"][0]["history"]
+    return [e for e in history if e["kind"] == "host_hooks"]
