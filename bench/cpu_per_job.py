@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""CPU time per job, the whole machine's and the controller's processes', during 1000-job runs.
+
+    python bench/cpu_per_job.py [--runs 3] [--jobs 1000]
+    cp bench/cpu_per_job.py OTHER/bench/ && python OTHER/bench/cpu_per_job.py    # another checkout, same day
+
+The local throughput is CPU bound on the 2-core box (every process of the path shares two
+cores), so jobs/s moves with the machine's speed from day to day, while CPU per job compares two
+trees measured on the same day. A throw-away cluster (bench/cluster.py: one local host of 2 slots),
+warmed with 20 jobs; then each run is one batch POST of --jobs `true` jobs until all are DONE, with:
+the machine's busy CPU time (/proc/stat: user, nice, system, irq, softirq) per job, and each of the
+controller's processes' (user + system): the controller, the host agent, the scheduler's worker.
+What is left of the machine's figure is the supervisors, the jobs and the kernel's work for them.
+Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import psutil
+from cluster import BenchCluster, wait_done
+
+
+def machine_busy_seconds() -> float:
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, open("/proc/stat").readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def role(process: psutil.Process, controller_pid: int) -> str:
+    if process.pid == controller_pid:
+        return "controller"
+    argv = process.cmdline()
+    return "agent" if "serve" in argv else "scheduler worker" if "-c" in argv else "other"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=1000)
+    args = parser.parse_args(argv)
+    c = BenchCluster(slots=2)
+    c.start()
+    try:
+        client = c.client()
+        wait_done(client, client.post("/jobs", {"jobs": [c.spec(["true"])] * 20})["ids"], time.monotonic() + 60)
+        time.sleep(1)
+        controller = psutil.Process(c.pid)
+        processes = [controller, *controller.children(recursive=True)]
+        for run in range(args.runs):
+            before = {p.pid: cpu_seconds(p) for p in processes}
+            busy, start = machine_busy_seconds(), time.perf_counter()
+            ids = client.post("/jobs", {"jobs": [c.spec(["true"])] * args.jobs})["ids"]
+            wait_done(client, ids, time.monotonic() + 600)
+            wall, busy = time.perf_counter() - start, machine_busy_seconds() - busy
+            per_role: dict[str, float] = {}
+            for p in processes:
+                name = role(p, c.pid)
+                per_role[name] = per_role.get(name, 0.0) + cpu_seconds(p) - before[p.pid]
+            parts = ", ".join(f"{name} {1000 * s / args.jobs:.2f} ms" for name, s in per_role.items() if s > 0)
+            print(f"run {run + 1}: {args.jobs / wall:.0f} jobs/s; CPU per job: machine {1000 * busy / args.jobs:.2f} "
+                  f"ms, {parts}", flush=True)
+            time.sleep(1)
+    finally:
+        c.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
