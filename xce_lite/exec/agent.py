@@ -3508,6 +3508,22 @@ def prepare_spool(spool: str, code: str) -> None:
         write_file(shim, text.encode("utf-8", "surrogateescape"), mode=0o755)
 
 
+def run_as_bytecode(spool: str, argv: list[str]) -> None:
+    """Started from source (`python -S -E agent.py serve ...`, as the controller starts it): exec
+    this process again from this file's bytecode in SPOOL/bin (compile_agent), same pid, same pipes.
+    Compiling this file at every start leaves the compiler's ~10 MB in the agent's heap for good,
+    and the agent forks a supervisor per job: every fork copies the page tables of that memory, and
+    the copy-on-write faults that follow cost each job ~0.5 ms (bench/cpu_per_job.py). Where the
+    bytecode cannot be written, the agent goes on from source."""
+    if os.path.abspath(__file__).endswith(".pyc"):
+        return
+    try:
+        code = compile_agent(os.path.join(spool, BIN))
+    except (OSError, SyntaxError):
+        return
+    os.execv(sys.executable, [sys.executable, "-S", "-E", code, *argv])
+
+
 def serve_main(argv: list[str]) -> int:
     opts = dict(zip(argv[1::2], argv[2::2]))
     known = {"--spool", "--host-name", "--mode", "--lock-timeout", "--journal-limit"}
@@ -3525,6 +3541,7 @@ def serve_main(argv: list[str]) -> int:
         os.makedirs(os.path.join(spool, BIN), exist_ok=True)
     except OSError as exc:
         return fatal(f"cannot create spool {spool}: {exc.strerror}; choose a writable directory")
+    run_as_bytecode(spool, argv)
     lock_fd = take_spool_lock(spool, float(opts.get("--lock-timeout", 10)))
     cgroup, code = cgroup_version(), os.path.abspath(__file__)
     modes, host = probe_modes({"python": sys.executable, "agent": code, "spool": spool}, cgroup)

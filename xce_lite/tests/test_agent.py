@@ -244,6 +244,15 @@ def test_agent_imports_only_the_standard_library():
     assert modules - set(sys.stdlib_module_names) == set(), "agent.py must import the standard library only"
 
 
+def test_an_agent_started_from_source_runs_on_as_its_bytecode_same_pid(agent, spool):
+    """Compiled at every start, the agent would carry the compiler's memory into every fork."""
+    assert agent.request("hello")["pid"] == agent.proc.pid
+    argv = Path(f"/proc/{agent.proc.pid}/cmdline").read_bytes().split(b"\0")
+    code = Path(argv[3].decode())
+    assert code.parent == spool / "bin" and code.name.startswith("agent-") and code.suffix == ".pyc"
+    assert argv[1:3] == [b"-S", b"-E"] and argv[4] == b"serve"
+
+
 def test_hello_describes_the_host(agent):
     reply = agent.request("hello")
     assert reply["ok"] and reply["version"] == 2
@@ -606,7 +615,9 @@ def test_the_spool_holds_no_file_per_unit(agent, spool, tmp_path):
     for i in range(20):
         agent.finished(f"n{i}")
     assert sorted(p.name for p in spool.iterdir()) == [".lock", "agent.sock", "bin", "journal", "units"]
-    assert list((spool / "units").iterdir()) == [] and [p.name for p in (spool / "bin").iterdir()] == ["xce"]
+    assert list((spool / "units").iterdir()) == []
+    [code] = [p.name for p in (spool / "bin").iterdir() if p.name != "xce"]  # the agent runs as bytecode
+    assert code.startswith("agent-") and code.endswith(".pyc")
     assert sorted(journal(spool)) == sorted(f"n{i}" for i in range(20))
 
 
