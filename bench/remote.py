@@ -98,7 +98,7 @@ def agent_pids(hosts: list[testhosts.TestHost]) -> list[int]:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if any(part.endswith(b".py") and b"agent-" in part for part in cmd) and b"serve" in cmd:
+            if any(part.endswith((b".py", b".pyc")) and b"agent-" in part for part in cmd) and b"serve" in cmd:
                 found.append(pid)
     return found
 
