@@ -2,7 +2,8 @@
 """The xce_lite host agent and plain supervisor. ONE self-contained, standard-library-only file.
 
 The controller copies this file to a host (by content hash) and runs it; it must never import
-xce_lite or a third-party package. Commands:
+xce_lite or a third-party package. Started from source, `serve` first execs itself again from
+this file's bytecode in SPOOL/bin (run_as_bytecode: same pid, same pipes). Commands:
 
     python3 -S -E agent.py serve --spool DIR [--host-name NAME] [--mode auto|systemd|user|plain]
                     [--lock-timeout SECONDS] [--journal-limit BYTES]
