@@ -258,6 +258,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             finishing, self._unrecorded = self._unrecorded, []
             started, self._unrecorded_started = self._unrecorded_started, []
             requeues, self._unrecorded_requeues = self._unrecorded_requeues, []
+            events, self._host_hook_events = self._host_hook_events, []
             closing = {f.job_id for f, _event in finishing} | {r.job_id for r in requeues}
             dirty, self._dirty = self._dirty or bool(closing), False
             hosts = self._hosts_now(closing) if dirty and self._pending else None
@@ -265,8 +266,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         decisions = self._schedule(hosts, shared) if hosts is not None else None
         plans = self._plans(decisions) if decisions is not None else []
         reasons = self._reasons_to_store(decisions, now)
-        if finishing or started or plans or reasons or requeues or cancels:
-            record = self.store.record_tick(finishing, started, plans, reasons, now, requeues, cancels)
+        if finishing or started or plans or reasons or requeues or cancels or events:
+            record = self.store.record_tick(finishing, started, plans, reasons, now, requeues, cancels, events)
             self._apply(record, finishing, requeues, plans)
         self._act()
         if self._unrecorded or self._unrecorded_started or self._unrecorded_requeues:

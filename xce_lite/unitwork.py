@@ -99,7 +99,8 @@ class UnitWork:
         self._unrecorded: list[tuple[Finish, str]] = []  # (finish, event kind)
         self._unrecorded_started: list[tuple[int, float]] = []
         self._unrecorded_requeues: list[Requeue] = []
-        # (job id, kind, data) of units that ended after their job: stored before they are forgotten
+        # (job id, kind, data) of units that ended after their job: stored by the tick's commit,
+        # before `_act` lets their hosts forget them
         self._host_hook_events: list[tuple[int, str, dict]] = []
 
     def _add_active(self, job: Active) -> None:
@@ -326,9 +327,6 @@ class UnitWork:
             forgets, self._forgets = self._forgets, defaultdict(list)
             stops, self._stops = self._stops, []
             launch, self._to_launch = self._to_launch, []
-            host_hooks, self._host_hook_events = self._host_hook_events, []
-        if host_hooks:  # on disk before their hosts may drop the results they came from
-            self.store.record_events(host_hooks, time.time())
         for name, units in forgets.items():
             host = self._hosts.get(name)
             if host is not None and units:

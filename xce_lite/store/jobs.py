@@ -161,13 +161,15 @@ class JobStore(WorkflowStore):
     def record_tick(self, finishes: Sequence[tuple[Finish, str]], started: Sequence[tuple[int, float]],
                     plans: Sequence[tuple], reasons: dict[int, str | None],
                     now: float, requeues: Sequence[Requeue] = (),
-                    cancels: Sequence[tuple[int, str, str]] = ()) -> TickRecord:
+                    cancels: Sequence[tuple[int, str, str]] = (),
+                    events: Sequence[tuple[int, str, dict | None]] = ()) -> TickRecord:
         """Everything one controller tick learned and decided, in ONE durable transaction.
 
         Order matters: a job may have started and finished since the last tick (DISP -> RUN ->
         DONE), a requeued job is pending again before the dispatches are stored, and a dispatch may
         use slots that a finish or a requeue freed. `cancels`: (job id, its state, why) for pending
-        jobs whose dependency can never be satisfied: EXIT, event `dependency_failed`.
+        jobs whose dependency can never be satisfied: EXIT, event `dependency_failed`. `events`:
+        (job id, kind, data) of jobs in any state, stored as they are (`host_hooks`).
         """
         with self._write() as con:
             started_ids = _started(con, started, now)
@@ -176,6 +178,8 @@ class JobStore(WorkflowStore):
             cancelled_ids = _cancel(con, cancels, now)
             dispatched_ids = _dispatch(con, plans, now)
             _pend_reasons(con, reasons)
+            for job_id, kind, data in events:
+                _event(con, job_id, now, kind, data)
         return TickRecord(tuple(finished_ids), tuple(started_ids), tuple(dispatched_ids), tuple(requeued_ids),
                           tuple(cancelled_ids))
 
@@ -185,13 +189,8 @@ class JobStore(WorkflowStore):
             return _requeue(con, items, now)
 
     def record_event(self, job_id: int, kind: str, now: float, data: dict | None = None) -> None:
-        self.record_events([(job_id, kind, data)], now)
-
-    def record_events(self, events: Sequence[tuple[int, str, dict | None]], now: float) -> None:
-        """(job id, kind, data) events, in order, in one transaction."""
         with self._write() as con:
-            for job_id, kind, data in events:
-                _event(con, job_id, now, kind, data)
+            _event(con, job_id, now, kind, data)
 
     def set_pend_reasons(self, reasons: dict[int, str | None]) -> None:
         """Store changed pend reasons only (the caller diffs), in one transaction."""
