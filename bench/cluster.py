@@ -33,9 +33,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, os.environ.get("
 # ~150 modules at every start holds ~7 MB more RSS from it, which is the compiler's, not ours.
 compileall.compile_dir(str(Path(ROOT) / "xce_lite"), quiet=1)
 
-from xce_lite.client import Client
+from xce_lite.testhosts.base import kill_tree
+from xce_lite.api.client import Client
 from xce_lite.exec.local import supervisor_pids
-from xce_lite.tests.cluster import kill_tree
 
 
 def _write_config(home: Path, slots: int, tick: str, grace: str) -> None:

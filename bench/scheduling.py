@@ -48,11 +48,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # measure the tree this file is in, not whatever is installed
 
+from xce_lite.config.sched_view import job_request
+from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
 from xce_lite.sched import core
 from xce_lite.sched.placement import GPUS, SLOTS, HostView
 from xce_lite.sched.reasons import FrozenMap
-from xce_lite.sched_process import PendingSet, SchedulerProcess
-from xce_lite.snapshot import job_request
 
 SEED = 20240603
 NOW = 1_700_000_000.0  # the session's clock, fixed: the same input gives the same decisions

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # measure the tree this file is in, not whatever is installed
 
-from xce_lite.profiles import load_cluster
+from xce_lite.config.profiles import load_cluster
 from xce_lite.sim import trace
 from xce_lite.sim.engine import Simulator
 from xce_lite.sim.record import canonical

@@ -63,7 +63,7 @@ def _timed(name: str, fn):
 
 
 def _instrument(what_if: set[str]) -> None:
-    from xce_lite import controller as ctl
+    from xce_lite.controller import core as ctl
     from xce_lite.exec import channel
     from xce_lite.store import db, jobs
 
@@ -187,8 +187,8 @@ def _group_commit(ctl, jobs) -> None:
 
 
 def serve(home: str, stats_path: str, what_if: set[str]) -> None:
-    from xce_lite.controller import run_foreground
-    from xce_lite.home import Home
+    from xce_lite.controller.core import run_foreground
+    from xce_lite.home.paths import Home
 
     _instrument(what_if)
     try:

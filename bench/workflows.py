@@ -41,12 +41,12 @@ sys.path.insert(0, str(HERE.parent))  # measure the tree this file is in, not wh
 
 from cluster import BenchCluster
 
-from xce_lite import deps, flow
-from xce_lite.gate import Gate, Waiter
+from xce_lite.config.sched_view import job_request
 from xce_lite.models import JobSpec
 from xce_lite.sched import core
 from xce_lite.sched.placement import GPUS, SLOTS, HostView
-from xce_lite.snapshot import job_request
+from xce_lite.workflow import deps, flow
+from xce_lite.workflow.gate import Gate, Waiter
 
 G = 1024**3
 
@@ -148,7 +148,7 @@ def flow_document(steps: int) -> dict:
 def bench_flow(runs: int, steps: int) -> None:
     import yaml
 
-    from xce_lite.cli_flow import _spec
+    from xce_lite.cli.flow import _spec
 
     print(f"4. a {steps:,}-step flow: validate, then submit")
     document = flow_document(steps)

@@ -1,6 +1,6 @@
 """`python -m xce_lite` is the same as the `xce` command."""
 
-from xce_lite.cli import main
+from xce_lite.cli.main import main
 
 if __name__ == "__main__":
     main()

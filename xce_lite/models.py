@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from xce_lite import arrays, deps
 from xce_lite.errors import SpecError
+from xce_lite.workflow import arrays, deps
 
 # LSF's state names, where users see them. DISP: dispatched, not yet known to be running.
 PEND, PSUSP, DISP, RUN, USUSP, SSUSP, DONE, EXIT = "PEND", "PSUSP", "DISP", "RUN", "USUSP", "SSUSP", "DONE", "EXIT"

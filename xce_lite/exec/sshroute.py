@@ -31,8 +31,8 @@ import paramiko
 from paramiko.config import SSHConfig
 
 from xce_lite.errors import ConfigError, HostKeyError, HostUnreachable, XceError
-from xce_lite.exec.sshtarget import SshTarget
 from xce_lite.exec.hostkeys import KnownHosts, KnownHostsPolicy, key_name, no_listed_type_error
+from xce_lite.exec.sshtarget import SshTarget
 
 log = logging.getLogger(__name__)
 # paramiko logs each failed handshake with its traceback, which Python's last-resort handler would

@@ -1,6 +1,6 @@
 """`xce sim`: run, step through and verify simulations; turn a live store's history into a workload.
 
-Light at import (click only): `xce_lite.cli` registers this group with one line, and `xce submit`
+Light at import (click only): `xce_lite.cli.main` registers this group with one line, and `xce submit`
 must not pay for the simulator. Each command parses, calls the library, prints.
 """
 
@@ -16,7 +16,7 @@ EXISTING = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 def _setup(config: Path, workload: Path, interval: float | None):
-    from xce_lite.profiles import load_cluster
+    from xce_lite.config.profiles import load_cluster
     from xce_lite.sim.engine import Simulator
     from xce_lite.sim.record import config_digest
     from xce_lite.sim.workload import load_workload
@@ -30,7 +30,7 @@ def _setup(config: Path, workload: Path, interval: float | None):
 def sim() -> None:
     """The simulator: the real scheduler on a simulated clock and hosts.
 
-    Example: xce sim run xce_lite/examples/sim/gpu/xce.yaml xce_lite/examples/sim/gpu/workload.yaml
+    Example: xce sim run examples/sim/gpu/xce.yaml examples/sim/gpu/workload.yaml
     """
 
 

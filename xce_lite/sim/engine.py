@@ -32,19 +32,19 @@ import queue
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from xce_lite import deps
-from xce_lite.config import ClusterConfig
+from xce_lite.config.cluster import ClusterConfig
+from xce_lite.config.merge import Effective, Profile
+from xce_lite.config.sched_view import Holding, admit, host_now, host_totals, pending_job, queue_policies, shared_free
 from xce_lite.errors import SpecError
 from xce_lite.exec.fake import FakeCluster, sim_argv
 from xce_lite.exec.host import LaunchRequest, UnitFinished
-from xce_lite.merge import Effective, Profile
 from xce_lite.models import DONE, EXIT, PEND, RUN, JobSpec
 from xce_lite.sched.core import Decisions, Dispatch, PendingJob, SessionCache, Snapshot, schedule
 from xce_lite.sched.placement import HostView, JobRequest, why_never
 from xce_lite.sched.reasons import HostAlloc
 from xce_lite.sim.gating import Workflows
 from xce_lite.sim.workload import Workload, WorkloadJob
-from xce_lite.snapshot import Holding, admit, host_now, host_totals, pending_job, queue_policies, shared_free
+from xce_lite.workflow import deps
 
 WAITING, REJECTED = "WAIT", "REJECTED"  # not submitted yet; refused at submit
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import fnmatch
 
-from xce_lite import deps
 from xce_lite.errors import SpecError
-from xce_lite.gate import Decision, Gate, Waiter
+from xce_lite.workflow import deps
+from xce_lite.workflow.gate import Decision, Gate, Waiter
 
 
 class Workflows:

@@ -26,8 +26,8 @@ from typing import IO
 
 from xce_lite.errors import SpecError
 from xce_lite.sim import report, trace
-from xce_lite.sim.engine import Simulator, Step
 from xce_lite.sim.batch import load_state, snapshot_text
+from xce_lite.sim.engine import Simulator, Step
 from xce_lite.sim.record import Recorder, header
 from xce_lite.sim.trace import TraceFiles, TraceSettings, TraceStore
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 
 from xce_lite.models import DONE, EXIT, PEND, RUN
+from xce_lite.quantities import format_duration
 from xce_lite.sched.reasons import format_amount
-from xce_lite.sim.engine import REJECTED, WAITING, Simulator, SimJob
-from xce_lite.units import format_duration
+from xce_lite.sim.engine import REJECTED, WAITING, SimJob, Simulator
 
 PERCENTILES = (50, 90, 99)
 

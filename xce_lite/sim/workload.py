@@ -30,9 +30,9 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xce_lite import arrays
 from xce_lite.errors import SpecError
-from xce_lite.units import parse_duration, parse_size
+from xce_lite.quantities import parse_duration, parse_size
+from xce_lite.workflow import arrays
 
 FIELDS = ("submit", "user", "queue", "app", "n", "R", "runtime", "exit", "name", "priority", "W", "M", "after",
           "array")

@@ -18,12 +18,12 @@ import contextlib
 import json
 import threading
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 
 import apsw
 
 from xce_lite.errors import HomeError, StoreError
+from xce_lite.shipped import shipped
 
 APPLICATION_ID = 0x58434531  # "XCE1" in the database header: marks the file as an xce_lite store
 BUSY_TIMEOUT_MS = 10_000
@@ -32,7 +32,7 @@ BUSY_TIMEOUT_MS = 10_000
 def migrations() -> list[tuple[int, str, str]]:
     """(version, file name, SQL) for every `sql/NNNN_name.sql`, in order. Version N is file N."""
     found = []
-    for entry in resources.files("xce_lite").joinpath("sql").iterdir():
+    for entry in shipped("sql").iterdir():
         name = entry.name
         if name.endswith(".sql") and name[:4].isdigit():
             found.append((int(name[:4]), name, entry.read_text(encoding="utf-8")))

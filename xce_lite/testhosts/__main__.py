@@ -11,7 +11,6 @@ from xce_lite.testhosts.cluster import up
 from xce_lite.testhosts.records import down, status
 
 
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m xce_lite.testhosts",

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 SSH_PORT = 22
 DEFAULT_FIRST_IP = "127.0.0.11"
 FIRST_IP_ENV = "XCE_TESTHOSTS_FIRST_IP"
@@ -186,6 +185,25 @@ def _children(pid: int) -> list[int]:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process we started and all its descendants (a supervisor and its job), the
+    descendants found first so that none is re-parented out of reach meanwhile."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+    victims, todo = [], [pid]
+    while todo:  # every thread's children, not only the main thread's
+        current = todo.pop()
+        victims.append(current)
+        todo.extend(children.get(current, ()))
+    for victim in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, 9)
 
 
 def _comm(pid: int) -> str:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 from xce_lite.testhosts.base import (
     MASKED_UNITS,
+    SSH_PORT,
     SSHD,
     SSHD_CONFIG,
-    SSH_PORT,
     SYSTEMD,
+    UNIT_DIRS,
     TestHost,
     TestHostError,
-    UNIT_DIRS,
     _alive,
     _children,
     _comm,
@@ -27,8 +27,6 @@ from xce_lite.testhosts.base import (
     _start_time,
 )
 from xce_lite.testhosts.cgroups import _Hierarchy, _make_cgroups, _remove_cgroups
-
-
 
 # ---------------------------------------------------------------------------------------------------
 # booting

@@ -11,8 +11,6 @@ from pathlib import Path
 
 from xce_lite.testhosts.base import TestHostError
 
-
-
 # ---------------------------------------------------------------------------------------------------
 # cgroups: each systemd host gets a subtree of its own, the root of its cgroup namespace
 

@@ -22,8 +22,6 @@ from xce_lite.testhosts.base import (
     _start_time,
 )
 
-
-
 # ---------------------------------------------------------------------------------------------------
 # loopback addresses, claimed machine-wide
 

@@ -17,11 +17,10 @@ from xce_lite.testhosts.base import (
     missing_prerequisites,
 )
 from xce_lite.testhosts.boot import _Boot, _keygen, _log_tail, _spawn, _sshd_config, _step, _write_client_files
-from xce_lite.testhosts.cgroups import _Hierarchy, _hierarchies
+from xce_lite.testhosts.cgroups import _hierarchies, _Hierarchy
 from xce_lite.testhosts.claims import _hand_claims, claim_ips, release_ips
 from xce_lite.testhosts.records import _save, down, status
 from xce_lite.testhosts.unprivileged import _up_unprivileged
-
 
 
 def up(n: int, dir: Path | str, plain: bool = False, first_ip: str | int | None = None, timeout: float = 60.0,

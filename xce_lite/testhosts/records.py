@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 from xce_lite.testhosts.base import (
-    HostStatus,
     SSH_PORT,
     STATE,
+    HostStatus,
     TestHost,
     TestHostError,
     _alive,
@@ -22,10 +22,9 @@ from xce_lite.testhosts.base import (
     _spawned,
     _start_time,
 )
-from xce_lite.testhosts.boot import _Boot, _banner
+from xce_lite.testhosts.boot import _banner, _Boot
 from xce_lite.testhosts.cgroups import _remove_cgroups
 from xce_lite.testhosts.claims import release_ips
-
 
 
 def _save(dir: Path, boots: list[_Boot]) -> None:

@@ -14,8 +14,6 @@ from xce_lite.testhosts.base import SSHD, TestHost, TestHostError, _spawned, _st
 from xce_lite.testhosts.boot import _banner, _keygen, _log_tail, _sshd_config, _write_client_files
 from xce_lite.testhosts.records import _save_records, down
 
-
-
 # ---------------------------------------------------------------------------------------------------
 # unprivileged hosts: an sshd of the caller's on 127.0.0.1 and a free port, no namespaces
 

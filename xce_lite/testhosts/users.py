@@ -11,8 +11,6 @@ from pathlib import Path
 
 from xce_lite.testhosts.base import TestHost, TestHostError, _check_dir
 
-
-
 # command line
 
 

@@ -1,0 +1,1 @@
+"""The test suite: support/ (shared helpers), data/, and one folder per layer."""

@@ -1,0 +1,34 @@
+"""Shared fixtures. `cluster` is a running one-host cluster; `idle_cluster` has no controller yet."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import Cluster
+
+# Subprocesses (`python -m xce_lite`, the controller, its agents) import the tree under test, not
+# whatever copy `pip install` put in site-packages: a checkout or worktree tests its own code.
+_SOURCE_ROOT = str(Path(__file__).resolve().parents[1])
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_SOURCE_ROOT, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _SOURCE_ROOT]])
+
+
+@pytest.fixture
+def idle_cluster():
+    c = Cluster()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def cluster(idle_cluster: Cluster):
+    idle_cluster.start()
+    return idle_cluster
+
+
+pytest_plugins = ["tests.support.testhosts_fixture"]

@@ -1,0 +1,100 @@
+"""End to end: hosts that go away and come back, through the real controller and real agents.
+
+Local hosts stand in for remote ones here: each has an agent of its own (its own spool), and a
+host "goes away" when its agent is killed while something holds its spool's lock, so that the
+next agent cannot serve it until the test lets go. The same paths run over SSH in the remote tests.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import Cluster
+from tests.support.waiting import wait_until
+
+CONFIG = """\
+cluster: h{pid}
+hosts:
+  - {{name: a, slots: 1, mem: 1G}}
+  - {{name: b, slots: 1, mem: 1G}}
+queues:
+  - {{name: normal, default: true}}
+controller:
+  tick: 1s
+  grace: 1s
+  host_lost_after: {lost_after}
+"""
+
+
+@pytest.fixture
+def hcluster(request):
+    """Two local hosts; a host out of reach is lost after `lost_after` (the param; default 2s)."""
+    c = Cluster(config=CONFIG.format(pid=os.getpid(), lost_after=getattr(request, "param", "2s")))
+    c.start()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+class HostOutage:
+    """Host `name` of cluster `c` out of reach: its agent killed, its spool locked by us."""
+
+    def __init__(self, c: Cluster, name: str):
+        self.lock_path = c.home / "spool" / name / ".lock"
+        self.fd = -1
+
+    def __enter__(self) -> HostOutage:
+        pid = int(self.lock_path.read_text().split()[0])  # the serving agent writes its pid there
+        self.fd = os.open(self.lock_path, os.O_RDWR)
+        os.kill(pid, signal.SIGKILL)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)  # as soon as the killed agent's lock is gone
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)  # the next agent takes the lock: the host is back
+
+
+def hosts_of(c: Cluster) -> dict[str, dict]:
+    return {h["name"]: h for h in json.loads(c.ok("hosts", "--json"))["hosts"]}
+
+
+def test_a_host_out_of_reach_is_unreach_then_lost_and_its_job_is_requeued_elsewhere(hcluster: Cluster):
+    log = hcluster.work / "attempts"
+    job_id = hcluster.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap "exit 0" TERM; sleep 60 & wait')
+    first = hcluster.wait_state(job_id, {"RUN"})
+    assert first["hosts"] == [["a", 1]]
+    with HostOutage(hcluster, "a"):
+        wait_until(lambda: hosts_of(hcluster)["a"]["state"] == "unreach", 30, "host a to show unreach")
+        wait_until(lambda: hcluster.job(job_id)["attempt"] == 2 and hcluster.job(job_id)["state"] == "RUN", 60,
+                   "the job to run again, as attempt 2")
+        second = hcluster.job(job_id)
+        assert second["hosts"] == [["b", 1]]
+        assert hosts_of(hcluster)["a"]["lost"] is True
+        assert len(hcluster.supervisor_pids()) == 2  # the first copy still runs on a, out of reach
+    # a is back: the copy of attempt 1 is stale and is stopped; the job goes on as attempt 2
+    wait_until(lambda: hosts_of(hcluster)["a"]["state"] == "ok", 60, "host a to come back")
+    wait_until(lambda: len(hcluster.supervisor_pids()) == 1, 60, "the stale copy on a to be stopped")
+    assert log.read_text().split() == ["1", "2"]
+    assert hcluster.job(job_id)["state"] == "RUN" and hcluster.job(job_id)["attempt"] == 2
+    hcluster.ok("kill", str(job_id))
+    assert hcluster.xce("wait", str(job_id)).returncode == 1
+    assert hcluster.job(job_id)["reason"].startswith("killed by")
+
+
+@pytest.mark.parametrize("hcluster", ["5m"], indirect=True)
+def test_a_job_keeps_running_while_its_agent_is_away_and_its_result_comes_back(hcluster: Cluster):
+    marker: Path = hcluster.work / "done"
+    job_id = hcluster.submit("sh", "-c", f"sleep 1; touch {marker}; exit 3")
+    hcluster.wait_state(job_id, {"RUN"})
+    with HostOutage(hcluster, hcluster.job(job_id)["hosts"][0][0]):
+        wait_until(marker.exists, 30, "the job to end while its host is out of reach")
+        assert hcluster.job(job_id)["state"] == "RUN"  # nobody could tell the controller yet
+    final = hcluster.wait_state(job_id, {"EXIT"}, timeout=60)
+    assert final["exit_code"] == 3

@@ -1,0 +1,214 @@
+"""Dependencies point one way: parse every module's imports with `ast` and fail on a wrong arrow.
+
+Every import counts, including those inside functions (a lazy import is still an arrow) and relative
+ones (resolved against the importing module's package). The rules:
+
+- `sched/*` and `lifecycle` import only the standard library, `models`, `errors` and `sched.*`;
+- the merge (`config.merge`, `config.merge_view`) and the workflow logic (`workflow.deps`, `arrays`,
+  `gate`) are pure too: the standard library, `models`, `errors`, `quantities`, `sched.*`, each other;
+- `store/*` never imports `exec`, `sched`, `controller`, `api`, `cli` or `sim`;
+- `exec/*` never imports `store`, `sched`, `controller`, `api`, `cli` or `sim`;
+- `config/*`, `workflow/*` and `api/*` never import `controller`, `store`, `cli` or `sim`;
+- only `cli/*` (and `__main__`) import `cli`; nothing imports `sim` but `sim` and `cli`;
+- `exec/agent.py` is copied alone to hosts: the standard library only;
+- SQL runs through apsw in `store/` alone: no other module imports apsw;
+- every package's `__init__` is a docstring alone (importing a package loads nothing else);
+- `xce_lite.cli.main` imports nothing heavy on its way in (`xce submit` must start fast).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import xce_lite
+
+PACKAGE_DIR = Path(xce_lite.__file__).parent
+ROOT = "xce_lite"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def _is_module(name: str) -> bool:
+    """Whether `name` (xce_lite.something) is a module or package in the source tree."""
+    rel = Path(*name.split(".")[1:])
+    return (PACKAGE_DIR / rel).with_suffix(".py").is_file() or (PACKAGE_DIR / rel / "__init__.py").is_file()
+
+
+def imports_of(source: str, module: str, package: bool = False) -> set[str]:
+    """Absolute names of every module `source` imports, anywhere in it.
+
+    `from pkg import name` counts as importing `pkg.name` when that is a module of ours, else `pkg`.
+    """
+    found: set[str] = set()
+    current_package = module if package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = current_package.split(".")
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                if base.split(".")[0] == ROOT and _is_module(candidate):
+                    found.add(candidate)
+                else:
+                    found.add(base)
+    return found
+
+
+def sources() -> list[Path]:
+    return sorted(p for p in PACKAGE_DIR.rglob("*.py") if "tests" not in p.relative_to(PACKAGE_DIR).parts)
+
+
+def all_imports() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p.read_text(encoding="utf-8"), module_name(p), is_package(p))
+            for p in sources()}
+
+
+def is_stdlib(name: str) -> bool:
+    return name.split(".")[0] in sys.stdlib_module_names
+
+
+def within(name: str, *prefixes: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def violations(rule_for: str, modules: dict[str, set[str]], allowed) -> list[str]:
+    return [f"{module} imports {target}" for module, targets in sorted(modules.items())
+            if within(module, rule_for) for target in sorted(targets) if not allowed(target)]
+
+
+# ---- the checker itself -----------------------------------------------------------------------
+
+
+def test_imports_of_sees_every_kind_of_import() -> None:
+    source = """
+import os, json as j
+from xce_lite import errors
+from xce_lite import quantities as units
+from xce_lite.store.db import connect
+from . import resreq
+from .core import schedule
+from .. import models
+def later():
+    import apsw
+    from xce_lite.exec import host
+"""
+    assert imports_of(source, "xce_lite.sched.thing") == {
+        "os", "json", "xce_lite.errors", "xce_lite.quantities", "xce_lite.store.db", "xce_lite.sched.resreq",
+        "xce_lite.sched.core", "xce_lite.models", "apsw", "xce_lite.exec.host"}
+
+
+def test_violations_names_each_wrong_arrow() -> None:
+    modules = {"xce_lite.sched.core": {"os", "xce_lite.store.db"}, "xce_lite.cli.main": {"xce_lite.store.db"}}
+    assert violations("xce_lite.sched", modules, lambda t: not within(t, "xce_lite.store")) == [
+        "xce_lite.sched.core imports xce_lite.store.db"]
+
+
+def test_the_walk_finds_the_layers() -> None:
+    modules = all_imports()
+    for expected in ("xce_lite.sched.core", "xce_lite.lifecycle", "xce_lite.store.db", "xce_lite.store.jobs",
+                     "xce_lite.exec.host", "xce_lite.cli.main"):
+        assert expected in modules
+    assert not any(name.startswith("xce_lite.tests") for name in modules)
+
+
+# ---- the arrows -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layer", ["xce_lite.sched", "xce_lite.lifecycle"])
+def test_pure_core_imports_only_stdlib_models_errors_and_sched(layer: str) -> None:
+    def allowed(target: str) -> bool:
+        return is_stdlib(target) or within(target, "xce_lite.models", "xce_lite.errors", "xce_lite.sched")
+
+    assert violations(layer, all_imports(), allowed) == []
+
+
+PURE_HELPERS = ("xce_lite.models", "xce_lite.errors", "xce_lite.quantities", "xce_lite.sched")
+
+
+@pytest.mark.parametrize("module", ["xce_lite.config.merge", "xce_lite.config.merge_view", "xce_lite.workflow.deps",
+                                    "xce_lite.workflow.arrays", "xce_lite.workflow.gate"])
+def test_the_merge_and_the_workflow_logic_are_pure(module: str) -> None:
+    def allowed(target: str) -> bool:
+        return is_stdlib(target) or within(target, *PURE_HELPERS, "xce_lite.config.merge", "xce_lite.workflow.deps",
+                                           "xce_lite.workflow.arrays")
+
+    assert violations(module, all_imports(), allowed) == []
+
+
+@pytest.mark.parametrize(("layer", "never"), [
+    ("xce_lite.store", ("exec", "sched", "controller", "api", "cli", "sim")),
+    ("xce_lite.exec", ("store", "sched", "controller", "api", "cli", "sim")),
+    ("xce_lite.config", ("controller", "store", "cli", "sim")),
+    ("xce_lite.workflow", ("controller", "store", "cli", "sim")),
+    ("xce_lite.api", ("controller", "store", "cli", "sim")),
+    ("xce_lite.controller", ("cli", "sim")),
+])
+def test_layers_never_import_upwards(layer: str, never: tuple[str, ...]) -> None:
+    banned = tuple(f"xce_lite.{name}" for name in never)
+    assert violations(layer, all_imports(), lambda t: not within(t, *banned)) == []
+
+
+def test_only_the_cli_imports_the_cli_or_the_simulator() -> None:
+    outside = {name: targets for name, targets in all_imports().items()
+               if not within(name, "xce_lite.cli", "xce_lite.sim", "xce_lite.__main__")}
+    assert violations(ROOT, outside, lambda t: not within(t, "xce_lite.cli", "xce_lite.sim")) == []
+
+
+# The test-host harness is the one package with a public face (`from xce_lite import testhosts`): it
+# is standard library only and never on the CLI's or the controller's path.
+FACES = {"xce_lite/testhosts/__init__.py"}
+
+
+def test_package_inits_are_docstrings_only() -> None:
+    heavy = []
+    for init in sorted(PACKAGE_DIR.rglob("__init__.py")):
+        name = str(init.relative_to(PACKAGE_DIR.parent))
+        body = ast.parse(init.read_text(encoding="utf-8")).body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]
+        constants = all(isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) for n in body)
+        if not constants and name not in FACES:
+            heavy.append(name)
+    assert heavy == [], "a package __init__ must hold only its docstring (and constants such as __version__)"
+
+
+def test_the_host_agent_is_standard_library_only() -> None:
+    path = PACKAGE_DIR / "exec" / "agent.py"
+    assert path.is_file(), f"{path} is missing"
+    targets = imports_of(path.read_text(encoding="utf-8"), "xce_lite.exec.agent")
+    assert sorted(t for t in targets if not is_stdlib(t)) == []
+
+
+def test_only_the_store_runs_sql() -> None:
+    outside = {name: targets for name, targets in all_imports().items() if not within(name, "xce_lite.store")}
+    assert violations(ROOT, outside, lambda t: not within(t, "apsw", "sqlite3")) == []
+
+
+def test_the_cli_loads_nothing_heavy() -> None:
+    heavy = ["pydantic", "apsw", "fabric", "paramiko", "yaml"]
+    probe = (
+        "import sys, json, xce_lite.cli.main\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r})))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", f"`import xce_lite.cli.main` loaded: {result.stdout.strip()}"

@@ -1,0 +1,121 @@
+"""A real one-host cluster for end-to-end tests: a home, a controller process, the `xce` CLI.
+
+Everything is real: the controller runs as its own process (`xce controller start`), its agent and
+the jobs' supervisors are real processes, the store a real SQLite file. Teardown stops only what the
+test started, by PID: the controller, then any supervisor still listed in the spool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+
+from tests.support.waiting import wait_until
+from xce_lite.testhosts.base import kill_tree
+from xce_lite.exec.local import supervisor_pids
+
+
+class Cluster:
+    def __init__(self, slots: int = 2, grace: str = "2s", config: str | None = None, work: Path | None = None):
+        """`work`: where jobs run and write (default: beside the home, under /tmp); jobs on test hosts
+        need a directory outside /tmp, which each host has a private copy of."""
+        # A short path: a Unix socket path must fit in 107 bytes, and pytest's tmp_path may not.
+        self.root = Path(tempfile.mkdtemp(prefix="xce-test-"))
+        self.home = self.root / "home"
+        self.work = work or self.root / "work"
+        self.home.mkdir()
+        self.work.mkdir(parents=True, exist_ok=True)
+        (self.home / "xce.yaml").write_text(textwrap.dedent(config) if config else textwrap.dedent(f"""\
+            cluster: t{os.getpid()}
+            hosts:
+              - name: local
+                slots: {slots}
+                mem: 1G
+            queues:
+              - name: normal
+                default: true
+              - name: high
+                priority: 50
+            controller:
+              tick: 1s
+              grace: {grace}
+            """))
+        self.env = dict(os.environ, XCE_HOME=str(self.home))
+
+    # ---- the CLI --------------------------------------------------------------------------------
+
+    def xce(self, *args: str, cwd: Path | None = None, timeout: float = 120, env: dict | None = None,
+            ) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "xce_lite", *args], cwd=cwd or self.work,
+                              env=env or self.env, capture_output=True, text=True, timeout=timeout)
+
+    def ok(self, *args: str, **kw) -> str:
+        result = self.xce(*args, **kw)
+        assert result.returncode == 0, f"xce {' '.join(args)} exited {result.returncode}:\n{result.stderr}"
+        return result.stdout
+
+    def submit(self, *command: str, options: tuple[str, ...] = ()) -> int:
+        return int(self.ok("submit", "--parsable", *options, "--", *command).strip())
+
+    def job(self, job_id: int) -> dict:
+        return json.loads(self.ok("jobs", "--json", str(job_id)))["jobs"][0]
+
+    def wait_state(self, job_id: int, states: set[str], timeout: float = 30) -> dict:
+        found: dict = {}
+
+        def reached() -> bool:
+            found.update(self.job(job_id))
+            return found["state"] in states
+
+        wait_until(reached, timeout, f"job {job_id} to reach {sorted(states)} (last: {found.get('state')})")
+        return found
+
+    # ---- the controller ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.ok("controller", "start")
+
+    @property
+    def controller_pid(self) -> int | None:
+        try:
+            text = (self.home / "controller.lock").read_text().strip()
+        except FileNotFoundError:
+            return None
+        return int(text) if text.isdigit() and Path(f"/proc/{text}").exists() else None
+
+    def kill9_controller(self) -> None:
+        pid = self.controller_pid
+        assert pid is not None, "no controller to kill"
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not _alive(pid), 10, f"controller {pid} to die")
+
+    def supervisor_pids(self) -> list[int]:
+        """The supervisors still running on this cluster's local hosts (from each spool's journal)."""
+        spools = (self.home / "spool").glob("*/") if (self.home / "spool").is_dir() else []
+        return [pid for spool in spools for pid in supervisor_pids(spool)]
+
+    def close(self) -> None:
+        pid = self.controller_pid
+        if pid is not None:
+            self.xce("controller", "stop", timeout=40)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        for sup in self.supervisor_pids():
+            kill_tree(sup)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False

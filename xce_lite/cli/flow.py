@@ -1,0 +1,154 @@
+"""`xce flow submit | status | rescue`: a pipeline of named steps in one YAML file (flow.py says
+what the file holds). The client reads and checks the whole file, builds each step's job spec as
+`xce submit` would (a copy of this environment, paths made absolute), and sends the steps in one
+request; the controller checks them again and stores them all or none. A step runs, by default, in
+the flow file's directory, and relative paths in it (cwd, outputs) are relative to that directory.
+Once the file checks out, the directories the steps write their output files to are created (a
+pipeline's log directory need not exist before its first step runs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from xce_lite import errors
+from xce_lite.api.client import Client
+from xce_lite.cli.apps import table_lines
+from xce_lite.cli.jobs import when
+
+
+def _client(ctx: click.Context) -> Client:
+    return Client(ctx.obj.require().socket)
+
+
+@click.group()
+def flow() -> None:
+    """Workflows: a pipeline of named steps in one YAML file (see examples/pipeline/)."""
+
+
+@flow.command("submit")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one of the flow's vars.")
+@click.option("--check", is_flag=True, help="Only check the file and print the steps in order; submit nothing.")
+@click.pass_context
+def flow_submit(ctx, file: Path, sets: tuple[str, ...], check: bool) -> None:
+    """Check a flow file whole (unknown steps, cycles, bad values: every problem, with its line),
+    then submit all its steps at once, or none.
+
+    Example: xce flow submit pipeline.yaml --set sims=50
+    """
+    loaded = load_file(file, _sets(sets))
+    base = file.resolve().parent
+    steps = [{"step": step.name, "spec": _spec(step, base)} for step in loaded.steps]
+    if check:
+        for step in loaded.steps:
+            click.echo(f"{step.name}{step.array or ''}" + (f"  after {step.depend}" if step.depend else ""))
+        return
+    for spec in (s["spec"] for s in steps):
+        for path in (spec.get("stdout"), spec.get("stderr")):
+            if path and "%" not in os.path.dirname(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+    reply = _client(ctx).post("/flows", {"name": loaded.name, "steps": steps})
+    jobs = ", ".join(f"{s['step']} <{s['id']}{'[]' if s['array'] else ''}>" for s in reply["steps"])
+    click.echo(f"Flow <{reply['flow']}> is submitted: {jobs}.")
+
+
+def load_file(path: Path, sets: dict[str, str]):
+    """The file's Flow; ConfigError listing every problem as `FILE: steps.x.after (line N): ...`."""
+    import yaml
+
+    from xce_lite.config.cluster import problem
+    from xce_lite.workflow import flow as flows
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when there
+    except OSError as err:
+        raise errors.SpecError(f"cannot read {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise errors.SpecError(f"{path} is not valid YAML: {err}") from None
+    try:
+        return flows.load(data, sets)
+    except flows.FlowError as err:
+        root = yaml.compose(text)  # the node tree, for the lines of the problems only
+        lines = [problem(path, root, loc, message) for loc, message in err.problems]
+        raise errors.SpecError("\n".join(lines) + "\nnothing was submitted; fix the file and submit it again") from None
+
+
+def _sets(pairs: tuple[str, ...]) -> dict[str, str]:
+    values = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--set")
+        values[key] = value
+    return values
+
+
+def _spec(step, base: Path) -> dict:
+    """The step's job spec, as `xce submit` builds one; relative paths start at the flow's directory."""
+    from xce_lite.cli.submit import build_spec
+
+    options = dict(step.options, name=step.name)
+    options["cwd"] = os.path.join(base, options.get("cwd") or ".")
+    spec = build_spec(options, list(step.command))
+    if step.array:
+        spec["array"] = step.array
+    if step.depend:
+        spec["depend"] = step.depend
+    return spec
+
+
+@flow.command("status")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: {schema: 1, flow: {...}}.")
+@click.pass_context
+def flow_status(ctx, name: str, as_json: bool) -> None:
+    """Draw a flow's graph (your most recent flow of that name), each step with its state.
+
+    Example: xce flow status pipeline
+    """
+    reply = _client(ctx).get("/flows", name=name)
+    if as_json:
+        click.echo(json.dumps(reply, indent=2))
+        return
+    f = reply["flow"]
+    rescue = f", a rescue of #{f['rescue_of']}" if f["rescue_of"] else ""
+    click.echo(f"Flow <{f['name']}> #{f['id']}{rescue}, submitted {when(f['submit_time'])}")
+    for line in table_lines([("STEP", "STATE", "JOB", "DETAIL")] + graph_rows(f["steps"])):
+        click.echo("  " + line)
+
+
+def graph_rows(steps: list[dict]) -> list[tuple[str, ...]]:
+    """One row per step, upstream first, indented by its depth in the graph (`└─ collect`); a step
+    with several upstream steps names them."""
+    depth: dict[str, int] = {}
+    rows = []
+    for s in steps:
+        depth[s["step"]] = 1 + max((depth.get(u, 0) for u in s["upstream"]), default=-1)
+        tree = ("   " * (depth[s["step"]] - 1) + "└─ " if depth[s["step"]] else "") + s["step"]
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(s["states"].items()))
+        detail = counts if s["array"] else (s.get("pend_reason") or "")
+        if len(s["upstream"]) > 1:
+            detail = f"after {', '.join(s['upstream'])}" + (f"; {detail}" if detail else "")
+        rows.append((tree, s["state"], f"{s['id']}{s.get('indices') or '[]'}" if s["array"] else str(s["id"]), detail))
+    return rows
+
+
+@flow.command("rescue")
+@click.argument("name")
+@click.pass_context
+def flow_rescue(ctx, name: str) -> None:
+    """Submit again what did not finish DONE in a flow (an array step: only its elements that did
+    not), once none of its jobs still runs; steps that ended DONE are kept.
+
+    Example: xce flow rescue pipeline
+    """
+    reply = _client(ctx).post("/flows/rescue", {"name": name})
+    jobs = ", ".join(f"{s['step']} <{s['id']}{'[]' if s['array'] else ''}>" for s in reply["steps"])
+    kept = f"; kept (DONE): {', '.join(reply['kept'])}" if reply["kept"] else ""
+    click.echo(f"Flow <{reply['flow']}> is rescued: {jobs}{kept}.")

@@ -1,0 +1,334 @@
+"""The cluster configuration: `xce.yaml` in the cluster home, as pydantic models that mirror the file.
+
+Invariants once `load_config` returns: at least one host and one queue, unique names, exactly one
+default queue. A validation error names the file, the field and its line, and says what to do.
+The controller imports this; the CLI's hot path (`xce submit`) does not (pydantic costs ~60 ms).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from xce_lite.errors import ConfigError, SpecError
+from xce_lite.quantities import parse_duration, parse_size
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 512M or 4G")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError("must be more than zero, e.g. 512M or 4G")
+        return value * 1024**2  # a bare number is megabytes, as on the command line
+    try:
+        return parse_size(str(value))
+    except SpecError as err:
+        raise ValueError(str(err)) from None
+
+
+def _duration(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)  # in the file a bare number is seconds: it reads as such next to its key
+    try:
+        return parse_duration(str(value))
+    except SpecError as err:
+        raise ValueError(str(err)) from None
+
+
+Size = Annotated[int, BeforeValidator(_size)]
+Seconds = Annotated[float, BeforeValidator(_duration)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_SSH_ONLY = ("address", "port", "user", "identity", "python", "spool")
+
+
+class HostConfig(_Model):
+    name: str = Field(pattern=_NAME)
+    slots: int = Field(ge=1, le=100_000)
+    mem: Size
+    # `local`: the machine the controller runs on, through a local agent. `ssh`: another machine,
+    # through an agent the controller copies there and runs over one SSH connection.
+    type: str = Field(default="local", pattern=r"^(local|ssh)$")
+    # ssh hosts only. Anything not set here comes from the SSH config file (`ssh.config`), as
+    # OpenSSH would read it for this name: HostName, Port, User, IdentityFile, ProxyJump.
+    address: str | None = Field(default=None, min_length=1)  # default: the name, through the SSH config
+    port: int | None = Field(default=None, ge=1, le=65535)
+    user: str | None = Field(default=None, min_length=1)
+    identity: str | None = Field(default=None, min_length=1)  # a private key file
+    python: str | None = Field(default=None, min_length=1)  # the host's Python 3 (default: python3)
+    spool: str | None = Field(default=None, min_length=1)  # the agent's directory there (default below)
+    # How jobs run there: `auto` picks systemd system units (root), systemd user units (a lingering
+    # user manager), or the plain supervisor, in that order, as the host's probe allows.
+    launch: str = Field(default="auto", pattern=r"^(auto|systemd|user|plain)$")
+    gpus: int = Field(default=0, ge=0, le=1024)  # GPU count; jobs get indices in CUDA_VISIBLE_DEVICES
+    # Custom numeric resources this host offers (`scratch: 100G` is a size, `fpga: 2` a count);
+    # each name must be declared under the cluster's `resources:`.
+    resources: dict[str, int | float | str] = Field(default_factory=dict)
+    # String attributes for select[...] (`model: EPYC`), and tags (`select[avx512]`).
+    attrs: dict[str, str] = Field(default_factory=dict)
+    tags: list[Annotated[str, Field(pattern=_NAME)]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _ssh_fields_on_ssh_hosts(self) -> HostConfig:
+        if self.type != "ssh":
+            given = [f for f in _SSH_ONLY if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} apply to ssh hosts only; add `type: ssh` to host {self.name}")
+        return self
+
+    def agent_spool(self, cluster: str) -> str:
+        """The agent's directory on an ssh host: per cluster and host, so hosts that share a home
+        directory (NFS) never share a journal."""
+        return self.spool or f"~/.xce-agent/{cluster}-{self.name}"
+
+
+class QueueConfig(_Model):
+    name: str = Field(pattern=_NAME)
+    priority: int = Field(default=30, ge=0, le=10_000)
+    default: bool = False
+    description: str = ""
+    hosts: list[str] | None = None  # the hosts its jobs may use; None: all
+    # Ceilings (LSF's RUNLIMIT, MEMLIMIT, TASKLIMIT): a job asking for more is refused at submit; a
+    # job asking for nothing gets the ceiling; a task range is cut to it.
+    run_limit: Seconds | None = None
+    mem_limit: Size | None = None
+    max_tasks: int | None = Field(default=None, ge=1)
+    # Running limits, in slots (LSF's QJOB_LIMIT, UJOB_LIMIT): a job pends while they are reached.
+    running_limit: int | None = Field(default=None, ge=1)
+    user_running_limit: int | None = Field(default=None, ge=1)
+
+
+class ControllerConfig(_Model):
+    # How often the controller looks again when nothing woke it (a finished job or a submit does).
+    tick: Seconds = 1.0
+    # Between TERM and KILL when a job is killed or reaches a limit.
+    grace: Seconds = 10.0
+    # The scheduler examines at most this many jobs per session, then says it is not complete.
+    sched_budget: int = Field(default=200_000, ge=1)
+    # Starvation guard: a job that has waited this long and still cannot start reserves the
+    # cluster: jobs after it in order wait until it starts. 0 turns the guard off.
+    reserve_after: Seconds = 600.0
+    # A host whose agent has not answered for this long is lost: its jobs are requeued (or end
+    # EXIT with reason "host lost", with `on_host_lost: exit`); a copy that comes back is killed.
+    host_lost_after: Seconds = 300.0
+    on_host_lost: str = Field(default="requeue", pattern=r"^(requeue|exit)$")
+
+
+class SshConfig(_Model):
+    """How the controller reaches ssh hosts (all hosts share these)."""
+
+    # OpenSSH client config to read per host (HostName, Port, User, IdentityFile, ProxyJump).
+    config: str = "~/.ssh/config"
+    # Host keys are checked against these and <home>/known_hosts (where `xce hosts add --accept-new`
+    # writes); an unknown key is refused, never accepted silently.
+    known_hosts: list[str] = Field(default_factory=lambda: ["~/.ssh/known_hosts"])
+    connect_timeout: Seconds = 10.0
+    keepalive: Seconds = 15.0  # seconds between keepalives on an idle connection
+    reconnect_max: Seconds = 60.0  # the longest wait between two reconnect attempts (backoff)
+
+
+BUILTIN_RESOURCES = ("slots", "mem", "gpus")
+
+
+class ResourceConfig(_Model):
+    """A custom numeric resource: `size` amounts take K/M/G/T (stored in bytes), `count` ones don't."""
+
+    kind: str = Field(default="count", pattern=r"^(count|size)$")
+    description: str = ""
+
+
+class ClusterConfig(_Model):
+    cluster: str = Field(pattern=_NAME)
+    hosts: list[HostConfig] = Field(min_length=1)
+    queues: list[QueueConfig] = Field(min_length=1)
+    controller: ControllerConfig = ControllerConfig()
+    ssh: SshConfig = SshConfig()
+    # Custom numeric resources hosts may offer (declared once, so a typo on a host is an error).
+    resources: dict[Annotated[str, Field(pattern=_NAME)], ResourceConfig] = Field(default_factory=dict)
+    # Cluster-wide counters such as licenses (`lic_matlab: 4`): a job's `/job` rusage takes from them.
+    shared: dict[Annotated[str, Field(pattern=_NAME)], Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    # The application profile (applications.yaml beside this file) of jobs submitted without -app;
+    # "" for none. It must name a profile (`default` is built in), or the config is refused.
+    default_application: str = Field(default="default", pattern=r"^$|" + _NAME)
+
+    @field_validator("resources")
+    @classmethod
+    def _not_builtin(cls, resources: dict) -> dict:
+        clash = sorted(set(resources) & set(BUILTIN_RESOURCES))
+        if clash:
+            raise ValueError(f"{', '.join(clash)} is built in; declare only your own resources here")
+        return resources
+
+    @model_validator(mode="after")
+    def _host_resources_declared(self) -> ClusterConfig:
+        for host in self.hosts:
+            unknown = sorted(set(host.resources) - set(self.resources))
+            if unknown:
+                raise ValueError(f"host {host.name} offers undeclared resource(s) {', '.join(unknown)}; "
+                                 f"declare them under `resources:` (kind: count or size)")
+            for name, amount in host.resources.items():
+                self.resource_amount(name, amount, f"host {host.name}")
+        hosts = {h.name for h in self.hosts}
+        for queue in self.queues:
+            unknown = sorted(set(queue.hosts or ()) - hosts)
+            if unknown:
+                raise ValueError(f"queue {queue.name} names unknown host(s) {', '.join(unknown)}")
+        clash = sorted(set(self.shared) & (set(self.resources) | set(BUILTIN_RESOURCES)))
+        if clash:
+            raise ValueError(f"{', '.join(clash)} cannot be both a shared counter and a host resource")
+        return self
+
+    def resource_amount(self, name: str, amount: int | float | str, where: str) -> float:
+        """A host's amount of a custom resource in base units (bytes for sizes)."""
+        kind = self.resources[name].kind
+        if kind == "size":
+            return float(_size(amount))
+        if isinstance(amount, (str, bool)) or amount < 0:
+            raise ValueError(f"{where}: {name} is a count: give a number of 0 or more, not {amount!r}")
+        return float(amount)
+
+    @field_validator("hosts", "queues")
+    @classmethod
+    def _unique_names(cls, items: list) -> list:
+        names = [item.name for item in items]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"names must be unique; repeated: {', '.join(dupes)}")
+        return items
+
+    @field_validator("queues")
+    @classmethod
+    def _one_default(cls, queues: list[QueueConfig]) -> list[QueueConfig]:
+        defaults = [q.name for q in queues if q.default]
+        if len(defaults) > 1:
+            raise ValueError(f"only one queue may say `default: true`; these do: {', '.join(defaults)}")
+        return queues
+
+    @property
+    def default_queue(self) -> QueueConfig:
+        return next((q for q in self.queues if q.default), self.queues[0])
+
+    def queue(self, name: str | None) -> QueueConfig:
+        """The queue named, or the default one for None; SpecError lists the known names."""
+        if name is None:
+            return self.default_queue
+        for q in self.queues:
+            if q.name == name:
+                return q
+        known = ", ".join(q.name for q in self.queues)
+        raise SpecError(f"unknown queue {name!r}; the queues are: {known} (see `xce queues`)")
+
+
+def load_config(path: Path) -> ClusterConfig:
+    """Read and validate `path`; ConfigError names the file, the field, the line and the fix."""
+    return load_yaml(path, ClusterConfig, "create it with `xce init`",
+                     "a mapping with `cluster`, `hosts` and `queues`")[0]
+
+
+def load_yaml(path: Path, model: type[_M], missing: str, expected: str) -> tuple[_M, yaml.Node | None]:
+    """`path` validated as `model`, with its YAML node tree (for the lines of later checks).
+
+    ConfigError names the file, the field and its line; `missing` says what to do when the file does
+    not exist, `expected` what its top level should be."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist; {missing}") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read {path}: {err.strerror}") from None
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected {expected}")
+    try:
+        return model.model_validate(data), root
+    except ValidationError as err:
+        problems = [problem(path, root, tuple(item["loc"]), item["msg"]) for item in err.errors()]
+        raise ConfigError("\n".join(problems) + "\nfix the file, then run the command again") from None
+
+
+def problem(path: Path, root: yaml.Node | None, loc: tuple, message: str) -> str:
+    """`FILE: field.path (line N): message`, the form every config error takes."""
+    where = ".".join(str(p) for p in loc) or "(top level)"
+    line = _line_of(root, loc)
+    return f"{path}: {where}{f' (line {line})' if line else ''}: {message}"
+
+
+def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
+    """1-based line of the YAML node at `loc`, or of the deepest ancestor that exists."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            pair = next(((k, v) for k, v in node.value if k.value == str(part)), None)
+            if pair is not None:  # the key's line: a block value starts on the line below it
+                child, line = pair[1], pair[0].start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            child = node.value[part]
+            line = child.start_mark.line + 1
+        if child is None:
+            break
+        node = child
+    return line
+
+
+def detect_memory() -> int:
+    """Total memory of this machine in bytes (sysconf; no psutil on this path)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def default_config_text(cluster: str, host: str, slots: int, mem: int) -> str:
+    """The commented xce.yaml that `xce init` writes for a one-host cluster on this machine."""
+    mem_text = f"{mem // 1024**2}M"
+    host = host if re.match(_NAME, host) else "localhost"
+    return f"""\
+# xce.yaml: the configuration of this xce_lite cluster.
+# Edit it, then restart the controller (`xce controller stop; xce controller start`).
+
+# The cluster's name; it is part of every unit name on the hosts, so two clusters never collide.
+cluster: '{cluster}'
+
+# The machines that run jobs. `local` is the machine the controller runs on.
+# slots: how many tasks run at once (one per CPU by default); mem: memory to hand out (512M, 4G, ...).
+hosts:
+  - name: '{host}'
+    type: local
+    slots: {slots}
+    mem: {mem_text}
+
+# Queues order the work: higher priority is scheduled first; `default: true` takes jobs that name none.
+queues:
+  - name: normal
+    priority: 30
+    default: true
+    description: the default queue
+
+# The controller's own settings (these are the defaults).
+controller:
+  tick: 1s      # how often it looks again when nothing woke it
+  grace: 10s    # between TERM and KILL when a job is killed or reaches its run limit
+"""

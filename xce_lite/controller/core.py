@@ -1,0 +1,423 @@
+"""The controller: the single writer of the job store, the scheduler's caller, the hosts' master.
+
+Its tick is a short list of named steps, with one commit at most:
+
+1. collect   - take what the hosts reported: units that ended, launch replies, hosts that came up
+               (with the units they list, matched against the jobs by jobunits.reconcile) or went
+               down (unitwork.py);
+2. hosts lost- a host out of reach for `controller.host_lost_after`: its jobs are requeued (or end
+               EXIT "host lost"), and a copy that runs there when it comes back is stopped;
+3. gate      - pending jobs with a dependency, or in an array with a throttle, go to the scheduler
+               when they may start; a dependency that can never hold cancels its job (depwork.py);
+4. snapshot  - hosts with what is free on them, pending jobs, queue priorities (memory only);
+5. schedule  - run the pure scheduler core in its worker process (sched_process.py: forkserver,
+               fed with what changed in the pending set since the last session);
+6. intent    - ONE durable commit of everything learned and decided: starts, finishes, requeues
+               (a failed attempt with retries left is requeued, not finished), cancels, each
+               dispatch as DISP with its deterministic unit names, changed pend reasons;
+7. act       - forget the units whose results are stored, stop the units of jobs that ended or
+               were requeued (they hold their resources, "draining", until their host says they
+               ended), and launch: one unit per host of each dispatched job. Launch replies are
+               stored by the next tick.
+
+A job placed on several hosts has a unit on each (jobunits.py): the first runs its command, the
+others hold its allocation and run its `xce launch` tasks; its outcome is the first unit's.
+
+Hosts connect in the background (hostlinks.py), so a slow or dead host never stalls a tick. A
+restart is the same code: load the unfinished jobs; as each host comes up, adopt what runs, record
+what ended, launch what was recorded DISP but never reached its host (the unit name makes that
+launch safe to repeat), stop stale copies, and mark lost what vanished. A job acknowledged to a
+client is in the store before the reply. API handlers run on the server's threads; they take
+`self._mu` for the in-memory view, and the store serialises the writes.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from typing import Any
+
+from xce_lite import errors
+from xce_lite.api.server import ApiServer
+from xce_lite.config.cluster import ClusterConfig, HostConfig
+from xce_lite.config.merge import Effective, Profile
+from xce_lite.config.profiles import load_cluster
+from xce_lite.config.sched_view import Holding, effective, hosts_now, pending_job, shared_free
+from xce_lite.controller.gating import Workflows
+from xce_lite.controller.handlers.config import ConfigHandlers
+from xce_lite.controller.handlers.flow import FlowHandlers
+from xce_lite.controller.handlers.jobs import ApiHandlers
+from xce_lite.controller.jobunits import job_units
+from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
+from xce_lite.controller.task_launches import TaskLaunches
+from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
+from xce_lite.exec.host import HostEvent
+from xce_lite.exec.link import HostLink
+from xce_lite.exec.local import LocalHost
+from xce_lite.home.paths import Home
+from xce_lite.models import DISP, PEND, PSUSP, Job, JobSpec, unit_name
+from xce_lite.sched.core import Decisions, PendingJob, Snapshot
+from xce_lite.sched.placement import HostView
+from xce_lite.store.jobs import Finish, JobStore, Requeue, TickRecord
+
+LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
+
+
+class _WakingQueue(queue.Queue):
+    """Host events wake the tick as they arrive."""
+
+    def __init__(self, wake: threading.Event):
+        super().__init__()
+        self._wake = wake
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        super().put(item, block, timeout)
+        self._wake.set()
+
+
+class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows):
+    def __init__(self, home: Home, log=None):
+        self.home = home
+        self.log = log or _log
+        self.config: ClusterConfig
+        self.profiles: dict[str, Profile]  # application profiles by name (profiles.py)
+        config, profiles = load_cluster(home.config)
+        self.cluster = config.cluster
+        home.spool.mkdir(exist_ok=True)
+        self.store = JobStore(home.store)
+        try:
+            self._check_config(config, profiles)  # ConfigError: the controller does not start
+        except errors.ConfigError:
+            self.store.close()
+            raise
+        self._use_config(config, profiles)
+        self.started_at = time.time()
+        self._mu = threading.RLock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._finished = threading.Condition(self._mu)
+        self._events: queue.Queue[HostEvent] = _WakingQueue(self._wake)
+        self._init_units()
+        self._init_launches()
+        self._init_workflows()
+        self._links: dict[str, HostLink] = {}
+        self._pending = PendingSet()
+        self._held: dict[int, str] = {}  # PSUSP job id -> user
+        self._attempts: dict[int, int] = {}  # pending job id -> its last attempt, if it ran before
+        self._retries: dict[int, int] = {}  # job id -> its retries so far, from a plan to its dispatch
+        self._reasons: dict[int, str | None] = {}  # live pend reasons (the API shows these)
+        self._stored_reasons: dict[int, str | None] = {}  # what the store holds
+        self._reasons_flushed_at = 0.0
+        self._dirty = True  # something changed since the last scheduling session
+        self._scheduler = SchedulerProcess()
+        self._server: ApiServer | None = None
+
+    # ---- running ----------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Run until stopped: load, start the host links, serve the API, tick."""
+        try:
+            self._load()
+            for host_config in self.config.hosts:
+                self._start_link(host_config)
+            self._settle_local_hosts()
+            self._server = ApiServer(self.home.socket, self.routes(), self.log)
+            threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
+            self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
+            while not self._stopping.is_set():
+                self._wake.wait(self.config.controller.tick)
+                self._wake.clear()
+                if not self._stopping.is_set():
+                    self.tick()
+        finally:
+            self._shutdown()
+
+    def _settle_local_hosts(self) -> None:
+        """Before serving: tick until each local host's agent has answered (or failed), for at most
+        LOCAL_SETTLE seconds, so that `xce controller start; xce hosts` shows this machine ok. Remote
+        hosts are never waited for: they connect in the background."""
+        local = [h.name for h in self.config.hosts if h.type == "local"]
+        deadline = time.monotonic() + LOCAL_SETTLE
+        while time.monotonic() < deadline and not self._stopping.is_set():
+            if all(self._host_state.get(n) == "ok" or n in self._down_why for n in local):
+                return
+            self._wake.wait(0.05)
+            self._wake.clear()
+            self.tick()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self.home.socket.unlink(missing_ok=True)
+        for link in self._links.values():
+            link.close()  # the agents exit; the jobs go on under their supervisors
+        self._scheduler.close()
+        self.store.close()
+        self.log("controller stopped")
+
+    def _start_link(self, host: HostConfig) -> None:
+        """Keep `host` connected from now on (hostlinks.py); until it answers it is unreachable."""
+        link = HostLink(host.name, self._host_factory(host), self._events, self.log,
+                        backoff_max=self.config.ssh.reconnect_max)
+        with self._mu:
+            self._links[host.name] = link
+            self._host_state.setdefault(host.name, "unreachable")
+            if self._host_state[host.name] != "ok":
+                self._down_since.setdefault(host.name, time.time())
+        link.start()
+
+    def _hosts_changed(self, old: ClusterConfig, new: ClusterConfig) -> None:
+        """After a reconfig: connect added hosts, and reconnect hosts whose connection settings (or
+        the cluster's ssh settings) changed; the new connection lists the host's units and the jobs
+        on it go on. A removed host is closed to new work already (it is not in the scheduler's
+        view); its link stays, so the results of the jobs still running there come back."""
+        before = {h.name: h for h in old.hosts}
+        for host in new.hosts:
+            was = before.get(host.name)
+            if was is not None and (_connection(was) == _connection(host) and old.ssh == new.ssh):
+                continue
+            link = self._links.pop(host.name, None)
+            if link is not None:
+                link.close()
+            self.log(f"host {host.name}: {'added' if was is None else 'connection settings changed'}; connecting")
+            self._start_link(host)
+        removed = sorted(before.keys() - {h.name for h in new.hosts})
+        if removed:
+            self.log(f"hosts removed: {', '.join(removed)} (closed to new work; their running jobs go on)")
+
+    def _host_factory(self, host: HostConfig):
+        """How the host's link makes a fresh connection to it."""
+        if host.type == "local":
+            return lambda: LocalHost(host.name, self.home.spool / host.name, mode=host.launch)
+        from xce_lite.exec.sshgate import GatewayHost  # paramiko lives in the gateway process, not here
+        from xce_lite.home.hostadd import ssh_target
+
+        target = ssh_target(host, self.config, self.home)
+        spool, log_path = host.agent_spool(self.cluster), self.home.root / f"agent-{host.name}.log"
+        heartbeat = self.config.ssh.keepalive
+        return lambda: GatewayHost(host.name, target, spool, mode=host.launch, heartbeat=heartbeat,
+                                   log_path=log_path)
+
+    def _load(self) -> None:
+        """Rebuild the in-memory view from the store (the store is the truth)."""
+        jobs = self.store.unfinished()
+        killed = self.store.kill_requested([j.id for j in jobs if j.state not in (PEND, PSUSP)])
+        for job in jobs:
+            if job.state == PEND:
+                self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
+                self._reasons[job.id] = self._stored_reasons[job.id] = job.pend_reason
+                if job.attempt:
+                    self._attempts[job.id] = job.attempt
+            elif job.state == PSUSP:
+                self._held[job.id] = job.user
+                if job.array_id is not None:
+                    self._note_element(job.id, job.array_id)
+                if job.attempt:
+                    self._attempts[job.id] = job.attempt
+            else:
+                holding = Holding.from_json(job.alloc, job.hosts)
+                units = job_units(self.cluster, job.id, job.attempt, len(holding.allocs))
+                # Unit 0 of a job stored RUN is known to have run; the others are matched as their
+                # hosts list them (a unit of a job that runs may not have reached its host yet).
+                status = [RUNNING if i == 0 and job.state != DISP else NEW for i in range(len(units))]
+                active = Active(job.id, job.user, job.queue, job.state, job.attempt, holding, units, status,
+                                retries=job.retries, killed=job.id in killed)
+                self._add_active(self._with_workflow(active, job.array_id, job.effective))
+        if self._active:
+            self.log(f"recovering {len(self._active)} dispatched or running jobs")
+
+    def _with_workflow(self, active: Active, array_id: int | None, effective: dict | None) -> Active:
+        """The active job with its array and its retry rule (from the effective values it runs with)."""
+        if array_id is not None:
+            self._note_element(active.id, array_id)
+        active.array_id = array_id
+        if effective:
+            eff = Effective.from_json(effective)
+            active.retry, active.retry_on = eff.retry, eff.retry_on
+        return active
+
+    # ---- the tick ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """One pass; see the module docstring. Everything learned and decided in it is stored in
+        one durable commit, before any launch; launch replies are stored by the next pass."""
+        now = time.time()
+        self._collect_events(now)
+        self._expire_lost_hosts(now)
+        cancels = self._gate_step()
+        with self._mu:
+            finishing, self._unrecorded = self._unrecorded, []
+            started, self._unrecorded_started = self._unrecorded_started, []
+            requeues, self._unrecorded_requeues = self._unrecorded_requeues, []
+            events, self._host_hook_events = self._host_hook_events, []
+            closing = {f.job_id for f, _event in finishing} | {r.job_id for r in requeues}
+            dirty, self._dirty = self._dirty or bool(closing), False
+            hosts = self._hosts_now(closing) if dirty and self._pending else None
+            shared = self._shared_free(closing) if hosts is not None else None
+        decisions = self._schedule(hosts, shared) if hosts is not None else None
+        plans = self._plans(decisions) if decisions is not None else []
+        reasons = self._reasons_to_store(decisions, now)
+        if finishing or started or plans or reasons or requeues or cancels or events:
+            record = self.store.record_tick(finishing, started, plans, reasons, now, requeues, cancels, events)
+            self._apply(record, finishing, requeues, plans)
+        self._act()
+        if self._unrecorded or self._unrecorded_started or self._unrecorded_requeues:
+            self._wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
+
+    def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
+        """The scheduler's view of a pending job (snapshot.pending_job, which the simulator shares)."""
+        return pending_job(job_id, user, queue, spec, submit_time, self.config, self.profiles)[0]
+
+    def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
+        """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
+        still run hold anything (they drain: stopped, holding their resources until they end)."""
+        return hosts_now(self.host_totals, self._host_state, self._holdings(closing))
+
+    def _shared_free(self, closing: set[int] = frozenset()):
+        return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])
+
+    def _schedule(self, hosts: tuple[HostView, ...], shared) -> Decisions | None:
+        """One session in the scheduler process, fed with what changed in the pending set."""
+        try:
+            with self._mu:  # the pending set's changes are taken under the lock; the wait is not
+                running = tuple((j.queue, j.user, sum(n for _, n in j.hosts)) for j in self._active.values())
+                base = Snapshot(hosts, (), self.queue_policies, shared, running, time.time(),
+                                self.config.controller.reserve_after)
+                self._scheduler.send(self._pending, base, self.config.controller.sched_budget)
+            decisions = self._scheduler.receive()
+        except TimeoutError as err:
+            self.log(f"{err}; it will be restarted")
+            decisions = None
+        if decisions is None:  # out of step or restarted: the next session sends the whole set
+            self._dirty = True
+            self._wake.set()
+        return decisions
+
+    def _plans(self, decisions: Decisions) -> list[tuple[int, int, list, str, dict, dict]]:
+        """The dispatches to record, each under the next attempt's unit names and with the effective
+        values it will run with. A decision made on a profile that has changed or vanished since (a
+        reconfig during the session), or whose task count the job's queue no longer allows, is
+        declined: the job stays PEND and is scheduled again with what holds now, never EXIT."""
+        if not decisions.dispatches:
+            return []
+        jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches])}
+        plans = []
+        for d in decisions.dispatches:
+            job = jobs.get(d.job_id)
+            if job is None or job.state != PEND:
+                continue  # killed or held meanwhile: the store's guarded update would refuse it anyway
+            declined = self._stale(job, d.profile_hash, sum(n for _, n in d.hosts))
+            if isinstance(declined, str):
+                self._decline(job.id, d.profile_hash, declined)
+                continue
+            with self._mu:
+                attempt = self._attempts.get(d.job_id, 0) + 1
+                self._retries[d.job_id] = job.retries  # the dispatched job's retry count so far
+            unit = unit_name(self.cluster, d.job_id, attempt, 0)
+            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json(),
+                          declined.to_json()))
+        return plans
+
+    def _stale(self, job: Job, decided_hash: str, tasks: int) -> Effective | str:
+        """The job's effective values now, or why the decision taken for it no longer holds."""
+        try:
+            eff = effective(job.spec, job.queue, self.config, self.profiles)
+        except errors.SpecError as err:
+            return f"its configuration changed since the scheduler's decision: {err}"
+        if eff.profile_hash != decided_hash:
+            return (f"application {job.spec.app} changed since the scheduler's decision "
+                    f"(hash {decided_hash or 'none'} -> {eff.profile_hash})")
+        if not eff.min_tasks <= tasks <= eff.max_tasks:
+            return f"its task range is now {eff.min_tasks}..{eff.max_tasks}, the decision gave it {tasks} tasks"
+        return eff
+
+    def _reasons_to_store(self, decisions: Decisions | None, now: float) -> dict[int, str | None]:
+        """Keep every pend reason live in memory; hand the store the changed ones at most once a
+        second, so a busy queue costs no write per job per tick (the API reads the live ones)."""
+        with self._mu:
+            if decisions is not None:
+                for reason, ids in decisions.waiting:
+                    for job_id in ids:
+                        if job_id in self._pending:
+                            self._reasons[job_id] = reason
+            if now - self._reasons_flushed_at < 1.0:
+                return {}
+            self._reasons_flushed_at = now
+            changed = {job_id: reason for job_id, reason in self._reasons.items()
+                       if self._stored_reasons.get(job_id) != reason}
+            self._stored_reasons.update(changed)
+            return changed
+
+    def _apply(self, record: TickRecord, finishing: list[tuple[Finish, str]], requeues: list[Requeue],
+               plans: list) -> None:
+        """Bring the in-memory view in line with what `record_tick` stored."""
+        requeued = self.store.jobs(list(record.requeued)) if record.requeued else []
+        with self._mu:
+            for f, _event in finishing:  # the other hosts' post hooks see it as XCE_JOB_REASON
+                self._end_active(f.job_id, f"job {f.job_id} ended {f.state}" + (f": {f.reason}" if f.reason else ""))
+                self._ended_element(f.job_id)
+            for r in requeues:
+                self._end_active(r.job_id, f"job {r.job_id} was requeued: {r.reason}")
+            for job in requeued:
+                self._attempts[job.id] = job.attempt
+                if job.state == PEND:
+                    self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
+                else:
+                    self._held[job.id] = job.user
+            for job_id in record.cancelled:
+                self._dequeue(job_id)
+                self._ended_element(job_id)
+            dispatched = set(record.dispatched)
+            for job_id, attempt, hosts, _unit, alloc, effective in plans:
+                pending = self._pending.get(job_id)
+                if job_id not in dispatched or pending is None:
+                    continue  # killed or held while the scheduler thought: it stays as it is now
+                self._dequeue(job_id)
+                self._attempts.pop(job_id, None)
+                holding = Holding.from_json(alloc, ())
+                units = job_units(self.cluster, job_id, attempt, len(hosts))
+                active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
+                                retries=self._retries.pop(job_id, 0))
+                self._add_active(self._with_workflow(active, self._array_of.get(job_id), effective))
+                self._to_launch.extend(units)
+            if record.finished or record.requeued or record.cancelled or record.started:
+                self._gate_dirty = True
+                if len(self._gate):
+                    self._wake.set()  # a dependant may go now, or be cancelled: do not wait a tick
+            if record.finished or record.requeued or record.cancelled:
+                self._dirty = True
+                self._finished.notify_all()
+
+    def _forget_reason(self, job_id: int) -> None:
+        self._reasons.pop(job_id, None)
+        self._stored_reasons.pop(job_id, None)
+
+
+def _connection(host: HostConfig) -> tuple:
+    """What a host's connection depends on (its resources and tags apply without reconnecting)."""
+    return (host.type, host.address, host.port, host.user, host.identity, host.python, host.spool, host.launch)
+
+
+def _log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(f"{stamp} {message}", file=sys.stderr, flush=True)
+
+
+def run_foreground(home: Home) -> None:
+    """Hold the home's lock and run the controller until stopped (SIGTERM or `xce controller stop`)."""
+    import signal
+
+    from xce_lite.controller.daemon import hold_lock
+
+    with hold_lock(home):
+        controller = Controller(home)
+        signal.signal(signal.SIGTERM, lambda *_: controller.stop())
+        signal.signal(signal.SIGINT, lambda *_: controller.stop())
+        controller.serve()

@@ -1,0 +1,117 @@
+"""Running the controller as a daemon: the home's lock, detaching, and waiting for it to answer.
+
+One controller per home: it holds an exclusive flock on `controller.lock` for its whole life, and
+writes its pid there so a second start can say who holds it. The lock dies with the process (even
+on kill -9), so a stale lock file never blocks a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+from xce_lite.api.client import Client
+from xce_lite.errors import ControllerDown, HomeError, XceError
+from xce_lite.home.paths import Home
+
+
+class AlreadyRunning(XceError):
+    """Another controller holds this home's lock."""
+
+
+@contextlib.contextmanager
+def hold_lock(home: Home) -> Iterator[None]:
+    fd = os.open(home.lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise AlreadyRunning(
+                f"a controller is already running for {home.root} (pid {holder}, holding {home.lock}); "
+                f"stop it with `xce controller stop`") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def lock_holder(home: Home) -> int | None:
+    """The pid of the controller holding the lock, or None if nobody holds it."""
+    try:
+        fd = os.open(home.lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def start_detached(home: Home, timeout: float = 30.0) -> int:
+    """Start `xce controller start --foreground` in its own session; its pid once it answers."""
+    holder = lock_holder(home)
+    if holder is not None:
+        raise AlreadyRunning(f"a controller is already running for {home.root} (pid {holder}); "
+                             f"stop it with `xce controller stop`")
+    log = open(home.log, "ab")
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "xce_lite", "--home", str(home.root), "controller", "start", "--foreground"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+    finally:
+        log.close()
+    deadline = time.monotonic() + timeout
+    client = Client(home.socket, timeout=5)
+    try:
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                raise HomeError(f"the controller exited at start (code {child.returncode}):\n{tail(home)}")
+            try:
+                client.get("/status")
+                return child.pid
+            except ControllerDown:
+                time.sleep(0.05)
+    finally:
+        client.close()
+    raise ControllerDown(f"the controller did not answer within {timeout:.0f} s; its log:\n{tail(home)}")
+
+
+def stop(home: Home, timeout: float = 30.0) -> int | None:
+    """Ask the controller to stop and wait until its lock is free; its pid, or None if none ran."""
+    holder = lock_holder(home)
+    if holder is None:
+        return None
+    client = Client(home.socket, timeout=5)
+    try:
+        client.post("/controller/stop", {})
+    except ControllerDown:
+        pass  # not answering: wait for the lock all the same, the caller may signal it
+    finally:
+        client.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if lock_holder(home) is None:
+            return holder
+        time.sleep(0.05)
+    raise ControllerDown(f"the controller (pid {holder}) did not stop within {timeout:.0f} s; "
+                         f"send it SIGTERM (kill {holder}), or SIGKILL if that fails")
+
+
+def tail(home: Home, lines: int = 15) -> str:
+    try:
+        return "\n".join(home.log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

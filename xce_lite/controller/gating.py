@@ -1,0 +1,242 @@
+"""The controller's pending path for workflows: which pending jobs the scheduler sees (the gate:
+dependencies and array throttles, gate.py), resolving `-w` when a job is submitted, and naming
+jobs and array elements in requests (`42`, `42[7]`).
+
+A mixin of `Controller` (it shares the controller's lock and view). Every job that becomes PEND
+(submitted, released, requeued, loaded at start) goes through `_enqueue`: straight into the
+scheduler's pending set, or, with a dependency or a throttled array, into the gate, which feeds it
+when it may start. The gate step of the tick reads the facts its dependencies need from the store
+(what the store committed: a job that ended in the tick before counts at once, since every commit
+that changes a state marks the gate to be looked at again and wakes the next tick), and a
+dependency that can never hold cancels its job in the tick's commit.
+
+Name resolution (`-w done(prep)`, README "Dependencies"): a name is the submitting user's most
+recent job or array of that name, resolved once, when the dependant is submitted (a later job of
+the same name does not change it); `*` matches any text, and each matching name (its most recent
+job) must meet the condition. An id may name any user's job: a dependency only reads the state of
+the job it names, as `xce jobs -u all` shows it to everyone; a name never resolves to another
+user's job.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import replace
+
+from xce_lite import errors
+from xce_lite.models import PEND, JobSpec
+from xce_lite.sched.core import PendingJob
+from xce_lite.workflow import arrays, deps
+from xce_lite.workflow.gate import Waiter
+
+_REF = re.compile(r"\s*(\d+)(?:\[(\d+)\])?\s*")
+
+
+class Workflows:
+    """See the module docstring. Expects the controller's attributes (store, _mu, _pending, ...)."""
+
+    def _init_workflows(self) -> None:
+        from xce_lite.workflow.gate import Gate
+
+        self._gate = Gate()
+        self._gate_dirty = True  # a state changed since the gate last decided
+        self._array_of: dict[int, int] = {}  # unfinished element -> its array
+        self._array_left: Counter[int] = Counter()  # array -> its elements in _array_of
+        self._exprs: dict[int, deps.Expr] = {}  # array id -> the dependency its elements share
+        self._templates: dict[tuple[int, str], tuple[JobSpec, PendingJob]] = {}  # (array, queue) -> merged once
+
+    # ---- the pending path ---------------------------------------------------------------------------
+
+    def _enqueue(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float,
+                 array_id: int | None = None, depend: dict | None = None) -> None:
+        """A job is PEND now: to the scheduler's pending set, or to the gate. Holds _mu."""
+        throttle = None
+        if array_id is not None:
+            self._note_element(job_id, array_id)
+            throttle = arrays.throttle_of(spec.array) if spec.array else None
+        if depend is None and throttle is None:
+            self._pending.add(self._pending_of(job_id, user, queue, spec, submit_time, array_id))
+            return
+        expr = None
+        if depend is not None:
+            expr = self._exprs.get(array_id) if array_id is not None else None
+            if expr is None:
+                expr = deps.from_json(depend)
+                if array_id is not None:
+                    self._exprs[array_id] = expr
+        self._gate.add(Waiter(job_id, expr, spec.on_dep_fail, array_id, throttle,
+                              (user, queue, spec, submit_time)))
+        self._gate_dirty = True
+
+    def _admit(self, job_id: int, item, user: str, now: float) -> None:
+        """A job (or an array: its elements) just stored: held, or on the pending path. Holds _mu."""
+        spec, queue = item.spec, item.queue
+        ids = range(job_id, job_id + len(item.indices)) if item.indices else (job_id,)
+        array_id = job_id if item.indices else None
+        for element in ids:
+            if spec.hold:
+                self._held[element] = user
+                if array_id is not None:
+                    self._note_element(element, array_id)
+            else:
+                self._enqueue(element, user, queue, spec, now, array_id, item.depend)
+
+    def _dequeue(self, job_id: int) -> None:
+        """A pending job is no longer PEND (held, killed, dispatched, cancelled). Holds _mu."""
+        self._pending.discard(job_id)
+        self._gate.remove(job_id)
+        self._forget_reason(job_id)
+        self._gate_dirty = True
+
+    def _pending_of(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float,
+                    array_id: int | None) -> PendingJob:
+        """`pending_job`, merged once per array (its elements share one spec object)."""
+        if array_id is None:
+            return self.pending_job(job_id, user, queue, spec, submit_time)
+        cached = self._templates.get((array_id, queue))
+        if cached is None or cached[0] is not spec:
+            cached = (spec, self.pending_job(job_id, user, queue, spec, submit_time))
+            self._templates[(array_id, queue)] = cached
+        template = cached[1]
+        return replace(template, id=job_id, submit_time=submit_time, request=replace(template.request, id=job_id))
+
+    def _note_element(self, job_id: int, array_id: int) -> None:
+        if job_id not in self._array_of:
+            self._array_of[job_id] = array_id
+            self._array_left[array_id] += 1
+
+    def _ended_element(self, job_id: int) -> None:
+        """An element finished: forget it (and its array's merge when none is left). Holds _mu."""
+        array_id = self._array_of.pop(job_id, None)
+        if array_id is None:
+            return
+        self._array_left[array_id] -= 1
+        if self._array_left[array_id] <= 0:
+            del self._array_left[array_id]
+            self._exprs.pop(array_id, None)
+            for key in [k for k in self._templates if k[0] == array_id]:
+                del self._templates[key]
+
+    # ---- 3. gate (a tick step) --------------------------------------------------------------------
+
+    def _gate_step(self) -> list[tuple[int, str, str]]:
+        """Decide the gate's jobs against what the store says now: feed the scheduler those that may
+        start, take back those whose dependency stopped holding, and return the cancels
+        (job id, PEND, why) for the tick's commit."""
+        with self._mu:
+            if not self._gate_dirty or not len(self._gate):
+                return []
+            self._gate_dirty = False
+            targets = self._gate.targets()
+        rows = self.store.group_rows([t.id for t in targets if not t.array],
+                                     [t.id for t in targets if t.array]) if targets else {}
+        facts = {key: deps.group_facts(value) for key, value in rows.items()}
+        with self._mu:
+            active = Counter(self._array_of[j] for j in self._active if j in self._array_of)
+            decision = self._gate.decide(lambda t: facts.get((t.id, t.array)), active)
+            for job_id in decision.feed:
+                user, queue, spec, submit_time = self._gate.waiters[job_id].payload
+                self._pending.add(self._pending_of(job_id, user, queue, spec, submit_time,
+                                                   self._array_of.get(job_id)))
+            for job_id in decision.unfeed:
+                self._pending.discard(job_id)
+            self._reasons.update(decision.reasons)
+            if decision.feed or decision.unfeed:
+                self._dirty = True
+        return [(job_id, PEND, reason) for job_id, reason in decision.cancel]
+
+    # ---- resolving -w at submit ------------------------------------------------------------------------
+
+    def _resolve_depend(self, spec: JobSpec, user: str, steps: dict[str, deps.Target] | None = None) -> dict | None:
+        """The job's dependency with every job it names resolved (module docstring); SpecError
+        naming the job that does not exist. `steps`: in a flow, names are its steps."""
+        if spec.depend is None:
+            return None
+        expr = deps.parse(spec.depend)
+
+        def lookup(ref: deps.Ref) -> list[deps.Target]:
+            if ref.id is not None:
+                return [self._target_of_id(ref)]
+            if steps is not None:
+                return _steps_matching(ref, steps, spec.depend or "")
+            return self._targets_named(ref, user, spec.depend or "")
+
+        return deps.to_json(deps.resolve(expr, lookup))
+
+    def _target_of_id(self, ref: deps.Ref) -> deps.Target:
+        owner = self.store.owner(ref.id)
+        if owner is None:
+            raise errors.SpecError(f"-w: there is no job {ref.id} (see `xce jobs -a`)")
+        _user, array_id, _index = owner
+        if ref.index is not None:
+            if array_id != ref.id:
+                raise errors.SpecError(f"-w: {ref.text()}: job {ref.id} is not an array")
+            element = self.store.element(ref.id, ref.index)
+            if element is None:
+                raise errors.SpecError(f"-w: array {ref.id} has no element {ref.index}")
+            return deps.Target(element, False, ref.text())
+        return deps.Target(ref.id, array_id == ref.id, ref.text())
+
+    def _targets_named(self, ref: deps.Ref, user: str, text: str) -> list[deps.Target]:
+        name = ref.name or ""
+        if "*" in name:
+            found = [(n, job_id, array_id) for n, job_id, array_id in self.store.named_like(user, name)]
+        else:
+            latest = self.store.latest_named(user, name)
+            found = [(name, *latest)] if latest else []
+        if not found:
+            raise errors.SpecError(f"-w at position {ref.pos + 1}: you have no job named {name!r} (a name is your "
+                                   f"most recent job of that name; see `xce jobs -a`)")
+        targets = []
+        for found_name, job_id, array_id in found:
+            label = found_name if ref.index is None else f"{found_name}[{ref.index}]"
+            if ref.index is not None:
+                element = self.store.element(array_id, ref.index) if array_id is not None else None
+                if element is None:
+                    raise errors.SpecError(f"-w: {label}: your job {found_name!r} is not an array with element "
+                                           f"{ref.index}")
+                targets.append(deps.Target(element, False, label))
+            else:
+                targets.append(deps.Target(array_id, True, label) if array_id is not None
+                               else deps.Target(job_id, False, label))
+        return targets
+
+    # ---- naming jobs in requests -------------------------------------------------------------------
+
+    def _expand_refs(self, values: list) -> list[tuple[str, list[int], bool]]:
+        """`42` (a job, or a whole array), `42[7]` (an element) -> (as named, job ids, is a whole array);
+        NotFound for one that names nothing."""
+        expanded = []
+        for value in values:
+            match = _REF.fullmatch(str(value)) if isinstance(value, (int, str)) and not isinstance(value, bool) \
+                else None
+            if match is None:
+                raise errors.SpecError(f"{value!r} is not a job: give its id (42) or an array element (42[7])")
+            job_id, index = int(match[1]), match[2]
+            owner = self.store.owner(job_id)
+            if owner is None:
+                raise errors.NotFound(f"no such job: {job_id}")
+            if index is not None:
+                element = self.store.element(job_id, int(index)) if owner[1] == job_id else None
+                if element is None:
+                    raise errors.NotFound(f"no such job: {job_id}[{index}]")
+                expanded.append((f"{job_id}[{index}]", [element], False))
+            elif owner[1] == job_id:
+                expanded.append((str(job_id), self.store.element_ids(job_id), True))
+            else:
+                expanded.append((str(job_id), [job_id], False))
+        return expanded
+
+
+def _steps_matching(ref: deps.Ref, steps: dict[str, deps.Target], text: str) -> list[deps.Target]:
+    import fnmatch
+
+    pattern = ref.name or ""
+    names = [n for n in steps if fnmatch.fnmatchcase(n, pattern)] if "*" in pattern else \
+        [pattern] if pattern in steps else []
+    if not names:
+        raise errors.SpecError(f"-w at position {ref.pos + 1}: {ref.name!r} names no earlier step of this flow")
+    if ref.index is not None:
+        raise errors.SpecError(f"-w: {ref.text()}: name a whole step in a flow, not one element")
+    return [replace(steps[n], label=n) for n in names]

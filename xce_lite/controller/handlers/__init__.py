@@ -1,0 +1,1 @@
+"""The controller's API handlers, one module per request family."""

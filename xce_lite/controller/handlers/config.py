@@ -1,0 +1,132 @@
+"""The controller's configuration: the one in use, a new one applied live (`xce reconfig`), and the
+API routes that show it: application profiles (`/apps`) and admin presets (`/presets`).
+
+A mixin of `Controller`, like handlers.py. What a reconfig keeps:
+- A configuration with errors (schema, an undefined default application, a queue removed while it
+  still has jobs, a renamed cluster) is refused whole: nothing changes.
+- Pending jobs are merged again at once (their effective values are live); dispatched and running
+  jobs keep the effective values stored at their dispatch. A scheduling session already under way
+  may decide on the old values: `_plans` then declines the dispatch and the job stays PEND.
+- Queues, profiles, defaults, the controller's settings and hosts' totals, attributes and tags
+  apply at once. A host removed is closed to new work (its running jobs go on); a host added is
+  connected, and one whose connection settings changed is reconnected (the controller's
+  `_hosts_changed`).
+The running configuration's text is kept in the store's meta, so `xceadmin check` can say what a
+restart with the files as they are would change, with or without a running controller.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from xce_lite import errors
+from xce_lite.api.server import Caller
+from xce_lite.config.checks import RUNNING_CONFIG_META, review
+from xce_lite.config.cluster import ClusterConfig
+from xce_lite.config.merge import Profile
+from xce_lite.config.merge_view import describe_profile
+from xce_lite.config.presets import PresetDir
+from xce_lite.config.profiles import applications_path, load_cluster
+from xce_lite.config.sched_view import host_totals, queue_policies
+from xce_lite.models import PEND
+
+
+class ConfigHandlers:
+    def config_routes(self) -> dict:
+        return {
+            ("GET", "/apps"): self.api_apps,
+            ("POST", "/controller/reconfig"): self.api_reconfig,
+            ("GET", "/presets"): self.api_presets,
+        }
+
+    # ---- the configuration in use -----------------------------------------------------------
+
+    def _check_config(self, config: ClusterConfig, profiles: dict[str, Profile]) -> None:
+        """At start: errors refuse it (ConfigError, the controller does not start); warnings are logged."""
+        result = review((config, profiles), self.store.unfinished())
+        if result.errors:
+            raise errors.ConfigError("\n".join(result.errors) + "\nfix the configuration, then start again")
+        for warning in result.warnings:
+            self.log(f"config warning: {warning}")
+
+    def _use_config(self, config: ClusterConfig, profiles: dict[str, Profile]) -> None:
+        """Make `config` the one in use, with all that is derived from it (the caller holds _mu once
+        the controller runs)."""
+        self.config, self.profiles = config, profiles
+        self.host_totals = host_totals(config)
+        self.addresses = {h.name: h.address for h in config.hosts if h.address}  # how a hostfile names hosts
+        self.queue_policies = queue_policies(config)
+        if not hasattr(self, "_presets"):
+            self._presets = PresetDir(self.home.presets)
+        self._record_running_config()
+
+    def _record_running_config(self) -> None:
+        texts = {}
+        for path in (self.home.config, applications_path(self.home.config)):
+            try:
+                texts[path.name] = path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                texts[path.name] = None
+        self.store.set_meta(RUNNING_CONFIG_META, json.dumps(texts))
+
+    def reconfigure(self, dry_run: bool = False) -> dict[str, Any]:
+        """Read the configuration files again and apply them live (see the module docstring);
+        ConfigError, with nothing changed, if they have errors. `dry_run`: only say what would change."""
+        new = load_cluster(self.home.config)
+        with self._mu:
+            running = (self.config, self.profiles)
+        jobs = self.store.unfinished()
+        result = review(new, jobs, running)
+        if result.errors:
+            raise errors.ConfigError("\n".join(result.errors) + "\nnothing was changed; fix the configuration "
+                                     "and run `xce reconfig` again")
+        if not dry_run:
+            with self._mu:
+                self._use_config(*new)
+                self._templates.clear()  # an array's merge is made again with the new configuration
+                for job in jobs:
+                    if job.state == PEND and job.id in self._pending:
+                        self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time))
+                self._dirty = True
+            self._hosts_changed(running[0], new[0])
+            self._wake.set()
+            self.log(f"reconfigured: {len(result.changes)} pending job(s) see new effective values")
+        return {**result.to_json(), "applied": not dry_run}
+
+    def _decline(self, job_id: int, decided_hash: str, why: str) -> None:
+        """A dispatch the configuration no longer allows: the job stays PEND (retryable), never EXIT."""
+        self.log(f"job {job_id}: dispatch declined: {why}")
+        self.store.record_event(job_id, "dispatch_declined", time.time(),
+                                {"reason": why, "decided_profile_hash": decided_hash})
+        with self._mu:
+            if job_id in self._pending:
+                self._reasons[job_id] = f"dispatch declined: {why}; it is scheduled again"
+            self._dirty = True
+
+    # ---- the routes -------------------------------------------------------------------------
+
+    def api_apps(self, caller: Caller, query: dict, body: Any) -> dict:
+        with self._mu:
+            profiles, default = self.profiles, self.config.default_application
+        return {"schema": 1, "default": default, "apps": [
+            {"name": p.name, "description": p.description, "kind": p.kind, "hash": p.hash,
+             "default": p.name == default, "fields": describe_profile(p)}
+            for _, p in sorted(profiles.items())]}
+
+    def api_reconfig(self, caller: Caller, query: dict, body: Any) -> dict:
+        if not caller.is_admin:
+            raise errors.TransitionError("only the cluster's owner or root may reconfigure the controller")
+        return self.reconfigure(dry_run=query.get("dry_run", "").lower() in ("1", "true", "yes"))
+
+    def api_presets(self, caller: Caller, query: dict, body: Any) -> dict:
+        """The admin presets in <home>/config/presets, as the files are now; `name` picks one."""
+        presets, problems = self._presets.read()
+        name = query.get("name")
+        if name is not None:
+            presets = [p for p in presets if p.name == name]
+            if not presets:
+                raise errors.NotFound(f"the cluster has no preset {name!r}; see `xce preset list --server`")
+        return {"schema": 1, "cluster": self.cluster, "problems": problems,
+                "presets": [dict(p.to_json(), hash=p.hash) for p in presets]}

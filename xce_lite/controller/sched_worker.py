@@ -1,0 +1,198 @@
+"""Running the pure scheduler core in its own process, fed with changes rather than snapshots.
+
+The controller's tick must not stall on a big scheduling session, and must not pay for one it does
+not need. A `multiprocessing.Pool` fails the second half: every session pickled the whole pending
+set across (2-3 ms per session at 1,000 jobs, 40 ms at 10,000, measured by bench/ticktime.py) and
+hopped through the pool's handler threads. So the scheduler lives in one long-lived worker process
+(started with forkserver: no store connection or host channel is ever copied into it) that keeps
+the pending set between sessions; each session sends only what changed since the last one, plus a
+checksum of the whole set. On a mismatch, a timeout or a dead worker, the next session sends
+everything again, so a lost change costs one full resend, never a wrong decision.
+
+The worker builds the same `Snapshot` value the core always takes and calls the same `schedule`,
+so decisions are what the core alone would give; the simulator calls `schedule` directly. The
+worker also keeps a `core.SessionCache` from one session to the next, so a session re-reads only the
+hosts whose free amounts changed. The cache never changes a decision and is bounded (its docstring),
+so the worker's memory stays that of one session on the largest cluster it has seen.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+
+from xce_lite.sched.core import Decisions, PendingJob, SessionCache, Snapshot, schedule
+
+# The pending set's checksum: (count, sum of id * _MIX mod 2**61), kept incrementally on both sides.
+_MASK = (1 << 61) - 1
+_MIX = 0x9E3779B97F4A7C15
+
+
+class PendingSet:
+    """The controller's pending jobs (PEND, not held), remembering what changed since the last
+    session. Callers hold the controller's lock."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, PendingJob] = {}
+        self._added: dict[int, PendingJob] = {}
+        self._removed: set[int] = set()
+        self._count, self._sum = 0, 0
+
+    def add(self, job: PendingJob) -> None:
+        if job.id not in self._jobs:
+            self._count += 1
+            self._sum = (self._sum + job.id * _MIX) & _MASK
+        self._jobs[job.id] = job
+        self._added[job.id] = job
+        self._removed.discard(job.id)
+
+    def discard(self, job_id: int) -> PendingJob | None:
+        job = self._jobs.pop(job_id, None)
+        if job is not None:
+            self._count -= 1
+            self._sum = (self._sum - job_id * _MIX) & _MASK
+            self._added.pop(job_id, None)
+            self._removed.add(job_id)
+        return job
+
+    def get(self, job_id: int) -> PendingJob | None:
+        return self._jobs.get(job_id)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._jobs
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __bool__(self) -> bool:
+        return bool(self._jobs)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._jobs)
+
+    def values(self) -> Iterable[PendingJob]:
+        return self._jobs.values()
+
+    def take_changes(self, full: bool) -> tuple[tuple[PendingJob, ...], tuple[int, ...], tuple[int, int]]:
+        """(added, removed, checksum) since the last call; everything as added when `full`."""
+        added = tuple(self._jobs.values()) if full else tuple(self._added.values())
+        removed = () if full else tuple(self._removed)
+        self._added, self._removed = {}, set()
+        return added, removed, (self._count, self._sum)
+
+
+@dataclass(frozen=True)
+class _Session:
+    full: bool  # the worker drops what it holds and takes `added` as the whole set
+    base: Snapshot  # everything but the jobs, which the worker keeps
+    added: tuple[PendingJob, ...]
+    removed: tuple[int, ...]
+    checksum: tuple[int, int]
+    budget: int
+
+
+def _serve(conn) -> None:
+    """The worker's loop: apply the changes, check the set, schedule, reply. Ends on None or EOF."""
+    jobs: dict[int, PendingJob] = {}
+    count = total = 0  # the checksum of `jobs`, kept as they change
+    cache = SessionCache()  # kept through full resends too: it holds what hosts are, no job
+    while True:
+        try:
+            session: _Session | None = conn.recv()
+        except EOFError:
+            return
+        if session is None:
+            return
+        if session.full:
+            jobs, count, total = {}, 0, 0
+        for job_id in session.removed:
+            if jobs.pop(job_id, None) is not None:
+                count, total = count - 1, (total - job_id * _MIX) & _MASK
+        for job in session.added:
+            if job.id not in jobs:
+                count, total = count + 1, (total + job.id * _MIX) & _MASK
+            jobs[job.id] = job
+        if (count, total) != session.checksum:
+            conn.send(None)  # out of step: ask for everything
+            continue
+        conn.send(_schedule_without_gc(replace(session.base, jobs=tuple(jobs.values())), session.budget, cache))
+
+
+def _schedule_without_gc(snapshot: Snapshot, budget: int, cache: SessionCache) -> Decisions:
+    """A session allocates many small objects and frees them by reference counting alone (it makes
+    no cycles), so the cycle collector's passes over this process's heap (10,000s of pending jobs)
+    would find nothing: paused for the call. Here, not in the core: the core stays a pure function
+    with no effect on the interpreter."""
+    gc.disable()
+    try:
+        return schedule(snapshot, budget, cache=cache)
+    finally:
+        gc.enable()
+
+
+class SchedulerProcess:
+    """The controller's handle on the worker. Not thread-safe: the tick alone calls it."""
+
+    def __init__(self, timeout: float = 60.0):
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["xce_lite.sched.core", "xce_lite.controller.sched_worker"])
+        self._timeout = timeout
+        self._proc = None
+        self._conn = None
+        self._in_step = False  # False: the next session must send the whole pending set
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(target=_serve, args=(child,), name="xce-scheduler", daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        self._in_step = False
+
+    def send(self, pending: PendingSet, base: Snapshot, budget: int) -> None:
+        """Start a session on `base` (hosts, queues, usage, time: all but the jobs) with what changed
+        in `pending` (everything, when out of step).
+
+        Called under the controller's lock, so no change to the pending set slips between the
+        changes taken and the checksum sent; `receive` then waits without the lock.
+        """
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        full = not self._in_step
+        added, removed, checksum = pending.take_changes(full)
+        self._in_step = False  # until the worker confirms
+        self._conn.send(_Session(full, base, added, removed, checksum, budget))
+
+    def receive(self) -> Decisions | None:
+        """The session's decisions; None if the worker was out of step (the next send is full).
+
+        TimeoutError if the worker does not answer in time: it is stopped, and the next send
+        starts a new one.
+        """
+        try:
+            if not self._conn.poll(self._timeout):
+                self.close()
+                raise TimeoutError(f"the scheduler gave no answer within {self._timeout:g} s")
+            reply = self._conn.recv()
+        except (EOFError, OSError):  # the worker died: the next send starts a new one
+            self.close()
+            return None
+        self._in_step = reply is not None
+        return reply
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send(None)
+            except (OSError, ValueError):
+                pass
+            self._conn.close()
+            self._conn = None
+        if self._proc is not None:
+            self._proc.join(2)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join(2)
+            self._proc = None

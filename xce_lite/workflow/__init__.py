@@ -1,0 +1,1 @@
+"""Workflows, pure: dependency expressions (deps), arrays, the gate that lets pending jobs through, and flow files."""
