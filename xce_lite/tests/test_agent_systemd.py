@@ -25,6 +25,7 @@ import pytest
 
 from xce_lite import testhosts
 from xce_lite.errors import HostUnreachable, LaunchRejected
+from xce_lite.exec import bundle
 from xce_lite.exec.channel import AgentChannel, AgentOps
 from xce_lite.exec.host import (
     JobResult,
@@ -37,7 +38,7 @@ from xce_lite.exec.host import (
 from xce_lite.tests.test_agent import WAIT_JOB, journal
 from xce_lite.tests.waiting import wait_until
 
-AGENT = Path(__file__).resolve().parents[1] / "exec" / "agent.py"
+AGENT = bundle.local_file()  # under the source tree, which the hosts (and their users) can read
 PY = "/usr/bin/python3"  # inside the hosts, for root and for the user alike
 HOLD_JOB = (
     "import os, sys, time\n"
