@@ -12,11 +12,11 @@ skew as it skews the rates):
   nsenter per unit) runs `systemd-run --no-block --quiet true` --units times, one after the other,
   then waits until the manager has no job queued (every unit has started): units / wall time.
 - `bare K at once`: the same with K systemd-run processes at a time.
-- `agent, direct units`: `agent.py serve --mode systemd` inside the host (over nsenter pipes, wrapped
-  in an AgentChannel) gets ONE launch of --units `true` units; from before the request until the
-  last finished event: units / wall time. Each unit is started over D-Bus and runs the job as its
-  main process (/bin/sh execs it) with a /bin/sh ExecStopPost that records the result: no Python
-  in the unit.
+- `agent, direct units`: `agent-<hash>.py serve --mode systemd` (the one file bundle.py builds)
+  inside the host (over nsenter pipes, wrapped in an AgentChannel) gets ONE launch of --units
+  `true` units; from before the request until the last finished event: units / wall time. Each
+  unit is started over D-Bus and runs the job as its main process (/bin/sh execs it) with a
+  /bin/sh ExecStopPost that records the result: no Python in the unit.
 - `agent, supervised units`: the same with an environment name systemd refuses, which puts the
   agent's Python supervisor in each unit (`exec`; its ExecStopPost is /bin/sh, which finds the
   result recorded and does not start `post`).
@@ -42,10 +42,11 @@ import uuid
 from pathlib import Path
 
 from xce_lite import testhosts
+from xce_lite.exec import bundle
 from xce_lite.exec.channel import AgentChannel, AgentOps
 from xce_lite.exec.host import LaunchRequest, UnitFinished
 
-AGENT = Path(__file__).resolve().parents[1] / "xce_lite" / "exec" / "agent.py"
+AGENT = bundle.local_file()  # the one file hosts get, under the source tree (the test host sees it)
 PY = "/usr/bin/python3"
 BARE_LOOP = """
 import subprocess, sys, time
