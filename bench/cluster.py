@@ -172,6 +172,13 @@ def _end(pid: int, created: float | None, grace: float = 5.0) -> None:
         pass
 
 
+def is_agent(argv: list[str]) -> bool:
+    """A host agent's command line: `python -S -E .../agent-<hash>.py serve ...` as it is started, or
+    `.../bin/agent-<hash>.<tag>.pyc serve ...` once it runs on from its bytecode (same pid)."""
+    name = os.path.basename(argv[3]) if len(argv) > 4 else ""
+    return name.startswith("agent-") and name.endswith((".py", ".pyc")) and argv[4] == "serve"
+
+
 def proc_status(pid: int) -> dict[str, int]:
     """VmHWM / VmRSS / ... of /proc/PID/status in bytes."""
     found = {}

@@ -34,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from cluster import BenchCluster, proc_status, pss, wait_done
+from cluster import BenchCluster, is_agent, proc_status, pss, wait_done
 from stats import fmt, summary, table
 
 SECTIONS = ("throughput", "latency", "cli", "rss", "floors")
@@ -319,7 +319,7 @@ def bench_rss(rep: Report, n_pending: int, batch: int, backlog_jobs: int) -> Non
         time.sleep(0.2)
         now = proc_status(c.pid)
         tree = c.descendants()
-        pool_pss = sum(pss(p.pid) for p in tree if "agent.py" not in " ".join(_cmdline(p)))
+        pool_pss = sum(pss(p.pid) for p in tree if not is_agent(_cmdline(p)))
         rep.add(f"controller VmHWM (peak RSS) with {status['pending']} pending", "MB", [now["VmHWM"] / MB],
                 goal="<= 60 MB", met=now["VmHWM"] <= 60 * MB, peers=PEERS_RSS)
         rep.add(f"controller VmRSS with {status['pending']} pending", "MB", [now["VmRSS"] / MB],

@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from cluster import BenchCluster, wait_done
+from cluster import BenchCluster, is_agent, wait_done
 
 FRAME = re.compile(r"^(?P<func>.*?) \((?P<where>[^()]*)\)$")
 
@@ -106,7 +106,7 @@ def main() -> int:
         spec = c.spec(["true"])
         wait_done(client, client.post("/jobs", {"jobs": [spec] * 20})["ids"], time.monotonic() + 60)
         time.sleep(0.5)
-        agents = [p.pid for p in c.descendants() if any("agent.py" in a for a in p.cmdline())]
+        agents = [p.pid for p in c.descendants() if is_agent(p.cmdline())]
         targets = [("controller", c.pid)] + [("agent", pid) for pid in agents[:1]]
         for name, pid in targets:
             spies.append(subprocess.Popen(

@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.waiting import wait_until
+from xce_lite.exec import bundle
 
-AGENT = Path(__file__).resolve().parents[2] / "xce_lite" / "exec" / "agent.py"
+AGENT = bundle.local_file()  # the one file hosts get, built from xce_lite/exec/agent/
 PY = sys.executable
 WAIT_JOB = (
     "import os, sys, time\n"
@@ -766,11 +767,12 @@ def test_jobs_inherit_no_fd_of_the_agent(agents, tmp_path):
 def test_a_result_not_known_durable_is_fdatasynced_by_the_agent_before_it_goes_out(tmp_path, monkeypatch):
     """In process: a result appended without fdatasync by a supervisor the agent did not fork (one
     that died between its write and its fdatasync, say) makes the agent sync before it writes."""
-    from xce_lite.exec import agent as agent_py
+    from xce_lite.exec.agent import journal as agent_py
+    from xce_lite.exec.agent.server import Agent
 
     spool = tmp_path / "spool"
     spool.mkdir()
-    agent = agent_py.Agent(str(spool), "h")
+    agent = Agent(str(spool), "h")
     agent.append(agent_py.record("launched", unit="x", start_time=1.0))
     result = {"exit_code": 0, "signal": None, "start_time": 1.0, "end_time": 2.0, "cpu_time": 0, "max_rss": 0}
     agent_py.append_shared(agent.journal_path, agent_py.record("finished", unit="x", result=result), sync=False)
@@ -790,14 +792,15 @@ def test_a_result_not_known_durable_is_fdatasynced_by_the_agent_before_it_goes_o
 def test_a_new_journal_is_made_durable_with_its_name(tmp_path, monkeypatch):
     """In process: results fdatasync'ed into a file whose directory entry an OS crash can lose would
     be lost with it, so a new journal is fsynced with the spool's directory and the spool's name."""
-    from xce_lite.exec import agent as agent_py
+    from xce_lite.exec.agent import state as agent_py
+    from xce_lite.exec.agent.server import Agent
 
     synced_dirs = []
     monkeypatch.setattr(agent_py, "fsync_dir", synced_dirs.append)
     spool = tmp_path / "spool"
     spool.mkdir()
     for _ in range(2):  # the second time, the journal exists: nothing to do
-        os.close(agent_py.Agent(str(spool), "h").jfd)
+        os.close(Agent(str(spool), "h").jfd)
         assert synced_dirs == [str(spool), str(tmp_path)]
 
 

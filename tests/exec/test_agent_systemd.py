@@ -27,6 +27,7 @@ from tests.exec.test_agent import WAIT_JOB, journal
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
 from xce_lite.errors import HostUnreachable, LaunchRejected
+from xce_lite.exec import bundle
 from xce_lite.exec.channel import AgentChannel, AgentOps
 from xce_lite.exec.host import (
     JobResult,
@@ -37,7 +38,7 @@ from xce_lite.exec.host import (
     UnitFinished,
 )
 
-AGENT = Path(__file__).resolve().parents[2] / "xce_lite" / "exec" / "agent.py"
+AGENT = bundle.local_file()  # under the source tree, which the hosts (and their users) can read
 PY = "/usr/bin/python3"  # inside the hosts, for root and for the user alike
 HOLD_JOB = (
     "import os, sys, time\n"

@@ -27,7 +27,7 @@ from tests.support.host_contract import HostRig
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
 from xce_lite.errors import ConfigError, HostKeyChanged, HostKeyUnknown, HostUnreachable
-from xce_lite.exec import agent
+from xce_lite.exec.agent.util import VERSION as AGENT_VERSION
 from xce_lite.exec.channel import AgentChannel
 from xce_lite.exec.host import HostLost
 from xce_lite.exec.ssh import SshHost, agent_copy, probe, remote_path
@@ -109,7 +109,7 @@ def connection_of(test_host: TestHost, agent_ns_pid: int) -> list[int]:
 def test_probe_reaches_the_host_through_its_ssh_config(kind, request, workdir):
     test_host = request.getfixturevalue(f"{kind}_hosts")[0]
     found = probe(ssh_target(test_host, workdir), str(workdir / "spool"), log_path=workdir / "agent.log")
-    assert found.hostname == test_host.name and found.agent_version == agent.VERSION and found.cpus >= 1
+    assert found.hostname == test_host.name and found.agent_version == AGENT_VERSION and found.cpus >= 1
     assert found.extra["spool"] == str(workdir / "spool") and found.extra["host_name"] == test_host.name
 
 

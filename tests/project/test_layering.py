@@ -10,7 +10,8 @@ ones (resolved against the importing module's package). The rules:
 - `exec/*` never imports `store`, `sched`, `controller`, `api`, `cli` or `sim`;
 - `config/*`, `workflow/*` and `api/*` never import `controller`, `store`, `cli` or `sim`;
 - only `cli/*` (and `__main__`) import `cli`; nothing imports `sim` but `sim` and `cli`;
-- `exec/agent.py` is copied alone to hosts: the standard library only;
+- `exec/agent/` is shipped alone to hosts (as one file): it imports only the standard library and
+  itself, relatively;
 - SQL runs through apsw in `store/` alone: no other module imports apsw;
 - every package's `__init__` is a docstring alone (importing a package loads nothing else);
 - `xce_lite.cli.main` imports nothing heavy on its way in (`xce submit` must start fast).
@@ -73,7 +74,8 @@ def imports_of(source: str, module: str, package: bool = False) -> set[str]:
 
 
 def sources() -> list[Path]:
-    return sorted(p for p in PACKAGE_DIR.rglob("*.py") if "tests" not in p.relative_to(PACKAGE_DIR).parts)
+    return sorted(p for p in PACKAGE_DIR.rglob("*.py")
+                  if not {"tests", "__pycache__"} & set(p.relative_to(PACKAGE_DIR).parts))  # bundle.local_file
 
 
 def all_imports() -> dict[str, set[str]]:
@@ -190,11 +192,17 @@ def test_package_inits_are_docstrings_only() -> None:
     assert heavy == [], "a package __init__ must hold only its docstring (and constants such as __version__)"
 
 
-def test_the_host_agent_is_standard_library_only() -> None:
-    path = PACKAGE_DIR / "exec" / "agent.py"
-    assert path.is_file(), f"{path} is missing"
-    targets = imports_of(path.read_text(encoding="utf-8"), "xce_lite.exec.agent")
-    assert sorted(t for t in targets if not is_stdlib(t)) == []
+def test_the_host_agent_imports_only_the_standard_library_and_itself_relatively() -> None:
+    modules = {name: targets for name, targets in all_imports().items() if within(name, "xce_lite.exec.agent")}
+    assert "xce_lite.exec.agent.server" in modules, "the walk found no agent package"
+    assert violations("xce_lite.exec.agent", modules,
+                      lambda t: is_stdlib(t) or within(t, "xce_lite.exec.agent")) == []
+    absolute = [f"{path.name} imports {node.module or node.names[0].name} absolutely"
+                for path in sorted((PACKAGE_DIR / "exec" / "agent").glob("*.py"))
+                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0)
+                and not is_stdlib(node.module if isinstance(node, ast.ImportFrom) else node.names[0].name)]
+    assert absolute == []
 
 
 def test_only_the_store_runs_sql() -> None:

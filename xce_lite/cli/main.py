@@ -353,7 +353,7 @@ def launch(command) -> None:
 
     Example: xce submit -n 8 -R "span[ptile=4]" -- xce launch -- ./worker
     """
-    from xce_lite.exec.agent import LaunchFailed, launch_tasks
+    from xce_lite.exec.agent.launch import LaunchFailed, launch_tasks
 
     try:
         code = launch_tasks(list(command))

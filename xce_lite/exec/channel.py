@@ -17,7 +17,7 @@ Invariants:
   and paramiko's keepalive never declares a peer dead. Any reply counts, an error too (an agent that
   does not know `ping` answers "unknown op", which proves it reads and writes just as well).
 
-The protocol (agent version 2) is documented in agent.py, the other end of it.
+The protocol (agent version 2) is documented in docs/agent-protocol.md; exec/agent/ is the other end of it.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import heapq
 import queue
 from dataclasses import dataclass, field
 
-from xce_lite.exec.agent import format_limit
+from xce_lite.exec.agent.util import format_limit
 from xce_lite.exec.host import HostEvent, HostProbe, JobResult, LaunchReply, LaunchRequest, UnitFinished, \
     UnitInfo, UnitsLaunched
 

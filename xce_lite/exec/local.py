@@ -1,7 +1,9 @@
 """LocalHost: the Host seam (host.py) for this machine.
 
-Runs agent.py as a child process (`python -S -E agent.py serve --spool SPOOL --host-name NAME --mode
-MODE`) and speaks to it through an AgentChannel over the child's stdin/stdout pipes. What it keeps:
+Runs the agent as a child process (`python -S -E agent-<hash>.py serve --spool SPOOL --host-name
+NAME --mode MODE`: the one file bundle.py builds from exec/agent/, written beside the spool, named
+by its content) and speaks to it through an AgentChannel over the child's stdin/stdout pipes. What
+it keeps:
 
 - The agent runs in its own session (start_new_session), so a Ctrl-C in the controller's terminal
   does not reach it or the jobs; jobs run in their supervisors' sessions anyway.
@@ -10,11 +12,11 @@ MODE`) and speaks to it through an AgentChannel over the child's stdin/stdout pi
   controller dies instead, the pipe closes all the same.
 - One agent per spool: a second LocalHost on the same spool waits for the first agent's lock
   (`lock_timeout`), then connect() raises HostUnreachable saying so.
-- `mode` is how the agent runs jobs (agent.py: auto, systemd, user or plain); `auto` picks systemd
-  units where this machine can (root, systemd as PID 1), else the plain supervisor. The probe's
-  `extra` says which it uses (`mode`) and why not the others (`modes`).
-- The agent's journal records every unit (see agent.py): supervisor_pids() reads the supervisors
-  that still run from it, for clean-up in tests and benchmarks.
+- `mode` is how the agent runs jobs (auto, systemd, user or plain: docs/agent-protocol.md); `auto`
+  picks systemd units where this machine can (root, systemd as PID 1), else the plain supervisor.
+  The probe's `extra` says which it uses (`mode`) and why not the others (`modes`).
+- The agent's journal records every unit (exec/agent/journal.py): supervisor_pids() reads the
+  supervisors that still run from it, for clean-up in tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -26,22 +28,22 @@ import sys
 from pathlib import Path
 
 from xce_lite.errors import HostUnreachable
-from xce_lite.exec import agent
+from xce_lite.exec import bundle
+from xce_lite.exec.agent.journal import read_journal
+from xce_lite.exec.agent.util import boot_id, is_alive
 from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel, AgentOps
 from xce_lite.exec.host import HostEvent, HostProbe
-
-AGENT_PATH = Path(__file__).with_name("agent.py")
 
 
 def supervisor_pids(spool_dir: str | os.PathLike) -> list[int]:
     """The pids of the supervisors that SPOOL_DIR's journal records and that still run (checked
     against their /proc start time and this boot), whatever their unit's state. Read-only: for
     clean-up in tests and benchmarks; the agent itself is the only judge of a unit's state."""
-    boot = agent.boot_id()
+    boot = boot_id()
     return [
         u.pid
-        for u in agent.read_journal(os.fspath(spool_dir)).values()
-        if u.pid is not None and u.boot == boot and agent.is_alive(u.pid, u.starttime)
+        for u in read_journal(os.fspath(spool_dir)).values()
+        if u.pid is not None and u.boot == boot and is_alive(u.pid, u.starttime)
     ]
 
 
@@ -76,11 +78,18 @@ class LocalHost(AgentOps):
         """Start the agent and greet it. A previous agent of this LocalHost is closed first."""
         self.close()
         self.spool_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            agent = bundle.install(self.spool_dir.parent)
+        except OSError as exc:
+            raise HostUnreachable(
+                f"host {self.name}: cannot write the agent into {self.spool_dir.parent}: {exc.strerror}; "
+                "check the disk and the directory's permissions"
+            ) from exc
         argv = [
             self.python,
             "-S",
             "-E",
-            str(AGENT_PATH),
+            str(agent),
             "serve",
             "--spool",
             str(self.spool_dir),

@@ -3,8 +3,9 @@ sshd and python3. The controller runs these connections in its SSH gateway proce
 through `open_agent`); SshHost itself serves short-lived users (`xce hosts add`'s probe, tests).
 
 One SSH connection per host (fabric/paramiko), and on it ONE long-lived channel that runs the agent
-(agent.py, standard library only) and carries its JSON lines both ways: an AgentChannel over the
-channel's stdin and stdout. There is no command per job: a job is a line on that channel.
+(the package exec/agent/, standard library only, shipped as the one file bundle.py builds) and
+carries its JSON lines both ways: an AgentChannel over the channel's stdin and stdout. There is no
+command per job: a job is a line on that channel.
 
 connect(events), every wait bounded, every failure a HostUnreachable that says what to check, a
 HostKeyError (hostkeys.py) or a ConfigError:
@@ -35,7 +36,6 @@ Invariants:
 from __future__ import annotations
 
 import collections
-import hashlib
 import logging
 import os
 import queue
@@ -47,6 +47,7 @@ from pathlib import Path
 import paramiko
 
 from xce_lite.errors import HostUnreachable
+from xce_lite.exec.bundle import agent_copy
 from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel, AgentOps
 from xce_lite.exec.host import HostEvent, HostProbe
 from xce_lite.exec.sshroute import Deadline, Route
@@ -56,15 +57,8 @@ __all__ = ["AGENT_MISSING", "SshHost", "SshTarget", "agent_copy", "probe", "remo
 
 log = logging.getLogger(__name__)
 
-AGENT_PATH = Path(__file__).with_name("agent.py")
 AGENT_MISSING = 75  # the start command's exit status when the host has no copy of this agent
 READY = "xce-agent-ready"  # the start command's first line once it has found the copy
-
-
-def agent_copy() -> tuple[bytes, str]:
-    """The agent's bytes and the name of its copy on hosts: agent-<sha256 prefix>.py."""
-    data = AGENT_PATH.read_bytes()
-    return data, f"agent-{hashlib.sha256(data).hexdigest()[:16]}.py"
 
 
 def remote_path(path: str) -> str:

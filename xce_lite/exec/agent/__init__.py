@@ -1,0 +1,17 @@
+"""The xce_lite host agent and plain supervisor: the package that runs on every host.
+
+Standard library only, and relative imports only (never an absolute `xce_lite.` one): hosts have
+nothing but python3, and the controller ships this package as ONE generated file (exec/bundle.py;
+loader.py is its top), run as `python3 -S -E agent-<hash>.py serve|exec|pre|post|launch ...`. The
+commands, the JSON-lines protocol (version 2), the modes, the spool and the journal are described
+in docs/agent-protocol.md.
+
+One concern per module: util, jsonl and signals (small helpers); validate (what requests may
+hold); journal and recorders (the spool's journal, and where a supervisor records its unit);
+spawn, watch, hooks, supervisor and steps (running a unit's job, its limits, hooks and tasks, in
+plain mode or inside a systemd unit); dbus, probe and systemd (the service manager, the host's
+facts, direct units); server (the Agent and its loop) with state, manager, unitops, tasks and reads
+(its requests by family); launch (`xce launch`, the job's side); main (the commands).
+
+This file stays a docstring: importing the package loads nothing.
+"""

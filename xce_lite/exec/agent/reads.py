@@ -1,0 +1,82 @@
+"""The requests that only look (part of the Agent, server.py): hello, ping, list, read."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from .probe import gpus, user_name
+from .util import VERSION
+from .validate import Refused
+
+READ_MAX = 1 << 20  # bytes a `read` may return at once
+
+
+class Reads:
+    """The Agent's hello, ping, list and read requests (the attributes are the Agent's)."""
+
+    def op_hello(self, req: dict) -> dict:
+        mem = 0
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem = int(line.split()[1]) * 1024
+        return {
+            "version": VERSION,
+            "hostname": os.uname().nodename,
+            "host_name": self.host_name,
+            "cpus": len(os.sched_getaffinity(0)),
+            "mem": mem,
+            "pid": os.getpid(),
+            "spool": self.spool,
+            "mode": self.mode,
+            "modes": self.host["modes"],
+            "load": list(os.getloadavg()),
+            "gpus": gpus(),
+            "cgroup": self.host.get("cgroup"),
+            "systemd": self.host.get("systemd"),
+            "user": user_name(),
+            "uid": os.getuid(),
+            "boot_id": self.boot,
+            "python": sys.version.split()[0],
+        }
+
+    def op_ping(self, req: dict) -> dict:
+        return {"time": time.time()}
+
+    def op_list(self, req: dict) -> dict:
+        self.catch_up()
+        units, known = [], self.ask_systemd(list(self.units))
+        for unit in sorted(self.units):
+            state, start_time, result, _pid = self.unit_status(unit, known)
+            if state == "running" and unit not in self.child_units:
+                self.watched.add(unit)
+            if result is not None:
+                self.reported(unit, result)
+            units.append({"unit": unit, "status": state, "start_time": start_time, "result": result})
+        return {"units": units}
+
+    def op_read(self, req: dict) -> dict:
+        """A piece of a file (for `xce peek`): up to `max` bytes from `offset`, base64."""
+        import base64
+
+        path, offset, size = req.get("path"), req.get("offset", 0), req.get("max", READ_MAX)
+        if not isinstance(path, str) or not os.path.isabs(path):
+            raise Refused(f"path must be an absolute path, not {path!r}")
+        for key, value, top in (("offset", offset, None), ("max", size, READ_MAX)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (top and value > top):
+                raise Refused(f"{key} must be an integer from 0{f' to {top}' if top else ''}, not {value!r}")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError as exc:
+            raise Refused(f"cannot read {path}: {exc.strerror}") from None
+        try:
+            total = os.fstat(fd).st_size
+            data = os.pread(fd, size, offset)
+        except OSError as exc:
+            raise Refused(f"cannot read {path}: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+        end = offset + len(data)
+        return {"data_b64": base64.b64encode(data).decode("ascii"), "offset": end, "size": total, "eof": end >= total}

@@ -1,0 +1,330 @@
+"""The Agent's units (part of the Agent, server.py): the journal it serves and keeps folded in
+memory, and each unit's status: running, finished, or lost (and then recorded so).
+
+Invariants: the first `finished` record of a unit is its result; a result is durable before a line
+that carries it is written (reported() and flush); a unit is judged lost only when nothing can run
+it (no live supervisor, systemd does not know it, START_GRACE over).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+
+from .dbus import DBusError
+from .journal import JOURNAL_VERSION, Unit, fold, record
+from .jsonl import dumps
+from .signals import signal
+from .util import fsync_dir, is_alive, make_result, proc_stat, remove_tree, write_all
+
+# Seconds a unit launched by another agent (now gone) may be unknown to systemd before it counts as
+# lost: that agent's StartTransientUnit may still lie unread in the manager's socket buffer.
+START_GRACE = 10.0
+
+Status = tuple[str, float | None, dict | None, int | None]  # (status, start_time, result, supervisor pid)
+
+
+class UnitState:
+    """The Agent's methods on its journal and its units' state (the attributes are the Agent's)."""
+
+    # -- the journal
+
+    def open_journal(self) -> int:
+        """Open the journal for appending and reading; a new one is made durable, name included
+        (with the spool's own name: fdatasync'ed records are worth nothing in a file that an OS
+        crash can unlink)."""
+        fd = os.open(self.journal_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if os.fstat(fd).st_size == 0:
+            write_all(fd, record("journal", version=JOURNAL_VERSION), self.journal_path)
+            os.fsync(fd)
+            fsync_dir(self.spool)
+            fsync_dir(os.path.dirname(self.spool))
+        return fd
+
+    def append(self, data: bytes, sync: bool = False) -> None:
+        """Append the agent's own records, then apply everything new. No flock: only the agent
+        replaces the file, so its fd always names the journal."""
+        write_all(self.jfd, data, self.journal_path)
+        if sync:
+            end = os.lseek(self.jfd, 0, os.SEEK_CUR)  # just past our write
+            os.fdatasync(self.jfd)
+            self.synced = max(self.synced, end)
+        self.catch_up()
+
+    def sync(self) -> None:
+        """Make everything appended so far durable."""
+        size = os.fstat(self.jfd).st_size
+        os.fdatasync(self.jfd)
+        self.synced = max(self.synced, size)
+        self.need_sync = False
+
+    def catch_up(self) -> None:
+        """Apply the records appended since the last call (up to the last complete line), and act
+        on the news: report a watched unit's result, deliver signals held for a supervisor that
+        has now started, report task ends."""
+        size = os.fstat(self.jfd).st_size
+        if size <= self.offset:
+            return
+        data = os.pread(self.jfd, size - self.offset, self.offset)
+        end = data.rfind(b"\n") + 1
+        news = self.news
+        fold(self.units, data[:end], self.offset, news)
+        self.offset += end
+        if not news:
+            return
+        for rec in news:
+            unit, event = rec["unit"], rec["event"]
+            if event == "finished":
+                self.pending.pop(unit, None)
+                self.tracked.discard(unit)
+                self.accepted.discard(unit)
+                self.held.pop(unit, None)
+                if self.units[unit].direct is not None:  # no supervisor or `post` of its own removes it
+                    remove_tree(os.path.join(self.units_dir, unit))
+                if unit in self.watched:
+                    self.watched.discard(unit)
+                    self.emit_finished(unit, self.units[unit].result)
+            elif event == "started":
+                for signum in self.pending.pop(unit, ()):
+                    self.kill(rec["pid"], signum)
+            else:
+                self.out.append(dumps({k: rec.get(k) for k in ("event", "unit", "launch_id", "index", "exit_code",
+                                                              "signal", "error")}))
+        news.clear()
+
+    def maybe_compact(self) -> None:
+        """Rewrite the journal as the live units' records once it has grown past the limit."""
+        if self.offset < self.journal_limit:
+            return
+        old = self.jfd
+        try:
+            fcntl.flock(old, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.compact_soon = True  # a supervisor or ExecStopPost is appending: try again shortly
+            return
+        self.compact_soon = False
+        tmp, fd = self.journal_path + ".new", -1
+        try:
+            self.catch_up()
+            data = self.live_records()
+            fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            write_all(fd, data, tmp)
+            os.fsync(fd)
+            os.rename(tmp, self.journal_path)  # from here on, fd is the journal
+            self.jfd, fd = fd, -1
+            self.offset, self.synced = len(data), 0  # offsets now are the new file's
+            self.journal_limit = max(self.base_limit, 2 * len(data))
+            fsync_dir(self.spool)
+            self.synced = len(data)
+            for u in self.units.values():
+                u.durable = True  # its result, if it has one, is in the fsynced file
+        except OSError as exc:
+            self.journal_limit = 2 * self.offset  # not at every turn: the spool may be full
+            print(f"agent: cannot compact {self.journal_path}: {exc}; it grows meanwhile", file=sys.stderr)
+            if fd >= 0:
+                os.close(fd)
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+        finally:
+            fcntl.flock(old, fcntl.LOCK_UN)
+            if old != self.jfd:
+                os.close(old)
+
+    def live_records(self) -> bytes:
+        parts = [record("journal", version=JOURNAL_VERSION)]
+        for name, u in self.units.items():
+            mode = {} if u.mode == "plain" else {"mode": u.mode}
+            if u.direct is not None:
+                mode["direct"] = u.direct
+            parts.append(record("launched", unit=name, start_time=u.start_time, **mode))
+            if u.pid is not None:
+                parts.append(
+                    record("started", unit=name, pid=u.pid, starttime=u.starttime, boot=u.boot, job=u.job)
+                )
+            if u.kill is not None:
+                parts.append(record("kill_requested", unit=name, reason=u.kill))
+            if u.result is not None:
+                parts.append(record("finished", unit=name, result=u.result))
+        return b"".join(parts)
+
+    # -- unit state
+
+    def unit_status(self, unit: str, known: dict | None = None) -> Status | None:
+        """(status, start_time, result, supervisor pid or None) of a unit, or None if it is not known.
+
+        The caller has caught up with the journal. A unit with no result runs while its supervisor
+        does (forked here, or recorded in `started` and alive in this boot) and, for a systemd unit,
+        while its start is not answered yet, or systemd knows it (`tracked`: it said so on the live
+        connection, which will bring its UnitRemoved; else `known`: unit -> bool, from
+        systemd_known, asked here if the unit is not in it), or it was launched less than
+        START_GRACE ago by another agent (whose call systemd may not have read yet). One with no
+        result that does not run has lost its supervisor (or its ExecStopPost recorded nothing):
+        this records the result that says so.
+        """
+        u = self.units.get(unit)
+        if u is None:
+            return None
+        if u.result is None and unit in self.child_units:
+            pid, start_time = self.child_units[unit]
+            return "running", start_time, None, pid
+        if u.result is None and u.pid and u.boot == self.boot and is_alive(u.pid, u.starttime):
+            return "running", u.start_time, None, u.pid
+        if u.result is None and (unit in self.starting or unit in self.tracked):
+            return "running", u.start_time, None, None
+        if u.result is None and u.mode != "plain":  # the rare path: `post` runs, or it never started
+            if known is None or unit not in known:
+                known = self.systemd_known([unit])
+            if known.get(unit, True):  # True: systemd did not answer, so nothing is known lost
+                return "running", u.start_time, None, None
+            if u.pid is None and unit not in self.accepted and time.time() - (u.start_time or 0) < START_GRACE:
+                return "running", u.start_time, None, None
+        if u.result is None:
+            self.catch_up()  # it may have ended since we looked
+        if u.result is None:
+            self.record_lost(unit, u)
+        return "finished", u.result.get("start_time"), u.result, None
+
+    def systemd_known(self, units: list[str]) -> dict[str, bool]:
+        """unit -> True if systemd knows it (loaded, and active, activating, deactivating or
+        reloading, or with a job queued: a unit waits inactive for its start job), False if not;
+        units systemd was not asked about (it did not answer; another mode's) are left out. One
+        ListUnitsByNames call for all of `units`; a unit it says is there is tracked from then on."""
+        names = [u for u in units if self.units[u].mode == self.mode]
+        if not names or not self.connect_bus():
+            return {}
+        try:
+            listed = self.bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in names],))[0]
+        except DBusError as exc:
+            print(f"agent: ListUnitsByNames failed ({exc}); its units are not judged now", file=sys.stderr)
+            return {}
+        except OSError as exc:
+            self.bus_lost(exc)
+            return {}
+        known = {}
+        for name, _desc, load, active, _sub, _following, _path, job, *_rest in listed:
+            unit = name.removesuffix(".service")
+            if unit in self.units:
+                alive = active in ("active", "activating", "deactivating", "reloading")
+                known[unit] = load == "loaded" and (alive or job != 0)
+                if known[unit]:
+                    self.tracked.add(unit)
+        return known
+
+    def record_lost(self, unit: str, u: Unit) -> None:
+        """Record (durably) the result of a unit whose supervisor died, or whose host restarted.
+
+        In plain mode the job's remaining processes are killed, so that nothing runs unsupervised
+        (under systemd, the unit's end took them). The job's process group is recognised by its
+        session, the dead supervisor's pid: the kernel does not reuse a pid while a session or
+        group of that number exists.
+        """
+        if u.pid and u.boot != self.boot:
+            reason = "supervisor lost: the host restarted while the job ran, so its exit status is unknown"
+        elif u.mode != "plain":
+            reason = (
+                f"supervisor lost: systemd does not know unit {unit} (it never started, or ended without a "
+                f"result), so the job's exit status is unknown; see journalctl {'--user ' if u.mode == 'user' else ''}"
+                f"-u {unit}"
+            )
+            if u.direct is not None:
+                reason = (
+                    f"lost: systemd does not know unit {unit} and its ExecStopPost recorded no result (it never "
+                    f"started, or ended unrecorded), so the job's exit status is unknown; see journalctl "
+                    f"{'--user ' if u.mode == 'user' else ''}-u {unit}"
+                )
+            if u.kill:  # a kill asked for before systemd started it cancels its start: nothing ran
+                reason = u.kill
+        else:
+            reason = "supervisor lost: it was killed or crashed, so the job's exit status is unknown"
+            fields = proc_stat(u.job) if u.job else None
+            if fields is not None and fields[2] == str(u.job).encode() and fields[3] == str(u.pid).encode():
+                try:
+                    os.killpg(u.job, signal.SIGKILL)
+                    reason += "; its remaining processes were killed"
+                except ProcessLookupError:
+                    pass
+        result = make_result(u.start_time or time.time(), reason, mode=u.mode)
+        self.append(record("finished", unit=unit, result=result), sync=True)
+
+    def reported(self, unit: str, result: dict) -> dict:
+        """`result` of `unit`, about to go out: make sure it is on disk before the line is written."""
+        u = self.units.get(unit)
+        if u is not None and not u.durable and u.result_end > self.synced:
+            self.need_sync = True
+        return result
+
+    def emit_finished(self, unit: str, result: dict) -> None:
+        self.out.append(dumps({"event": "finished", "unit": unit, "result": self.reported(unit, result)}))
+
+    def report_if_finished(self, unit: str, known: dict | None = None) -> bool:
+        """Emit `finished` for the unit if it has ended; True if it is no longer running."""
+        status = self.unit_status(unit, known)
+        if status is not None and status[0] == "finished":
+            self.emit_finished(unit, status[2])
+        return status is None or status[0] == "finished"
+
+    def reap(self) -> None:
+        """Collect every exited child: supervisors forked here (their unit is reported; gone if
+        forgotten), and the tasks' supervisors of direct units."""
+        reaped = []
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if self.task_children.pop(pid, None) is not None:
+                continue  # its tasks' ends are in the journal
+            unit = self.children.pop(pid, None)
+            if unit is not None and self.child_units[unit][0] == pid:  # not a forgotten launch's
+                del self.child_units[unit]
+                reaped.append((unit, status))
+        if not reaped:
+            return
+        self.catch_up()
+        for unit, status in reaped:
+            u = self.units.get(unit)
+            if status == 0 and u is not None and u.result is not None:
+                u.durable = True  # a supervisor exits 0 only once its result is fdatasync'ed
+            self.report_if_finished(unit)
+
+    def poll_watched(self) -> None:
+        """Report the watched units that ended; ask systemd, in one go, about those whose supervisor
+        is gone (or not yet started)."""
+        self.catch_up()
+        units = sorted(self.watched)
+        known = self.ask_systemd(units)
+        for unit in units:
+            if self.report_if_finished(unit, known):
+                self.watched.discard(unit)
+
+    def ask_systemd(self, units: list[str]) -> dict[str, bool]:
+        """systemd_known() for those of `units` that only systemd can judge now: systemd units with
+        no result, not being started here nor tracked, whose supervisor is gone or not yet started."""
+        doubtful = [
+            unit for unit in units
+            if (u := self.units.get(unit)) is not None and u.result is None and u.mode != "plain"
+            and unit not in self.starting and unit not in self.tracked
+            and not (u.pid and u.boot == self.boot and is_alive(u.pid, u.starttime))
+        ]
+        return self.systemd_known(doubtful) if doubtful else {}
+
+    def kill(self, pid: int, signum: int) -> bool:
+        try:
+            os.kill(pid, signum)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def deliver(self, unit: str, pid: int | None, signum: int) -> bool:
+        """Send `signum` to the unit's supervisor, or hold it until the supervisor has started
+        (a systemd unit between systemd-run and its supervisor's `started`)."""
+        if pid is None:
+            self.pending.setdefault(unit, []).append(signum)
+            return True
+        return self.kill(pid, signum)

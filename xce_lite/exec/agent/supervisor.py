@@ -1,0 +1,183 @@
+"""The supervisor: a unit's process of ours that runs its job (and hooks, and tasks) and records
+its result however it ends. Forked by `serve` in plain mode (and for the tasks of a direct unit),
+or a systemd unit's main process (`exec`, steps.py).
+
+Invariant: `started` is recorded while the supervisor still holds the fds it inherited from the
+agent, the spool lock among them; only then are they closed. See docs/agent-protocol.md.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+
+from .hooks import run_hooks, with_hooks
+from .recorders import JournalRecorder
+from .signals import SUPERVISOR_SIGNALS, signal
+from .spawn import JobEnded
+from .util import make_result, proc_stat, remove_tree, write_file
+from .watch import Watch
+
+
+def make_host_dir(spec: dict) -> None:
+    """The unit's host directory (XCE_JOB_HOST_DIR), with its hostfile if the launch gave one.
+
+    An existing one is kept: in plain mode the agent may have put tasks of `xce launch` there first.
+    """
+    path = spec["host_dir"]
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    if spec.get("hostfile") is not None:
+        write_file(os.path.join(path, "hostfile"), spec["hostfile"].encode("utf-8", "surrogateescape"))
+
+
+def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> None:
+    """Run the unit as its supervisor and record its result, whatever happens (even a bug here).
+    Called with SUPERVISOR_SIGNALS blocked; they stay blocked for good: the supervisor takes them
+    with sigtimedwait.
+
+    Order matters: `started` is recorded while this process still holds the fds it inherited from
+    the agent, the spool lock among them (see this module's docstring); only then are they closed
+    (with `detach`): the agent's pipes would hide EOF from the controller. The job itself inherits
+    none of them: they are close-on-exec or replaced in spawn_job. In plain mode (spec host_dir_by
+    "supervisor") this makes the unit's host directory, beside the agent rather than on its serial
+    path, and removes it once the result is durable; and with spec hooks_by "supervisor" it runs
+    the unit's hooks itself: `started` (job 0) first, so that the lock is not held while they run,
+    then the pre hooks (the job runs only if they all succeed; a kill stops them), the job (its
+    run limit counts from here; `started` again with its pid), and the post hooks once it has
+    ended, however it ended, before the result is recorded.
+    """
+    try:
+        os.setsid()  # the job's group joins this session: how a lost supervisor's job is known
+    except OSError:  # exec mode under a process-group leader (systemd): already detached enough
+        pass
+    watch = Watch(recorder, spec, start_time)
+    own_dir = spec.get("host_dir_by") == "supervisor"
+    hooks = spec.get("hooks_by") == "supervisor" and bool(spec.get("hooks"))
+    by_itself = True  # the job ended (or could not start) with no kill begun, nor a bug here
+    detached, outcomes = not detach, []
+
+    def started(job: int) -> None:
+        nonlocal detached
+        pid = os.getpid()
+        recorder.started(pid, int(proc_stat(pid)[19]), start_time, job)
+        if not detached:
+            detached = True
+            os.closerange(0, 1 << 20)  # close_range(2) underneath: cheap whatever the fd limit
+            null = os.open(os.devnull, os.O_RDWR)  # becomes fd 0
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+
+    try:
+        try:
+            if own_dir:
+                try:
+                    make_host_dir(spec)
+                except OSError as exc:
+                    reason = f"cannot make the job's host directory {spec['host_dir']}: {exc.strerror}"
+                    raise JobEnded(make_result(start_time, reason)) from None
+            if hooks:
+                started(0)
+                outcomes, failure = run_hooks(spec, "pre")
+                if outcomes and outcomes[-1]["stopped"]:
+                    raise JobEnded(make_result(start_time, watch.kill_reason("killed")))
+                if failure:
+                    raise JobEnded(make_result(start_time, failure))
+            watch.start()
+        except JobEnded as ended:
+            result = ended.result
+        else:
+            started(watch.pid)
+            result = watch.wait()
+            by_itself = watch.reason is None
+        if hooks:
+            result["mode"] = spec.get("mode", "plain")
+            outcomes += run_hooks(spec, "post", result)[0]
+    except BaseException as exc:
+        import traceback  # only here: keeps the agent, which every supervisor copies, small
+
+        watch.kill_all(signal.SIGKILL)  # no job may run on once its result is written
+        log = recorder.error_log()
+        with open(log, "a") as f:
+            f.write(f"supervisor of {spec.get('unit')} (pid {os.getpid()}):\n")
+            traceback.print_exc(file=f)
+        result = make_result(start_time, f"supervisor error: {exc!r} (see {log})")
+        by_itself = False
+    result["mode"] = spec.get("mode", "plain")
+    recorder.finished(with_hooks(result, outcomes, spec.get("post_failure")), by_itself)
+    if own_dir:
+        remove_tree(spec["host_dir"])
+
+
+def fork_supervisor(recorder: JournalRecorder, spec: dict, start_time: float) -> int:
+    """Fork the unit's supervisor and return its pid. The child never returns from here.
+
+    SUPERVISOR_SIGNALS are blocked across the fork and stay blocked in the child, which takes them
+    with sigtimedwait: a `signal` request that arrives at once is held, not fatal to the supervisor.
+    """
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        raise
+    if pid == 0:
+        code = 70
+        try:
+            gc.disable()  # a short-lived copy: collections would only add copy-on-write faults
+            signal.set_wakeup_fd(-1)  # the agent's wake-up pipe is not ours
+            become_supervisor(recorder, spec, start_time, detach=True)
+            code = 0
+        finally:
+            os._exit(code)  # never return into the agent's loop
+    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    return pid
+
+
+def fork_task_supervisor(recorder: JournalRecorder, spec: dict) -> tuple[int, int]:
+    """Fork a supervisor for the tasks of `xce launch` that wait in a direct unit's host directory
+    (spec: role "tasks", host_dir, stdout, stderr, grace); (its pid, the fd to answer it on, see
+    Agent.answer_tasks). It starts no task before the answer says systemd has moved it into the
+    unit, and ends once its tasks have."""
+    go_r, go_w = os.pipe2(os.O_CLOEXEC)
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        os.close(go_r)
+        os.close(go_w)
+        raise
+    if pid == 0:
+        code = 70
+        try:
+            gc.disable()
+            signal.set_wakeup_fd(-1)
+            os.setsid()
+            os.closerange(0, go_r)  # the agent's pipes, lock, journal and sockets are not ours
+            os.closerange(go_r + 1, 1 << 20)
+            answer = os.read(go_r, 512)
+            os.close(go_r)
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            watch = Watch(recorder, spec, time.time())
+            if answer != b"ok":
+                why = answer[3:].decode("utf-8", "replace") or "the agent went away"
+                watch.refused = f"cannot start the task inside unit {spec['unit']}: {why}"
+            watch.wait()
+            code = 0
+        except BaseException:
+            import traceback
+
+            with open(recorder.error_log(), "a") as f:
+                f.write(f"tasks' supervisor of {spec.get('unit')} (pid {os.getpid()}):\n")
+                traceback.print_exc(file=f)
+        finally:
+            os._exit(code)
+    os.close(go_r)
+    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    return pid, go_w

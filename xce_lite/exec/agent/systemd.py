@@ -1,0 +1,126 @@
+"""Direct units: the job as its unit's main process, with no Python in the unit; the shell scripts
+that are its ExecStart and ExecStopPost, written into SPOOL/bin named by their content.
+
+Invariant: a unit's command lines hold only checked paths, names and numbers (see EXEC_SCRIPT);
+the job's argv and env travel in its Environment=, which systemd keeps exact.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .journal import JOURNAL
+from .signals import SIGNAL_NAMES, signal
+from .util import BIN, UNITS, write_file
+
+STOP_MARGIN = 5.0  # seconds systemd waits beyond a unit's grace before it KILLs what is left
+
+
+# A "direct" unit runs the job itself as its main process: ExecStart is /bin/sh on EXEC_SCRIPT, which
+# rebuilds the job's argv from XCE_ARGV_0..N-1 and execs it (same pid), and ExecStopPost is /bin/sh on
+# STOP_SCRIPT, which appends the unit's finished record. No Python runs in the unit.
+# Observed (systemd 252): a daemon-reload re-reads transient units from /run/systemd/transient, where
+# the manager wrote their settings back as unit-file text; it writes ExecStartEx= (a key it does not
+# read) and escapes '$' and ';' in ways its own parser does not take back, so a command line set
+# over D-Bus that holds the job's bytes loses them, or its ExecStopPost, at the next reload. Its
+# Environment= survives exactly (quotes, backslashes, newlines, '$', '%'), so the job's argv travels
+# there and the command lines hold only the checked paths of the scripts, numbers and names.
+EXEC_SCRIPT = r"""# written by the xce host agent: a direct unit's ExecStart (see agent.py). $1 is the job's argc; its
+# argv is in XCE_ARGV_0..: rebuild it exactly, drop those names, and become the job (the same pid).
+n=$1 i=0
+set --
+while [ "$i" -lt "$n" ]; do
+  eval "set -- \"\$@\" \"\$XCE_ARGV_$i\"; unset XCE_ARGV_$i"
+  i=$((i + 1))
+done
+exec "$@"
+"""
+STOP_SCRIPT = r"""# written by the xce host agent: a direct unit's ExecStopPost (see agent.py), which systemd runs
+# however the unit ended. Appends THE finished record of unit $1 to the journal, fdatasync'ed, worded
+# as the supervisor words its results. Args: UNIT START_TIME MODE RUN_LIMIT MEM_LIMIT BOOT (the boot's
+# epoch in 1/100 s); "-" for no limit. Only shell builtins, but for flock (the journal's shared lock)
+# and sync.
+IFS=' '
+unit=$1 start=$2 mode=$3 run=$4 mem=$5 boot=$6 dir=@UNITS@/$1 j=@JOURNAL@
+cpu=0 peak=0 oom=0 code=null sig=null reason=null
+while IFS=: read -r _ c p; do
+  case $p in */"$unit".service) ;; */"$unit".service/.control) p=${p%/.control} ;; *) continue ;; esac
+  case ,$c, in
+    ,,) g=@V2@$p
+      [ -r "$g/cpu.stat" ] && while read -r k v; do [ "$k" = usage_usec ] && cpu=$((v * 1000)); done < "$g/cpu.stat"
+      [ -r "$g/memory.peak" ] && read -r peak < "$g/memory.peak"
+      [ -r "$g/memory.events" ] && while read -r k v; do [ "$k" = oom_kill ] && oom=$v; done < "$g/memory.events" ;;
+    *,cpuacct,*) g=/sys/fs/cgroup/$c$p; [ -r "$g/cpuacct.usage" ] && read -r cpu < "$g/cpuacct.usage" ;;
+    *,memory,*) g=/sys/fs/cgroup/memory$p
+      [ -r "$g/memory.max_usage_in_bytes" ] && read -r peak < "$g/memory.max_usage_in_bytes"
+      [ -r "$g/memory.oom_control" ] && while read -r k v; do [ "$k" = oom_kill ] && oom=$v
+      done < "$g/memory.oom_control" ;;
+  esac
+done < /proc/self/cgroup
+read -r st < /proc/self/stat
+set -- ${st##*) }
+end=$((boot + ${20} * 100 / @HZ@))
+status=$EXIT_STATUS
+case $EXIT_CODE in
+  exited) case $status in ""|*[!0-9]*) ;; *) code=$status ;; esac ;;
+  killed|dumped) case $status in @SIGNALS@ RTMIN+*) sig=$((@RTMIN@ + ${status#RTMIN+})) ;; *) sig=0 ;; esac ;;
+esac
+case $SERVICE_RESULT in ""|*[!a-z-]*) result=null ;; *) result="\"$SERVICE_RESULT\"" ;; esac
+journalctl="journalctl -u $unit"
+[ "$mode" = user ] && journalctl="journalctl --user -u $unit"
+if [ "$mem" != - ] && { [ "$oom" -gt 0 ] || [ "$SERVICE_RESULT" = oom-kill ]; }; then
+  reason="\"memory limit $mem exceeded\""
+elif [ -r "$dir/kill_reason" ] && read -r r < "$dir/kill_reason" && [ "${r#\"}" != "$r" ]; then
+  reason=$r
+elif [ "$SERVICE_RESULT" = timeout ] && [ "$run" != - ]; then
+  reason="\"run limit $run reached\""
+elif [ "$sig" != null ]; then
+  reason="\"killed by signal SIG$status\""
+  [ -r "$dir/signalled" ] && read -r s r < "$dir/signalled" && [ "$s" = "$status" ] && reason=$r
+elif [ -z "$EXIT_CODE" ]; then
+  reason="\"the job did not start ($SERVICE_RESULT); see $journalctl\""
+elif [ "$code" != null ] && [ "$code" -ge 200 ] && [ "$code" -le 249 ]; then
+  reason="\"exit status $code: systemd uses 200-249 for its own failures to start a job; see $journalctl\""
+fi
+f='\n{"event":"finished","unit":"%s","result":{"exit_code":%s,"signal":%s,"start_time":%s,"end_time":%d.%02d,'
+f=$f'"cpu_time":%d.%09d,"max_rss":%d,"reason":%s,"service_result":%s,"mode":"%s"}}\n'
+exec 3>>"$j" && @FLOCK@ -s 3 || exit 1
+while ! [ /proc/self/fd/3 -ef "$j" ]; do exec 3>>"$j" && @FLOCK@ -s 3 || exit 1; done
+printf "$f" "$unit" "$code" "$sig" "$start" $((end / 100)) $((end % 100)) $((cpu / 1000000000)) \
+  $((cpu % 1000000000)) "$peak" "$reason" "$result" "$mode" >&3
+# The lock goes with the fd, before the sync: a compaction that renames a new journal over $j in
+# between has copied this record into it, and fsynced it; then this syncs that one.
+exec 3>&-
+exec @SYNC@ -d "$j"
+"""
+
+
+def unit_scripts(spool: str, cgroup: str | None, tools: dict[str, str]) -> tuple[str, str]:
+    """Write EXEC_SCRIPT and STOP_SCRIPT (made for this spool and host) into SPOOL/bin, named by
+    their content, so that a unit started by an earlier agent keeps its own; their paths."""
+    import hashlib
+
+    table = " ".join(f"{name[3:]}) sig={num} ;;" for num, name in sorted(SIGNAL_NAMES.items()))
+    v2 = "/sys/fs/cgroup/unified" if cgroup == "hybrid" else "/sys/fs/cgroup"
+    stop = STOP_SCRIPT
+    for key, value in (("UNITS", os.path.join(spool, UNITS)), ("JOURNAL", os.path.join(spool, JOURNAL)), ("V2", v2),
+                       ("HZ", str(os.sysconf("SC_CLK_TCK"))), ("SIGNALS", table), ("RTMIN", str(signal.SIGRTMIN)),
+                       ("FLOCK", tools["flock"]), ("SYNC", tools["sync"])):
+        stop = stop.replace(f"@{key}@", value)
+    paths = []
+    for kind, text in (("exec", EXEC_SCRIPT), ("stop", stop)):
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        path = os.path.join(spool, BIN, f"unit-{kind}-{digest}.sh")
+        if not os.path.exists(path):
+            write_file(path, text.encode())
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def boot_epoch_cs() -> int:
+    """When this host booted, in 1/100 s since the epoch, from the clock and /proc/uptime: a
+    process's start time (in clock ticks since boot) plus this is when it started."""
+    with open("/proc/uptime", encoding="ascii") as f:
+        uptime = float(f.read().split()[0])
+    return round((time.time() - uptime) * 100)

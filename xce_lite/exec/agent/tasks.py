@@ -1,0 +1,205 @@
+"""Tasks of `xce launch` (part of the Agent, server.py): the jobs' requests on SPOOL/agent.sock
+(launch, launch_wait; and supervisors' pokes), the controller's `tasks` and `launch_done`.
+
+A job's connection is only read when poll() says so and only written with short lines into an
+empty socket buffer: the serve loop never blocks on a job.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .jsonl import dumps, loads
+from .signals import TASKS_SIGNAL
+from .util import unix_address, write_file
+from .validate import Refused, check_argv_env, valid_unit_name, validate_tasks
+
+
+class Client:
+    """A connection to SPOOL/agent.sock: a supervisor's poke, or `xce launch` waiting for its tasks."""
+
+    __slots__ = ("buf", "sock")
+
+    def __init__(self, sock):
+        self.sock, self.buf = sock, bytearray()
+
+
+class TaskOps:
+    """The Agent's tasks, launch_done and agent.sock requests (the attributes are the Agent's)."""
+
+    def op_tasks(self, req: dict) -> dict:
+        """Start tasks of `xce launch` inside a running unit: written to its host directory, and its
+        supervisor told with TASKS_SIGNAL (a direct unit, which has none, gets a tasks' supervisor:
+        fork_tasks). Each end is a task_finished event."""
+        validate_tasks(req)
+        unit, launch_id = req["unit"], req["launch_id"]
+        self.catch_up()
+        status = self.unit_status(unit)
+        if status is None or status[0] != "running":
+            raise Refused(f"unit {unit} is not running on this host, so its tasks cannot start")
+        host_dir = os.path.join(self.units_dir, unit)
+        hostfile = os.path.exists(os.path.join(host_dir, "hostfile"))
+        tasks = [
+            {"index": t["index"], "argv": t["argv"], "cwd": t["cwd"],
+             "env": self.job_env(t["env"], unit, host_dir, hostfile)}
+            for t in req["tasks"]
+        ]
+        try:
+            os.makedirs(host_dir, exist_ok=True)  # plain mode: its supervisor may not have made it yet
+            batch = dumps({"launch_id": launch_id, "tasks": tasks})
+            write_file(os.path.join(host_dir, f"tasks-{launch_id}.json"), batch)
+        except OSError as exc:
+            raise Refused(f"cannot hand the tasks to unit {unit} in {host_dir}: {exc.strerror}") from None
+        if self.units[unit].direct is not None:
+            self.fork_tasks(unit, self.units[unit])
+        else:
+            self.deliver(unit, status[3], TASKS_SIGNAL)
+        return {"accepted": len(tasks)}
+
+    def op_launch_done(self, req: dict) -> dict:
+        """Answer the `xce launch` waiting for `launch_id` with `exit_code` (or keep the answer
+        for it, if it is not connected now)."""
+        launch_id, code = req.get("launch_id"), req.get("exit_code")
+        if not valid_unit_name(launch_id) or not isinstance(code, int) or isinstance(code, bool):
+            raise Refused(f"launch_done needs a launch_id and an integer exit_code, not {launch_id!r}, {code!r}")
+        fd = self.waiting.pop(launch_id, None)
+        if fd is not None and fd in self.clients:
+            delivered = self.send_client(fd, {"exit_code": code})
+            self.close_client(fd)
+            if delivered:
+                return {"delivered": True}
+        self.launch_codes[launch_id] = code
+        while len(self.launch_codes) > 1000:  # answers nobody came back for
+            del self.launch_codes[next(iter(self.launch_codes))]
+        return {"delivered": False}
+
+    def open_socket(self) -> None:
+        """Listen on SPOOL/agent.sock (0600). Without it the agent still serves: supervisors'
+        pokes are replaced by polling, and `xce launch` says it cannot reach the agent."""
+        import socket
+
+        try:
+            os.unlink(self.sock_path)  # a dead agent's: we hold the spool lock
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            print(f"agent: cannot remove {self.sock_path}: {exc}", file=sys.stderr)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            address, fd = unix_address(self.sock_path)
+            try:
+                sock.bind(address)
+            finally:
+                if fd >= 0:
+                    os.close(fd)
+            sock.listen(128)
+        except OSError as exc:
+            sock.close()
+            print(f"agent: cannot listen on {self.sock_path} ({exc}): `xce launch` will not work", file=sys.stderr)
+            return
+        finally:
+            os.umask(old_umask)
+        sock.setblocking(False)
+        self.listener = sock
+
+    def accept_clients(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and the like: the jobs retry, pokes are only hints
+                print(f"agent: accept on {self.sock_path} failed: {exc}", file=sys.stderr)
+                return
+            conn.setblocking(False)
+            self.clients[conn.fileno()] = Client(conn)
+            self.poller.register(conn.fileno(), 1)  # POLLIN
+
+    def read_client(self, fd: int) -> None:
+        client = self.clients.get(fd)
+        if client is None:
+            return
+        try:
+            data = client.sock.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close_client(fd)
+            return
+        client.buf += data
+        *lines, rest = client.buf.split(b"\n")
+        client.buf = bytearray(rest)
+        for line in lines:
+            if line.strip() and fd in self.clients:
+                self.handle_client_line(fd, line)
+
+    def handle_client_line(self, fd: int, line: bytes) -> None:
+        try:
+            msg = loads(line)
+            op = msg["op"]
+        except (ValueError, KeyError, TypeError) as exc:
+            self.send_client(fd, {"error": f"unreadable request ({exc})"})
+            self.close_client(fd)
+            return
+        if op == "poke":
+            synced = msg.get("synced")
+            if isinstance(synced, list) and len(synced) == 2 and synced[0] == os.fstat(self.jfd).st_ino:
+                self.synced = max(self.synced, int(synced[1]))  # `post` fdatasync'ed up to there
+            self.catch_up()
+        elif op == "launch":
+            self.client_launch(fd, msg)
+        elif op == "launch_wait":
+            launch_id = msg.get("launch_id")
+            if launch_id in self.launch_codes:
+                self.send_client(fd, {"exit_code": self.launch_codes.pop(launch_id)})
+                self.close_client(fd)
+            else:
+                self.waiting[launch_id] = fd
+        else:
+            self.send_client(fd, {"error": f"unknown request {op!r}: this agent takes launch, launch_wait, poke"})
+            self.close_client(fd)
+
+    def client_launch(self, fd: int, msg: dict) -> None:
+        """`xce launch` from a job: tell the controller, which sends `tasks` to the job's hosts and
+        `launch_done` here when all have ended."""
+        unit, argv, env, cwd = msg.get("unit"), msg.get("argv"), msg.get("env"), msg.get("cwd")
+        try:
+            if not valid_unit_name(unit):
+                raise Refused(f"bad unit {unit!r} (XCE_UNIT)")
+            check_argv_env(argv, env)
+            if not isinstance(cwd, str) or not os.path.isabs(cwd):
+                raise Refused(f"cwd must be an absolute path, not {cwd!r}")
+            self.catch_up()
+            status = self.unit_status(unit)
+            if status is None or status[0] != "running":
+                raise Refused(f"unit {unit} is not running on this host")
+        except Refused as exc:
+            self.send_client(fd, {"error": str(exc)})
+            self.close_client(fd)
+            return
+        launch_id = f"{unit}.{os.urandom(6).hex()}"
+        self.waiting[launch_id] = fd
+        self.send_client(fd, {"launch_id": launch_id})
+        event = {"event": "launch_requested", "launch_id": launch_id, "unit": unit}
+        self.out.append(dumps({**event, "argv": argv, "env": env, "cwd": cwd}))
+
+    def send_client(self, fd: int, msg: dict) -> bool:
+        client = self.clients.get(fd)
+        try:
+            client.sock.send(dumps(msg))  # a short line into an empty socket buffer: never blocks
+            return True
+        except (OSError, AttributeError):
+            return False
+
+    def close_client(self, fd: int) -> None:
+        client = self.clients.pop(fd, None)
+        if client is None:
+            return
+        self.poller.unregister(fd)
+        client.sock.close()
+        for launch_id in [k for k, v in self.waiting.items() if v == fd]:
+            del self.waiting[launch_id]  # its `xce launch` comes back with launch_wait

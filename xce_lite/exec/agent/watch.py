@@ -1,0 +1,252 @@
+"""The supervisor's wait: one unit's job and its tasks, their limits and the signals asked for.
+
+Single-threaded with SUPERVISOR_SIGNALS blocked and taken by sigtimedwait: no handler, no wake-up
+pipe, no signal missed between a check and the wait. A killed job's leftover processes are killed
+before its result is returned.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .signals import (
+    KILL_SIGNALS,
+    REQUEST_NAMES,
+    REQUEST_SIGNALS,
+    SUPERVISOR_SIGNALS,
+    TASKS_SIGNAL,
+    killpg,
+    signal,
+    signal_name,
+)
+from .spawn import JobEnded, open_outputs, spawn_job
+from .util import format_limit, format_size, proc_stat, read_json
+
+MEM_SAMPLE_INTERVAL = 0.5  # seconds between RSS samples of a job with a memory limit
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+class Watch:
+    """Runs one unit's job (none for a "host" unit) and its tasks of `xce launch`, and waits for
+    them, enforcing the limits it is given and acting on requested signals.
+
+    The supervisor keeps SUPERVISOR_SIGNALS (SIGCHLD among them) blocked and waits in sigtimedwait
+    with a timeout that is the nearest deadline (run limit, end of the grace period, next memory
+    sample): no busy sleeps, no handlers, no wake-up pipe, and no signal can be missed between a
+    check and the wait, because a blocked signal stays pending until it is taken.
+
+    The job and each task lead process groups of their own in the supervisor's session; signals,
+    kills and the memory sample cover them all. A "job" unit ends when its job has ended and its
+    tasks are gone (those left when the job ends are killed: TERM, KILL after the grace period);
+    a "host" unit, once a kill (a request, a limit) has begun and its tasks are gone.
+    """
+
+    def __init__(self, recorder, spec: dict, start_time: float):
+        self.recorder, self.spec, self.start_time = recorder, spec, start_time
+        self.reason: str | None = None  # the end reason once a kill has begun
+        self.kill_at: float | None = None  # monotonic time to send KILL after TERM
+        self.forwarded: set[int] = set()
+        self.pid = 0  # the job, and its process group; 0 for a "host" unit, which runs none
+        self.job_status: tuple | None = None  # (wait status, rusage) once the job has ended
+        self.tasks: dict[int, tuple[str, int]] = {}  # pid -> (launch id, index) of running tasks
+        self.tasks_seen: set[tuple[str, int]] = set()  # a task repeated in a request starts once
+        self.tasks_ending = False
+        self.task_cpu, self.task_rss = 0.0, 0
+        self.refused: str | None = None  # why no task may start (a tasks' supervisor outside its unit)
+
+    def start(self) -> None:
+        """Start the job (self.pid); JobEnded if it cannot start. A "host" unit starts nothing."""
+        if self.spec.get("role") in ("host", "tasks"):
+            return
+        out, err = open_outputs(self.spec, self.start_time)
+        try:
+            self.pid = spawn_job(self.spec, out, err, self.start_time)
+        finally:
+            os.close(out)
+            if err != out:
+                os.close(err)
+
+    def wait(self) -> dict:
+        """Wait for the unit to end, acting on limits and signals meanwhile; its result."""
+        began = time.monotonic()
+        run_limit = self.spec.get("run_limit") if self.spec.get("watch_run_limit", True) else None
+        mem_limit = self.spec.get("mem_limit") if self.spec.get("watch_mem_limit", True) else None
+        run_deadline = began + run_limit if run_limit else None
+        next_sample = began + MEM_SAMPLE_INTERVAL if mem_limit else None
+        self.start_tasks()  # any that came before the supervisor could take its signal
+        while True:
+            self.reap()
+            if self.ended():
+                break
+            now = time.monotonic()
+            if run_deadline is not None and now >= run_deadline:
+                self.begin_kill(f"run limit {format_limit(run_limit)} reached")
+                run_deadline = None
+            if next_sample is not None and now >= next_sample:
+                if self.group_rss() > mem_limit:
+                    self.begin_kill(f"memory limit {format_size(mem_limit)} exceeded")
+                next_sample = now + MEM_SAMPLE_INTERVAL
+            if self.kill_at is not None and now >= self.kill_at:
+                self.kill_all(signal.SIGKILL)
+                self.kill_at = None
+            deadlines = [d for d in (run_deadline, next_sample, self.kill_at) if d is not None]
+            if deadlines:
+                info = signal.sigtimedwait(SUPERVISOR_SIGNALS, max(0.0, min(deadlines) - now))
+            else:
+                info = signal.sigwaitinfo(SUPERVISOR_SIGNALS)
+            if info is not None:
+                self.handle_signal(info.si_signo)
+        if self.reason is not None and self.pid:
+            killpg(self.pid, signal.SIGKILL)  # a killed job's leftover processes go too
+        return self.result()
+
+    def reap(self) -> None:
+        """Collect every ended child: the job, and tasks (each reported as it ends)."""
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.pid:
+                self.job_status = (status, usage)
+                continue
+            self.task_cpu += usage.ru_utime + usage.ru_stime
+            self.task_rss = max(self.task_rss, usage.ru_maxrss * 1024)
+            task = self.tasks.pop(pid, None)
+            if task is not None:
+                self.recorder.task_finished(task[0], task[1], status)
+
+    def ended(self) -> bool:
+        """True once the unit is over; ends leftover tasks once the job (or the host unit) is. A
+        tasks' supervisor (role "tasks", fork_task_supervisor) is over once its tasks are."""
+        if self.spec.get("role") == "tasks":
+            return not self.tasks
+        over = self.job_status is not None if self.pid else self.reason is not None
+        if over and self.tasks and not self.tasks_ending:
+            self.tasks_ending = True
+            self.end_tasks()
+        return over and not self.tasks
+
+    def result(self) -> dict:
+        reason = self.reason
+        if self.pid:
+            status, usage = self.job_status
+            exit_code = os.waitstatus_to_exitcode(status)
+            cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+        else:
+            exit_code, cpu, rss = 0, 0.0, 0
+        signum = -exit_code if exit_code < 0 else None
+        if reason is None and signum is not None:
+            reason = self.kill_reason(None) if signum in self.forwarded else None
+            reason = reason or f"killed by signal {signal_name(signum)}"
+        return {
+            "exit_code": None if signum else exit_code,
+            "signal": signum,
+            "start_time": self.start_time,
+            "end_time": time.time(),
+            "cpu_time": cpu + self.task_cpu,
+            "max_rss": max(rss, self.task_rss),
+            "reason": reason,
+            "service_result": None,
+        }
+
+    def handle_signal(self, signum: int) -> None:
+        """Act on one signal sent to the supervisor (SIGCHLD only wakes the loop)."""
+        if signum == TASKS_SIGNAL:
+            self.start_tasks()
+            return
+        if signum in REQUEST_SIGNALS:
+            signum = getattr(signal, "SIG" + REQUEST_NAMES[signum - signal.SIGRTMIN])
+        if signum in KILL_SIGNALS:
+            self.begin_kill(self.kill_reason("killed"))
+        elif signum == signal.SIGKILL:
+            self.reason = self.reason or self.kill_reason("killed")
+            self.kill_all(signal.SIGKILL)
+            self.kill_at = None
+        elif signum != signal.SIGCHLD:
+            self.forwarded.add(signum)
+            self.kill_all(signum)
+
+    def begin_kill(self, reason: str) -> None:
+        """TERM every group (CONT, in case it is stopped), then KILL after the grace period.
+        The first reason given is the one the result keeps."""
+        if self.reason is None:
+            self.reason = reason
+        self.end_tasks()
+        killpg(self.pid, signal.SIGTERM)
+        killpg(self.pid, signal.SIGCONT)
+
+    def end_tasks(self) -> None:
+        """TERM (and CONT) the tasks' groups, and KILL what is left after the grace period."""
+        for pid in list(self.tasks):
+            killpg(pid, signal.SIGTERM)
+            killpg(pid, signal.SIGCONT)
+        if self.kill_at is None:
+            grace = self.spec.get("grace")
+            self.kill_at = time.monotonic() + (10.0 if grace is None else float(grace))
+
+    def kill_reason(self, default: str | None) -> str | None:
+        text = self.recorder.kill_reason()
+        return text.strip() if text and text.strip() else default
+
+    def kill_all(self, signum: int) -> None:
+        for pid in (self.pid, *self.tasks):
+            killpg(pid, signum)
+
+    def group_rss(self) -> int:
+        """Resident bytes summed over the job's and the tasks' process groups (a best-effort sample
+        from /proc)."""
+        total, groups = 0, {str(pid).encode() for pid in (self.pid, *self.tasks) if pid}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                fields = proc_stat(int(name))
+                if fields is not None and fields[2] in groups:
+                    total += int(fields[21]) * PAGE_SIZE
+        return total
+
+    def start_tasks(self) -> None:
+        """Start the tasks that the agent left in the host directory (tasks-LAUNCH_ID.json, each
+        {"launch_id", "tasks": [{"index", "argv", "env", "cwd"}]}), each file once. Their output
+        is appended to the unit's own stdout and stderr files. None starts once the unit is ending:
+        each is reported finished at once, with why."""
+        host_dir = self.spec.get("host_dir")
+        try:
+            names = sorted(n for n in os.listdir(host_dir) if n.startswith("tasks-") and n.endswith(".json"))
+        except (OSError, TypeError):
+            return
+        for name in names:
+            path = os.path.join(host_dir, name)
+            try:
+                batch = read_json(path)
+                os.unlink(path)
+                launch_id, tasks = batch["launch_id"], batch["tasks"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            for task in tasks:
+                self.start_task(launch_id, task)
+
+    def start_task(self, launch_id: str, task: dict) -> None:
+        key = (launch_id, task["index"])
+        if key in self.tasks_seen:
+            return
+        self.tasks_seen.add(key)
+        if self.reason is not None or self.job_status is not None or self.refused:
+            why = self.refused or "the unit was ending: the task did not start"
+            self.recorder.task_finished(launch_id, key[1], None, why)
+            return
+        if self.spec.get("starter"):  # the job starter wraps each task as it wraps the job
+            task = {**task, "argv": [*self.spec["starter"], *task["argv"]]}
+        try:
+            out, err = open_outputs(self.spec, self.start_time)
+            try:
+                self.tasks[spawn_job(task, out, err, self.start_time)] = key
+            finally:
+                os.close(out)
+                if err != out:
+                    os.close(err)
+        except JobEnded as ended:
+            code = ended.result["exit_code"]
+            self.recorder.task_finished(launch_id, key[1], None if code is None else code << 8, ended.result["reason"])
