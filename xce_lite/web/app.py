@@ -14,6 +14,7 @@ numbers only, as a Prometheus scraper expects.
 from __future__ import annotations
 
 import hmac
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from xce_lite.web import pages
 from xce_lite.web.source import Source
 
 HERE = Path(__file__).parent
+log = logging.getLogger("xce.web")
 NAV = (("/", "Overview"), ("/jobs", "Jobs"), ("/hosts", "Hosts"), ("/flows", "Flows"), ("/accounting", "Accounting"))
 OPEN_PATHS = ("/metrics", "/static/")
 _STATUS = ((errors.ControllerDown, 503), (errors.NotFound, 404), (errors.SpecError, 400),
@@ -75,6 +77,9 @@ def create_app(source: Source, token: str | None, port: int, refresh: float = 3.
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.globals.update(nav=NAV, refresh=refresh)
     env.filters["when"] = pages.when
+    # the macros as a global, not `{% import %}`: a main block rendered alone (a live update) does
+    # not run its template's top-level imports
+    env.globals["m"] = env.get_template("_macros.html").module
 
     def render(request: Request, template: str, build, *args) -> Response:
         """The page, or (asked by live.js) its main block alone; an XceError as a banner in it."""
@@ -88,11 +93,19 @@ def create_app(source: Source, token: str | None, port: int, refresh: float = 3.
             status = next((code for kind, code in _STATUS if isinstance(err, kind)), 502)
             context["error"] = str(err)
             template = "error.html"
-        t = env.get_template(template)
-        if live:
-            html = "".join(t.blocks["main"](t.new_context(context)))
-        else:
-            html = t.render(context)
+        except Exception as err:  # a bug: say so on the page, keep serving the other pages
+            log.exception("xce web: internal error on %s", request.url.path)
+            status, template = 500, "error.html"
+            context["error"] = f"internal error in xce web: {err!r}; its output has the details"
+        try:
+            t = env.get_template(template)
+            html = "".join(t.blocks["main"](t.new_context(context))) if live else t.render(context)
+        except Exception as err:  # the page's template failed on these data: a bug, shown as one
+            log.exception("xce web: internal error rendering %s", template)
+            t, context["error"], status = env.get_template("error.html"), f"internal error in xce web: {err!r}", 500
+            html = "".join(t.blocks["main"](t.new_context(context))) if live else t.render(context)
+        if live:  # 200 with the error in the fragment: an error status would be a console error in the page
+            status = 200
         return HTMLResponse(html, status_code=status, headers={**HEADERS, "X-Xce-Fragment": "1"})
 
     def number(request: Request, name: str, default: float, low: float, high: float) -> float:

@@ -105,7 +105,7 @@ def _job_row(j: dict) -> dict[str, Any]:
             "state": j["state"], "states": {j["state"]: 1}, "project": j.get("project") or "",
             "name": j["name"] + (f"[{j['array_index']}]" if j.get("array_index") else ""), "slots": j["slots"],
             "hosts": hosts, "submitted": when(j["submit_time"]), "why": why(j) if waiting else "",
-            "outcome": outcome(j) if j["state"] in ("DONE", "EXIT") else ""}
+            "outcome": outcome(j) if j["state"] == "EXIT" else ""}
 
 
 def _array_row(a: dict) -> dict[str, Any]:
@@ -145,7 +145,7 @@ def job(source: Source, ref: str) -> dict[str, Any]:
                             "effective_problem": j.get("effective_problem")}
     if j["state"] == "PEND":
         page["why"] = _why(source, page["row"]["ref"])
-    page["tail"] = tail(source, j["id"]) if j["hosts"] else {"text": "", "note": "no output yet: it has not started"}
+    page["tail"] = tail(source, j["id"]) if j["hosts"] else _no_tail("no output yet: it has not started")
     return page
 
 
@@ -201,16 +201,20 @@ def _why(source: Source, ref: str) -> dict[str, Any]:
     return {"summary": reply.get("summary") or "", "lines": reply.get("lines") or [], "note": ""}
 
 
+def _no_tail(note: str) -> dict[str, str]:
+    return {"text": "", "note": note, "path": "", "host": ""}
+
+
 def tail(source: Source, job_id: int) -> dict[str, str]:
     """The last TAIL_BYTES of the job's output, read on its first host through its agent."""
     try:
         probe = source.get("/jobs/peek", id=job_id, offset=_FAR)
         if probe.get("message"):
-            return {"text": "", "note": probe["message"]}
+            return _no_tail(probe["message"])
         start = max(0, probe.get("size", 0) - TAIL_BYTES)
         reply = source.get("/jobs/peek", id=job_id, offset=start)
     except (errors.TransitionError, errors.HostUnreachable, errors.SpecError) as err:
-        return {"text": "", "note": str(err)}
+        return _no_tail(str(err))
     text = base64.b64decode(reply["data_b64"]).decode("utf-8", errors="replace")
     note = f"the last {TAIL_BYTES // 1024} KiB of {reply['size']} bytes" if start else ""
     return {"text": text, "note": note, "path": reply.get("path", ""), "host": reply.get("host", "")}
