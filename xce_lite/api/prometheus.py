@@ -79,7 +79,7 @@ def render(reply: dict[str, Any] | None, error: str | None = None) -> str:
     names = {"tick": "xce_tick_duration_seconds", "session": "xce_scheduler_session_duration_seconds"}
     for key, hist in registry["histograms"].items():
         name = names.get(key, f"xce_{key}_duration_seconds")
-        samples = [(f"{name}_bucket", {"le": _number(float(le) if le != "+Inf" else float("inf"))}, n)
+        samples = [(f"{name}_bucket", {"le": "+Inf" if le == "+Inf" else repr(float(le))}, n)  # le="1.0", as Go
                    for le, n in hist["buckets"]]
         samples += [(f"{name}_sum", {}, hist["sum"]), (f"{name}_count", {}, hist["count"])]
         out.family(name, "histogram", hist["help"], samples)

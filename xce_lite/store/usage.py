@@ -59,10 +59,12 @@ class UsageStore:
 
 def series(rows: Iterable[tuple[float, float | None, float | None, int]], since: float, until: float,
            step: float) -> list[list[float]]:
-    """[[t, busy slots, running jobs, waiting jobs], ...] for each step from `since`: busy slots is
-    the average over the step (slot-seconds / step), the counts are sampled at its end, t. A row's
-    running time is [start, end or until); its waiting time [submit, start or end or until)."""
+    """[[t, busy slots, running jobs, waiting jobs], ...] for each step up to `until` (the steps end
+    there, so the first one may start a little before `since`): busy slots is the average over the
+    step (slot-seconds / step), the counts are sampled at its end, t. A row's running time is
+    [start, end or until); its waiting time [submit, start or end or until)."""
     n = max(1, min(MAX_POINTS, math.ceil((until - since) / step)))
+    since = until - n * step
     busy = [0.0] * (n + 1)
     full = [0.0] * (n + 1)  # difference array: slots busy for whole steps
     running = [0] * (n + 1)
