@@ -58,7 +58,8 @@ def test_a_job_from_python_is_the_job_xce_submit_makes(cluster: LiveCluster) -> 
     assert jobs[by_python]["stdout"].endswith(f"twin-{by_python}.out")
 
 
-def test_errors_are_the_cli_kinds_through_a_controller_restart(cluster: LiveCluster, tmp_path) -> None:
+def test_errors_are_the_cli_kinds_through_a_controller_restart(cluster: LiveCluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(cluster.work)  # where the jobs submitted without cwd= write their output
     with pytest.raises(errors.HomeError):
         Cluster(tmp_path / "nowhere")
     api = Cluster(cluster.home)

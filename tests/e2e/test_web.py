@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.browser import Browser, require_browser, shots_dir
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_until
-from tests.support.web import Web, start_web
+from tests.support.web import Web, dashboard, start_web
 
 SECRET = "s3cr3t-value-of-the-env"
 FLOW = """\
@@ -40,8 +40,6 @@ steps:
 def site(tmp_path_factory):
     require_browser()
     c = Cluster(slots=2)
-    web: Web | None = None
-    browser: Browser | None = None
     try:
         c.start()
         jobs = {"done": c.submit("sh", "-c", "echo hello-from-web-test", options=("-J", "greeter"))}
@@ -60,14 +58,9 @@ def site(tmp_path_factory):
         jobs["dep"] = c.submit("true", options=("-J", "follower", "-w", f"done({jobs['run']})"))
         jobs["big"] = c.submit("true", options=("-J", "wide", "-n", "2"))
         wait_until(lambda: (c.job(jobs["big"])["pend_reason"] or "").startswith("needs"), 30, "job big's reason")
-        web = start_web(c)
-        browser = Browser(shots_dir(tmp_path_factory.mktemp("web")))
-        yield c, web, browser, jobs
+        with dashboard(c, shots_dir(tmp_path_factory.mktemp("web"))) as (web, browser):
+            yield c, web, browser, jobs
     finally:
-        if browser is not None:
-            browser.close()
-        if web is not None:
-            web.stop()
         c.close()
 
 
@@ -164,6 +157,11 @@ def test_pages_need_the_token_and_say_who_can_see(site) -> None:
     assert web.get("jobs/" + str(jobs["run"]), token=False)[0] == 403
     assert web.get("/")[0] == 200
     assert "only this machine can connect, and only with this link" in "\n".join(web.notice)
+    port = web.base.rsplit(":", 1)[1].strip("/")
+    taken = c.xce("web", "--port", port, timeout=60)
+    assert taken.returncode == 2 and "choose another with --port" in taken.stderr and "Traceback" not in taken.stderr
+    wrong = c.xce("web", "--bind", "not-an-address", timeout=60)
+    assert wrong.returncode == 2 and "check the address given to --bind" in wrong.stderr
     wide = start_web(c, "--bind", "127.0.0.2", "--no-token")
     try:
         text = "\n".join(wide.notice)

@@ -54,7 +54,10 @@ class Browser:
         page.on("console", lambda m: self.problems.append(f"console {m.type}: {m.text} ({page.url})")
                 if m.type == "error" else None)
         page.on("pageerror", lambda e: self.problems.append(f"uncaught: {e} ({page.url})"))
-        page.on("requestfailed", lambda r: self.problems.append(f"request failed: {r.url} {r.failure}"))
+        # a load cut short by the next navigation (ERR_ABORTED) is no fault; a missing asset is a 404,
+        # which Chromium reports as a console error
+        page.on("requestfailed", lambda r: None if "ERR_ABORTED" in (r.failure or "") else
+                self.problems.append(f"request failed: {r.url} {r.failure}"))
         return page
 
     def shot(self, page, name: str) -> Path:

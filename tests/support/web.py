@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,8 +10,11 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from tests.support.browser import Browser
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_until
 
@@ -68,3 +72,17 @@ def start_web(cluster: Cluster, *args: str) -> Web:
     assert found, f"xce web exited {process.returncode}:\n" + "\n".join(lines)
     wait_until(lambda: any("Ctrl-C" in line for line in lines), 10, "the whole notice")
     return Web(process, found[0].split()[-1], lines)
+
+
+@contextlib.contextmanager
+def dashboard(cluster: Cluster, shots: Path) -> Iterator[tuple[Web, Browser]]:
+    """`xce web` for the running cluster and a browser to look at it; both stopped at the end."""
+    web = start_web(cluster)
+    browser = None
+    try:
+        browser = Browser(shots)
+        yield web, browser
+    finally:
+        if browser is not None:
+            browser.close()
+        web.stop()

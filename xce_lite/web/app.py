@@ -116,7 +116,7 @@ def create_app(source: Source, token: str | None, port: int, refresh: float = 3.
         return min(high, max(low, value))
 
     def overview(request: Request) -> Response:
-        return render(request, "overview.html", pages.overview, number(request, "hours", 6, 0.25, 24 * 7))
+        return render(request, "overview.html", pages.overview, number(request, "hours", 6, 0.05, 24 * 7))
 
     def jobs(request: Request) -> Response:
         filters = {k: request.query_params.get(k, "").strip() for k in pages.FILTERS}

@@ -92,10 +92,8 @@ def jobs(source: Source, filters: dict[str, str], limit: int = 500) -> dict[str,
         pattern = filters["name"] if any(c in filters["name"] for c in "*?[") else f"*{filters['name']}*"
         rows = [r for r in rows if fnmatch.fnmatchcase(r["name"], pattern)]
     rows.sort(key=lambda r: r["id"], reverse=True)
-    queues = sorted({r["queue"] for r in rows} | {filters["queue"]} if filters.get("queue") else
-                    {r["queue"] for r in rows})
     return {"rows": rows[:limit], "shown": min(limit, len(rows)), "matched": len(rows), "filters": filters,
-            "queues": queues, "states": STATES, "has_projects": has_projects}
+            "has_projects": has_projects}
 
 
 def _job_row(j: dict) -> dict[str, Any]:
