@@ -1,7 +1,8 @@
 """`xce web` in a real browser against a real controller with real jobs, and /metrics parsed for real.
 
 One cluster for the module: a running job (writing output), a held one, one waiting for its
-dependency, one waiting for slots, one DONE, one EXIT, an array and a flow. Headless Chromium loads
+dependency, one waiting for slots, one DONE, one EXIT, an array and a flow; and a host nobody
+answers for (an ssh host on a closed loopback port), out of reach, then lost. Headless Chromium loads
 every page, checks the DOM (ids, states, reasons, host rows) and keeps a screenshot of each; any
 console error or uncaught exception fails the test. The last test breaks things in order: a job
 changes state under an open page (which must follow without a reload), then the controller stops
@@ -11,6 +12,8 @@ and starts again under it.
 from __future__ import annotations
 
 import json
+import os
+import re
 import urllib.parse
 
 import pytest
@@ -36,10 +39,21 @@ steps:
 """
 
 
+CONFIG = """\
+cluster: w{pid}
+hosts:
+  - {{name: local, slots: 2, mem: 1G}}
+  - {{name: ghost, type: ssh, address: 127.0.0.1, port: 1, slots: 1, mem: 1G}}
+queues:
+  - {{name: normal, default: true}}
+controller: {{tick: 1s, grace: 2s, host_lost_after: 3s}}
+"""
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     require_browser()
-    c = Cluster(slots=2)
+    c = Cluster(config=CONFIG.format(pid=os.getpid()))
     try:
         c.start()
         jobs = {"done": c.submit("sh", "-c", "echo hello-from-web-test", options=("-J", "greeter"))}
@@ -126,6 +140,8 @@ def test_every_page_shows_the_jobs_hosts_and_reasons(site) -> None:
     host = page.locator("#hosts tr[data-host=local]")
     assert host.get_attribute("data-state") == "ok"
     assert str(jobs["run"]) in host.locator(".running").inner_text()
+    page.wait_for_selector("#hosts tr[data-host=ghost][data-state=lost]", timeout=30_000)  # live, no reload
+    assert "since" in page.inner_text("#hosts tr[data-host=ghost]")
     browser.shot(page, "hosts")
 
     page.goto(web.base + "flows")
@@ -144,8 +160,10 @@ def test_every_page_shows_the_jobs_hosts_and_reasons(site) -> None:
     page.wait_for_selector("[data-chart=accounting][data-drawn='1'] canvas")
     browser.shot(page, "accounting")
 
-    for path in ("/", "jobs?user=all&finished=1", f"jobs/{jobs['run']}", "hosts"):
-        assert SECRET not in web.get(path)[1], f"{path} shows a job's environment"
+    for path in ("/", "jobs?user=all&finished=1", f"jobs/{jobs['run']}", "hosts", "flows/webflow", "accounting"):
+        html = web.get(path)[1]
+        assert SECRET not in html, f"{path} shows a job's environment"
+        assert not re.search(r'(src|href)="(https?:)?//', html), f"{path} loads something from elsewhere"
     page.close()
     browser.check()
 
@@ -197,7 +215,8 @@ def test_metrics_parse_and_count_what_happened(site) -> None:
     assert _value(families, "xce_host_slots", host="local") == 2
     assert _value(families, "xce_host_slots_used", host="local") == 1
     assert _value(families, "xce_host_up", host="local") == 1
-    assert _value(families, "xce_hosts", state="up") == 1
+    assert _value(families, "xce_host_up", host="ghost") == 0
+    assert [_value(families, "xce_hosts", state=s) for s in ("up", "unreach", "lost")] == [1, 0, 1]
     submitted = 2 + 3 + 3 + 4  # two jobs, the flow's three steps, three elements, four more jobs
     assert _value(families, "xce_submits", "xce_submits_total") == submitted
     assert _value(families, "xce_dispatches", "xce_dispatches_total") == 2 + 3 + 3 + 1
