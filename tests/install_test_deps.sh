@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install what the test hosts (xce_lite/testhosts/) need on Debian 12, as root. Idempotent: when
-# everything is there it installs nothing and exits 0.
+# Install what the test hosts (xce_lite/testhosts/) and the dashboard's browser tests need on Debian
+# 12, as root. Idempotent: when everything is there it installs nothing and exits 0.
 #
 #   what the hosts use            Debian package
 #   /lib/systemd/systemd          systemd          (PID 1 of each systemd test host)
@@ -8,6 +8,8 @@
 #   ssh-keygen                    openssh-client   (host and client keys)
 #   unshare, nsenter, setpriv     util-linux
 #   mount                         mount
+#   /usr/bin/chromium             chromium         (headless, driven by Playwright in tests/e2e/test_web.py;
+#                                                   Playwright's own browser download is never used)
 #
 # The system's own sshd is never started nor enabled by this script. The harness's hosts listen on
 # 127.0.0.N:22 in the machine's one network namespace, so a system sshd on 0.0.0.0:22 would make every
@@ -33,6 +35,7 @@ need unshare util-linux
 need nsenter util-linux
 need setpriv util-linux
 need mount mount
+need /usr/bin/chromium chromium
 
 if [[ ${#missing[@]} == 0 ]]; then
   echo "install_test_deps.sh: nothing to install"

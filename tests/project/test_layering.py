@@ -9,12 +9,17 @@ ones (resolved against the importing module's package). The rules:
 - `store/*` never imports `exec`, `sched`, `controller`, `api`, `cli` or `sim`;
 - `exec/*` never imports `store`, `sched`, `controller`, `api`, `cli` or `sim`;
 - `config/*`, `workflow/*` and `api/*` never import `controller`, `store`, `cli` or `sim`;
-- only `cli/*` (and `__main__`) import `cli`; nothing imports `sim` but `sim` and `cli`;
+- `web/*` (the dashboard) reads through the API only: never `store`, `controller`, `sched`, `exec`,
+  `cli` or `sim`; only `cli` and `web` import it, and only `web` imports its libraries;
+- only `cli/*` (and `__main__`) import `cli`, but the Python API (`pyapi`), which builds job specs
+  with `cli.submit` and flow submissions with `cli.flow`; nothing imports `sim` but `sim` and `cli`;
 - `exec/agent/` is shipped alone to hosts (as one file): it imports only the standard library and
   itself, relatively;
 - SQL runs through apsw in `store/` alone: no other module imports apsw;
-- every package's `__init__` is a docstring alone (importing a package loads nothing else);
-- `xce_lite.cli.main` imports nothing heavy on its way in (`xce submit` must start fast).
+- every package's `__init__` is a docstring alone (importing a package loads nothing else), but the
+  root's PEP 562 `__getattr__`, which imports `xce_lite.pyapi` when `Cluster` is first asked for;
+- `xce_lite.cli.main` and `from xce_lite import Cluster` import nothing heavy on their way in (`xce
+  submit` must start fast): no pydantic, apsw, fabric, yaml, nor the web's libraries.
 """
 
 from __future__ import annotations
@@ -162,21 +167,46 @@ def test_the_merge_and_the_workflow_logic_are_pure(module: str) -> None:
     ("xce_lite.workflow", ("controller", "store", "cli", "sim")),
     ("xce_lite.api", ("controller", "store", "cli", "sim")),
     ("xce_lite.controller", ("cli", "sim")),
+    ("xce_lite.web", ("store", "controller", "sched", "exec", "cli", "sim")),
 ])
 def test_layers_never_import_upwards(layer: str, never: tuple[str, ...]) -> None:
     banned = tuple(f"xce_lite.{name}" for name in never)
     assert violations(layer, all_imports(), lambda t: not within(t, *banned)) == []
 
 
+# The Python API builds what it sends with the CLI's own code, so a job submitted either way is the same.
+PYAPI_USES = ("xce_lite.cli.submit", "xce_lite.cli.flow")
+
+
 def test_only_the_cli_imports_the_cli_or_the_simulator() -> None:
     outside = {name: targets for name, targets in all_imports().items()
                if not within(name, "xce_lite.cli", "xce_lite.sim", "xce_lite.__main__")}
-    assert violations(ROOT, outside, lambda t: not within(t, "xce_lite.cli", "xce_lite.sim")) == []
+    wrong = violations(ROOT, outside, lambda t: not within(t, "xce_lite.cli", "xce_lite.sim"))
+    assert wrong == [f"xce_lite.pyapi imports {t}" for t in sorted(PYAPI_USES)]
+
+
+WEB_LIBRARIES = ("starlette", "uvicorn", "jinja2")
+
+
+def test_only_the_cli_imports_the_web_and_only_the_web_its_libraries() -> None:
+    modules = all_imports()
+    outside = {n: t for n, t in modules.items() if not within(n, "xce_lite.web", "xce_lite.cli")}
+    assert violations(ROOT, outside, lambda t: not within(t, "xce_lite.web", *WEB_LIBRARIES)) == []
+    cli = {n: t for n, t in modules.items() if within(n, "xce_lite.cli")}
+    assert violations(ROOT, cli, lambda t: not within(t, *WEB_LIBRARIES)) == []
 
 
 # The test-host harness is the one package with a public face (`from xce_lite import testhosts`): it
 # is standard library only and never on the CLI's or the controller's path.
 FACES = {"xce_lite/testhosts/__init__.py"}
+
+
+def _is_lazy_api(node: ast.stmt, name: str) -> bool:
+    """The root package's PEP 562 `__getattr__`, importing nothing but the Python API, lazily."""
+    if name != "xce_lite/__init__.py" or not isinstance(node, ast.FunctionDef) or node.name != "__getattr__":
+        return False
+    imported = {n.module for n in ast.walk(node) if isinstance(n, ast.ImportFrom)}
+    return imported == {"xce_lite.pyapi"} and not any(isinstance(n, ast.Import) for n in ast.walk(node))
 
 
 def test_package_inits_are_docstrings_only() -> None:
@@ -186,7 +216,8 @@ def test_package_inits_are_docstrings_only() -> None:
         body = ast.parse(init.read_text(encoding="utf-8")).body
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
             body = body[1:]
-        constants = all(isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) for n in body)
+        constants = all((isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)) or _is_lazy_api(n, name)
+                        for n in body)
         if not constants and name not in FACES:
             heavy.append(name)
     assert heavy == [], "a package __init__ must hold only its docstring (and constants such as __version__)"
@@ -210,13 +241,23 @@ def test_only_the_store_runs_sql() -> None:
     assert violations(ROOT, outside, lambda t: not within(t, "apsw", "sqlite3")) == []
 
 
-def test_the_cli_loads_nothing_heavy() -> None:
-    heavy = ["pydantic", "apsw", "fabric", "paramiko", "yaml"]
+@pytest.mark.parametrize("statement", ["import xce_lite.cli.main", "from xce_lite import Cluster"])
+def test_the_cli_and_the_python_api_load_nothing_heavy(statement: str) -> None:
+    heavy = ["pydantic", "apsw", "fabric", "paramiko", "yaml", *WEB_LIBRARIES, "anyio", "h11", "prometheus_client",
+             "playwright"]
     probe = (
-        "import sys, json, xce_lite.cli.main\n"
+        f"import sys, json\n{statement}\n"
         f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r})))\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                             check=False)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]", f"`import xce_lite.cli.main` loaded: {result.stdout.strip()}"
+    assert result.stdout.strip() == "[]", f"`{statement}` loaded: {result.stdout.strip()}"
+
+
+def test_the_lazy_api_check_refuses_anything_else() -> None:
+    allowed = ast.parse("def __getattr__(name):\n    from xce_lite.pyapi import Cluster\n    return Cluster\n")
+    heavy = ast.parse("def __getattr__(name):\n    from xce_lite.store import jobs\n    return jobs\n")
+    assert _is_lazy_api(allowed.body[0], "xce_lite/__init__.py")
+    assert not _is_lazy_api(allowed.body[0], "xce_lite/web/__init__.py")
+    assert not _is_lazy_api(heavy.body[0], "xce_lite/__init__.py")

@@ -1,4 +1,4 @@
-"""The wheel ships the package, its migrations and its examples, and never a test.
+"""The wheel ships the package, its migrations, its examples and the dashboard's assets, and never a test.
 
 Built for real with `pip wheel` from a copy of the tracked files (so a build leaves nothing in the
 checkout), with junk planted where a user's run would leave it: the pipeline example's run/ folder.
@@ -51,5 +51,9 @@ def test_the_wheel_holds_migrations_and_examples_and_no_tests(tmp_path: Path) ->
     tracked_examples = {str(p.relative_to(examples)) for p in examples.rglob("*")
                         if p.is_file() and "run" not in p.relative_to(examples).parts}
     assert shipped_examples == tracked_examples
+    web = source / "xce_lite" / "web"  # the dashboard's templates and assets, the vendored ones with their licence
+    assets = {str(p.relative_to(source)) for d in ("templates", "static") for p in (web / d).rglob("*") if p.is_file()}
+    assert "xce_lite/web/static/vendor/uplot/LICENSE" in assets
+    assert assets <= set(names), f"missing from the wheel: {sorted(assets - set(names))}"
     assert not [n for n in names if n.startswith(("tests/", "xce_lite/tests")) or "/test_" in n or "conftest" in n]
     assert not [n for n in names if "/run/" in n]

@@ -42,19 +42,25 @@ def flow_submit(ctx, file: Path, sets: tuple[str, ...], check: bool) -> None:
     Example: xce flow submit pipeline.yaml --set sims=50
     """
     loaded = load_file(file, _sets(sets))
-    base = file.resolve().parent
-    steps = [{"step": step.name, "spec": _spec(step, base)} for step in loaded.steps]
     if check:
         for step in loaded.steps:
             click.echo(f"{step.name}{step.array or ''}" + (f"  after {step.depend}" if step.depend else ""))
         return
+    reply = _client(ctx).post("/flows", submission(file, loaded))
+    jobs = ", ".join(f"{s['step']} <{s['id']}{'[]' if s['array'] else ''}>" for s in reply["steps"])
+    click.echo(f"Flow <{reply['flow']}> is submitted: {jobs}.")
+
+
+def submission(file: Path, loaded) -> dict:
+    """The POST /flows body for a checked flow file (the Python API sends the same), once the
+    directories its steps write their output to exist."""
+    base = file.resolve().parent
+    steps = [{"step": step.name, "spec": _spec(step, base)} for step in loaded.steps]
     for spec in (s["spec"] for s in steps):
         for path in (spec.get("stdout"), spec.get("stderr")):
             if path and "%" not in os.path.dirname(path):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-    reply = _client(ctx).post("/flows", {"name": loaded.name, "steps": steps})
-    jobs = ", ".join(f"{s['step']} <{s['id']}{'[]' if s['array'] else ''}>" for s in reply["steps"])
-    click.echo(f"Flow <{reply['flow']}> is submitted: {jobs}.")
+    return {"name": loaded.name, "steps": steps}
 
 
 def load_file(path: Path, sets: dict[str, str]):

@@ -23,6 +23,8 @@ from xce_lite.cli.flow import flow as flow_group
 from xce_lite.cli.jobs import display, jobs, outcome, when
 from xce_lite.cli.presets import preset as preset_group
 from xce_lite.cli.submit import build_spec, expand, given_options, submit_options
+from xce_lite.cli.web import metrics as metrics_command
+from xce_lite.cli.web import web as web_command
 from xce_lite.config import presets
 from xce_lite.home.paths import Home, resolve_home
 from xce_lite.quantities import format_size
@@ -585,6 +587,8 @@ main.add_command(apps)
 main.add_command(reconfig)
 main.add_command(preset_group)
 main.add_command(sim_group)
+main.add_command(web_command)
+main.add_command(metrics_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

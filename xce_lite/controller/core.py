@@ -49,7 +49,9 @@ from xce_lite.controller.gating import Workflows
 from xce_lite.controller.handlers.config import ConfigHandlers
 from xce_lite.controller.handlers.flow import FlowHandlers
 from xce_lite.controller.handlers.jobs import ApiHandlers
+from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
 from xce_lite.controller.jobunits import job_units
+from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
@@ -77,7 +79,8 @@ class _WakingQueue(queue.Queue):
         self._wake.set()
 
 
-class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows):
+class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows,
+                 MetricsHandlers):  # metrics: its routes
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
@@ -94,6 +97,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             raise
         self._use_config(config, profiles)
         self.started_at = time.time()
+        self.metrics = Registry()  # metrics: counters and durations for /metrics
         self._mu = threading.RLock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -249,6 +253,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         """One pass; see the module docstring. Everything learned and decided in it is stored in
         one durable commit, before any launch; launch replies are stored by the next pass."""
         now = time.time()
+        began = time.monotonic()  # metrics:
         self._collect_events(now)
         self._expire_lost_hosts(now)
         cancels = self._gate_step()
@@ -270,6 +275,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._act()
         if self._unrecorded or self._unrecorded_started or self._unrecorded_requeues:
             self._wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
+        self.metrics.observe("tick", time.monotonic() - began)  # metrics:
 
     def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
         """The scheduler's view of a pending job (snapshot.pending_job, which the simulator shares)."""
@@ -290,8 +296,10 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 running = tuple((j.queue, j.user, sum(n for _, n in j.hosts)) for j in self._active.values())
                 base = Snapshot(hosts, (), self.queue_policies, shared, running, time.time(),
                                 self.config.controller.reserve_after)
+                sent = time.monotonic()  # metrics:
                 self._scheduler.send(self._pending, base, self.config.controller.sched_budget)
             decisions = self._scheduler.receive()
+            self.metrics.observe("session", time.monotonic() - sent)  # metrics:
         except TimeoutError as err:
             self.log(f"{err}; it will be restarted")
             decisions = None
@@ -359,6 +367,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                plans: list) -> None:
         """Bring the in-memory view in line with what `record_tick` stored."""
         requeued = self.store.jobs(list(record.requeued)) if record.requeued else []
+        self._count_applied(record, finishing)  # metrics:
         with self._mu:
             for f, _event in finishing:  # the other hosts' post hooks see it as XCE_JOB_REASON
                 self._end_active(f.job_id, f"job {f.job_id} ended {f.state}" + (f": {f.reason}" if f.reason else ""))

@@ -19,6 +19,7 @@ import apsw
 from xce_lite.models import FINISHED_STATES, Job, JobSpec
 from xce_lite.store.db import connect, write
 from xce_lite.store.db import insert_event as _event
+from xce_lite.store.usage import UsageStore  # metrics: the web's reads over time
 from xce_lite.store.workflows import ELEMENT_SPEC, FlowRecord, NewJob, WorkflowStore, insert_flow, insert_job
 
 _COLUMNS = ("id, user, queue, state, spec, submit_time, attempt, hosts, unit, start_time, end_time, "
@@ -68,7 +69,7 @@ class TickRecord:
     cancelled: tuple[int, ...] = ()
 
 
-class JobStore(WorkflowStore):
+class JobStore(WorkflowStore, UsageStore):  # metrics: UsageStore
     def __init__(self, path: Path, readonly: bool = False):
         """readonly: for tools beside a running controller (`xceadmin check`): reads only."""
         self.path = path

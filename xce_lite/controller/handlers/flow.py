@@ -61,6 +61,7 @@ class FlowHandlers:
             with self._mu:
                 done = self.store.change_state(ids, state, EXIT, "killed_pending", now,
                                                reason=f"killed by {caller.user} while pending", end_time=now)
+                self.metrics.inc("finished", len(done), state="EXIT")  # metrics:
                 for job_id in done:
                     self._dequeue(job_id)
                     self._held.pop(job_id, None)
@@ -169,6 +170,7 @@ class FlowHandlers:
                           tuple((s, t.id) for s, t in kept.items()))
         now = time.time()
         ids = self.store.submit(items, user, now, depends=depends, flow=flow)
+        self.metrics.inc("submits", sum(len(item.indices) or 1 for item in items))  # metrics:
         with self._mu:
             for job_id, item in zip(ids, items):
                 self._admit(job_id, replace(item, depend=_placed(item.depend, ids)), user, now)

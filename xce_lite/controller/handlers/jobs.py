@@ -47,6 +47,7 @@ class ApiHandlers:
             ("POST", "/controller/stop"): self.api_stop,
             **self.config_routes(),
             **self.flow_routes(),
+            **self.metrics_routes(),  # metrics:
         }
 
     def api_status(self, caller: Caller, query: dict, body: Any) -> dict:
@@ -73,6 +74,7 @@ class ApiHandlers:
             accepted.append(NewJob(spec, queue_name, indices, depend))
         now = time.time()
         ids = self.store.submit(accepted, caller.user, now)  # on disk before the reply
+        self.metrics.inc("submits", sum(len(item.indices) or 1 for item in accepted))  # metrics:
         with self._mu:
             for job_id, item in zip(ids, accepted):
                 self._admit(job_id, item, caller.user, now)
@@ -386,6 +388,7 @@ class ApiHandlers:
             return {"id": job.id, "state": job.state, "data_b64": "", "offset": offset, "eof": True,
                     "message": f"Job <{job.id}>: nothing to show yet ({err})"}
         return {"id": job.id, "state": job.state, "data_b64": base64.b64encode(chunk.data).decode("ascii"),
+                "size": chunk.size,  # metrics: the file's size, so that the web can show its tail
                 "offset": chunk.offset, "eof": chunk.eof, "path": path, "host": name}
 
     def api_queues(self, caller: Caller, query: dict, body: Any) -> dict:

@@ -1,0 +1,1 @@
+"""`xce web`: a read-only dashboard in its own process, reading everything through the controller's API."""
