@@ -9,11 +9,7 @@ import json
 import click
 
 from xce_lite.api.client import Client
-
-
-def table_lines(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+from xce_lite.cli.base import table_lines
 
 
 def effective_lines(rows: list[list[str]], indent: str = "    ") -> list[str]:

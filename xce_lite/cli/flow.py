@@ -17,7 +17,7 @@ import click
 
 from xce_lite import errors
 from xce_lite.api.client import Client
-from xce_lite.cli.apps import table_lines
+from xce_lite.cli.base import table_lines
 from xce_lite.cli.jobs import when
 
 

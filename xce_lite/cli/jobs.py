@@ -10,7 +10,8 @@ import time
 import click
 
 from xce_lite.api.client import Client
-from xce_lite.cli.apps import effective_lines, table_lines
+from xce_lite.cli.apps import effective_lines
+from xce_lite.cli.base import table_lines
 from xce_lite.quantities import format_duration, format_size
 
 

@@ -15,6 +15,7 @@ import click
 from click.core import ParameterSource
 
 from xce_lite import errors
+from xce_lite.cli.complete import complete_apps, complete_queues
 from xce_lite.config.presets import OPTIONS, Preset
 from xce_lite.quantities import parse_duration, parse_size
 from xce_lite.workflow import arrays, deps
@@ -27,8 +28,8 @@ _BY_NAME = ("env", "app_param")  # NAME=VALUE lists: a preset's and the command 
 _OPTIONS = (
     click.option("-J", "name", help='Job name; "name[1-100:2,200]%10" submits an array (elements 1, 3, ... 99 '
                                     'and 200, at most 10 at once).'),
-    click.option("-q", "queue", help="Queue (default: the cluster's default queue)."),
-    click.option("-app", "app", metavar="NAME",
+    click.option("-q", "queue", shell_complete=complete_queues, help="Queue (default: the cluster's default queue)."),
+    click.option("-app", "app", metavar="NAME", shell_complete=complete_apps,
                  help="Application profile (see `xce apps`); '' for none. Default: the cluster's default one."),
     click.option("-n", "tasks", metavar="MIN[,MAX]",
                  help="Tasks (slots): exactly MIN, or as many as fit from MIN to MAX (default: 1, or the profile's)."),
