@@ -144,7 +144,7 @@ def test_csv_workloads_and_bad_input_say_where_and_what_to_do(tmp_path):
     for text, expected in (("jobs:\n  - {submit: 0}\n", "job 1: `runtime` is missing"),
                            ("jobs:\n  - {submit: 0, runtime: 5, n: 'x'}\n", "`n` must be MIN or MIN,MAX"),
                            ("jobs:\n  - {submit: 0, runtime: 5, after: 'done(a) &&'}\n", "job 1: -w"),
-                           ("jobs:\n  - {submit: 0, runtime: 5, array: 'a[3-1]'}\n", "the range 3-1 is reversed")):
+                           ("jobs:\n  - {submit: 0, runtime: 5, array: 'a[3-1]'}\n", "3-1 ends before it starts")):
         w = tmp_path / "bad.yaml"
         w.write_text(text)
         with pytest.raises(SpecError, match=expected.replace("(", r"\(").replace(")", r"\)")):
