@@ -130,6 +130,7 @@ def test_completion_offers_job_ids_queues_hosts_profiles_and_presets(cluster: Cl
     assert str(held) in _complete(c, "xce kill ")
     assert str(held) in _complete(c, "xce why ")
     assert _complete(c, "xce submit -q ") == ["normal", "high"]
+    assert "local" in _complete(c, "xce hosts -l ")
     assert _complete(c, "xce submit -q h") == ["high"]
     assert "default" in _complete(c, "xce submit -app ")
     assert _complete(c, "xce submit --preset sw") == ["sweepy"]

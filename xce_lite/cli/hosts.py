@@ -10,6 +10,7 @@ import click
 
 from xce_lite import errors
 from xce_lite.cli.base import JSON_OPTION, client, echo_json, echo_table
+from xce_lite.cli.complete import complete_hosts
 from xce_lite.cli.jobs import when
 from xce_lite.home.paths import Home
 from xce_lite.quantities import format_size
@@ -19,18 +20,41 @@ _ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]+|[A-Za-
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
-@click.group(invoke_without_command=True)
+class _HostsGroup(click.Group):
+    """`xce hosts [-l] [NAMES]` beside `xce hosts add`: words that name no subcommand are hosts'
+    names (the group's options are all flags, so every other word is one)."""
+
+    def parse_args(self, ctx, args):
+        words = [a for a in args if not a.startswith("-")]
+        if words and words[0] not in self.commands:
+            ctx.meta["hosts.names"] = tuple(words)
+            args = [a for a in args if a.startswith("-")]
+        return super().parse_args(ctx, args)
+
+    def shell_complete(self, ctx, incomplete):
+        return super().shell_complete(ctx, incomplete) + complete_hosts(ctx, None, incomplete)
+
+
+@click.group(cls=_HostsGroup, invoke_without_command=True)
 @click.option("-l", "long", is_flag=True, help="Per resource: total, reserved and free; GPUs, attributes, tags.")
 @JSON_OPTION
 @click.pass_context
 def hosts(ctx, long, as_json) -> None:
-    """List the hosts with their state and slots (`xce hosts add` adds one).
+    """List the hosts with their state and slots, or only those named (`xce hosts -l gpu1`);
+    `xce hosts add` adds one.
 
     Example: xce hosts -l
     """
     if ctx.invoked_subcommand is not None:
         return
+    names = ctx.meta.get("hosts.names", ())
     reply = client(ctx).get("/hosts")
+    if names:
+        unknown = sorted(set(names) - {h["name"] for h in reply["hosts"]})
+        if unknown:
+            raise errors.NotFound(f"no host {', '.join(unknown)} in this cluster; the hosts are: "
+                                  f"{', '.join(h['name'] for h in reply['hosts'])}")
+        reply["hosts"] = [h for h in reply["hosts"] if h["name"] in names]
     if as_json:
         echo_json(reply)
         return

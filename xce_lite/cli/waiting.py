@@ -2,7 +2,7 @@
 
 A few jobs: one line per job as it ends (`Job <3> DONE: exit code 0`). Arrays and many jobs: a
 progress line with the counts (DONE, EXIT, running, pending), rewritten in place on a terminal, a
-line for each element that ends EXIT, and one summary line per array at the end. `-q` prints
+line for each element (or job) that ends EXIT, and one summary line per array at the end. `-q` prints
 nothing and `--json` only the final document: the exit code says it all (0 all DONE, 1 any EXIT,
 124 --timeout ran out). The controller's long-poll (GET /jobs/wait) returns when every job has
 ended or its timeout passes, so a short timeout is the beat at which changes are seen.
@@ -62,13 +62,14 @@ class Progress:
 
     def update(self, reply: dict) -> None:
         jobs = reply["jobs"]
-        many = len(jobs) > ONE_LINE_EACH or any(j.get("array_id") is not None for j in jobs)
+        singles = [j for j in jobs if j.get("array_id") is None]
+        each = len(singles) <= ONE_LINE_EACH  # else only failures get a line of their own
         for job in jobs:
             if job["state"] in FINISHED and job["id"] not in self.said:
                 self.said.add(job["id"])
-                if not many or job["state"] == "EXIT":
+                if job["state"] == "EXIT" or (each and job.get("array_id") is None):
                     self._say(_end_line(job))
-        if many and self.terminal:
+        if self.terminal and (not each or len(singles) < len(jobs)):
             self._progress(_counts_line(jobs))
 
     def finish(self, reply: dict) -> None:

@@ -19,6 +19,7 @@ Light: the standard library only (xce.yaml's `cluster:` line is read with a rege
 from __future__ import annotations
 
 import os
+import pwd
 import re
 from pathlib import Path
 
@@ -35,9 +36,19 @@ def registry() -> Path:
     return Path(state) / "xce" / "clusters"
 
 
-def agent_root() -> Path:
-    """Where agents keep their directories on hosts that share this machine's home directory."""
-    return Path(os.path.expanduser("~")) / ".xce-agent"
+def user_home(user: str | None = None) -> Path:
+    """A user's home directory as the password database has it (what an SSH login gets), not $HOME."""
+    try:
+        entry = pwd.getpwnam(user) if user else pwd.getpwuid(os.getuid())
+        return Path(entry.pw_dir)
+    except KeyError:
+        return Path(os.path.expanduser("~"))
+
+
+def agent_root(user: str | None = None) -> Path:
+    """Where agents keep their directories (`~/.xce-agent`) on hosts that share this machine's home
+    directories: the home an SSH login of `user` (default: this user) gets."""
+    return user_home(user) / ".xce-agent"
 
 
 def cluster_of(home_root: Path) -> str | None:

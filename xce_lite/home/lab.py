@@ -230,9 +230,14 @@ def down(home: Home) -> tuple[Lab, list[str]] | None:
         testhosts.down(lab.dir)
     except testhosts.TestHostError as err:
         raise LabError(f"stopping the lab's hosts in {lab.dir} failed: {err}") from None
-    _remove_agent_dirs([Path(os.path.expanduser(h.agent_spool(config.cluster))) for h in ours])
+    _remove_agent_dirs([_on_this_machine(h.agent_spool(config.cluster), h.user) for h in ours])
     (home.root / STATE).unlink(missing_ok=True)
     return lab, removed
+
+
+def _on_this_machine(path: str, user: str | None) -> Path:
+    """A lab host's `~/...` path here: its `~` is the home of the user the host logs in."""
+    return clusters.user_home(user) / path[2:] if path.startswith("~/") else Path(path)
 
 
 def _remove_agent_dirs(dirs: list[Path]) -> None:
@@ -240,7 +245,7 @@ def _remove_agent_dirs(dirs: list[Path]) -> None:
     this machine's file system, so their directories are here, and nothing of them outlives `down`.
     Only a directory named for this cluster's lab host is removed (never a spool someone moved elsewhere)."""
     for folder in dirs:
-        if folder.parent == clusters.agent_root() and folder.is_dir() and not folder.is_symlink():
+        if folder.parent.name == ".xce-agent" and folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -273,7 +278,7 @@ def up_report(home: Home, started: Started, controller_running: bool) -> str:
         f"slots and {MEM} each: they share this machine), their host keys in {home.known_hosts}.",
         *started.notes,
         f"Try: ssh -F {lab.dir / 'ssh_config'} {hosts[0].name} hostname",
-        "Next: " + ("nothing to do: the controller read xce.yaml again and is connecting to them now"
+        "Next: " + ("nothing to do: the controller is connecting to them now (it has read xce.yaml again)"
                     if controller_running else "start the controller: `xce controller start`"),
         f"  then `xce hosts` and `xce submit -R \"select[{LAB_TAG}]\" -n {2 * len(hosts)} -- hostname`.",
         "Stop with: xce lab down",
