@@ -329,7 +329,7 @@ def test_the_summary_says_why_each_rejected_job_was_rejected(tmp_path):
 
 @pytest.mark.parametrize("option, value, words", [
     ("--stop-at", "-5", "'--stop-at': -5.0 is not in the range x>=0"),
-    ("--interval", "0", "'--interval': 0.0 is not in the range x>0"),
+    ("--interval", "inf", "'--interval': inf is not in the range 0<=x<=10000000"),
     ("--output", "missing/run.rec", "the directory 'missing' does not exist"),
     ("--save", ".", "'.' is a directory; name a file in it"),
 ])

@@ -76,7 +76,10 @@ class Group(click.Group):
 
 
 def client(ctx: click.Context) -> Client:
-    return Client(ctx.obj.require().socket)
+    """A connection to the home's controller, closed when the command ends."""
+    api = Client(ctx.find_root().obj.require().socket)
+    ctx.call_on_close(api.close)
+    return api
 
 
 def echo_json(doc: Any) -> None:

@@ -17,13 +17,8 @@ from pathlib import Path
 import click
 
 from xce_lite import errors
-from xce_lite.api.client import Client
-from xce_lite.cli.base import table_lines
+from xce_lite.cli.base import client, table_lines
 from xce_lite.cli.jobs import when
-
-
-def _client(ctx: click.Context) -> Client:
-    return Client(ctx.obj.require().socket)
 
 
 @click.group()
@@ -53,7 +48,7 @@ def flow_submit(ctx, file: Path, sets: tuple[str, ...], check: bool) -> None:
         for path in (spec.get("stdout"), spec.get("stderr")):
             if path and "%" not in os.path.dirname(path):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-    reply = _client(ctx).post("/flows", {"name": loaded.name, "steps": steps})
+    reply = client(ctx).post("/flows", {"name": loaded.name, "steps": steps})
     jobs = ", ".join(f"{s['step']} <{s['id']}{'[]' if s['array'] else ''}>" for s in reply["steps"])
     click.echo(f"Flow <{reply['flow']}> is submitted: {jobs}.")
 
@@ -156,7 +151,7 @@ def flow_status(ctx, name: str, as_json: bool) -> None:
 
     Example: xce flow status pipeline
     """
-    reply = _client(ctx).get("/flows", name=name)
+    reply = client(ctx).get("/flows", name=name)
     if as_json:
         click.echo(json.dumps(reply, indent=2))
         return
@@ -192,7 +187,7 @@ def flow_rescue(ctx, name: str) -> None:
 
     Example: xce flow rescue pipeline
     """
-    reply = _client(ctx).post("/flows/rescue", {"name": name})
+    reply = client(ctx).post("/flows/rescue", {"name": name})
     jobs = ", ".join(f"{s['step']} <{s['id']}{'[]' if s['array'] else ''}>" for s in reply["steps"])
     kept = f"; kept (DONE): {', '.join(reply['kept'])}" if reply["kept"] else ""
     click.echo(f"Flow <{reply['flow']}> is rescued: {jobs}{kept}.")

@@ -13,15 +13,10 @@ from pathlib import Path
 import click
 
 from xce_lite import errors
-from xce_lite.api.client import Client
-from xce_lite.cli.base import JSON_OPTION, OUTPUT, echo_json, table_lines
+from xce_lite.cli.base import JSON_OPTION, OUTPUT, client, echo_json, table_lines
 from xce_lite.cli.complete import complete_presets
 from xce_lite.cli.submit import build_spec, given_options, submit_options
 from xce_lite.config import presets
-
-
-def _client(ctx: click.Context) -> Client:
-    return Client(ctx.obj.require().socket)
 
 
 def _echo_table(rows: list[tuple[str, ...]]) -> None:
@@ -46,9 +41,13 @@ def as_command_line(preset: presets.Preset) -> str:
 
 def _server_presets(ctx: click.Context, name: str | None = None) -> tuple[dict, list[presets.Preset]]:
     """(the reply, its presets); the server adds each one's hash, which is not part of a document."""
-    reply = _client(ctx).get("/presets", name=name)
+    reply = client(ctx).get("/presets", name=name)
     found = [presets.from_json({k: v for k, v in doc.items() if k != "hash"}, f"the cluster's {doc.get('name')}")
              for doc in reply["presets"]]
+    if name is not None:
+        found = [p for p in found if p.name == name]  # an empty name is no filter to the server
+    if name is not None and not found:
+        raise errors.NotFound(f"the cluster has no preset {name!r}; `xce preset list --server` lists its presets")
     return reply, found
 
 
@@ -205,7 +204,7 @@ def preset_report(ctx, name, user, as_json) -> None:
 
     Example: xce preset report sweep
     """
-    jobs = _client(ctx).get("/jobs", all=True, user=user)["jobs"]
+    jobs = client(ctx).get("/jobs", all=True, user=user)["jobs"]
     try:
         current = presets.load(name).hash
     except errors.NotFound:

@@ -78,6 +78,7 @@ def quickstart(ctx: click.Context) -> None:
         pid = daemon.start_detached(home.require())
         click.echo(f"Controller started (pid {pid}), serving {home.socket}.")
     api = Client(home.socket)
+    ctx.call_on_close(api.close)
     out = home.root / "quickstart.out"
     spec = {"argv": ["sh", "-c", 'echo "hello from job $XCE_JOBID on $(hostname)"'], "cwd": str(home.root),
             "name": "quickstart", "stdout": str(out), "env": dict(os.environ)}
@@ -108,6 +109,8 @@ def examples_copy(dest: Path, force: bool) -> None:
     """
     from xce_lite.home.examples import copy_examples
 
+    if not str(dest).strip():
+        raise click.BadParameter("the directory is empty; name one, e.g. ~/xce-tour", param_hint="DEST")
     copied, same, kept = copy_examples(dest, force)
     click.echo(f"Copied {len(copied)} example file(s) into {dest}" + (f" ({len(same)} already there)" if same else "")
                + ".")

@@ -14,7 +14,7 @@ import click
 from xce_lite.cli.base import JSON_OPTION, OUTPUT, echo_json
 
 EXISTING = click.Path(exists=True, dir_okay=False, path_type=Path)
-INTERVAL = click.FloatRange(min=0, min_open=True)
+INTERVAL = click.FloatRange(min=0, max=1e7)  # 0: every instant; inf would never end
 
 
 def _setup(config: Path, workload: Path, interval: float | None):
@@ -88,7 +88,7 @@ def repl(config: Path, workload: Path, interval: float | None, log: Path | None)
 
 @sim.command()
 @click.argument("out", type=OUTPUT)
-@click.option("--since", type=float, help="Only jobs submitted at or after this epoch time.")
+@click.option("--since", type=click.FloatRange(min=0), help="Only jobs submitted at or after this epoch time.")
 @click.pass_context
 def export(ctx: click.Context, out: Path, since: float | None) -> None:
     """Turn the cluster's job history (its store) into a workload, to replay under a changed config.
