@@ -193,3 +193,75 @@ def test_examples_copy_gives_the_tour_its_files_and_is_safe_to_repeat(tmp_path):
     assert (dest / "sweep.sh").read_text() == "#!/bin/sh\necho mine\n"
     forced = subprocess.run(run + ["--force"], capture_output=True, text=True, timeout=60)
     assert forced.returncode == 0 and "Copied 1 example file(s)" in forced.stdout
+
+
+def test_errors_come_message_first_then_the_usage_and_version_is_there(idle_cluster: Cluster):
+    c = idle_cluster
+    usage = c.xce("submit", "-n", "0", "--", "true")
+    assert usage.returncode == 2 and usage.stdout == ""
+    first, second, third = usage.stderr.splitlines()
+    assert first == "xce: Invalid value for -n: '0': need 1 <= MIN <= MAX"
+    assert second.startswith("Usage: xce submit [OPTIONS]") and third == "Try 'xce submit -h' for help."
+    ours = c.xce("jobs")  # an error of xce's own: the same first line, no usage
+    assert ours.returncode == 3 and ours.stderr.startswith("xce: the controller is not running")
+    bad_host = c.xce("hosts", "add", "bad name!")
+    assert bad_host.returncode == 2 and bad_host.stderr.startswith("xce: Invalid value for NAME: 'bad name!' is not")
+    assert "Traceback" not in usage.stderr + ours.stderr + bad_host.stderr
+    from xce_lite import __version__
+
+    assert c.ok("--version").strip() == f"xce {__version__}"
+
+
+def test_every_data_command_speaks_json(cluster: Cluster):
+    c = cluster
+    c.env["XDG_CONFIG_HOME"] = str(c.root / "config")
+    held = c.submit("true", options=("--hold",))
+    c.ok("preset", "save", "quick", "-W", "5m")
+    c.submit("true", options=("--preset", "quick"))
+    docs = {
+        "why": c.ok("why", str(held), "--json"), "controller status": c.ok("controller", "status", "--json"),
+        "preset list": c.ok("preset", "list", "--json"), "preset report": c.ok("preset", "report", "quick", "--json"),
+        "wait": c.ok("wait", "--json", str(held + 1)),
+    }
+    for name, text in docs.items():
+        assert json.loads(text)["schema"] == 1, name
+    assert json.loads(docs["why"])["state"] == "PSUSP"
+    assert json.loads(docs["controller status"])["running"] is True
+    assert [p["name"] for p in json.loads(docs["preset list"])["presets"]] == ["quick"]
+    assert [j["id"] for j in json.loads(docs["preset report"])["jobs"]] == [held + 1]
+    lab_status = c.xce("lab", "status", "--json")
+    assert lab_status.returncode == 1 and json.loads(lab_status.stdout) == {"schema": 1, "lab": False, "hosts": []}
+    c.ok("kill", str(held))
+    c.ok("controller", "stop")
+    down = c.xce("controller", "status", "--json")
+    assert down.returncode == 3 and json.loads(down.stdout)["running"] is False
+
+
+def test_lab_up_refuses_a_cluster_name_another_home_uses_before_anything_starts(idle_cluster: Cluster,
+                                                                               state_dir: Path):
+    c = idle_cluster
+    env = dict(c.env, XDG_STATE_HOME=str(state_dir))
+    first = c.root / "first"
+    assert c.xce("--home", str(first), "init", "--cluster", "twin", env=env).returncode == 0
+    second = c.root / "second"
+    second.mkdir()
+    (second / "xce.yaml").write_text((first / "xce.yaml").read_text())  # an old home, made by copying
+    refused = c.xce("--home", str(second), "lab", "up", "1", "--plain", env=env)
+    assert refused.returncode == 1 and f"also used by the cluster home {first}" in refused.stderr
+    assert "Give this home another `cluster:`" in refused.stderr
+    assert not (second / "lab.json").exists() and not (second / "lab").exists()
+
+
+def test_hosts_l_advises_only_modes_better_than_the_one_in_use():
+    from xce_lite.cli.hosts import agent_line
+
+    modes = {"systemd": {"ok": False, "why": "not root"}, "user": {"ok": False, "why": "enable linger"},
+             "plain": {"ok": True}}
+    base = {"hostname": "h", "cpus": 2, "mem": 2**30, "version": 2, "load": [0.5, 0.25, 0.0], "modes": modes}
+    plain = agent_line({**base, "mode": "plain"})
+    assert "no systemd system units: not root" in plain and "no systemd user units: enable linger" in plain
+    assert "load 0.50 0.25 0.00 (when it connected)" in plain
+    user = agent_line({**base, "mode": "user", "modes": {**modes, "user": {"ok": True}}})
+    assert "not root" in user and "linger" not in user
+    system = agent_line({**base, "mode": "systemd", "modes": {**modes, "systemd": {"ok": True}}})
+    assert "no " not in system.split("\n", 1)[-1] and "linger" not in system
