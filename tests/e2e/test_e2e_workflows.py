@@ -246,7 +246,7 @@ def test_one_element_or_the_whole_array_is_killed_held_and_released(wcluster: Cl
 
 @pytest.mark.parametrize("name, words", [
     ("a[]", "has no index"),
-    ("a[10-1]", "reversed; write 1-10"),
+    ("a[10-1]", "ends before it starts; write 1-10"),
     ("a[1-10001]", "more than 10000 elements"),
     ("a[1-5]%0", "throttle %0 must be a whole number of at least 1"),
     ("a[0-3]", "indices run from 1"),

@@ -27,7 +27,7 @@ from tests.support.cluster import Cluster
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
 from xce_lite.config.cluster import load_config
-from xce_lite.home import lab
+from xce_lite.home import clusters, lab
 from xce_lite.home.paths import Home
 
 pytest_plugins = ["tests.support.testhosts_fixture"]
@@ -350,7 +350,7 @@ def test_a_running_controller_takes_the_lab_in_and_lets_it_go_live(home_with_lab
     c, lab_dir = home_with_lab_dir
     c.start()
     out = c.ok("lab", "up", "1", "--unprivileged", "--dir", str(lab_dir))
-    assert "the controller is connecting to them now" in out
+    assert "the controller is connecting to them now" in out and "xce reconfig" not in out
 
     def lab1_state() -> str | None:
         listed = {h["name"]: h for h in json.loads(c.ok("hosts", "--json"))["hosts"]}
@@ -362,3 +362,45 @@ def test_a_running_controller_takes_the_lab_in_and_lets_it_go_live(home_with_lab
     assert c.job(job_id)["hosts"] == [["lab1", 1]]
     assert "closed them to new work" in c.ok("lab", "down")
     assert lab1_state() is None  # out of the cluster's hosts
+
+
+def test_a_second_home_gets_its_own_name_and_its_lab_works_beside_the_first(testhosts_root, require_testhosts):
+    """Two homes made by `xce init` on one machine, each with a lab and a controller: different
+    cluster names, both labs' hosts ok, a job on each; `down` takes each lab's agent directories."""
+    require_testhosts(plain=True)
+    state = testhosts_root / f"state-{uuid.uuid4().hex[:8]}"
+    homes = [testhosts_root / f"home-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    carrier = Cluster()  # only for its CLI helper and its teardown of what it started
+    env = dict(carrier.env, XDG_STATE_HOME=str(state))
+    names = []
+    try:
+        for home in homes:
+            said = carrier.xce("--home", str(home), "init", env=env)
+            assert said.returncode == 0, said.stderr
+            names.append(load_config(home / "xce.yaml").cluster)
+            assert f"cluster {names[-1]}" in said.stdout
+        assert names[0] != names[1] and "is taken by" in said.stdout
+        for home in homes:
+            for args in (("controller", "start"), ("lab", "up", "1", "--plain")):
+                r = carrier.xce("--home", str(home), *args, env=env)
+                assert r.returncode == 0, r.stderr
+        for home in homes:
+            def lab1_ok(home=home) -> bool:
+                listed = json.loads(carrier.ok("--home", str(home), "hosts", "--json", env=env))["hosts"]
+                return any(h["name"] == "lab1" and h["state"] == "ok" for h in listed)
+
+            wait_until(lab1_ok, 60, f"{home}'s lab1 to be ok beside the other home's")
+            job = carrier.ok("--home", str(home), "submit", "--parsable", "-R", "select[lab]", "--cwd", str(home),
+                             "--", "hostname", env=env)  # a cwd outside /tmp: the hosts have their own /tmp
+            assert carrier.xce("--home", str(home), "wait", job.strip(), env=env).returncode == 0
+        agent_dirs = [clusters.agent_root() / f"{name}-lab1" for name in names]
+        assert all(d.is_dir() for d in agent_dirs), agent_dirs
+        for home in homes:
+            assert "removed lab1" in carrier.ok("--home", str(home), "lab", "down", env=env)
+        assert not any(d.exists() for d in agent_dirs), "lab down left an agent's directory"
+    finally:
+        for home in homes:
+            if (home / lab.STATE).exists():
+                carrier.xce("--home", str(home), "lab", "down", env=env)
+            carrier.xce("--home", str(home), "controller", "stop", env=env)
+        carrier.close()

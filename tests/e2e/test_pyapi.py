@@ -7,33 +7,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
-from tests.support import paths
+from tests.support import readme
 from tests.support.cluster import Cluster as LiveCluster
 from xce_lite import errors
 from xce_lite.pyapi import Cluster
 
 
-def _indented_block_after(text: str, marker: str) -> str:
-    """The first indented (4 spaces) block after the line holding `marker`, dedented."""
-    lines = text[text.index(marker):].splitlines()[1:]
-    while lines and not lines[0].strip():
-        lines.pop(0)
-    block = []
-    for line in lines:
-        if line.strip() and not line.startswith("    "):
-            break
-        block.append(line)
-    return textwrap.dedent("\n".join(block)).strip() + "\n"
-
-
 def test_the_readme_example_runs_as_printed(cluster: LiveCluster) -> None:
-    readme = (paths.ROOT / "README.md").read_text()
-    code = _indented_block_after(readme, "example runs as a test (`tests/e2e/test_pyapi.py`)")
-    expected = _indented_block_after(readme, "which prints")
+    [code] = [b.text for b in readme.blocks() if b.kind == "python"]
+    [expected] = [b.text for b in readme.blocks() if b.kind == "output"]
     assert "from xce_lite import Cluster" in code
     result = subprocess.run([sys.executable, "-c", code], cwd=cluster.work, env=cluster.env, capture_output=True,
                             text=True, timeout=120)

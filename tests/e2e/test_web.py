@@ -19,6 +19,7 @@ import urllib.parse
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support import readme
 from tests.support.browser import Browser, require_browser, shots_dir
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_until
@@ -188,6 +189,23 @@ def test_pages_need_the_token_and_say_who_can_see(site) -> None:
         assert wide.get("/", token=False)[0] == 200
     finally:
         wide.stop()
+
+
+def test_the_readmes_command_prints_its_link_as_the_readme_says(site) -> None:
+    """The README's `served` block, run as printed (on a free port: its 8090 may be taken here)."""
+    c, _web, _browser, _jobs = site
+    [block] = [b for b in readme.blocks() if b.kind == "served"]
+    [command] = block.commands()
+    words = command.text.split("#", 1)[0].split()
+    said = command.text.split("#", 1)[1].strip()  # what the README shows it printing
+    assert words[:2] == ["xce", "web"]
+    shown = start_web(c, *words[2:])
+    try:
+        [link] = [line for line in shown.notice if "serving http" in line]
+        port = shown.base.rsplit(":", 1)[1].strip("/")
+        assert readme.pattern(said.replace(":8090/", f":{port}/"), c.home).fullmatch(link.strip()), link
+    finally:
+        shown.stop()
 
 
 def _families(text: str) -> dict:

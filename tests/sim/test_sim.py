@@ -141,10 +141,10 @@ def test_csv_workloads_and_bad_input_say_where_and_what_to_do(tmp_path):
     workload.write_text("submit,user,n,runtime,colour\n0,ann,2,10,red\n")
     bad = xce_sim("run", config, workload)
     assert bad.returncode == 2 and "unknown column(s) colour" in bad.stderr
-    for text, expected in (("jobs:\n  - {submit: 0}\n", "job 1: `runtime` is missing"),
+    for text, expected in (("jobs:\n  - {submit: 0}\n", "job 1 (line 2): `runtime` is missing"),
                            ("jobs:\n  - {submit: 0, runtime: 5, n: 'x'}\n", "`n` must be MIN or MIN,MAX"),
-                           ("jobs:\n  - {submit: 0, runtime: 5, after: 'done(a) &&'}\n", "job 1: -w"),
-                           ("jobs:\n  - {submit: 0, runtime: 5, array: 'a[3-1]'}\n", "the range 3-1 is reversed")):
+                           ("jobs:\n  - {submit: 0, runtime: 5, after: 'done(a) &&'}\n", "job 1 (line 2): `after`: -w"),
+                           ("jobs:\n  - {submit: 0, runtime: 5, array: 'a[3-1]'}\n", "3-1 ends before it starts")):
         w = tmp_path / "bad.yaml"
         w.write_text(text)
         with pytest.raises(SpecError, match=expected.replace("(", r"\(").replace(")", r"\)")):
@@ -287,3 +287,56 @@ def test_export_turns_a_controller_history_into_a_workload_that_runs(cluster, tm
     assert exported[0].runtime >= 1 and exported[0].submit == 0
     result = xce_sim("run", cluster.home / "xce.yaml", out)
     assert result.returncode == 0 and "jobs: 2 DONE, 1 EXIT" in result.stdout, result.stdout + result.stderr
+
+
+def test_a_workload_with_many_mistakes_gets_them_all_at_once_each_with_its_job_and_line(tmp_path):
+    config, workload = files(tmp_path, workload="""jobs:
+  - {submit: 0, runtime: 5, n: 'x', queue: ""}
+  - {runtime: -3, W: forever}
+  - {submit: 1, runtime: 5, after: 'done(a) &&', colour: red}
+
+  - {submit: 0, runtime: 5, array: 'a[3-1]', exit: 300}
+""")
+    result = xce_sim("run", config, workload)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    expected = ["job 1 (line 2): `n` must be MIN or MIN,MAX", "job 1 (line 2): `queue` must be a non-empty text",
+                "job 2 (line 3): `submit` is missing", "job 2 (line 3): `runtime` cannot be negative",
+                "job 2 (line 3): W 'forever' is not a duration", "job 3 (line 4): unknown field(s) colour",
+                "job 3 (line 4): `after`: -w at position 11", "job 4 (line 6): array '[3-1]'",
+                "job 4 (line 6): `exit` must be a whole number from 0 to 255"]
+    for words in expected:
+        assert f"workload {workload}, {words}" in result.stderr, (words, result.stderr)
+    assert result.stderr.rstrip().endswith("nothing was simulated; fix the workload and run again")
+    csv = tmp_path / "w.csv"
+    csv.write_text("submit,runtime,n\n0,5,2\nsoon,5,0\n")
+    bad = xce_sim("run", config, csv)
+    assert bad.returncode == 2
+    assert f"workload {csv}, job 2 (line 3): submit 'soon' is not a duration" in bad.stderr
+    assert f"workload {csv}, job 2 (line 3): `n` '0'" in bad.stderr
+
+
+def test_the_summary_says_why_each_rejected_job_was_rejected(tmp_path):
+    config, workload = files(tmp_path)
+    result = xce_sim("run", config, workload)
+    assert result.returncode == 0
+    assert ("  rejected: job 13 (workload row 9): can never start, even on an empty cluster: needs at least 64 "
+            "tasks, at most 16 fit") in result.stdout
+    doc = json.loads(xce_sim("run", config, workload, "--json").stdout)
+    assert doc["states"] == {"DONE": 10, "EXIT": 2, "REJECTED": 1} and doc["verify"] is None
+    assert doc["rejected"] == [{"id": 13, "row": 9, "reason": doc["rejected"][0]["reason"]}]
+    assert "needs at least 64 tasks" in doc["rejected"][0]["reason"]
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("--stop-at", "-5", "'--stop-at': -5.0 is not in the range x>=0"),
+    ("--interval", "inf", "'--interval': inf is not in the range 0<=x<=10000000"),
+    ("--output", "missing/run.rec", "the directory 'missing' does not exist"),
+    ("--save", ".", "'.' is a directory; name a file in it"),
+])
+def test_a_run_that_could_not_go_as_asked_is_refused_before_it_runs(tmp_path, option, value, words):
+    config, workload = files(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "xce_lite", "sim", "run", str(config), str(workload), option, value],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    first, usage, _hint = result.stderr.splitlines()
+    assert first.startswith("xce: Invalid value for ") and words in first and usage.startswith("Usage: xce sim run")

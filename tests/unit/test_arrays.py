@@ -26,7 +26,8 @@ def test_parse_expands_ranges_steps_lists_and_throttle(text, indices, throttle):
 
 @pytest.mark.parametrize("text, words", [
     ("[]", "has no index"),
-    ("[10-1]", "reversed; write 1-10"),
+    ("[10-1]", "ends before it starts; write 1-10"),
+    ("[1-0]", "ends before it starts; it must end at 1 or more"),
     ("[0-4]", "from 1"),
     ("[1-5:0]", "step of 1-5:0 must be at least 1"),
     ("[1-5]%0", "throttle %0 must be a whole number of at least 1"),

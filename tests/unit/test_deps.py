@@ -62,6 +62,8 @@ def test_slurm_forms_are_sugar_for_the_lsf_conditions(text, expected):
     ("done(sims[0])", 11, "array index"),
     ("done()", 6, "expected a job"),
     ("afterok:x", 1, "not a Slurm dependency"),
+    ("finished(3)", 1, "unknown condition 'finished'; the conditions are done, ended"),
+    ("done(2) && Done(3)", 12, "unknown condition 'Done'"),
 ])
 def test_malformed_dependencies_name_the_position(text, position, words):
     with pytest.raises(SpecError) as err:
@@ -97,6 +99,20 @@ def test_resolve_replaces_refs_and_a_wildcard_means_each_of_its_matches():
     assert deps.labelled(resolved) == "(done(prep) && (ended(sim*) && ended(sim*))) || exit(9)"
     with pytest.raises(SpecError, match="done.nothing. names no job|nothing names no job"):
         deps.resolve(deps.parse("done(nothing)"), lookup)
+
+
+@pytest.mark.parametrize("text", ["numdone(prep, >= 1)", "numexit(41, == 0)", "numended(sim*, == *)",
+                                  "done(1) || numdone(sims[3], > 0)"])
+def test_counting_the_elements_of_a_job_that_is_not_an_array_is_refused(text):
+    jobs = {"prep": [Target(41, label="prep")], "sim*": [Target(42, True, "sim*"), Target(60, label="sim*")],
+            "sims": [Target(43, False, "sims[3]")]}
+
+    def lookup(ref: Ref):
+        return [Target(ref.id, ref.id == 42, ref.text())] if ref.id is not None else jobs[ref.name]
+
+    with pytest.raises(SpecError, match=r"counts the elements of an array, and .*is not an array; use done\("):
+        deps.resolve(deps.parse(text), lookup)
+    assert deps.resolve(deps.parse("numdone(42, >= 1)"), lookup) == Cond("numdone", Target(42, True, "42"), ">=", 1)
 
 
 # ---- evaluation ------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from xce_lite.errors import SpecError
 from xce_lite.workflow import flow
 from xce_lite.workflow.flow import FlowError
 
@@ -75,7 +76,7 @@ def test_every_problem_is_reported_at_once_with_where_it_is():
         (("steps", "a", "tasks"), "tasks must be str (-n)"),
         (("steps", "a", "after"), "unknown step 'nope'; the steps are: a, b, c, 9d"),
         (("steps", "b", "command"), "${missing} is not defined: declare it under vars (or --set it)"),
-        (("steps", "b", "array"), "array '[5-1]': the range 5-1 is reversed; write 1-5"),
+        (("steps", "b", "array"), "array '[5-1]': the range 5-1 ends before it starts; write 1-5"),
         (("steps", "b", "depend"), "-w at position 11: expected a condition such as done(42)\n  done(a) &&\n"
                                    "            ^"),
         (("steps", "c", "name"), "unknown step key (the step's name is its job name); a step has "
@@ -108,3 +109,75 @@ def test_a_thousand_step_chain_orders_quickly():
     steps = {f"s{i}": {"command": "true", "after": [f"s{i - 1}"]} if i else {"command": "true"} for i in range(1000)}
     loaded = flow.load(doc(**dict(reversed(list(steps.items())))))
     assert [s.name for s in loaded.steps] == [f"s{i}" for i in range(1000)]
+
+
+# ---- the file, checked as `xce flow submit` checks it ---------------------------------------------
+
+SIX_MISTAKES = """\
+name: bad
+vars: {n: "4"}
+defaults: {run_limt: 10m}
+steps:
+  a:
+    command: [echo, a]
+    tasks: 0
+    run_limit: 10x
+  b:
+    command: [echo, b]
+    after: [a, nosuch]
+    queue: nosuchq
+    mem_limit: lots
+  c:
+    command: [echo, c]
+    depend: "done(b) &&"
+    array: "1-${n}%0"
+  d:
+    command: [echo, d]
+    resreq: "select[[["
+    app: nosuchapp
+    stdout: .
+    after: [e]
+  e:
+    command: [echo, e]
+    after: [d]
+"""
+
+
+def test_the_file_checker_reports_every_mistake_at_once_with_its_file_line_and_step(tmp_path):
+    from xce_lite.cli.flow import load_file
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(SIX_MISTAKES)
+    with pytest.raises(SpecError) as err:
+        load_file(path, {}, (["normal", "short"], ["default", "hello"]))
+    lines = str(err.value).splitlines()
+    expected = [
+        "steps (line 4): the steps depend on each other in a cycle: d -> e -> d",
+        "defaults.run_limt (line 3): unknown option; defaults may set",
+        "steps.a.tasks (line 7): '0': need 1 <= MIN <= MAX",
+        "steps.a.run_limit (line 8): run limit (-W) '10x' is not a duration",
+        "steps.b.after (line 11): unknown step 'nosuch'",
+        "steps.b.queue (line 12): unknown queue 'nosuchq'; the queues are: normal, short",
+        "steps.b.mem_limit (line 13): memory limit (-M) 'lots' is not a size",
+        "steps.c.depend (line 16): -w at position 11: expected a condition",
+        "steps.c.array (line 17): array '1-4%0': the throttle %0 must be a whole number of at least 1",
+        "steps.d.resreq (line 20): -R \"select[[[\": at column 8",
+        "steps.d.app (line 21): unknown application profile 'nosuchapp'; the profiles are: default, hello",
+        "steps.d.stdout (line 22): '.' is a directory; name a file in it",
+    ]
+    for words in expected:
+        assert sum(f"{path}: {words}" in line for line in lines) == 1, (words, lines)
+    assert lines[-1] == "nothing was submitted; fix the file and submit it again"
+
+
+def test_a_var_that_makes_a_bad_value_is_named_with_its_value(tmp_path):
+    from xce_lite.cli.flow import load_file
+    from xce_lite.shipped import shipped
+
+    path = tmp_path / "flow.yaml"
+    path.write_text((shipped("examples") / "pipeline" / "flow.yaml").read_text())
+    with pytest.raises(SpecError) as err:
+        load_file(path, {"sims": "0"})
+    assert "steps.simulate.array (line 22): array '1-0%5': the range 1-0 ends before it starts; it must end at 1 " \
+           "or more (written '1-${sims}%5', with sims=0)" in str(err.value)
+    assert "write 0-1" not in str(err.value)

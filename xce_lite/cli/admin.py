@@ -1,4 +1,4 @@
-"""`xceadmin`: the cluster administrator's commands. Thin, like cli.py.
+"""`xceadmin`: the cluster administrator's commands. Thin, like cli/main.py.
 
 `xceadmin check` reads xce.yaml and applications.yaml as the controller would, and the job store
 read-only (beside a running controller or without one): schema errors with file, line and field,
@@ -18,11 +18,11 @@ import click
 
 from xce_lite import errors
 from xce_lite.cli.apps import review_lines
-from xce_lite.cli.main import GROUP_SETTINGS, HOME_OPTION, _Group
+from xce_lite.cli.base import GROUP_SETTINGS, HOME_OPTION, Group
 from xce_lite.home.paths import Home, resolve_home
 
 
-class _AdminGroup(_Group):
+class _AdminGroup(Group):
     prefix = "xceadmin"
 
 

@@ -8,12 +8,7 @@ import json
 
 import click
 
-from xce_lite.api.client import Client
-
-
-def table_lines(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+from xce_lite.cli.base import client, table_lines
 
 
 def effective_lines(rows: list[list[str]], indent: str = "    ") -> list[str]:
@@ -41,7 +36,7 @@ def apps(ctx: click.Context, long: bool, as_json: bool) -> None:
 
     Example: xce apps -l
     """
-    reply = Client(ctx.obj.require().socket).get("/apps")
+    reply = client(ctx).get("/apps")
     if as_json:
         click.echo(json.dumps(reply, indent=2))
         return
@@ -70,7 +65,7 @@ def reconfig(ctx: click.Context, dry_run: bool) -> None:
 
     Example: xce reconfig --dry-run && xce reconfig
     """
-    reply = Client(ctx.obj.require().socket).post("/controller/reconfig" + ("?dry_run=1" if dry_run else ""), {})
+    reply = client(ctx).post("/controller/reconfig" + ("?dry_run=1" if dry_run else ""), {})
     for line in review_lines(reply):
         click.echo(line)
     changed = len(reply["changes"])

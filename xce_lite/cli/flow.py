@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import click
 
 from xce_lite import errors
-from xce_lite.api.client import Client
-from xce_lite.cli.apps import table_lines
+from xce_lite.cli.base import client, table_lines
 from xce_lite.cli.jobs import when
-
-
-def _client(ctx: click.Context) -> Client:
-    return Client(ctx.obj.require().socket)
 
 
 @click.group()
@@ -41,30 +37,73 @@ def flow_submit(ctx, file: Path, sets: tuple[str, ...], check: bool) -> None:
 
     Example: xce flow submit pipeline.yaml --set sims=50
     """
-    loaded = load_file(file, _sets(sets))
+    loaded = load_file(file, _sets(sets), _known_names(ctx.obj))
+    body = submission(file, loaded, make_dirs=not check)  # builds every step's spec: --check checks them too
     if check:
         for step in loaded.steps:
             click.echo(f"{step.name}{step.array or ''}" + (f"  after {step.depend}" if step.depend else ""))
         return
-    reply = _client(ctx).post("/flows", submission(file, loaded))
+    reply = client(ctx).post("/flows", body)
     jobs = ", ".join(f"{s['step']} <{s['id']}{'[]' if s['array'] else ''}>" for s in reply["steps"])
     click.echo(f"Flow <{reply['flow']}> is submitted: {jobs}.")
 
 
-def submission(file: Path, loaded) -> dict:
-    """The POST /flows body for a checked flow file (the Python API sends the same), once the
-    directories its steps write their output to exist."""
+def submission(file: Path, loaded, make_dirs: bool = True) -> dict:
+    """The POST /flows body for a checked flow file (the Python API sends the same); with
+    `make_dirs`, once the directories its steps write their output to exist."""
     base = file.resolve().parent
     steps = [{"step": step.name, "spec": _spec(step, base)} for step in loaded.steps]
-    for spec in (s["spec"] for s in steps):
+    for spec in (s["spec"] for s in steps if make_dirs):
         for path in (spec.get("stdout"), spec.get("stderr")):
             if path and "%" not in os.path.dirname(path):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
     return {"name": loaded.name, "steps": steps}
 
 
-def load_file(path: Path, sets: dict[str, str]):
-    """The file's Flow; ConfigError listing every problem as `FILE: steps.x.after (line N): ...`."""
+def _known_names(home) -> tuple[list[str], list[str]] | None:
+    """(queues, profiles) of the cluster home's configuration, to check the steps against, or None
+    when it cannot be read (the controller checks again anyway, and says what is wrong with it)."""
+    from xce_lite.config.profiles import load_cluster
+
+    try:
+        config, profiles = load_cluster(home.config)
+    except errors.XceError:
+        return None
+    return [q.name for q in config.queues], sorted(profiles)
+
+
+def option_check(base: Path, known: tuple[list[str], list[str]] | None):
+    """check(option, value) for workflow.flow.load: `xce submit`'s own parsers on one option at a
+    time (so that every bad option of a step is found, not only the first), -R parsed as the
+    controller parses it, queues and profiles against the cluster's."""
+    from xce_lite.cli.submit import build_spec
+    from xce_lite.sched import resreq_parse
+
+    def check(key: str, value) -> str | None:
+        if key == "depend":
+            return None  # the flow's own check: its names are steps
+        if key == "queue" and known is not None and value not in known[0]:
+            return f"unknown queue {value!r}; the queues are: {', '.join(known[0])} (see `xce queues`)"
+        if key == "app" and known is not None and value and value not in known[1]:
+            return f"unknown application profile {value!r}; the profiles are: {', '.join(known[1])} (`xce apps`)"
+        if key == "resreq":
+            for text in value:
+                try:
+                    resreq_parse.parse(text)
+                except errors.SpecError as err:
+                    return str(err)
+        try:
+            build_spec({"cwd": str(base), key: value}, ["true"])
+        except click.BadParameter as err:
+            return err.message
+        return None
+
+    return check
+
+
+def load_file(path: Path, sets: dict[str, str], known: tuple[list[str], list[str]] | None = None):
+    """The file's Flow; ConfigError listing every problem as `FILE: steps.x.after (line N): ...`.
+    `known`: the cluster's (queues, profiles), when the steps are to be checked against them."""
     import yaml
 
     from xce_lite.config.cluster import problem
@@ -78,10 +117,11 @@ def load_file(path: Path, sets: dict[str, str]):
     except yaml.YAMLError as err:
         raise errors.SpecError(f"{path} is not valid YAML: {err}") from None
     try:
-        return flows.load(data, sets)
+        return flows.load(data, sets, option_check(path.resolve().parent, known))
     except flows.FlowError as err:
         root = yaml.compose(text)  # the node tree, for the lines of the problems only
         lines = [problem(path, root, loc, message) for loc, message in err.problems]
+        lines.sort(key=lambda text: int(m[1]) if (m := re.search(r" \(line (\d+)\): ", text)) else 0)  # file order
         raise errors.SpecError("\n".join(lines) + "\nnothing was submitted; fix the file and submit it again") from None
 
 
@@ -118,7 +158,7 @@ def flow_status(ctx, name: str, as_json: bool) -> None:
 
     Example: xce flow status pipeline
     """
-    reply = _client(ctx).get("/flows", name=name)
+    reply = client(ctx).get("/flows", name=name)
     if as_json:
         click.echo(json.dumps(reply, indent=2))
         return
@@ -154,7 +194,7 @@ def flow_rescue(ctx, name: str) -> None:
 
     Example: xce flow rescue pipeline
     """
-    reply = _client(ctx).post("/flows/rescue", {"name": name})
+    reply = client(ctx).post("/flows/rescue", {"name": name})
     jobs = ", ".join(f"{s['step']} <{s['id']}{'[]' if s['array'] else ''}>" for s in reply["steps"])
     kept = f"; kept (DONE): {', '.join(reply['kept'])}" if reply["kept"] else ""
     click.echo(f"Flow <{reply['flow']}> is rescued: {jobs}{kept}.")

@@ -9,13 +9,9 @@ import time
 
 import click
 
-from xce_lite.api.client import Client
-from xce_lite.cli.apps import effective_lines, table_lines
+from xce_lite.cli.apps import effective_lines
+from xce_lite.cli.base import client, table_lines
 from xce_lite.quantities import format_duration, format_size
-
-
-def _client(ctx: click.Context) -> Client:
-    return Client(ctx.obj.require().socket)
 
 
 @click.command()
@@ -34,7 +30,7 @@ def jobs(ctx, show_all, long, pending, user, elements, as_json, ids) -> None:
 
     Example: xce jobs -a -u all
     """
-    reply = _client(ctx).get("/jobs", ids=",".join(ids) or None, all=show_all, user=user,
+    reply = client(ctx).get("/jobs", ids=",".join(ids) or None, all=show_all, user=user,
                              effective=long or None, history=long or None, elements=elements or pending or None)
     if pending:
         reply["jobs"] = [j for j in reply["jobs"] if j["state"] in ("PEND", "PSUSP")]

@@ -13,14 +13,10 @@ from pathlib import Path
 import click
 
 from xce_lite import errors
-from xce_lite.api.client import Client
-from xce_lite.cli.apps import table_lines
+from xce_lite.cli.base import JSON_OPTION, OUTPUT, client, echo_json, table_lines
+from xce_lite.cli.complete import complete_presets
 from xce_lite.cli.submit import build_spec, given_options, submit_options
 from xce_lite.config import presets
-
-
-def _client(ctx: click.Context) -> Client:
-    return Client(ctx.obj.require().socket)
 
 
 def _echo_table(rows: list[tuple[str, ...]]) -> None:
@@ -45,9 +41,13 @@ def as_command_line(preset: presets.Preset) -> str:
 
 def _server_presets(ctx: click.Context, name: str | None = None) -> tuple[dict, list[presets.Preset]]:
     """(the reply, its presets); the server adds each one's hash, which is not part of a document."""
-    reply = _client(ctx).get("/presets", name=name)
+    reply = client(ctx).get("/presets", name=name)
     found = [presets.from_json({k: v for k, v in doc.items() if k != "hash"}, f"the cluster's {doc.get('name')}")
              for doc in reply["presets"]]
+    if name is not None:
+        found = [p for p in found if p.name == name]  # an empty name is no filter to the server
+    if name is not None and not found:
+        raise errors.NotFound(f"the cluster has no preset {name!r}; `xce preset list --server` lists its presets")
     return reply, found
 
 
@@ -78,8 +78,9 @@ def preset_save(ctx, preset_name, description, force, **options) -> None:
 
 @preset.command("list")
 @click.option("--server", is_flag=True, help="The cluster's admin presets instead (for `xce preset pull`).")
+@JSON_OPTION
 @click.pass_context
-def preset_list(ctx, server) -> None:
+def preset_list(ctx, server, as_json) -> None:
     """List your presets (or the cluster's, with --server).
 
     Example: xce preset list --server
@@ -89,6 +90,9 @@ def preset_list(ctx, server) -> None:
         problems = reply["problems"]
     else:
         found, problems = presets.list_dir()
+    if as_json:
+        echo_json({"schema": 1, "presets": [{**p.to_json(), "hash": p.hash} for p in found], "problems": problems})
+        return
     for problem in problems:
         click.echo(f"xce: skipped: {problem}", err=True)
     if not found:
@@ -101,7 +105,7 @@ def preset_list(ctx, server) -> None:
 
 
 @preset.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_presets)
 @click.option("--server", is_flag=True, help="The cluster's admin preset of that name.")
 @click.pass_context
 def preset_show(ctx, name, server) -> None:
@@ -119,7 +123,7 @@ def preset_show(ctx, name, server) -> None:
 
 
 @preset.command("rm")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_presets)
 def preset_rm(name) -> None:
     """Remove one of your presets.
 
@@ -130,8 +134,8 @@ def preset_rm(name) -> None:
 
 
 @preset.command("export")
-@click.argument("name")
-@click.option("-o", "output", type=click.Path(dir_okay=False, writable=True), help="Write here, not to stdout.")
+@click.argument("name", shell_complete=complete_presets)
+@click.option("-o", "output", type=OUTPUT, help="Write here, not to stdout.")
 def preset_export(name, output) -> None:
     """Write a preset as a JSON document others can import.
 
@@ -191,26 +195,32 @@ def preset_pull(ctx, name, new_name, force) -> None:
 
 
 @preset.command("report")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_presets)
 @click.option("-u", "user", help="This user's jobs; `all` for everyone's (default: yours).")
+@JSON_OPTION
 @click.pass_context
-def preset_report(ctx, name, user) -> None:
+def preset_report(ctx, name, user, as_json) -> None:
     """List the jobs submitted with preset NAME (from their exdata), finished ones included.
 
     Example: xce preset report sweep
     """
-    jobs = _client(ctx).get("/jobs", all=True, user=user)["jobs"]
+    jobs = client(ctx).get("/jobs", all=True, user=user)["jobs"]
     try:
         current = presets.load(name).hash
     except errors.NotFound:
         current = None
+    used_by = [(job, (job.get("meta") or {}).get("preset") or {}) for job in jobs]
+    used_by = [(job, used) for job, used in used_by if used.get("name") == name]
+    if as_json:
+        echo_json({"schema": 1, "preset": name, "current_hash": current, "jobs": [
+            {"id": job["id"], "state": job["state"], "hash": used.get("hash"), "submit_time": job["submit_time"],
+             "name": job["name"]} for job, used in used_by]})
+        return
     rows = [("JOBID", "STAT", "PRESET_HASH", "SUBMIT_TIME", "JOB_NAME")]
-    for job in jobs:
-        used = (job.get("meta") or {}).get("preset") or {}
-        if used.get("name") == name:
-            version = used.get("hash", "?") + (" (current)" if used.get("hash") == current else "")
-            rows.append((str(job["id"]), job["state"], version,
-                         time.strftime("%b %d %H:%M:%S", time.localtime(job["submit_time"])), job["name"]))
+    for job, used in used_by:
+        version = used.get("hash", "?") + (" (current)" if used.get("hash") == current else "")
+        rows.append((str(job["id"]), job["state"], version,
+                     time.strftime("%b %d %H:%M:%S", time.localtime(job["submit_time"])), job["name"]))
     if len(rows) == 1:
         click.echo(f"No job was submitted with preset {name}")
         return

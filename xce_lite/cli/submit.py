@@ -15,6 +15,7 @@ import click
 from click.core import ParameterSource
 
 from xce_lite import errors
+from xce_lite.cli.complete import complete_apps, complete_queues
 from xce_lite.config.presets import OPTIONS, Preset
 from xce_lite.quantities import parse_duration, parse_size
 from xce_lite.workflow import arrays, deps
@@ -27,8 +28,8 @@ _BY_NAME = ("env", "app_param")  # NAME=VALUE lists: a preset's and the command 
 _OPTIONS = (
     click.option("-J", "name", help='Job name; "name[1-100:2,200]%10" submits an array (elements 1, 3, ... 99 '
                                     'and 200, at most 10 at once).'),
-    click.option("-q", "queue", help="Queue (default: the cluster's default queue)."),
-    click.option("-app", "app", metavar="NAME",
+    click.option("-q", "queue", shell_complete=complete_queues, help="Queue (default: the cluster's default queue)."),
+    click.option("-app", "app", metavar="NAME", shell_complete=complete_apps,
                  help="Application profile (see `xce apps`); '' for none. Default: the cluster's default one."),
     click.option("-n", "tasks", metavar="MIN[,MAX]",
                  help="Tasks (slots): exactly MIN, or as many as fit from MIN to MAX (default: 1, or the profile's)."),
@@ -111,6 +112,12 @@ def build_spec(options: dict[str, Any], command: list[str], preset: Preset | Non
 
     spec: dict[str, Any] = {"argv": list(command)}
     name, array = arrays.split_name(options["name"]) if options.get("name") else (None, None)
+    if name is not None and ("[" in name or "]" in name):
+        raise bad("name", f"{options['name']!r}: brackets make an array, name[1-10] or name[1-10]%5; close them, "
+                          f"or leave them out of a plain job's name")
+    for text in options.get("resreq", ()):
+        if not str(text).strip():
+            raise bad("resreq", "the requirement is empty; give one such as \"rusage[mem=2G]\", or leave -R out")
     for key, value, check in (("name", array, arrays.parse), ("depend", options.get("depend"), deps.parse)):
         if value is not None:
             try:
@@ -146,6 +153,10 @@ def build_spec(options: dict[str, Any], command: list[str], preset: Preset | Non
             spec["mem_limit"] = parse_size(options["mem_limit"], "memory limit (-M)")
     except errors.SpecError as err:
         raise bad("mem_limit", str(err)) from None
+    for key in ("stdout", "stderr"):
+        if spec[key] is not None and "%" not in spec[key] and os.path.isdir(spec[key]):
+            raise bad(key, f"{options[key]!r} is a directory; name a file in it, e.g. {options[key].rstrip('/')}/"
+                           f"xce-%J.out")
     exdata: dict[str, Any] = {}
     params = _pairs(options.get("app_param", ()), "app_param", bad)
     if params:

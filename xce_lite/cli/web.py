@@ -11,6 +11,7 @@ import click
 from xce_lite import errors
 from xce_lite.api import prometheus
 from xce_lite.api.client import Client
+from xce_lite.cli.base import Seconds
 
 
 @click.command("web")
@@ -20,7 +21,7 @@ from xce_lite.api.client import Client
               help="The TCP port (0: any free one, printed at start).")
 @click.option("--no-token", is_flag=True,
               help="Serve without the token in the link (only behind a proxy that checks who may see it).")
-@click.option("--refresh", type=click.FloatRange(1, 600), default=3.0, show_default=True,
+@click.option("--refresh", type=Seconds(1, 600), default=3.0, show_default=True,
               help="Seconds between a page's live updates.")
 @click.pass_context
 def web(ctx: click.Context, bind: str, port: int, no_token: bool, refresh: float) -> None:

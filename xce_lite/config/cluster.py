@@ -309,7 +309,8 @@ def default_config_text(cluster: str, host: str, slots: int, mem: int) -> str:
 # xce.yaml: the configuration of this xce_lite cluster.
 # Edit it, then restart the controller (`xce controller stop; xce controller start`).
 
-# The cluster's name; it is part of every unit name on the hosts, so two clusters never collide.
+# The cluster's name: part of every unit name and agent directory on the hosts. `xce init` chose one
+# no other cluster home on this machine uses; two clusters of one name would collide on their hosts.
 cluster: '{cluster}'
 
 # The machines that run jobs. `local` is the machine the controller runs on.

@@ -67,7 +67,9 @@ def start_detached(home: Home, timeout: float = 30.0) -> int:
         raise AlreadyRunning(f"a controller is already running for {home.root} (pid {holder}); "
                              f"stop it with `xce controller stop`")
     log = open(home.log, "ab")
+    start = log.seek(0, os.SEEK_END)  # what this start writes begins here: earlier starts' errors are not its own
     try:
+        # `-m xce_lite` drops the caller's directory from sys.path (__main__.py): a yaml.py there is not imported
         child = subprocess.Popen(
             [sys.executable, "-m", "xce_lite", "--home", str(home.root), "controller", "start", "--foreground"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
@@ -78,7 +80,7 @@ def start_detached(home: Home, timeout: float = 30.0) -> int:
     try:
         while time.monotonic() < deadline:
             if child.poll() is not None:
-                raise HomeError(f"the controller exited at start (code {child.returncode}):\n{tail(home)}")
+                raise HomeError(f"the controller exited at start (code {child.returncode}):\n{tail(home, since=start)}")
             try:
                 client.get("/status")
                 return child.pid
@@ -86,7 +88,7 @@ def start_detached(home: Home, timeout: float = 30.0) -> int:
                 time.sleep(0.05)
     finally:
         client.close()
-    raise ControllerDown(f"the controller did not answer within {timeout:.0f} s; its log:\n{tail(home)}")
+    raise ControllerDown(f"the controller did not answer within {timeout:.0f} s; its log:\n{tail(home, since=start)}")
 
 
 def stop(home: Home, timeout: float = 30.0) -> int | None:
@@ -110,8 +112,12 @@ def stop(home: Home, timeout: float = 30.0) -> int | None:
                          f"send it SIGTERM (kill {holder}), or SIGKILL if that fails")
 
 
-def tail(home: Home, lines: int = 15) -> str:
+def tail(home: Home, lines: int = 15, since: int = 0) -> str:
+    """The last `lines` lines the log got from byte `since` on."""
     try:
-        return "\n".join(home.log.read_text(errors="replace").splitlines()[-lines:])
+        with open(home.log, "rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
     except OSError:
         return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(nothing in the log)"

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from xce_lite.config.cluster import ClusterConfig, HostConfig, load_config
 from xce_lite.errors import SpecError
 from xce_lite.exec.host import HostProbe
@@ -59,7 +61,11 @@ def add_host(home: Home, name: str, fields: dict[str, Any], slots: int | None = 
     given = {key: value for key, value in fields.items() if value is not None and value != ""}
     if given.get("launch") == "auto":
         del given["launch"]
-    draft = HostConfig(name=name, type="ssh", slots=slots or 1, mem=mem or 1, **given)  # validates the fields
+    try:
+        draft = HostConfig(name=name, type="ssh", slots=slots or 1, mem=mem or 1, **given)  # validates the fields
+    except ValidationError as err:
+        wrong = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the host'}: {e['msg']}" for e in err.errors())
+        raise SpecError(f"cannot add host {name!r}: {wrong}; nothing was written") from None
     found = probe(ssh_target(draft, config, home), draft.agent_spool(config.cluster), mode=draft.launch,
                   accept_new=accept_new, log_path=home.root / f"agent-{name}.log")
     entry: dict[str, Any] = {"name": name, "type": "ssh", **given,

@@ -9,7 +9,8 @@
 The hosts live in a directory outside /tmp (they would not share /tmp): <home>/lab, or, for a home
 under /tmp, ~/.cache/xce-testhosts/lab-<hash of the home's path>.
 
-What registering writes, and `down` removes again, exactly:
+What registering writes, and `down` removes again, exactly (besides what the hosts' agents keep in
+`~/.xce-agent/CLUSTER-labN`, which `down` removes too):
 - `xce.yaml`: one `type: ssh` host per lab host, named lab1..labN, with address, port, user and
   identity (the lab's key) written out, so no SSH config file is needed and the cluster's `ssh.config`
   stays the user's; `tags: [lab]` marks them (`-R "select[lab]"`); `launch` says the host's kind.
@@ -31,13 +32,14 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
 from xce_lite import testhosts
 from xce_lite.config.cluster import load_config
 from xce_lite.errors import ConfigError, XceError
-from xce_lite.home import config_edit
+from xce_lite.home import clusters, config_edit
 from xce_lite.home.paths import Home
 
 LAB_TAG = "lab"
@@ -121,6 +123,13 @@ def up(home: Home, n: int = 2, plain: bool = False, unprivileged: bool | None = 
     None means so when not root. Raises LabError or ConfigError, having undone what it did."""
     home.require()
     config = load_config(home.config)  # a broken config is named before anything boots
+    other = clusters.owner(config.cluster, home.root, homes_only=True)
+    if other is None:
+        clusters.claim(config.cluster, home.root)  # so that a later `xce init` picks another name
+    elif load(home) is None:
+        raise LabError(f"this home's cluster name {config.cluster!r} is also used by {other}: the hosts of two "
+                       f"clusters of one name collide (one agent per ~/.xce-agent/{config.cluster}-HOST). Give this "
+                       f"home another `cluster:` in {home.config} (stop its controller first), then `xce lab up` again")
     notes: list[str] = []
     if unprivileged is None:
         unprivileged = os.geteuid() != 0
@@ -210,10 +219,10 @@ def down(home: Home) -> tuple[Lab, list[str]] | None:
     lab = load(home)
     if lab is None:
         return None
-    ours = [h.name for h in load_config(home.config).hosts
-            if h.name in lab.names and h.type == "ssh" and LAB_TAG in h.tags]
+    config = load_config(home.config)
+    ours = [h for h in config.hosts if h.name in lab.names and h.type == "ssh" and LAB_TAG in h.tags]
     try:
-        removed = config_edit.remove_hosts(home.config, ours)
+        removed = config_edit.remove_hosts(home.config, [h.name for h in ours])
     except ConfigError as err:
         raise ConfigError(f"{err}\nthe lab is still up; fix that, then run `xce lab down` again") from None
     config_edit.remove_known_hosts(home.known_hosts, lab.known_hosts)
@@ -221,8 +230,23 @@ def down(home: Home) -> tuple[Lab, list[str]] | None:
         testhosts.down(lab.dir)
     except testhosts.TestHostError as err:
         raise LabError(f"stopping the lab's hosts in {lab.dir} failed: {err}") from None
+    _remove_agent_dirs([_on_this_machine(h.agent_spool(config.cluster), h.user) for h in ours])
     (home.root / STATE).unlink(missing_ok=True)
     return lab, removed
+
+
+def _on_this_machine(path: str, user: str | None) -> Path:
+    """A lab host's `~/...` path here: its `~` is the home of the user the host logs in."""
+    return clusters.user_home(user) / path[2:] if path.startswith("~/") else Path(path)
+
+
+def _remove_agent_dirs(dirs: list[Path]) -> None:
+    """What the hosts' agents kept (journal, bin/) in `~/.xce-agent/CLUSTER-labN`: the lab hosts share
+    this machine's file system, so their directories are here, and nothing of them outlives `down`.
+    Only a directory named for this cluster's lab host is removed (never a spool someone moved elsewhere)."""
+    for folder in dirs:
+        if folder.parent.name == ".xce-agent" and folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def status(home: Home) -> list[HostState] | None:
@@ -254,8 +278,8 @@ def up_report(home: Home, started: Started, controller_running: bool) -> str:
         f"slots and {MEM} each: they share this machine), their host keys in {home.known_hosts}.",
         *started.notes,
         f"Try: ssh -F {lab.dir / 'ssh_config'} {hosts[0].name} hostname",
-        "Next: " + ("the controller is connecting to them now (`xce reconfig`)" if controller_running
-                    else "start the controller: `xce controller start`"),
+        "Next: " + ("nothing to do: the controller is connecting to them now (it has read xce.yaml again)"
+                    if controller_running else "start the controller: `xce controller start`"),
         f"  then `xce hosts` and `xce submit -R \"select[{LAB_TAG}]\" -n {2 * len(hosts)} -- hostname`.",
         "Stop with: xce lab down",
     ]

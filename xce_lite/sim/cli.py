@@ -11,8 +11,10 @@ from pathlib import Path
 
 import click
 
-PATH = click.Path(dir_okay=False, path_type=Path)
+from xce_lite.cli.base import JSON_OPTION, OUTPUT, Seconds, echo_json
+
 EXISTING = click.Path(exists=True, dir_okay=False, path_type=Path)
+INTERVAL = Seconds(min=0, max=1e7)  # 0: every instant; inf would never end
 
 
 def _setup(config: Path, workload: Path, interval: float | None):
@@ -37,14 +39,15 @@ def sim() -> None:
 @sim.command()
 @click.argument("config", type=EXISTING)
 @click.argument("workload", type=EXISTING)
-@click.option("--output", type=PATH, help="Record every decision and the per-step accounting to this file.")
+@click.option("--output", type=OUTPUT, help="Record every decision and the per-step accounting to this file.")
 @click.option("--verify", type=EXISTING, help="Replay against this recording; report the first difference.")
-@click.option("--interval", type=float, help="Seconds between scheduling instants (default: controller.tick).")
+@click.option("--interval", type=INTERVAL, help="Seconds between scheduling instants (default: controller.tick).")
 @click.option("--load", "load", type=EXISTING, help="Start from a snapshot saved by --save or the REPL.")
-@click.option("--stop-at", type=float, help="Stop once the clock reaches this many seconds.")
-@click.option("--save", type=PATH, help="Save a snapshot of the state where the run stops.")
+@click.option("--stop-at", type=Seconds(min=0), help="Stop once the clock reaches this many seconds.")
+@click.option("--save", type=OUTPUT, help="Save a snapshot of the state where the run stops.")
+@JSON_OPTION
 def run(config: Path, workload: Path, output: Path | None, verify: Path | None, interval: float | None,
-        load: Path | None, stop_at: float | None, save: Path | None) -> None:
+        load: Path | None, stop_at: float | None, save: Path | None, as_json: bool) -> None:
     """Run a workload on a cluster config to the end (or --stop-at) and print the summary:
     makespan, wait time percentiles per queue, utilisation per resource. Exit 1 if --verify
     finds a difference.
@@ -52,10 +55,16 @@ def run(config: Path, workload: Path, output: Path | None, verify: Path | None, 
     Example: xce sim run xce.yaml workload.yaml --output run.rec && xce sim run xce.yaml workload.yaml --verify run.rec
     """
     from xce_lite.sim.batch import run_batch
+    from xce_lite.sim.report import summary_json
 
     sim_, config_hash = _setup(config, workload, interval)
     text, ok = run_batch(sim_, config_hash, output=output, verify=verify, load=load, stop_at=stop_at, save=save)
-    click.echo(text)
+    if as_json:
+        report = text.split("\nverify: ", 1)[-1]
+        echo_json({**summary_json(sim_), "verify": None if verify is None else {"file": str(verify), "ok": ok,
+                                                                                 "report": "verify: " + report}})
+    else:
+        click.echo(text)
     if not ok:
         sys.exit(1)
 
@@ -63,8 +72,8 @@ def run(config: Path, workload: Path, output: Path | None, verify: Path | None, 
 @sim.command()
 @click.argument("config", type=EXISTING)
 @click.argument("workload", type=EXISTING)
-@click.option("--interval", type=float, help="Seconds between scheduling instants (default: controller.tick).")
-@click.option("--log", "log", type=PATH, help="Also write one line per step to this scheduler log.")
+@click.option("--interval", type=INTERVAL, help="Seconds between scheduling instants (default: controller.tick).")
+@click.option("--log", "log", type=OUTPUT, help="Also write one line per step to this scheduler log.")
 def repl(config: Path, workload: Path, interval: float | None, log: Path | None) -> None:
     """Step through a simulation: commands on stdin (`help` lists them), a transcript on stdout.
 
@@ -78,8 +87,8 @@ def repl(config: Path, workload: Path, interval: float | None, log: Path | None)
 
 
 @sim.command()
-@click.argument("out", type=PATH)
-@click.option("--since", type=float, help="Only jobs submitted at or after this epoch time.")
+@click.argument("out", type=OUTPUT)
+@click.option("--since", type=Seconds(min=0), help="Only jobs submitted at or after this epoch time.")
 @click.pass_context
 def export(ctx: click.Context, out: Path, since: float | None) -> None:
     """Turn the cluster's job history (its store) into a workload, to replay under a changed config.

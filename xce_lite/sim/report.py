@@ -1,8 +1,9 @@
 """What a simulation comes to, for people: the summary, the job and host tables, one job's story.
 
 Pure functions of a Simulator's state; the same state prints the same text. The summary: jobs by
-final state, makespan (first submit to last end), wait time (submit to start) percentiles per
-queue by nearest rank, and utilisation per resource (time-weighted use over total x makespan).
+final state (each job rejected at submit with why, the first MAX_REJECTED), makespan (first submit
+to last end), wait time (submit to start) percentiles per queue by nearest rank, and utilisation
+per resource (time-weighted use over total x makespan); `summary_json` gives the same as JSON.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from xce_lite.sched.reasons import format_amount
 from xce_lite.sim.engine import REJECTED, WAITING, SimJob, Simulator
 
 PERCENTILES = (50, 90, 99)
+MAX_REJECTED = 10  # the summary names this many rejected jobs, with why
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -22,38 +24,57 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[max(0, math.ceil(p / 100 * len(sorted_values)) - 1)]
 
 
-def summary(sim: Simulator) -> str:
+def summary_json(sim: Simulator) -> dict:
+    """The summary's figures as one JSON document (`xce sim run --json`); fields are only added."""
     jobs = sim.jobs
-    counts = {state: 0 for state in (DONE, EXIT, RUN, PEND, REJECTED, WAITING)}
+    states = {state: 0 for state in (DONE, EXIT, RUN, PEND, REJECTED, WAITING)}
     for job in jobs:
-        counts[job.state] = counts.get(job.state, 0) + 1
+        states[job.state] = states.get(job.state, 0) + 1
     submits = [j.entry.submit for j in jobs if j.state != WAITING]
     ends = [j.end for j in jobs if j.end is not None]
-    first = min(submits) if submits else 0.0
-    makespan = (max(ends) if ends else sim.now) - first
-    lines = [f"simulated {len(jobs)} jobs on {len(sim.totals)} hosts: {sim.step_number} steps, "
-             f"{sim.sessions} scheduling sessions, clock at {sim.now:g} s",
-             "jobs: " + ", ".join(f"{n} {state}" for state, n in counts.items() if n),
-             f"makespan: {makespan:g} s ({format_duration(makespan)})"]
+    makespan = (max(ends) if ends else sim.now) - (min(submits) if submits else 0.0)
     waits: dict[str, list[float]] = {}
     for job in jobs:
         if job.start is not None:
             waits.setdefault(job.queue, []).append(job.start - job.entry.submit)
+    return {
+        "schema": 1, "jobs": len(jobs), "hosts": len(sim.totals), "steps": sim.step_number,
+        "sessions": sim.sessions, "clock": sim.now, "states": {k: n for k, n in states.items() if n},
+        "makespan": makespan,
+        "rejected": [{"id": j.id, "row": j.entry.row, "reason": j.reason} for j in jobs if j.state == REJECTED],
+        "wait": {queue: {"jobs": len(v), **{f"p{p}": percentile(sorted(v), p) for p in PERCENTILES}, "max": max(v)}
+                 for queue, v in sorted(waits.items())},
+        "utilisation": {name: sim.used_seconds[name] / (total * makespan)
+                        for name, total in sorted(sim.total_by_resource.items()) if total > 0 and makespan > 0},
+    }
+
+
+def summary(sim: Simulator) -> str:
+    figures = summary_json(sim)
+    makespan, waits = figures["makespan"], figures["wait"]
+    lines = [f"simulated {figures['jobs']} jobs on {figures['hosts']} hosts: {figures['steps']} steps, "
+             f"{figures['sessions']} scheduling sessions, clock at {figures['clock']:g} s",
+             "jobs: " + ", ".join(f"{n} {state}" for state, n in figures["states"].items())]
+    rejected = figures["rejected"]
+    for job in rejected[:MAX_REJECTED]:
+        lines.append(f"  rejected: job {job['id']} (workload row {job['row']}): {_one_line(job['reason'])}")
+    if len(rejected) > MAX_REJECTED:
+        lines.append(f"  ... and {len(rejected) - MAX_REJECTED} more rejected (`info job ID` in `xce sim repl`)")
+    lines.append(f"makespan: {makespan:g} s ({format_duration(makespan)})")
     lines.append("wait time (s) by queue:" + (" none started" if not waits else ""))
     if waits:
         lines.append(f"  {'queue':<12} {'jobs':>7} " + " ".join(f"{'p' + str(p):>9}" for p in PERCENTILES)
                      + f" {'max':>9}")
-        for queue in sorted(waits):
-            values = sorted(waits[queue])
-            cells = " ".join(f"{percentile(values, p):>9g}" for p in PERCENTILES)
-            lines.append(f"  {queue:<12} {len(values):>7} {cells} {values[-1]:>9g}")
-    parts = []
-    for name in sorted(sim.total_by_resource):
-        total = sim.total_by_resource[name]
-        if total > 0 and makespan > 0:
-            parts.append(f"{name} {100 * sim.used_seconds[name] / (total * makespan):.1f}%")
+        for queue, w in waits.items():
+            cells = " ".join(f"{w[f'p{p}']:>9g}" for p in PERCENTILES)
+            lines.append(f"  {queue:<12} {w['jobs']:>7} {cells} {w['max']:>9g}")
+    parts = [f"{name} {100 * share:.1f}%" for name, share in figures["utilisation"].items()]
     lines.append("utilisation: " + (", ".join(parts) if parts else "nothing ran"))
     return "\n".join(lines)
+
+
+def _one_line(text: str | None) -> str:
+    return " ".join((text or "no reason recorded").split())
 
 
 def job_line(job: SimJob) -> str:

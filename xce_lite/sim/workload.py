@@ -16,9 +16,10 @@ job, with its defaults:
 Dependencies and arrays are the controller's own (deps.py, arrays.py, gate.py): see sim/gating.py.
 
 Times are seconds; a string with a unit goes through units.parse_duration, a plain number string
-(CSV) is seconds. Bad input raises SpecError naming the file, the job (row) and the field, with
-what to write instead; nothing is half-read. `digest` is a hash of the parsed jobs: recordings and
-snapshots carry it, so a verify against another workload says so instead of reporting noise.
+(CSV) is seconds. Bad input raises SpecError listing every mistake at once, each naming the file,
+the job (its row) and line, and the field, with what to write instead; nothing is half-read.
+`digest` is a hash of the parsed jobs: recordings and snapshots carry it, so a verify against
+another workload says so instead of reporting noise.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from xce_lite.errors import SpecError
 from xce_lite.quantities import parse_duration, parse_size
-from xce_lite.workflow import arrays
+from xce_lite.workflow import arrays, deps
 
 FIELDS = ("submit", "user", "queue", "app", "n", "R", "runtime", "exit", "name", "priority", "W", "M", "after",
           "array")
@@ -73,65 +74,125 @@ class Workload:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+MAX_PROBLEMS = 50  # a wholly wrong file says its first fifty problems, then how many more
+
+
 def load_workload(path: Path) -> Workload:
-    """Read a .yaml/.yml or .csv workload; SpecError names the file, row and field of a mistake."""
+    """Read a .yaml/.yml or .csv workload; SpecError lists every mistake, each with the file, the
+    job, its line and the field."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise SpecError(f"workload {path}: cannot read it ({err.strerror}); give an existing YAML or CSV file")
+    except UnicodeDecodeError as err:
+        raise SpecError(f"workload {path}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8")
+    lines: list[int | None]
     if path.suffix.lower() == ".csv":
         rows = list(csv.DictReader(text.splitlines()))
         unknown = sorted(set(rows[0]) - set(FIELDS)) if rows else []
         if unknown:
-            raise SpecError(f"workload {path}: unknown column(s) {', '.join(unknown)}; the columns are "
+            raise SpecError(f"workload {path} (line 1): unknown column(s) {', '.join(unknown)}; the columns are "
                             f"{', '.join(FIELDS)}")
         rows = [{k: v for k, v in row.items() if v not in (None, "")} for row in rows]
+        lines = [i + 1 for i in range(1, len(rows) + 1)]  # the header is line 1
     elif path.suffix.lower() in (".yaml", ".yml"):
         import yaml  # heavy: only here
 
         try:
             data = yaml.safe_load(text)
+            root = yaml.compose(text)
         except yaml.YAMLError as err:
             raise SpecError(f"workload {path}: not valid YAML: {err}")
         if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
             raise SpecError(f"workload {path}: expected a mapping with `jobs:` a list of jobs")
         rows = data["jobs"]
+        lines = _yaml_lines(root, len(rows))
     else:
         raise SpecError(f"workload {path}: name a .yaml, .yml or .csv file")
-    jobs = tuple(parse_job(row, i, str(path)) for i, row in enumerate(rows, 1))
+    jobs, problems = [], []
+    for i, row in enumerate(rows, 1):
+        found: list[str] = []
+        job = parse_job(row, i, str(path), found, lines[i - 1])
+        problems.extend(found)
+        if job is not None:
+            jobs.append(job)
+    if problems:
+        more = f"\n... and {len(problems) - MAX_PROBLEMS} more" if len(problems) > MAX_PROBLEMS else ""
+        raise SpecError("\n".join(problems[:MAX_PROBLEMS]) + more + "\nnothing was simulated; fix the workload and "
+                        "run again")
     if not jobs:
         raise SpecError(f"workload {path}: it has no jobs; add at least one")
-    return Workload(jobs, str(path))
+    return Workload(tuple(jobs), str(path))
 
 
-def parse_job(row: object, index: int, source: str) -> WorkloadJob:
-    """One entry; SpecError names `source`, the row and the field."""
-    where = f"workload {source}, job {index}"
+def _yaml_lines(root, count: int) -> list[int | None]:
+    """The 1-based line each job of `jobs:` starts on."""
+    for key, value in getattr(root, "value", []):
+        if getattr(key, "value", None) == "jobs" and hasattr(value, "value") and isinstance(value.value, list):
+            found: list[int | None] = [node.start_mark.line + 1 for node in value.value][:count]
+            return found + [None] * (count - len(found))
+    return [None] * count
+
+
+def parse_job(row: object, index: int, source: str, problems: list[str] | None = None,
+              line: int | None = None) -> WorkloadJob | None:
+    """One entry. With `problems`, each mistake is added to it (file, job, line, field) and None is
+    returned if there was any; without, the first raises SpecError."""
+    where = f"workload {source}, job {index}" + (f" (line {line})" if line else "")
+    found: list[str] = []
+
+    def field(parse, *args):
+        try:
+            return parse(*args)
+        except SpecError as err:
+            found.append(str(err))
+            return None
+
+    def fail(message: str) -> None:
+        found.append(f"{where}: {message}")
+
     if not isinstance(row, dict):
-        raise SpecError(f"{where}: expected a mapping of fields ({', '.join(FIELDS)})")
-    unknown = sorted(set(row) - set(FIELDS))
+        fail(f"expected a mapping of fields ({', '.join(FIELDS)})")
+        return _done(None, found, problems)
+    unknown = sorted(set(row) - set(FIELDS), key=str)
     if unknown:
-        raise SpecError(f"{where}: unknown field(s) {', '.join(map(str, unknown))}; the fields are {', '.join(FIELDS)}")
+        fail(f"unknown field(s) {', '.join(map(str, unknown))}; the fields are {', '.join(FIELDS)}")
     for required in ("submit", "runtime"):
         if required not in row:
-            raise SpecError(f"{where}: `{required}` is missing; give it in seconds")
+            fail(f"`{required}` is missing; give it in seconds")
     slots = max_slots = None
     if "n" in row:
-        slots, max_slots = _tasks(str(row["n"]), where)
-    array = _array(str(row["array"]), where) if "array" in row else None
-    name = _text(row, "name", where)
+        slots, max_slots = field(_tasks, str(row["n"]), where) or (None, None)
+    array = field(_array, str(row["array"]), where) if "array" in row else None
+    name = field(_text, row, "name", where)
     if array is not None and name is not None and name != array[0]:
-        raise SpecError(f"{where}: name {name!r} and array {array[0]!r} differ; give the array's name once")
+        fail(f"name {name!r} and array {array[0]!r} differ; give the array's name once")
+    values = dict(
+        submit=field(_seconds, row["submit"], "submit", where) if "submit" in row else None,
+        runtime=field(_seconds, row["runtime"], "runtime", where) if "runtime" in row else None,
+        user=field(_text, row, "user", where) or "user", queue=field(_text, row, "queue", where),
+        resreq=field(_resreq, row.get("R"), where) or (),
+        exit_code=field(_int, row.get("exit", 0), "exit", where, 0, 255),
+        priority=field(_int, row.get("priority", 0), "priority", where, 0, 100),
+        run_limit=field(_seconds, row["W"], "W", where) if "W" in row else None,
+        mem_limit=field(_size, row["M"], where) if "M" in row else None,
+        after=field(_after, row, where))
+    if found:
+        return _done(None, found, problems)
     return WorkloadJob(
-        row=index, submit=_seconds(row["submit"], "submit", where), runtime=_seconds(row["runtime"], "runtime", where),
-        user=_text(row, "user", where) or "user", queue=_text(row, "queue", where),
+        row=index, submit=values["submit"], runtime=values["runtime"], user=values["user"], queue=values["queue"],
         app=str(row["app"]) if "app" in row and row["app"] is not None else None,
-        slots=slots, max_slots=max_slots, resreq=_resreq(row.get("R"), where),
-        exit_code=_int(row.get("exit", 0), "exit", where, 0, 255), name=name if array is None else array[0],
-        priority=_int(row.get("priority", 0), "priority", where, 0, 100),
-        run_limit=_seconds(row["W"], "W", where) if "W" in row else None,
-        mem_limit=_size(row["M"], where) if "M" in row else None,
-        after=_text(row, "after", where), array=array)
+        slots=slots, max_slots=max_slots, resreq=values["resreq"], exit_code=values["exit_code"],
+        name=name if array is None else array[0], priority=values["priority"], run_limit=values["run_limit"],
+        mem_limit=values["mem_limit"], after=values["after"], array=array)
+
+
+def _done(job: WorkloadJob | None, found: list[str], problems: list[str] | None) -> WorkloadJob | None:
+    if problems is None and found:
+        raise SpecError(found[0])
+    if problems is not None:
+        problems.extend(found)
+    return job
 
 
 def _text(row: dict, key: str, where: str) -> str | None:
@@ -141,6 +202,17 @@ def _text(row: dict, key: str, where: str) -> str | None:
     if not isinstance(value, (str, int)) or isinstance(value, bool) or not str(value).strip():
         raise SpecError(f"{where}: `{key}` must be a non-empty text, not {value!r}")
     return str(value).strip()
+
+
+def _after(row: dict, where: str) -> str | None:
+    """`after`: a -w condition, parsed here so that its mistakes come with the others'."""
+    text = _text(row, "after", where)
+    if text is not None:
+        try:
+            deps.parse(text)
+        except SpecError as err:
+            raise SpecError(f"{where}: `after`: {err}")
+    return text
 
 
 def _resreq(value: object, where: str) -> tuple[str, ...]:

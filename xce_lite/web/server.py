@@ -27,6 +27,9 @@ def is_loopback(address: str) -> bool:
 
 
 def bind(address: str, port: int) -> socket.socket:
+    if not address.strip():  # '' would be every address of the machine: say which on purpose
+        raise errors.SpecError("--bind needs an address (127.0.0.1 for this machine only, 0.0.0.0 for every "
+                               "interface)")
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -80,7 +80,8 @@ def parse(text: str) -> ArraySpec:
         if first < 1 or last > MAX_INDEX:
             raise SpecError(f"array {text!r}: indices run from 1 to {MAX_INDEX}; {term} is outside")
         if last < first:
-            raise SpecError(f"array {text!r}: the range {term} is reversed; write {last}-{first}")
+            raise SpecError(f"array {text!r}: the range {term} ends before it starts; "
+                            + (f"write {last}-{first}" if last >= 1 else "it must end at 1 or more"))
         if step < 1:
             raise SpecError(f"array {text!r}: the step of {term} must be at least 1")
         bounds.append((first, last, step))

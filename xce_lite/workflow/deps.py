@@ -218,6 +218,8 @@ class _Parser:
         if kind == "word" and value in PLAIN + COUNTS and self._next_is("("):
             self.at += 2
             return self.condition(value)
+        if kind == "word" and self._next_is("("):  # `finished(3)`: a typo of a condition, not a job name
+            self.fail(f"unknown condition {value!r}; the conditions are {', '.join(PLAIN + COUNTS)}")
         if kind in ("word", "str"):
             return Cond("done", self.ref())
         self.fail("expected a condition such as done(42)")
@@ -332,6 +334,12 @@ def resolve(expr: Expr, lookup: Lookup) -> Expr:
         found = lookup(expr.ref)
         if not found:
             raise SpecError(f"-w: {expr.ref.text()} names no job")
+        plain = [t for t in found if not t.array]
+        if expr.kind in COUNTS and plain:  # counting the elements of one job is a mistake, not a condition
+            what = f"job {plain[0].id}" if plain[0].label in ("", str(plain[0].id)) else \
+                f"{plain[0].label} (job {plain[0].id})"
+            raise SpecError(f"-w: {expr.kind}({expr.ref.text()}, ...) counts the elements of an array, and {what} is "
+                            f"not an array; use done({expr.ref.text()}) or ended({expr.ref.text()})")
         conds = tuple(Cond(expr.kind, target, expr.op, expr.value) for target in found)
         return conds[0] if len(conds) == 1 else And(conds)
     if isinstance(expr, Not):

@@ -22,9 +22,9 @@ spec; the controller submits them all in one transaction; the simulator may plan
 A step's other keys are `xce submit`'s options by their long names, values as typed on the command
 line (presets.OPTIONS: tasks "2,4", resreq, run_limit "30m", env ["K=V"], ...); `name` is the step's.
 In `depend`, a name is a step of this flow (wildcards match step names) and a number is an existing
-job. The graph is checked before anything is submitted: every problem (unknown step, a cycle, a bad
-value, an undefined ${var}) is reported at once, with where it is (`steps.collect.after`), and
-nothing is submitted. Steps come out in dependency order (then file order), so each step's
+job. The graph is checked before anything is submitted: every problem (unknown step or option, a
+cycle, a bad value, an unknown queue, an undefined ${var}) is reported at once, with where it is
+(`steps.collect.after`), and nothing is submitted. Steps come out in dependency order (then file order), so each step's
 upstream steps are submitted before it.
 """
 
@@ -34,6 +34,7 @@ import fnmatch
 import heapq
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,9 +77,16 @@ class FlowError(SpecError):
         super().__init__("\n".join(f"{'.'.join(map(str, loc)) or '(top level)'}: {msg}" for loc, msg in problems))
 
 
-def load(data: Any, sets: dict[str, str] | None = None) -> Flow:
+# `check(option, value)`: what is wrong with one submit option's value (a message), or None. The CLI
+# gives one built on `xce submit`'s own parsers and the cluster's queues and profiles; this module
+# stays pure.
+Check = Callable[[str, Any], "str | None"]
+
+
+def load(data: Any, sets: dict[str, str] | None = None, check: Check | None = None) -> Flow:
     """The flow `data` (a decoded YAML document) describes, with `sets` overriding its vars;
-    FlowError listing every problem, so that nothing is submitted."""
+    FlowError listing every problem (each option's value too, with `check`), so that nothing is
+    submitted."""
     problems: list[tuple[tuple, str]] = []
     if not isinstance(data, dict):
         raise FlowError([((), "a flow is a mapping with name and steps")])
@@ -92,8 +100,11 @@ def load(data: Any, sets: dict[str, str] | None = None) -> Flow:
     if not isinstance(defaults, dict):
         problems.append((("defaults",), "defaults is a mapping of submit options"))
         defaults = {}
+    for key in sorted(set(defaults) - set(STEP_OPTIONS), key=str):
+        problems.append((("defaults", key), f"unknown option; defaults may set {', '.join(STEP_OPTIONS)}"))
     defaults = _options(_expand(defaults, variables, ("defaults",), problems), ("defaults",), problems,
                         allowed=STEP_OPTIONS)
+    _check_values(defaults, ("defaults",), check, problems)
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, dict) or not raw_steps:
         problems.append((("steps",), "a flow needs steps: a mapping of step name to its command and options"))
@@ -104,10 +115,10 @@ def load(data: Any, sets: dict[str, str] | None = None) -> Flow:
     names = [str(n) for n in raw_steps]
     steps = {}
     for step_name, raw in raw_steps.items():
-        step = _step(str(step_name), raw, names, defaults, variables, problems)
+        step = _step(str(step_name), raw, names, defaults, variables, problems, check)
         if step is not None:
             steps[step.name] = step
-    order = _order(steps, problems) if not problems else []
+    order = _order(steps, problems)  # a cycle is reported beside every other problem
     if problems:
         raise FlowError(problems)
     return Flow(name, tuple(steps[n] for n in order))
@@ -169,7 +180,24 @@ def _options(raw: dict, loc: tuple, problems: list, allowed: tuple[str, ...]) ->
     return options
 
 
-def _step(name: str, raw: Any, names: list[str], defaults: dict, variables: dict, problems: list) -> Step | None:
+def _check_values(options: dict[str, Any], loc: tuple, check: Check | None, problems: list) -> None:
+    for key, value in options.items():
+        message = check(key, value) if check is not None else None
+        if message:
+            problems.append((loc + (key,), message))
+
+
+def _with_vars(message: str, original: Any, variables: dict[str, str]) -> str:
+    """A message about a value that vars made: what it was written as, and the vars' values."""
+    used = [m for m in _VAR.findall(original) if m] if isinstance(original, str) else []
+    if not used:
+        return message
+    values = ", ".join(f"{v}={variables[v]}" for v in dict.fromkeys(used) if v in variables)
+    return f"{message} (written {original!r}, with {values})"
+
+
+def _step(name: str, raw: Any, names: list[str], defaults: dict, variables: dict, problems: list,
+          check: Check | None = None) -> Step | None:
     loc = ("steps", name)
     if not STEP_NAME.fullmatch(name):
         problems.append((loc, "a step name starts with a letter, then letters, digits, _ . - (at most 63)"))
@@ -179,7 +207,7 @@ def _step(name: str, raw: Any, names: list[str], defaults: dict, variables: dict
     for key in sorted(set(raw) - set(STEP_KEYS), key=str):
         hint = " (the step's name is its job name)" if key == "name" else ""
         problems.append((loc + (key,), f"unknown step key{hint}; a step has {', '.join(STEP_KEYS)}"))
-    raw = _expand(raw, variables, loc, problems)
+    original, raw = raw, _expand(raw, variables, loc, problems)
     command = raw.get("command")
     if isinstance(command, str):
         try:
@@ -190,13 +218,15 @@ def _step(name: str, raw: Any, names: list[str], defaults: dict, variables: dict
     if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
         problems.append((loc + ("command",), "command is required: a list of words, or one string"))
         command = ["?"]
-    options = {**defaults, **_options(raw, loc, problems, STEP_OPTIONS)}
+    own = _options(raw, loc, problems, STEP_OPTIONS)
+    _check_values(own, loc, check, problems)
+    options = {**defaults, **own}
     array = raw.get("array")
     if array is not None:
         try:
             array = arrays.parse(str(array)).text()
         except SpecError as err:
-            problems.append((loc + ("array",), str(err)))
+            problems.append((loc + ("array",), _with_vars(str(err), original.get("array"), variables)))
     after = raw.get("after") or []
     if isinstance(after, str):
         after = [after]
@@ -229,7 +259,7 @@ def _order(steps: dict[str, Step], problems: list) -> list[str]:
     """Upstream steps first, ties in file order (Kahn's algorithm); a cycle is a problem naming its
     steps in order."""
     position = {name: i for i, name in enumerate(steps)}
-    waiting = {name: [u for u in s.upstream if u != name] for name, s in steps.items()}
+    waiting = {name: [u for u in s.upstream if u != name and u in steps] for name, s in steps.items()}
     for name, step in steps.items():
         if name in step.upstream:
             problems.append((("steps", name), f"step {name} depends on itself"))

@@ -1,0 +1,266 @@
+"""Setting a cluster up: `xce init`, `xce quickstart`, `xce examples copy`, `xce controller ...` and
+`xce lab ...`. Thin, like every command module; light at import (click and the standard library).
+
+`init` writes nothing until the cluster name is known to be free and valid (home/clusters.py): a
+refused init leaves no file behind.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from xce_lite import errors
+from xce_lite.api.client import Client
+from xce_lite.cli.base import JSON_OPTION, client, echo_json
+from xce_lite.home.paths import Home
+
+QUICKSTART_DONE = ("Next: the tour in README.md (\"A five-minute tour\"); `xce examples copy ~/xce-tour` gives "
+                   "its files.")
+
+
+@click.command()
+@click.option("--cluster", metavar="NAME",
+              help="The cluster's name (part of unit names on the hosts). Default: one that no other cluster home "
+                   "on this machine uses (xce, xce2, ...).")
+@click.pass_context
+def init(ctx: click.Context, cluster: str | None) -> None:
+    """Create a cluster home with an xce.yaml for a one-host cluster on this machine.
+
+    Example: xce init && xce controller start
+    """
+    init_home(ctx.obj, cluster)
+
+
+def init_home(home: Home, cluster: str | None) -> None:
+    from xce_lite.config.cluster import default_config_text, detect_memory, load_config
+    from xce_lite.home import clusters
+
+    if home.config.exists():
+        raise errors.HomeError(f"{home.config} already exists; edit it, or choose another home with --home")
+    if cluster is not None:
+        clusters.check(cluster, home.root)
+    home.root.mkdir(parents=True, exist_ok=True)
+    name = cluster if cluster is not None else clusters.pick(home.root)
+    host = os.uname().nodename.split(".")[0]
+    text = default_config_text(name, host, os.cpu_count() or 1, detect_memory())
+    tmp = home.config.with_suffix(".yaml.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    try:
+        load_config(tmp)  # what we wrote must load: fail here, not at controller start
+    except errors.XceError:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, home.config)
+    clusters.claim(name, home.root)
+    taken = "" if cluster is not None or name == clusters.BASE else \
+        f" ({clusters.BASE} is taken by {clusters.owner(clusters.BASE, home.root) or 'another home'})"
+    click.echo(f"Created {home.config}: cluster {name}{taken}, one host, {os.cpu_count()} slots, queue normal.")
+    click.echo("Next: `xce controller start`, then `xce submit -- echo hello`.")
+
+
+@click.command()
+@click.pass_context
+def quickstart(ctx: click.Context) -> None:
+    """Create the home if needed, start the controller, run an example job and show its output.
+
+    Example: pip install . && xce quickstart
+    """
+    from xce_lite.cli.waiting import wait_for, print_final
+    from xce_lite.controller import daemon
+
+    home: Home = ctx.obj
+    if not home.config.exists():
+        init_home(home, None)
+    if daemon.lock_holder(home) is None:
+        pid = daemon.start_detached(home.require())
+        click.echo(f"Controller started (pid {pid}), serving {home.socket}.")
+    api = Client(home.socket)
+    ctx.call_on_close(api.close)
+    out = home.root / "quickstart.out"
+    spec = {"argv": ["sh", "-c", 'echo "hello from job $XCE_JOBID on $(hostname)"'], "cwd": str(home.root),
+            "name": "quickstart", "stdout": str(out), "env": dict(os.environ)}
+    job_id = api.post("/jobs", {"jobs": [spec]})["ids"][0]
+    click.echo(f"Job <{job_id}> is submitted to queue <normal>.")
+    print_final(wait_for(api, [str(job_id)], timeout=60))
+    click.echo(f"Its output ({out}):")
+    click.echo(out.read_text(errors="replace").rstrip())
+    click.echo("\n" + QUICKSTART_DONE)
+
+
+# ---- the examples ---------------------------------------------------------------------------------
+
+
+@click.group()
+def examples() -> None:
+    """The example scripts, flows, cluster configs and workloads shipped with xce_lite."""
+
+
+@examples.command("copy")
+@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite files you changed since an earlier copy.")
+def examples_copy(dest: Path, force: bool) -> None:
+    """Copy the examples into DEST (made if missing). Safe to repeat: identical files are left
+    alone, and a file you changed is kept unless --force.
+
+    Example: xce examples copy ~/xce-tour && cd ~/xce-tour
+    """
+    from xce_lite.home.examples import copy_examples
+
+    if not str(dest).strip():
+        raise click.BadParameter("the directory is empty; name one, e.g. ~/xce-tour", param_hint="DEST")
+    copied, same, kept = copy_examples(dest, force)
+    click.echo(f"Copied {len(copied)} example file(s) into {dest}" + (f" ({len(same)} already there)" if same else "")
+               + ".")
+    for name in kept:
+        click.echo(f"Kept your changed {dest / name} (--force replaces it).")
+
+
+# ---- the controller -------------------------------------------------------------------------------
+
+
+@click.group()
+def controller() -> None:
+    """Start, stop or look at the controller of this cluster home."""
+
+
+@controller.command("start")
+@click.option("--foreground", is_flag=True, help="Stay in the foreground (for systemd or tmux); log to stderr.")
+@click.pass_context
+def controller_start(ctx: click.Context, foreground: bool) -> None:
+    """Start the controller (detached, logging to <home>/controller.log).
+
+    Example: xce controller start
+    """
+    home: Home = ctx.obj.require()
+    if foreground:
+        from xce_lite.controller.core import run_foreground
+
+        run_foreground(home)
+        return
+    from xce_lite.controller import daemon
+
+    pid = daemon.start_detached(home)
+    click.echo(f"Controller started (pid {pid}), serving {home.socket}; log: {home.log}")
+
+
+@controller.command("stop")
+@click.pass_context
+def controller_stop(ctx: click.Context) -> None:
+    """Stop the controller. Running jobs go on; the next start adopts them.
+
+    Example: xce controller stop
+    """
+    from xce_lite.controller import daemon
+
+    pid = daemon.stop(ctx.obj.require())
+    click.echo("No controller was running." if pid is None else f"Controller (pid {pid}) stopped.")
+
+
+@controller.command("status")
+@JSON_OPTION
+@click.pass_context
+def controller_status(ctx: click.Context, as_json: bool) -> None:
+    """Say whether the controller runs, and what it holds. Exit 3 if it does not run.
+
+    Example: xce controller status
+    """
+    try:
+        status = client(ctx).get("/status")
+    except errors.ControllerDown:
+        if not as_json:
+            raise
+        echo_json({"schema": 1, "running": False, "home": str(ctx.obj.root)})
+        ctx.exit(errors.ControllerDown.exit_code)
+    if as_json:
+        echo_json({"schema": 1, "running": True, **status})
+        return
+    jobs = status["jobs"]
+    click.echo(f"Controller of cluster {status['cluster']} is running (pid {status['pid']}) at "
+               f"{status['home']}: {jobs['pending']} pending, {jobs['held']} held, {jobs['active']} running.")
+
+
+# ---- the practice cluster --------------------------------------------------------------------------
+
+
+@click.group()
+def lab() -> None:
+    """A practice cluster: real SSH hosts on this machine, registered in this cluster home."""
+
+
+@lab.command("up")
+@click.argument("n", type=click.IntRange(1, 64), default=2)
+@click.option("--plain", is_flag=True, help="Hosts without systemd (always so without root).")
+@click.option("--unprivileged", is_flag=True,
+              help="Hosts that are only sshd processes of yours, not isolated (the default without root).")
+@click.option("--dir", "lab_dir", metavar="DIR", help="Where the hosts live, outside /tmp (default: <home>/lab).")
+@click.pass_context
+def lab_up(ctx: click.Context, n: int, plain: bool, unprivileged: bool, lab_dir: str | None) -> None:
+    """Start N practice hosts (default 2) and add them to xce.yaml as ssh hosts lab1..labN.
+
+    As root each host has its own namespaces and sshd on a loopback address (systemd unless
+    --plain); without root each is an sshd of yours on 127.0.0.1 and a port of its own.
+
+    Example: xce lab up 2 --plain
+    """
+    from xce_lite.controller import daemon
+    from xce_lite.home import lab as labs
+
+    home: Home = ctx.obj.require()
+    if lab_dir is not None and not lab_dir.strip():
+        raise click.BadParameter("the directory is empty; leave --dir out for the default", param_hint="--dir")
+    started = labs.up(home, n, plain=plain, unprivileged=True if unprivileged else None, dir=lab_dir)
+    running = daemon.lock_holder(home) is not None
+    if running and not started.already:
+        client(ctx).post("/controller/reconfig", {})  # it connects the new hosts at once
+    click.echo(labs.up_report(home, started, running))
+
+
+@lab.command("down")
+@click.pass_context
+def lab_down(ctx: click.Context) -> None:
+    """Stop the practice hosts and remove exactly what `up` made: their entries in xce.yaml and
+    known_hosts, and their agents' directories (~/.xce-agent/CLUSTER-labN).
+
+    Example: xce lab down
+    """
+    from xce_lite.controller import daemon
+    from xce_lite.home import lab as labs
+
+    home: Home = ctx.obj.require()
+    stopped = labs.down(home)
+    if stopped is None:
+        click.echo("No lab is up in this home; `xce lab up` starts one.")
+        return
+    record, removed = stopped
+    click.echo(f"Stopped the lab in {record.dir}; removed {', '.join(removed) or 'no host'} from xce.yaml.")
+    if daemon.lock_holder(home) is not None:
+        client(ctx).post("/controller/reconfig", {})
+        click.echo("The controller closed them to new work (jobs still running there are followed to their end).")
+
+
+@lab.command("status")
+@JSON_OPTION
+@click.pass_context
+def lab_status(ctx: click.Context, as_json: bool) -> None:
+    """Show each practice host: address, kind, pid, whether sshd answers. Exit 1 unless all are up.
+
+    Example: xce lab status
+    """
+    from xce_lite.home import lab as labs
+
+    states = labs.status(ctx.obj.require())
+    if as_json:
+        echo_json({"schema": 1, "lab": states is not None, "hosts": [
+            {"name": s.host.name, "address": s.host.ip, "port": s.host.port, "mode": s.host.mode, "pid": s.host.pid,
+             "alive": s.alive, "sshd": s.sshd, "up": s.up, "registered": s.registered} for s in states or ()]})
+        ctx.exit(0 if states and all(s.up for s in states) else 1)
+    if not states:
+        click.echo("No lab is up in this home; `xce lab up` starts one." if states is None else
+                   "The lab recorded in this home has no host left; `xce lab down` clears what it left.")
+        ctx.exit(1)
+    for line in labs.status_lines(states):
+        click.echo(line)
+    ctx.exit(0 if all(s.up for s in states) else 1)

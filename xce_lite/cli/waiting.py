@@ -1,0 +1,140 @@
+"""`xce wait`: block until jobs end, saying each end as it happens (as pueue's `wait` does).
+
+A few jobs: one line per job as it ends (`Job <3> DONE: exit code 0`). Arrays and many jobs: a
+progress line with the counts (DONE, EXIT, running, pending), rewritten in place on a terminal, a
+line for each element (or job) that ends EXIT, and one summary line per array at the end. `-q` prints
+nothing and `--json` only the final document: the exit code says it all (0 all DONE, 1 any EXIT,
+124 --timeout ran out). The controller's long-poll (GET /jobs/wait) returns when every job has
+ended or its timeout passes, so a short timeout is the beat at which changes are seen.
+Light: click and the standard library.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from xce_lite.api.client import Client
+from xce_lite.cli.base import JSON_OPTION, Seconds, client, echo_json
+from xce_lite.cli.complete import complete_jobs
+from xce_lite.cli.jobs import display, outcome
+
+EXIT_TIMEOUT = 124
+FINISHED = ("DONE", "EXIT")
+ONE_LINE_EACH = 20  # more jobs than this (or any array): the progress line instead
+
+
+def wait_for(api: Client, ids: list[str], timeout: float | None, on_reply=None) -> dict:
+    """Long-poll until every job ended or `timeout` passed. With `on_reply`, which sees each
+    answer, the polls are short (a second; five for a thousand jobs and more, whose answers are
+    large), so that each change is seen soon after it happens."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    beat = 30.0 if on_reply is None else 1.0
+    while True:
+        left = beat if deadline is None else max(0.0, min(beat, deadline - time.monotonic()))
+        reply = api.get("/jobs/wait", ids=",".join(ids), timeout=left)
+        if on_reply is not None:
+            on_reply(reply)
+            beat = 1.0 if len(reply["jobs"]) < 1000 else 5.0
+        if reply["finished"] or (deadline is not None and time.monotonic() >= deadline):
+            return reply
+
+
+def print_final(reply: dict) -> None:
+    """Every job's end (or its state, if it has not ended): `xce quickstart`'s and `-l` style."""
+    for job in reply["jobs"]:
+        click.echo(_end_line(job) if job["state"] in FINISHED else f"Job <{display(job)}> still {job['state']}")
+
+
+def _end_line(job: dict) -> str:
+    return f"Job <{display(job)}> {job['state']}: {outcome(job)}"
+
+
+class Progress:
+    """What `xce wait` has said so far, and what a new reply adds to it."""
+
+    def __init__(self, terminal: bool):
+        self.terminal = terminal
+        self.said: set[int] = set()
+        self.line = ""  # the progress line now on the terminal, if any
+
+    def update(self, reply: dict) -> None:
+        jobs = reply["jobs"]
+        singles = [j for j in jobs if j.get("array_id") is None]
+        each = len(singles) <= ONE_LINE_EACH  # else only failures get a line of their own
+        for job in jobs:
+            if job["state"] in FINISHED and job["id"] not in self.said:
+                self.said.add(job["id"])
+                if job["state"] == "EXIT" or (each and job.get("array_id") is None):
+                    self._say(_end_line(job))
+        if self.terminal and (not each or len(singles) < len(jobs)):
+            self._progress(_counts_line(jobs))
+
+    def finish(self, reply: dict) -> None:
+        self._progress("")
+        jobs = reply["jobs"]
+        for array_id, elements in _arrays(jobs).items():
+            click.echo(f"Array <{array_id}>: {_counts_line(elements)}")
+        if not reply["finished"]:
+            for job in jobs:
+                if job["state"] not in FINISHED and job.get("array_id") is None:
+                    click.echo(f"Job <{display(job)}> still {job['state']}")
+
+    def _say(self, text: str) -> None:
+        line = self.line
+        self._progress("")
+        click.echo(text)
+        self._progress(line)
+
+    def _progress(self, text: str) -> None:
+        if not self.terminal or text == self.line:
+            return
+        sys.stdout.write("\r\033[K" + text)
+        sys.stdout.flush()
+        self.line = text
+
+
+def _arrays(jobs: list[dict]) -> dict[int, list[dict]]:
+    found: dict[int, list[dict]] = {}
+    for job in jobs:
+        if job.get("array_id") is not None:
+            found.setdefault(job["array_id"], []).append(job)
+    return found
+
+
+def _counts_line(jobs: list[dict]) -> str:
+    done = sum(j["state"] == "DONE" for j in jobs)
+    failed = sum(j["state"] == "EXIT" for j in jobs)
+    running = sum(j["state"] in ("DISP", "RUN", "USUSP", "SSUSP") for j in jobs)
+    pending = len(jobs) - done - failed - running
+    return f"{done} DONE, {failed} EXIT, {running} running, {pending} pending (of {len(jobs)})"
+
+
+@click.command()
+@click.argument("ids", nargs=-1, shell_complete=complete_jobs)
+@click.option("--timeout", type=Seconds(min=0), help="Give up after this many seconds (exit 124).")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing: the exit code says how they ended.")
+@JSON_OPTION
+@click.pass_context
+def wait(ctx, ids, timeout, quiet, as_json) -> None:
+    """Wait until the jobs end (an array: all its elements), saying each end as it happens; exit 0
+    if all are DONE, 1 if any is EXIT, 124 if --timeout ran out. IDS: 42, or 42[7] for an element.
+
+    Example: xce wait 42 43
+    """
+    if not ids:
+        raise click.UsageError("name at least one job id")
+    api = client(ctx)
+    if quiet or as_json:
+        reply = wait_for(api, list(ids), timeout)
+        if as_json:
+            echo_json(reply)
+    else:
+        progress = Progress(sys.stdout.isatty())
+        reply = wait_for(api, list(ids), timeout, on_reply=progress.update)
+        progress.finish(reply)
+    if not reply["finished"]:
+        ctx.exit(EXIT_TIMEOUT)
+    ctx.exit(0 if all(j["state"] == "DONE" for j in reply["jobs"]) else 1)
