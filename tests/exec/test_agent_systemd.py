@@ -38,7 +38,7 @@ from xce_lite.exec.host import (
     UnitFinished,
 )
 
-AGENT = bundle.local_file()  # under the source tree, which the hosts (and their users) can read
+AGENT = bundle.local_file()  # under the source tree, which the hosts can read (their users: a copy, copy_in)
 PY = "/usr/bin/python3"  # inside the hosts, for root and for the user alike
 HOLD_JOB = (
     "import os, sys, time\n"
@@ -189,8 +189,10 @@ def user_agents(alice):
     os.chown(here, alice.uid, alice.uid)
     started = []
 
+    agent = alice.copy_in(AGENT)  # the source tree may lie where she cannot read (a clone in /root)
+
     def start(mode: str = "user") -> tuple[HostAgent, str, Path]:
-        argv = [PY, "-S", "-E", str(AGENT), "serve", "--spool", f"{seen}/spool", "--mode", mode]
+        argv = [PY, "-S", "-E", agent, "serve", "--spool", f"{seen}/spool", "--mode", mode]
         started.append(HostAgent(alice.host.name, alice.argv(argv), here / "agent.log", run_as=alice))
         return started[-1], seen, here
 
@@ -372,7 +374,8 @@ def test_the_job_gets_its_hostfile_and_env(root_agents, work):
         "PATH": f"/usr/bin:/bin:{spool}/bin", "A": "$HOME %n", "XCE_UNIT": unit, "XCE_JOB_HOST_DIR": str(host_dir),
         "XCE_LAUNCH_SOCKET": str(spool / "agent.sock"), "XCE_HOSTFILE": str(host_dir / "hostfile"),
     }
-    assert got["hostfile"] == "host1\n" and got["dir"] == ["hostfile"]  # a direct unit has no spec.json
+    # a direct unit has no spec.json: its argv and env are in job-env.sh (0600), never on the unit
+    assert got["hostfile"] == "host1\n" and got["dir"] == ["hostfile", "job-env.sh"]
 
 
 def test_xce_launch_runs_tasks_inside_the_unit_with_their_exit_codes(root_agents, work):
