@@ -140,6 +140,10 @@ def test_every_file_is_private_and_no_job_env_is_on_a_unit_on_every_host_kind(th
         assert secret not in unit_file and "Environment" not in unit_file, unit_file
     assert cmdlines_holding(secret) == []
 
+    c.kill9_controller()  # a restart in the middle: new agents, new logs, the same store
+    c.start()
+    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "the three hosts back")
+    assert open_to_others(*private, copy) == [], "open to other users after a restart"
     for kind in KINDS:
         (c.work / f"{kind}.go").touch()
     for job_id in running.values():
@@ -193,6 +197,13 @@ def test_another_user_reads_neither_the_store_nor_the_log_nor_the_spool_nor_a_pr
             shared = c.submit("sh", "-c", "echo shared", options=("-o", f"{c.work}/shared.out"))
         for job_id in (mine, shared):
             assert c.wait_state(job_id, {"DONE", "EXIT"})["state"] == "DONE"
+        c.ok("controller", "stop")  # then open it all, as an older version left a home: the next start closes it
+        for path, mode in ((c.home, 0o755), (c.home / "spool", 0o755), (c.home / "xce.db", 0o644),
+                           (c.home / "controller.log", 0o644), (c.home / "spool" / "local", 0o755)):
+            os.chmod(path, mode)
+        c.start()
+        assert [oct(file_mode(p)) for p in (c.home, c.home / "xce.db", c.home / "spool" / "local")] == [
+            "0o700", "0o600", "0o700"]
         assert secret.encode() in (c.home / "xce.db").read_bytes() + (c.home / "xce.db-wal").read_bytes()
         assert read_as(stranger, c.work / "shared.out").stdout == b"shared\n"  # they reach this directory
         for path in (c.home / "xce.db", c.home / "xce.db-wal", c.home / "controller.log",

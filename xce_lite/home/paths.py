@@ -60,15 +60,20 @@ class Home:
 
     def make_private(self) -> None:
         """Make the home (and its parents, as mkdir -p would, with the caller's umask) and close it
-        to other users: 0700, also when an older xce_lite or the user made it 0755. Only the home
-        itself: other users cannot reach what is in it then."""
+        to other users: 0700, also when an older xce_lite or the user made it 0755; its spool too
+        (the agents close theirs, the store closes itself: db.py). Other users cannot reach what is
+        in the home then; new files in it are 0600 besides."""
         self.root.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.root.mkdir(mode=0o700)
         except FileExistsError:
             pass
-        if self.root.stat().st_mode & 0o077:
-            os.chmod(self.root, 0o700)
+        for path in (self.root, self.spool):
+            try:
+                if path.stat().st_mode & 0o077:
+                    os.chmod(path, 0o700)
+            except FileNotFoundError:
+                pass
 
     def require(self) -> Home:
         """The home, if `xce init` made it; otherwise HomeError says how to make it."""
