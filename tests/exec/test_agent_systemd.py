@@ -492,6 +492,17 @@ def test_hello_as_a_lingering_user_says_user_units_and_who_enforces_memory(user_
         assert x["modes"]["user"]["memory"] == "supervisor" and "RSS watch" in x["modes"]["user"]["memory_why"]
 
 
+def test_a_lingering_user_runs_a_copy_of_a_file_that_lies_where_she_cannot_read(alice, testhosts_root):
+    closed = testhosts_root / f"closed-{uuid.uuid4().hex[:8]}"  # as a checkout in /root (0700)
+    closed.mkdir(mode=0o700)
+    (closed / "hello.py").write_text("print('hello from a copy')\n")
+    denied = subprocess.run(alice.argv(["cat", str(closed / "hello.py")]), capture_output=True, text=True, timeout=30)
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr
+    copy = alice.copy_in(closed / "hello.py")
+    ran = subprocess.run(alice.argv([PY, copy]), capture_output=True, text=True, timeout=30)
+    assert ran.stdout == "hello from a copy\n", ran.stderr
+
+
 def test_system_mode_as_a_user_is_fatal_and_says_why(user_agents):
     with pytest.raises(HostUnreachable, match="mode systemd.*system units need root"):
         user_agents(mode="systemd")
