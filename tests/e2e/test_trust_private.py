@@ -109,7 +109,8 @@ def test_every_file_is_private_and_no_job_env_is_on_a_unit_on_every_host_kind(th
     queue = {"local": "normal", "systemd": "systemd", "plain": "plain"}
     running, done = {}, {}
     for kind in KINDS:
-        wait = f"touch {c.work}/{kind}.running; while [ ! -e {c.work}/{kind}.go ]; do sleep 0.1; done"
+        wait = (f"touch {c.work}/{kind}.running {c.work}/{kind}-$XCE_JOBID.made; "
+                f"while [ ! -e {c.work}/{kind}.go ]; do sleep 0.1; done")
         base = ("-q", queue[kind], "--env", f"XCE_TEST_SECRET={secret}")
         with umask(0o027):  # the job's own files: 0640
             running[kind] = c.submit("sh", "-c", wait, options=(*base, "-o", f"{c.work}/{kind}-run.out"))
@@ -158,6 +159,8 @@ def test_every_file_is_private_and_no_job_env_is_on_a_unit_on_every_host_kind(th
         assert got == {f"{kind}-run.out": "0o640", f"{kind}-hooked.out": "0o640", f"{kind}-done.out": "0o644",
                        f"{kind}-done.err": "0o644"}, kind
         assert (c.work / f"{kind}-done.out").read_text() == "out\n"
+        made = {oct(file_mode(c.work / f"{kind}-{running[key]}.made")) for key in (kind, f"{kind}-hooked")}
+        assert made == {"0o640"}, kind  # what the job makes itself: its processes have the umask too
         assert "[xce] pre_job_exec hook (job)" in (c.work / f"{kind}-hooked.out").read_text()
 
 
