@@ -78,6 +78,9 @@ class JobSpec:
     on_dep_fail: str = "cancel"  # or "pend" (--on-dep-fail)
     retry: int | None = None  # --retry N: requeue a failed attempt up to N times (None: the profile's)
     retry_on: tuple[int, ...] | None = None  # --retry-on: only these exit codes (None: any failure)
+    # The submitter's umask, which the job's processes get and its output files are made with, as
+    # LSF does; None (a client that did not say): 0o022. The agents' own files are 0600 whatever it is.
+    umask: int | None = None
 
     @property
     def app_params(self) -> dict[str, str]:
@@ -149,12 +152,15 @@ class JobSpec:
         hold = data.get("hold", False)
         if not isinstance(hold, bool):
             raise SpecError("hold must be true or false")
+        umask = data.get("umask")
+        if umask is not None and (not isinstance(umask, int) or isinstance(umask, bool) or not 0 <= umask <= 0o777):
+            raise SpecError(f"umask {umask!r} must be a number from 0 to 0o777 (511), or left out")
         spec = cls(
             argv=tuple(argv), cwd=cwd, name=name, queue=_text(data, "queue"), slots=slots,
             max_slots=max_slots if max_slots != slots else None, resreq=tuple(resreq),
             stdout=_path(data, "stdout"), stderr=_path(data, "stderr"), env=dict(env),
             run_limit=run_limit, mem_limit=mem_limit, hold=hold, priority=priority,
-            app=_app_name(data), exdata=_exdata(data), **_workflow(data),
+            app=_app_name(data), exdata=_exdata(data), umask=umask, **_workflow(data),
         )
         if len(spec.to_json()) > MAX_ARGS_BYTES:
             raise SpecError(f"the job's command and environment exceed {MAX_ARGS_BYTES} bytes; "

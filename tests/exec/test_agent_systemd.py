@@ -38,7 +38,7 @@ from xce_lite.exec.host import (
     UnitFinished,
 )
 
-AGENT = bundle.local_file()  # under the source tree, which the hosts (and their users) can read
+AGENT = bundle.local_file()  # under the source tree, which the hosts can read (their users: a copy, copy_in)
 PY = "/usr/bin/python3"  # inside the hosts, for root and for the user alike
 HOLD_JOB = (
     "import os, sys, time\n"
@@ -189,8 +189,10 @@ def user_agents(alice):
     os.chown(here, alice.uid, alice.uid)
     started = []
 
+    agent = alice.copy_in(AGENT)  # the source tree may lie where she cannot read (a clone in /root)
+
     def start(mode: str = "user") -> tuple[HostAgent, str, Path]:
-        argv = [PY, "-S", "-E", str(AGENT), "serve", "--spool", f"{seen}/spool", "--mode", mode]
+        argv = [PY, "-S", "-E", agent, "serve", "--spool", f"{seen}/spool", "--mode", mode]
         started.append(HostAgent(alice.host.name, alice.argv(argv), here / "agent.log", run_as=alice))
         return started[-1], seen, here
 
@@ -372,7 +374,8 @@ def test_the_job_gets_its_hostfile_and_env(root_agents, work):
         "PATH": f"/usr/bin:/bin:{spool}/bin", "A": "$HOME %n", "XCE_UNIT": unit, "XCE_JOB_HOST_DIR": str(host_dir),
         "XCE_LAUNCH_SOCKET": str(spool / "agent.sock"), "XCE_HOSTFILE": str(host_dir / "hostfile"),
     }
-    assert got["hostfile"] == "host1\n" and got["dir"] == ["hostfile"]  # a direct unit has no spec.json
+    # a direct unit has no spec.json: its argv and env are in job-env.sh (0600), never on the unit
+    assert got["hostfile"] == "host1\n" and got["dir"] == ["hostfile", "job-env.sh"]
 
 
 def test_xce_launch_runs_tasks_inside_the_unit_with_their_exit_codes(root_agents, work):
@@ -487,6 +490,17 @@ def test_hello_as_a_lingering_user_says_user_units_and_who_enforces_memory(user_
     assert not x["modes"]["systemd"]["ok"] and "need root" in x["modes"]["systemd"]["why"]
     if x["cgroup"] != "v2":  # this machine: cgroup v1 hybrid, no memory controller for user managers
         assert x["modes"]["user"]["memory"] == "supervisor" and "RSS watch" in x["modes"]["user"]["memory_why"]
+
+
+def test_a_lingering_user_runs_a_copy_of_a_file_that_lies_where_she_cannot_read(alice, testhosts_root):
+    closed = testhosts_root / f"closed-{uuid.uuid4().hex[:8]}"  # as a checkout in /root (0700)
+    closed.mkdir(mode=0o700)
+    (closed / "hello.py").write_text("print('hello from a copy')\n")
+    denied = subprocess.run(alice.argv(["cat", str(closed / "hello.py")]), capture_output=True, text=True, timeout=30)
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr
+    copy = alice.copy_in(closed / "hello.py")
+    ran = subprocess.run(alice.argv([PY, copy]), capture_output=True, text=True, timeout=30)
+    assert ran.stdout == "hello from a copy\n", ran.stderr
 
 
 def test_system_mode_as_a_user_is_fatal_and_says_why(user_agents):

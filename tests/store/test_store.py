@@ -9,6 +9,7 @@ events, exact round trips of awkward text, and what a concurrent reader sees.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import shutil
 from collections.abc import Iterator
@@ -94,6 +95,42 @@ def test_connection_pragmas(path: Path) -> None:
             con.execute('SELECT "no_such_column" FROM jobs')
     finally:
         con.close()
+
+
+def test_the_store_its_wal_and_shm_are_0600_whatever_the_umask(path: Path) -> None:
+    old = os.umask(0o022)  # what a user's shell usually has: SQLite alone would make them 0644
+    try:
+        s = JobStore(path)
+        s.submit([(spec(env={"SECRET": "s3cret"}), "normal")], "alice", T)
+    finally:
+        os.umask(old)
+    try:
+        modes = {name: oct(os.stat(f"{path}{name}").st_mode & 0o777) for name in ("", "-wal", "-shm")}
+        assert modes == {"": "0o600", "-wal": "0o600", "-shm": "0o600"}
+    finally:
+        s.close()
+
+
+def test_a_store_left_open_to_others_is_closed_when_opened(tmp_path: Path) -> None:
+    copy = tmp_path / "store_v1.db"  # as an older version left it: 0644, its WAL too
+    shutil.copyfile(DATA / "store_v1.db", copy)
+    Path(f"{copy}-wal").write_bytes(b"")
+    for name in (copy, Path(f"{copy}-wal")):
+        os.chmod(name, 0o644)
+    JobStore(copy).close()
+    assert oct(copy.stat().st_mode & 0o777) == "0o600"
+    assert not Path(f"{copy}-wal").exists() or oct(Path(f"{copy}-wal").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_database_that_is_not_ours_keeps_its_mode(path: Path) -> None:
+    con = raw(path)
+    con.execute("PRAGMA application_id=305419896")
+    con.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY)")
+    con.close()
+    os.chmod(path, 0o644)
+    with pytest.raises(HomeError, match="another application"):
+        JobStore(path)
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
 
 
 def test_wal_mode_is_kept_in_the_file(store: JobStore, path: Path) -> None:

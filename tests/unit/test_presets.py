@@ -36,6 +36,9 @@ def test_save_list_show_export_import_rm_round_trip(tmp_path):
     assert saved.returncode == 0 and "Preset sweep saved" in saved.stdout, saved.stderr
     assert local(tmp_path, "sweep") == {"schema": 1, "name": "sweep", "description": "a sweep", "options": {
         "tasks": "2,4", "resreq": ["rusage[mem=1G]"], "env": ["MODE=fast"], "run_limit": "30m"}}
+    folder = tmp_path / "config" / "xce" / "presets"  # --env values may be secrets: this user's alone
+    modes = [oct(p.stat().st_mode & 0o777) for p in (folder, folder / "sweep.json")]
+    assert modes == ["0o700", "0o600"]
     listed = xce(tmp_path, "preset", "list").stdout
     assert "sweep" in listed and "a sweep" in listed
     shown = xce(tmp_path, "preset", "show", "sweep").stdout

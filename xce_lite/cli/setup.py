@@ -42,12 +42,13 @@ def init_home(home: Home, cluster: str | None) -> None:
         raise errors.HomeError(f"{home.config} already exists; edit it, or choose another home with --home")
     if cluster is not None:
         clusters.check(cluster, home.root)
-    home.root.mkdir(parents=True, exist_ok=True)
+    home.make_private()
     name = cluster if cluster is not None else clusters.pick(home.root)
     host = os.uname().nodename.split(".")[0]
     text = default_config_text(name, host, os.cpu_count() or 1, detect_memory())
     tmp = home.config.with_suffix(".yaml.tmp")
     tmp.write_text(text, encoding="utf-8")
+    os.chmod(tmp, 0o600)  # the home is private (paths.py); edits keep this mode (config_edit.py)
     try:
         load_config(tmp)  # what we wrote must load: fail here, not at controller start
     except errors.XceError:

@@ -101,6 +101,21 @@ def expand(given: dict[str, Any], preset: Preset | None) -> tuple[dict[str, Any]
     return merged, sorted(from_preset)
 
 
+def current_umask() -> int:
+    """This process's umask, which the job gets (LSF's jobs run with their submitter's): from
+    /proc, which reads it without setting it; else set and put back."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def build_spec(options: dict[str, Any], command: list[str], preset: Preset | None = None,
                from_preset: list[str] = ()) -> dict[str, Any]:
     """The job spec the controller receives; click.BadParameter names the option (and the preset
@@ -110,7 +125,7 @@ def build_spec(options: dict[str, Any], command: list[str], preset: Preset | Non
         where = f" (from preset {preset.name})" if preset is not None and key in from_preset else ""
         return click.BadParameter(message + where, param_hint=OPTIONS[key][0])
 
-    spec: dict[str, Any] = {"argv": list(command)}
+    spec: dict[str, Any] = {"argv": list(command), "umask": current_umask()}
     name, array = arrays.split_name(options["name"]) if options.get("name") else (None, None)
     if name is not None and ("[" in name or "]" in name):
         raise bad("name", f"{options['name']!r}: brackets make an array, name[1-10] or name[1-10]%5; close them, "

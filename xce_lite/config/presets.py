@@ -155,9 +155,10 @@ def list_dir(directory: Path | None = None) -> tuple[list[Preset], list[str]]:
 
 def save(preset: Preset, directory: Path | None = None, replace: bool = False, backup: bool = False) -> Path:
     """Write `preset` atomically. An existing file is refused unless `replace`; `backup` keeps it
-    as `<name>.json.bak` first."""
+    as `<name>.json.bak` first. 0600 (its folder, if made here, 0700): a preset may hold --env
+    values, secrets among them; admin presets reach users through the controller, not the file."""
     directory = directory or local_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = directory / f"{check_name(preset.name)}.json"
     if path.exists():
         if not replace:
@@ -167,6 +168,7 @@ def save(preset: Preset, directory: Path | None = None, replace: bool = False, b
             os.replace(path, path.with_name(path.name + ".bak"))
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(preset.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.chmod(tmp, 0o600)
     os.replace(tmp, path)
     return path
 

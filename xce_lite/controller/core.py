@@ -33,6 +33,7 @@ client is in the store before the reply. API handlers run on the server's thread
 
 from __future__ import annotations
 
+import os
 import queue
 import sys
 import threading
@@ -58,7 +59,7 @@ from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
 from xce_lite.exec.host import HostEvent
 from xce_lite.exec.link import HostLink
 from xce_lite.exec.local import LocalHost
-from xce_lite.home.paths import Home
+from xce_lite.home.paths import PRIVATE_UMASK, Home
 from xce_lite.models import DISP, PEND, PSUSP, Job, JobSpec, unit_name
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
 from xce_lite.sched.placement import HostView
@@ -88,7 +89,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self.profiles: dict[str, Profile]  # application profiles by name (profiles.py)
         config, profiles = load_cluster(home.config)
         self.cluster = config.cluster
-        home.spool.mkdir(exist_ok=True)
+        home.spool.mkdir(mode=0o700, exist_ok=True)
         self.store = JobStore(home.store)
         try:
             self._check_config(config, profiles)  # ConfigError: the controller does not start
@@ -425,6 +426,8 @@ def run_foreground(home: Home) -> None:
 
     from xce_lite.controller.daemon import hold_lock
 
+    os.umask(PRIVATE_UMASK)  # the store, its WAL, logs, spools: this user's alone (paths.py)
+    home.make_private()
     with hold_lock(home):
         controller = Controller(home)
         signal.signal(signal.SIGTERM, lambda *_: controller.stop())

@@ -60,13 +60,22 @@ def lock_holder(home: Home) -> int | None:
         os.close(fd)
 
 
+def open_log(home: Home):
+    """The controller's log, for appending: 0600 (made so, or closed to others if an older version
+    left it open): it may quote jobs' commands and hosts' errors."""
+    fd = os.open(home.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    if os.fstat(fd).st_mode & 0o077:
+        os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
+
+
 def start_detached(home: Home, timeout: float = 30.0) -> int:
     """Start `xce controller start --foreground` in its own session; its pid once it answers."""
     holder = lock_holder(home)
     if holder is not None:
         raise AlreadyRunning(f"a controller is already running for {home.root} (pid {holder}); "
                              f"stop it with `xce controller stop`")
-    log = open(home.log, "ab")
+    log = open_log(home)
     start = log.seek(0, os.SEEK_END)  # what this start writes begins here: earlier starts' errors are not its own
     try:
         # `-m xce_lite` drops the caller's directory from sys.path (__main__.py): a yaml.py there is not imported

@@ -114,7 +114,7 @@ def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | Non
             stdout=job.output_path(), stderr=job.error_path(), run_limit=run_limit, mem_limit=mem_limit,
             grace=grace, role=ROLE_JOB if index == 0 else ROLE_HOST, hostfile=text, profile_env=profile_env,
             hooks=unit_hooks(eff, index == 0), post_failure=eff.post_failure if eff is not None else "record",
-            starter=eff.job_starter if eff is not None else ())
+            starter=eff.job_starter if eff is not None else (), umask=spec.umask)
         launches.append(UnitLaunch(alloc.host, index, request))
     return launches
 

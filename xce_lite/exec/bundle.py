@@ -49,10 +49,11 @@ def agent_copy() -> tuple[bytes, str]:
     return data, f"agent-{hashlib.sha256(data).hexdigest()[:16]}.py"
 
 
-def install(directory: str | os.PathLike) -> Path:
+def install(directory: str | os.PathLike, mode: int = 0o644) -> Path:
     """The agent's file in `directory`, written there unless it is there already (under a temporary
     name of its own, then renamed: a file of that name is whole, whoever else installs it at the
-    same time). Readable by all, as the source tree is."""
+    same time). `mode`: readable by all by default, as the source tree is; a cluster home's copy is
+    0600, as everything in the home."""
     data, name = agent_copy()
     path = Path(directory) / name
     if not path.is_file():
@@ -61,7 +62,7 @@ def install(directory: str | os.PathLike) -> Path:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, mode)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -339,6 +339,7 @@ def request_to_json(r: LaunchRequest) -> dict:
         "hostfile": r.hostfile,
         **hooks,
         **({"starter": list(r.starter)} if r.starter else {}),
+        **({"umask": r.umask} if r.umask is not None else {}),
     }
 
 

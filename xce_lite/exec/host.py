@@ -65,6 +65,7 @@ class LaunchRequest:
     hooks: tuple[HookRun, ...] = ()  # in run order: the pre ones, then the post ones
     starter: tuple[str, ...] = ()  # the job starter (already before argv): the unit's tasks of `xce launch` get it too
     post_failure: str = "record"  # "exit": a post hook that fails makes a DONE job EXIT
+    umask: int | None = None  # the submitter's: the job's processes and new output files get it (None: 0o022)
 
 
 @dataclass(frozen=True)

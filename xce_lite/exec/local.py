@@ -77,9 +77,9 @@ class LocalHost(AgentOps):
     def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
         """Start the agent and greet it. A previous agent of this LocalHost is closed first."""
         self.close()
-        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        self.spool_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
-            agent = bundle.install(self.spool_dir.parent)
+            agent = bundle.install(self.spool_dir.parent, mode=0o600)
         except OSError as exc:
             raise HostUnreachable(
                 f"host {self.name}: cannot write the agent into {self.spool_dir.parent}: {exc.strerror}; "
@@ -100,7 +100,7 @@ class LocalHost(AgentOps):
             "--mode",
             self.mode,
         ]
-        with open(self.log_path, "ab") as log:
+        with open(self.log_path, "ab", opener=_private) as log:
             try:
                 self._proc = subprocess.Popen(
                     argv,
@@ -136,3 +136,8 @@ class LocalHost(AgentOps):
             proc.wait()
         if channel is not None and channel.join(10):
             proc.stdout.close()
+
+
+def _private(path: str, flags: int) -> int:
+    """open()'s opener for the agent's log: made 0600, as everything in the cluster home."""
+    return os.open(path, flags, 0o600)

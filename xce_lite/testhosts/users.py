@@ -30,6 +30,22 @@ class HostUser:
     def runtime_dir(self) -> str:
         return f"/run/user/{self.uid}"
 
+    def copy_in(self, source: Path | str) -> str:
+        """A copy of this machine's file `source` that the user can read, in their home: its path as
+        the host sees it. For what the user must run or read from this machine's tree (the agent):
+        a checkout under a 0700 directory (a clone in /root) is out of their reach."""
+        source = Path(source)
+        folder = self.files / ".xce-copies"
+        folder.mkdir(exist_ok=True)
+        os.chown(folder, self.uid, self.uid)
+        data = source.read_bytes()
+        tmp = folder / f".{source.name}.{os.getpid()}.tmp"
+        tmp.write_bytes(data)
+        os.chown(tmp, self.uid, self.uid)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, folder / source.name)  # whole, whoever else copies it at the same time
+        return f"{self.home}/.xce-copies/{source.name}"
+
     def argv(self, argv: list[str]) -> list[str]:
         """argv running `argv` inside the host as this user, with a login-like environment."""
         env = [f"HOME={self.home}", f"USER={self.name}", f"LOGNAME={self.name}", "PATH=/usr/bin:/bin",

@@ -53,7 +53,7 @@ def append_shared(path: str, data: bytes, sync: bool) -> tuple[int, int]:
     (only if someone removed the journal under running jobs).
     """
     while True:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             held, named = os.fstat(fd), os.stat(path)

@@ -113,7 +113,7 @@ class Bundle:
         # run as a script, a .pyc's 12 bytes after the magic number (flags, source stamp) are not read
         data = importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)
         tmp = f"{target}.tmp{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             view = memoryview(data)
             while view:

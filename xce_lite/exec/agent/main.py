@@ -12,7 +12,7 @@ import sys
 import time
 
 from .jsonl import dumps
-from .util import BIN, UNITS, read_text, shell_quote, write_file
+from .util import AGENT_UMASK, BIN, UNITS, read_text, shell_quote, write_file
 
 MODES = ("auto", "systemd", "user", "plain")
 USAGE = (
@@ -33,7 +33,15 @@ def prepare_spool(spool: str, code: str) -> None:
         f"exec {shell_quote(sys.executable)} -S -E {shell_quote(code)} \"$@\"\n"
     )
     if read_text(shim) != text:
-        write_file(shim, text.encode("utf-8", "surrogateescape"), mode=0o755)
+        write_file(shim, text.encode("utf-8", "surrogateescape"), mode=0o700)
+
+
+def make_private(spool: str) -> None:
+    """Close the spool to other users (0700), as an older agent may have left it open: its files
+    (journal, specs, env files) hold jobs' environments. Its subdirectories and files are made
+    0700/0600 as they are created."""
+    if os.stat(spool).st_mode & 0o077:
+        os.chmod(spool, 0o700)
 
 
 def run_as_bytecode(spool: str, argv: list[str], bundle) -> None:
@@ -53,7 +61,7 @@ def run_as_bytecode(spool: str, argv: list[str], bundle) -> None:
 
 def take_spool_lock(spool: str, timeout: float) -> int:
     """Hold the spool's exclusive lock (one agent per spool); wait up to `timeout` seconds for it."""
-    fd = os.open(os.path.join(spool, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(os.path.join(spool, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -95,9 +103,11 @@ def serve_main(argv: list[str], bundle) -> int:
     # Jobs inherit the fds of their supervisor, a fork of this process, that are not close-on-exec:
     # keep none but stdin, stdout and stderr (which every job gets replaced).
     os.closerange(3, 1 << 20)
+    os.umask(AGENT_UMASK)  # what it (and the supervisors it forks) makes is private; jobs get their own
     spool = os.path.abspath(opts["--spool"])
     try:
         os.makedirs(os.path.join(spool, BIN), exist_ok=True)
+        make_private(spool)
     except OSError as exc:
         return fatal(f"cannot create spool {spool}: {exc.strerror}; choose a writable directory")
     run_as_bytecode(spool, argv, bundle)

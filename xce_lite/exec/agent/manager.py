@@ -17,8 +17,8 @@ from .hooks import hooks_budget
 from .journal import Unit, record
 from .recorders import JournalRecorder
 from .supervisor import fork_task_supervisor
-from .systemd import STOP_MARGIN
-from .util import format_limit, format_size, make_result, remove_tree
+from .systemd import ENV_FILE, STOP_MARGIN
+from .util import format_limit, format_size, job_umask, make_result, remove_tree
 from .validate import ENV_NAME_CHARS, dbus_text_ok, normal_path
 
 
@@ -123,11 +123,12 @@ class Manager:
             self.held[unit] = []
 
     def unit_properties(self, spec: dict, direct: bool) -> list:
-        """The unit's transient service. Its command lines hold only checked paths, names and
-        numbers (see systemd.EXEC_SCRIPT): a direct unit's argv and env are in its Environment=, a
-        supervisor's in UNIT_DIR/spec.json. A supervisor's ExecStopPost runs `post` only if UNIT_DIR
-        is still there (see recorders.UnitRecorder), through /bin/sh, which starts in 1 ms where
-        Python takes 10."""
+        """The unit's transient service. Its command lines and properties hold only checked paths,
+        names and numbers (see systemd.EXEC_SCRIPT), never the job's env, which any user of the host
+        could read there: a direct unit's argv and env are in UNIT_DIR/job-env.sh, a supervisor's in
+        UNIT_DIR/spec.json (both 0600). UMask is the job's submitter's, for the job's own files (ours
+        have explicit modes). A supervisor's ExecStopPost runs `post` only if UNIT_DIR is still there
+        (see recorders.UnitRecorder), through /bin/sh, which starts in 1 ms where Python takes 10."""
         unit, host_dir = spec["unit"], spec["host_dir"]
         # A supervisor KILLs its job after the grace (systemd's stop timeout is its backstop); in a
         # direct unit systemd does, and the same timeout bounds the stop script: at least STOP_MARGIN.
@@ -137,6 +138,7 @@ class Manager:
         props = [
             ("Type", ("s", "exec")), ("CollectMode", ("s", "inactive-or-failed")),
             ("KillMode", ("s", "control-group" if direct else "mixed")), ("TimeoutStopUSec", ("t", round(stop * 1e6))),
+            ("UMask", ("u", job_umask(spec))),
         ]
         if spec.get("run_limit"):
             props.append(("RuntimeMaxUSec", ("t", round(spec["run_limit"] * 1e6))))
@@ -157,8 +159,6 @@ class Manager:
                 ("ExecStopPost", ("a(sasb)", [(post[0], post, True)])),
             ]
         exec_script, stop_script = self.scripts
-        argv, env = spec["argv"], [f"{k}={v}" for k, v in spec["env"].items()]
-        env += [f"XCE_ARGV_{i}={arg}" for i, arg in enumerate(argv)]
         limits = [format_limit(spec["run_limit"]) if spec.get("run_limit") else "-",
                   format_size(int(spec["mem_limit"])) if spec.get("mem_limit") else "-"]
         stop = ["sh", stop_script, unit, repr(spec["start_time"]), self.mode, *limits, str(self.boot_cs)]
@@ -168,13 +168,13 @@ class Manager:
             ("MemoryAccounting", ("b", True)), ("CPUAccounting", ("b", self.host.get("cgroup") == "v1")),
             ("Delegate", ("b", True)),  # AttachProcessesToUnit (tasks of `xce launch`) needs it
             ("IgnoreSIGPIPE", ("b", False)),  # as a process started by the supervisor has it
-            ("Environment", ("as", env)), ("WorkingDirectory", ("s", spec["cwd"])),
+            ("WorkingDirectory", ("s", spec["cwd"])),
             ("StandardOutputFileToAppend", ("s", spec["stdout"])),
         ]
         if spec.get("stderr"):
             props.append(("StandardErrorFileToAppend", ("s", spec["stderr"])))
         return props + [
-            ("ExecStart", ("a(sasb)", [("/bin/sh", ["sh", exec_script, str(len(argv))], False)])),
+            ("ExecStart", ("a(sasb)", [("/bin/sh", ["sh", exec_script, os.path.join(host_dir, ENV_FILE)], False)])),
             ("ExecStopPost", ("a(sasb)", [("/bin/sh", stop, True)])),
         ]
 
@@ -229,7 +229,11 @@ class Manager:
         are killed with it and count against its limits), and told to go on once it is there."""
         host_dir = os.path.join(self.units_dir, unit)
         spec = {"unit": unit, "role": "tasks", "host_dir": host_dir, "mode": self.mode, **u.direct}
-        pid, go = fork_task_supervisor(JournalRecorder(self.spool, unit, self.boot), spec)
+        old = os.umask(job_umask(spec))  # the tasks' supervisor, and the tasks, have the job's umask
+        try:
+            pid, go = fork_task_supervisor(JournalRecorder(self.spool, unit, self.boot), spec)
+        finally:
+            os.umask(old)
         self.task_children[pid] = unit
         if not self.connect_bus(now=True):
             self.answer_tasks(go, "systemd does not answer")

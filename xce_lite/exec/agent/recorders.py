@@ -8,7 +8,7 @@ import os
 
 from .journal import JOURNAL, append_shared, journal_kill_reason, record
 from .jsonl import dumps
-from .util import poke, read_text, remove_tree, write_file
+from .util import poke, private_file, read_text, remove_tree, write_file
 
 
 class JournalRecorder:
@@ -42,7 +42,7 @@ class JournalRecorder:
         return journal_kill_reason(self.path, self.unit)
 
     def error_log(self) -> str:
-        return os.path.join(self.spool, "supervisor-errors.log")
+        return private_file(os.path.join(self.spool, "supervisor-errors.log"))
 
 
 class UnitRecorder(JournalRecorder):
@@ -98,7 +98,7 @@ class DirRecorder:
         return read_text(os.path.join(self.unit_dir, "kill_reason"))
 
     def error_log(self) -> str:
-        return os.path.join(self.unit_dir, "supervisor.log")
+        return private_file(os.path.join(self.unit_dir, "supervisor.log"))
 
 
 def oom_kills() -> int:

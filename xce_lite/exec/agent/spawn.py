@@ -8,7 +8,7 @@ import errno
 import os
 
 from .signals import JOB_DEFAULT_SIGNALS
-from .util import make_result
+from .util import job_umask, make_result
 
 
 class JobEnded(Exception):
@@ -20,14 +20,15 @@ class JobEnded(Exception):
 
 
 def open_outputs(spec: dict, start_time: float) -> tuple[int, int]:
-    """The job's stdout and stderr fds (append, create); stderr is stdout's when spec has none."""
+    """The job's stdout and stderr fds (append, create); stderr is stdout's when spec has none. A new
+    file gets 0666 less this process's umask: a supervisor (or unit) runs with the job's."""
     fds = []
     for path in (spec["stdout"], spec.get("stderr") or None):
         if path is None:
             fds.append(fds[0])
             continue
         try:
-            fds.append(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            fds.append(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666))
         except OSError as exc:
             raise JobEnded(make_result(start_time, f"cannot open output file {path}: {exc.strerror}"))
     return fds[0], fds[1]
@@ -87,11 +88,15 @@ def find_program(name: str, path: str | None, cwd: str) -> tuple[str | None, int
 
 def direct_start_problem(spec: dict) -> dict | None:
     """The result of a direct job that cannot start, checked where it would start (its output files,
-    then its program), worded as the supervisor words it; None if it can start."""
+    then its program), worded as the supervisor words it; None if it can start. The output files
+    it makes get the job's umask, as the supervisor would give them (the agent's own is 077)."""
+    old = os.umask(job_umask(spec))
     try:
         out, err = open_outputs(spec, spec["start_time"])
     except JobEnded as ended:
         return ended.result
+    finally:
+        os.umask(old)
     os.close(out)
     if err != out:
         os.close(err)

@@ -35,7 +35,7 @@ class UnitState:
         """Open the journal for appending and reading; a new one is made durable, name included
         (with the spool's own name: fdatasync'ed records are worth nothing in a file that an OS
         crash can unlink)."""
-        fd = os.open(self.journal_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.journal_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         if os.fstat(fd).st_size == 0:
             write_all(fd, record("journal", version=JOURNAL_VERSION), self.journal_path)
             os.fsync(fd)
@@ -109,7 +109,7 @@ class UnitState:
         try:
             self.catch_up()
             data = self.live_records()
-            fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             write_all(fd, data, tmp)
             os.fsync(fd)
             os.rename(tmp, self.journal_path)  # from here on, fd is the journal

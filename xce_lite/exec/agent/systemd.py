@@ -1,8 +1,9 @@
 """Direct units: the job as its unit's main process, with no Python in the unit; the shell scripts
 that are its ExecStart and ExecStopPost, written into SPOOL/bin named by their content.
 
-Invariant: a unit's command lines hold only checked paths, names and numbers (see EXEC_SCRIPT);
-the job's argv and env travel in its Environment=, which systemd keeps exact.
+Invariant: a unit's command lines and properties hold only checked paths, names and numbers (see
+EXEC_SCRIPT): the job's argv and env travel in a 0600 file in its host directory (ENV_FILE), never
+in the unit's Environment=, which any user of the host reads (`systemctl show -p Environment`).
 """
 
 from __future__ import annotations
@@ -12,28 +13,27 @@ import time
 
 from .journal import JOURNAL
 from .signals import SIGNAL_NAMES, signal
-from .util import BIN, UNITS, write_file
+from .util import BIN, UNITS, shell_quote, write_file
 
 STOP_MARGIN = 5.0  # seconds systemd waits beyond a unit's grace before it KILLs what is left
+ENV_FILE = "job-env.sh"  # in a direct unit's host directory: the job's env and argv, for EXEC_SCRIPT
 
 
 # A "direct" unit runs the job itself as its main process: ExecStart is /bin/sh on EXEC_SCRIPT, which
-# rebuilds the job's argv from XCE_ARGV_0..N-1 and execs it (same pid), and ExecStopPost is /bin/sh on
+# loads the job's env and argv from ENV_FILE and execs it (same pid), and ExecStopPost is /bin/sh on
 # STOP_SCRIPT, which appends the unit's finished record. No Python runs in the unit.
 # Observed (systemd 252): a daemon-reload re-reads transient units from /run/systemd/transient, where
 # the manager wrote their settings back as unit-file text; it writes ExecStartEx= (a key it does not
 # read) and escapes '$' and ';' in ways its own parser does not take back, so a command line set
-# over D-Bus that holds the job's bytes loses them, or its ExecStopPost, at the next reload. Its
-# Environment= survives exactly (quotes, backslashes, newlines, '$', '%'), so the job's argv travels
-# there and the command lines hold only the checked paths of the scripts, numbers and names.
-EXEC_SCRIPT = r"""# written by the xce host agent: a direct unit's ExecStart (see agent.py). $1 is the job's argc; its
-# argv is in XCE_ARGV_0..: rebuild it exactly, drop those names, and become the job (the same pid).
-n=$1 i=0
-set --
-while [ "$i" -lt "$n" ]; do
-  eval "set -- \"\$@\" \"\$XCE_ARGV_$i\"; unset XCE_ARGV_$i"
-  i=$((i + 1))
-done
+# over D-Bus that holds the job's bytes loses them, or its ExecStopPost, at the next reload. Nor may
+# the job's env go in Environment=: that file is world-readable, and so is `systemctl show`. So the
+# command lines hold only the checked paths of the scripts, numbers and names, and the job's bytes
+# are in ENV_FILE (0600, its directory 0700), single-quoted, which /bin/sh reads back exactly.
+EXEC_SCRIPT = r"""# written by the xce host agent: a direct unit's ExecStart (see agent.py). $1 is the job's env
+# file (0600): it exports the job's environment and sets its argv. Load it and become the job (the
+# same pid).
+[ -r "$1" ] || { echo "xce: cannot read the job's environment file $1" >&2; exit 126; }
+. "$1"
 exec "$@"
 """
 STOP_SCRIPT = r"""# written by the xce host agent: a direct unit's ExecStopPost (see agent.py), which systemd runs
@@ -41,6 +41,7 @@ STOP_SCRIPT = r"""# written by the xce host agent: a direct unit's ExecStopPost 
 # as the supervisor words its results. Args: UNIT START_TIME MODE RUN_LIMIT MEM_LIMIT BOOT (the boot's
 # epoch in 1/100 s); "-" for no limit. Only shell builtins, but for flock (the journal's shared lock)
 # and sync.
+umask 077
 IFS=' '
 unit=$1 start=$2 mode=$3 run=$4 mem=$5 boot=$6 dir=@UNITS@/$1 j=@JOURNAL@
 cpu=0 peak=0 oom=0 code=null sig=null reason=null
@@ -94,6 +95,14 @@ printf "$f" "$unit" "$code" "$sig" "$start" $((end / 100)) $((end % 100)) $((cpu
 exec 3>&-
 exec @SYNC@ -d "$j"
 """
+
+
+def env_file_text(argv: list[str], env: dict[str, str]) -> bytes:
+    """ENV_FILE for EXEC_SCRIPT: `export NAME='VALUE'` per variable, then `set -- 'ARG'...`. Single
+    quotes keep every byte but NUL (which neither may hold); names are checked (direct_unfit)."""
+    lines = [f"export {name}={shell_quote(value)}\n" for name, value in env.items()]
+    lines.append("set --" + "".join(f" {shell_quote(arg)}" for arg in argv) + "\n")
+    return "".join(lines).encode("utf-8", "surrogateescape")
 
 
 def unit_scripts(spool: str, cgroup: str | None, tools: dict[str, str]) -> tuple[str, str]:

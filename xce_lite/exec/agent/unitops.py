@@ -18,7 +18,8 @@ from .recorders import JournalRecorder
 from .signals import REQUEST_NAMES, signal
 from .spawn import direct_start_problem
 from .supervisor import fork_supervisor, make_host_dir
-from .util import make_result, remove_tree, write_file
+from .systemd import ENV_FILE, env_file_text
+from .util import job_umask, make_result, remove_tree, write_file
 from .validate import Refused, valid_unit_name, validate
 
 
@@ -55,7 +56,7 @@ class UnitOps:
             return self.adopt(unit, reply, self.unit_status(unit))
         start_time = time.time()
         keys = ("unit", "argv", "env", "cwd", "stdout", "stderr", "run_limit", "mem_limit", "grace", "hostfile",
-                "hooks", "profile_env", "post_failure", "starter")
+                "hooks", "profile_env", "post_failure", "starter", "umask")
         spec = {k: u.get(k) for k in keys}
         host_dir = os.path.join(self.units_dir, unit)
         spec.update(role=u.get("role", "job"), start_time=start_time, spool=self.spool, mode=self.mode)
@@ -71,6 +72,8 @@ class UnitOps:
                 direct = {"stdout": spec["stdout"], "stderr": spec["stderr"], "grace": spec["grace"]}
                 if spec.get("starter"):
                     direct["starter"] = spec["starter"]
+                if spec.get("umask") is not None:  # for its tasks' supervisor (fork_tasks)
+                    direct["umask"] = spec["umask"]
         try:
             mode = {} if self.mode == "plain" else {"mode": self.mode}
             if direct is not None:
@@ -82,12 +85,15 @@ class UnitOps:
         if self.mode != "plain":
             return self.launch_unit(spec, reply, direct is not None)
         spec["host_dir_by"] = spec["hooks_by"] = "supervisor"
+        old = os.umask(job_umask(spec))  # the supervisor's own files have explicit modes (0600, 0700)
         try:
             pid = fork_supervisor(JournalRecorder(self.spool, unit, self.boot), spec, start_time)
         except OSError as exc:
             self.append(record("forgotten", units=[unit]))  # nothing started: it may be launched again
             reply["error"] = f"cannot start the supervisor: {exc}; the host may be out of resources"
             return reply
+        finally:
+            os.umask(old)
         self.children[pid] = unit
         self.child_units[unit] = (pid, start_time)
         reply.update(status="started", start_time=start_time)
@@ -103,6 +109,8 @@ class UnitOps:
             make_host_dir(spec)
             if direct:
                 result = direct_start_problem(spec)
+                if result is None:  # the job's bytes, for EXEC_SCRIPT: never on the unit (see systemd.py)
+                    write_file(os.path.join(host_dir, ENV_FILE), env_file_text(spec["argv"], spec["env"]))
             else:
                 result = None
                 write_file(os.path.join(host_dir, "spec.json"), dumps(spec))

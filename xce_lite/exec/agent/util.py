@@ -14,6 +14,10 @@ VERSION = 2  # of the JSON-lines protocol `serve` speaks (docs/agent-protocol.md
 SOCKET = "agent.sock"  # in the spool: requests from jobs (`xce launch`) and pokes from supervisors
 UNITS = "units"  # in the spool: one host directory per unit, while it runs
 BIN = "bin"  # in the spool: the `xce` shim for jobs, and the agent compiled for units to run
+# The agent's own files are its user's alone (0600, directories 0700): specs and journals hold jobs'
+# environments. Only a job's own output files follow the umask its submitter had (job_umask below).
+AGENT_UMASK = 0o077
+DEFAULT_JOB_UMASK = 0o022  # a job whose submitter's umask is not known (an older controller)
 LETTERS_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 
 
@@ -66,8 +70,9 @@ def boot_id() -> str:
         return f.read().strip()
 
 
-def write_file(path: str, data: bytes, durable: bool = False, mode: int = 0o644) -> None:
-    """Replace `path` atomically (tmp + rename); with `durable`, fsync the data and the directory."""
+def write_file(path: str, data: bytes, durable: bool = False, mode: int = 0o600) -> None:
+    """Replace `path` atomically (tmp + rename); with `durable`, fsync the data and the directory.
+    Private by default (0600): specs, results and hostfiles hold the job's environment and paths."""
     tmp = f"{path}.tmp{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
@@ -79,6 +84,16 @@ def write_file(path: str, data: bytes, durable: bool = False, mode: int = 0o644)
     os.rename(tmp, path)
     if durable:
         fsync_dir(os.path.dirname(path))
+
+
+def private_file(path: str) -> str:
+    """`path`, made (0600) if it is not there: for a log that a process with a job's umask appends
+    to with open(path, "a"), which would make it as the umask says."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    except OSError:
+        pass  # the caller's open says why
+    return path
 
 
 def write_all(fd: int, data: bytes, path: str) -> None:
@@ -180,6 +195,12 @@ def poke(spool: str, **fields: object) -> None:
         pass
     finally:
         sock.close()
+
+
+def job_umask(spec: dict) -> int:
+    """The umask the job's own processes (and the output files made for it) get: its submitter's."""
+    mask = spec.get("umask")
+    return mask if isinstance(mask, int) and not isinstance(mask, bool) and 0 <= mask <= 0o777 else DEFAULT_JOB_UMASK
 
 
 def shell_quote(text: str) -> str:

@@ -84,6 +84,9 @@ def validate(u: dict, mode: str = "plain") -> None:
         value = u.get(key)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0):
             raise Refused(f"{key} must be a non-negative number or null")
+    umask = u.get("umask")
+    if umask is not None and (not isinstance(umask, int) or isinstance(umask, bool) or not 0 <= umask <= 0o777):
+        raise Refused("umask must be a number from 0 to 0o777 (511), or null")
     hostfile = u.get("hostfile")
     if hostfile is not None and (not isinstance(hostfile, str) or "\0" in hostfile):
         raise Refused("hostfile must be text (the lines of the job's hostfile) or null")
