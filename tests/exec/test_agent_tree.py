@@ -1,0 +1,102 @@
+"""The plain supervisor owns its job's whole process tree, on a plain test host (no systemd: PID 1
+there is `sleep infinity`, which reaps nothing) and on this machine, the agent in plain mode.
+
+The job starts a background child (`sleep 1000 &`, in its own process group) and a child in a
+session of its own (`setsid`), writes their pids, and then ends by itself or is killed. Both must
+be gone (not even zombies) once the unit's result is out, the result's note must count the
+leftovers, and the post hook, which runs once the tree is gone, must see them gone, once.
+Files live under `testhosts_root`, which the hosts share with this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.exec.test_agent_systemd import PY, HostAgent, in_host, name, request
+from tests.support.waiting import wait_until
+from xce_lite.exec.bundle import local_file
+from xce_lite.exec.host import HookRun
+
+# the job: a background child and a setsid child, their pids in files, then `then`
+JOB = ("sleep 1000 & echo $! > {w}/bg; setsid sh -c 'echo $$ > {w}/sid.tmp; mv {w}/sid.tmp {w}/sid; exec sleep 1000' &"
+       " while [ ! -s {w}/sid ]; do sleep 0.02; done; {then}")
+# the post hook: whether each of those pids still names a process (a zombie would count: kill -0 succeeds)
+POST = 'for p in $(cat {w}/bg {w}/sid); do if kill -0 "$p" 2>/dev/null; then echo alive; else echo gone; fi; done' \
+       ' >> {w}/post.log'
+
+
+@pytest.fixture(params=["plain-host", "local"])
+def where(request, testhosts_root):
+    """(the agent, a function: is this pid of the agent's host alive?, the work directory)."""
+    work = testhosts_root / "agent-tree" / uuid.uuid4().hex[:8]
+    work.mkdir(parents=True)
+    if request.param == "plain-host":
+        host = request.getfixturevalue("plain_hosts")[0]
+        argv = host.ssh_argv([PY, "-S", "-E", str(local_file()), "serve", "--spool", str(work / "spool"),
+                              "--mode", "plain"])
+
+        def alive(pid: int) -> bool:
+            return bool(in_host(host, "sh", "-c", f"test -e /proc/{pid} && echo yes || true").strip())
+
+        def kill(pid: int) -> None:
+            in_host(host, "kill", "-9", str(pid))
+    else:
+        argv = [sys.executable, "-S", "-E", str(local_file()), "serve", "--spool", str(work / "spool"),
+                "--mode", "plain"]
+
+        def alive(pid: int) -> bool:
+            return Path(f"/proc/{pid}").exists()
+
+        def kill(pid: int) -> None:
+            os.kill(pid, signal.SIGKILL)
+    agent = HostAgent(request.param, argv, work / "agent.log")
+    yield agent, alive, work
+    agent.close()
+    for f in ("bg", "sid"):  # nothing of a failed test runs on
+        if (work / f).exists() and alive(pid := int((work / f).read_text())):
+            kill(pid)
+    assert "Traceback" not in (work / "agent.log").read_text(), "the agent failed: see its log"
+
+
+def launch(agent: HostAgent, work: Path, then: str) -> str:
+    unit = name("tree")
+    hook = HookRun("post_job_exec", "profile", ("/bin/sh", "-c", POST.format(w=work)), 20.0)
+    req = request(unit, ["/bin/sh", "-c", JOB.format(w=work, then=then)], work, hooks=(hook,), profile_env={},
+                  grace=1.0)
+    [reply] = agent.launch([req])
+    assert reply.status == "started", reply
+    return unit
+
+
+def pids(work: Path) -> list[int]:
+    return [int((work / f).read_text()) for f in ("bg", "sid")]
+
+
+def test_a_job_that_ends_leaves_nothing_running_and_says_what_it_killed(where):
+    agent, alive, work = where
+    unit = launch(agent, work, "exit 0")
+    result = agent.finished(unit)
+    assert (result.exit_code, result.signal, result.reason) == (0, None, None)  # DONE, whatever it left
+    assert result.note == "2 leftover processes killed"
+    assert not any(alive(pid) for pid in pids(work))
+    assert (work / "post.log").read_text().split() == ["gone", "gone"]  # after the tree, once
+
+
+def test_a_killed_job_takes_its_setsid_child_with_it(where):
+    agent, alive, work = where
+    unit = launch(agent, work, f"touch {work}/ready; sleep 1000")
+    wait_until(lambda: (work / "ready").exists(), 30, "the job to have started its children")
+    assert all(alive(pid) for pid in pids(work))
+    assert agent.signal(unit, "TERM", "killed by alice")
+    result = agent.finished(unit)
+    assert result.reason == "killed by alice"
+    # the background child is in the job's group and went with the kill; the setsid one is a leftover
+    assert result.note == "1 leftover process killed"
+    assert not any(alive(pid) for pid in pids(work))
+    assert (work / "post.log").read_text().split() == ["gone", "gone"]
