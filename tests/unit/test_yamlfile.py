@@ -2,7 +2,8 @@
 is refused with the file and both lines, a file that is not UTF-8 is refused with the file and the
 line (exit 2, never "internal error"), through the real commands: `xceadmin check` and
 `xce controller start` on the configurations kept in tests/data/configs/, `xce flow submit --check`
-and `xce sim run` on files written here."""
+and `xce sim run` on files written here. Preset files (JSON, standard library only) get the same
+two refusals from their own reader (`xce submit --preset`, `xce preset show`, `xce preset import`)."""
 
 from __future__ import annotations
 
@@ -91,3 +92,20 @@ def test_anchors_merge_keys_and_nesting():
     assert yamlfile.parse("", "f.yaml") == (None, None)
     with pytest.raises(SpecError, match=r"^w.yaml is not valid YAML: "):
         yamlfile.parse("a: [\n", "w.yaml", SpecError)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"schema": 1, "name": "p", "description": "caf\xe9", "options": {}}',
+     "p.json: not UTF-8 text (line 1, column 47: invalid continuation byte); save it as UTF-8"),
+    (b'{"schema": 1, "name": "p",\n "options": {"queue": "a", "queue": "b"}}',
+     "p.json: key 'queue' appears twice in the same object; JSON would keep only the last one"),
+], ids=["not_utf8", "duplicate"])
+def test_a_preset_file_is_refused_the_same_way(content, message, tmp_path):
+    (tmp_path / "xce" / "presets").mkdir(parents=True)
+    (tmp_path / "xce" / "presets" / "p.json").write_bytes(content)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "XCE_HOME": str(tmp_path / "none")}
+    for argv in (("submit", "--preset", "p", "true"), ("preset", "show", "p")):
+        result = run("xce_lite", *argv, env=env, cwd=tmp_path)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+    imported = run("xce_lite", "preset", "import", str(tmp_path / "xce" / "presets" / "p.json"), env=env, cwd=tmp_path)
+    assert imported.returncode == 2 and message in imported.stderr, imported.stderr
