@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.exec.test_agent_systemd import PY, HostAgent, in_host, name, request
+from tests.exec.test_agent import journal, proc_field
+from tests.exec.test_agent_systemd import PY, HostAgent, host_proc_state, in_host, name, request
 from tests.support.waiting import wait_until
 from xce_lite.exec.bundle import local_file
 from xce_lite.exec.host import HookRun
@@ -33,7 +34,8 @@ POST = 'for p in $(cat {w}/bg {w}/sid); do if kill -0 "$p" 2>/dev/null; then ech
 
 @pytest.fixture(params=["plain-host", "local"])
 def where(request, testhosts_root):
-    """(the agent, a function: is this pid of the agent's host alive?, the work directory)."""
+    """(the agent, a function: the state letter of this pid of the agent's host, None if it names no
+    process, the work directory, a function that kills a pid of the agent's host)."""
     work = testhosts_root / "agent-tree" / uuid.uuid4().hex[:8]
     work.mkdir(parents=True)
     if request.param == "plain-host":
@@ -41,8 +43,8 @@ def where(request, testhosts_root):
         argv = host.ssh_argv([PY, "-S", "-E", str(local_file()), "serve", "--spool", str(work / "spool"),
                               "--mode", "plain"])
 
-        def alive(pid: int) -> bool:
-            return bool(in_host(host, "sh", "-c", f"test -e /proc/{pid} && echo yes || true").strip())
+        def state(pid: int) -> str | None:
+            return host_proc_state(host, pid)
 
         def kill(pid: int) -> None:
             in_host(host, "kill", "-9", str(pid))
@@ -50,16 +52,16 @@ def where(request, testhosts_root):
         argv = [sys.executable, "-S", "-E", str(local_file()), "serve", "--spool", str(work / "spool"),
                 "--mode", "plain"]
 
-        def alive(pid: int) -> bool:
-            return Path(f"/proc/{pid}").exists()
+        def state(pid: int) -> str | None:
+            return proc_field(pid, 0)
 
         def kill(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
     agent = HostAgent(request.param, argv, work / "agent.log")
-    yield agent, alive, work
+    yield agent, state, work, kill
     agent.close()
     for f in ("bg", "sid"):  # nothing of a failed test runs on
-        if (work / f).exists() and alive(pid := int((work / f).read_text())):
+        if (work / f).exists() and state(pid := int((work / f).read_text())) is not None:
             kill(pid)
     assert "Traceback" not in (work / "agent.log").read_text(), "the agent failed: see its log"
 
@@ -79,24 +81,45 @@ def pids(work: Path) -> list[int]:
 
 
 def test_a_job_that_ends_leaves_nothing_running_and_says_what_it_killed(where):
-    agent, alive, work = where
+    agent, state, work, _ = where
     unit = launch(agent, work, "exit 0")
     result = agent.finished(unit)
     assert (result.exit_code, result.signal, result.reason) == (0, None, None)  # DONE, whatever it left
     assert result.note == "2 leftover processes killed"
-    assert not any(alive(pid) for pid in pids(work))
+    assert [state(pid) for pid in pids(work)] == [None, None]  # killed and reaped
     assert (work / "post.log").read_text().split() == ["gone", "gone"]  # after the tree, once
 
 
 def test_a_killed_job_takes_its_setsid_child_with_it(where):
-    agent, alive, work = where
+    agent, state, work, _ = where
     unit = launch(agent, work, f"touch {work}/ready; sleep 1000")
     wait_until(lambda: (work / "ready").exists(), 30, "the job to have started its children")
-    assert all(alive(pid) for pid in pids(work))
+    assert None not in [state(pid) for pid in pids(work)]
     assert agent.signal(unit, "TERM", "killed by alice")
     result = agent.finished(unit)
     assert result.reason == "killed by alice"
     # the background child is in the job's group and went with the kill; the setsid one is a leftover
     assert result.note == "1 leftover process killed"
-    assert not any(alive(pid) for pid in pids(work))
+    assert [state(pid) for pid in pids(work)] == [None, None]  # killed and reaped
     assert (work / "post.log").read_text().split() == ["gone", "gone"]
+
+
+def test_a_killed_supervisor_takes_its_whole_session_with_it(where):
+    """kill -9 of the supervisor itself: the agent records the unit lost and kills what the job left
+    in the supervisor's session, in whatever process group (here one the job's child made itself)."""
+    agent, state, work, kill = where
+    unit = name("lost")
+    own_group = f"{PY} -c 'import os, time; os.setpgid(0, 0); open(\"{work}/grouped\", \"w\"); time.sleep(1000)'"
+    job = (f"{own_group} & echo $! > {work}/bg; while [ ! -e {work}/grouped ]; do sleep 0.02; done; "
+           f"touch {work}/ready; sleep 1000")
+    [reply] = agent.launch([request(unit, ["/bin/sh", "-c", job], work, grace=1.0)])
+    assert reply.status == "started", reply
+    wait_until(lambda: (work / "ready").exists(), 30, "the job to have started its child")
+    bg = int((work / "bg").read_text())
+    wait_until(lambda: journal(work / "spool").get(unit, {}).get("pid"), 10, "the supervisor's pid")
+    kill(journal(work / "spool")[unit]["pid"])
+    result = agent.finished(unit)
+    assert result.reason.startswith("supervisor lost: ")
+    assert result.reason.endswith("; its remaining processes were killed")
+    # killed: then reaped by PID 1, or a zombie where PID 1 reaps nothing (a plain test host's `sleep`)
+    wait_until(lambda: state(bg) in (None, "Z"), 10, "the child in a group of its own to be killed")

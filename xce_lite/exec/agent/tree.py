@@ -116,6 +116,24 @@ def _signal(pid: int, signum: int) -> None:
         pass
 
 
+def kill_lost_session(sid: int, starttime: int | None) -> int:
+    """KILL every process of the session a dead supervisor made (`sid`, its pid; `starttime`, its
+    start time): its job, tasks and what they left, but those that made sessions of their own; how
+    many. Only while pid `sid` is free or still the supervisor's (its zombie): a session's id is
+    its leader's pid, which the kernel does not reuse while the session has members, so then every
+    process in session `sid` is the dead supervisor's."""
+    leader = proc_stat(sid)
+    if leader is not None and int(leader[19]) != starttime:
+        return 0  # the pid is someone's again: its session may be theirs
+    killed = 0
+    for name in os.listdir("/proc"):
+        fields = proc_stat(int(name)) if name.isdigit() else None
+        if fields is not None and fields[3] == str(sid).encode() and fields[0] not in (b"Z", b"X"):
+            _signal(int(name), signal.SIGKILL)
+            killed += 1
+    return killed
+
+
 def leftovers_text(count: int) -> str | None:
     """The words a job's result carries: '2 leftover processes killed' (None for none)."""
     if not count:
