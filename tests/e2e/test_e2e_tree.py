@@ -107,3 +107,24 @@ def test_leftovers_are_killed_however_the_job_ends_and_its_reason_says_so(tc):
     assert (job["state"], job["reason"]) == ("EXIT", "run limit 00:00:02 reached; 1 leftover process killed")
     check_gone(tc, w_limited)
     assert "1 leftover process killed" in c.ok("jobs", "-l", str(limited))
+
+
+def test_leftovers_are_killed_when_the_job_ends_after_a_controller_kill_and_an_agent_kill(tc):
+    """Faults in sequence while the job runs: the controller killed -9 and restarted, then the
+    host's agent killed (the link makes a new one); the supervisor outlives both, and when the job
+    ends its leftovers go, its post hook runs once, and its reason says so."""
+    c, _, kill = tc
+    job_id, w = run(tc, "touch $W/ready; while [ ! -e $W/go ]; do sleep 0.1; done; exit 0")
+    wait_until(lambda: (w / "ready").exists(), 60, "the job to have started its children")
+    c.kill9_controller()
+    c.start()
+    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "the host back")
+    [host] = hosts_of(c).values()
+    kill(host["agent"]["pid"])  # as the host sees it (a plain test host has its own pid namespace)
+    wait_until(lambda: hosts_of(c)[host["name"]]["agent"]["pid"] != host["agent"]["pid"]
+               and hosts_of(c)[host["name"]]["state"] == "ok", 60, "a new agent")
+    assert c.job(job_id)["state"] == "RUN"
+    (w / "go").touch()
+    job = c.wait_state(job_id, {"DONE", "EXIT"}, timeout=60)
+    assert (job["state"], job["attempt"], job["reason"]) == ("DONE", 1, "2 leftover processes killed")
+    check_gone(tc, w)
