@@ -110,7 +110,10 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
         import traceback  # only here: keeps the agent, which every supervisor copies, small
 
         watch.kill_all(signal.SIGKILL)  # no job may run on once its result is written
-        stop_leftovers(0.0, watch.reap)
+        try:
+            stop_leftovers(0.0, watch.reap)  # nor anything it started
+        except Exception:  # the result below matters more: record it whatever this did
+            pass
         log = recorder.error_log()
         with open(log, "a") as f:
             f.write(f"supervisor of {spec.get('unit')} (pid {os.getpid()}):\n")
