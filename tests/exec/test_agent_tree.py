@@ -123,3 +123,19 @@ def test_a_killed_supervisor_takes_its_whole_session_with_it(where):
     assert result.reason.endswith("; its remaining processes were killed")
     # killed: then reaped by PID 1, or a zombie where PID 1 reaps nothing (a plain test host's `sleep`)
     wait_until(lambda: state(bg) in (None, "Z"), 10, "the child in a group of its own to be killed")
+
+
+def test_the_memory_limit_counts_a_setsid_child_and_takes_it_with_the_job(where):
+    """A child in a session of its own that eats the memory: the plain supervisor's sample counts
+    every descendant (it once counted the job's process groups only), the limit ends the job, and
+    the child goes with it."""
+    agent, state, work, _ = where
+    unit = name("hog")
+    hog = f"{PY} -c 'import os, time; os.write(1, str(os.getpid()).encode()); b = bytearray(200 << 20); time.sleep(60)'"
+    job = f"setsid {hog} > {work}/hog & sleep 60"
+    [reply] = agent.launch([request(unit, ["/bin/sh", "-c", job], work, grace=1.0, mem_limit=100 << 20)])
+    assert reply.status == "started", reply
+    result = agent.finished(unit)
+    assert result.reason == "memory limit 100M exceeded"
+    assert result.note == "1 leftover process killed"
+    assert state(int((work / "hog").read_text())) is None

@@ -22,7 +22,7 @@ from .signals import signal
 from .util import proc_stat
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
-POLL = 0.05  # seconds between walks while leftovers die: a grandchild's end does not wake us
+POLL = 0.1  # seconds between walks while leftovers die: a grandchild's end does not wake us
 GIVE_UP = 30.0  # seconds after KILL: a process stuck in the kernel (D state) must not hold the result
 _prctl = None
 
