@@ -8,6 +8,7 @@ none. When the job has ended (by itself, killed, or at a limit) stop_leftovers()
 the descendants left, TERMs them, KILLs them after the grace period, and reaps them: nothing of
 a job outlives it, and the job's result says how many were killed.
 
+A supervisor killed -9 cannot: the agent that finds it lost kills its session (kill_lost_session).
 Under systemd the unit's cgroup does this already (the unit's end kills everything in it); a
 supervisor there is a fresh interpreter per unit and skips the subreaper (and ctypes' import).
 Standard library only: prctl is called through ctypes.
