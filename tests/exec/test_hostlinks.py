@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from tests.support.waiting import wait_until
-from xce_lite.errors import HostUnreachable
+from xce_lite.errors import HostKeyChanged, HostUnreachable
 from xce_lite.exec.host import HostLost, HostProbe, UnitInfo
 from xce_lite.exec.link import HostDown, HostLink, HostUp
 from xce_lite.exec.local import LocalHost
@@ -31,6 +31,8 @@ class ScriptedHost:
     def connect(self, events):
         outcome = self.plan.pop(0) if self.plan else "ok"
         self.log.append(f"connect:{outcome}")
+        if outcome == "key changed":
+            raise HostKeyChanged("HOST KEY CHANGED for h: it shows ssh-ed25519 SHA256:new", "SHA256:new")
         if outcome != "ok":
             raise HostUnreachable(f"host h: {outcome}")
         self.sink = events
@@ -103,6 +105,23 @@ def test_a_lost_connection_is_reported_and_made_again_and_old_news_is_ignored() 
         first.sink.put(HostLost("h", "a late word from the old connection"))
         assert wait_until(lambda: "close" in log, 5, "the old connection to be closed")
         assert events.empty()  # the old connection's loss changes nothing
+    finally:
+        link.close()
+
+
+def test_a_new_reason_in_the_same_outage_is_reported_at_once() -> None:
+    """A host lost, then refusing connections (its sshd restarting), then showing a changed key: each
+    new reason is news (the key's above all: only a person can fix it), a repeated one is not."""
+    link, events, log, made = link_with(["ok", "refused", "refused", "key changed", "key changed"])
+    try:
+        take(events, HostUp)
+        made[0].sink.put(HostLost("h", "the agent's output ended"))
+        whys = [take(events, HostDown)[0].why for _ in range(3)]
+        assert whys == ["the agent's output ended", "host h: refused",
+                        "HOST KEY CHANGED for h: it shows ssh-ed25519 SHA256:new"]
+        _up, skipped = take(events, HostUp)
+        assert skipped == []  # the second refusal and the second key refusal said nothing new
+        assert log.count("connect:key changed") == 2
     finally:
         link.close()
 

@@ -104,22 +104,17 @@ def option_check(base: Path, known: tuple[list[str], list[str]] | None):
 def load_file(path: Path, sets: dict[str, str], known: tuple[list[str], list[str]] | None = None):
     """The file's Flow; ConfigError listing every problem as `FILE: steps.x.after (line N): ...`.
     `known`: the cluster's (queues, profiles), when the steps are to be checked against them."""
-    import yaml
-
+    from xce_lite.config import yamlfile
     from xce_lite.config.cluster import problem
     from xce_lite.workflow import flow as flows
 
     try:
-        text = path.read_text(encoding="utf-8")
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when there
+        data, root = yamlfile.read(path, errors.SpecError)  # UTF-8, valid YAML, no key twice
     except OSError as err:
         raise errors.SpecError(f"cannot read {path}: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise errors.SpecError(f"{path} is not valid YAML: {err}") from None
     try:
         return flows.load(data, sets, option_check(path.resolve().parent, known))
     except flows.FlowError as err:
-        root = yaml.compose(text)  # the node tree, for the lines of the problems only
         lines = [problem(path, root, loc, message) for loc, message in err.problems]
         lines.sort(key=lambda text: int(m[1]) if (m := re.search(r" \(line (\d+)\): ", text)) else 0)  # file order
         raise errors.SpecError("\n".join(lines) + "\nnothing was submitted; fix the file and submit it again") from None

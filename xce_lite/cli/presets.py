@@ -161,10 +161,10 @@ def preset_import(file, new_name, force) -> None:
     Example: xce preset import sweep.json --as sweep2
     """
     try:
-        doc = json.loads(Path(file).read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise errors.SpecError(f"{file} is not valid JSON: {err}") from None
-    imported = presets.from_json(doc, file)
+        raw = Path(file).read_bytes()
+    except OSError as err:
+        raise errors.SpecError(f"cannot read {file}: {err.strerror}") from None
+    imported = presets.from_json(presets.parse_json(raw, file), file)
     imported = imported.renamed(new_name or imported.name)
     build_spec(imported.options, ["true"], imported, list(imported.options))
     path = presets.save(imported, replace=force, backup=force)

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from xce_lite.config import yamlfile
 from xce_lite.errors import ConfigError, SpecError
 from xce_lite.quantities import parse_duration, parse_size
 
@@ -252,16 +253,11 @@ def load_yaml(path: Path, model: type[_M], missing: str, expected: str) -> tuple
     ConfigError names the file, the field and its line; `missing` says what to do when the file does
     not exist, `expected` what its top level should be."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data, root = yamlfile.read(path)  # UTF-8, valid YAML, no key twice: or ConfigError
     except FileNotFoundError:
         raise ConfigError(f"{path} does not exist; {missing}") from None
     except OSError as err:
         raise ConfigError(f"cannot read {path}: {err.strerror}") from None
-    try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path} is not valid YAML: {err}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected {expected}")
     try:

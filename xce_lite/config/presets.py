@@ -80,6 +80,30 @@ def check_name(name: str) -> str:
     return name
 
 
+def parse_json(raw: bytes, where: str) -> Any:
+    """A preset file's JSON; SpecError names `where` when it is not UTF-8, not JSON, or an object
+    holds a key twice (json keeps the last one without a word: an option silently dropped)."""
+    def no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise SpecError(f"{where}: key {key!r} appears twice in the same object; JSON would keep only "
+                                "the last one and silently drop the first: keep one")
+            seen.add(key)
+        return dict(pairs)
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line, column = raw.count(b"\n", 0, err.start) + 1, err.start - raw.rfind(b"\n", 0, err.start)
+        raise SpecError(f"{where}: not UTF-8 text (line {line}, column {column}: {err.reason}); save it as "
+                        "UTF-8") from None
+    try:
+        return json.loads(text, object_pairs_hook=no_twice)
+    except ValueError as err:
+        raise SpecError(f"{where} is not valid JSON: {err}") from None
+
+
 def from_json(doc: Any, where: str) -> Preset:
     """A preset document checked field by field; SpecError names `where` and the field."""
     if not isinstance(doc, dict):
@@ -122,11 +146,7 @@ def read_file(path: Path) -> Preset:
         raise SpecError(f"cannot read {path}: {err.strerror}") from None
     if len(raw) > MAX_BYTES:
         raise SpecError(f"{path} is above {MAX_BYTES} bytes; a preset holds submit options only")
-    try:
-        doc = json.loads(raw)
-    except ValueError as err:
-        raise SpecError(f"{path} is not valid JSON: {err}") from None
-    preset = from_json(doc, str(path))
+    preset = from_json(parse_json(raw, str(path)), str(path))
     if preset.name != path.stem:
         raise SpecError(f"{path} holds preset {preset.name!r}; the file name must be {preset.name}.json")
     return preset

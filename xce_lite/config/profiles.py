@@ -38,9 +38,9 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-import yaml
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
+from xce_lite.config import yamlfile
 from xce_lite.config.cluster import (
     _NAME,
     BUILTIN_RESOURCES,
@@ -325,7 +325,7 @@ def load_profiles(path: Path, config: ClusterConfig, config_path: Path) -> dict[
         if problems:
             raise ConfigError("\n".join(problems) + "\nfix the file, then run the command again")
     if config.default_application and config.default_application not in profiles:
-        config_root = yaml.compose(config_path.read_text(encoding="utf-8"))
+        config_root = yamlfile.read(config_path)[1]
         raise ConfigError(problem(config_path, config_root, ("default_application",),
                                   f"no application profile {config.default_application!r} is defined (known: "
                                   f"{', '.join(sorted(profiles))}); define it in {path.name} or name another"))

@@ -7,8 +7,10 @@ it never runs on the controller's tick. A link owns its host's connection:
   listed units), so the tick reconciles from values, without a round trip of its own;
 - when the transport reports the channel lost, it announces `HostDown` at once, closes the old
   connection and tries again after a pause that doubles from `first_delay` up to `backoff_max`;
-  a failed attempt is `HostDown` too (once per outage), with the error, which says what to check;
-  a refused host key waits the longest pause (only a person can fix it; `retry_now` cuts it short);
+  a failed attempt is `HostDown` too (once per outage and reason: a new reason is news, so a host
+  whose key changed while it was away says so at the next attempt, not "the agent's output ended"
+  until a restart), with the error, which says what to check; a refused host key waits the longest
+  pause (only a person can fix it, and nothing is accepted here; `retry_now` cuts it short);
 - the units' own events (finished, launch replies) pass through to the controller's queue as they
   come, tagged with nothing: a result is a result whichever connection brought it.
 
@@ -74,7 +76,7 @@ class HostLink:
         self._cv = threading.Condition()
         self._generation = 0
         self._want_connect = True  # set when the current connection is lost (or at start)
-        self._down_reported = False  # HostDown sent for the current outage
+        self._down_why: str | None = None  # the last HostDown's reason in the current outage
         self._closing = False
         self._current: Host | None = None
         self._thread = threading.Thread(target=self._run, name=f"link-{name}", daemon=True)
@@ -109,9 +111,9 @@ class HostLink:
 
     def _report_down(self, generation: int, why: str) -> None:
         with self._cv:
-            if self._down_reported:
+            if self._down_why == why:
                 return
-            self._down_reported = True
+            self._down_why = why
         self.events.put(HostDown(self.name, why, generation))
 
     def _run(self) -> None:
@@ -142,7 +144,7 @@ class HostLink:
                 if self._closing or generation != self._generation:
                     up.handle.close()
                     return
-                self._current, self._want_connect, self._down_reported = up.handle, False, False
+                self._current, self._want_connect, self._down_why = up.handle, False, None
                 delay = 0.0
             self.events.put(up)
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from xce_lite.config import yamlfile
 from xce_lite.config.cluster import load_config
 from xce_lite.errors import ConfigError
 
@@ -94,7 +95,8 @@ def _read(path: Path) -> tuple[str, yaml.Node, dict]:
     """The file's text, node tree and data; ConfigError (load_config's) unless it is a valid config now."""
     load_config(path)  # an edit starts from a file that loads: its errors say what to fix first
     text = path.read_text(encoding="utf-8")
-    return text, yaml.compose(text), yaml.safe_load(text)
+    data, root = yamlfile.parse(text, str(path), exact_marks=True)
+    return text, root, data
 
 
 def _hosts_node(root: yaml.MappingNode) -> yaml.SequenceNode:
@@ -200,8 +202,8 @@ def _cut_items(text: str, seq: yaml.SequenceNode, doomed: list[int]) -> str:
 def _check_and_replace(path: Path, new: str, expected: dict, what: str) -> None:
     """Keep `new` as `path` only if it parses to `expected` and loads as a cluster config."""
     try:
-        parsed = yaml.safe_load(new)
-    except yaml.YAMLError as err:
+        parsed = yamlfile.parse(new, str(path), exact_marks=True)[0]
+    except ConfigError as err:
         parsed = err
     if isinstance(parsed, dict) and expected.get("hosts") == [] and parsed.get("hosts") is None:
         parsed = dict(parsed, hosts=[])  # a block list without items reads as null; load_config says why

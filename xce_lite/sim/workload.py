@@ -96,13 +96,9 @@ def load_workload(path: Path) -> Workload:
         rows = [{k: v for k, v in row.items() if v not in (None, "")} for row in rows]
         lines = [i + 1 for i in range(1, len(rows) + 1)]  # the header is line 1
     elif path.suffix.lower() in (".yaml", ".yml"):
-        import yaml  # heavy: only here
+        from xce_lite.config import yamlfile  # heavy (yaml): only here
 
-        try:
-            data = yaml.safe_load(text)
-            root = yaml.compose(text)
-        except yaml.YAMLError as err:
-            raise SpecError(f"workload {path}: not valid YAML: {err}")
+        data, root = yamlfile.parse(text, f"workload {path}", SpecError)
         if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
             raise SpecError(f"workload {path}: expected a mapping with `jobs:` a list of jobs")
         rows = data["jobs"]

@@ -8,10 +8,11 @@ in docs/agent-protocol.md.
 
 One concern per module: util, jsonl and signals (small helpers); validate (what requests may
 hold); journal and recorders (the spool's journal, and where a supervisor records its unit);
-spawn, watch, hooks, supervisor and steps (running a unit's job, its limits, hooks and tasks, in
-plain mode or inside a systemd unit); dbus, probe and systemd (the service manager, the host's
-facts, direct units); server (the Agent and its loop) with state, manager, unitops, tasks and reads
-(its requests by family); launch (`xce launch`, the job's side); main (the commands).
+spawn, watch, tree, hooks, supervisor and steps (running a unit's job, its limits, hooks and
+tasks, and stopping what it leaves, in plain mode or inside a systemd unit); dbus, probe and
+systemd (the service manager, the host's facts, direct units); server (the Agent and its loop)
+with state, manager, unitops, tasks and reads (its requests by family); launch (`xce launch`,
+the job's side); main (the commands).
 
 This file stays a docstring: importing the package loads nothing.
 """

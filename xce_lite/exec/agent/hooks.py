@@ -153,7 +153,8 @@ def run_hooks(spec: dict, phase: str, ended: dict | None = None) -> tuple[list[d
 
 def with_hooks(result: dict, outcomes: list[dict], post_failure: str | None) -> dict:
     """`result` with its hooks' outcomes; post hooks that failed are its note ("post_job_exec hook
-    (profile) exited 2"), or its reason if it has none and the profile says post_failure: exit."""
+    (profile) exited 2"), after the note it had (leftovers killed), or its reason if it has none
+    and the profile says post_failure: exit."""
     if not outcomes:
         return result
     result["hooks"] = outcomes
@@ -161,7 +162,7 @@ def with_hooks(result: dict, outcomes: list[dict], post_failure: str | None) -> 
     if failed and post_failure == "exit" and result["reason"] is None:
         result["reason"] = "; ".join(failed)
     elif failed:
-        result["note"] = "; ".join(failed)
+        result["note"] = "; ".join([*([result["note"]] if result.get("note") else []), *failed])
     return result
 
 

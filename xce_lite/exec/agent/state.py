@@ -17,6 +17,7 @@ from .dbus import DBusError
 from .journal import JOURNAL_VERSION, Unit, fold, record
 from .jsonl import dumps
 from .signals import signal
+from .tree import kill_lost_session
 from .util import fsync_dir, is_alive, make_result, proc_stat, remove_tree, write_all
 
 # Seconds a unit launched by another agent (now gone) may be unknown to systemd before it counts as
@@ -218,9 +219,9 @@ class UnitState:
         """Record (durably) the result of a unit whose supervisor died, or whose host restarted.
 
         In plain mode the job's remaining processes are killed, so that nothing runs unsupervised
-        (under systemd, the unit's end took them). The job's process group is recognised by its
-        session, the dead supervisor's pid: the kernel does not reuse a pid while a session or
-        group of that number exists.
+        (under systemd, the unit's end took them): every process of the dead supervisor's session
+        (tree.kill_lost_session), and the job's process group, recognised by that session: the
+        kernel does not reuse a pid while a session or group of that number exists.
         """
         if u.pid and u.boot != self.boot:
             reason = "supervisor lost: the host restarted while the job ran, so its exit status is unknown"
@@ -241,12 +242,15 @@ class UnitState:
         else:
             reason = "supervisor lost: it was killed or crashed, so the job's exit status is unknown"
             fields = proc_stat(u.job) if u.job else None
+            killed = kill_lost_session(u.pid, u.starttime) if u.pid else 0
             if fields is not None and fields[2] == str(u.job).encode() and fields[3] == str(u.pid).encode():
                 try:
                     os.killpg(u.job, signal.SIGKILL)
-                    reason += "; its remaining processes were killed"
+                    killed += 1
                 except ProcessLookupError:
                     pass
+            if killed:
+                reason += "; its remaining processes were killed"
         result = make_result(u.start_time or time.time(), reason, mode=u.mode)
         self.append(record("finished", unit=unit, result=result), sync=True)
 

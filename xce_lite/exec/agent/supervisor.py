@@ -16,6 +16,7 @@ from .hooks import run_hooks, with_hooks
 from .recorders import JournalRecorder
 from .signals import SUPERVISOR_SIGNALS, signal
 from .spawn import JobEnded
+from .tree import become_subreaper, load_prctl, stop_leftovers
 from .util import make_result, proc_stat, remove_tree, write_file
 from .watch import Watch
 
@@ -49,11 +50,18 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
     then the pre hooks (the job runs only if they all succeed; a kill stops them), the job (its
     run limit counts from here; `started` again with its pid), and the post hooks once it has
     ended, however it ended, before the result is recorded.
+
+    Forked by the agent (`detach`: plain mode, no cgroup to hold the job), it becomes a child
+    subreaper (tree.py): whatever the job starts stays its descendant, and is stopped once the job
+    has ended (Watch.wait), so the post hooks run after the whole tree is gone; what hooks leave
+    is stopped too, before the result is recorded.
     """
     try:
         os.setsid()  # the job's group joins this session: how a lost supervisor's job is known
     except OSError:  # exec mode under a process-group leader (systemd): already detached enough
         pass
+    if detach:
+        become_subreaper()
     watch = Watch(recorder, spec, start_time)
     own_dir = spec.get("host_dir_by") == "supervisor"
     hooks = spec.get("hooks_by") == "supervisor" and bool(spec.get("hooks"))
@@ -89,6 +97,7 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
             watch.start()
         except JobEnded as ended:
             result = ended.result
+            stop_leftovers(watch.grace(), watch.reap)  # of the pre hooks: the post hooks run after
         else:
             started(watch.pid)
             result = watch.wait()
@@ -96,10 +105,15 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
         if hooks:
             result["mode"] = spec.get("mode", "plain")
             outcomes += run_hooks(spec, "post", result)[0]
+            stop_leftovers(watch.grace(), watch.reap)  # what a post hook left in the background
     except BaseException as exc:
         import traceback  # only here: keeps the agent, which every supervisor copies, small
 
         watch.kill_all(signal.SIGKILL)  # no job may run on once its result is written
+        try:
+            stop_leftovers(0.0, watch.reap)  # nor anything it started
+        except Exception:  # the result below matters more: record it whatever this did
+            pass
         log = recorder.error_log()
         with open(log, "a") as f:
             f.write(f"supervisor of {spec.get('unit')} (pid {os.getpid()}):\n")
@@ -118,6 +132,7 @@ def fork_supervisor(recorder: JournalRecorder, spec: dict, start_time: float) ->
     SUPERVISOR_SIGNALS are blocked across the fork and stay blocked in the child, which takes them
     with sigtimedwait: a `signal` request that arrives at once is held, not fatal to the supervisor.
     """
+    load_prctl()  # here, once per agent: its supervisors inherit it and need no import of their own
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)
     try:
         pid = os.fork()

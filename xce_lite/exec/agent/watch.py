@@ -2,7 +2,8 @@
 
 Single-threaded with SUPERVISOR_SIGNALS blocked and taken by sigtimedwait: no handler, no wake-up
 pipe, no signal missed between a check and the wait. A killed job's leftover processes are killed
-before its result is returned.
+before its result is returned, and so is every other descendant left once the job has ended
+(tree.py): the result's note counts those.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from .signals import (
     signal_name,
 )
 from .spawn import JobEnded, open_outputs, spawn_job
-from .util import format_limit, format_size, proc_stat, read_json
+from .tree import descendants, leftovers_text, stop_leftovers
+from .util import format_limit, format_size, read_json
 
 MEM_SAMPLE_INTERVAL = 0.5  # seconds between RSS samples of a job with a memory limit
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -54,6 +56,8 @@ class Watch:
         self.tasks_ending = False
         self.task_cpu, self.task_rss = 0.0, 0
         self.refused: str | None = None  # why no task may start (a tasks' supervisor outside its unit)
+        self.termed_groups: set[int] = set()  # process groups sent TERM by a kill, or as ending tasks
+        self.leftovers = 0  # descendants left once the unit ended, killed then
 
     def start(self) -> None:
         """Start the job (self.pid); JobEnded if it cannot start. A "host" unit starts nothing."""
@@ -97,9 +101,14 @@ class Watch:
                 info = signal.sigwaitinfo(SUPERVISOR_SIGNALS)
             if info is not None:
                 self.handle_signal(info.si_signo)
-        if self.reason is not None and self.pid:
-            killpg(self.pid, signal.SIGKILL)  # a killed job's leftover processes go too
+        # what is left goes too: a killed job's group at once (it had its TERM), anything else
+        # (a `cmd &` of the job, a `setsid` child, a daemon) TERM, then KILL after the grace
+        self.leftovers = stop_leftovers(self.grace(), self.reap, frozenset(self.termed_groups))
         return self.result()
+
+    def grace(self) -> float:
+        grace = self.spec.get("grace")
+        return 10.0 if grace is None else float(grace)
 
     def reap(self) -> None:
         """Collect every ended child: the job, and tasks (each reported as it ends)."""
@@ -142,7 +151,9 @@ class Watch:
         if reason is None and signum is not None:
             reason = self.kill_reason(None) if signum in self.forwarded else None
             reason = reason or f"killed by signal {signal_name(signum)}"
+        note = leftovers_text(self.leftovers)
         return {
+            **({"note": note} if note else {}),
             "exit_code": None if signum else exit_code,
             "signal": signum,
             "start_time": self.start_time,
@@ -164,6 +175,7 @@ class Watch:
             self.begin_kill(self.kill_reason("killed"))
         elif signum == signal.SIGKILL:
             self.reason = self.reason or self.kill_reason("killed")
+            self.termed_groups.update((self.pid, *self.tasks))
             self.kill_all(signal.SIGKILL)
             self.kill_at = None
         elif signum != signal.SIGCHLD:
@@ -176,17 +188,18 @@ class Watch:
         if self.reason is None:
             self.reason = reason
         self.end_tasks()
+        self.termed_groups.add(self.pid)
         killpg(self.pid, signal.SIGTERM)
         killpg(self.pid, signal.SIGCONT)
 
     def end_tasks(self) -> None:
         """TERM (and CONT) the tasks' groups, and KILL what is left after the grace period."""
         for pid in list(self.tasks):
+            self.termed_groups.add(pid)
             killpg(pid, signal.SIGTERM)
             killpg(pid, signal.SIGCONT)
         if self.kill_at is None:
-            grace = self.spec.get("grace")
-            self.kill_at = time.monotonic() + (10.0 if grace is None else float(grace))
+            self.kill_at = time.monotonic() + self.grace()
 
     def kill_reason(self, default: str | None) -> str | None:
         text = self.recorder.kill_reason()
@@ -197,15 +210,11 @@ class Watch:
             killpg(pid, signum)
 
     def group_rss(self) -> int:
-        """Resident bytes summed over the job's and the tasks' process groups (a best-effort sample
-        from /proc)."""
-        total, groups = 0, {str(pid).encode() for pid in (self.pid, *self.tasks) if pid}
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                fields = proc_stat(int(name))
-                if fields is not None and fields[2] in groups:
-                    total += int(fields[21]) * PAGE_SIZE
-        return total
+        """Resident bytes summed over this supervisor's descendants (the job and the tasks with every
+        process they started, in whatever group or session) and the job's and tasks' process groups
+        (their orphans, where the supervisor is no subreaper): a best-effort sample from /proc."""
+        groups = frozenset(pid for pid in (self.pid, *self.tasks) if pid)
+        return sum(int(fields[21]) for fields in descendants(os.getpid(), groups).values()) * PAGE_SIZE
 
     def start_tasks(self) -> None:
         """Start the tasks that the agent left in the host directory (tasks-LAUNCH_ID.json, each
