@@ -17,6 +17,8 @@ from pathlib import Path
 import apsw
 
 from xce_lite.models import FINISHED_STATES, Job, JobSpec
+from xce_lite.store.accounting import AccountingStore  # hist and acct: live and archived jobs
+from xce_lite.store.archive import ArchiveStore  # retention
 from xce_lite.store.db import connect, write
 from xce_lite.store.db import insert_event as _event
 from xce_lite.store.usage import UsageStore  # metrics: the web's reads over time
@@ -69,7 +71,7 @@ class TickRecord:
     cancelled: tuple[int, ...] = ()
 
 
-class JobStore(WorkflowStore, UsageStore):  # metrics: UsageStore
+class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore):  # metrics: UsageStore
     def __init__(self, path: Path, readonly: bool = False):
         """readonly: for tools beside a running controller (`xceadmin check`): reads only."""
         self.path = path

@@ -1,0 +1,87 @@
+-- 0011: retention. Finished jobs older than `controller.keep_finished` leave the live tables for
+-- an archive in this same file that `xce hist` and `xce acct` still read, in bounded batches
+-- (store/archive.py). The archive keeps what accounting needs, not the spec (whose environment copy
+-- is most of a job row): one row per job, its events unchanged (seq included), and usage per day
+-- that outlives the per-job rows (`controller.keep_archived`), which fair share reads.
+
+CREATE TABLE jobs_archive (
+    id          INTEGER PRIMARY KEY,
+    user        TEXT    NOT NULL,
+    queue       TEXT    NOT NULL,
+    project     TEXT,
+    name        TEXT,
+    state       TEXT    NOT NULL CHECK (state IN ('DONE', 'EXIT')),
+    array_id    INTEGER,
+    array_index INTEGER,
+    submit_time REAL    NOT NULL,
+    start_time  REAL,
+    end_time    REAL    NOT NULL,
+    exit_code   INTEGER,
+    exit_signal INTEGER,
+    reason      TEXT,
+    slots       INTEGER NOT NULL CHECK (slots >= 1),
+    gpus        INTEGER NOT NULL DEFAULT 0 CHECK (gpus >= 0),
+    hosts       TEXT    CHECK (hosts IS NULL OR json_valid(hosts)),  -- [[host, tasks], ...]
+    cpu_time    REAL,
+    max_rss     INTEGER,
+    attempt     INTEGER NOT NULL DEFAULT 0,
+    retries     INTEGER NOT NULL DEFAULT 0,
+    command     TEXT    CHECK (command IS NULL OR json_valid(command)),
+    CHECK (state <> 'DONE' OR exit_code IS 0)
+) STRICT;
+CREATE INDEX jobs_archive_end ON jobs_archive (end_time);
+CREATE INDEX jobs_archive_user ON jobs_archive (user, end_time);
+CREATE INDEX jobs_archive_array ON jobs_archive (array_id, array_index) WHERE array_id IS NOT NULL;
+
+-- the events of archived jobs, rows copied as they were
+CREATE TABLE events_archive (
+    seq     INTEGER PRIMARY KEY,
+    job_id  INTEGER NOT NULL,
+    time    REAL    NOT NULL,
+    kind    TEXT    NOT NULL,
+    version INTEGER NOT NULL,
+    data    TEXT    CHECK (data IS NULL OR json_valid(data))
+) STRICT;
+CREATE INDEX events_archive_job ON events_archive (job_id, seq);
+
+CREATE TRIGGER events_archive_no_update BEFORE UPDATE ON events_archive
+BEGIN SELECT RAISE(ABORT, 'archived events are never changed'); END;
+-- archived events leave only with their job's archive row (keep_archived), never before it
+CREATE TRIGGER events_archive_no_delete BEFORE DELETE ON events_archive
+WHEN EXISTS (SELECT 1 FROM jobs_archive a WHERE a.id = OLD.job_id)
+BEGIN SELECT RAISE(ABORT, 'archived events leave only after their job''s archive row'); END;
+
+-- The one sanctioned way out of `events`: the event of a FINISHED job whose copy (same seq) is
+-- already in events_archive. The events of a live job stay refused, as before.
+DROP TRIGGER events_no_delete;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+WHEN NOT EXISTS (SELECT 1 FROM events_archive a WHERE a.seq = OLD.seq)
+  OR NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = OLD.job_id AND j.state IN ('DONE', 'EXIT'))
+BEGIN SELECT RAISE(ABORT, 'events are append-only (only an archived finished job''s events may leave)'); END;
+
+-- Usage of archived jobs per day they ended (the controller's local time) and group: what
+-- `xce acct` sums for archived jobs and fair share decays. project and host are '' for none.
+-- wait_hist: {bucket: count} of waits (accounting.py's log buckets), for the median and p95.
+CREATE TABLE usage_daily (
+    day        TEXT    NOT NULL,
+    user       TEXT    NOT NULL,
+    project    TEXT    NOT NULL,
+    queue      TEXT    NOT NULL,
+    host       TEXT    NOT NULL,
+    jobs       INTEGER NOT NULL,
+    done       INTEGER NOT NULL,
+    exit       INTEGER NOT NULL,
+    started    INTEGER NOT NULL,
+    wait_s     REAL    NOT NULL,
+    run_s      REAL    NOT NULL,
+    cpu_s      REAL    NOT NULL,
+    cpu_slot_s REAL    NOT NULL,  -- slot-seconds of the jobs whose cpu time is known (efficiency)
+    slot_s     REAL    NOT NULL,
+    gpu_s      REAL    NOT NULL,
+    max_rss    INTEGER NOT NULL,
+    wait_hist  TEXT    NOT NULL CHECK (json_valid(wait_hist)),
+    PRIMARY KEY (day, user, project, queue, host)
+) STRICT, WITHOUT ROWID;
+
+-- retention's scan: finished jobs by end time
+CREATE INDEX jobs_finished_end ON jobs (end_time) WHERE state IN ('DONE', 'EXIT');

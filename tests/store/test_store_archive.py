@@ -1,0 +1,215 @@
+"""Retention and the accounting reads (store/archive.py, store/accounting.py) on real SQLite files.
+
+The promise under test: retention moves only old finished jobs that nothing live reads, whole (row,
+events, array, day sums), and `xce hist` and `xce acct` read the same numbers before and after.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+import pytest
+
+from tests.store.test_store import DATA, T, V1_JOBS, raw, spec
+from xce_lite import accounting
+from xce_lite.models import DONE, EXIT, PEND, RUN
+from xce_lite.store.jobs import Finish, JobStore
+from xce_lite.store.workflows import FlowRecord, FlowStep, NewJob
+
+DAY = 86400.0
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[JobStore]:
+    s = JobStore(tmp_path / "jobs.db")
+    yield s
+    s.close()
+
+
+def run(store: JobStore, user: str, submit: float, wait: float, run_for: float, state: str = DONE,
+        host: str = "h1", tasks: int = 1, gpus: int = 0, cpu: float | None = 1.0, queue: str = "normal",
+        item: NewJob | None = None) -> int:
+    """A job that waited `wait` s, then ran `run_for` s on `host` with `tasks` slots and `gpus` GPUs."""
+    (job_id,) = store.submit([item or NewJob(spec("true"), queue)], user, submit)
+    alloc = {"allocs": [[host, tasks, {"slots": tasks}, list(range(gpus))]], "shared": {}}
+    assert store.dispatch([(job_id, 1, [[host, tasks]], f"u-{job_id}", alloc, None)], submit + wait) == [job_id]
+    assert store.started([(job_id, submit + wait)], submit + wait) == [job_id]
+    end = submit + wait + run_for
+    code = 0 if state == DONE else 3
+    assert store.finish([Finish(job_id, RUN, state, None, end, code, None, cpu, 1000 * job_id,
+                                None if state == DONE else "exit code 3")], end) == [job_id]
+    return job_id
+
+
+def acct(store: JobStore, by: str = "user", since: float = 0.0, until: float = T + 400 * DAY) -> dict:
+    jobs, days = store.accounting_inputs(by, since, until)
+    return {key: tally.report() for key, tally in accounting.summarise(jobs, days).items()}
+
+
+def without_exactness(report: dict) -> dict:
+    return {k: {**v, "wait": {**v["wait"], "exact": None, "median": None, "p95": None}} for k, v in report.items()}
+
+
+def test_retention_moves_only_old_finished_jobs_and_accounting_reads_the_same(store: JobStore) -> None:
+    old = [run(store, "alice", T + i * 600, 5 + i, 100 + i, tasks=2, gpus=1) for i in range(5)]
+    old.append(run(store, "bob", T + 4000, 1, 50, state=EXIT, cpu=None))
+    (pending,) = store.submit([(spec("sleep", "1"), "normal")], "bob", T + 5000)
+    (running,) = store.submit([(spec("sleep", "2"), "normal")], "bob", T + 5000)
+    store.dispatch([(running, 1, [["h1", 1]], "u-r")], T + 5001)
+    store.started([(running, T + 5001)], T + 5001)
+    recent = run(store, "alice", T + 40 * DAY, 2, 10)
+    before = acct(store)
+    history_before = store.history([*old, recent])[0]
+
+    moved = store.retain(cutoff=T + 30 * DAY, batch=1000)
+    assert (moved.jobs, moved.more) == (len(old), False)
+    live = {j.id: j.state for j in store.jobs(include_finished=True)}
+    assert live == {pending: PEND, running: RUN, recent: DONE}
+    assert store.retain(cutoff=T + 30 * DAY, batch=1000).jobs == 0  # nothing left to move
+    # every number the same (alice's waits now partly come from day sums: median within a bucket)
+    after = acct(store)
+    assert without_exactness(after) == without_exactness(before)
+    assert after["alice"]["slot_hours"] == round(sum((100 + i) * 2 for i in range(5)) / 3600 + 10 / 3600, 4)
+    assert after["alice"]["gpu_hours"] == round(sum(100 + i for i in range(5)) / 3600, 4)
+    assert (before["bob"]["wait"]["exact"], after["bob"]["wait"]["exact"]) == (True, False)  # from a day sum now
+    assert abs(after["bob"]["wait"]["median"] - 1.0) <= 0.05  # within its bucket
+    history_after = store.history([*old, recent])[0]
+    assert [j["archived"] for j in history_after] == [True] * len(old) + [False]
+    for a, b in zip(history_before, history_after):
+        assert {**a, "archived": None} == {**b, "archived": None}
+    assert [kind for _t, kind, _d in history_after[0]["events"]] == ["submitted", "dispatched", "started", "finished"]
+
+
+def test_a_window_inside_days_reads_archived_jobs_one_by_one(store: JobStore) -> None:
+    ids = [run(store, "alice", T + i * 3 * 3600, 10, 60) for i in range(24)]  # over three days
+    run(store, "alice", T + 40 * DAY, 1, 1)  # the newest job stays live
+    since, until = T + 5 * 3600, T + 50 * 3600
+    expected = acct(store, since=since, until=until)
+    assert store.retain(T + 30 * DAY, 1000).jobs == len(ids)
+    got = acct(store, since=since, until=until)
+    assert without_exactness(got) == without_exactness(expected)
+    got = got["alice"]
+    assert abs(got["wait"]["median"] - 10.0) <= 0.5  # a histogram bucket is ~9% wide
+
+
+def test_retention_is_bounded_by_batch_and_never_reuses_ids(store: JobStore) -> None:
+    ids = [run(store, "alice", T + i, 1, 1) for i in range(7)]
+    first = store.retain(T + DAY, batch=3)
+    assert (first.jobs, first.more) == (3, True)
+    assert store.retain(T + DAY, batch=3).jobs == 3
+    # the newest job (and the newest event) stay: the next id and seq go on after them
+    assert store.retain(T + DAY, batch=3).jobs == 0
+    assert [j.id for j in store.jobs(include_finished=True)] == [ids[-1]]
+    (new,) = store.submit([(spec("true"), "normal")], "alice", T + 2 * DAY)
+    assert new == ids[-1] + 1
+
+
+def test_events_leave_only_through_the_archive_and_never_for_a_live_job(store: JobStore) -> None:
+    done = run(store, "alice", T, 1, 1)
+    (pending,) = store.submit([(spec("true"), "normal")], "alice", T + 1)
+    con = raw(store.path)
+    try:
+        for job_id in (done, pending):  # not archived: refused, finished or not
+            with pytest.raises(apsw.ConstraintError, match="append-only"):
+                con.execute("DELETE FROM events WHERE job_id = ?", (job_id,))
+        # a copy in the archive does not free a live job's events
+        con.execute("INSERT INTO events_archive SELECT seq, job_id, time, kind, version, data FROM events "
+                    "WHERE job_id = ?", (pending,))
+        with pytest.raises(apsw.ConstraintError, match="append-only"):
+            con.execute("DELETE FROM events WHERE job_id = ?", (pending,))
+    finally:
+        con.close()
+
+
+def test_arrays_flows_and_dependencies_keep_what_live_jobs_read(store: JobStore) -> None:
+    a = run(store, "alice", T, 1, 1)  # an unfinished job depends on it
+    store.submit([NewJob(spec("true"), "normal", depend={"c": "done", "id": a, "label": str(a)})], "alice", T + 1)
+    (array,) = store.submit([NewJob(spec("true", array="[1-2]"), "normal", (1, 2))], "alice", T + 2)
+    store.dispatch([(array, 1, [["h1", 1]], "u-e1")], T + 3)
+    store.finish([Finish(array, "DISP", EXIT, None, T + 4, None, None, None, None, "launch failed")], T + 4)
+    step = FlowStep("s", False, None, ())
+    (flowed,) = store.submit([NewJob(spec("true"), "normal")], "alice", T + 5, flow=FlowRecord("f", (step,)))
+    store.dispatch([(flowed, 1, [["h1", 1]], "u-f")], T + 6)
+    store.finish([Finish(flowed, "DISP", EXIT, None, T + 7, None, None, None, None, "x")], T + 7)
+    (newest,) = store.submit([(spec("true"), "normal")], "alice", T + 8)
+    assert store.retain(T + DAY, 100).jobs == 0  # a: depended on; the element: its sibling pends; flowed: its flow
+    store.change_state([array + 1], PEND, EXIT, "killed_pending", T + 9, end_time=T + 9)
+    store.change_state([newest + 0], PEND, EXIT, "killed_pending", T + 10, end_time=T + 10)
+    (store.submit([(spec("true"), "normal")], "alice", T + 11))
+    moved = store.retain(T + DAY, 100)
+    # both elements and their array go; the flow is the newest flow, so it and its job stay
+    assert moved.jobs == 3 and moved.flows == 0
+    left = {j.id for j in store.jobs(include_finished=True)}
+    assert array not in left and array + 1 not in left and a in left and flowed in left
+    assert store.array_summaries([array]) == []
+    elements, _more = store.history(arrays=[array])
+    assert [(j["id"], j["array_index"], j["archived"]) for j in elements] == [(array, 1, True), (array + 1, 2, True)]
+
+
+def test_a_flow_goes_with_its_jobs_once_a_newer_flow_exists(store: JobStore) -> None:
+    ids = []
+    for name in ("f1", "f2"):
+        (job_id,) = store.submit([NewJob(spec("true"), "normal")], "alice", T,
+                                 flow=FlowRecord(name, (FlowStep("s", False, None, ()),)))
+        store.dispatch([(job_id, 1, [["h1", 1]], f"u-{job_id}")], T + 1)
+        store.finish([Finish(job_id, "DISP", EXIT, None, T + 2, None, None, None, None, "x")], T + 2)
+        ids.append(job_id)
+    store.submit([(spec("true"), "normal")], "alice", T + 3)
+    moved = store.retain(T + DAY, 100)
+    assert (moved.flows, moved.jobs) == (1, 1)
+    assert store.flow("alice", "f1") is None and store.flow("alice", "f2") is not None
+
+
+def test_pruning_keeps_the_day_sums(store: JobStore) -> None:
+    for i in range(10):
+        run(store, "alice", T + i * 60, 3, 30, tasks=4)
+    run(store, "alice", T + 100 * DAY, 1, 1)
+    store.retain(T + DAY, 100)
+    before = acct(store, until=T + 50 * DAY)
+    assert store.prune_archive(T + 10 * DAY, 100) == 10
+    assert store.history(user="alice")[0][0]["id"] == 11  # only the live one left to show
+    assert acct(store, until=T + 50 * DAY) == before
+
+
+def test_the_v1_store_retains_its_finished_jobs(tmp_path: Path) -> None:
+    copy = tmp_path / "store_v1.db"
+    shutil.copyfile(DATA / "store_v1.db", copy)
+    store = JobStore(copy)
+    try:
+        finished = sorted(i for i, v in V1_JOBS.items() if v[0] in (DONE, EXIT))
+        newest_event = raw(copy).execute("SELECT job_id FROM events ORDER BY seq DESC LIMIT 1").get
+        moved = store.retain(T + 30 * DAY, 100)
+        expected = [i for i in finished if i != newest_event]
+        assert moved.jobs == len(expected)
+        assert sorted(j["id"] for j in store.history(expected)[0] if j["archived"]) == expected
+        assert [j.id for j in store.unfinished()] == [1, 2, 3, 4, 5, 6, 12]
+        assert store.integrity() == "ok"
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("now", T), ("7d", T - 7 * DAY), ("12h", T - 12 * 3600), ("30m", T - 1800), ("2w", T - 14 * DAY),
+])
+def test_times_users_type(text: str, expected: float) -> None:
+    assert accounting.parse_when(text, T) == expected
+
+
+def test_times_by_the_calendar() -> None:
+    today = accounting.parse_when("today", T)
+    assert accounting.parse_when("yesterday", T) < today <= T < today + DAY + 3600
+    assert accounting.parse_when("2026-11-30", T) == accounting.local_midnight(accounting.parse_when("2026-11-30T13:00", T))
+    with pytest.raises(Exception, match="not a time: give an ISO date"):
+        accounting.parse_when("last tuesday", T)
+
+
+def test_percentiles_are_nearest_rank_and_the_histogram_is_close() -> None:
+    waits = [float(w) for w in range(1, 101)]
+    assert (accounting.percentile(waits, 50), accounting.percentile(waits, 95)) == (50.0, 95.0)
+    from collections import Counter
+    hist = Counter(accounting.wait_bucket(w) for w in waits)
+    assert abs(accounting.hist_percentile(hist, 50) - 50) / 50 < 0.05
+    assert abs(accounting.hist_percentile(hist, 95) - 95) / 95 < 0.05

@@ -1,0 +1,169 @@
+"""The store's reads for `xce hist` and `xce acct`: jobs and their events from the live tables and
+the archive together (a job is in exactly one of them: retention moves it in one transaction), and
+the inputs `accounting.summarise` sums. JobStore inherits them (`AccountingStore`).
+
+Reads only, on the caller thread's read-only connection. A project is read through
+usage.project_sql() (live jobs) and the archive's `project` column; a project filter takes the
+path and its subtree (`lab` takes `lab/vision`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import apsw
+
+from xce_lite.accounting import whole_days
+from xce_lite.store.usage import FIRST_HOST, GPUS, SLOTS, project_sql
+
+_LIVE_FIELDS = {
+    "id": "id", "user": "user", "queue": "queue", "project": project_sql(), "name": "name", "state": "state",
+    "array_id": "array_id", "array_index": "array_index", "submit_time": "submit_time",
+    "start_time": "start_time", "end_time": "end_time", "exit_code": "exit_code", "exit_signal": "exit_signal",
+    "reason": "reason", "slots": SLOTS, "gpus": GPUS, "hosts": "hosts", "cpu_time": "cpu_time",
+    "max_rss": "max_rss", "attempt": "attempt", "retries": "retries",
+    "command": ("json_extract(CASE WHEN jobs.array_id IS NULL THEN jobs.spec ELSE (SELECT ar.spec FROM arrays ar "
+                "WHERE ar.id = jobs.array_id) END, '$.argv')"),
+}
+_KEYS = {"user": ("user", "user"), "queue": ("queue", "queue"),
+         "project": (f"coalesce({project_sql()}, '')", "coalesce(project, '')"),
+         "host": (f"coalesce({FIRST_HOST}, '')", "coalesce(json_extract(hosts, '$[0][0]'), '')")}
+BY = tuple(_KEYS)
+_SUMS = ("jobs", "done", "exit", "started", "wait_s", "run_s", "cpu_s", "cpu_slot_s", "slot_s", "gpu_s")
+
+
+def _under(column: str, project: str) -> tuple[str, list]:
+    """SQL and arguments for: `column` is the project or one below it."""
+    return f"({column} = ? OR substr({column}, 1, ?) = ?)", [project, len(project) + 1, project + "/"]
+
+
+class AccountingStore:
+    def _reader(self) -> apsw.Connection:  # provided by JobStore
+        raise NotImplementedError
+
+    # ---- xce hist ------------------------------------------------------------------------------
+
+    def history(self, ids: Sequence[int] = (), arrays: Sequence[int] = (), user: str | None = None,
+                project: str | None = None, since: float | None = None, until: float | None = None,
+                limit: int = 500) -> tuple[list[dict], bool]:
+        """Jobs (live and archived, oldest id first), each with its `events` [(time, kind, data)],
+        and whether more matched than `limit` (the newest `limit` are kept). Selected by id, by
+        array (all its elements), or else by user, project and a window their life overlaps
+        (submitted before `until`, not ended before `since`)."""
+        con = self._reader()
+        found: list[dict] = []
+        for table, fields in (("jobs", _LIVE_FIELDS), ("jobs_archive", None)):
+            names = list(_LIVE_FIELDS)  # jobs_archive has these columns, by these names
+            columns = ", ".join(f"{expr} AS {name}" for name, expr in fields.items()) if fields else ", ".join(names)
+            project_column = _LIVE_FIELDS["project"] if fields else "project"
+            where, args = [], []
+            if ids or arrays:
+                chosen = []
+                if ids:
+                    chosen.append(f"id IN ({', '.join('?' * len(ids))})")
+                    args.extend(ids)
+                if arrays:
+                    chosen.append(f"array_id IN ({', '.join('?' * len(arrays))})")
+                    args.extend(arrays)
+                where.append("(" + " OR ".join(chosen) + ")")
+            if user is not None:
+                where.append("user = ?")
+                args.append(user)
+            if project is not None:
+                sql, more = _under(project_column, project)
+                where.append(sql)
+                args.extend(more)
+            if until is not None:
+                where.append("submit_time < ?")
+                args.append(until)
+            if since is not None:
+                where.append("(end_time IS NULL OR end_time >= ?)")
+                args.append(since)
+            sql = f"SELECT {columns} FROM {table}" + (" WHERE " + " AND ".join(where) if where else "")
+            cursor = con.execute(sql + " ORDER BY id DESC LIMIT ?", (*args, limit + 1))
+            for row in cursor:
+                job = dict(zip(names, row))
+                job["hosts"] = json.loads(job["hosts"]) if job["hosts"] else []
+                job["command"] = json.loads(job["command"]) if job["command"] else []
+                job["archived"] = fields is None
+                found.append(job)
+        found.sort(key=lambda j: j["id"], reverse=True)
+        more = len(found) > limit
+        jobs = sorted(found[:limit], key=lambda j: j["id"])
+        events = self._events_of([j["id"] for j in jobs])
+        for job in jobs:
+            job["events"] = events.get(job["id"], [])
+        return jobs, more
+
+    def _events_of(self, ids: list[int]) -> dict[int, list]:
+        con = self._reader()
+        found: dict[int, list] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            marks = ", ".join("?" * len(chunk))
+            for table in ("events", "events_archive"):
+                for job_id, t, kind, data in con.execute(
+                        f"SELECT job_id, time, kind, data FROM {table} WHERE job_id IN ({marks}) ORDER BY seq", chunk):
+                    found.setdefault(job_id, []).append((t, kind, json.loads(data) if data else None))
+        return found
+
+    # ---- xce acct -----------------------------------------------------------------------------
+
+    def accounting_inputs(self, by: str, since: float, until: float, user: str | None = None,
+                          project: str | None = None) -> tuple[list[tuple], list[tuple[str, dict]]]:
+        """What accounting.summarise sums for the jobs that ended in [since, until): finished jobs
+        one by one (key, state, submit, start, end, slots, gpus, cpu, rss), live ones and archived
+        ones outside whole days, and the archive's day sums (key, usage_daily row) of whole days."""
+        con = self._reader()
+        live_key, archive_key = _KEYS[by]
+        summed_before = float(con.execute("SELECT value FROM meta WHERE key = 'archive_summed_before'").get or 0)
+        days = whole_days(since, until, summed_before)
+        live_filter, live_args = _filters(user, project, project_sql())
+        jobs = list(con.execute(
+            f"SELECT {live_key}, state, submit_time, start_time, end_time, {SLOTS}, {GPUS}, cpu_time, max_rss "
+            f"FROM jobs WHERE state IN ('DONE', 'EXIT') AND end_time >= ? AND end_time < ?{live_filter}",
+            (since, until, *live_args)))
+        ranges = [(since, until)] if days is None else [(since, days[0]), (days[1], until)]
+        archive_filter, archive_args = _filters(user, project, "project")
+        for low, high in ranges:
+            if low < high:
+                jobs.extend(con.execute(
+                    f"SELECT {archive_key}, state, submit_time, start_time, end_time, slots, gpus, cpu_time, max_rss "
+                    f"FROM jobs_archive WHERE end_time >= ? AND end_time < ?{archive_filter}",
+                    (low, high, *archive_args)))
+        sums: list[tuple[str, dict]] = []
+        if days is not None:
+            sums = self._day_sums(by, days, user, project)
+        return jobs, sums
+
+    def _day_sums(self, by: str, days: tuple[float, float], user: str | None,
+                  project: str | None) -> list[tuple[str, dict]]:
+        from xce_lite.accounting import day_of
+
+        con = self._reader()
+        key = {"user": "user", "queue": "queue", "project": "project", "host": "host"}[by]
+        extra, args = _filters(user, project, "project")
+        window = [day_of(days[0]), day_of(days[1])]  # [first whole day, the day after the last)
+        rows = {}
+        for row in con.execute(
+                f"SELECT {key}, {', '.join(f'sum({c})' for c in _SUMS)}, max(max_rss) FROM usage_daily "
+                f"WHERE day >= ? AND day < ?{extra} GROUP BY 1", (*window, *args)):
+            rows[row[0]] = dict(zip(_SUMS, row[1:-1]), max_rss=row[-1], wait_hist={})
+        for group, bucket, n in con.execute(
+                f"SELECT {key}, b.key, sum(b.value) FROM usage_daily, json_each(usage_daily.wait_hist) AS b "
+                f"WHERE day >= ? AND day < ?{extra} GROUP BY 1, 2", (*window, *args)):
+            rows[group]["wait_hist"][bucket] = n
+        return list(rows.items())
+
+
+def _filters(user: str | None, project: str | None, project_column: str) -> tuple[str, list]:
+    sql, args = "", []
+    if user is not None:
+        sql += " AND user = ?"
+        args.append(user)
+    if project is not None:
+        under, more = _under(project_column, project)
+        sql += " AND " + under
+        args.extend(more)
+    return sql, args
