@@ -201,7 +201,8 @@ def test_times_users_type(text: str, expected: float) -> None:
 def test_times_by_the_calendar() -> None:
     today = accounting.parse_when("today", T)
     assert accounting.parse_when("yesterday", T) < today <= T < today + DAY + 3600
-    assert accounting.parse_when("2026-11-30", T) == accounting.local_midnight(accounting.parse_when("2026-11-30T13:00", T))
+    noon = accounting.parse_when("2026-11-30T13:00", T)
+    assert accounting.parse_when("2026-11-30", T) == accounting.local_midnight(noon)
     with pytest.raises(Exception, match="not a time: give an ISO date"):
         accounting.parse_when("last tuesday", T)
 

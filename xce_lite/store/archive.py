@@ -164,5 +164,5 @@ def _insert_archived(con: apsw.Connection, rows: Sequence[dict]) -> None:
             tally.add_day(dict(zip(_USAGE_COLUMNS, old[:-1]), wait_hist=json.loads(old[-1])))
         row = tally.day_row()
         values = [row[c] if c != "wait_hist" else json.dumps(row[c], separators=(",", ":")) for c in _USAGE_COLUMNS]
-        con.execute(f"INSERT OR REPLACE INTO usage_daily (day, user, project, queue, host, {', '.join(_USAGE_COLUMNS)}) "
-                    f"VALUES ({', '.join('?' * (5 + len(_USAGE_COLUMNS)))})", (*key, *values))
+        con.execute(f"INSERT OR REPLACE INTO usage_daily (day, user, project, queue, host, "
+                    f"{', '.join(_USAGE_COLUMNS)}) VALUES ({', '.join('?' * (5 + len(_USAGE_COLUMNS)))})", (*key, *values))

@@ -15,6 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import threading
 from collections.abc import Iterator
@@ -41,7 +42,7 @@ def migrations() -> list[tuple[int, str, str]]:
         if name.endswith(".sql") and name[:4].isdigit():
             found.append((int(name[:4]), name, entry.read_text(encoding="utf-8")))
     found.sort()
-    for (before, first, _), (version, name, _) in zip(found, found[1:]):
+    for (before, first, _), (version, name, _) in itertools.pairwise(found):
         if version == before:
             raise StoreError(f"migrations {first} and {name} share the number {version:04d}; renumber one")
     if found and found[0][0] != 1:
