@@ -165,4 +165,5 @@ def _insert_archived(con: apsw.Connection, rows: Sequence[dict]) -> None:
         row = tally.day_row()
         values = [row[c] if c != "wait_hist" else json.dumps(row[c], separators=(",", ":")) for c in _USAGE_COLUMNS]
         con.execute(f"INSERT OR REPLACE INTO usage_daily (day, user, project, queue, host, "
-                    f"{', '.join(_USAGE_COLUMNS)}) VALUES ({', '.join('?' * (5 + len(_USAGE_COLUMNS)))})", (*key, *values))
+                    f"{', '.join(_USAGE_COLUMNS)}) VALUES ({', '.join('?' * (5 + len(_USAGE_COLUMNS)))})",
+                    (*key, *values))
