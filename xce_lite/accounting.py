@@ -87,6 +87,13 @@ class Tally:
         self.max_rss = max(self.max_rss, row["max_rss"])
         self.hist.update({int(b): n for b, n in row["wait_hist"].items()})
 
+    def merge(self, other: Tally) -> None:
+        for name in ("jobs", "done", "exit", "started", "wait_s", "run_s", "cpu_s", "cpu_slot_s", "slot_s", "gpu_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.max_rss = max(self.max_rss, other.max_rss)
+        self.waits.extend(other.waits)
+        self.hist.update(other.hist)
+
     def day_row(self) -> dict:
         """These sums as a `usage_daily` row (exact waits go into the histogram)."""
         hist = Counter(self.hist)
@@ -196,3 +203,37 @@ def whole_days(since: float, until: float, summed_before: float = 0.0) -> tuple[
 
 def day_of(t: float) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(t))
+
+
+# ---- a job's time by state, from its events (xce hist) ------------------------------------------
+
+_ENTERS = {"held": "PSUSP", "released": "PEND", "dispatched": "DISP", "started": "RUN", "suspended": "USUSP",
+           "resumed": "RUN"}
+_ENDS = ("finished", "launch_failed", "lost", "killed_pending", "dependency_failed")
+
+
+def time_in_states(events: Iterable[tuple[float, str, dict | None]], now: float) -> dict[str, float]:
+    """Seconds spent in each state (LSF's bhist summary), walking the events in order; a job not
+    ended yet counts up to `now`. `total` is submit to end (or now)."""
+    spent: dict[str, float] = {}
+    state, since, first = None, None, None
+    for t, kind, data in events:
+        data = data or {}
+        if kind == "submitted":
+            state, since, first = ("PSUSP" if data.get("held") else "PEND"), t, t
+            continue
+        if state is None or since is None:
+            continue
+        if kind in _ENTERS or kind == "requeued" or kind in _ENDS:
+            spent[state] = spent.get(state, 0.0) + max(0.0, t - since)
+            since = t
+            if kind in _ENDS:
+                state = None
+                break
+            state = data.get("to", "PEND") if kind == "requeued" else _ENTERS[kind]
+    end = since if state is None else now
+    if state is not None and since is not None:
+        spent[state] = spent.get(state, 0.0) + max(0.0, now - since)
+    if first is not None and end is not None:
+        spent["total"] = max(0.0, end - first)
+    return {k: round(v, 3) for k, v in spent.items()}

@@ -44,12 +44,13 @@ class AccountingStore:
 
     # ---- xce hist ------------------------------------------------------------------------------
 
-    def history(self, ids: Sequence[int] = (), arrays: Sequence[int] = (), user: str | None = None,
+    def history(self, ids: Sequence[int] = (), arrays: Sequence[int] = (),
+                elements: Sequence[tuple[int, int]] = (), user: str | None = None,
                 project: str | None = None, since: float | None = None, until: float | None = None,
                 limit: int = 500) -> tuple[list[dict], bool]:
         """Jobs (live and archived, oldest id first), each with its `events` [(time, kind, data)],
         and whether more matched than `limit` (the newest `limit` are kept). Selected by id, by
-        array (all its elements), or else by user, project and a window their life overlaps
+        array (all its elements), by (array, index), or else by user, project and a window their life overlaps
         (submitted before `until`, not ended before `since`)."""
         con = self._reader()
         found: list[dict] = []
@@ -58,8 +59,9 @@ class AccountingStore:
             columns = ", ".join(f"{expr} AS {name}" for name, expr in fields.items()) if fields else ", ".join(names)
             project_column = _LIVE_FIELDS["project"] if fields else "project"
             where, args = [], []
-            if ids or arrays:
-                chosen = []
+            if ids or arrays or elements:
+                chosen = [" OR ".join(["(array_id = ? AND array_index = ?)"] * len(elements))] if elements else []
+                args.extend(n for pair in elements for n in pair)
                 if ids:
                     chosen.append(f"id IN ({', '.join('?' * len(ids))})")
                     args.extend(ids)

@@ -1,0 +1,54 @@
+"""The tick's retention step: finished jobs older than `controller.keep_finished` go to the archive,
+archived ones older than `controller.keep_archived` keep only their day sums (store/archive.py).
+
+Invariants: at most one batch per tick, never while the tick had other work to commit unless the
+last pass is RETAIN_EVERY old; a batch's size follows its measured time so that it stays near
+TARGET (its write holds the store's lock, which submits and the next tick wait on); a failing batch
+is logged and retried later, never troubling the tick. Moving finished jobs changes nothing the
+controller holds in memory (it holds unfinished jobs only).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from xce_lite import errors
+from xce_lite.config.cluster import ControllerConfig
+from xce_lite.store.jobs import JobStore
+
+RETAIN_EVERY = 60.0  # seconds between looks when the last one found nothing more to move
+TARGET = 0.03  # seconds a batch should take
+MIN_BATCH, MAX_BATCH = 20, 5000
+
+
+class Retention:
+    def __init__(self, log: Callable[[str], None], batch: int = 500):
+        self.log = log
+        self.batch = batch
+        self.next_at = 0.0  # monotonic time of the next look
+        self.moved = 0  # jobs archived since the controller started (for the log)
+
+    def step(self, store: JobStore, config: ControllerConfig, now: float, busy: bool) -> None:
+        """One batch if one is due: `now` is wall time (job end times are), the pacing monotonic."""
+        began = time.monotonic()
+        if began < self.next_at or (busy and began < self.next_at + RETAIN_EVERY):
+            return
+        try:
+            done = store.retain(now - config.keep_finished, self.batch)
+            pruned = store.prune_archive(now - config.keep_archived, self.batch) if not done.more else 0
+        except errors.StoreError as err:
+            self.log(f"retention: {err}; trying again in {RETAIN_EVERY:g} s")
+            self.next_at = began + RETAIN_EVERY
+            return
+        took = time.monotonic() - began
+        more = done.more or pruned == self.batch
+        if done.jobs or pruned:
+            # size the next batch to the time this one took (a job's events make most of the cost)
+            per_job = took / max(1, done.jobs + pruned)
+            self.batch = max(MIN_BATCH, min(MAX_BATCH, int(TARGET / per_job) if per_job > 0 else MAX_BATCH))
+        self.moved += done.jobs
+        self.next_at = began + (0.0 if more else RETAIN_EVERY)
+        if done.jobs and not more:
+            self.log(f"retention: {self.moved} finished jobs archived so far (keep_finished "
+                     f"{config.keep_finished / 86400:g} days)")
