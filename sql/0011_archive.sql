@@ -33,16 +33,18 @@ CREATE INDEX jobs_archive_end ON jobs_archive (end_time);
 CREATE INDEX jobs_archive_user ON jobs_archive (user, end_time);
 CREATE INDEX jobs_archive_array ON jobs_archive (array_id, array_index) WHERE array_id IS NOT NULL;
 
--- the events of archived jobs, rows copied as they were
+-- the events of archived jobs, rows copied as they were. A seq orders the events of one job: once
+-- the newest events are archived, `events` may hand their numbers out again (SQLite takes max + 1),
+-- so here a seq is unique per job only.
 CREATE TABLE events_archive (
-    seq     INTEGER PRIMARY KEY,
     job_id  INTEGER NOT NULL,
+    seq     INTEGER NOT NULL,
     time    REAL    NOT NULL,
     kind    TEXT    NOT NULL,
     version INTEGER NOT NULL,
-    data    TEXT    CHECK (data IS NULL OR json_valid(data))
-) STRICT;
-CREATE INDEX events_archive_job ON events_archive (job_id, seq);
+    data    TEXT    CHECK (data IS NULL OR json_valid(data)),
+    PRIMARY KEY (job_id, seq)
+) STRICT, WITHOUT ROWID;
 
 CREATE TRIGGER events_archive_no_update BEFORE UPDATE ON events_archive
 BEGIN SELECT RAISE(ABORT, 'archived events are never changed'); END;
@@ -55,7 +57,7 @@ BEGIN SELECT RAISE(ABORT, 'archived events leave only after their job''s archive
 -- already in events_archive. The events of a live job stay refused, as before.
 DROP TRIGGER events_no_delete;
 CREATE TRIGGER events_no_delete BEFORE DELETE ON events
-WHEN NOT EXISTS (SELECT 1 FROM events_archive a WHERE a.seq = OLD.seq)
+WHEN NOT EXISTS (SELECT 1 FROM events_archive a WHERE a.job_id = OLD.job_id AND a.seq = OLD.seq)
   OR NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = OLD.job_id AND j.state IN ('DONE', 'EXIT'))
 BEGIN SELECT RAISE(ABORT, 'events are append-only (only an archived finished job''s events may leave)'); END;
 

@@ -121,6 +121,8 @@ class Tally:
             "max_rss": self.max_rss,
             "slot_hours": _r(self.slot_s / 3600),
             "gpu_hours": _r(self.gpu_s / 3600),
+            "slot_seconds": _r(self.slot_s),
+            "gpu_seconds": _r(self.gpu_s),
             "efficiency": _r(self.cpu_s / self.cpu_slot_s) if self.cpu_slot_s > 0 else None,
         }
 

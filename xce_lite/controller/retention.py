@@ -17,7 +17,7 @@ from xce_lite import errors
 from xce_lite.config.cluster import ControllerConfig
 from xce_lite.store.jobs import JobStore
 
-RETAIN_EVERY = 60.0  # seconds between looks when the last one found nothing more to move
+RETAIN_EVERY = 60.0  # seconds between looks (at most) when the last one found nothing more to move
 TARGET = 0.03  # seconds a batch should take
 MIN_BATCH, MAX_BATCH = 20, 5000
 
@@ -32,14 +32,17 @@ class Retention:
     def step(self, store: JobStore, config: ControllerConfig, now: float, busy: bool) -> None:
         """One batch if one is due: `now` is wall time (job end times are), the pacing monotonic."""
         began = time.monotonic()
-        if began < self.next_at or (busy and began < self.next_at + RETAIN_EVERY):
+        # look often enough that a job stays at most a quarter of keep_finished past it
+        every = min(RETAIN_EVERY, config.keep_finished / 4)
+        if began < self.next_at or (busy and began < self.next_at + every):
             return
         try:
             done = store.retain(now - config.keep_finished, self.batch)
             pruned = store.prune_archive(now - config.keep_archived, self.batch) if not done.more else 0
-        except errors.StoreError as err:
-            self.log(f"retention: {err}; trying again in {RETAIN_EVERY:g} s")
-            self.next_at = began + RETAIN_EVERY
+        except Exception as err:  # a failing batch (busy store, a bug) must not stop the tick
+            what = str(err) if isinstance(err, errors.XceError) else f"{type(err).__name__}: {err}"
+            self.log(f"retention: {what}; trying again in {every:g} s")
+            self.next_at = began + every
             return
         took = time.monotonic() - began
         more = done.more or pruned == self.batch
@@ -48,7 +51,7 @@ class Retention:
             per_job = took / max(1, done.jobs + pruned)
             self.batch = max(MIN_BATCH, min(MAX_BATCH, int(TARGET / per_job) if per_job > 0 else MAX_BATCH))
         self.moved += done.jobs
-        self.next_at = began + (0.0 if more else RETAIN_EVERY)
+        self.next_at = began + (0.0 if more else every)
         if done.jobs and not more:
             self.log(f"retention: {self.moved} finished jobs archived so far (keep_finished "
                      f"{config.keep_finished / 86400:g} days)")

@@ -9,8 +9,10 @@ Invariants:
   dependency. A pending or running job is never touched.
 - A job moves whole: its archive row, its events (copied, then deleted through the one path the
   events trigger allows), its array row once no element is left, its usage added to its day's sum.
-- Ids never repeat: the newest job, and the job holding the newest event, stay live (SQLite and
-  `submit` take max + 1), so the next job id and event seq continue after every archived one.
+- Job ids never repeat: the highest id archived is kept in meta (`job_id_floor`), which `submit`
+  counts from. Event seqs order one job's events; SQLite may hand out an archived seq again (max +
+  1), so the archive keys events by (job, seq). An event that comes for a job already archived (a
+  host's hooks, reported late) goes to the archive (`insert_event_anywhere`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 import apsw
 
 from xce_lite.accounting import Tally
+from xce_lite.store.db import insert_event
 from xce_lite.store.usage import DAY, GPUS, SLOTS, project_sql
 
 _DONE_EXIT = "('DONE', 'EXIT')"
@@ -34,8 +37,6 @@ _DEPENDED = (
 _CANDIDATES = (
     "WITH depended(id) AS (" + _DEPENDED + ") "
     "SELECT j.id FROM jobs j WHERE j.state IN " + _DONE_EXIT + " AND j.end_time < ? "
-    "AND j.id < (SELECT max(id) FROM jobs) "
-    "AND NOT EXISTS (SELECT 1 FROM events e WHERE e.job_id = j.id AND e.seq = (SELECT max(seq) FROM events)) "
     "AND NOT EXISTS (SELECT 1 FROM flow_steps s WHERE s.job_id = j.id) "
     "AND (j.array_id IS NULL OR (NOT EXISTS (SELECT 1 FROM flow_steps s WHERE s.job_id = j.array_id) "
     "     AND NOT EXISTS (SELECT 1 FROM jobs e WHERE e.array_id = j.array_id AND e.state NOT IN " + _DONE_EXIT + ") "
@@ -100,8 +101,20 @@ class ArchiveStore:
         with self._write() as con:
             _insert_archived(con, rows)
             if events:
-                con.executemany("INSERT INTO events_archive (seq, job_id, time, kind, version, data) "
+                con.executemany("INSERT INTO events_archive (job_id, seq, time, kind, version, data) "
                                 "VALUES (?, ?, ?, ?, ?, ?)", events)
+
+
+def insert_event_anywhere(con: apsw.Connection, job_id: int, now: float, kind: str, data: dict | None) -> None:
+    """An event for a job that may have been archived since (inside the caller's transaction): to
+    `events` while the job is live, else after its archived events; dropped if the job is in neither."""
+    if con.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).get is not None:
+        insert_event(con, job_id, now, kind, data)
+        return
+    con.execute("INSERT INTO events_archive (job_id, seq, time, kind, version, data) SELECT ?1, "
+                "(SELECT coalesce(max(seq), 0) + 1 FROM events_archive WHERE job_id = ?1), ?2, ?3, 1, ?4 "
+                "WHERE EXISTS (SELECT 1 FROM jobs_archive WHERE id = ?1)",
+                (job_id, now, kind, json.dumps(data, ensure_ascii=True) if data is not None else None))
 
 
 def _drop_flows(con: apsw.Connection, flows: list[int]) -> None:
@@ -129,9 +142,11 @@ def _move(con: apsw.Connection, ids: list[int]) -> None:
         item["command"] = json.loads(item["command"]) if item["command"] else None
         archived.append(item)
     _insert_archived(con, archived)
-    con.execute("INSERT INTO events_archive (seq, job_id, time, kind, version, data) SELECT seq, job_id, time, "
+    con.execute("INSERT INTO events_archive (job_id, seq, time, kind, version, data) SELECT job_id, seq, time, "
                 f"kind, version, data FROM events WHERE job_id IN ({marks})", ids)
     con.execute(f"DELETE FROM events WHERE job_id IN ({marks})", ids)
+    con.execute("INSERT INTO meta(key, value) VALUES ('job_id_floor', ?) ON CONFLICT(key) DO UPDATE SET "
+                "value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))", (str(max(ids)),))
     con.execute(f"DELETE FROM jobs WHERE id IN ({marks}) AND state IN {_DONE_EXIT}", ids)
     if con.changes() != len(ids):  # a job changed under us: the writer lock makes this a bug
         raise RuntimeError(f"retention moved {con.changes()} of {len(ids)} jobs")
