@@ -85,5 +85,7 @@ CREATE TABLE usage_daily (
     PRIMARY KEY (day, user, project, queue, host)
 ) STRICT, WITHOUT ROWID;
 
--- retention's scan: finished jobs by end time
+-- retention's scan: finished jobs by end time; and the steps that name a job (what it asks, and
+-- what deleting a job row checks for the foreign key, would otherwise read every step)
 CREATE INDEX jobs_finished_end ON jobs (end_time) WHERE state IN ('DONE', 'EXIT');
+CREATE INDEX flow_steps_job ON flow_steps (job_id);

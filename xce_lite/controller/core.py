@@ -119,7 +119,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._dirty = True  # something changed since the last scheduling session
         self._scheduler = SchedulerProcess()
         self._server: ApiServer | None = None
-        self._retention = Retention(self.log)  # step 8 of the tick
+        self._retention = Retention(self.log, self._wake.set)  # step 8 of the tick
 
     # ---- running ----------------------------------------------------------------------------
 

@@ -2,14 +2,16 @@
 archived ones older than `controller.keep_archived` keep only their day sums (store/archive.py).
 
 Invariants: at most one batch per tick, never while the tick had other work to commit unless the
-last pass is RETAIN_EVERY old; a batch's size follows its measured time so that it stays near
-TARGET (its write holds the store's lock, which submits and the next tick wait on); a failing batch
-is logged and retried later, never troubling the tick. Moving finished jobs changes nothing the
-controller holds in memory (it holds unfinished jobs only).
+last look is a look's interval old (a quarter of keep_finished, at most RETAIN_EVERY); a backlog
+goes on at half duty (a batch, then a pause as long as it took); a batch's size follows its
+measured time so that it stays near TARGET (its write holds the store's lock, which submits and
+the next tick wait on); a failing batch is logged and retried later, never troubling the tick.
+Moving finished jobs changes nothing the controller holds in memory (it holds unfinished jobs only).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -23,8 +25,11 @@ MIN_BATCH, MAX_BATCH = 20, 5000
 
 
 class Retention:
-    def __init__(self, log: Callable[[str], None], batch: int = 500):
+    def __init__(self, log: Callable[[str], None], wake: Callable[[], None] | None = None, batch: int = 200):
+        """`wake`: wakes the tick, so that a backlog drains between the ticks' own work (a batch,
+        then a pause as long as it took) rather than one batch a tick."""
         self.log = log
+        self.wake = wake
         self.batch = batch
         self.next_at = 0.0  # monotonic time of the next look
         self.moved = 0  # jobs archived since the controller started (for the log)
@@ -49,9 +54,14 @@ class Retention:
         if done.jobs or pruned:
             # size the next batch to the time this one took (a job's events make most of the cost)
             per_job = took / max(1, done.jobs + pruned)
-            self.batch = max(MIN_BATCH, min(MAX_BATCH, int(TARGET / per_job) if per_job > 0 else MAX_BATCH))
+            fits = int(TARGET / per_job) if per_job > 0 else MAX_BATCH
+            self.batch = max(MIN_BATCH, min(MAX_BATCH, 2 * self.batch, fits))  # grow by doubling at most
         self.moved += done.jobs
         self.next_at = began + (0.0 if more else every)
+        if more and self.wake is not None:
+            timer = threading.Timer(max(0.01, took), self.wake)
+            timer.daemon = True
+            timer.start()
         if done.jobs and not more:
             self.log(f"retention: {self.moved} finished jobs archived so far (keep_finished "
                      f"{config.keep_finished / 86400:g} days)")
