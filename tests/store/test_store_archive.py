@@ -216,3 +216,23 @@ def test_percentiles_are_nearest_rank_and_the_histogram_is_close() -> None:
     hist = Counter(accounting.wait_bucket(w) for w in waits)
     assert abs(accounting.hist_percentile(hist, 50) - 50) / 50 < 0.05
     assert abs(accounting.hist_percentile(hist, 95) - 95) / 95 < 0.05
+
+
+def test_the_dashboards_usage_per_day_counts_archived_jobs_too(store: JobStore) -> None:
+    for i in range(6):
+        run(store, ("alice", "bob")[i % 2], T + i * 3600, 2, 600, tasks=2, state=DONE if i % 3 else EXIT)
+    run(store, "alice", T + 40 * DAY, 1, 1)
+    before = store.usage_by_day(T - DAY)
+    assert store.retain(T + 30 * DAY, 100).jobs == 6
+    assert store.usage_by_day(T - DAY) == before
+
+
+def test_keep_archived_is_never_shorter_than_keep_finished() -> None:
+    from pydantic import ValidationError
+
+    from xce_lite.config.cluster import ControllerConfig
+
+    assert (ControllerConfig().keep_finished, ControllerConfig().keep_archived) == (30 * DAY, 365 * DAY)
+    assert ControllerConfig(keep_finished="2d", keep_archived="7d").keep_archived == 7 * DAY
+    with pytest.raises(ValidationError, match="keep_archived must be at least keep_finished"):
+        ControllerConfig(keep_finished="30d", keep_archived="1d")
