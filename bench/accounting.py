@@ -9,8 +9,8 @@
   1. acct: an archive of --archived jobs (built directly through the store layer, as retention
      writes it: rows and day sums, over a year, 40 users, 4 queues, 16 hosts, 8 projects), then
      `xce acct` through a real controller, as a user runs it (process start, request, sums, print):
-     by user over the whole year, by host over 30 days, by project from a time inside a day (the
-     partial days read job by job). Goal: under 1 s.
+     by user over the whole year, by host over 60 days, by project from a time inside a day (the
+     partial days read job by job), one user's by queue (read job by job). Goal: under 1 s.
   2. retention: --jobs finished jobs older than keep_finished in the live store (each with its
      four events and a spec carrying a 1 KB environment), then a real controller archives them:
      the time until none is left, and its ticks over 100 ms while it did (from the tick
@@ -63,17 +63,19 @@ def build_archive(store: JobStore, count: int, now: float, chunk: int = 50_000) 
     queues = ["normal", "short", "long", "gpu"]
     hosts = [f"node{i:02d}" for i in range(16)]
     projects = [None, "lab", "lab/vision", "lab/vision/gpu", "lab/nlp", "lab/nlp/big", "ops", "teach"]
+    own = {u: rng.sample(projects, rng.choice((1, 2))) for u in users}  # a user works in one or two projects
     next_id = 1
+    first = now - 365 * DAY
     while next_id <= count:
         rows = []
         for job_id in range(next_id, min(count, next_id + chunk - 1) + 1):
-            end = now - 31 * DAY - rng.random() * 334 * DAY
+            end = first + (job_id + rng.random()) / count * 334 * DAY  # in the order they ended
+            user = rng.choice(users)
             run = rng.expovariate(1 / 1800)
             wait = rng.expovariate(1 / 300)
             slots, gpus = rng.choice((1, 1, 2, 4, 8)), rng.choice((0, 0, 0, 1, 2))
             done = rng.random() < 0.9
-            rows.append({"id": job_id, "user": rng.choice(users), "queue": rng.choice(queues),
-                         "project": rng.choice(projects), "name": "sim", "state": "DONE" if done else "EXIT",
+            rows.append({"id": job_id, "user": user, "queue": rng.choice(queues), "project": rng.choice(own[user]), "name": "sim", "state": "DONE" if done else "EXIT",
                          "array_id": None, "array_index": None, "submit_time": end - run - wait,
                          "start_time": end - run, "end_time": end, "exit_code": 0 if done else 1, "exit_signal": None,
                          "reason": None if done else "exit code 1", "slots": slots, "gpus": gpus,
@@ -98,7 +100,9 @@ def figure_acct(count: int, runs: int) -> None:
         inside_a_day = time.strftime("%Y-%m-%dT13:00", time.localtime(time.time() - 200 * DAY))
         for label, args in (("by user, the whole year", ["--since", "400d"]),
                             ("by host, last 60 days", ["--by", "host", "--since", "60d"]),
-                            ("by project, from inside a day", ["--by", "project", "--since", inside_a_day])):
+                            ("by project, from inside a day", ["--by", "project", "--since", inside_a_day]),
+                            ("of one user, by queue, the whole year", ["-u", "user7", "--by", "queue", "--since",
+                                                                        "400d"])):
             times = []
             for _ in range(runs):
                 began = time.monotonic()

@@ -61,15 +61,16 @@ WHEN NOT EXISTS (SELECT 1 FROM events_archive a WHERE a.job_id = OLD.job_id AND 
   OR NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = OLD.job_id AND j.state IN ('DONE', 'EXIT'))
 BEGIN SELECT RAISE(ABORT, 'events are append-only (only an archived finished job''s events may leave)'); END;
 
--- Usage of archived jobs per day they ended (the controller's local time) and group: what
--- `xce acct` sums for archived jobs and fair share decays. project and host are '' for none.
+-- Usage of archived jobs per day they ended (the controller's local time), summed per group of
+-- one kind (dim): per user, per project, per queue, per host (the host that ran the command), and
+-- per user and queue (key "USER<TAB>QUEUE", for the dashboard's table). A job counts once in each
+-- kind; '' is "none" (no project). One kind per row keeps a year of a busy lab to thousands of
+-- rows, so `xce acct --by X` reads whole days from here; fair share reads `user` or `project`.
 -- wait_hist: {bucket: count} of waits (accounting.py's log buckets), for the median and p95.
 CREATE TABLE usage_daily (
     day        TEXT    NOT NULL,
-    user       TEXT    NOT NULL,
-    project    TEXT    NOT NULL,
-    queue      TEXT    NOT NULL,
-    host       TEXT    NOT NULL,
+    dim        TEXT    NOT NULL CHECK (dim IN ('user', 'project', 'queue', 'host', 'user_queue')),
+    key        TEXT    NOT NULL,
     jobs       INTEGER NOT NULL,
     done       INTEGER NOT NULL,
     exit       INTEGER NOT NULL,
@@ -82,8 +83,9 @@ CREATE TABLE usage_daily (
     gpu_s      REAL    NOT NULL,
     max_rss    INTEGER NOT NULL,
     wait_hist  TEXT    NOT NULL CHECK (json_valid(wait_hist)),
-    PRIMARY KEY (day, user, project, queue, host)
+    PRIMARY KEY (dim, day, key)
 ) STRICT, WITHOUT ROWID;
+CREATE INDEX jobs_archive_project ON jobs_archive (project, end_time) WHERE project IS NOT NULL;
 
 -- retention's scan: finished jobs by end time; and the steps that name a job (what it asks, and
 -- what deleting a job row checks for the foreign key, would otherwise read every step)

@@ -122,3 +122,36 @@ def test_retention_moves_only_old_finished_jobs_across_a_restart() -> None:
         assert "[archived]" in c.ok("hist", str(failed))
     finally:
         c.close()
+
+
+# what the hosts measure: CPU time and peak memory, from the cgroup on systemd hosts and from the
+# supervisor on plain ones. The job burns 0.4 s of CPU and holds 64 MB.
+HEAVY = ("import time\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+         "t = time.process_time()\nwhile time.process_time() - t < 0.4: pass")
+
+
+def test_acct_by_host_has_the_cpu_time_and_memory_each_kind_of_host_measured(systemd_hosts, plain_hosts,
+                                                                                  testhosts_root) -> None:
+    from tests.e2e.test_e2e_remote import close, hosts_of, remote_config, started_cluster
+
+    sd, plain = systemd_hosts[0], plain_hosts[0]
+    config = remote_config([sd, plain]).replace(f"mem: 1G}}\n  - {{name: {plain.name}",
+                                                f"mem: 1G, tags: [sd]}}\n  - {{name: {plain.name}")
+    config = config.replace("mem: 1G}\nqueues", "mem: 1G, tags: [pl]}\nqueues")
+    c = started_cluster(config, testhosts_root)
+    try:
+        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        ids = {tag: c.submit(sys.executable, "-c", HEAVY, options=("-R", f"select[{tag}]")) for tag in ("sd", "pl")}
+        for job_id in ids.values():
+            assert c.wait_state(job_id, {"DONE", "EXIT"}, timeout=90)["state"] == "DONE"
+        rows = {r["key"]: r for r in _json(c, "acct", "--by", "host")["rows"]}
+        assert set(rows) == {sd.name, plain.name}
+        for tag, host in (("sd", sd.name), ("pl", plain.name)):
+            job = c.job(ids[tag])
+            assert job["hosts"][0][0] == host
+            assert rows[host]["cpu_time"] == round(job["cpu_time"], 4) and job["cpu_time"] >= 0.4
+            assert rows[host]["max_rss"] == job["max_rss"] >= 64 << 20
+        history = _json(c, "hist", str(ids["sd"]))["jobs"][0]
+        assert history["events"][-1]["data"]["cpu_time"] == c.job(ids["sd"])["cpu_time"]
+    finally:
+        close(c)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import apsw
 
-from xce_lite.accounting import whole_days
+from xce_lite.accounting import day_of, whole_days
 from xce_lite.store.usage import FIRST_HOST, GPUS, SLOTS, project_sql
 
 _LIVE_FIELDS = {
@@ -115,12 +115,16 @@ class AccountingStore:
     def accounting_inputs(self, by: str, since: float, until: float, user: str | None = None,
                           project: str | None = None) -> tuple[list[tuple], list[tuple[str, dict]]]:
         """What accounting.summarise sums for the jobs that ended in [since, until): finished jobs
-        one by one (key, state, submit, start, end, slots, gpus, cpu, rss), live ones and archived
-        ones outside whole days, and the archive's day sums (key, usage_daily row) of whole days."""
+        one by one (key, state, submit, start, end, slots, gpus, cpu, rss), and the archive's day
+        sums (key, usage_daily row). Live jobs are read one by one; archived ones by their day sums
+        for the local days wholly inside the window, one by one outside them. With a user or
+        project filter every archived job is read one by one (the day sums are per kind, not per
+        combination), so such a query sees back to keep_archived only."""
         con = self._reader()
         live_key, archive_key = _KEYS[by]
         summed_before = float(con.execute("SELECT value FROM meta WHERE key = 'archive_summed_before'").get or 0)
-        days = whole_days(since, until, summed_before)
+        filtered = user is not None or project is not None
+        days = None if filtered else whole_days(since, until, summed_before)
         live_filter, live_args = _filters(user, project, project_sql())
         jobs = list(con.execute(
             f"SELECT {live_key}, state, submit_time, start_time, end_time, {SLOTS}, {GPUS}, cpu_time, max_rss "
@@ -134,27 +138,20 @@ class AccountingStore:
                     f"SELECT {archive_key}, state, submit_time, start_time, end_time, slots, gpus, cpu_time, max_rss "
                     f"FROM jobs_archive WHERE end_time >= ? AND end_time < ?{archive_filter}",
                     (low, high, *archive_args)))
-        sums: list[tuple[str, dict]] = []
-        if days is not None:
-            sums = self._day_sums(by, days, user, project)
-        return jobs, sums
+        return jobs, (self._day_sums(by, days) if days is not None else [])
 
-    def _day_sums(self, by: str, days: tuple[float, float], user: str | None,
-                  project: str | None) -> list[tuple[str, dict]]:
-        from xce_lite.accounting import day_of
-
+    def _day_sums(self, by: str, days: tuple[float, float]) -> list[tuple[str, dict]]:
+        """Per key of kind `by`: the day sums of [first whole day, the day after the last)."""
         con = self._reader()
-        key = {"user": "user", "queue": "queue", "project": "project", "host": "host"}[by]
-        extra, args = _filters(user, project, "project")
-        window = [day_of(days[0]), day_of(days[1])]  # [first whole day, the day after the last)
+        window = (by, day_of(days[0]), day_of(days[1]))
         rows = {}
         for row in con.execute(
-                f"SELECT {key}, {', '.join(f'sum({c})' for c in _SUMS)}, max(max_rss) FROM usage_daily "
-                f"WHERE day >= ? AND day < ?{extra} GROUP BY 1", (*window, *args)):
+                f"SELECT key, {', '.join(f'sum({c})' for c in _SUMS)}, max(max_rss) FROM usage_daily "
+                f"WHERE dim = ? AND day >= ? AND day < ? GROUP BY key", window):
             rows[row[0]] = dict(zip(_SUMS, row[1:-1]), max_rss=row[-1], wait_hist={})
         for group, bucket, n in con.execute(
-                f"SELECT {key}, b.key, sum(b.value) FROM usage_daily, json_each(usage_daily.wait_hist) AS b "
-                f"WHERE day >= ? AND day < ?{extra} GROUP BY 1, 2", (*window, *args)):
+                "SELECT u.key, b.key, sum(b.value) FROM usage_daily AS u, json_each(u.wait_hist) AS b "
+                "WHERE u.dim = ? AND u.day >= ? AND u.day < ? GROUP BY 1, 2", window):
             rows[group]["wait_hist"][bucket] = n
         return list(rows.items())
 

@@ -156,29 +156,33 @@ def _move(con: apsw.Connection, ids: list[int]) -> None:
                     f"(SELECT 1 FROM jobs e WHERE e.array_id = arrays.id)", arrays)
 
 
+DIMS = ("user", "project", "queue", "host", "user_queue")  # the kinds of day sums (sql/0011_archive.sql)
+
+
 def _insert_archived(con: apsw.Connection, rows: Sequence[dict]) -> None:
-    """Archive rows, and their usage added to the day sums of their (day, user, project, queue, host)."""
+    """Archive rows, and their usage added to the day sums of each kind (DIMS)."""
     names = _ARCHIVE_COLUMNS.split(", ")
     con.executemany(
         f"INSERT INTO jobs_archive ({_ARCHIVE_COLUMNS}) VALUES ({', '.join('?' * len(names))})",
         [tuple(json.dumps(r[n]) if n in ("hosts", "command") and r[n] is not None else r[n] for n in names)
          for r in rows])
-    groups: dict[tuple, Tally] = {}
+    groups: dict[tuple[str, str, str], Tally] = {}
     # each row's day as SQLite says it (usage_by_day counts live jobs so): one idea of local time
     ends = json.dumps([r["end_time"] for r in rows])
     day_of = [d for (d,) in con.execute(f"SELECT {DAY.format('value')} FROM json_each(?) ORDER BY key", (ends,))]
     for r, day in zip(rows, day_of):
         host = r["hosts"][0][0] if r["hosts"] else ""
-        key = (day, r["user"], r["project"] or "", r["queue"], host)
-        groups.setdefault(key, Tally()).add_job(r["state"], r["submit_time"], r["start_time"], r["end_time"],
-                                                r["slots"], r["gpus"], r["cpu_time"], r["max_rss"])
-    for key, tally in groups.items():
-        old = con.execute(f"SELECT {', '.join(_USAGE_COLUMNS)} FROM usage_daily WHERE day = ? AND user = ? "
-                          "AND project = ? AND queue = ? AND host = ?", key).fetchone()
+        keys = (r["user"], r["project"] or "", r["queue"], host, f"{r['user']}\t{r['queue']}")
+        for dim, key in zip(DIMS, keys):
+            groups.setdefault((dim, day, key), Tally()).add_job(
+                r["state"], r["submit_time"], r["start_time"], r["end_time"], r["slots"], r["gpus"], r["cpu_time"],
+                r["max_rss"])
+    for group, tally in groups.items():
+        old = con.execute(f"SELECT {', '.join(_USAGE_COLUMNS)} FROM usage_daily WHERE dim = ? AND day = ? AND key = ?",
+                          group).fetchone()
         if old is not None:
             tally.add_day(dict(zip(_USAGE_COLUMNS, old[:-1]), wait_hist=json.loads(old[-1])))
         row = tally.day_row()
         values = [row[c] if c != "wait_hist" else json.dumps(row[c], separators=(",", ":")) for c in _USAGE_COLUMNS]
-        con.execute(f"INSERT OR REPLACE INTO usage_daily (day, user, project, queue, host, "
-                    f"{', '.join(_USAGE_COLUMNS)}) VALUES ({', '.join('?' * (5 + len(_USAGE_COLUMNS)))})",
-                    (*key, *values))
+        con.execute(f"INSERT OR REPLACE INTO usage_daily (dim, day, key, {', '.join(_USAGE_COLUMNS)}) "
+                    f"VALUES ({', '.join('?' * (3 + len(_USAGE_COLUMNS)))})", (*group, *values))

@@ -58,8 +58,9 @@ class UsageStore:
             f"coalesce(sum(cpu_time), 0) / 3600.0 "
             f"FROM jobs WHERE state IN (?, ?) AND end_time >= ? GROUP BY 1, 2, 3 "
             # archived jobs (store/archive.py) by their day sums: the days wholly after `since`
-            f"UNION ALL SELECT day, user, queue, sum(jobs), sum(done), sum(exit), sum(slot_s) / 3600.0, "
-            f"sum(cpu_s) / 3600.0 FROM usage_daily WHERE day > {DAY.format('?')} GROUP BY 1, 2, 3",
+            f"UNION ALL SELECT day, substr(key, 1, instr(key, char(9)) - 1), substr(key, instr(key, char(9)) + 1), "
+            f"jobs, done, exit, slot_s / 3600.0, cpu_s / 3600.0 FROM usage_daily "
+            f"WHERE dim = 'user_queue' AND day > {DAY.format('?')}",
             (*_FINISHED, since, since))
         merged: dict[tuple[str, str, str], list] = {}
         for day, user, queue, n, done, exited, slot_hours, cpu_hours in rows:
