@@ -75,7 +75,8 @@ def build_archive(store: JobStore, count: int, now: float, chunk: int = 50_000) 
             wait = rng.expovariate(1 / 300)
             slots, gpus = rng.choice((1, 1, 2, 4, 8)), rng.choice((0, 0, 0, 1, 2))
             done = rng.random() < 0.9
-            rows.append({"id": job_id, "user": user, "queue": rng.choice(queues), "project": rng.choice(own[user]), "name": "sim", "state": "DONE" if done else "EXIT",
+            rows.append({"id": job_id, "user": user, "queue": rng.choice(queues), "project": rng.choice(own[user]),
+                         "name": "sim", "state": "DONE" if done else "EXIT",
                          "array_id": None, "array_index": None, "submit_time": end - run - wait,
                          "start_time": end - run, "end_time": end, "exit_code": 0 if done else 1, "exit_signal": None,
                          "reason": None if done else "exit code 1", "slots": slots, "gpus": gpus,
