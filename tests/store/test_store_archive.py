@@ -236,3 +236,32 @@ def test_keep_archived_is_never_shorter_than_keep_finished() -> None:
     assert ControllerConfig(keep_finished="2d", keep_archived="7d").keep_archived == 7 * DAY
     with pytest.raises(ValidationError, match="keep_archived must be at least keep_finished"):
         ControllerConfig(keep_finished="30d", keep_archived="1d")
+
+
+def test_the_ticks_step_drains_a_backlog_in_batches_and_survives_a_failing_store(tmp_path: Path) -> None:
+    import threading
+
+    from xce_lite.config.cluster import ControllerConfig
+    from xce_lite.controller.retention import MIN_BATCH, Retention
+
+    store = JobStore(tmp_path / "jobs.db")
+    for i in range(3 * MIN_BATCH):
+        run(store, "alice", T + i, 1, 1)
+    messages: list[str] = []
+    woken = threading.Event()
+    step = Retention(messages.append, woken.set, batch=MIN_BATCH)
+    config = ControllerConfig()
+    now = T + 40 * DAY
+    step.step(store, config, now, busy=False)
+    assert len(store.jobs(include_finished=True)) == 2 * MIN_BATCH  # one batch, no more
+    assert woken.wait(10)  # a full batch: the tick is woken for the next one
+    step.step(store, config, now, busy=True)  # the tick had its own work to commit: retention waits
+    assert len(store.jobs(include_finished=True)) == 2 * MIN_BATCH
+    while store.jobs(include_finished=True):
+        step.step(store, config, now, busy=False)
+    assert step.moved == 3 * MIN_BATCH and step.batch >= MIN_BATCH
+    step.step(store, config, now, busy=False)  # not due yet: nothing happens, nothing fails
+    store.close()
+    step.next_at = 0.0
+    step.step(store, config, now, busy=False)  # a store that fails: logged, the tick goes on
+    assert any(m.startswith("retention: ") and "trying again" in m for m in messages)
