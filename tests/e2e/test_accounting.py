@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 
 from tests.support.cluster import Cluster
