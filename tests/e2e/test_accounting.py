@@ -136,9 +136,12 @@ def test_acct_by_host_has_the_cpu_time_and_memory_each_kind_of_host_measured(sys
     from tests.e2e.test_e2e_remote import close, hosts_of, remote_config, started_cluster
 
     sd, plain = systemd_hosts[0], plain_hosts[0]
-    config = remote_config([sd, plain]).replace(f"mem: 1G}}\n  - {{name: {plain.name}",
-                                                f"mem: 1G, tags: [sd]}}\n  - {{name: {plain.name}")
-    config = config.replace("mem: 1G}\nqueues", "mem: 1G, tags: [pl]}\nqueues")
+    config = remote_config([sd, plain])  # the two hosts under names of their own, each with a tag
+    lines = [line for line in config.splitlines(keepends=True) if "type: ssh" not in line]
+    entries = [f"  - {{name: {name}, type: ssh, address: '{h.ip}', user: root, identity: '{h.key_path}', "
+               f"slots: 2, mem: 1G, tags: [{name}]}}\n" for name, h in (("sd", sd), ("pl", plain))]
+    at = lines.index("hosts:\n") + 1
+    config = "".join(lines[:at] + entries + lines[at:])
     c = started_cluster(config, testhosts_root)
     try:
         wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
@@ -146,8 +149,8 @@ def test_acct_by_host_has_the_cpu_time_and_memory_each_kind_of_host_measured(sys
         for job_id in ids.values():
             assert c.wait_state(job_id, {"DONE", "EXIT"}, timeout=90)["state"] == "DONE"
         rows = {r["key"]: r for r in _json(c, "acct", "--by", "host")["rows"]}
-        assert set(rows) == {sd.name, plain.name}
-        for tag, host in (("sd", sd.name), ("pl", plain.name)):
+        assert set(rows) == {"sd", "pl"}
+        for tag, host in (("sd", "sd"), ("pl", "pl")):
             job = c.job(ids[tag])
             assert job["hosts"][0][0] == host
             assert rows[host]["cpu_time"] == round(job["cpu_time"], 4) and job["cpu_time"] >= 0.4
