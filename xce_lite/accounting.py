@@ -3,9 +3,10 @@ percentiles, and the times users type for --since and --until. Pure: no I/O; `no
 
 A group's numbers come from two kinds of input that never overlap: finished jobs one by one (the
 live table, and archived jobs inside a partial day) and whole days of archived jobs already summed
-(`usage_daily`, which keeps waits as a log-scale histogram). Percentiles are exact while every wait
-is known one by one; once a day sum takes part they come from the histogram, whose buckets are
-2^(1/8) wide (a value is off by at most ~4.5%), and the result says so (`exact`).
+(`usage_daily`, which keeps waits as a log-scale histogram: a dense list of BUCKETS counts, so
+that a year of day sums merges by adding lists). Percentiles are exact while every wait is known
+one by one; once a day sum takes part they come from the histogram, whose buckets are 2^(1/4)
+wide (a value is off by at most ~9%), and the result says so (`exact`).
 
 Definitions (as bacct and sacct users expect): wait = start - submit of a job that started (its
 last attempt's start); run = end - start; slot-seconds = run x slots (its placement's tasks);
@@ -18,21 +19,26 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from xce_lite.errors import SpecError
 
-_STEPS = 8  # histogram buckets per doubling
+_STEPS = 4  # histogram buckets per doubling
 _FLOOR = 0.01  # waits below 10 ms fall in bucket 0 (counted as 0)
+BUCKETS = 116  # the last one holds every wait from ~44 days on
 
 
 def wait_bucket(wait: float) -> int:
     if wait < _FLOOR:
         return 0
-    return 1 + int(math.floor(_STEPS * math.log2(wait / _FLOOR)))
+    return min(BUCKETS - 1, 1 + int(math.floor(_STEPS * math.log2(wait / _FLOOR))))
+
+
+def add_hists(hists: list[list[int]]) -> list[int]:
+    """Dense histograms added bucket by bucket."""
+    return [sum(column) for column in zip(*hists)] if hists else [0] * BUCKETS
 
 
 def bucket_value(bucket: int) -> float:
@@ -58,7 +64,7 @@ class Tally:
     gpu_s: float = 0.0
     max_rss: int = 0
     waits: list[float] = field(default_factory=list)
-    hist: Counter = field(default_factory=Counter)
+    hist: list[int] | None = None  # dense, BUCKETS long; None: no day sum took part
 
     def add_job(self, state: str, submit: float, start: float | None, end: float, slots: int, gpus: int,
                 cpu: float | None, rss: int | None) -> None:
@@ -85,32 +91,37 @@ class Tally:
         for name in ("jobs", "done", "exit", "started", "wait_s", "run_s", "cpu_s", "cpu_slot_s", "slot_s", "gpu_s"):
             setattr(self, name, getattr(self, name) + row[name])
         self.max_rss = max(self.max_rss, row["max_rss"])
-        self.hist.update({int(b): n for b, n in row["wait_hist"].items()})
+        self.hist = add_hists([self.hist, row["wait_hist"]] if self.hist is not None else [row["wait_hist"]])
 
     def merge(self, other: Tally) -> None:
         for name in ("jobs", "done", "exit", "started", "wait_s", "run_s", "cpu_s", "cpu_slot_s", "slot_s", "gpu_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.max_rss = max(self.max_rss, other.max_rss)
         self.waits.extend(other.waits)
-        self.hist.update(other.hist)
+        if other.hist is not None:
+            self.hist = add_hists([h for h in (self.hist, other.hist) if h is not None])
 
     def day_row(self) -> dict:
         """These sums as a `usage_daily` row (exact waits go into the histogram)."""
-        hist = Counter(self.hist)
-        hist.update(wait_bucket(w) for w in self.waits)
+        hist = self._all_waits()
         return {"jobs": self.jobs, "done": self.done, "exit": self.exit, "started": self.started,
                 "wait_s": self.wait_s, "run_s": self.run_s, "cpu_s": self.cpu_s, "cpu_slot_s": self.cpu_slot_s,
                 "slot_s": self.slot_s, "gpu_s": self.gpu_s, "max_rss": self.max_rss,
-                "wait_hist": {str(b): n for b, n in sorted(hist.items())}}
+                "wait_hist": hist}
+
+    def _all_waits(self) -> list[int]:
+        hist = list(self.hist) if self.hist is not None else [0] * BUCKETS
+        for w in self.waits:
+            hist[wait_bucket(w)] += 1
+        return hist
 
     def report(self) -> dict:
         """The numbers `xce acct --json` shows for the group (schema 1)."""
-        exact = not self.hist
+        exact = self.hist is None
         if exact:
             median, p95 = percentile(sorted(self.waits), 50), percentile(sorted(self.waits), 95)
         else:
-            hist = Counter(self.hist)
-            hist.update(wait_bucket(w) for w in self.waits)
+            hist = self._all_waits()
             median, p95 = hist_percentile(hist, 50), hist_percentile(hist, 95)
         return {
             "jobs": self.jobs, "done": self.done, "exit": self.exit,
@@ -134,13 +145,13 @@ def percentile(ordered: list[float], p: float) -> float | None:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-def hist_percentile(hist: Counter, p: float) -> float | None:
-    total = sum(hist.values())
+def hist_percentile(hist: list[int], p: float) -> float | None:
+    total = sum(hist)
     if not total:
         return None
     rank, seen = max(1, math.ceil(p / 100 * total)), 0
-    for bucket in sorted(hist):
-        seen += hist[bucket]
+    for bucket, n in enumerate(hist):
+        seen += n
         if seen >= rank:
             return bucket_value(bucket)
     return None  # pragma: no cover - the loop always reaches rank
@@ -155,9 +166,15 @@ def summarise(jobs: Iterable[tuple], days: Iterable[tuple[str, dict]]) -> dict[s
     sums (key, usage_daily row)."""
     groups: dict[str, Tally] = {}
     for key, *job in jobs:
-        groups.setdefault(key, Tally()).add_job(*job)
+        tally = groups.get(key)
+        if tally is None:
+            tally = groups[key] = Tally()
+        tally.add_job(*job)
     for key, row in days:
-        groups.setdefault(key, Tally()).add_day(row)
+        tally = groups.get(key)
+        if tally is None:
+            tally = groups[key] = Tally()
+        tally.add_day(row)
     return groups
 
 

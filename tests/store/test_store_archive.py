@@ -75,7 +75,7 @@ def test_retention_moves_only_old_finished_jobs_and_accounting_reads_the_same(st
     assert after["alice"]["slot_hours"] == round(sum((100 + i) * 2 for i in range(5)) / 3600 + 10 / 3600, 4)
     assert after["alice"]["gpu_hours"] == round(sum(100 + i for i in range(5)) / 3600, 4)
     assert (before["bob"]["wait"]["exact"], after["bob"]["wait"]["exact"]) == (True, False)  # from a day sum now
-    assert abs(after["bob"]["wait"]["median"] - 1.0) <= 0.05  # within its bucket
+    assert abs(after["bob"]["wait"]["median"] - 1.0) <= 0.1  # within its bucket
     history_after = store.history([*old, recent])[0]
     assert [j["archived"] for j in history_after] == [True] * len(old) + [False]
     for a, b in zip(history_before, history_after):
@@ -92,7 +92,7 @@ def test_a_window_inside_days_reads_archived_jobs_one_by_one(store: JobStore) ->
     got = acct(store, since=since, until=until)
     assert without_exactness(got) == without_exactness(expected)
     got = got["alice"]
-    assert abs(got["wait"]["median"] - 10.0) <= 0.5  # a histogram bucket is ~9% wide
+    assert abs(got["wait"]["median"] - 10.0) <= 1.0  # a histogram bucket is ~19% wide
 
 
 def test_retention_is_bounded_by_batch_and_never_reuses_ids(store: JobStore) -> None:
@@ -212,10 +212,12 @@ def test_times_by_the_calendar() -> None:
 def test_percentiles_are_nearest_rank_and_the_histogram_is_close() -> None:
     waits = [float(w) for w in range(1, 101)]
     assert (accounting.percentile(waits, 50), accounting.percentile(waits, 95)) == (50.0, 95.0)
-    from collections import Counter
-    hist = Counter(accounting.wait_bucket(w) for w in waits)
-    assert abs(accounting.hist_percentile(hist, 50) - 50) / 50 < 0.05
-    assert abs(accounting.hist_percentile(hist, 95) - 95) / 95 < 0.05
+    hist = [0] * accounting.BUCKETS
+    for w in waits:
+        hist[accounting.wait_bucket(w)] += 1
+    assert abs(accounting.hist_percentile(hist, 50) - 50) / 50 < 0.1  # a bucket is 2^(1/4) wide
+    assert abs(accounting.hist_percentile(hist, 95) - 95) / 95 < 0.1
+    assert accounting.wait_bucket(10**9) == accounting.BUCKETS - 1 and accounting.wait_bucket(0.001) == 0
 
 
 def test_the_dashboards_usage_per_day_counts_archived_jobs_too(store: JobStore) -> None:

@@ -119,7 +119,7 @@ def acct(ctx, by, user, project, since, until, as_json) -> None:
     """Usage of finished jobs (LSF's bacct, Slurm's sacct): jobs done and exited, wait time
     (median, 95th percentile), run time, CPU time, peak memory, slot-hours, GPU-hours and
     efficiency (CPU time / slot time), per user, project, queue or host; archived jobs included.
-    A `~` marks percentiles read from archived day sums (within ~5%).
+    A `~` marks percentiles read from archived day sums (within ~10%).
 
     Example: xce acct --by queue --since 7d
     """

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import apsw
 
-from xce_lite.accounting import day_of, whole_days
+from xce_lite.accounting import add_hists, day_of, whole_days
 from xce_lite.store.usage import FIRST_HOST, GPUS, SLOTS, project_sql
 
 _LIVE_FIELDS = {
@@ -148,11 +148,13 @@ class AccountingStore:
         for row in con.execute(
                 f"SELECT key, {', '.join(f'sum({c})' for c in _SUMS)}, max(max_rss) FROM usage_daily "
                 f"WHERE dim = ? AND day >= ? AND day < ? GROUP BY key", window):
-            rows[row[0]] = dict(zip(_SUMS, row[1:-1]), max_rss=row[-1], wait_hist={})
-        for group, bucket, n in con.execute(
-                "SELECT u.key, b.key, sum(b.value) FROM usage_daily AS u, json_each(u.wait_hist) AS b "
-                "WHERE u.dim = ? AND u.day >= ? AND u.day < ? GROUP BY 1, 2", window):
-            rows[group]["wait_hist"][bucket] = n
+            rows[row[0]] = dict(zip(_SUMS, row[1:-1]), max_rss=row[-1])
+        hists: dict[str, list[list[int]]] = {key: [] for key in rows}
+        for key, hist in con.execute("SELECT key, wait_hist FROM usage_daily WHERE dim = ? AND day >= ? AND day < ?",
+                                     window):
+            hists[key].append(json.loads(hist))
+        for key, row in rows.items():
+            row["wait_hist"] = add_hists(hists[key])
         return list(rows.items())
 
 

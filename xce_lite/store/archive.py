@@ -174,7 +174,10 @@ def _insert_archived(con: apsw.Connection, rows: Sequence[dict]) -> None:
         host = r["hosts"][0][0] if r["hosts"] else ""
         keys = (r["user"], r["project"] or "", r["queue"], host, f"{r['user']}\t{r['queue']}")
         for dim, key in zip(DIMS, keys):
-            groups.setdefault((dim, day, key), Tally()).add_job(
+            tally = groups.get((dim, day, key))
+            if tally is None:
+                tally = groups[(dim, day, key)] = Tally()
+            tally.add_job(
                 r["state"], r["submit_time"], r["start_time"], r["end_time"], r["slots"], r["gpus"], r["cpu_time"],
                 r["max_rss"])
     for group, tally in groups.items():
