@@ -267,3 +267,40 @@ def test_the_ticks_step_drains_a_backlog_in_batches_and_survives_a_failing_store
     step.next_at = 0.0
     step.step(store, config, now, busy=False)  # a store that fails: logged, the tick goes on
     assert any(m.startswith("retention: ") and "trying again" in m for m in messages)
+
+
+def archived_row(job_id: int, user: str, project: str | None, queue: str, end: float, wait: float = 5.0,
+                 run_for: float = 100.0) -> dict:
+    return {"id": job_id, "user": user, "queue": queue, "project": project, "name": "sim", "state": DONE,
+            "array_id": None, "array_index": None, "submit_time": end - run_for - wait, "start_time": end - run_for,
+            "end_time": end, "exit_code": 0, "exit_signal": None, "reason": None, "slots": 2, "gpus": 1,
+            "hosts": [["h1", 2]], "cpu_time": 50.0, "max_rss": 1 << 20, "attempt": 1, "retries": 0,
+            "command": ["./sim"]}
+
+
+def test_filters_read_day_sums_of_their_own_kind_and_jobs_one_by_one_otherwise(store: JobStore) -> None:
+    rows = [archived_row(i, ("alice", "bob")[i % 2], ("lab", "lab/vision", "ops", None, "laboratory")[i % 5],
+                         ("normal", "gpu")[i % 3 == 0], T + i * 7200) for i in range(1, 61)]
+    store.add_archived(rows)
+
+    def sums(by: str, user: str | None = None, project: str | None = None) -> dict:
+        jobs, days = store.accounting_inputs(by, T - DAY, T + 10 * DAY, user, project)
+        return {k: (v.jobs, round(v.slot_s, 3)) for k, v in accounting.summarise(jobs, days).items()}
+
+    def expect(by: str, keep) -> dict:
+        found: dict = {}
+        for r in rows:
+            if keep(r):
+                key = r[by] or "" if by != "user" else r["user"]
+                jobs, slot_s = found.get(key, (0, 0.0))
+                found[key] = (jobs + 1, round(slot_s + 200.0, 3))
+        return found
+
+    under_lab = lambda r: r["project"] in ("lab", "lab/vision")  # noqa: E731 - not "laboratory"
+    assert sums("project", project="lab") == expect("project", under_lab)
+    assert sums("user", user="alice") == expect("user", lambda r: r["user"] == "alice")
+    assert sums("queue", user="alice") == expect("queue", lambda r: r["user"] == "alice")  # one by one
+    assert sums("queue", project="lab") == expect("queue", under_lab)
+    assert sums("queue") == expect("queue", lambda r: True)
+    assert store.accounting_inputs("queue", T - DAY, T + 10 * DAY)[0] == []  # whole days: day sums only
+    assert len(store.accounting_inputs("queue", T - DAY, T + 10 * DAY, "alice")[0]) == 30

@@ -117,14 +117,18 @@ class AccountingStore:
         """What accounting.summarise sums for the jobs that ended in [since, until): finished jobs
         one by one (key, state, submit, start, end, slots, gpus, cpu, rss), and the archive's day
         sums (key, usage_daily row). Live jobs are read one by one; archived ones by their day sums
-        for the local days wholly inside the window, one by one outside them. With a user or
-        project filter every archived job is read one by one (the day sums are per kind, not per
-        combination), so such a query sees back to keep_archived only."""
+        for the local days wholly inside the window, one by one outside them. A user filter with
+        another `by` than user (or a project filter with another than project) reads every
+        archived job one by one (the day sums are per kind, not per combination), so such a query
+        sees back to keep_archived only."""
         con = self._reader()
         live_key, archive_key = _KEYS[by]
         summed_before = float(con.execute("SELECT value FROM meta WHERE key = 'archive_summed_before'").get or 0)
-        filtered = user is not None or project is not None
-        days = None if filtered else whole_days(since, until, summed_before)
+        # a filter on the kind being summed reads the day sums of the keys it takes; any other
+        # filter needs the combination, which only the per-job rows have
+        on_key = {"user": user is not None, "project": project is not None}
+        other = (user is not None and by != "user") or (project is not None and by != "project")
+        days = None if other else whole_days(since, until, summed_before)
         live_filter, live_args = _filters(user, project, project_sql())
         jobs = list(con.execute(
             f"SELECT {live_key}, state, submit_time, start_time, end_time, {SLOTS}, {GPUS}, cpu_time, max_rss "
@@ -138,30 +142,37 @@ class AccountingStore:
                     f"SELECT {archive_key}, state, submit_time, start_time, end_time, slots, gpus, cpu_time, max_rss "
                     f"FROM jobs_archive WHERE end_time >= ? AND end_time < ?{archive_filter}",
                     (low, high, *archive_args)))
-        return jobs, (self._day_sums(by, days) if days is not None else [])
+        if days is None:
+            return jobs, []
+        key_filter, key_args = "", []
+        if on_key.get(by):
+            key_filter, key_args = _filters(user, project, "key", "key")
+        return jobs, self._day_sums(by, days, key_filter, key_args)
 
-    def _day_sums(self, by: str, days: tuple[float, float]) -> list[tuple[str, dict]]:
+    def _day_sums(self, by: str, days: tuple[float, float], key_filter: str = "",
+                  key_args: Sequence = ()) -> list[tuple[str, dict]]:
         """Per key of kind `by`: the day sums of [first whole day, the day after the last)."""
         con = self._reader()
-        window = (by, day_of(days[0]), day_of(days[1]))
+        window = (by, day_of(days[0]), day_of(days[1]), *key_args)
+        where = f"dim = ? AND day >= ? AND day < ?{key_filter}"
         rows = {}
         for row in con.execute(
                 f"SELECT key, {', '.join(f'sum({c})' for c in _SUMS)}, max(max_rss) FROM usage_daily "
-                f"WHERE dim = ? AND day >= ? AND day < ? GROUP BY key", window):
+                f"WHERE {where} GROUP BY key", window):
             rows[row[0]] = dict(zip(_SUMS, row[1:-1]), max_rss=row[-1])
         hists: dict[str, list[list[int]]] = {key: [] for key in rows}
-        for key, hist in con.execute("SELECT key, wait_hist FROM usage_daily WHERE dim = ? AND day >= ? AND day < ?",
-                                     window):
+        for key, hist in con.execute(f"SELECT key, wait_hist FROM usage_daily WHERE {where}", window):
             hists[key].append(json.loads(hist))
         for key, row in rows.items():
             row["wait_hist"] = add_hists(hists[key])
         return list(rows.items())
 
 
-def _filters(user: str | None, project: str | None, project_column: str) -> tuple[str, list]:
+def _filters(user: str | None, project: str | None, project_column: str,
+             user_column: str = "user") -> tuple[str, list]:
     sql, args = "", []
     if user is not None:
-        sql += " AND user = ?"
+        sql += f" AND {user_column} = ?"
         args.append(user)
     if project is not None:
         under, more = _under(project_column, project)
