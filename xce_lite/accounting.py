@@ -3,8 +3,8 @@ percentiles, and the times users type for --since and --until. Pure: no I/O; `no
 
 A group's numbers come from two kinds of input that never overlap: finished jobs one by one (the
 live table, and archived jobs inside a partial day) and whole days of archived jobs already summed
-(`usage_daily`, which keeps waits as a log-scale histogram: a dense list of BUCKETS counts, so
-that a year of day sums merges by adding lists). Percentiles are exact while every wait is known
+(`usage_daily`, which keeps waits as a log-scale histogram of BUCKETS counts, one column each, so
+that SQLite sums a year of day sums). Percentiles are exact while every wait is known
 one by one; once a day sum takes part they come from the histogram, whose buckets are 2^(1/4)
 wide (a value is off by at most ~9%), and the result says so (`exact`).
 
@@ -26,8 +26,8 @@ from datetime import datetime
 from xce_lite.errors import SpecError
 
 _STEPS = 4  # histogram buckets per doubling
-_FLOOR = 0.01  # waits below 10 ms fall in bucket 0 (counted as 0)
-BUCKETS = 116  # the last one holds every wait from ~44 days on
+_FLOOR = 0.1  # waits below 0.1 s fall in bucket 0 (counted as 0)
+BUCKETS = 104  # the last one holds every wait from ~55 days on (usage_daily's w0..w103)
 
 
 def wait_bucket(wait: float) -> int:

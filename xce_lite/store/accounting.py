@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import apsw
 
-from xce_lite.accounting import add_hists, day_of, whole_days
+from xce_lite.accounting import day_of, whole_days
+from xce_lite.store.archive import WAIT_COLUMNS
 from xce_lite.store.usage import FIRST_HOST, GPUS, SLOTS, project_sql
 
 _LIVE_FIELDS = {
@@ -156,15 +157,11 @@ class AccountingStore:
         window = (by, day_of(days[0]), day_of(days[1]), *key_args)
         where = f"dim = ? AND day >= ? AND day < ?{key_filter}"
         rows = {}
-        for row in con.execute(
-                f"SELECT key, {', '.join(f'sum({c})' for c in _SUMS)}, max(max_rss) FROM usage_daily "
-                f"WHERE {where} GROUP BY key", window):
-            rows[row[0]] = dict(zip(_SUMS, row[1:-1]), max_rss=row[-1])
-        hists: dict[str, list[list[int]]] = {key: [] for key in rows}
-        for key, hist in con.execute(f"SELECT key, wait_hist FROM usage_daily WHERE {where}", window):
-            hists[key].append(json.loads(hist))
-        for key, row in rows.items():
-            row["wait_hist"] = add_hists(hists[key])
+        sums = ", ".join(f"sum({c})" for c in (*_SUMS, *WAIT_COLUMNS.split(", ")))
+        for row in con.execute(f"SELECT key, max(max_rss), {sums} FROM usage_daily WHERE {where} GROUP BY key",
+                               window):
+            n = len(_SUMS)
+            rows[row[0]] = dict(zip(_SUMS, row[2:2 + n]), max_rss=row[1], wait_hist=list(row[2 + n:]))
         return list(rows.items())
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import apsw
 
-from xce_lite.accounting import Tally
+from xce_lite.accounting import BUCKETS, Tally
 from xce_lite.store.db import insert_event
 from xce_lite.store.usage import DAY, GPUS, SLOTS, project_sql
 
@@ -54,7 +54,8 @@ _OLD_FLOWS = (
 _ARCHIVE_COLUMNS = ("id, user, queue, project, name, state, array_id, array_index, submit_time, start_time, end_time, "
                     "exit_code, exit_signal, reason, slots, gpus, hosts, cpu_time, max_rss, attempt, retries, command")
 _USAGE_COLUMNS = ("jobs", "done", "exit", "started", "wait_s", "run_s", "cpu_s", "cpu_slot_s", "slot_s", "gpu_s",
-                  "max_rss", "wait_hist")
+                  "max_rss")
+WAIT_COLUMNS = ", ".join(f"w{i}" for i in range(BUCKETS))  # the wait histogram, a column per bucket
 
 
 @dataclass(frozen=True)
@@ -181,11 +182,12 @@ def _insert_archived(con: apsw.Connection, rows: Sequence[dict]) -> None:
                 r["state"], r["submit_time"], r["start_time"], r["end_time"], r["slots"], r["gpus"], r["cpu_time"],
                 r["max_rss"])
     for group, tally in groups.items():
-        old = con.execute(f"SELECT {', '.join(_USAGE_COLUMNS)} FROM usage_daily WHERE dim = ? AND day = ? AND key = ?",
-                          group).fetchone()
+        old = con.execute(f"SELECT {', '.join(_USAGE_COLUMNS)}, {WAIT_COLUMNS} FROM usage_daily "
+                          "WHERE dim = ? AND day = ? AND key = ?", group).fetchone()
         if old is not None:
-            tally.add_day(dict(zip(_USAGE_COLUMNS, old[:-1]), wait_hist=json.loads(old[-1])))
+            n = len(_USAGE_COLUMNS)
+            tally.add_day(dict(zip(_USAGE_COLUMNS, old[:n]), wait_hist=list(old[n:])))
         row = tally.day_row()
-        values = [row[c] if c != "wait_hist" else json.dumps(row[c], separators=(",", ":")) for c in _USAGE_COLUMNS]
-        con.execute(f"INSERT OR REPLACE INTO usage_daily (dim, day, key, {', '.join(_USAGE_COLUMNS)}) "
-                    f"VALUES ({', '.join('?' * (3 + len(_USAGE_COLUMNS)))})", (*group, *values))
+        values = [row[c] for c in _USAGE_COLUMNS] + row["wait_hist"]
+        con.execute(f"INSERT OR REPLACE INTO usage_daily (dim, day, key, {', '.join(_USAGE_COLUMNS)}, {WAIT_COLUMNS}) "
+                    f"VALUES ({', '.join('?' * (3 + len(values)))})", (*group, *values))
