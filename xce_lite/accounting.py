@@ -87,11 +87,13 @@ class Tally:
         self.max_rss = max(self.max_rss, rss or 0)
 
     def add_day(self, row: dict) -> None:
-        """A `usage_daily` row (as archive.py reads it, `wait_hist` decoded)."""
+        """Sums: a `usage_daily` row (with its `wait_hist`), or jobs summed by SQL (their waits come
+        one by one, `waits`)."""
         for name in ("jobs", "done", "exit", "started", "wait_s", "run_s", "cpu_s", "cpu_slot_s", "slot_s", "gpu_s"):
             setattr(self, name, getattr(self, name) + row[name])
         self.max_rss = max(self.max_rss, row["max_rss"])
-        self.hist = add_hists([self.hist, row["wait_hist"]] if self.hist is not None else [row["wait_hist"]])
+        if "wait_hist" in row:
+            self.hist = add_hists([self.hist, row["wait_hist"]] if self.hist is not None else [row["wait_hist"]])
 
     def merge(self, other: Tally) -> None:
         for name in ("jobs", "done", "exit", "started", "wait_s", "run_s", "cpu_s", "cpu_slot_s", "slot_s", "gpu_s"):
@@ -161,20 +163,18 @@ def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def summarise(jobs: Iterable[tuple], days: Iterable[tuple[str, dict]]) -> dict[str, Tally]:
-    """Group key -> Tally from jobs (key, state, submit, start, end, slots, gpus, cpu, rss) and day
-    sums (key, usage_daily row)."""
+def summarise(sums: Iterable[tuple[str, dict]], waits: Iterable[tuple[str, float]],
+              days: Iterable[tuple[str, dict]] = ()) -> dict[str, Tally]:
+    """Group key -> Tally from store.accounting_inputs: sums of jobs read one by one (key, row),
+    their waits (key, wait), and day sums (key, usage_daily row)."""
     groups: dict[str, Tally] = {}
-    for key, *job in jobs:
-        tally = groups.get(key)
-        if tally is None:
-            tally = groups[key] = Tally()
-        tally.add_job(*job)
-    for key, row in days:
+    for key, row in (*sums, *days):
         tally = groups.get(key)
         if tally is None:
             tally = groups[key] = Tally()
         tally.add_day(row)
+    for key, wait in waits:
+        groups[key].waits.append(wait)
     return groups
 
 

@@ -45,8 +45,8 @@ def run(store: JobStore, user: str, submit: float, wait: float, run_for: float, 
 
 
 def acct(store: JobStore, by: str = "user", since: float = 0.0, until: float = T + 400 * DAY) -> dict:
-    jobs, days = store.accounting_inputs(by, since, until)
-    return {key: tally.report() for key, tally in accounting.summarise(jobs, days).items()}
+    groups = accounting.summarise(*store.accounting_inputs(by, since, until))
+    return {key: tally.report() for key, tally in groups.items()}
 
 
 def without_exactness(report: dict) -> dict:
@@ -284,8 +284,8 @@ def test_filters_read_day_sums_of_their_own_kind_and_jobs_one_by_one_otherwise(s
     store.add_archived(rows)
 
     def sums(by: str, user: str | None = None, project: str | None = None) -> dict:
-        jobs, days = store.accounting_inputs(by, T - DAY, T + 10 * DAY, user, project)
-        return {k: (v.jobs, round(v.slot_s, 3)) for k, v in accounting.summarise(jobs, days).items()}
+        inputs = store.accounting_inputs(by, T - DAY, T + 10 * DAY, user, project)
+        return {k: (v.jobs, round(v.slot_s, 3)) for k, v in accounting.summarise(*inputs).items()}
 
     def expect(by: str, keep) -> dict:
         found: dict = {}
@@ -302,5 +302,5 @@ def test_filters_read_day_sums_of_their_own_kind_and_jobs_one_by_one_otherwise(s
     assert sums("queue", user="alice") == expect("queue", lambda r: r["user"] == "alice")  # one by one
     assert sums("queue", project="lab") == expect("queue", under_lab)
     assert sums("queue") == expect("queue", lambda r: True)
-    assert store.accounting_inputs("queue", T - DAY, T + 10 * DAY)[0] == []  # whole days: day sums only
-    assert len(store.accounting_inputs("queue", T - DAY, T + 10 * DAY, "alice")[0]) == 30
+    assert store.accounting_inputs("queue", T - DAY, T + 10 * DAY)[1] == []  # whole days: day sums only
+    assert len(store.accounting_inputs("queue", T - DAY, T + 10 * DAY, "alice")[1]) == 30  # each wait

@@ -114,14 +114,16 @@ class AccountingStore:
     # ---- xce acct -----------------------------------------------------------------------------
 
     def accounting_inputs(self, by: str, since: float, until: float, user: str | None = None,
-                          project: str | None = None) -> tuple[list[tuple], list[tuple[str, dict]]]:
-        """What accounting.summarise sums for the jobs that ended in [since, until): finished jobs
-        one by one (key, state, submit, start, end, slots, gpus, cpu, rss), and the archive's day
-        sums (key, usage_daily row). Live jobs are read one by one; archived ones by their day sums
-        for the local days wholly inside the window, one by one outside them. A user filter with
-        another `by` than user (or a project filter with another than project) reads every
-        archived job one by one (the day sums are per kind, not per combination), so such a query
-        sees back to keep_archived only."""
+                          project: str | None = None) -> tuple[list, list, list]:
+        """What accounting.summarise sums for the jobs that ended in [since, until), as three lists:
+        sums of finished jobs read one by one (key, row), their waits (key, wait), and the
+        archive's day sums (key, row with `wait_hist`). SQLite does the sums; Python sees only
+        the waits (for exact percentiles) and one row per key and source.
+
+        Live jobs are read one by one; archived ones by their day sums for the local days wholly
+        inside the window, one by one outside them. A user filter with another `by` than user (or
+        a project filter with another than project) reads every archived job one by one (the day
+        sums are per kind, not per combination), so such a query sees back to keep_archived only."""
         con = self._reader()
         live_key, archive_key = _KEYS[by]
         summed_before = float(con.execute("SELECT value FROM meta WHERE key = 'archive_summed_before'").get or 0)
@@ -130,25 +132,32 @@ class AccountingStore:
         on_key = {"user": user is not None, "project": project is not None}
         other = (user is not None and by != "user") or (project is not None and by != "project")
         days = None if other else whole_days(since, until, summed_before)
+        sums: list[tuple[str, dict]] = []
+        waits: list[tuple[str, float]] = []
         live_filter, live_args = _filters(user, project, project_sql())
-        jobs = list(con.execute(
-            f"SELECT {live_key}, state, submit_time, start_time, end_time, {SLOTS}, {GPUS}, cpu_time, max_rss "
-            f"FROM jobs WHERE state IN ('DONE', 'EXIT') AND end_time >= ? AND end_time < ?{live_filter}",
-            (since, until, *live_args)))
-        ranges = [(since, until)] if days is None else [(since, days[0]), (days[1], until)]
+        sources = [(f"jobs WHERE state IN ('DONE', 'EXIT') AND end_time >= ? AND end_time < ?{live_filter}",
+                    live_key, SLOTS, GPUS, (since, until, *live_args))]
         archive_filter, archive_args = _filters(user, project, "project")
-        for low, high in ranges:
+        for low, high in [(since, until)] if days is None else [(since, days[0]), (days[1], until)]:
             if low < high:
-                jobs.extend(con.execute(
-                    f"SELECT {archive_key}, state, submit_time, start_time, end_time, slots, gpus, cpu_time, max_rss "
-                    f"FROM jobs_archive WHERE end_time >= ? AND end_time < ?{archive_filter}",
-                    (low, high, *archive_args)))
+                sources.append((f"jobs_archive WHERE end_time >= ? AND end_time < ?{archive_filter}", archive_key,
+                                "slots", "gpus", (low, high, *archive_args)))
+        for where, key, slots, gpus, args in sources:
+            run = "(CASE WHEN start_time IS NULL THEN 0.0 ELSE max(0.0, end_time - start_time) END)"
+            for row in con.execute(
+                    f"SELECT {key}, count(*), sum(state = 'DONE'), sum(state <> 'DONE'), count(start_time), "
+                    f"total(max(0.0, start_time - submit_time)), total({run}), total(cpu_time), "
+                    f"total(CASE WHEN cpu_time IS NULL THEN 0.0 ELSE {run} * {slots} END), total({run} * {slots}), "
+                    f"total({run} * {gpus}), max(coalesce(max_rss, 0)) FROM {where} GROUP BY 1", args):
+                sums.append((row[0], dict(zip(_SUMS, row[1:-1]), max_rss=row[-1])))
+            waits.extend(con.execute(f"SELECT {key}, max(0.0, start_time - submit_time) FROM {where} "
+                                     f"AND start_time IS NOT NULL", args))
         if days is None:
-            return jobs, []
+            return sums, waits, []
         key_filter, key_args = "", []
         if on_key.get(by):
             key_filter, key_args = _filters(user, project, "key", "key")
-        return jobs, self._day_sums(by, days, key_filter, key_args)
+        return sums, waits, self._day_sums(by, days, key_filter, key_args)
 
     def _day_sums(self, by: str, days: tuple[float, float], key_filter: str = "",
                   key_args: Sequence = ()) -> list[tuple[str, dict]]:

@@ -65,8 +65,7 @@ class AccountingHandlers:
         user = query.get("user") or None
         user = None if user == "all" else user
         project = query.get("project") or None
-        jobs, days = self.store.accounting_inputs(by, since, until, user, project)
-        groups = accounting.summarise(jobs, days)
+        groups = accounting.summarise(*self.store.accounting_inputs(by, since, until, user, project))
         total = accounting.Tally()
         for tally in groups.values():
             total.merge(tally)
