@@ -103,6 +103,8 @@ def test_retention_moves_only_old_finished_jobs_across_a_restart() -> None:
         wait_until(lambda: archived([done, failed]), 30, "the finished jobs to be archived")
         listed = {j["id"]: j["state"] for j in _json(c, "jobs", "-a")["jobs"]}
         assert listed == {running: "RUN", held: "PSUSP"}  # the old finished ones left the live table
+        gone = c.xce("jobs", str(done))
+        assert gone.returncode == 2 and f"`xce hist {done}` shows it" in gone.stderr
 
         c.kill9_controller()
         c.start()
