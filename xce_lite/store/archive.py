@@ -5,8 +5,8 @@ archive (sql/0011_archive.sql) in bounded batches, each ONE transaction; archive
 Invariants:
 - Only DONE and EXIT jobs move, and only those that nothing live still reads: not an element of an
   array with an unfinished element, not a step of a flow that is kept (a flow goes, steps and
-  all, once every job of it is finished and old), not the target of an unfinished job's
-  dependency. A pending or running job is never touched.
+  all, once every job of it is finished and old and a newer flow exists: flow ids are max + 1 too),
+  not the target of an unfinished job's dependency. A pending or running job is never touched.
 - A job moves whole: its archive row, its events (copied, then deleted through the one path the
   events trigger allows), its array row once no element is left, its usage added to its day's sum.
 - Job ids never repeat: the highest id archived is kept in meta (`job_id_floor`), which `submit`
