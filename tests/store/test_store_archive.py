@@ -304,3 +304,27 @@ def test_filters_read_day_sums_of_their_own_kind_and_jobs_one_by_one_otherwise(s
     assert sums("queue") == expect("queue", lambda r: True)
     assert store.accounting_inputs("queue", T - DAY, T + 10 * DAY)[1] == []  # whole days: day sums only
     assert len(store.accounting_inputs("queue", T - DAY, T + 10 * DAY, "alice")[1]) == 30  # each wait
+
+
+def test_history_selects_by_project_subtree_user_and_window(store: JobStore) -> None:
+    rows = [archived_row(i, ("alice", "bob")[i % 2], ("lab", "lab/vision", "laboratory", None)[i % 4], "normal",
+                         T + i * 3600) for i in range(1, 13)]
+    store.add_archived(rows)
+    live = run(store, "alice", T + 20 * 3600, 1, 1)
+    lab, more = store.history(project="lab")
+    assert [j["id"] for j in lab] == [r["id"] for r in rows if r["project"] in ("lab", "lab/vision")] and not more
+    window, _ = store.history(user="alice", since=T + 5 * 3600, until=T + 21 * 3600)
+    assert live == 13 and [j["id"] for j in window] == [6, 8, 10, 12, live]  # ended after since, submitted before
+    newest, more = store.history(user="alice", limit=2)
+    assert [j["id"] for j in newest] == [12, live] and more
+
+
+def test_time_in_states_walks_requeues_holds_and_suspends() -> None:
+    events = [(0.0, "submitted", {"held": True}), (5.0, "released", None), (7.0, "dispatched", {}),
+              (8.0, "started", {}), (18.0, "suspended", {}), (20.0, "resumed", {}),
+              (30.0, "requeued", {"from": "RUN", "to": "PEND"}), (31.0, "dispatched", {}), (32.0, "started", {}),
+              (40.0, "kill_requested", {}), (42.0, "finished", {"state": "EXIT"}), (50.0, "host_hooks", {})]
+    assert accounting.time_in_states(events, now=100.0) == {"PSUSP": 5.0, "PEND": 3.0, "DISP": 2.0, "RUN": 30.0,
+                                                            "USUSP": 2.0, "total": 42.0}
+    waiting = accounting.time_in_states([(0.0, "submitted", {})], now=9.0)
+    assert waiting == {"PEND": 9.0, "total": 9.0}  # not ended: up to now

@@ -146,8 +146,6 @@ def _move(con: apsw.Connection, ids: list[int]) -> None:
     con.execute("INSERT INTO events_archive (job_id, seq, time, kind, version, data) SELECT job_id, seq, time, "
                 f"kind, version, data FROM events WHERE job_id IN ({marks})", ids)
     con.execute(f"DELETE FROM events WHERE job_id IN ({marks})", ids)
-    con.execute("INSERT INTO meta(key, value) VALUES ('job_id_floor', ?) ON CONFLICT(key) DO UPDATE SET "
-                "value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))", (str(max(ids)),))
     con.execute(f"DELETE FROM jobs WHERE id IN ({marks}) AND state IN {_DONE_EXIT}", ids)
     if con.changes() != len(ids):  # a job changed under us: the writer lock makes this a bug
         raise RuntimeError(f"retention moved {con.changes()} of {len(ids)} jobs")
@@ -161,8 +159,14 @@ DIMS = ("user", "project", "queue", "host", "user_queue")  # the kinds of day su
 
 
 def _insert_archived(con: apsw.Connection, rows: Sequence[dict]) -> None:
-    """Archive rows, and their usage added to the day sums of each kind (DIMS)."""
+    """Archive rows, and their usage added to the day sums of each kind (DIMS); new jobs are
+    numbered after them (`job_id_floor`)."""
+    if not rows:
+        return
     names = _ARCHIVE_COLUMNS.split(", ")
+    con.execute("INSERT INTO meta(key, value) VALUES ('job_id_floor', ?) ON CONFLICT(key) DO UPDATE SET "
+                "value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+                (str(max(r["id"] for r in rows)),))
     con.executemany(
         f"INSERT INTO jobs_archive ({_ARCHIVE_COLUMNS}) VALUES ({', '.join('?' * len(names))})",
         [tuple(json.dumps(r[n]) if n in ("hosts", "command") and r[n] is not None else r[n] for n in names)
