@@ -17,6 +17,7 @@ import time
 import click
 
 from xce_lite import __version__
+from xce_lite.cli.acct import acct, hist
 from xce_lite.cli.apps import apps, effective_lines, reconfig
 from xce_lite.cli.base import GROUP_SETTINGS, HOME_OPTION, JSON_OPTION, Group, client, echo_json
 from xce_lite.cli.complete import complete_jobs, complete_presets
@@ -198,7 +199,7 @@ def requeue(ctx, hold, ids) -> None:
 
 
 for _command in (init, quickstart, examples, controller, lab, jobs, wait, hosts, queues, flow_group, apps, reconfig,
-                 preset_group, sim_group, web_command, metrics_command):
+                 preset_group, sim_group, web_command, metrics_command, hist, acct):
     main.add_command(_command)
 
 

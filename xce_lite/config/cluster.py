@@ -134,6 +134,17 @@ class ControllerConfig(_Model):
     # EXIT with reason "host lost", with `on_host_lost: exit`); a copy that comes back is killed.
     host_lost_after: Seconds = 300.0
     on_host_lost: str = Field(default="requeue", pattern=r"^(requeue|exit)$")
+    # Retention: finished jobs this old leave `xce jobs -a` for the archive, which `xce hist` and
+    # `xce acct` still read; archived jobs this old keep only their usage per day (for `xce acct`
+    # and fair share), so the store stops growing.
+    keep_finished: Seconds = Field(default=30 * 86400.0, gt=0)
+    keep_archived: Seconds = Field(default=365 * 86400.0, gt=0)
+
+    @model_validator(mode="after")
+    def _archive_outlives_live(self) -> ControllerConfig:
+        if self.keep_archived < self.keep_finished:
+            raise ValueError("keep_archived must be at least keep_finished (archived jobs are older)")
+        return self
 
 
 class SshConfig(_Model):

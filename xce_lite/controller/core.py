@@ -1,6 +1,6 @@
 """The controller: the single writer of the job store, the scheduler's caller, the hosts' master.
 
-Its tick is a short list of named steps, with one commit at most:
+Its tick is a short list of named steps, with one commit at most (and retention's own, step 8):
 
 1. collect   - take what the hosts reported: units that ended, launch replies, hosts that came up
                (with the units they list, matched against the jobs by jobunits.reconcile) or went
@@ -18,7 +18,8 @@ Its tick is a short list of named steps, with one commit at most:
 7. act       - forget the units whose results are stored, stop the units of jobs that ended or
                were requeued (they hold their resources, "draining", until their host says they
                ended), and launch: one unit per host of each dispatched job. Launch replies are
-               stored by the next tick.
+               stored by the next tick;
+8. retain    - at most one bounded batch of old finished jobs into the archive (retention.py).
 
 A job placed on several hosts has a unit on each (jobunits.py): the first runs its command, the
 others hold its allocation and run its `xce launch` tasks; its outcome is the first unit's.
@@ -53,6 +54,7 @@ from xce_lite.controller.handlers.jobs import ApiHandlers
 from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
 from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.metrics import Registry  # metrics:
+from xce_lite.controller.retention import Retention
 from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
@@ -118,6 +120,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._dirty = True  # something changed since the last scheduling session
         self._scheduler = SchedulerProcess()
         self._server: ApiServer | None = None
+        self._retention = Retention(self.log, self._wake.set)  # step 8 of the tick
 
     # ---- running ----------------------------------------------------------------------------
 
@@ -274,6 +277,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             record = self.store.record_tick(finishing, started, plans, reasons, now, requeues, cancels, events)
             self._apply(record, finishing, requeues, plans)
         self._act()
+        busy = bool(finishing or started or plans or requeues or cancels)
+        self._retention.step(self.store, self.config.controller, now, busy)
         if self._unrecorded or self._unrecorded_started or self._unrecorded_requeues:
             self._wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
         self.metrics.observe("tick", time.monotonic() - began)  # metrics:

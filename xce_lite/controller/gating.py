@@ -215,8 +215,9 @@ class Workflows:
                 raise errors.SpecError(f"{value!r} is not a job: give its id (42) or an array element (42[7])")
             job_id, index = int(match[1]), match[2]
             owner = self.store.owner(job_id)
-            if owner is None:
-                raise errors.NotFound(f"no such job: {job_id}")
+            if owner is None:  # retention may have archived it (controller.keep_finished)
+                raise errors.NotFound(f"no such job: {job_id} (a job that ended more than keep_finished ago "
+                                      f"is archived: `xce hist {job_id}` shows it)")
             if index is not None:
                 element = self.store.element(job_id, int(index)) if owner[1] == job_id else None
                 if element is None:

@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import threading
@@ -34,21 +35,28 @@ BUSY_TIMEOUT_MS = 10_000
 
 
 def migrations() -> list[tuple[int, str, str]]:
-    """(version, file name, SQL) for every `sql/NNNN_name.sql`, in order. Version N is file N."""
+    """(version, file name, SQL) for every `sql/NNNN_name.sql`, in order. Version N is file N.
+
+    Numbers are handed out to parallel branches before their work starts, so a branch may ship
+    0011 before 0008-0010 exist: a gap is allowed, a repeated number is not (two branches that took
+    the same number must be renumbered before they meet)."""
     found = []
     for entry in shipped("sql").iterdir():
         name = entry.name
         if name.endswith(".sql") and name[:4].isdigit():
             found.append((int(name[:4]), name, entry.read_text(encoding="utf-8")))
     found.sort()
-    for expected, (version, name, _) in enumerate(found, start=1):
-        if version != expected:
-            raise StoreError(f"migration {name} is out of sequence: expected number {expected:04d}")
+    for (before, first, _), (version, name, _) in itertools.pairwise(found):
+        if version == before:
+            raise StoreError(f"migrations {first} and {name} share the number {version:04d}; renumber one")
+    if found and found[0][0] != 1:
+        raise StoreError(f"the first migration is {found[0][1]}; expected number 0001")
     return found
 
 
 def latest_version() -> int:
-    return len(migrations())
+    found = migrations()
+    return found[-1][0] if found else 0
 
 
 def _identify(con: apsw.Connection, path: Path) -> tuple[int, int, int]:

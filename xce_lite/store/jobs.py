@@ -17,6 +17,8 @@ from pathlib import Path
 import apsw
 
 from xce_lite.models import FINISHED_STATES, Job, JobSpec
+from xce_lite.store.accounting import AccountingStore  # hist and acct: live and archived jobs
+from xce_lite.store.archive import ArchiveStore, insert_event_anywhere  # retention
 from xce_lite.store.db import connect, write
 from xce_lite.store.db import insert_event as _event
 from xce_lite.store.usage import UsageStore  # metrics: the web's reads over time
@@ -69,7 +71,7 @@ class TickRecord:
     cancelled: tuple[int, ...] = ()
 
 
-class JobStore(WorkflowStore, UsageStore):  # metrics: UsageStore
+class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore):  # metrics: UsageStore
     def __init__(self, path: Path, readonly: bool = False):
         """readonly: for tools beside a running controller (`xceadmin check`): reads only."""
         self.path = path
@@ -117,7 +119,9 @@ class JobStore(WorkflowStore, UsageStore):  # metrics: UsageStore
         the ids are known (a flow's steps depend on each other); `flow` records the steps too."""
         items = [job if isinstance(job, NewJob) else NewJob(*job) for job in jobs]
         with self._write() as con:
-            next_id = con.execute("SELECT coalesce(max(id), 0) + 1 FROM jobs").get
+            # after the highest id retention archived too (archive.py): an id is never given twice
+            next_id = con.execute("SELECT max(coalesce(max(id), 0), coalesce((SELECT CAST(value AS INTEGER) FROM "
+                                  "meta WHERE key = 'job_id_floor'), 0)) + 1 FROM jobs").get
             ids = []
             for item in items:
                 ids.append(next_id)
@@ -179,8 +183,8 @@ class JobStore(WorkflowStore, UsageStore):  # metrics: UsageStore
             cancelled_ids = _cancel(con, cancels, now)
             dispatched_ids = _dispatch(con, plans, now)
             _pend_reasons(con, reasons)
-            for job_id, kind, data in events:
-                _event(con, job_id, now, kind, data)
+            for job_id, kind, data in events:  # a finished job's: it may be archived meanwhile
+                insert_event_anywhere(con, job_id, now, kind, data)
         return TickRecord(tuple(finished_ids), tuple(started_ids), tuple(dispatched_ids), tuple(requeued_ids),
                           tuple(cancelled_ids))
 

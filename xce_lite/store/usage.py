@@ -5,8 +5,8 @@ What the store has is one row per job with its submit, start and end times and i
 it was placed with, else the count it asked for): a job requeued keeps only its last attempt's start,
 so an earlier attempt's run is not counted, and a dispatched job not started yet counts as waiting.
 Usage per day counts finished jobs by the day they ended (the controller's local time): slot-hours
-are (end - start) x slots, cpu-hours the cpu time the hosts reported. Until projects exist (issue
-17), usage is by user and queue.
+are (end - start) x slots, cpu-hours the cpu time the hosts reported; archived jobs count by their
+day sums (usage_daily). Until projects exist (issue 17), usage is by user and queue.
 """
 
 from __future__ import annotations
@@ -22,6 +22,20 @@ _FINISHED = tuple(sorted(FINISHED_STATES))
 MAX_POINTS = 2000  # a series longer than this is refused: the caller picks a longer step
 # the slots a job holds: the tasks of its placement, else (never placed) the count it asked for
 _SLOTS = "coalesce((SELECT sum(json_extract(h.value, '$[1]')) FROM json_each(jobs.hosts) AS h), jobs.slots)"
+SLOTS = _SLOTS
+# the GPUs it held: the indices its allocation gave it on each host (none before schema 2)
+GPUS = ("coalesce((SELECT sum(json_array_length(a.value, '$[3]')) FROM json_each(jobs.alloc, '$.allocs') AS a), 0)")
+# the host that ran its command (its first; a job's outcome is its first unit's)
+FIRST_HOST = "json_extract(jobs.hosts, '$[0][0]')"
+DAY = "date({}, 'unixepoch', 'localtime')"  # a time's day, as usage_by_day counts them
+
+
+def project_sql() -> str:
+    """SQL for a live job's project (NULL: none). The one place that says where it is stored: until
+    migration 0012 (projects) adds a column, the `project` field of the job's spec (an element's
+    is its array's), which no job has yet; point this at `jobs.project` then."""
+    return ("json_extract(CASE WHEN jobs.array_id IS NULL THEN jobs.spec ELSE "
+            "(SELECT ar.spec FROM arrays ar WHERE ar.id = jobs.array_id) END, '$.project')")
 
 
 class UsageStore:
@@ -42,11 +56,20 @@ class UsageStore:
             f"sum(state = 'DONE'), sum(state = 'EXIT'), "
             f"sum(CASE WHEN start_time IS NULL THEN 0 ELSE (end_time - start_time) * {_SLOTS} END) / 3600.0, "
             f"coalesce(sum(cpu_time), 0) / 3600.0 "
-            f"FROM jobs WHERE state IN (?, ?) AND end_time >= ? GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
-            (*_FINISHED, since))
+            f"FROM jobs WHERE state IN (?, ?) AND end_time >= ? GROUP BY 1, 2, 3 "
+            # archived jobs (store/archive.py) by their day sums: the days wholly after `since`
+            f"UNION ALL SELECT day, substr(key, 1, instr(key, char(9)) - 1), substr(key, instr(key, char(9)) + 1), "
+            f"jobs, done, exit, slot_s / 3600.0, cpu_s / 3600.0 FROM usage_daily "
+            f"WHERE dim = 'user_queue' AND day > {DAY.format('?')}",
+            (*_FINISHED, since, since))
+        merged: dict[tuple[str, str, str], list] = {}
+        for day, user, queue, n, done, exited, slot_hours, cpu_hours in rows:
+            total = merged.setdefault((day, user, queue), [0, 0, 0, 0.0, 0.0])
+            for i, value in enumerate((n, done, exited, slot_hours or 0.0, cpu_hours or 0.0)):
+                total[i] += value
         return [{"day": day, "user": user, "queue": queue, "jobs": n, "done": done, "exit": exited,
-                 "slot_hours": round(slot_hours or 0.0, 4), "cpu_hours": round(cpu_hours or 0.0, 4)}
-                for day, user, queue, n, done, exited, slot_hours, cpu_hours in rows]
+                 "slot_hours": round(slot_hours, 4), "cpu_hours": round(cpu_hours, 4)}
+                for (day, user, queue), (n, done, exited, slot_hours, cpu_hours) in sorted(merged.items())]
 
     def flows_of(self, user: str, limit: int = 200) -> list[dict]:
         """The user's flows, most recent first: id, name, submit time, the flow it rescued, steps."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from xce_lite import errors
 from xce_lite.api.server import Caller
+from xce_lite.controller.handlers.accounting import AccountingHandlers
 from xce_lite.controller.metrics import REASON_KINDS, Registry, reason_kind
 from xce_lite.models import FINISHED_STATES, PEND, STATES
 from xce_lite.store.usage import MAX_POINTS, series
@@ -23,11 +24,12 @@ from xce_lite.store.usage import MAX_POINTS, series
 UNFINISHED = tuple(s for s in STATES if s not in FINISHED_STATES)
 
 
-class MetricsHandlers:
+class MetricsHandlers(AccountingHandlers):  # the accounting routes (xce hist, xce acct) come with these
     metrics: Registry
 
     def metrics_routes(self) -> dict:
         return {
+            **self.accounting_routes(),
             ("GET", "/metrics"): self.api_metrics,
             ("GET", "/usage"): self.api_usage,
             ("GET", "/accounting"): self.api_accounting,
