@@ -107,10 +107,11 @@ def test_wal_mode_is_kept_in_the_file(store: JobStore, path: Path) -> None:
 def test_user_version_is_the_number_of_migrations(store: JobStore, path: Path) -> None:
     files = sorted((paths.ROOT / "sql").glob("[0-9][0-9][0-9][0-9]_*.sql"))
     assert files, "no migrations shipped"
-    assert [int(f.name[:4]) for f in files] == list(range(1, len(files) + 1))
+    numbers = [int(f.name[:4]) for f in files]
+    assert numbers == sorted(set(numbers)) and numbers[0] == 1  # rising; a number reserved by a branch may be missing
     con = raw(path)
     try:
-        assert con.execute("PRAGMA user_version").get == len(files) == db.latest_version()
+        assert con.execute("PRAGMA user_version").get == numbers[-1] == db.latest_version()
         assert con.execute("PRAGMA application_id").get == db.APPLICATION_ID
     finally:
         con.close()

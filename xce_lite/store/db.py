@@ -30,21 +30,27 @@ BUSY_TIMEOUT_MS = 10_000
 
 
 def migrations() -> list[tuple[int, str, str]]:
-    """(version, file name, SQL) for every `sql/NNNN_name.sql`, in order. Version N is file N."""
+    """(version, file name, SQL) for every `sql/NNNN_name.sql`, in order. Version N is file N.
+
+    Numbers rise strictly; one may be missing while branches that reserved numbers are merged one
+    by one (a release ships them all), never repeated."""
     found = []
     for entry in shipped("sql").iterdir():
         name = entry.name
         if name.endswith(".sql") and name[:4].isdigit():
             found.append((int(name[:4]), name, entry.read_text(encoding="utf-8")))
     found.sort()
-    for expected, (version, name, _) in enumerate(found, start=1):
-        if version != expected:
-            raise StoreError(f"migration {name} is out of sequence: expected number {expected:04d}")
+    last = 0
+    for version, name, _ in found:
+        if version <= last:
+            raise StoreError(f"migration {name} is out of sequence: its number repeats or goes back")
+        last = version
     return found
 
 
 def latest_version() -> int:
-    return len(migrations())
+    found = migrations()
+    return found[-1][0] if found else 0
 
 
 def _identify(con: apsw.Connection, path: Path) -> tuple[int, int, int]:
