@@ -66,7 +66,8 @@ def accrued(rate: float, start: float, end: float, now: float, half_life: float)
     if end <= start or rate == 0:
         return 0.0
     k = _LN2 / half_life
-    return rate / k * (math.exp(-k * (now - end)) - math.exp(-k * (now - start)))
+    # expm1: exact for short runs and long half-lives, where a plain difference of exponentials cancels
+    return rate / k * math.exp(-k * (now - end)) * -math.expm1(-k * (end - start))
 
 
 def priority(share: float, usage: float, running: float) -> float:
