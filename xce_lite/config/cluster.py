@@ -233,6 +233,12 @@ class ClusterConfig(_Model):
             raise ValueError(f"{where}: {name} is a count: give a number of 0 or more, not {amount!r}")
         return float(amount)
 
+    @field_validator("projects")
+    @classmethod
+    def _project_tree(cls, projects: list) -> list:
+        proj.check_tree(projects)
+        return projects
+
     @field_validator("hosts", "queues")
     @classmethod
     def _unique_names(cls, items: list) -> list:

@@ -76,9 +76,8 @@ class FairshareConfig(_Model):
                          self.gpu_weight)
 
 
-def check(projects: list[ProjectConfig], groups: dict[str, GroupConfig], default: str | None, limit_amount) -> None:
-    """ValueError naming what is wrong. `limit_amount(resource, amount, where)`: the amount in base
-    units, ValueError for a resource the cluster does not have."""
+def check_tree(projects: list[ProjectConfig]) -> None:
+    """ValueError unless names are unique and every project's parent is defined."""
     paths = [p.name for p in projects]
     repeated = sorted({p for p in paths if paths.count(p) > 1})
     if repeated:
@@ -89,6 +88,14 @@ def check(projects: list[ProjectConfig], groups: dict[str, GroupConfig], default
         if missing:
             raise ValueError(f"project {p.name}: its parent {missing[0]} is not defined; define it too (limits "
                              f"roll up the tree)")
+
+
+def check(projects: list[ProjectConfig], groups: dict[str, GroupConfig], default: str | None, limit_amount) -> None:
+    """ValueError naming what is wrong. `limit_amount(resource, amount, where)`: the amount in base
+    units, ValueError for a resource the cluster does not have."""
+    paths = [p.name for p in projects]
+    defined = set(paths)
+    for p in projects:
         for resource, amount in p.limits.items():
             limit_amount(resource, amount, f"project {p.name}: limits.{resource}")
     if defined:
