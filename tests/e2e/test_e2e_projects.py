@@ -68,7 +68,7 @@ def test_submit_checks_membership_resolves_defaults_and_refuses_what_no_limit_al
     by_group = c.submit("true", options=("-P", "lab/nlp"))
     assert c.wait_state(default, {"DONE"})["project"] == "lab/vision"
     assert c.wait_state(by_group, {"DONE"})["project"] == "lab/nlp"
-    assert f"Project: lab/vision" in c.ok("jobs", "-l", str(default))
+    assert "Project: lab/vision" in c.ok("jobs", "-l", str(default))
     listed = json.loads(c.ok("jobs", "--json", "-a", "-P", "lab/nlp"))["jobs"]
     assert [j["id"] for j in listed] == [by_group]
     tree = json.loads(c.ok("projects", "--json"))
@@ -129,6 +129,9 @@ def test_limits_roll_up_pend_with_the_project_reason_and_holds_survive_reconfig_
     assert "Traceback" not in c.ok("projects", "-l")
     listed = {p["name"]: p for p in json.loads(c.ok("projects", "--json"))["projects"]}
     assert not listed["lab/vision"]["defined"] and listed["lab/vision"]["held"] == 2  # its jobs still show
+    release = c.xce("release", str(gpu))
+    assert release.returncode == 1 and f"Job <{gpu}> stays held: project lab/vision is no longer defined" in \
+        release.stderr
 
     # the project back, then released: the limit holds them as before (wide still runs)
     edit_config(c, "  - {name: lab/nlp, groups: [root]}\n",

@@ -77,7 +77,7 @@ class ProjectWork:
 
     def _init_projects(self) -> None:
         self._books: dict[float, Book] = {}
-        self._last_fair: FairShareInput | None = None
+        self._last_fair: FairShareInput | None = None  # reset by each configuration put in use
         self._fair_books(time.time())
 
     def _fair_books(self, now: float) -> None:
@@ -199,6 +199,19 @@ class ProjectWork:
         if held_ids:
             self.log(f"held {len(held_ids)} pending job(s) outside their project after a configuration change")
         return held_ids
+
+    def _releasable(self, movable: list[tuple[Job, str]], refused: list[dict]) -> list[tuple[Job, str]]:
+        """Of the held jobs asked to be released, those whose owner may still use their project; the
+        others get a refusal saying why (they stay held)."""
+        view = self.project_view
+        kept = []
+        for job, target in movable:
+            why = view.why_not(job.user, user_groups(job.user), job.project)
+            if why is None:
+                kept.append((job, target))
+            else:
+                refused.append({"id": job.id, "ok": False, "message": f"Job <{job.display_id}> stays held: {why}"})
+        return kept
 
     # ---- the route ---------------------------------------------------------------------------------
 

@@ -16,6 +16,12 @@ reconfig made it unrunnable) is not placed at all: it pends with that reason...
 without backfill): then it holds a reservation, and every job after it in order waits, so running
 jobs drain until it fits. Backfill by run limit (letting short jobs use the drain) is a later step.
 
+Projects and fair share (sched/projects.py, sched/fairshare.py): a job also meets the limits of its
+project and every ancestor (`Usage.room` cuts its task range to what they leave; the placement
+itself is checked by `Usage.over`), each dispatch counting at once; a fair-share queue's jobs are
+taken in `fairshare.Ordering`'s order, which a dispatch changes. Without projects or fair share
+in the snapshot, the session is what it was, byte for byte.
+
 Sessions: within one session, a request shape (task range and -R, on its queue's host set) proven
 unplaceable is not searched again until a dispatch changes what is free; a cache hit returns the
 FULL reason of the attempt that proved it, never an empty one. The searches themselves go through

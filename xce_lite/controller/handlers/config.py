@@ -59,6 +59,7 @@ class ConfigHandlers:
         self.addresses = {h.name: h.address for h in config.hosts if h.address}  # how a hostfile names hosts
         self.queue_policies = queue_policies(config)
         self.project_view = config.project_view()  # projects, defaults and limits (sched/projects.py)
+        self._last_fair = None  # fair share as the last session saw it: none yet under this configuration
         if not hasattr(self, "_presets"):
             self._presets = PresetDir(self.home.presets)
         self._record_running_config()

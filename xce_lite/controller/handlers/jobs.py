@@ -230,6 +230,8 @@ class ApiHandlers:
         for label, jobs, whole in self._owned_refs(caller, body):
             refused: list[dict] = []
             movable = [(job, target) for job in jobs if (target := _next_or_refuse(job, event, refused)) is not None]
+            if event == "released":  # a job outside its project stays held (projects.py)
+                movable = self._releasable(movable, refused)
             moved = self._move_pending(movable, event, reason)
             if whole:
                 results.append({"id": label, "ok": bool(moved) or not movable,
