@@ -155,6 +155,8 @@ def test_fair_share_by_project_puts_the_less_used_project_first(tmp_path):
     try:
         used = c.submit("sleep", "2", options=("-P", "lab/nlp"))
         c.wait_state(used, {"DONE"})  # lab/nlp now has past usage; lab has none
+        c.kill9_controller()  # a restart reads that usage back from the store
+        c.start()
         blocker = c.submit("sleep", "300", options=("-P", "lab/vision"))
         c.wait_state(blocker, {"RUN"})
         first = c.submit("true", options=("-P", "lab/nlp"))  # submitted first...

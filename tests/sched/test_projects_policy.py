@@ -137,6 +137,13 @@ def test_room_cuts_a_task_range_to_what_the_limits_leave():
     assert why == "project lab: slots 5 of 8 in use, the job needs 4"
 
 
+def test_a_limit_lowered_below_a_waiting_job_says_waiting_will_not_help():
+    usage = Usage(TREE, [])
+    assert usage.room("lab/vision/gpu-study", JobRequest(1, 3))[0] == (
+        "project lab/vision/gpu-study: the job needs 3 slots, more than its limit of 2; raise limits.slots or "
+        "kill the job")
+
+
 def test_running_jobs_limit_and_use_rolled_up_for_the_listing():
     usage = Usage(TREE, [("lab/vision", {JOBS: 1}), ("lab/vision/gpu-study", {JOBS: 1})])
     assert usage.room("lab/vision", JobRequest(1))[0] == "project lab/vision: running jobs 2 of 2 in use"

@@ -159,6 +159,9 @@ def held(placement: Placement) -> FrozenMap:
 def _reason(project: Project, resource: str, used: float, need: float) -> str:
     limit = project.limits[resource]
     what = "running jobs" if resource == JOBS else resource
+    if need > limit:  # a limit lowered since the job was submitted: no amount of waiting helps
+        return (f"project {project.path}: the job needs {format_amount(resource, need)} {what}, more than its limit "
+                f"of {format_amount(resource, limit)}; raise limits.{resource} or kill the job")
     text = f"project {project.path}: {what} {format_amount(resource, used)} of {format_amount(resource, limit)} in use"
     return text if used >= limit else f"{text}, the job needs {format_amount(resource, need)}"
 
