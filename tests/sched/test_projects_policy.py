@@ -10,6 +10,8 @@ import math
 import pickle
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.sched.test_sched_core import check_decisions
 from xce_lite.errors import SpecError
@@ -27,6 +29,7 @@ from xce_lite.sched.fairshare import (
 )
 from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched.projects import JOBS, Project, Projects, Usage, ancestors, describe_use
+from xce_lite.sched.projects import held as projects_held
 from xce_lite.sched.reasons import FrozenMap
 from xce_lite.sched.resreq import parse
 
@@ -251,3 +254,39 @@ def test_the_same_fair_share_input_gives_the_same_bytes():
     a, b = schedule(fair_snapshot(jobs, usage=usage, slots=64)), schedule(fair_snapshot(jobs, usage=usage, slots=64))
     assert pickle.dumps(a) == pickle.dumps(b)
     check_decisions(fair_snapshot(jobs, usage=usage, slots=64), a)
+
+
+# ---- properties ---------------------------------------------------------------------------------------
+
+PATHS = ("lab", "lab/vision", "lab/vision/gpu-study", "lab/nlp", "teaching")
+SHAPES = ("", "rusage[gpus=1]", "rusage[mem=1G]", "rusage[gpus=1/host] span[ptile=2]", "rusage[mem=2G/job]")
+
+
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 3), st.sampled_from(SHAPES), st.sampled_from(PATHS),
+                          st.sampled_from(("alice", "bob", "carol"))), min_size=1, max_size=40),
+       st.lists(st.tuples(st.sampled_from(PATHS), st.integers(0, 3), st.integers(0, 2)), max_size=5),
+       st.booleans())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_session_never_lets_a_subtree_pass_a_limit_and_examines_each_job_once(jobs, running, fair):
+    pending = tuple(job(i, n=n, max_n=n + extra if extra else None, R=R, project=p, user=u)
+                    for i, (n, extra, R, p, u) in enumerate(jobs, 1))
+    held = tuple((p, FrozenMap({"slots": s, "gpus": g, JOBS: 1})) for p, s, g in running)
+    fairshare = FairShareInput((QueueShare("normal", FairShare(USER, H), FrozenMap({"alice": 2 * H})),),
+                               FrozenMap({USER: FrozenMap({"bob": 3})})) if fair else None
+    snapshot = Snapshot((host("h1", slots=6), host("h2", slots=6, gpus=2), host("h3", slots=4, gpus=0)), pending,
+                        (QueuePolicy("normal"),), projects=TREE, project_held=held, fairshare=fairshare)
+    decisions = schedule(snapshot)
+    check_decisions(snapshot, decisions)
+    assert decisions.complete
+    assert sorted([d.job_id for d in decisions.dispatches] + [i for i, _r in decisions.pend_reasons]) == \
+        [j.id for j in pending]
+    by_id = {j.id: j for j in pending}
+    totals = Usage(TREE, list(held) + [(by_id[d.job_id].project, projects_held(d.placement))
+                                       for d in decisions.dispatches])
+    before = Usage(TREE, held)
+    for project in TREE.projects:
+        for resource, limit in project.limits.items():
+            now = totals.of(project.path, resource)
+            # within the limit, or no new use on a subtree that was already over it
+            assert now <= limit or now == before.of(project.path, resource), (project.path, resource)
+    assert schedule(snapshot) == decisions
