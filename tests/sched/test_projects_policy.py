@@ -30,6 +30,7 @@ from xce_lite.sched.fairshare import (
 from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched.projects import JOBS, Project, Projects, Usage, ancestors, describe_use
 from xce_lite.sched.projects import held as projects_held
+from xce_lite.sched.projects import summed
 from xce_lite.sched.reasons import FrozenMap
 from xce_lite.sched.resreq import parse
 
@@ -154,8 +155,10 @@ def test_running_jobs_limit_and_use_rolled_up_for_the_listing():
     assert use["lab"]["gpus"] == 1 and use["lab/vision"]["slots"] == 2 and use["lab/nlp"]["slots"] == 0
 
 
-def test_ancestors_run_from_the_path_to_the_root():
+def test_ancestors_run_from_the_path_to_the_root_and_holdings_sum_per_path():
     assert ancestors("a/b/c") == ("a/b/c", "a/b", "a")
+    assert summed([("b", {"slots": 1}), (None, {"slots": 2}), ("b", {"slots": 2, JOBS: 1})]) == (
+        (None, FrozenMap({"slots": 2})), ("b", FrozenMap({"slots": 3, JOBS: 1})))
 
 
 def test_in_a_session_limits_hold_across_the_dispatches_it_makes():

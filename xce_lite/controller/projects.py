@@ -29,7 +29,7 @@ from xce_lite.config.merge import Effective
 from xce_lite.models import PEND, PSUSP, Job, JobSpec
 from xce_lite.sched.fairshare import PROJECT, USER, Book, FairShareInput, QueueShare, entity_of, standing, usage_now
 from xce_lite.sched.placement import JobRequest
-from xce_lite.sched.projects import Usage, describe_use, held
+from xce_lite.sched.projects import Usage, describe_use, held, summed
 from xce_lite.sched.reasons import FrozenMap
 
 BOOK_SPAN = 20  # half-lives of past usage read at start: older usage weighs less than a millionth
@@ -117,7 +117,7 @@ class ProjectWork:
         view = self.project_view
         if not view.open:
             inputs["projects"] = view
-            inputs["project_held"] = tuple(self._held_by_project())
+            inputs["project_held"] = summed(self._held_by_project())
         fair = [q for q in self.config.queues if q.fairshare is not None]
         if fair:
             inputs["fairshare"] = self._last_fair = self._fair_input(fair, now)

@@ -99,7 +99,7 @@ class Snapshot:
     now: float = 0.0  # time is an argument: the starvation guard compares it with submit times
     reserve_after: float = 0.0  # seconds; 0: no reservations
     # Projects and their limits (sched/projects.py); None or open mode: no project limits. And what
-    # running jobs hold per project (the path they were submitted to; projects.held's amounts).
+    # running jobs hold per project (the path they were submitted to; projects.held's amounts, summed).
     projects: Projects | None = None
     project_held: tuple[tuple[str | None, FrozenMap], ...] = ()
     # Fair-share queues, each entity's decayed usage and running slots (sched/fairshare.py).

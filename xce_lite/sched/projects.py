@@ -156,6 +156,17 @@ def held(placement: Placement) -> FrozenMap:
     return FrozenMap(amounts)
 
 
+def summed(holding: Iterable[tuple[str | None, Mapping[str, float]]]) -> tuple[tuple[str | None, FrozenMap], ...]:
+    """What jobs hold, summed per project path (in path order): what a Snapshot carries, so that its
+    size grows with the projects, not with the running jobs."""
+    sums: dict[str | None, dict[str, float]] = {}
+    for path, amounts in holding:
+        total = sums.setdefault(path, {})
+        for name, amount in amounts.items():
+            total[name] = total.get(name, 0) + amount
+    return tuple((path, FrozenMap(total)) for path, total in sorted(sums.items(), key=lambda item: item[0] or ""))
+
+
 def _reason(project: Project, resource: str, used: float, need: float) -> str:
     limit = project.limits[resource]
     what = "running jobs" if resource == JOBS else resource

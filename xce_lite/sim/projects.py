@@ -19,7 +19,7 @@ from xce_lite.errors import SpecError
 from xce_lite.models import JobSpec
 from xce_lite.sched.fairshare import PROJECT, USER, Book, FairShareInput, QueueShare, usage_now
 from xce_lite.sched.placement import JobRequest
-from xce_lite.sched.projects import held
+from xce_lite.sched.projects import held, summed
 from xce_lite.sched.reasons import FrozenMap
 
 
@@ -50,7 +50,7 @@ class SimProjects:
         inputs: dict[str, Any] = {}
         if not self.view.open:
             inputs["projects"] = self.view
-            inputs["project_held"] = tuple((job.spec.project, held(job.holding)) for job in running)
+            inputs["project_held"] = summed((job.spec.project, held(job.holding)) for job in running)
         if not self.fair:
             return inputs
         rows = [(job.entry.user, job.spec.project, job.start, *_size(job)) for job in running]
