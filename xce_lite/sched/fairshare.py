@@ -137,34 +137,48 @@ class Ordering:
     def __init__(self, jobs: Iterable, queue_priority: Callable[[str], int], fair: FairShareInput) -> None:
         shares = {q.queue: q for q in fair.queues}
         self._running = {by: dict(m) for by, m in fair.running.items()}
+        self._changed: dict[tuple[str, str], int] = {}  # (by, entity) -> dispatches this session
+        # per queue: (its level, its QueueShare or None); per (queue, entity): (by, entity, share, usage)
+        queues: dict[str, tuple[int, QueueShare | None]] = {}
+        self._keys: dict[tuple[str, str], tuple[str, str, float, float]] = {}
         plain: dict[int, list] = {}
         fairs: dict[int, dict[tuple[str, str], list]] = {}
         for job in jobs:
-            level = queue_priority(job.queue)
-            share = shares.get(job.queue)
+            known = queues.get(job.queue)
+            if known is None:
+                known = queues[job.queue] = (queue_priority(job.queue), shares.get(job.queue))
+            level, share = known
             if share is None:
                 plain.setdefault(level, []).append(job)
-            else:
-                key = (job.queue, entity_of(share.policy.by, job.user, getattr(job, "project", None)))
-                fairs.setdefault(level, {}).setdefault(key, []).append(job)
+                continue
+            by = share.policy.by
+            entity = job.user if by == USER else job.project or ""
+            key = (job.queue, entity)
+            group = fairs.setdefault(level, {}).get(key)
+            if group is None:
+                group = fairs[level][key] = []
+                self._keys[key] = (by, entity, share.policy.share(entity), share.usage.get(entity, 0.0))
+            group.append(job)
         self._levels = sorted(set(plain) | set(fairs), reverse=True)
         self._plain = plain
         self._fairs = fairs
         self._shares = shares
 
     def _priority(self, key: tuple[str, str]) -> float:
-        share = self._shares[key[0]]
-        running = self._running.get(share.policy.by, {}).get(key[1], 0)
-        return priority(share.policy.share(key[1]), share.usage.get(key[1], 0.0), running)
+        by, entity, share, usage = self._keys[key]
+        return priority(share, usage, self._running.get(by, {}).get(entity, 0))
 
     def dispatched(self, job, tasks: int) -> None:
         share = self._shares.get(job.queue)
         if share is not None:
-            entity = entity_of(share.policy.by, job.user, getattr(job, "project", None))
-            running = self._running.setdefault(share.policy.by, {})
+            by = share.policy.by
+            entity = job.user if by == USER else job.project or ""
+            running = self._running.setdefault(by, {})
             running[entity] = running.get(entity, 0) + tasks
+            self._changed[(by, entity)] = self._changed.get((by, entity), 0) + 1
 
     def __iter__(self) -> Iterator:
+        changed = self._changed
         for level in self._levels:
             plain = self._plain.get(level)
             if plain:
@@ -176,15 +190,17 @@ class Ordering:
             heap = []
             for key, jobs in groups.items():
                 jobs.sort(key=lambda j: (-j.priority, j.id), reverse=True)  # the next job last: pop() takes it
-                heap.append((-self._priority(key), jobs[-1].id, key))
+                by, entity = self._keys[key][:2]
+                heap.append((-self._priority(key), jobs[-1].id, key, changed.get((by, entity), 0)))
             heapq.heapify(heap)
             while heap:
-                neg, _first, key = heapq.heappop(heap)
-                now = self._priority(key)
-                if now < -neg:  # it dispatched since it was pushed (in another queue): its turn moves back
-                    heapq.heappush(heap, (-now, _first, key))
+                neg, first, key, seen = heapq.heappop(heap)
+                by, entity = self._keys[key][:2]
+                if changed.get((by, entity), 0) != seen:  # it dispatched in another queue since: look again
+                    heapq.heappush(heap, (-self._priority(key), first, key, changed.get((by, entity), 0)))
                     continue
                 jobs = groups[key]
                 yield jobs.pop()
                 if jobs:
-                    heapq.heappush(heap, (-self._priority(key), jobs[-1].id, key))
+                    now = changed.get((by, entity), 0)
+                    heapq.heappush(heap, (neg if now == seen else -self._priority(key), jobs[-1].id, key, now))
