@@ -171,3 +171,22 @@ def test_fair_share_by_project_puts_the_less_used_project_first(tmp_path):
         c.wait_state(first, {"DONE"})
     finally:
         c.close()
+
+
+def test_open_mode_takes_any_project_name_for_bookkeeping(tmp_path):
+    c = Cluster(slots=2)  # no projects defined
+    c.start()
+    try:
+        labelled = c.submit("sleep", "300", options=("-P", "my/thesis", "-n", "2"))
+        plain = c.submit("true")
+        c.wait_state(labelled, {"RUN"})
+        assert c.wait_state(plain, {"DONE", "PEND"})["project"] == "default"
+        assert [j["id"] for j in json.loads(c.ok("jobs", "--json", "-P", "my/thesis"))["jobs"]] == [labelled]
+        tree = json.loads(c.ok("projects", "--json"))
+        assert tree["open"] and tree["default"] == "default"
+        mine = {p["name"]: p for p in tree["projects"]}["my/thesis"]
+        assert not mine["defined"] and mine["use"]["slots"] == 2 and mine["run"] == 1 and mine["yours"]
+        assert "No projects are defined" in c.ok("projects")
+        c.ok("kill", str(labelled))
+    finally:
+        c.close()

@@ -221,13 +221,15 @@ class ProjectWork:
     def api_projects(self, caller: Caller, query: dict, body: Any) -> dict:
         """The project tree: members, groups, admins, limits and what the subtree's running jobs
         hold now (rolled up); jobs pending and running per project (its own)."""
+        counts = self.store.counts_by_project()
         with self._mu:
             view = self.project_view
-            use = describe_use(view, self._held_by_project())
+            held_now = self._held_by_project()
+            seen = {p.path for p in view.projects} | {p for p, _state in counts if p is not None} | \
+                {p for p, _amounts in held_now if p is not None}
+            use = describe_use(view, held_now, seen)
             default, group_defaults = view.default, dict(view.group_defaults)
-        counts = self.store.counts_by_project()
         mine = set(view.mine(caller.user, caller_groups(caller)))
-        seen = {p.path for p in view.projects} | {p for p, _state in counts if p is not None}
         projects = []
         for path in sorted(seen):
             p = view.get(path)

@@ -233,11 +233,14 @@ class Usage:
         return None
 
 
-def describe_use(projects: Projects, holding: Iterable[tuple[str | None, Mapping[str, float]]]) -> dict[str, dict]:
-    """Per defined project: what its subtree's running jobs hold now (rolled up), every resource
-    named in any limit plus slots and jobs. For `xce projects`."""
+def describe_use(projects: Projects, holding: Iterable[tuple[str | None, Mapping[str, float]]],
+                 more: Iterable[str] = ()) -> dict[str, dict]:
+    """Per defined project, and per path in `more` (names jobs were given in open mode, or projects
+    since removed): what its subtree's running jobs hold now (rolled up), every resource named in
+    any limit plus slots and jobs. For `xce projects`."""
     names = {SLOTS, JOBS} | {r for p in projects.projects for r in p.limits}
-    totals: dict[str, dict[str, float]] = {p.path: dict.fromkeys(sorted(names), 0) for p in projects.projects}
+    paths = {p.path for p in projects.projects} | set(more)
+    totals: dict[str, dict[str, float]] = {path: dict.fromkeys(sorted(names), 0) for path in paths}
     for path, amounts in holding:
         for a in ancestors(path) if path else ():
             if a in totals:
