@@ -58,6 +58,7 @@ class Projects:
     default: str = DEFAULT_PROJECT
     group_defaults: FrozenMap = NOTHING  # group -> project path
     _by_path: dict = field(default_factory=dict, compare=False, repr=False)
+    _chains: dict = field(default_factory=dict, compare=False, repr=False)  # path -> limited_chain(path)
 
     def __post_init__(self) -> None:
         self._by_path.update((p.path, p) for p in self.projects)
@@ -73,7 +74,11 @@ class Projects:
         """The project and its ancestors that have limits, nearest first."""
         if path is None or not self.projects:
             return ()
-        return tuple(p for a in ancestors(path) if (p := self._by_path.get(a)) is not None and p.limits)
+        chain = self._chains.get(path)
+        if chain is None:
+            chain = self._chains[path] = tuple(p for a in ancestors(path)
+                                               if (p := self._by_path.get(a)) is not None and p.limits)
+        return chain
 
     def mine(self, user: str, groups: Iterable[str]) -> list[str]:
         groups = tuple(groups)
@@ -184,6 +189,7 @@ class Usage:
     def __init__(self, projects: Projects, holding: Iterable[tuple[str | None, Mapping[str, float]]]) -> None:
         self.projects = projects
         self.used: dict[str, dict[str, float]] = {}
+        self._terms: dict = {}  # -R -> its amounts by resource (a session sees few distinct requests)
         for path, amounts in holding:
             self.add(path, amounts)
 
@@ -203,7 +209,9 @@ class Usage:
         chain = self.projects.limited_chain(path)
         if not chain:
             return None, request
-        terms = _terms(request)
+        terms = self._terms.get(request.resreq)
+        if terms is None:
+            terms = self._terms[request.resreq] = _terms(request)
         most = request.max_tasks
         for project in chain:
             for resource, limit in project.limits.items():
