@@ -161,6 +161,8 @@ def test_fair_share_by_project_puts_the_less_used_project_first(tmp_path):
         c.wait_state(blocker, {"RUN"})
         first = c.submit("true", options=("-P", "lab/nlp"))  # submitted first...
         second = c.submit("sleep", "300", options=("-P", "lab"))  # ...but lab has used nothing
+        assert json.loads(c.ok("queues", "--json"))["queues"][0]["fairshare"]["by"] == "project"
+        assert "(fair share by project)" in c.ok("queues")
         long = json.loads(c.ok("jobs", "--json", "-l", str(first)))["jobs"][0]["fairshare"]
         assert long["by"] == "project" and long["entity"] == "lab/nlp" and long["usage_slot_hours"] > 0
         assert "Fair share: project lab/nlp in queue normal: share 1" in c.ok("why", str(first))

@@ -410,7 +410,7 @@ class ApiHandlers:
         default = self.config.default_queue.name
         return {"schema": 1, "queues": [
             {"name": q.name, "priority": q.priority, "default": q.name == default,
-             "description": q.description,
+             "description": q.description, "fairshare": q.fairshare.model_dump() if q.fairshare else None,
              "pend": counts.get((q.name, "PEND"), 0) + counts.get((q.name, "PSUSP"), 0),
              "run": counts.get((q.name, "RUN"), 0) + counts.get((q.name, "DISP"), 0)}
             for q in self.config.queues]}
