@@ -138,12 +138,13 @@ class Ordering:
         shares = {q.queue: q for q in fair.queues}
         self._running = {by: dict(m) for by, m in fair.running.items()}
         self._changed: dict[tuple[str, str], int] = {}  # (by, entity) -> dispatches this session
-        # per queue: (its level, its QueueShare or None); per (queue, entity): (by, entity, share, usage)
+        # per queue: (its level, its QueueShare or None); per (queue, entity): ((by, entity), share, usage)
         queues: dict[str, tuple[int, QueueShare | None]] = {}
-        self._keys: dict[tuple[str, str], tuple[str, str, float, float]] = {}
+        self._keys: dict[tuple[str, str], tuple[tuple[str, str], float, float]] = {}
         plain: dict[int, list] = {}
         fairs: dict[int, dict[tuple[str, str], list]] = {}
-        for job in jobs:
+        # one sort for all: each entity's jobs then come in their own order (-sp, then submit order)
+        for job in sorted(jobs, key=lambda j: (-j.priority, j.id)):
             known = queues.get(job.queue)
             if known is None:
                 known = queues[job.queue] = (queue_priority(job.queue), shares.get(job.queue))
@@ -157,7 +158,7 @@ class Ordering:
             group = fairs.setdefault(level, {}).get(key)
             if group is None:
                 group = fairs[level][key] = []
-                self._keys[key] = (by, entity, share.policy.share(entity), share.usage.get(entity, 0.0))
+                self._keys[key] = ((by, entity), share.policy.share(entity), share.usage.get(entity, 0.0))
             group.append(job)
         self._levels = sorted(set(plain) | set(fairs), reverse=True)
         self._plain = plain
@@ -165,7 +166,7 @@ class Ordering:
         self._shares = shares
 
     def _priority(self, key: tuple[str, str]) -> float:
-        by, entity, share, usage = self._keys[key]
+        (by, entity), share, usage = self._keys[key]
         return priority(share, usage, self._running.get(by, {}).get(entity, 0))
 
     def dispatched(self, job, tasks: int) -> None:
@@ -178,29 +179,25 @@ class Ordering:
             self._changed[(by, entity)] = self._changed.get((by, entity), 0) + 1
 
     def __iter__(self) -> Iterator:
-        changed = self._changed
+        changed, keys = self._changed, self._keys
         for level in self._levels:
-            plain = self._plain.get(level)
-            if plain:
-                plain.sort(key=lambda j: (-j.priority, j.id))
-                yield from plain
+            yield from self._plain.get(level, ())
             groups = self._fairs.get(level)
             if not groups:
                 continue
-            heap = []
-            for key, jobs in groups.items():
-                jobs.sort(key=lambda j: (-j.priority, j.id), reverse=True)  # the next job last: pop() takes it
-                by, entity = self._keys[key][:2]
-                heap.append((-self._priority(key), jobs[-1].id, key, changed.get((by, entity), 0)))
+            heap = [(-self._priority(key), jobs[0].id, key, changed.get(keys[key][0], 0), 0)
+                    for key, jobs in groups.items()]
             heapq.heapify(heap)
             while heap:
-                neg, first, key, seen = heapq.heappop(heap)
-                by, entity = self._keys[key][:2]
-                if changed.get((by, entity), 0) != seen:  # it dispatched in another queue since: look again
-                    heapq.heappush(heap, (-self._priority(key), first, key, changed.get((by, entity), 0)))
+                neg, first, key, seen, at = heapq.heappop(heap)
+                ident = keys[key][0]
+                now = changed.get(ident, 0)
+                if now != seen:  # it dispatched in another queue since: look again
+                    heapq.heappush(heap, (-self._priority(key), first, key, now, at))
                     continue
                 jobs = groups[key]
-                yield jobs.pop()
-                if jobs:
-                    now = changed.get((by, entity), 0)
-                    heapq.heappush(heap, (neg if now == seen else -self._priority(key), jobs[-1].id, key, now))
+                yield jobs[at]
+                at += 1
+                if at < len(jobs):
+                    now = changed.get(ident, 0)
+                    heapq.heappush(heap, (neg if now == seen else -self._priority(key), jobs[at].id, key, now, at))
