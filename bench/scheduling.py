@@ -24,7 +24,11 @@ run in interleaved rounds so the shared machine's noise falls on all of them ali
   6. a SHA-256 of the pickled decisions of two schedule() calls on the same input, and the counts;
   7. schedule() with a core.SessionCache, as the simulator and the worker call it: a new cache on
      [1]'s snapshot, then warm on [3]'s change and on it again (unchanged), each checked against a
-     call without the cache on the same snapshot.
+     call without the cache on the same snapshot;
+  8. [1]'s session with fair share on every queue (by user: 40 users with decayed usage and running
+     slots, unequal shares), and with project limits (the jobs spread over a tree of 12 projects
+     whose limits some jobs meet), each as a ratio to [1] in the same round (issue 17's goal: fair
+     share within 1.2x of the session without it).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ sys.path.insert(0, str(ROOT))  # measure the tree this file is in, not whatever 
 
 from xce_lite.config.sched_view import job_request
 from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
-from xce_lite.sched import core
+from xce_lite.sched import core, fairshare, projects
 from xce_lite.sched.placement import GPUS, SLOTS, HostView
 from xce_lite.sched.reasons import FrozenMap
 
@@ -155,6 +159,32 @@ def base_snapshot(hosts, shared) -> core.Snapshot:
 
 def make_snapshot(hosts, jobs, shared) -> core.Snapshot:
     return dataclasses.replace(base_snapshot(hosts, shared), jobs=tuple(jobs))
+
+
+def with_fairshare(snapshot: core.Snapshot) -> core.Snapshot:
+    """[8a]: every queue fair-shared by user; users have past usage and slots running (fixed seed)."""
+    rng = random.Random(SEED + 8)
+    users = sorted({j.user for j in snapshot.jobs})
+    usage = FrozenMap({u: rng.uniform(0, 500) * 3600 for u in users})
+    running = FrozenMap({u: rng.randrange(0, 40) for u in users})
+    shares = FrozenMap({u: 1 + rng.randrange(3) for u in users[:10]})
+    policy = fairshare.FairShare(fairshare.USER, 7 * 86400.0, shares)
+    fair = fairshare.FairShareInput(tuple(fairshare.QueueShare(name, policy, usage) for name, _p in QUEUES),
+                                    FrozenMap({fairshare.USER: running}))
+    return dataclasses.replace(snapshot, fairshare=fair)
+
+
+def with_projects(snapshot: core.Snapshot) -> core.Snapshot:
+    """[8b]: the jobs in 12 projects (3 roots, each with 3 children), limits on roots and children."""
+    tree = []
+    for r in range(3):
+        tree.append(projects.Project(f"p{r}", limits=FrozenMap({"slots": 1500, "gpus": 40, "jobs": 900})))
+        for c in range(3):
+            tree.append(projects.Project(f"p{r}/c{c}", limits=FrozenMap({"slots": 600, "mem": 2000 * G})))
+    paths = [p.path for p in tree]
+    jobs = tuple(dataclasses.replace(j, project=paths[j.id % len(paths)]) for j in snapshot.jobs)
+    held = tuple((p, FrozenMap({"slots": 100, "gpus": 5, "jobs": 50})) for p in paths)
+    return dataclasses.replace(snapshot, jobs=jobs, projects=projects.Projects(tuple(tree)), project_held=held)
 
 
 def sp_send(sp: SchedulerProcess, pending: PendingSet, hosts, shared) -> None:
@@ -437,6 +467,26 @@ def main() -> None:
     table.add("7b warm, [3]'s change (-dispatched, +10 jobs)", incr_t, "[3]'s session, in process; cold: ~[5c]")
     table.add("7c warm, unchanged since 7b", same_t, "[5b]'s session, in process")
     print(f"    decisions of every warm call identical to a cold call's on the same snapshot: {identical}")
+
+    print(f"\n[8] schedule() with fair share and with project limits, {args.runs} rounds with [1]", flush=True)
+    variants = [("1  (again, this round's base)", snapshot), ("8a with fair share (by user, every queue)",
+                                                            with_fairshare(snapshot)),
+                ("8b with project limits (12 projects)", with_projects(snapshot))]
+    rounds: dict[str, list[float]] = {label: [] for label, _ in variants}
+    found: dict[str, core.Decisions] = {}
+    for r in range(args.runs):
+        for label, snap in variants:
+            dt, found[label] = timed(core.schedule, snap)
+            rounds[label].append(dt)
+            print(f"  round {r + 1}: {label}: {fmt(dt)}", flush=True)
+    base8 = rounds[variants[0][0]]
+    for label, _snap in variants[1:]:
+        ratios = [t / b for t, b in zip(rounds[label], base8)]
+        note = f"x{statistics.median(ratios):.2f} of [1] in the same round ({min(ratios):.2f}-{max(ratios):.2f})"
+        if label.startswith("8a"):
+            note += "; goal <= 1.2x: " + ("met" if statistics.median(ratios) <= 1.2 else "MISSED")
+        table.add(label, rounds[label], note)
+        print(f"    {describe(found[label])}")
 
     table.print()
     print("\nslurm 22.05 on this machine, 10,000 jobs pending on one node: main pass 15 ms, backfill 188 ms")

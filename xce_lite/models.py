@@ -81,6 +81,9 @@ class JobSpec:
     # The submitter's umask, which the job's processes get and its output files are made with, as
     # LSF does; None (a client that did not say): 0o022. The agents' own files are 0600 whatever it is.
     umask: int | None = None
+    # -P: the project, by path (lab/vision). None: the submitter's group default, then the cluster's
+    # (the controller stores the path it resolved to, as it does for `app`).
+    project: str | None = None
 
     @property
     def app_params(self) -> dict[str, str]:
@@ -160,7 +163,8 @@ class JobSpec:
             max_slots=max_slots if max_slots != slots else None, resreq=tuple(resreq),
             stdout=_path(data, "stdout"), stderr=_path(data, "stderr"), env=dict(env),
             run_limit=run_limit, mem_limit=mem_limit, hold=hold, priority=priority,
-            app=_app_name(data), exdata=_exdata(data), umask=umask, **_workflow(data),
+            app=_app_name(data), exdata=_exdata(data), umask=umask, project=_project_path(data),
+            **_workflow(data),
         )
         if len(spec.to_json()) > MAX_ARGS_BYTES:
             raise SpecError(f"the job's command and environment exceed {MAX_ARGS_BYTES} bytes; "
@@ -190,6 +194,17 @@ def _text(data: dict, key: str, required: bool = False) -> str | None:
     if not isinstance(value, str) or "\0" in value:
         raise SpecError(f"{key} must be text without NUL bytes")
     return value
+
+
+PROJECT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,62}){0,15}")
+
+
+def _project_path(data: dict) -> str | None:
+    project = _text(data, "project")
+    if project is not None and not PROJECT_RE.fullmatch(project):
+        raise SpecError(f"-P {project!r} is not a project path: names of letters, digits, _ . - joined by / "
+                        f"(lab/vision); see `xce projects`")
+    return project
 
 
 def _app_name(data: dict) -> str | None:
@@ -307,6 +322,11 @@ class Job:
     array_index: int | None = None
     depend: dict | None = None  # the dependency, resolved (deps.to_json); an element's is its array's
     retries: int = 0  # times it was requeued to retry after a failed attempt
+
+    @property
+    def project(self) -> str | None:
+        """Its project's path, resolved at submit (None: stored before projects existed)."""
+        return self.spec.project
 
     @property
     def name(self) -> str:

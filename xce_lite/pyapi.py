@@ -74,7 +74,7 @@ class Cluster:
 
     def submit(self, command: str | Sequence[str], *, preset: str | None = None, **options: Any) -> int:
         """Submit `command` (a list of arguments, or a string split as a shell would, never run by
-        one) with `xce submit`'s options by keyword: name ("sims[1-10]%2" for an array), queue, app,
+        one) with `xce submit`'s options by keyword: name ("sims[1-10]%2" for an array), queue, project, app,
         tasks (4, (2, 8) or "2,8"), resreq (a string or a list), gpus, stdout, stderr, cwd,
         env ({NAME: VALUE}), env_none, run_limit ("30m", or seconds), mem_limit ("2G", or MB),
         priority, hold, app_params ({NAME: VALUE}), depend, on_dep_fail, retry, retry_on ([1, 75]),

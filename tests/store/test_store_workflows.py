@@ -47,7 +47,7 @@ def test_an_array_is_stored_once_and_each_element_is_a_job_of_its_own(store: Job
     assert [j.id for j in store.jobs(user="alice", elements=False)] == [1, 6]
     summary = store.array_summaries(user="alice")
     assert summary == [{"id": 2, "user": "alice", "queue": "normal", "name": "sims", "indices": "[1-3,7]%2",
-                        "size": 4, "states": {PEND: 4}, "submit_time": T + 1}]
+                        "size": 4, "states": {PEND: 4}, "submit_time": T + 1, "project": None}]
 
 
 def test_names_resolve_to_the_users_most_recent_job_and_wildcards_to_each_name(store: JobStore):

@@ -32,6 +32,7 @@ class Caller:
     uid: int
     pid: int
     user: str
+    gid: int = -1  # the caller's effective group (projects: group membership and defaults)
 
     @property
     def is_admin(self) -> bool:
@@ -43,13 +44,13 @@ Routes = dict[tuple[str, str], Callable[[Caller, dict[str, str], Any], Any]]
 
 
 def _peer(sock: socket.socket) -> Caller:
-    pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                          struct.calcsize("3i")))
     try:
         user = pwd.getpwuid(uid).pw_name
     except KeyError:
         user = str(uid)
-    return Caller(uid=uid, pid=pid, user=user)
+    return Caller(uid=uid, pid=pid, user=user, gid=gid)
 
 
 class _Handler(BaseHTTPRequestHandler):

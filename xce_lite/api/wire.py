@@ -18,6 +18,7 @@ def job_to_wire(job: Job) -> dict[str, Any]:
         "name": job.name,
         "user": job.user,
         "queue": job.queue,
+        "project": job.project,  # its project's path (None: submitted before projects existed)
         "state": job.state,
         # placed, or the minimum; the API puts the effective counts here (a profile may set them)
         "slots": sum(n for _, n in job.hosts) if job.hosts else job.spec.slots or 1,

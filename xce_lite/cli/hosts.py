@@ -195,8 +195,9 @@ def queues(ctx, as_json) -> None:
         return
     rows = [("QUEUE_NAME", "PRIO", "DEFAULT", "PEND", "RUN", "DESCRIPTION")]
     for q in reply["queues"]:
+        fair = q.get("fairshare")
         rows.append((q["name"], str(q["priority"]), "yes" if q["default"] else "", str(q["pend"]), str(q["run"]),
-                     q["description"]))
+                     q["description"] + (f" (fair share by {fair['by']})" if fair else "")))
     echo_table(rows)
 
 

@@ -20,17 +20,18 @@ from xce_lite.quantities import format_duration, format_size
 @click.option("-p", "pending", is_flag=True, help="Pending jobs only, each with why it waits (unmet dependencies "
                                                    "by name and state).")
 @click.option("-u", "user", help="This user's jobs; `all` for everyone's (default: yours).")
+@click.option("-P", "project", metavar="PATH", help="Jobs of this project only (lab/vision; see `xce projects`).")
 @click.option("--elements", is_flag=True, help="Each element of an array (42[7]), not one line per array.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document: {schema: 1, jobs: [...], arrays: [...]}.")
 @click.argument("ids", nargs=-1)
 @click.pass_context
-def jobs(ctx, show_all, long, pending, user, elements, as_json, ids) -> None:
+def jobs(ctx, show_all, long, pending, user, project, elements, as_json, ids) -> None:
     """List jobs, LSF-style (unfinished ones unless -a or ids are given); an array is one line
     (`42[1-20]`, its elements counted by state) unless --elements. IDS: 42, or 42[7] for an element.
 
     Example: xce jobs -a -u all
     """
-    reply = client(ctx).get("/jobs", ids=",".join(ids) or None, all=show_all, user=user,
+    reply = client(ctx).get("/jobs", ids=",".join(ids) or None, all=show_all, user=user, project=project,
                              effective=long or None, history=long or None, elements=elements or pending or None)
     if pending:
         reply["jobs"] = [j for j in reply["jobs"] if j["state"] in ("PEND", "PSUSP")]
@@ -117,6 +118,8 @@ def _long(job: dict) -> str:
                                            if job["run_limit"] else "")
              + (f"   Memory limit: {format_size(job['mem_limit'])}" if job["mem_limit"] else ""),
              f"  Submitted: {when(job['submit_time'])}"]
+    if job.get("project"):
+        lines.append(f"  Project: {job['project']}")
     if job.get("app"):
         lines.append(f"  Application: {job['app']}")
     if job.get("depend"):
@@ -127,6 +130,8 @@ def _long(job: dict) -> str:
                      (f" of {job['retry']}" if job.get("retry") is not None else ""))
     if job["pend_reason"] and job["state"] == "PEND":
         lines.append(f"  Pending: {job['pend_reason']}")
+    if job.get("fairshare"):
+        lines.append(f"  Fair share: {fair_share_line(job['fairshare'])}")
     if job.get("effective"):
         lines.append("  Effective values [where from]:")
         lines.extend(effective_lines(job["effective"]))
@@ -160,6 +165,13 @@ def _event_detail(event: dict) -> str:
         return f": on {data.get('host')}, " + (data["note"] if data.get("note") else
                                               f"{len(data.get('hooks') or ())} ran, all ok")
     return f": {data['reason']}" if data.get("reason") else ""
+
+
+def fair_share_line(fs: dict) -> str:
+    """`xce why` and `xce jobs -l`: an entity's standing in its queue's fair share."""
+    return (f"{fs['by']} {fs['entity'] or '-'} in queue {fs['queue']}: share {fs['share']:g}, usage "
+            f"{fs['usage_slot_hours']:g} slot-hours (decayed), {fs['running_slots']:g} slots running, "
+            f"priority {fs['priority']:.4g}")
 
 
 def outcome(job: dict) -> str:

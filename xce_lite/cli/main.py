@@ -25,6 +25,7 @@ from xce_lite.cli.flow import flow as flow_group
 from xce_lite.cli.hosts import hosts, queues
 from xce_lite.cli.jobs import jobs
 from xce_lite.cli.presets import preset as preset_group
+from xce_lite.cli.projects import projects
 from xce_lite.cli.setup import controller, examples, init, lab, quickstart
 from xce_lite.cli.submit import build_spec, expand, given_options, submit_options
 from xce_lite.cli.web import metrics as metrics_command
@@ -142,6 +143,10 @@ def why(ctx, job_id, as_json) -> None:
     click.echo(f"Job <{job_id}> {reply['state']}" + (f": {reply['summary']}" if reply.get("summary") else ""))
     for line in reply["lines"]:
         click.echo(f"  {line}")
+    if reply.get("fairshare"):
+        from xce_lite.cli.jobs import fair_share_line
+
+        click.echo(f"  Fair share: {fair_share_line(reply['fairshare'])}")
     if reply.get("effective"):
         click.echo("  What it asks for [where from]:")
         for line in effective_lines(reply["effective"]):
@@ -198,8 +203,8 @@ def requeue(ctx, hold, ids) -> None:
     _act(ctx, "/jobs/requeue", ids, hold=hold)
 
 
-for _command in (init, quickstart, examples, controller, lab, jobs, wait, hosts, queues, flow_group, apps, reconfig,
-                 preset_group, sim_group, web_command, metrics_command, hist, acct):
+for _command in (init, quickstart, examples, controller, lab, jobs, wait, hosts, queues, projects, flow_group, apps,
+                 reconfig, preset_group, sim_group, web_command, metrics_command, hist, acct):
     main.add_command(_command)
 
 

@@ -29,6 +29,9 @@ _OPTIONS = (
     click.option("-J", "name", help='Job name; "name[1-100:2,200]%10" submits an array (elements 1, 3, ... 99 '
                                     'and 200, at most 10 at once).'),
     click.option("-q", "queue", shell_complete=complete_queues, help="Queue (default: the cluster's default queue)."),
+    click.option("-P", "project", metavar="PATH",
+                 help="Project (lab/vision; LSF's bsub -P). Default: your group's default project, then the "
+                      "cluster's (see `xce projects`)."),
     click.option("-app", "app", metavar="NAME", shell_complete=complete_apps,
                  help="Application profile (see `xce apps`); '' for none. Default: the cluster's default one."),
     click.option("-n", "tasks", metavar="MIN[,MAX]",
@@ -154,6 +157,8 @@ def build_spec(options: dict[str, Any], command: list[str], preset: Preset | Non
     environment = {} if options.get("env_none") else dict(os.environ)
     environment.update(_pairs(options.get("env", ()), "env", bad))
     gpus = options.get("gpus")
+    if options.get("project") is not None:
+        spec["project"] = options["project"]
     spec.update(cwd=workdir, name=name or None, queue=options.get("queue"), app=options.get("app"),
                 resreq=list(options.get("resreq", ())) + ([f"rusage[gpus={gpus}/host]"] if gpus else []),
                 stdout=_absolute(options.get("stdout"), workdir), stderr=_absolute(options.get("stderr"), workdir),

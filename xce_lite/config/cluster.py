@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from xce_lite.config import projects as proj
 from xce_lite.config import yamlfile
 from xce_lite.errors import ConfigError, SpecError
 from xce_lite.quantities import parse_duration, parse_size
@@ -118,6 +119,8 @@ class QueueConfig(_Model):
     # Running limits, in slots (LSF's QJOB_LIMIT, UJOB_LIMIT): a job pends while they are reached.
     running_limit: int | None = Field(default=None, ge=1)
     user_running_limit: int | None = Field(default=None, ge=1)
+    # Fair share (config/projects.py): decayed past usage orders the jobs of its priority level.
+    fairshare: proj.FairshareConfig | None = None
 
 
 class ControllerConfig(_Model):
@@ -183,6 +186,10 @@ class ClusterConfig(_Model):
     # The application profile (applications.yaml beside this file) of jobs submitted without -app;
     # "" for none. It must name a profile (`default` is built in), or the config is refused.
     default_application: str = Field(default="default", pattern=r"^$|" + _NAME)
+    # Projects (config/projects.py): none defined is open mode (any project name, no limits).
+    projects: list[proj.ProjectConfig] = Field(default_factory=list)
+    groups: dict[Annotated[str, Field(pattern=_NAME)], proj.GroupConfig] = Field(default_factory=dict)
+    default_project: str | None = Field(default=None, pattern="^" + proj.PROJECT_RE.pattern + "$")
 
     @field_validator("resources")
     @classmethod
@@ -209,7 +216,25 @@ class ClusterConfig(_Model):
         clash = sorted(set(self.shared) & (set(self.resources) | set(BUILTIN_RESOURCES)))
         if clash:
             raise ValueError(f"{', '.join(clash)} cannot be both a shared counter and a host resource")
+        proj.check(self.projects, self.groups, self.default_project, self.limit_amount)
         return self
+
+    def limit_amount(self, resource: str, amount: int | float | str, where: str) -> float:
+        """A project limit in base units (a bare number of `mem` is megabytes, as on hosts)."""
+        if resource == "mem":
+            return float(_size(amount))
+        if resource in self.resources:
+            return self.resource_amount(resource, amount, where)
+        if resource in ("slots", "gpus", "jobs") or resource in self.shared:
+            if isinstance(amount, (str, bool)) or amount < 0:
+                raise ValueError(f"{where}: {resource} is a count: give a number of 0 or more, not {amount!r}")
+            return float(amount)
+        known = ", ".join(["slots", "mem", "gpus", "jobs", *sorted(self.resources), *sorted(self.shared)])
+        raise ValueError(f"{where}: {resource!r} is not a resource of this cluster; limits take: {known}")
+
+    def project_view(self):
+        """The scheduler's view of the projects (sched/projects.Projects)."""
+        return proj.to_projects(self.projects, self.groups, self.default_project, self.limit_amount)
 
     def resource_amount(self, name: str, amount: int | float | str, where: str) -> float:
         """A host's amount of a custom resource in base units (bytes for sizes)."""
@@ -219,6 +244,12 @@ class ClusterConfig(_Model):
         if isinstance(amount, (str, bool)) or amount < 0:
             raise ValueError(f"{where}: {name} is a count: give a number of 0 or more, not {amount!r}")
         return float(amount)
+
+    @field_validator("projects")
+    @classmethod
+    def _project_tree(cls, projects: list) -> list:
+        proj.check_tree(projects)
+        return projects
 
     @field_validator("hosts", "queues")
     @classmethod

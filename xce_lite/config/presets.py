@@ -39,7 +39,7 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 MAX_BYTES = 64 * 1024
 # option -> (its flag on the command line, the JSON type of its value)
 OPTIONS: dict[str, tuple[str, type]] = {
-    "name": ("-J", str), "queue": ("-q", str), "app": ("-app", str), "tasks": ("-n", str),
+    "name": ("-J", str), "queue": ("-q", str), "project": ("-P", str), "app": ("-app", str), "tasks": ("-n", str),
     "resreq": ("-R", list), "gpus": ("--gpus", int), "stdout": ("-o", str), "stderr": ("-e", str),
     "cwd": ("--cwd", str), "env": ("--env", list), "env_none": ("--env-none", bool),
     "run_limit": ("-W", str), "mem_limit": ("-M", str), "priority": ("-sp", int), "hold": ("--hold", bool),

@@ -163,9 +163,10 @@ def pending_job(job_id: int, user: str, queue: str, spec: JobSpec, submit_time: 
         eff = effective(spec, queue, config, profiles)
     except SpecError as err:
         return PendingJob(job_id, user, queue, JobRequest(job_id), spec.priority, submit_time,
-                          blocked=f"cannot run as configured now: {err}"), None
+                          blocked=f"cannot run as configured now: {err}", project=spec.project), None
     request = JobRequest(job_id, eff.min_tasks, eff.max_tasks, eff.resreq)
-    return PendingJob(job_id, user, queue, request, spec.priority, submit_time, eff.profile_hash), eff
+    return PendingJob(job_id, user, queue, request, spec.priority, submit_time, eff.profile_hash,
+                      project=spec.project), eff
 
 
 def admit(spec: JobSpec, config: ClusterConfig, profiles: dict[str, Profile], totals: tuple[HostView, ...],

@@ -53,6 +53,7 @@ from xce_lite.controller.handlers.flow import FlowHandlers
 from xce_lite.controller.handlers.jobs import ApiHandlers
 from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
 from xce_lite.controller.jobunits import job_units
+from xce_lite.controller.projects import ProjectWork
 from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.retention import Retention
 from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
@@ -83,7 +84,7 @@ class _WakingQueue(queue.Queue):
 
 
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows,
-                 MetricsHandlers):  # metrics: its routes
+                 MetricsHandlers, ProjectWork):  # metrics: its routes
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
@@ -109,6 +110,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._init_units()
         self._init_launches()
         self._init_workflows()
+        self._init_projects()
         self._links: dict[str, HostLink] = {}
         self._pending = PendingSet()
         self._held: dict[int, str] = {}  # PSUSP job id -> user
@@ -128,6 +130,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         """Run until stopped: load, start the host links, serve the API, tick."""
         try:
             self._load()
+            self._hold_outside_projects(self.store.unfinished())  # the configuration may have changed while stopped
             for host_config in self.config.hosts:
                 self._start_link(host_config)
             self._settle_local_hosts()
@@ -236,7 +239,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 # hosts list them (a unit of a job that runs may not have reached its host yet).
                 status = [RUNNING if i == 0 and job.state != DISP else NEW for i in range(len(units))]
                 active = Active(job.id, job.user, job.queue, job.state, job.attempt, holding, units, status,
-                                retries=job.retries, killed=job.id in killed)
+                                retries=job.retries, killed=job.id in killed, project=job.project,
+                                since=job.start_time or time.time())
                 self._add_active(self._with_workflow(active, job.array_id, job.effective))
         if self._active:
             self.log(f"recovering {len(self._active)} dispatched or running jobs")
@@ -300,8 +304,9 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         try:
             with self._mu:  # the pending set's changes are taken under the lock; the wait is not
                 running = tuple((j.queue, j.user, sum(n for _, n in j.hosts)) for j in self._active.values())
-                base = Snapshot(hosts, (), self.queue_policies, shared, running, time.time(),
-                                self.config.controller.reserve_after)
+                now = time.time()
+                base = Snapshot(hosts, (), self.queue_policies, shared, running, now,
+                                self.config.controller.reserve_after, **self._project_inputs(now))
                 sent = time.monotonic()  # metrics:
                 self._scheduler.send(self._pending, base, self.config.controller.sched_budget)
             decisions = self._scheduler.receive()
@@ -376,6 +381,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._count_applied(record, finishing)  # metrics:
         with self._mu:
             for f, _event in finishing:  # the other hosts' post hooks see it as XCE_JOB_REASON
+                self._fairshare_finished(f.job_id, f.start_time, f.end_time)
                 self._end_active(f.job_id, f"job {f.job_id} ended {f.state}" + (f": {f.reason}" if f.reason else ""))
                 self._ended_element(f.job_id)
             for r in requeues:
@@ -399,7 +405,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 holding = Holding.from_json(alloc, ())
                 units = job_units(self.cluster, job_id, attempt, len(hosts))
                 active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
-                                retries=self._retries.pop(job_id, 0))
+                                retries=self._retries.pop(job_id, 0), project=pending.project, since=time.time())
                 self._add_active(self._with_workflow(active, self._array_of.get(job_id), effective))
                 self._to_launch.extend(units)
             if record.finished or record.requeued or record.cancelled or record.started:

@@ -56,6 +56,8 @@ class Active:
     retry_on: tuple[int, ...] | None = None  # only for these exit codes (None: any failure)
     retries: int = 0
     killed: bool = False  # someone asked to kill it: its failure is not retried
+    project: str | None = None  # its project (limits, fair share by project)
+    since: float = 0.0  # when it was dispatched or started: fair share counts its time from then
 
     @property
     def hosts(self) -> tuple[tuple[str, int], ...]:

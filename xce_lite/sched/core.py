@@ -16,6 +16,12 @@ reconfig made it unrunnable) is not placed at all: it pends with that reason...
 without backfill): then it holds a reservation, and every job after it in order waits, so running
 jobs drain until it fits. Backfill by run limit (letting short jobs use the drain) is a later step.
 
+Projects and fair share (sched/projects.py, sched/fairshare.py): a job also meets the limits of its
+project and every ancestor (`Usage.room` cuts its task range to what they leave; the placement
+itself is checked by `Usage.over`), each dispatch counting at once; a fair-share queue's jobs are
+taken in `fairshare.Ordering`'s order, which a dispatch changes. Without projects or fair share
+in the snapshot, the session is what it was, byte for byte.
+
 Sessions: within one session, a request shape (task range and -R, on its queue's host set) proven
 unplaceable is not searched again until a dispatch changes what is free; a cache hit returns the
 FULL reason of the attempt that proved it, never an empty one. The searches themselves go through
@@ -38,11 +44,13 @@ are the same with or without it, and without it the session pays one `is None` t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from xce_lite.sched.fairshare import FairShareInput, Ordering
 from xce_lite.sched.fit import taken
 from xce_lite.sched.placement import HostView, JobRequest
+from xce_lite.sched.projects import Projects, Usage, held
 from xce_lite.sched.reasons import NOTHING, FrozenMap, Placement, Refusal
 from xce_lite.sched.session import Session
 
@@ -73,6 +81,7 @@ class PendingJob:
     # Why it cannot be considered at all (its profile vanished, a reconfig made its request
     # unrunnable): it pends with this reason, unplaced, until a reconfig or a kill.
     blocked: str | None = None
+    project: str | None = None  # its project's path (sched/projects.py); None: stored before projects
 
     @property
     def shape(self) -> tuple:
@@ -89,6 +98,12 @@ class Snapshot:
     running: tuple[tuple[str, str, int], ...] = ()  # (queue, user, slots) held by dispatched jobs
     now: float = 0.0  # time is an argument: the starvation guard compares it with submit times
     reserve_after: float = 0.0  # seconds; 0: no reservations
+    # Projects and their limits (sched/projects.py); None or open mode: no project limits. And what
+    # running jobs hold per project (the path they were submitted to; projects.held's amounts, summed).
+    projects: Projects | None = None
+    project_held: tuple[tuple[str | None, FrozenMap], ...] = ()
+    # Fair-share queues, each entity's decayed usage and running slots (sched/fairshare.py).
+    fairshare: FairShareInput | None = None
 
 
 @dataclass(frozen=True)
@@ -179,8 +194,14 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
     def rank(job: PendingJob) -> tuple:
         return (-queues.get(job.queue, no_policy).priority, -job.priority, job.id)
 
-    # Timsort: the controller sends jobs in id order, so this is close to linear.
-    order = sorted(snapshot.jobs, key=rank)
+    ordering = None
+    if snapshot.fairshare is not None and snapshot.fairshare.queues:
+        ordering = Ordering(snapshot.jobs, lambda q: queues.get(q, no_policy).priority, snapshot.fairshare)
+        order: Iterable[PendingJob] = ordering
+    else:  # Timsort: the controller sends jobs in id order, so this is close to linear.
+        order = sorted(snapshot.jobs, key=rank)
+    usage = Usage(snapshot.projects, snapshot.project_held) \
+        if snapshot.projects is not None and not snapshot.projects.open else None
     queue_used: dict[str, int] = {}
     user_used: dict[tuple[str, str], int] = {}
     for queue, user, slots in snapshot.running:
@@ -218,6 +239,8 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
         else:
             reason, request = _within_limits(job, policy, queue_used, user_used)
             kind = LIMITED
+            if reason is None and usage is not None:
+                reason, request = usage.room(job.project, request)
         result: Placement | Refusal | None = None
         reserved = False
         if reason is None:
@@ -226,7 +249,18 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
             kind = KNOWN_UNSAT
             if reason is None:
                 result = session.place(request, policy.hosts)
+                amounts = held(result) if usage is not None and not isinstance(result, Refusal) else None
+                over = usage.over(job.project, amounts) if amounts is not None else None
+                if over is not None:  # the placement itself passes a project limit (per-host amounts)
+                    if observe is not None:
+                        observe(Examined(job.id, LIMITED, request, over))
+                    waiting.setdefault(over, []).append(job.id)
+                    continue
                 if not isinstance(result, Refusal):
+                    if amounts is not None:
+                        usage.add(job.project, amounts)
+                    if ordering is not None:
+                        ordering.dispatched(job, result.tasks)
                     session.take(result)
                     refused.clear()
                     queue_used[job.queue] = queue_used.get(job.queue, 0) + result.tasks

@@ -43,6 +43,7 @@ from xce_lite.sched.core import Decisions, Dispatch, PendingJob, SessionCache, S
 from xce_lite.sched.placement import HostView, JobRequest, why_never
 from xce_lite.sched.reasons import HostAlloc
 from xce_lite.sim.gating import Workflows
+from xce_lite.sim.projects import SimProjects
 from xce_lite.sim.workload import Workload, WorkloadJob
 from xce_lite.workflow import deps
 
@@ -129,6 +130,7 @@ class Simulator:
                 self.jobs.append(SimJob(len(self.jobs) + 1, entry, f"{entry.array[0]}[{index}]", entry.array[0],
                                         first, index))
         self.flows = Workflows(self.jobs)
+        self.projects = SimProjects(config)  # projects and fair share, as the controller has them
         self._array_running: dict[int, int] = {}  # array id -> its elements running
         self.now = 0.0
         self.step_number = self.sessions = 0
@@ -231,6 +233,7 @@ class Simulator:
             job.state = DONE if result.exit_code == 0 else EXIT
             job.end, job.exit_code, job.reason = result.end_time, result.exit_code, result.reason
             self._release_holding(job)
+            self.projects.finished(job)
             self.cluster.host(event.host).forget([event.unit])
             finished.append((job.id, job.state, job.exit_code))
         if finished:
@@ -261,8 +264,9 @@ class Simulator:
         e = job.entry
         spec = JobSpec(argv=sim_argv(e.runtime, e.exit_code), cwd="/", name=job.name, queue=e.queue,
                        slots=e.slots, max_slots=e.max_slots, resreq=e.resreq, run_limit=e.run_limit,
-                       mem_limit=e.mem_limit, priority=e.priority, app=e.app)
+                       mem_limit=e.mem_limit, priority=e.priority, app=e.app, project=e.project)
         job.spec, job.queue, job.eff = admit(spec, self.config, self.profiles, self.totals, self._never)
+        job.spec = self.projects.admit(job.spec, e.user, job.eff)
 
     def _never(self, request: JobRequest) -> str | None:
         """`why_never` on the cluster's totals, memoised by request shape (it reads nothing else)."""
@@ -320,7 +324,8 @@ class Simulator:
         self.host_views()
         running = tuple((q, u, n) for (q, u), n in self._slots_used.items() if n)
         return Snapshot(tuple(self._views.values()), tuple(self.pending.values()), self.policies, self._shared,
-                        running, self.now, self.config.controller.reserve_after)
+                        running, self.now, self.config.controller.reserve_after,
+                        **self.projects.inputs(list(self.running.values()), self.now))
 
     def _apply(self, decisions: Decisions, changed: dict[str, list[int]]) -> None:
         for d in decisions.dispatches:
@@ -383,7 +388,7 @@ class Simulator:
                 "dispatches": self._dispatches, "dirty": self._dirty, "wake": self._wake,
                 "used_seconds": self.used_seconds, "jobs": jobs, "pending": list(self.pending),
                 "gate": sorted(self.flows.gate.waiters), "fed": sorted(self.flows.gate.fed),
-                "gate_dirty": self.flows.dirty}
+                "gate_dirty": self.flows.dirty, "fairshare": self.projects.state()}
 
     def restore(self, state: dict) -> None:
         """Take up a `state()` of a simulation of the same config and workload (checked by the caller)."""
@@ -416,3 +421,4 @@ class Simulator:
         self._dirty = state["dirty"]
         self.flows.gate.fed = set(state["fed"])
         self.flows.dirty = state["gate_dirty"]
+        self.projects.restore(state.get("fairshare") or {})

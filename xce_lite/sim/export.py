@@ -45,6 +45,8 @@ def export_workload(store_path: Path, out: Path, since: float | None = None) -> 
             row["R"] = s.resreq[0] if len(s.resreq) == 1 else list(s.resreq)
         if s.name:
             row["name"] = s.name
+        if s.project is not None:  # the project it ran in (resolved at submit)
+            row["project"] = s.project
         if s.priority:
             row["priority"] = s.priority
         if s.run_limit is not None:

@@ -10,6 +10,7 @@ job, with its defaults:
     runtime   seconds it runs once started; required        exit      its exit code (0)
     name      its name (-J), what dependencies refer to     priority  -sp 0..100 (0)
     W         run limit (-W), M memory limit (-M)            after     a dependency (-w): done(a) && ended(b)
+    project   its project (-P): checked and defaulted as the controller does, for the user in no group
     array     `name[1-100]%10`: that many elements, at most 10 running at once (`name` is then the
               array's name; the elements are name[1], name[2], ...)
 
@@ -36,7 +37,7 @@ from xce_lite.quantities import parse_duration, parse_size
 from xce_lite.workflow import arrays, deps
 
 FIELDS = ("submit", "user", "queue", "app", "n", "R", "runtime", "exit", "name", "priority", "W", "M", "after",
-          "array")
+          "array", "project")
 _NUMBER = re.compile(r"^\d+(\.\d+)?$")
 
 
@@ -61,6 +62,7 @@ class WorkloadJob:
     mem_limit: int | None = None
     after: str | None = None
     array: tuple[str, tuple[int, ...], int | None] | None = None  # (name, indices, at most running)
+    project: str | None = None  # -P
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,9 @@ class Workload:
 
     @property
     def digest(self) -> str:
-        text = json.dumps([asdict(j) for j in self.jobs], sort_keys=True, separators=(",", ":"))
+        # a field added later counts only when given, so that a workload's digest stays what it was
+        rows = [{k: v for k, v in asdict(j).items() if k != "project" or v is not None} for j in self.jobs]
+        text = json.dumps(rows, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -172,7 +176,7 @@ def parse_job(row: object, index: int, source: str, problems: list[str] | None =
         priority=field(_int, row.get("priority", 0), "priority", where, 0, 100),
         run_limit=field(_seconds, row["W"], "W", where) if "W" in row else None,
         mem_limit=field(_size, row["M"], where) if "M" in row else None,
-        after=field(_after, row, where))
+        after=field(_after, row, where), project=field(_text, row, "project", where))
     if found:
         return _done(None, found, problems)
     return WorkloadJob(
@@ -180,7 +184,8 @@ def parse_job(row: object, index: int, source: str, problems: list[str] | None =
         app=str(row["app"]) if "app" in row and row["app"] is not None else None,
         slots=slots, max_slots=max_slots, resreq=values["resreq"], exit_code=values["exit_code"],
         name=name if array is None else array[0], priority=values["priority"], run_limit=values["run_limit"],
-        mem_limit=values["mem_limit"], after=values["after"], array=array)
+        mem_limit=values["mem_limit"], after=values["after"], array=array,
+        project=values["project"])
 
 
 def _done(job: WorkloadJob | None, found: list[str], problems: list[str] | None) -> WorkloadJob | None:

@@ -1,5 +1,5 @@
 """Retention: finished jobs older than `controller.keep_finished` leave the live tables for the
-archive (sql/0011_archive.sql) in bounded batches, each ONE transaction; archived rows older than
+archive (sql/0009_archive.sql) in bounded batches, each ONE transaction; archived rows older than
 `controller.keep_archived` leave too, their usage kept as day sums. JobStore inherits this.
 
 Invariants:
@@ -155,7 +155,7 @@ def _move(con: apsw.Connection, ids: list[int]) -> None:
                     f"(SELECT 1 FROM jobs e WHERE e.array_id = arrays.id)", arrays)
 
 
-DIMS = ("user", "project", "queue", "host", "user_queue")  # the kinds of day sums (sql/0011_archive.sql)
+DIMS = ("user", "project", "queue", "host", "user_queue")  # the kinds of day sums (sql/0009_archive.sql)
 
 
 def _insert_archived(con: apsw.Connection, rows: Sequence[dict]) -> None:

@@ -21,6 +21,7 @@ from xce_lite.store.accounting import AccountingStore  # hist and acct: live and
 from xce_lite.store.archive import ArchiveStore, insert_event_anywhere  # retention
 from xce_lite.store.db import connect, write
 from xce_lite.store.db import insert_event as _event
+from xce_lite.store.projects import ProjectStore
 from xce_lite.store.usage import UsageStore  # metrics: the web's reads over time
 from xce_lite.store.workflows import ELEMENT_SPEC, FlowRecord, NewJob, WorkflowStore, insert_flow, insert_job
 
@@ -71,7 +72,7 @@ class TickRecord:
     cancelled: tuple[int, ...] = ()
 
 
-class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore):  # metrics: UsageStore
+class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, ProjectStore):  # metrics: UsageStore
     def __init__(self, path: Path, readonly: bool = False):
         """readonly: for tools beside a running controller (`xceadmin check`): reads only."""
         self.path = path
@@ -212,9 +213,10 @@ class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore):  # met
         return self._jobs_of(rows)
 
     def jobs(self, ids: Sequence[int] | None = None, user: str | None = None,
-             include_finished: bool = False, limit: int | None = None, elements: bool = True) -> list[Job]:
+             include_finished: bool = False, limit: int | None = None, elements: bool = True,
+             project: str | None = None) -> list[Job]:
         """Jobs by id, or a user's (unfinished unless `include_finished`); `elements` False leaves
-        out array elements (the listing shows their arrays instead)."""
+        out array elements (the listing shows their arrays instead); `project`: of that project only."""
         where, args = [], []
         if ids:
             where.append(f"id IN ({', '.join('?' * len(ids))})")
@@ -222,6 +224,9 @@ class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore):  # met
         if user is not None:
             where.append("user = ?")
             args.append(user)
+        if project is not None:
+            where.append("project = ?")
+            args.append(project)
         if not include_finished and not ids:
             where.append("state NOT IN (?, ?)")
             args.extend(_FINISHED)

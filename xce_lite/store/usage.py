@@ -31,11 +31,9 @@ DAY = "date({}, 'unixepoch', 'localtime')"  # a time's day, as usage_by_day coun
 
 
 def project_sql() -> str:
-    """SQL for a live job's project (NULL: none). The one place that says where it is stored: until
-    migration 0012 (projects) adds a column, the `project` field of the job's spec (an element's
-    is its array's), which no job has yet; point this at `jobs.project` then."""
-    return ("json_extract(CASE WHEN jobs.array_id IS NULL THEN jobs.spec ELSE "
-            "(SELECT ar.spec FROM arrays ar WHERE ar.id = jobs.array_id) END, '$.project')")
+    """SQL for a live job's project (NULL: none). The one place that says where it is stored: the
+    `project` column (migration 0010), set at submit for jobs and array elements alike."""
+    return "jobs.project"
 
 
 class UsageStore:

@@ -80,19 +80,22 @@ def insert_job(con: apsw.Connection, item: NewJob, job_id: int, depend: dict | N
     depend_text = json.dumps(depend, ensure_ascii=True) if depend is not None else None
     name, slots = _display_name(spec), spec.slots or 1
     event = {"user": user, "queue": item.queue, "held": spec.hold}
+    if spec.project is not None:
+        event["project"] = spec.project
     if not item.indices:
-        con.execute("INSERT INTO jobs(id, user, queue, state, spec, slots, submit_time, reason, name, depend) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (job_id, user, item.queue, state, spec.to_json(), slots, now, reason, name, depend_text))
+        con.execute("INSERT INTO jobs(id, user, queue, state, spec, slots, submit_time, reason, name, depend, "
+                    "project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (job_id, user, item.queue, state, spec.to_json(), slots, now, reason, name, depend_text,
+                     spec.project))
         insert_event(con, job_id, now, "submitted", event)
         return
     con.execute("INSERT INTO arrays(id, user, spec, size, depend, submit_time) VALUES (?, ?, ?, ?, ?, ?)",
                 (job_id, user, spec.to_json(), len(item.indices), depend_text, now))
     ids = range(job_id, job_id + len(item.indices))
     con.executemany("INSERT INTO jobs(id, user, queue, state, spec, slots, submit_time, reason, name, array_id, "
-                    "array_index) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(element, user, item.queue, state, ELEMENT_SPEC, slots, now, reason, name, job_id, index)
-                     for element, index in zip(ids, item.indices)])
+                    "array_index, project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(element, user, item.queue, state, ELEMENT_SPEC, slots, now, reason, name, job_id, index,
+                      spec.project) for element, index in zip(ids, item.indices)])
     data = json.dumps({**event, "array": job_id}, ensure_ascii=True)
     con.executemany("INSERT INTO events(job_id, time, kind, data) VALUES (?, ?, 'submitted', ?)",
                     [(element, now, data) for element in ids])
@@ -211,7 +214,8 @@ class WorkflowStore:
                 data = json.loads(spec)
                 summaries.append({"id": array_id, "user": user_name, "queue": queues.get(array_id, ""),
                                   "name": data.get("name") or "", "indices": data.get("array") or "",
-                                  "size": size, "states": counts.get(array_id, {}), "submit_time": submit_time})
+                                  "size": size, "states": counts.get(array_id, {}), "submit_time": submit_time,
+                                  "project": data.get("project")})
         return summaries
 
     # ---- flows ----------------------------------------------------------------------------------------

@@ -58,6 +58,8 @@ class ConfigHandlers:
         self.host_totals = host_totals(config)
         self.addresses = {h.name: h.address for h in config.hosts if h.address}  # how a hostfile names hosts
         self.queue_policies = queue_policies(config)
+        self.project_view = config.project_view()  # projects, defaults and limits (sched/projects.py)
+        self._last_fair = None  # fair share as the last session saw it: none yet under this configuration
         if not hasattr(self, "_presets"):
             self._presets = PresetDir(self.home.presets)
         self._record_running_config()
@@ -89,7 +91,9 @@ class ConfigHandlers:
                 for job in jobs:
                     if job.state == PEND and job.id in self._pending:
                         self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time))
+                self._fair_books(time.time())
                 self._dirty = True
+            self._hold_outside_projects(jobs)
             self._hosts_changed(running[0], new[0])
             self._wake.set()
             self.log(f"reconfigured: {len(result.changes)} pending job(s) see new effective values")

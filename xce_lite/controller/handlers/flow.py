@@ -132,7 +132,7 @@ class FlowHandlers:
             if not isinstance(raw, dict) or not isinstance(raw.get("step"), str):
                 raise errors.SpecError('each step is {"step": NAME, "spec": {...}}')
             try:
-                steps.append((raw["step"], *self._validate(raw.get("spec"))))
+                steps.append((raw["step"], *self._validate(raw.get("spec"), caller)))
             except errors.SpecError as err:
                 raise errors.SpecError(f"step {raw['step']}: {err}") from None
         if len({s for s, _spec, _q in steps}) < len(steps):

@@ -48,6 +48,7 @@ class ApiHandlers:
             **self.config_routes(),
             **self.flow_routes(),
             **self.metrics_routes(),  # metrics:
+            **self.project_routes(),
         }
 
     def api_status(self, caller: Caller, query: dict, body: Any) -> dict:
@@ -66,7 +67,7 @@ class ApiHandlers:
         accepted = []
         for index, raw in enumerate(body["jobs"]):
             try:
-                spec, queue_name = self._validate(raw)
+                spec, queue_name = self._validate(raw, caller)
                 depend = self._resolve_depend(spec, caller.user)
             except errors.SpecError as err:
                 raise errors.SpecError(f"job {index + 1}: {err}" if many else str(err)) from None
@@ -83,10 +84,12 @@ class ApiHandlers:
         return {"ids": ids, "queues": [item.queue for item in accepted],
                 "sizes": [len(item.indices) or None for item in accepted]}
 
-    def _validate(self, raw: Any) -> tuple[JobSpec, str]:
-        """The spec as it will be stored (its profile name resolved), and its queue's name;
-        SpecError if its effective values break a rule or could never run (merge.py)."""
-        spec, queue_name, _eff = admit(JobSpec.from_wire(raw), self.config, self.profiles, self.host_totals)
+    def _validate(self, raw: Any, caller: Caller | None = None) -> tuple[JobSpec, str]:
+        """The spec as it will be stored (its profile name and project resolved), and its queue's
+        name; SpecError if its effective values break a rule or could never run (merge.py), or its
+        project refuses it (projects.py)."""
+        spec, queue_name, eff = admit(JobSpec.from_wire(raw), self.config, self.profiles, self.host_totals)
+        spec = self._project_of(spec, eff, caller)
         if not os.path.isdir(spec.cwd):
             raise errors.SpecError(f"working directory {spec.cwd} does not exist or is not a directory")
         if not os.access(spec.cwd, os.R_OK | os.X_OK):
@@ -107,14 +110,17 @@ class ApiHandlers:
             user = caller.user
         include_finished = _flag(query, "all")
         elements = _flag(query, "elements")
+        project = query.get("project") or None
         if refs:
             array_ids = [int(label) for label, _ids, whole in refs if whole]
             job_ids = [i for _label, ids, whole in refs if not whole or elements for i in ids]
             jobs = self.store.jobs(job_ids) if job_ids else []
             summaries = self.store.array_summaries(array_ids) if array_ids else []
         else:
-            jobs = self.store.jobs(None, user=user, include_finished=include_finished, elements=elements)
-            summaries = self.store.array_summaries(user=user, include_finished=include_finished)
+            jobs = self.store.jobs(None, user=user, include_finished=include_finished, elements=elements,
+                                   project=project)
+            summaries = [s for s in self.store.array_summaries(user=user, include_finished=include_finished)
+                         if project is None or s.get("project") == project]
         wired = self._to_wire(jobs, _flag(query, "effective"))
         if _flag(query, "history"):  # every attempt's events: dispatched, started, requeued (a retry), ...
             for job in wired:
@@ -137,6 +143,7 @@ class ApiHandlers:
             if with_effective:
                 job["effective"] = describe(eff) if isinstance(eff, Effective) else []
                 job["effective_problem"] = eff if isinstance(eff, str) else None
+                job["fairshare"] = self.fair_standing(j) if j.state in PENDING_STATES else None
             wired.append(job)
         with self._mu:
             for job in wired:
@@ -223,6 +230,8 @@ class ApiHandlers:
         for label, jobs, whole in self._owned_refs(caller, body):
             refused: list[dict] = []
             movable = [(job, target) for job in jobs if (target := _next_or_refuse(job, event, refused)) is not None]
+            if event == "released":  # a job outside its project stays held (projects.py)
+                movable = self._releasable(movable, refused)
             moved = self._move_pending(movable, event, reason)
             if whole:
                 results.append({"id": label, "ok": bool(moved) or not movable,
@@ -349,13 +358,18 @@ class ApiHandlers:
         if not isinstance(eff, Effective):
             return {"id": job.id, "state": job.state, "effective": rows,
                     "summary": f"cannot run as configured now: {eff}", "lines": []}
+        fair = self.fair_standing(job)
+        extra = {"fairshare": fair} if fair is not None else {}
+        limited = self.project_room(job, eff)
+        if limited is not None:
+            return {"id": job.id, "state": job.state, "effective": rows, "summary": limited, "lines": [], **extra}
         result = place(JobRequest(job.id, eff.min_tasks, eff.max_tasks, eff.resreq), hosts, shared)
         if not isinstance(result, Refusal):
             where = " ".join(f"{n}*{h}" for h, n in result.hosts)
             return {"id": job.id, "state": job.state, "effective": rows,
-                    "lines": [f"it fits now ({where}); the scheduler will start it at its next session"]}
+                    "lines": [f"it fits now ({where}); the scheduler will start it at its next session"], **extra}
         return {"id": job.id, "state": job.state, "effective": rows, "summary": result.summary(),
-                "lines": list(result.details())}
+                "lines": list(result.details()), **extra}
 
     def api_peek(self, caller: Caller, query: dict, body: Any) -> dict:
         """A piece of a job's output file, read on its first host through the agent (shared file
@@ -396,7 +410,7 @@ class ApiHandlers:
         default = self.config.default_queue.name
         return {"schema": 1, "queues": [
             {"name": q.name, "priority": q.priority, "default": q.name == default,
-             "description": q.description,
+             "description": q.description, "fairshare": q.fairshare.model_dump() if q.fairshare else None,
              "pend": counts.get((q.name, "PEND"), 0) + counts.get((q.name, "PSUSP"), 0),
              "run": counts.get((q.name, "RUN"), 0) + counts.get((q.name, "DISP"), 0)}
             for q in self.config.queues]}

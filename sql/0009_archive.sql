@@ -1,4 +1,4 @@
--- 0011: retention. Finished jobs older than `controller.keep_finished` leave the live tables for
+-- 0009: retention. Finished jobs older than `controller.keep_finished` leave the live tables for
 -- an archive in this same file that `xce hist` and `xce acct` still read, in bounded batches
 -- (store/archive.py). The archive keeps what accounting needs, not the spec (whose environment copy
 -- is most of a job row): one row per job, its events unchanged (seq included), and usage per day
