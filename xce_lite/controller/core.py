@@ -44,13 +44,17 @@ from xce_lite.api.server import ApiServer
 from xce_lite.config.cluster import ClusterConfig, HostConfig
 from xce_lite.config.merge import Effective, Profile
 from xce_lite.config.profiles import load_cluster
-from xce_lite.config.sched_view import Holding, effective, hosts_now, pending_job, shared_free
+from xce_lite.config.sched_view import Holding, hosts_now, pending_job, shared_free
+from xce_lite.controller.dispatching import Dispatching
+from xce_lite.controller.faults import Faults
 from xce_lite.controller.gating import Workflows
 from xce_lite.controller.handlers.config import ConfigHandlers
 from xce_lite.controller.handlers.flow import FlowHandlers
 from xce_lite.controller.handlers.jobs import ApiHandlers
 from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
+from xce_lite.controller.hostops import HostOps
 from xce_lite.controller.jobunits import job_units
+from xce_lite.controller.kills import Kills
 from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
 from xce_lite.controller.task_launches import TaskLaunches
@@ -59,7 +63,7 @@ from xce_lite.exec.host import HostEvent
 from xce_lite.exec.link import HostLink
 from xce_lite.exec.local import LocalHost
 from xce_lite.home.paths import Home
-from xce_lite.models import DISP, PEND, PSUSP, Job, JobSpec, unit_name
+from xce_lite.models import DISP, PEND, PSUSP, JobSpec
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
 from xce_lite.sched.placement import HostView
 from xce_lite.store.jobs import Finish, JobStore, Requeue, TickRecord
@@ -79,8 +83,8 @@ class _WakingQueue(queue.Queue):
         self._wake.set()
 
 
-class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows,
-                 MetricsHandlers):  # metrics: its routes
+class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching, Kills,
+                 Faults, MetricsHandlers):  # metrics: its routes
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
@@ -104,6 +108,9 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._finished = threading.Condition(self._mu)
         self._events: queue.Queue[HostEvent] = _WakingQueue(self._wake)
         self._init_units()
+        self._init_kills()
+        self._init_faults()
+        self._hostops = HostOps(self._events)  # signals run on a worker per host, never on the tick
         self._init_launches()
         self._init_workflows()
         self._links: dict[str, HostLink] = {}
@@ -117,6 +124,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._dirty = True  # something changed since the last scheduling session
         self._scheduler = SchedulerProcess()
         self._server: ApiServer | None = None
+        self._failed = False  # stopped on a fault (faults.py): its record stays for the next start
 
     # ---- running ----------------------------------------------------------------------------
 
@@ -130,11 +138,19 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._server = ApiServer(self.home.socket, self.routes(), self.log)
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
             self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
+            if self.previous_fault is not None:
+                self.log(f"note: the previous run stopped on a fault: {self.previous_fault['why']}")
             while not self._stopping.is_set():
-                self._wake.wait(self.config.controller.tick)
+                retry = self._store_wait()
+                self._wake.wait(self.config.controller.tick if retry is None
+                                else min(self.config.controller.tick, retry + 0.01))
                 self._wake.clear()
                 if not self._stopping.is_set():
                     self.tick()
+        except Exception as err:  # unsafe to go on: say why (faults.py); faults that are not are handled within
+            self._fatal(err)
+            self._failed = True
+            raise
         finally:
             self._shutdown()
 
@@ -163,7 +179,10 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         for link in self._links.values():
             link.close()  # the agents exit; the jobs go on under their supervisors
         self._scheduler.close()
+        self._hostops.close()
         self.store.close()
+        if not self._failed:
+            self._clear_fault()
         self.log("controller stopped")
 
     def _start_link(self, host: HostConfig) -> None:
@@ -232,8 +251,10 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 # hosts list them (a unit of a job that runs may not have reached its host yet).
                 status = [RUNNING if i == 0 and job.state != DISP else NEW for i in range(len(units))]
                 active = Active(job.id, job.user, job.queue, job.state, job.attempt, holding, units, status,
-                                retries=job.retries, killed=job.id in killed)
+                                retries=job.retries, killed=killed.get(job.id))
                 self._add_active(self._with_workflow(active, job.array_id, job.effective))
+                if active.killed:  # sent again: the first may never have reached the host (kills.py)
+                    self._kill_marks[job.id] = active.killed
         if self._active:
             self.log(f"recovering {len(self._active)} dispatched or running jobs")
 
@@ -251,26 +272,43 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
 
     def tick(self) -> None:
         """One pass; see the module docstring. Everything learned and decided in it is stored in
-        one durable commit, before any launch; launch replies are stored by the next pass."""
+        one durable commit, before any launch; launch replies are stored by the next pass. A store
+        that cannot take the commit (busy, full) loses nothing: faults.py puts it all back."""
         now = time.time()
         began = time.monotonic()  # metrics:
         self._collect_events(now)
         self._expire_lost_hosts(now)
+        if not self._store_due():
+            self._deliver_kill_marks()  # recorded before: they need no commit of this tick
+            return
         cancels = self._gate_step()
         with self._mu:
             finishing, self._unrecorded = self._unrecorded, []
             started, self._unrecorded_started = self._unrecorded_started, []
-            requeues, self._unrecorded_requeues = self._unrecorded_requeues, []
+            requeues = self._kill_wins(self._unrecorded_requeues, finishing, now)
+            self._unrecorded_requeues = []
             events, self._host_hook_events = self._host_hook_events, []
             closing = {f.job_id for f, _event in finishing} | {r.job_id for r in requeues}
             dirty, self._dirty = self._dirty or bool(closing), False
             hosts = self._hosts_now(closing) if dirty and self._pending else None
             shared = self._shared_free(closing) if hosts is not None else None
-        decisions = self._schedule(hosts, shared) if hosts is not None else None
-        plans = self._plans(decisions) if decisions is not None else []
-        reasons = self._reasons_to_store(decisions, now)
-        if finishing or started or plans or reasons or requeues or cancels or events:
-            record = self.store.record_tick(finishing, started, plans, reasons, now, requeues, cancels, events)
+        reasons: dict[int, str | None] = {}
+        try:
+            decisions = self._schedule(hosts, shared) if hosts is not None else None
+            plans = self._plans(decisions) if decisions is not None else []
+            reasons = self._reasons_to_store(decisions, now)
+            if finishing or started or plans or reasons or requeues or cancels or events:
+                record = self.store.record_tick(finishing, started, plans, reasons, now, requeues, cancels, events)
+            else:
+                record = None
+                if self._store_problem is not None:
+                    self.store.set_meta("write_probe", str(now))  # does the store take writes again?
+        except errors.StoreUnavailable as err:
+            self._commit_failed(err, (finishing, started, requeues, events, reasons))
+            self._deliver_kill_marks()
+            return
+        self._commit_done()
+        if record is not None:
             self._apply(record, finishing, requeues, plans)
         self._act()
         if self._unrecorded or self._unrecorded_started or self._unrecorded_requeues:
@@ -284,7 +322,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
         still run hold anything (they drain: stopped, holding their resources until they end)."""
-        return hosts_now(self.host_totals, self._host_state, self._holdings(closing))
+        return hosts_now(self.host_totals, self._scheduler_states(), self._holdings(closing))
 
     def _shared_free(self, closing: set[int] = frozenset()):
         return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])
@@ -308,61 +346,6 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._wake.set()
         return decisions
 
-    def _plans(self, decisions: Decisions) -> list[tuple[int, int, list, str, dict, dict]]:
-        """The dispatches to record, each under the next attempt's unit names and with the effective
-        values it will run with. A decision made on a profile that has changed or vanished since (a
-        reconfig during the session), or whose task count the job's queue no longer allows, is
-        declined: the job stays PEND and is scheduled again with what holds now, never EXIT."""
-        if not decisions.dispatches:
-            return []
-        jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches])}
-        plans = []
-        for d in decisions.dispatches:
-            job = jobs.get(d.job_id)
-            if job is None or job.state != PEND:
-                continue  # killed or held meanwhile: the store's guarded update would refuse it anyway
-            declined = self._stale(job, d.profile_hash, sum(n for _, n in d.hosts))
-            if isinstance(declined, str):
-                self._decline(job.id, d.profile_hash, declined)
-                continue
-            with self._mu:
-                attempt = self._attempts.get(d.job_id, 0) + 1
-                self._retries[d.job_id] = job.retries  # the dispatched job's retry count so far
-            unit = unit_name(self.cluster, d.job_id, attempt, 0)
-            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json(),
-                          declined.to_json()))
-        return plans
-
-    def _stale(self, job: Job, decided_hash: str, tasks: int) -> Effective | str:
-        """The job's effective values now, or why the decision taken for it no longer holds."""
-        try:
-            eff = effective(job.spec, job.queue, self.config, self.profiles)
-        except errors.SpecError as err:
-            return f"its configuration changed since the scheduler's decision: {err}"
-        if eff.profile_hash != decided_hash:
-            return (f"application {job.spec.app} changed since the scheduler's decision "
-                    f"(hash {decided_hash or 'none'} -> {eff.profile_hash})")
-        if not eff.min_tasks <= tasks <= eff.max_tasks:
-            return f"its task range is now {eff.min_tasks}..{eff.max_tasks}, the decision gave it {tasks} tasks"
-        return eff
-
-    def _reasons_to_store(self, decisions: Decisions | None, now: float) -> dict[int, str | None]:
-        """Keep every pend reason live in memory; hand the store the changed ones at most once a
-        second, so a busy queue costs no write per job per tick (the API reads the live ones)."""
-        with self._mu:
-            if decisions is not None:
-                for reason, ids in decisions.waiting:
-                    for job_id in ids:
-                        if job_id in self._pending:
-                            self._reasons[job_id] = reason
-            if now - self._reasons_flushed_at < 1.0:
-                return {}
-            self._reasons_flushed_at = now
-            changed = {job_id: reason for job_id, reason in self._reasons.items()
-                       if self._stored_reasons.get(job_id) != reason}
-            self._stored_reasons.update(changed)
-            return changed
-
     def _apply(self, record: TickRecord, finishing: list[tuple[Finish, str]], requeues: list[Requeue],
                plans: list) -> None:
         """Bring the in-memory view in line with what `record_tick` stored."""
@@ -383,6 +366,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             for job_id in record.cancelled:
                 self._dequeue(job_id)
                 self._ended_element(job_id)
+            for job_id in record.killed:  # a requeue the store refused: the job was killed (kills.py)
+                self._ended_element(job_id)
             dispatched = set(record.dispatched)
             for job_id, attempt, hosts, _unit, alloc, effective in plans:
                 pending = self._pending.get(job_id)
@@ -396,11 +381,11 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                                 retries=self._retries.pop(job_id, 0))
                 self._add_active(self._with_workflow(active, self._array_of.get(job_id), effective))
                 self._to_launch.extend(units)
-            if record.finished or record.requeued or record.cancelled or record.started:
+            if record.finished or record.requeued or record.cancelled or record.started or record.killed:
                 self._gate_dirty = True
                 if len(self._gate):
                     self._wake.set()  # a dependant may go now, or be cancelled: do not wait a tick
-            if record.finished or record.requeued or record.cancelled:
+            if record.finished or record.requeued or record.cancelled or record.killed:
                 self._dirty = True
                 self._finished.notify_all()
 
