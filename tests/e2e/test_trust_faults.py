@@ -1,0 +1,227 @@
+"""The controller outlives faults, kill wins, and a copy the controller gave up on never counts (issue 13).
+
+Every fault is provoked for real: another process holding the store's write lock, a full file
+system under the home (a tmpfs of our own), a frozen sshd (SIGSTOP) on a real test host, hosts
+out of reach and lost, controller restarts; and in sequence, not one at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.test_e2e_hosts import HostOutage, hosts_of
+from tests.support.cluster import Cluster
+from tests.support.waiting import wait_until
+
+LOCAL_HOSTS = """\
+cluster: tf{pid}
+hosts:
+  - {{name: a, slots: 1, mem: 1G, tags: [ha]}}
+  - {{name: b, slots: 1, mem: 1G, tags: [hb]}}
+queues:
+  - {{name: normal, default: true}}
+controller:
+  tick: 1s
+  grace: 1s
+  host_lost_after: {lost_after}
+"""
+
+
+def status(c: Cluster) -> dict:
+    return json.loads(c.ok("controller", "status", "--json"))
+
+
+def store_problem(c: Cluster) -> str | None:
+    found = [p for p in status(c).get("problems", []) if p["what"] == "store"]
+    return found[0]["why"] if found else None
+
+
+def history(c: Cluster, job_id: int) -> list[str]:
+    job = json.loads(c.ok("jobs", "-l", "--json", str(job_id)))["jobs"][0]
+    return [event["kind"] for event in job["history"]]
+
+
+@pytest.fixture
+def two_hosts(request):
+    c = Cluster(config=LOCAL_HOSTS.format(pid=os.getpid(), lost_after=getattr(request, "param", "3s")))
+    c.start()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+# ---- a store that cannot take writes ----------------------------------------------------------------
+
+
+HOLDER = """
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+con.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.read()  # until the test lets go
+con.execute("ROLLBACK")
+"""
+
+
+def test_a_store_locked_by_another_process_while_a_job_ends_loses_nothing(two_hosts: Cluster):
+    c = two_hosts
+    pid = c.controller_pid
+    marker = c.work / "ended"
+    job_id = c.submit("sh", "-c", f"sleep 2; touch {marker}")
+    c.wait_state(job_id, {"RUN"})
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(c.home / "xce.db")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        wait_until(marker.exists, 30, "the job to end while the store is locked")
+        problem = wait_until(lambda: store_problem(c), 60, "controller status to name the store's problem")
+        assert "locked by another process" in problem
+        assert "cannot be written" in c.ok("controller", "status")
+        refused = c.xce("submit", "--", "true")
+        assert refused.returncode == 4, (refused.returncode, refused.stderr)
+        assert "locked by another process" in refused.stderr and "nothing of it was stored" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert c.job(job_id)["state"] == "RUN"  # reads go on; the end waits to be stored
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+        holder.stdout.close()
+    done = c.wait_state(job_id, {"DONE"}, timeout=60)
+    assert done["attempt"] == 1
+    wait_until(lambda: store_problem(c) is None, 60, "the store problem to clear by itself")
+    assert c.xce("wait", str(c.submit("true"))).returncode == 0
+    assert c.controller_pid == pid
+    assert c.ok("jobs", "-a", "--json").count('"id"') == 2  # the refused submit left nothing
+
+
+@contextlib.contextmanager
+def small_tmpfs(path, size="8m"):
+    path.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def fill(directory) -> object:
+    """Fill the file system of `directory` to the last byte; the filler's path."""
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for chunk in (b"\0" * 65536, b"\0"):
+            with contextlib.suppress(OSError):
+                while f.write(chunk):
+                    pass
+    return filler
+
+
+def test_a_full_disk_while_a_job_ends_then_space_comes_back_loses_nothing():
+    c = Cluster(config=LOCAL_HOSTS.format(pid=os.getpid(), lost_after="5m"))
+    config = (c.home / "xce.yaml").read_text()
+    try:
+        with small_tmpfs(c.home):
+            (c.home / "xce.yaml").write_text(config)
+            try:
+                c.start()
+                pid = c.controller_pid
+                marker = c.work / "ended"
+                job_id = c.submit("sh", "-c", f"sleep 2; touch {marker}; exit 3")
+                c.wait_state(job_id, {"RUN"})
+                filler = fill(c.home)
+                wait_until(marker.exists, 30, "the job to end while the disk is full")
+                problem = wait_until(lambda: store_problem(c), 60, "controller status to name the store's problem")
+                assert "FullError" in problem and "free disk space" in problem
+                refused = c.xce("submit", "--", "true")
+                assert refused.returncode == 4 and "nothing of it was stored" in refused.stderr, refused.stderr
+                assert c.job(job_id)["state"] == "RUN"  # reads go on
+                filler.unlink()  # space comes back
+                final = c.wait_state(job_id, {"EXIT"}, timeout=60)
+                assert (final["exit_code"], final["attempt"]) == (3, 1)
+                wait_until(lambda: store_problem(c) is None, 60, "the store problem to clear by itself")
+                assert c.xce("wait", str(c.submit("true"))).returncode == 0
+                assert c.controller_pid == pid
+                check = subprocess.run([sys.executable, "-c", INTEGRITY, str(c.home / "xce.db")],
+                                       capture_output=True, text=True)
+                assert check.stdout.strip() == "ok", check
+            finally:
+                c.close()
+    finally:
+        shutil.rmtree(c.root, ignore_errors=True)
+
+
+INTEGRITY = "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA integrity_check').fetchone()[0])"
+
+
+# ---- kill wins -------------------------------------------------------------------------------------
+
+
+def runs(log) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+def test_kill_while_the_host_is_out_of_reach_then_lost_then_back_ends_exit_and_never_runs_again(two_hosts: Cluster):
+    c = two_hosts
+    log = c.work / "attempts"
+    job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap "exit 0" TERM; sleep 120 & wait',
+                      options=("-R", "select[ha]"))
+    c.wait_state(job_id, {"RUN"})
+    with HostOutage(c, "a"):
+        wait_until(lambda: hosts_of(c)["a"]["state"] == "unreach", 30, "host a to show unreach")
+        killed = c.xce("kill", str(job_id))
+        assert killed.returncode == 0 and "does not answer now" in killed.stdout, killed
+        final = c.wait_state(job_id, {"EXIT"}, timeout=60)  # once a is declared lost
+        assert final["reason"].startswith("killed by") and "lost" in final["reason"], final["reason"]
+        assert hosts_of(c)["a"]["lost"] is True
+        assert "requeued" not in history(c, job_id)
+        assert len(c.supervisor_pids()) == 1  # the copy on a runs on: nobody can reach it
+    wait_until(lambda: hosts_of(c)["a"]["state"] == "ok", 60, "host a to come back")
+    wait_until(lambda: not c.supervisor_pids(), 60, "the copy on a to be stopped once a answers")
+    assert runs(log) == ["1"]
+    final = c.job(job_id)
+    assert (final["state"], final["attempt"]) == ("EXIT", 1) and final["reason"].startswith("killed by")
+    assert "requeued" not in history(c, job_id)
+
+
+def test_kill_then_controller_restart_then_host_lost_ends_exit_with_the_kill_reason(two_hosts: Cluster):
+    c = two_hosts
+    log = c.work / "attempts"
+    job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap "exit 0" TERM; sleep 120 & wait',
+                      options=("-R", "select[ha]"))
+    c.wait_state(job_id, {"RUN"})
+    with HostOutage(c, "a"):
+        wait_until(lambda: hosts_of(c)["a"]["state"] == "unreach", 30, "host a to show unreach")
+        assert c.xce("kill", str(job_id)).returncode == 0
+        c.kill9_controller()  # before the host is declared lost: the kill must survive the restart
+        c.start()
+        final = c.wait_state(job_id, {"EXIT"}, timeout=60)
+        assert final["reason"].startswith("killed by") and "lost" in final["reason"], final["reason"]
+        assert "requeued" not in history(c, job_id)
+    wait_until(lambda: hosts_of(c)["a"]["state"] == "ok", 60, "host a to come back")
+    wait_until(lambda: not c.supervisor_pids(), 60, "the copy on a to be stopped once a answers")
+    assert runs(log) == ["1"]
+    assert c.job(job_id)["state"] == "EXIT" and c.job(job_id)["attempt"] == 1
+
+
+@pytest.mark.parametrize("two_hosts", ["5m"], indirect=True)
+def test_kill_while_the_host_is_out_of_reach_is_delivered_when_it_answers(two_hosts: Cluster):
+    c = two_hosts
+    job_id = c.submit("sh", "-c", "trap 'exit 0' TERM; sleep 120 & wait", options=("-R", "select[ha]"))
+    c.wait_state(job_id, {"RUN"})
+    with HostOutage(c, "a"):
+        wait_until(lambda: hosts_of(c)["a"]["state"] == "unreach", 30, "host a to show unreach")
+        assert c.xce("kill", str(job_id)).returncode == 0
+        c.kill9_controller()
+        c.start()
+        assert c.job(job_id)["state"] == "RUN"
+    final = c.wait_state(job_id, {"EXIT"}, timeout=60)  # the recorded kill reached a when it answered
+    assert final["reason"].startswith("killed by") and final["attempt"] == 1
+    assert not c.supervisor_pids()
+    assert "requeued" not in history(c, job_id)
