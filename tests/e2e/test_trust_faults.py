@@ -11,14 +11,17 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import uuid
 
 import pytest
 
 from tests.e2e.test_e2e_hosts import HostOutage, hosts_of
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_until
+from xce_lite import testhosts
 
 LOCAL_HOSTS = """\
 cluster: tf{pid}
@@ -225,3 +228,60 @@ def test_kill_while_the_host_is_out_of_reach_is_delivered_when_it_answers(two_ho
     assert final["reason"].startswith("killed by") and final["attempt"] == 1
     assert not c.supervisor_pids()
     assert "requeued" not in history(c, job_id)
+
+
+# ---- a host that freezes ----------------------------------------------------------------------------
+
+
+def frozen_host_config(host: testhosts.TestHost) -> str:
+    """The ssh host `host` (tag `far`) and a local host (tag `near`); heartbeats too rare to notice a
+    freeze, so that the host operation itself meets it."""
+    return (f"cluster: fz{os.getpid()}\nhosts:\n"
+            f"  - {{name: {host.name}, type: ssh, address: '{host.ip}', user: root, identity: '{host.key_path}', "
+            f"slots: 2, mem: 1G, tags: [far]}}\n"
+            f"  - {{name: near, slots: 1, mem: 1G, tags: [near]}}\n"
+            f"queues:\n  - {{name: normal, default: true}}\n"
+            f"ssh:\n  config: /nonexistent\n  known_hosts: {json.dumps([str(host.known_hosts_path)])}\n"
+            f"  keepalive: 10m\n  reconnect_max: 2s\n"
+            f"controller:\n  tick: 1s\n  grace: 1s\n  host_lost_after: 10m\n")
+
+
+@pytest.mark.parametrize("kind", ["systemd", "plain"])
+def test_kill_on_a_host_whose_sshd_is_frozen_troubles_that_host_alone_and_lands_when_it_thaws(
+        kind, request, testhosts_root):
+    host = request.getfixturevalue(f"{kind}_hosts")[0]
+    c = Cluster(config=frozen_host_config(host), work=testhosts_root / f"work-{uuid.uuid4().hex[:8]}")
+    c.start()
+    frozen: list[int] = []
+    try:
+        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        pid = c.controller_pid
+        job_id = c.submit("sleep", "300", options=("-R", "select[far]"))
+        c.wait_state(job_id, {"RUN"}, timeout=60)
+        frozen = [p for p in testhosts.namespace_pids(host.pid) if testhosts._comm(p) == "sshd"]
+        for p in frozen:  # the listener and the controller's session: the host neither answers nor drops
+            os.kill(p, signal.SIGSTOP)
+        killed = c.xce("kill", str(job_id))
+        assert killed.returncode == 0 and "is being terminated" in killed.stdout, killed
+        assert c.xce("wait", str(c.submit("true", options=("-R", "select[near]")))).returncode == 0  # work goes on
+        listing = wait_until(lambda: (text := c.ok("hosts", "-l")) and "in trouble" in text and text, 90,
+                             f"{host.name} to show in trouble")
+        assert "did not answer 'signal'" in listing
+        problems = status(c)["problems"]
+        assert [p["host"] for p in problems if p["what"] == "host"] == [host.name]
+        assert hosts_of(c)["near"]["trouble"] is None
+        assert c.job(job_id)["state"] == "RUN" and c.controller_pid == pid
+        for p in frozen:
+            os.kill(p, signal.SIGCONT)
+        frozen = []
+        final = c.wait_state(job_id, {"EXIT"}, timeout=90)
+        assert final["reason"].startswith("killed by"), final
+        wait_until(lambda: hosts_of(c)[host.name]["trouble"] is None, 60, f"{host.name} out of trouble")
+        assert c.controller_pid == pid and "requeued" not in history(c, job_id)
+    finally:
+        for p in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGCONT)
+        with contextlib.suppress(Exception):
+            c.xce("kill", *[str(j["id"]) for j in json.loads(c.ok("jobs", "--json"))["jobs"]])
+        c.close()

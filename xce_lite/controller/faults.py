@@ -117,7 +117,7 @@ class Faults:
         """Host states as the scheduler reads them: a host in trouble takes no new work. Holds _mu."""
         if not self._trouble:
             return self._host_state
-        return {**self._host_state, **{name: "trouble" for name in self._trouble}}
+        return {**self._host_state, **{name: "unreachable" for name in self._trouble}}
 
     # ---- what `controller status` shows ------------------------------------------------------
 
