@@ -285,3 +285,31 @@ def test_kill_on_a_host_whose_sshd_is_frozen_troubles_that_host_alone_and_lands_
         with contextlib.suppress(Exception):
             c.xce("kill", *[str(j["id"]) for j in json.loads(c.ok("jobs", "--json"))["jobs"]])
         c.close()
+
+
+# ---- copies the controller gave up on ---------------------------------------------------------------
+
+
+def test_the_result_of_a_copy_given_up_on_never_counts_across_a_restart(two_hosts: Cluster):
+    """Host lost, job requeued and done elsewhere; the first copy ends (exit 7) while its host is
+    away; the controller restarts; the host comes back with that result: it is forgotten."""
+    c = two_hosts
+    log, go = c.work / "attempts", c.work / "go"
+    job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; '
+                                  f'if [ "$XCE_ATTEMPT" = 1 ]; then while [ ! -e {go} ]; do sleep 0.1; done; '
+                                  f'touch {c.work}/ended1; exit 7; fi')
+    first = c.wait_state(job_id, {"RUN"})["hosts"][0][0]
+    with HostOutage(c, first):
+        done = c.wait_state(job_id, {"DONE"}, timeout=60)  # lost, requeued, run on the other host
+        assert done["attempt"] == 2 and done["hosts"][0][0] != first
+        go.touch()
+        wait_until((c.work / "ended1").exists, 30, "the first copy to end while its host is away")
+        c.kill9_controller()
+        c.start()
+    wait_until(lambda: hosts_of(c)[first]["state"] == "ok", 60, f"host {first} to come back")
+    wait_until(lambda: not c.supervisor_pids(), 60, "no copy left running")
+    c.ok("hosts")  # one more round trip: the host's listing is reconciled by now
+    final = c.job(job_id)
+    assert (final["state"], final["exit_code"], final["attempt"]) == ("DONE", 0, 2)
+    assert runs(log) == ["1", "2"]
+    assert history(c, job_id).count("finished") == 1

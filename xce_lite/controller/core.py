@@ -6,7 +6,8 @@ Its tick is a short list of named steps, with one commit at most:
                (with the units they list, matched against the jobs by jobunits.reconcile) or went
                down (unitwork.py);
 2. hosts lost- a host out of reach for `controller.host_lost_after`: its jobs are requeued (or end
-               EXIT "host lost"), and a copy that runs there when it comes back is stopped;
+               EXIT "host lost"; a job someone killed always ends EXIT with the kill's reason,
+               kills.py), and a copy that runs there when it comes back is stopped;
 3. gate      - pending jobs with a dependency, or in an array with a throttle, go to the scheduler
                when they may start; a dependency that can never hold cancels its job (depwork.py);
 4. snapshot  - hosts with what is free on them, pending jobs, queue priorities (memory only);
@@ -29,6 +30,10 @@ what ended, launch what was recorded DISP but never reached its host (the unit n
 launch safe to repeat), stop stale copies, and mark lost what vanished. A job acknowledged to a
 client is in the store before the reply. API handlers run on the server's threads; they take
 `self._mu` for the in-memory view, and the store serialises the writes.
+
+Faults (faults.py): a commit the store cannot take (busy, full) is retried with backoff and loses
+nothing; a host that does not answer a signal (hostops.py: never on the tick's thread) is in
+trouble alone; only a fault that makes going on unsafe stops the controller, saying why.
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ from xce_lite.home.paths import Home
 from xce_lite.models import DISP, PEND, PSUSP, JobSpec
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
 from xce_lite.sched.placement import HostView
-from xce_lite.store.jobs import Finish, JobStore, Requeue, TickRecord
+from xce_lite.store.jobs import JobStore
 
 LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
 
@@ -146,11 +151,15 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                                 else min(self.config.controller.tick, retry + 0.01))
                 self._wake.clear()
                 if not self._stopping.is_set():
-                    self.tick()
+                    try:
+                        self.tick()
+                    except errors.StoreUnavailable as err:  # a read the store refused: the next tick tries again
+                        self.log(f"tick skipped: {err}")
         except Exception as err:  # unsafe to go on: say why (faults.py); faults that are not are handled within
             self._fatal(err)
             self._failed = True
-            raise
+            raise errors.XceError(f"the controller stopped on a fault ({err.__class__.__name__}: {err}); "
+                                  f"its log says why, and `xce controller status` shows it") from err
         finally:
             self._shutdown()
 
@@ -345,49 +354,6 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._dirty = True
             self._wake.set()
         return decisions
-
-    def _apply(self, record: TickRecord, finishing: list[tuple[Finish, str]], requeues: list[Requeue],
-               plans: list) -> None:
-        """Bring the in-memory view in line with what `record_tick` stored."""
-        requeued = self.store.jobs(list(record.requeued)) if record.requeued else []
-        self._count_applied(record, finishing)  # metrics:
-        with self._mu:
-            for f, _event in finishing:  # the other hosts' post hooks see it as XCE_JOB_REASON
-                self._end_active(f.job_id, f"job {f.job_id} ended {f.state}" + (f": {f.reason}" if f.reason else ""))
-                self._ended_element(f.job_id)
-            for r in requeues:
-                self._end_active(r.job_id, f"job {r.job_id} was requeued: {r.reason}")
-            for job in requeued:
-                self._attempts[job.id] = job.attempt
-                if job.state == PEND:
-                    self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
-                else:
-                    self._held[job.id] = job.user
-            for job_id in record.cancelled:
-                self._dequeue(job_id)
-                self._ended_element(job_id)
-            for job_id in record.killed:  # a requeue the store refused: the job was killed (kills.py)
-                self._ended_element(job_id)
-            dispatched = set(record.dispatched)
-            for job_id, attempt, hosts, _unit, alloc, effective in plans:
-                pending = self._pending.get(job_id)
-                if job_id not in dispatched or pending is None:
-                    continue  # killed or held while the scheduler thought: it stays as it is now
-                self._dequeue(job_id)
-                self._attempts.pop(job_id, None)
-                holding = Holding.from_json(alloc, ())
-                units = job_units(self.cluster, job_id, attempt, len(hosts))
-                active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
-                                retries=self._retries.pop(job_id, 0))
-                self._add_active(self._with_workflow(active, self._array_of.get(job_id), effective))
-                self._to_launch.extend(units)
-            if record.finished or record.requeued or record.cancelled or record.started or record.killed:
-                self._gate_dirty = True
-                if len(self._gate):
-                    self._wake.set()  # a dependant may go now, or be cancelled: do not wait a tick
-            if record.finished or record.requeued or record.cancelled or record.killed:
-                self._dirty = True
-                self._finished.notify_all()
 
     def _forget_reason(self, job_id: int) -> None:
         self._reasons.pop(job_id, None)

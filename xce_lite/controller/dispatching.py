@@ -1,5 +1,6 @@
-"""The tick's decisions turned into what it stores: dispatch plans checked against the store and the
-configuration of now, and the pend reasons worth a write.
+"""The tick's decisions turned into what it stores (dispatch plans checked against the store and the
+configuration of now, the pend reasons worth a write), and the in-memory view brought in line with
+what the commit stored (`_apply`).
 
 A mixin of `Controller` (it shares the controller's lock and view), kept apart so the tick reads on
 its own. A decision that no longer holds (the job was killed or held meanwhile, its profile
@@ -11,8 +12,11 @@ from __future__ import annotations
 from xce_lite import errors
 from xce_lite.config.merge import Effective
 from xce_lite.config.sched_view import Holding, effective
-from xce_lite.models import PEND, Job, unit_name
+from xce_lite.controller.jobunits import job_units
+from xce_lite.controller.unitwork import NEW, Active
+from xce_lite.models import DISP, PEND, Job, unit_name
 from xce_lite.sched.core import Decisions
+from xce_lite.store.jobs import Finish, Requeue, TickRecord
 
 
 class Dispatching:
@@ -73,3 +77,45 @@ class Dispatching:
             self._stored_reasons.update(changed)
             return changed
 
+    def _apply(self, record: TickRecord, finishing: list[tuple[Finish, str]], requeues: list[Requeue],
+               plans: list) -> None:
+        """Bring the in-memory view in line with what `record_tick` stored."""
+        requeued = self.store.jobs(list(record.requeued)) if record.requeued else []
+        self._count_applied(record, finishing)  # metrics:
+        with self._mu:
+            for f, _event in finishing:  # the other hosts' post hooks see it as XCE_JOB_REASON
+                self._end_active(f.job_id, f"job {f.job_id} ended {f.state}" + (f": {f.reason}" if f.reason else ""))
+                self._ended_element(f.job_id)
+            for r in requeues:
+                self._end_active(r.job_id, f"job {r.job_id} was requeued: {r.reason}")
+            for job in requeued:
+                self._attempts[job.id] = job.attempt
+                if job.state == PEND:
+                    self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
+                else:
+                    self._held[job.id] = job.user
+            for job_id in record.cancelled:
+                self._dequeue(job_id)
+                self._ended_element(job_id)
+            for job_id in record.killed:  # a requeue the store refused: the job was killed (kills.py)
+                self._ended_element(job_id)
+            dispatched = set(record.dispatched)
+            for job_id, attempt, hosts, _unit, alloc, effective in plans:
+                pending = self._pending.get(job_id)
+                if job_id not in dispatched or pending is None:
+                    continue  # killed or held while the scheduler thought: it stays as it is now
+                self._dequeue(job_id)
+                self._attempts.pop(job_id, None)
+                holding = Holding.from_json(alloc, ())
+                units = job_units(self.cluster, job_id, attempt, len(hosts))
+                active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
+                                retries=self._retries.pop(job_id, 0))
+                self._add_active(self._with_workflow(active, self._array_of.get(job_id), effective))
+                self._to_launch.extend(units)
+            if record.finished or record.requeued or record.cancelled or record.started or record.killed:
+                self._gate_dirty = True
+                if len(self._gate):
+                    self._wake.set()  # a dependant may go now, or be cancelled: do not wait a tick
+            if record.finished or record.requeued or record.cancelled or record.killed:
+                self._dirty = True
+                self._finished.notify_all()
