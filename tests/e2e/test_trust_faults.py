@@ -313,3 +313,53 @@ def test_the_result_of_a_copy_given_up_on_never_counts_across_a_restart(two_host
     assert (final["state"], final["exit_code"], final["attempt"]) == ("DONE", 0, 2)
     assert runs(log) == ["1", "2"]
     assert history(c, job_id).count("finished") == 1
+
+
+# ---- the one fault it stops on ----------------------------------------------------------------------
+
+
+BACKUP_AND_CORRUPT = """
+import os, sqlite3, sys
+db, backup = sys.argv[1], sys.argv[2]
+src = sqlite3.connect(db)
+dst = sqlite3.connect(backup)
+src.backup(dst)
+dst.close()
+src.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+page = src.execute("PRAGMA page_size").fetchone()[0]
+src.close()
+size = os.path.getsize(db)
+with open(db, "r+b") as f:  # every page but the first (the header and the schema stay readable)
+    f.seek(page)
+    f.write(b"\\xff" * (size - page))
+    f.flush()
+    os.fsync(f.fileno())
+"""
+
+
+def test_a_damaged_store_stops_the_controller_which_says_why_then_and_after_the_next_start(two_hosts: Cluster):
+    c = two_hosts
+    go = c.work / "go"
+    job_id = c.submit("sh", "-c", f"while [ ! -e {go} ]; do sleep 0.1; done")
+    c.wait_state(job_id, {"RUN"})
+    pid = c.controller_pid
+    backup = c.root / "backup.db"
+    subprocess.run([sys.executable, "-c", BACKUP_AND_CORRUPT, str(c.home / "xce.db"), str(backup)], check=True)
+    go.touch()  # the job ends: its commit meets the damage
+    wait_until(lambda: c.controller_pid is None, 60, f"controller {pid} to stop")
+    log = (c.home / "controller.log").read_text()
+    assert "it is not safe to go on: the job store is damaged" in log and "Traceback" not in log
+    down = c.xce("controller", "status")
+    assert down.returncode == 3 and "stopped on a fault" in down.stderr and "damaged" in down.stderr, down
+    # the operator restores the backup; the next start says why the last run stopped, and loses nothing
+    for suffix in ("", "-wal", "-shm"):
+        (c.home / f"xce.db{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(backup, c.home / "xce.db")
+    c.start()
+    text = c.ok("controller", "status")
+    assert "Its previous run stopped on a fault" in text and "damaged" in text
+    final = c.wait_state(job_id, {"DONE"}, timeout=60)  # it ended while the controller was down
+    assert final["attempt"] == 1
+    c.ok("controller", "stop")
+    c.start()
+    assert "previous run" not in c.ok("controller", "status")  # a clean stop closes the story

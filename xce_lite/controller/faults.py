@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from xce_lite import errors
 from xce_lite.controller.daemon import clear_fault, read_fault, write_fault
+from xce_lite.store.db import damaged
 
 if TYPE_CHECKING:
     from xce_lite.store.jobs import Finish, Requeue
@@ -142,12 +143,17 @@ class Faults:
     def _fatal(self, err: BaseException) -> None:
         """Going on is unsafe: say why in the log and in the home's fault file (best effort: the
         disk may be what failed), for `controller status` after the next start."""
-        why = (f"the job store is damaged ({err}); restore it from a backup or move it away"
-               if isinstance(err, errors.StoreError) else f"unexpected {err.__class__.__name__}: {err}")
+        known = isinstance(err, errors.StoreError) or damaged(err)
+        if known:
+            what = str(err) if isinstance(err, errors.StoreError) else f"the job store is damaged ({err})"
+            why = f"{what}; restore it from a backup (or move it away), then start the controller again"
+        else:
+            why = f"unexpected {err.__class__.__name__}: {err}"
         self.log(f"controller stopping: it is not safe to go on: {why}")
-        for line in traceback.format_exception(err):
-            for part in line.rstrip().splitlines():
-                self.log(f"  {part}")
+        if not known:  # a bug: where it happened is what its report needs
+            for line in traceback.format_exception(err):
+                for part in line.rstrip().splitlines():
+                    self.log(f"  {part}")
         problem = write_fault(self.home, why)
         if problem is not None:
             self.log(problem)

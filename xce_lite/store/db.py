@@ -155,10 +155,22 @@ def _raise_store_error(err: BaseException) -> None:
     while cause is not None:
         if isinstance(cause, apsw.BusyError):
             raise StoreUnavailable(f"the job store is locked by another process ({cause})") from err
+        if isinstance(cause, (apsw.CorruptError, apsw.NotADBError)):
+            raise StoreError(f"the job store is damaged ({cause.__class__.__name__}: {cause})") from err
         if isinstance(cause, (apsw.FullError, apsw.IOError)):
             raise StoreUnavailable(f"the job store cannot be written ({cause.__class__.__name__}: {cause}); "
                                    f"free disk space on its file system") from err
         cause = cause.__context__
+
+
+def damaged(err: BaseException) -> bool:
+    """Whether `err` (or what it arose from) says that the store's file is damaged."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, (apsw.CorruptError, apsw.NotADBError)):
+            return True
+        cause = cause.__context__
+    return False
 
 
 def insert_event(con: apsw.Connection, job_id: int, now: float, kind: str, data: dict | None) -> None:
