@@ -302,6 +302,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             hosts = self._hosts_now(closing) if dirty and self._pending else None
             shared = self._shared_free(closing) if hosts is not None else None
         reasons: dict[int, str | None] = {}
+        self._in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
             decisions = self._schedule(hosts, shared) if hosts is not None else None
             plans = self._plans(decisions) if decisions is not None else []
@@ -313,9 +314,11 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 if self._store_problem is not None:
                     self.store.set_meta("write_probe", str(now))  # does the store take writes again?
         except errors.StoreUnavailable as err:
+            self._in_commit = 0
             self._commit_failed(err, (finishing, started, requeues, events, reasons))
             self._deliver_kill_marks()
             return
+        self._in_commit = 0
         self._commit_done()
         if record is not None:
             self._apply(record, finishing, requeues, plans)

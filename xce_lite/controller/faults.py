@@ -42,6 +42,7 @@ class Faults:
         self._store_since: float | None = None  # wall clock of the first failure in a row
         self._store_failures = 0
         self._store_retry_at = 0.0  # monotonic: no commit before then
+        self._in_commit = 0  # how many reports the commit being tried carries (for status)
         self._trouble: dict[str, tuple[str, float]] = {}  # host -> (why its last operation failed, since)
         self.previous_fault = self._read_fault()
 
@@ -95,8 +96,9 @@ class Faults:
             self._wake.set()
 
     def _waiting_to_store(self) -> int:
+        """Host reports and decisions not stored yet: waiting, or in the commit being tried."""
         return (len(self._unrecorded) + len(self._unrecorded_started) + len(self._unrecorded_requeues)
-                + len(self._host_hook_events))
+                + len(self._host_hook_events) + self._in_commit)
 
     # ---- hosts in trouble ---------------------------------------------------------------------
 
