@@ -72,6 +72,7 @@ class Faults:
                      f"{self._waiting_to_store()} report(s) wait; retrying by itself (every {STORE_RETRY_MAX:g} s "
                      "at most)")
         self._store_problem = str(err)
+        self.store.impatient = True  # submits meanwhile are refused at once, not after 10 s more
         if first:
             self._store_since = now
 
@@ -80,6 +81,7 @@ class Faults:
             self.log(f"the job store takes writes again (after {self._store_failures} failed commit(s) in "
                      f"{time.time() - (self._store_since or time.time()):.0f} s); carrying on")
         self._store_problem, self._store_since, self._store_failures = None, None, 0
+        self.store.impatient = False
 
     def _put_back(self, finishing: list[tuple[Finish, str]], started: list[tuple[int, float]],
                   requeues: list[Requeue], events: list[tuple[int, str, dict]], reasons: dict) -> None:

@@ -116,7 +116,8 @@ def _migrate(con: apsw.Connection, current: int) -> None:
 
 
 @contextlib.contextmanager
-def write(con: apsw.Connection, lock: threading.Lock | None = None) -> Iterator[apsw.Connection]:
+def write(con: apsw.Connection, lock: threading.Lock | None = None,
+          busy_ms: int | None = None) -> Iterator[apsw.Connection]:
     """One write transaction, lock taken up front; commits on success, rolls back on error.
 
     apsw's `with con:` would open a deferred savepoint. On disk full SQLite has already rolled
@@ -126,14 +127,19 @@ def write(con: apsw.Connection, lock: threading.Lock | None = None) -> Iterator[
     """
     with lock if lock is not None else contextlib.nullcontext():
         try:
+            if busy_ms is not None:  # this write waits less for another process's lock
+                con.set_busy_timeout(busy_ms)
             con.execute("BEGIN IMMEDIATE")
         except apsw.BusyError:
             raise StoreUnavailable(
                 f"the job store is locked by another process (it held the write lock for more than "
-                f"{BUSY_TIMEOUT_MS // 1000} s; see `fuser {con.filename}`)") from None
+                f"{(busy_ms or BUSY_TIMEOUT_MS) / 1000:g} s; see `fuser {con.filename}`)") from None
         except (apsw.FullError, apsw.IOError) as err:
             _raise_store_error(err)
             raise
+        finally:
+            if busy_ms is not None:
+                con.set_busy_timeout(BUSY_TIMEOUT_MS)
         try:
             yield con
         except BaseException as err:

@@ -27,6 +27,7 @@ _COLUMNS = ("id, user, queue, state, spec, submit_time, attempt, hosts, unit, st
             "exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc, effective, "
             "array_id, array_index, depend, retries")
 _FINISHED = tuple(sorted(FINISHED_STATES))
+IMPATIENT_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,10 @@ class JobStore(WorkflowStore, UsageStore):  # metrics: UsageStore
         self.path = path
         self._con = connect(path, create=not readonly, readonly=readonly)
         self._lock = threading.Lock()
+        # Set by the controller while the store refuses its commits (busy): writers then wait
+        # IMPATIENT_MS for another process's lock, not the full busy timeout, so that a submit is
+        # refused in a second or two instead of queueing behind the tick's own long wait.
+        self.impatient = False
         self._local = threading.local()
         self._readers: list[apsw.Connection] = []
         # arrays never change: each one's (spec, dependency) is read and parsed once
@@ -98,7 +103,7 @@ class JobStore(WorkflowStore, UsageStore):  # metrics: UsageStore
         return con
 
     def _write(self):
-        return write(self._con, self._lock)
+        return write(self._con, self._lock, IMPATIENT_MS if self.impatient else None)
 
     # ---- meta -------------------------------------------------------------------------------
 
