@@ -233,17 +233,17 @@ def test_kill_while_the_host_is_out_of_reach_is_delivered_when_it_answers(two_ho
 # ---- a host that freezes ----------------------------------------------------------------------------
 
 
-def frozen_host_config(host: testhosts.TestHost) -> str:
-    """The ssh host `host` (tag `far`) and a local host (tag `near`); heartbeats too rare to notice a
-    freeze, so that the host operation itself meets it."""
+def frozen_host_config(host: testhosts.TestHost, keepalive: str = "10m", lost_after: str = "10m") -> str:
+    """The ssh host `host` (tag `far`) and a local host (tag `near`); by default heartbeats too rare
+    to notice a freeze, so that the host operation itself meets it."""
     return (f"cluster: fz{os.getpid()}\nhosts:\n"
             f"  - {{name: {host.name}, type: ssh, address: '{host.ip}', user: root, identity: '{host.key_path}', "
             f"slots: 2, mem: 1G, tags: [far]}}\n"
             f"  - {{name: near, slots: 1, mem: 1G, tags: [near]}}\n"
             f"queues:\n  - {{name: normal, default: true}}\n"
             f"ssh:\n  config: /nonexistent\n  known_hosts: {json.dumps([str(host.known_hosts_path)])}\n"
-            f"  keepalive: 10m\n  reconnect_max: 2s\n"
-            f"controller:\n  tick: 1s\n  grace: 1s\n  host_lost_after: 10m\n")
+            f"  keepalive: {keepalive}\n  reconnect_max: 2s\n"
+            f"controller:\n  tick: 1s\n  grace: 1s\n  host_lost_after: {lost_after}\n")
 
 
 @pytest.mark.parametrize("kind", ["systemd", "plain"])
@@ -284,6 +284,43 @@ def test_kill_on_a_host_whose_sshd_is_frozen_troubles_that_host_alone_and_lands_
                 os.kill(p, signal.SIGCONT)
         with contextlib.suppress(Exception):
             c.xce("kill", *[str(j["id"]) for j in json.loads(c.ok("jobs", "--json"))["jobs"]])
+        c.close()
+
+
+@pytest.mark.parametrize("kind", ["systemd", "plain"])
+def test_kill_while_a_frozen_host_is_out_of_reach_then_lost_then_thawed_never_runs_the_job_again(
+        kind, request, testhosts_root):
+    host = request.getfixturevalue(f"{kind}_hosts")[0]
+    c = Cluster(config=frozen_host_config(host, keepalive="1s", lost_after="3s"),
+                work=testhosts_root / f"work-{uuid.uuid4().hex[:8]}")
+    c.start()
+    frozen: list[int] = []
+    try:
+        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        log, stopped = c.work / "attempts", c.work / "stopped"
+        job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap "touch {stopped}; exit 0" TERM; '
+                                      "sleep 300 & wait", options=("-R", "select[far]"))
+        c.wait_state(job_id, {"RUN"}, timeout=60)
+        frozen = [p for p in testhosts.namespace_pids(host.pid) if testhosts._comm(p) == "sshd"]
+        for p in frozen:
+            os.kill(p, signal.SIGSTOP)
+        wait_until(lambda: hosts_of(c)[host.name]["state"] == "unreach", 90, f"{host.name} to show unreach")
+        killed = c.xce("kill", str(job_id))
+        assert killed.returncode == 0 and "does not answer now" in killed.stdout, killed
+        final = c.wait_state(job_id, {"EXIT"}, timeout=60)  # once the host is declared lost
+        assert final["reason"].startswith("killed by") and "lost" in final["reason"], final["reason"]
+        for p in frozen:
+            os.kill(p, signal.SIGCONT)
+        frozen = []
+        wait_until(lambda: hosts_of(c)[host.name]["state"] == "ok", 90, f"{host.name} to answer again")
+        wait_until(stopped.exists, 60, "the copy on the thawed host to be stopped")
+        final = c.job(job_id)
+        assert (final["state"], final["attempt"]) == ("EXIT", 1) and final["reason"].startswith("killed by")
+        assert runs(log) == ["1"] and "requeued" not in history(c, job_id)
+    finally:
+        for p in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGCONT)
         c.close()
 
 
