@@ -3,7 +3,8 @@ hosts report about them, launching, stopping and forgetting them, and hosts comi
 
 A mixin of `Controller` (it shares the controller's lock and view), kept apart so the tick reads on
 its own. Everything here that touches the in-memory view runs under `self._mu`; round trips to a
-host (launch, signal, forget) run outside it, from the tick's `_act` step.
+host (launch, forget) run outside it, from the tick's `_act` step, and signals (stops, kills) on
+the host's own worker (hostops.py), whose outcomes come back as events.
 
 Per unit of an active job, a status: NEW (not sent to its host yet, or not known to be there),
 SENT (a launch is on its way), RUNNING (its host said so), ENDED (its result is in `results`).
