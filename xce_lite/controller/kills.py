@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from xce_lite.controller.hostops import HostAnswers, SignalDone
+from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
 from xce_lite.models import DISP, EXIT
 from xce_lite.store.jobs import Finish, Requeue
 
@@ -68,10 +68,12 @@ class Kills:
         if done.job_id is not None:
             self._kill_inflight.discard(done.job_id)
         if done.error is not None:
-            if current:
+            if current and done.trouble:
                 self._host_in_trouble(done.host, done.error)
             if done.job_id is None:
                 self.log(f"host {done.host}: could not stop unit {done.unit}: {done.error}")
+            elif not done.trouble:  # refused, not lost: try again shortly, as for a unit not there yet
+                self._kill_next[done.job_id] = time.monotonic() + KILL_RETRY
             return  # a kill stays marked: sent again once the host answers
         if current:
             self._host_out_of_trouble(done.host)
@@ -83,6 +85,16 @@ class Kills:
         else:  # not there yet (its launch in flight) or ended meanwhile: try again shortly
             self._kill_next[done.job_id] = time.monotonic() + KILL_RETRY
             self._wake.set()
+
+    def _call_done(self, done: CallDone) -> None:
+        """Another round trip's outcome (task_launches.py sends them): trouble, or out of it. Holds _mu."""
+        current = done.generation == self._generation.get(done.host) and done.host in self._hosts
+        if current and done.trouble:
+            self._host_in_trouble(done.host, done.error or "no answer")
+        elif current and done.error is None:
+            self._host_out_of_trouble(done.host)
+        if done.error is not None:
+            self._task_call_failed(done.host, done.about, done.error)
 
     def _host_answers(self, answer: HostAnswers) -> None:
         """Holds _mu."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from xce_lite import errors
 from xce_lite.config.sched_view import Holding
-from xce_lite.controller.hostops import HostAnswers, SignalDone
+from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
 from xce_lite.controller.jobunits import Expected, launch_requests, reconcile
 from xce_lite.exec.host import JobResult, LaunchRequested, TaskFinished, UnitFinished, UnitsLaunched
 from xce_lite.exec.link import HostDown, HostUp
@@ -149,6 +149,8 @@ class UnitWork:
                     self._signal_done(event)
                 elif isinstance(event, HostAnswers):
                     self._host_answers(event)
+                elif isinstance(event, CallDone):
+                    self._call_done(event)
 
     def _unit_finished(self, host: str, unit: str, result: JobResult, now: float) -> None:
         """A unit ended (the result is durable on its host until we forget it)."""
