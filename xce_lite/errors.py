@@ -7,6 +7,8 @@ CLI and the API can turn any of them into a message that says what to do, and an
     2  bad input: the request was wrong and nothing was stored (SpecError, ConfigError, UsageError)
        or a host's SSH key to check before anything is sent to it (HostKeyError)
     3  the controller is not running or not reachable (ControllerDown)
+    4  the job store cannot be used, or cannot take the request now (busy or disk full): nothing was
+       stored (StoreError, StoreUnavailable); the message says what is wrong
     1  anything else (a refused transition, a store or host failure)
 """
 
@@ -38,7 +40,14 @@ class HomeError(XceError):
 
 
 class StoreError(XceError):
-    """The job store cannot be used (corrupt, newer than this code, disk full). Needs an operator."""
+    """The job store cannot be used (corrupt, newer than this code). Needs an operator."""
+
+    exit_code = 4
+
+
+class StoreUnavailable(StoreError):
+    """The job store cannot take a write now: another process holds its write lock, or its disk is
+    full. Nothing was written. Retrying later helps (the controller's tick does so by itself)."""
 
 
 class TransitionError(XceError):

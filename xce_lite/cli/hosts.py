@@ -63,6 +63,9 @@ def hosts(ctx, long, as_json) -> None:
             click.echo(f"HOST {h['name']}  ({h['type']}, {_host_status(h)}, {h['jobs']} jobs)")
             if h.get("unreach_why"):
                 click.echo(f"  out of reach: {h['unreach_why']}")
+            if h.get("trouble"):
+                click.echo(f"  in trouble since {when(h['trouble_since'])} (no new work until it answers): "
+                           f"{h['trouble']}")
             click.echo(f"  {agent_line(h.get('agent'))}")
             rows = [("RESOURCE", "TOTAL", "RESERVED", "FREE")]
             for name, r in sorted(h["resources"].items()):

@@ -8,6 +8,7 @@ refused init leaves no file behind.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import click
@@ -168,12 +169,18 @@ def controller_status(ctx: click.Context, as_json: bool) -> None:
 
     Example: xce controller status
     """
+    from xce_lite.controller.daemon import read_fault
+
     try:
         status = client(ctx).get("/status")
-    except errors.ControllerDown:
+    except errors.ControllerDown as err:
+        fault = read_fault(ctx.obj)
         if not as_json:
+            if fault is not None:  # why it stopped, which the next start shows too
+                raise errors.ControllerDown(f"{err}\nIt stopped on a fault at {_clock(fault.get('time'))}: "
+                                            f"{fault['why']}") from None
             raise
-        echo_json({"schema": 1, "running": False, "home": str(ctx.obj.root)})
+        echo_json({"schema": 1, "running": False, "home": str(ctx.obj.root), "previous_fault": fault})
         ctx.exit(errors.ControllerDown.exit_code)
     if as_json:
         echo_json({"schema": 1, "running": True, **status})
@@ -181,6 +188,15 @@ def controller_status(ctx: click.Context, as_json: bool) -> None:
     jobs = status["jobs"]
     click.echo(f"Controller of cluster {status['cluster']} is running (pid {status['pid']}) at "
                f"{status['home']}: {jobs['pending']} pending, {jobs['held']} held, {jobs['active']} running.")
+    for problem in status.get("problems", []):
+        click.echo(f"Problem since {_clock(problem.get('since'))}: {problem['message']}.")
+    fault = status.get("previous_fault")
+    if fault:
+        click.echo(f"Its previous run stopped on a fault at {_clock(fault.get('time'))}: {fault['why']}")
+
+
+def _clock(stamp: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if stamp else "?"
 
 
 # ---- the practice cluster --------------------------------------------------------------------------

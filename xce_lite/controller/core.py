@@ -6,7 +6,8 @@ Its tick is a short list of named steps, with one commit at most (and retention'
                (with the units they list, matched against the jobs by jobunits.reconcile) or went
                down (unitwork.py);
 2. hosts lost- a host out of reach for `controller.host_lost_after`: its jobs are requeued (or end
-               EXIT "host lost"), and a copy that runs there when it comes back is stopped;
+               EXIT "host lost"; a job someone killed always ends EXIT with the kill's reason,
+               kills.py), and a copy that runs there when it comes back is stopped;
 3. gate      - pending jobs with a dependency, or in an array with a throttle, go to the scheduler
                when they may start; a dependency that can never hold cancels its job (depwork.py);
 4. snapshot  - hosts with what is free on them, pending jobs, queue priorities (memory only);
@@ -30,6 +31,10 @@ what ended, launch what was recorded DISP but never reached its host (the unit n
 launch safe to repeat), stop stale copies, and mark lost what vanished. A job acknowledged to a
 client is in the store before the reply. API handlers run on the server's threads; they take
 `self._mu` for the in-memory view, and the store serialises the writes.
+
+Faults (faults.py): a commit the store cannot take (busy, full) is retried with backoff and loses
+nothing; a host that does not answer a signal (hostops.py: never on the tick's thread) is in
+trouble alone; only a fault that makes going on unsafe stops the controller, saying why.
 """
 
 from __future__ import annotations
@@ -46,13 +51,17 @@ from xce_lite.api.server import ApiServer
 from xce_lite.config.cluster import ClusterConfig, HostConfig
 from xce_lite.config.merge import Effective, Profile
 from xce_lite.config.profiles import load_cluster
-from xce_lite.config.sched_view import Holding, effective, hosts_now, pending_job, shared_free
+from xce_lite.config.sched_view import Holding, hosts_now, pending_job, shared_free
+from xce_lite.controller.dispatching import Dispatching
+from xce_lite.controller.faults import Faults
 from xce_lite.controller.gating import Workflows
 from xce_lite.controller.handlers.config import ConfigHandlers
 from xce_lite.controller.handlers.flow import FlowHandlers
 from xce_lite.controller.handlers.jobs import ApiHandlers
 from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
+from xce_lite.controller.hostops import HostOps
 from xce_lite.controller.jobunits import job_units
+from xce_lite.controller.kills import Kills
 from xce_lite.controller.projects import ProjectWork
 from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.retention import Retention
@@ -63,10 +72,10 @@ from xce_lite.exec.host import HostEvent
 from xce_lite.exec.link import HostLink
 from xce_lite.exec.local import LocalHost
 from xce_lite.home.paths import PRIVATE_UMASK, Home
-from xce_lite.models import DISP, PEND, PSUSP, Job, JobSpec, unit_name
+from xce_lite.models import DISP, PEND, PSUSP, JobSpec
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
 from xce_lite.sched.placement import HostView
-from xce_lite.store.jobs import Finish, JobStore, Requeue, TickRecord
+from xce_lite.store.jobs import JobStore
 
 LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
 
@@ -83,8 +92,8 @@ class _WakingQueue(queue.Queue):
         self._wake.set()
 
 
-class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows,
-                 MetricsHandlers, ProjectWork):  # metrics: its routes
+class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching, Kills,
+                 Faults, MetricsHandlers, ProjectWork):  # metrics: its routes
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
@@ -108,6 +117,9 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._finished = threading.Condition(self._mu)
         self._events: queue.Queue[HostEvent] = _WakingQueue(self._wake)
         self._init_units()
+        self._init_kills()
+        self._init_faults()
+        self._hostops = HostOps(self._events)  # signals run on a worker per host, never on the tick
         self._init_launches()
         self._init_workflows()
         self._init_projects()
@@ -123,6 +135,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._scheduler = SchedulerProcess()
         self._server: ApiServer | None = None
         self._retention = Retention(self.log, self._wake.set)  # step 8 of the tick
+        self._failed = False  # stopped on a fault (faults.py): its record stays for the next start
 
     # ---- running ----------------------------------------------------------------------------
 
@@ -137,11 +150,23 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._server = ApiServer(self.home.socket, self.routes(), self.log)
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
             self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
+            if self.previous_fault is not None:
+                self.log(f"note: the previous run stopped on a fault: {self.previous_fault['why']}")
             while not self._stopping.is_set():
-                self._wake.wait(self.config.controller.tick)
+                retry = self._store_wait()
+                self._wake.wait(self.config.controller.tick if retry is None
+                                else min(self.config.controller.tick, retry + 0.01))
                 self._wake.clear()
                 if not self._stopping.is_set():
-                    self.tick()
+                    try:
+                        self.tick()
+                    except errors.StoreUnavailable as err:  # a read the store refused: the next tick tries again
+                        self.log(f"tick skipped: {err}")
+        except Exception as err:  # unsafe to go on: say why (faults.py); faults that are not are handled within
+            self._fatal(err)
+            self._failed = True
+            raise errors.XceError(f"the controller stopped on a fault ({err.__class__.__name__}: {err}); "
+                                  f"its log says why, and `xce controller status` shows it") from err
         finally:
             self._shutdown()
 
@@ -170,7 +195,10 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         for link in self._links.values():
             link.close()  # the agents exit; the jobs go on under their supervisors
         self._scheduler.close()
+        self._hostops.close()
         self.store.close()
+        if not self._failed:
+            self._clear_fault()
         self.log("controller stopped")
 
     def _start_link(self, host: HostConfig) -> None:
@@ -239,9 +267,11 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 # hosts list them (a unit of a job that runs may not have reached its host yet).
                 status = [RUNNING if i == 0 and job.state != DISP else NEW for i in range(len(units))]
                 active = Active(job.id, job.user, job.queue, job.state, job.attempt, holding, units, status,
-                                retries=job.retries, killed=job.id in killed, project=job.project,
+                                retries=job.retries, killed=killed.get(job.id), project=job.project,
                                 since=job.start_time or time.time())
                 self._add_active(self._with_workflow(active, job.array_id, job.effective))
+                if active.killed:  # sent again: the first may never have reached the host (kills.py)
+                    self._kill_marks[job.id] = active.killed
         if self._active:
             self.log(f"recovering {len(self._active)} dispatched or running jobs")
 
@@ -259,26 +289,46 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
 
     def tick(self) -> None:
         """One pass; see the module docstring. Everything learned and decided in it is stored in
-        one durable commit, before any launch; launch replies are stored by the next pass."""
+        one durable commit, before any launch; launch replies are stored by the next pass. A store
+        that cannot take the commit (busy, full) loses nothing: faults.py puts it all back."""
         now = time.time()
         began = time.monotonic()  # metrics:
         self._collect_events(now)
         self._expire_lost_hosts(now)
+        if not self._store_due():
+            self._deliver_kill_marks()  # recorded before: they need no commit of this tick
+            return
         cancels = self._gate_step()
         with self._mu:
             finishing, self._unrecorded = self._unrecorded, []
             started, self._unrecorded_started = self._unrecorded_started, []
-            requeues, self._unrecorded_requeues = self._unrecorded_requeues, []
+            requeues = self._kill_wins(self._unrecorded_requeues, finishing, now)
+            self._unrecorded_requeues = []
             events, self._host_hook_events = self._host_hook_events, []
             closing = {f.job_id for f, _event in finishing} | {r.job_id for r in requeues}
             dirty, self._dirty = self._dirty or bool(closing), False
             hosts = self._hosts_now(closing) if dirty and self._pending else None
             shared = self._shared_free(closing) if hosts is not None else None
-        decisions = self._schedule(hosts, shared) if hosts is not None else None
-        plans = self._plans(decisions) if decisions is not None else []
-        reasons = self._reasons_to_store(decisions, now)
-        if finishing or started or plans or reasons or requeues or cancels or events:
-            record = self.store.record_tick(finishing, started, plans, reasons, now, requeues, cancels, events)
+        reasons: dict[int, str | None] = {}
+        self._in_commit = len(finishing) + len(started) + len(requeues) + len(events)
+        try:
+            decisions = self._schedule(hosts, shared) if hosts is not None else None
+            plans = self._plans(decisions) if decisions is not None else []
+            reasons = self._reasons_to_store(decisions, now)
+            if finishing or started or plans or reasons or requeues or cancels or events:
+                record = self.store.record_tick(finishing, started, plans, reasons, now, requeues, cancels, events)
+            else:
+                record = None
+                if self._store_problem is not None:
+                    self.store.set_meta("write_probe", str(now))  # does the store take writes again?
+        except errors.StoreUnavailable as err:
+            self._in_commit = 0
+            self._commit_failed(err, (finishing, started, requeues, events, reasons))
+            self._deliver_kill_marks()
+            return
+        self._in_commit = 0
+        self._commit_done()
+        if record is not None:
             self._apply(record, finishing, requeues, plans)
         self._act()
         busy = bool(finishing or started or plans or requeues or cancels)
@@ -294,7 +344,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
         still run hold anything (they drain: stopped, holding their resources until they end)."""
-        return hosts_now(self.host_totals, self._host_state, self._holdings(closing))
+        return hosts_now(self.host_totals, self._scheduler_states(), self._holdings(closing))
 
     def _shared_free(self, closing: set[int] = frozenset()):
         return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])
@@ -318,103 +368,6 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._dirty = True
             self._wake.set()
         return decisions
-
-    def _plans(self, decisions: Decisions) -> list[tuple[int, int, list, str, dict, dict]]:
-        """The dispatches to record, each under the next attempt's unit names and with the effective
-        values it will run with. A decision made on a profile that has changed or vanished since (a
-        reconfig during the session), or whose task count the job's queue no longer allows, is
-        declined: the job stays PEND and is scheduled again with what holds now, never EXIT."""
-        if not decisions.dispatches:
-            return []
-        jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches])}
-        plans = []
-        for d in decisions.dispatches:
-            job = jobs.get(d.job_id)
-            if job is None or job.state != PEND:
-                continue  # killed or held meanwhile: the store's guarded update would refuse it anyway
-            declined = self._stale(job, d.profile_hash, sum(n for _, n in d.hosts))
-            if isinstance(declined, str):
-                self._decline(job.id, d.profile_hash, declined)
-                continue
-            with self._mu:
-                attempt = self._attempts.get(d.job_id, 0) + 1
-                self._retries[d.job_id] = job.retries  # the dispatched job's retry count so far
-            unit = unit_name(self.cluster, d.job_id, attempt, 0)
-            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json(),
-                          declined.to_json()))
-        return plans
-
-    def _stale(self, job: Job, decided_hash: str, tasks: int) -> Effective | str:
-        """The job's effective values now, or why the decision taken for it no longer holds."""
-        try:
-            eff = effective(job.spec, job.queue, self.config, self.profiles)
-        except errors.SpecError as err:
-            return f"its configuration changed since the scheduler's decision: {err}"
-        if eff.profile_hash != decided_hash:
-            return (f"application {job.spec.app} changed since the scheduler's decision "
-                    f"(hash {decided_hash or 'none'} -> {eff.profile_hash})")
-        if not eff.min_tasks <= tasks <= eff.max_tasks:
-            return f"its task range is now {eff.min_tasks}..{eff.max_tasks}, the decision gave it {tasks} tasks"
-        return eff
-
-    def _reasons_to_store(self, decisions: Decisions | None, now: float) -> dict[int, str | None]:
-        """Keep every pend reason live in memory; hand the store the changed ones at most once a
-        second, so a busy queue costs no write per job per tick (the API reads the live ones)."""
-        with self._mu:
-            if decisions is not None:
-                for reason, ids in decisions.waiting:
-                    for job_id in ids:
-                        if job_id in self._pending:
-                            self._reasons[job_id] = reason
-            if now - self._reasons_flushed_at < 1.0:
-                return {}
-            self._reasons_flushed_at = now
-            changed = {job_id: reason for job_id, reason in self._reasons.items()
-                       if self._stored_reasons.get(job_id) != reason}
-            self._stored_reasons.update(changed)
-            return changed
-
-    def _apply(self, record: TickRecord, finishing: list[tuple[Finish, str]], requeues: list[Requeue],
-               plans: list) -> None:
-        """Bring the in-memory view in line with what `record_tick` stored."""
-        requeued = self.store.jobs(list(record.requeued)) if record.requeued else []
-        self._count_applied(record, finishing)  # metrics:
-        with self._mu:
-            for f, _event in finishing:  # the other hosts' post hooks see it as XCE_JOB_REASON
-                self._fairshare_finished(f.job_id, f.start_time, f.end_time)
-                self._end_active(f.job_id, f"job {f.job_id} ended {f.state}" + (f": {f.reason}" if f.reason else ""))
-                self._ended_element(f.job_id)
-            for r in requeues:
-                self._end_active(r.job_id, f"job {r.job_id} was requeued: {r.reason}")
-            for job in requeued:
-                self._attempts[job.id] = job.attempt
-                if job.state == PEND:
-                    self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
-                else:
-                    self._held[job.id] = job.user
-            for job_id in record.cancelled:
-                self._dequeue(job_id)
-                self._ended_element(job_id)
-            dispatched = set(record.dispatched)
-            for job_id, attempt, hosts, _unit, alloc, effective in plans:
-                pending = self._pending.get(job_id)
-                if job_id not in dispatched or pending is None:
-                    continue  # killed or held while the scheduler thought: it stays as it is now
-                self._dequeue(job_id)
-                self._attempts.pop(job_id, None)
-                holding = Holding.from_json(alloc, ())
-                units = job_units(self.cluster, job_id, attempt, len(hosts))
-                active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
-                                retries=self._retries.pop(job_id, 0), project=pending.project, since=time.time())
-                self._add_active(self._with_workflow(active, self._array_of.get(job_id), effective))
-                self._to_launch.extend(units)
-            if record.finished or record.requeued or record.cancelled or record.started:
-                self._gate_dirty = True
-                if len(self._gate):
-                    self._wake.set()  # a dependant may go now, or be cancelled: do not wait a tick
-            if record.finished or record.requeued or record.cancelled:
-                self._dirty = True
-                self._finished.notify_all()
 
     def _forget_reason(self, job_id: int) -> None:
         self._reasons.pop(job_id, None)

@@ -2,13 +2,16 @@
 
 One controller per home: it holds an exclusive flock on `controller.lock` for its whole life, and
 writes its pid there so a second start can say who holds it. The lock dies with the process (even
-on kill -9), so a stale lock file never blocks a restart.
+on kill -9), so a stale lock file never blocks a restart. A controller that stops on a fault
+(controller/faults.py) leaves why in `controller.fault`, shown by `xce controller status` until a
+clean stop.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -130,3 +133,33 @@ def tail(home: Home, lines: int = 15, since: int = 0) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:]) or "(nothing in the log)"
+
+
+FAULT_FILE = "controller.fault"
+
+
+def write_fault(home: Home, why: str) -> str | None:
+    """Record why the controller stops on a fault; None, or why it could not (the disk may be full)."""
+    path = home.root / FAULT_FILE
+    try:
+        tmp = path.with_name(FAULT_FILE + ".tmp")
+        tmp.write_text(json.dumps({"time": time.time(), "pid": os.getpid(), "why": why}) + "\n")
+        tmp.replace(path)
+    except OSError as err:
+        return f"could not record the fault in {path}: {err}"
+    return None
+
+
+def read_fault(home: Home) -> dict | None:
+    """Why the controller of `home` last stopped on a fault, or None (it never did, or it stopped
+    cleanly since)."""
+    try:
+        record = json.loads((home.root / FAULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("why"), str) else None
+
+
+def clear_fault(home: Home) -> None:
+    with contextlib.suppress(OSError):
+        (home.root / FAULT_FILE).unlink(missing_ok=True)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xce_lite import errors
 from xce_lite.exec.host import LaunchRequested, Task, TaskFinished
 
 FAILED = 255  # what a task that could not run, or was ended with its unit, counts as
@@ -117,30 +116,43 @@ class TaskLaunches:
             self._launch_answers.append((launch.host, launch.launch_id, launch.worst))
 
     def _send_tasks(self) -> None:
-        """After the commit, outside the lock: start the tasks, and answer the launches that ended."""
+        """After the commit, outside the lock: start the tasks, and answer the launches that ended.
+        Both go on the host's worker (hostops.py), never on the tick; a failure comes back to
+        `_task_call_failed`."""
         with self._mu:
             sends, self._task_sends = self._task_sends, []
-        for name, unit, key, tasks in sends:
-            host = self._hosts.get(name)
-            try:
-                if host is None:
-                    raise errors.HostUnreachable(f"host {name} is out of reach")
-                host.tasks(unit, key[1], tasks)
-            except errors.ExecError as err:
-                self.log(f"xce launch {key[1]}: {len(tasks)} task(s) on host {name} could not start: {err}")
-                with self._mu:
-                    launch = self._launches.get(key)
-                    if launch is not None:
-                        for task in tasks:
-                            launch.ended(task.index, FAILED)
-                        self._answer_if_done(key)
-        with self._mu:
             answers, self._launch_answers = self._launch_answers, []
+            hosts = {name: (self._hosts.get(name), self._generation.get(name, 0))
+                     for name in {s[0] for s in sends} | {a[0] for a in answers}}
+        for name, unit, key, tasks in sends:
+            host, generation = hosts[name]
+            about = ("tasks", key, tuple(t.index for t in tasks))
+            if host is None:
+                with self._mu:
+                    self._task_call_failed(name, about, f"host {name} is out of reach")
+                continue
+            self._hostops.call(name, generation, host,
+                               lambda h, unit=unit, key=key, tasks=tasks: h.tasks(unit, key[1], tasks), about)
         for name, launch_id, code in answers:
-            host = self._hosts.get(name)
+            host, generation = hosts[name]
             if host is None:
                 continue  # the job's own host is out of reach: its `xce launch` waits, then says so
-            try:
-                host.launch_done(launch_id, code)
-            except errors.ExecError as err:
-                self.log(f"xce launch {launch_id}: could not answer host {name}: {err}")
+            self._hostops.call(name, generation, host,
+                               lambda h, launch_id=launch_id, code=code: h.launch_done(launch_id, code),
+                               ("answer", launch_id))
+
+    def _task_call_failed(self, name: str, about: tuple, error: str) -> None:
+        """A round trip of `_send_tasks` failed: tasks that could not start count as ended with
+        FAILED. Holds _mu."""
+        if about[0] == "answer":
+            self.log(f"xce launch {about[1]}: could not answer host {name}: {error}")
+            return
+        _kind, key, indices = about
+        self.log(f"xce launch {key[1]}: {len(indices)} task(s) on host {name} could not start: {error}")
+        launch = self._launches.get(key)
+        if launch is not None:
+            for index in indices:
+                launch.ended(index, FAILED)
+            self._answer_if_done(key)
+            if self._launch_answers:
+                self._wake.set()  # its answer goes with the next tick's act

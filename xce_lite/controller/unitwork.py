@@ -3,7 +3,8 @@ hosts report about them, launching, stopping and forgetting them, and hosts comi
 
 A mixin of `Controller` (it shares the controller's lock and view), kept apart so the tick reads on
 its own. Everything here that touches the in-memory view runs under `self._mu`; round trips to a
-host (launch, signal, forget) run outside it, from the tick's `_act` step.
+host (launch, forget) run outside it, from the tick's `_act` step, and signals (stops, kills) on
+the host's own worker (hostops.py), whose outcomes come back as events.
 
 Per unit of an active job, a status: NEW (not sent to its host yet, or not known to be there),
 SENT (a launch is on its way), RUNNING (its host said so), ENDED (its result is in `results`).
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 from xce_lite import errors
 from xce_lite.config.sched_view import Holding
+from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
 from xce_lite.controller.jobunits import Expected, launch_requests, reconcile
 from xce_lite.exec.host import JobResult, LaunchRequested, TaskFinished, UnitFinished, UnitsLaunched
 from xce_lite.exec.link import HostDown, HostUp
@@ -55,7 +57,7 @@ class Active:
     retry: int = 0  # --retry: a failed attempt is requeued while retries < retry
     retry_on: tuple[int, ...] | None = None  # only for these exit codes (None: any failure)
     retries: int = 0
-    killed: bool = False  # someone asked to kill it: its failure is not retried
+    killed: str | None = None  # the kill's reason once someone killed it: never retried nor requeued (kills.py)
     project: str | None = None  # its project (limits, fair share by project)
     since: float = 0.0  # when it was dispatched or started: fair share counts its time from then
 
@@ -145,6 +147,12 @@ class UnitWork:
                     self._launch_requested(event)
                 elif isinstance(event, TaskFinished):
                     self._task_finished(event)
+                elif isinstance(event, SignalDone):
+                    self._signal_done(event)
+                elif isinstance(event, HostAnswers):
+                    self._host_answers(event)
+                elif isinstance(event, CallDone):
+                    self._call_done(event)
 
     def _unit_finished(self, host: str, unit: str, result: JobResult, now: float) -> None:
         """A unit ended (the result is durable on its host until we forget it)."""
@@ -222,6 +230,7 @@ class UnitWork:
     def _host_up(self, up: HostUp, now: float) -> None:
         """A host's agent answers: match what it lists with what we expect there."""
         name = up.host
+        self._kills_reset(name)  # kills in flight on the old connection go again on this one
         self._hosts[name] = up.handle
         self._host_state[name] = HOST_OK
         self._generation[name] = up.generation
@@ -257,7 +266,8 @@ class UnitWork:
         for unit in seen.vanished:
             job, _index = self._unit(unit)
             if job is not None:
-                self._end_job(job, EXIT, f"lost: unit {unit} vanished from host {name}", "lost", now)
+                self._end_job(job, EXIT, (f"{job.killed}; " if job.killed else "")
+                              + f"lost: unit {unit} vanished from host {name}", "lost", now)
         for unit in seen.stale:
             self._stops.append((name, unit, "stale copy: its job ended or was requeued meanwhile"))
         for unit in seen.gone:
@@ -276,6 +286,7 @@ class UnitWork:
             self.log(f"host {name} is unreachable: {down.why}")
         self._down_why[name] = down.why
         self._host_state[name] = UNREACH
+        self._kills_reset(name)
         self._hosts.pop(name, None)  # the link closes it
         self._down_since.setdefault(name, now)
         self._dirty = True
@@ -295,11 +306,7 @@ class UnitWork:
                 why = f"host {name} lost: no agent for {format_duration(now - since)}"
                 self.log(f"{why}; {len(victims)} job(s) {self.config.controller.on_host_lost}")
                 for job in victims:
-                    if self.config.controller.on_host_lost == "requeue":
-                        job.ending = True
-                        self._unrecorded_requeues.append(Requeue(job.id, job.state, why))
-                    else:
-                        self._end_job(job, EXIT, why, "lost", now)
+                    self._lost_victim(job, why, now)  # kill wins (kills.py)
 
     # ---- 6. act -----------------------------------------------------------------------------
 
@@ -340,10 +347,8 @@ class UnitWork:
             host = self._hosts.get(name)
             if host is None:
                 continue  # out of reach: stopped when it lists the unit again
-            try:
-                host.signal(unit, "TERM", reason)
-            except errors.ExecError as err:
-                self.log(f"host {name}: could not stop unit {unit}: {err}")
+            # on the host's worker (hostops.py): a host that does not answer holds up no tick
+            self._hostops.signal(name, self._generation.get(name, 0), host, unit, "TERM", reason)
         if launch:
             self._launch(launch)
         self._send_tasks()
@@ -390,16 +395,6 @@ class UnitWork:
                         job, index = self._unit(request.unit)
                         if job is not None and job.status[index] == SENT:
                             job.status[index] = NEW
-
-    def _deliver_kill_marks(self) -> None:
-        """Kills that arrived while their job's launch was in flight: signal the unit now."""
-        with self._mu:
-            marks = [(self._active[i], reason) for i, reason in self._kill_marks.items() if i in self._active]
-        for job, reason in marks:
-            host = self._hosts.get(job.host_of(0))
-            if host is not None and host.signal(job.units[0], "TERM", reason):
-                with self._mu:
-                    self._kill_marks.pop(job.id, None)
 
 
 def _retry_of(job: Active, finish: Finish) -> Requeue | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import apsw
 
-from xce_lite.errors import HomeError, StoreError
+from xce_lite.errors import HomeError, StoreError, StoreUnavailable
 from xce_lite.shipped import shipped
 
 APPLICATION_ID = 0x58434531  # "XCE1" in the database header: marks the file as an xce_lite store
@@ -116,14 +116,30 @@ def _migrate(con: apsw.Connection, current: int) -> None:
 
 
 @contextlib.contextmanager
-def write(con: apsw.Connection, lock: threading.Lock | None = None) -> Iterator[apsw.Connection]:
+def write(con: apsw.Connection, lock: threading.Lock | None = None,
+          busy_ms: int | None = None) -> Iterator[apsw.Connection]:
     """One write transaction, lock taken up front; commits on success, rolls back on error.
 
     apsw's `with con:` would open a deferred savepoint. On disk full SQLite has already rolled
-    back, so our ROLLBACK fails too; the real cause (FullError, IOError) is reported as StoreError.
+    back, so our ROLLBACK fails too; the real cause (FullError, IOError) is reported as
+    StoreUnavailable, as is a write lock that another process held past the busy timeout: both
+    pass, and nothing was written.
     """
     with lock if lock is not None else contextlib.nullcontext():
-        con.execute("BEGIN IMMEDIATE")
+        try:
+            if busy_ms is not None:  # this write waits less for another process's lock
+                con.set_busy_timeout(busy_ms)
+            con.execute("BEGIN IMMEDIATE")
+        except apsw.BusyError:
+            raise StoreUnavailable(
+                f"the job store is locked by another process (it held the write lock for more than "
+                f"{(busy_ms or BUSY_TIMEOUT_MS) / 1000:g} s; see `fuser {con.filename}`)") from None
+        except (apsw.FullError, apsw.IOError) as err:
+            _raise_store_error(err)
+            raise
+        finally:
+            if busy_ms is not None:
+                con.set_busy_timeout(BUSY_TIMEOUT_MS)
         try:
             yield con
         except BaseException as err:
@@ -143,9 +159,24 @@ def write(con: apsw.Connection, lock: threading.Lock | None = None) -> Iterator[
 def _raise_store_error(err: BaseException) -> None:
     cause: BaseException | None = err
     while cause is not None:
+        if isinstance(cause, apsw.BusyError):
+            raise StoreUnavailable(f"the job store is locked by another process ({cause})") from err
+        if isinstance(cause, (apsw.CorruptError, apsw.NotADBError)):
+            raise StoreError(f"the job store is damaged ({cause.__class__.__name__}: {cause})") from err
         if isinstance(cause, (apsw.FullError, apsw.IOError)):
-            raise StoreError(f"the job store cannot be written ({cause}); free disk space, then retry") from err
+            raise StoreUnavailable(f"the job store cannot be written ({cause.__class__.__name__}: {cause}); "
+                                   f"free disk space on its file system") from err
         cause = cause.__context__
+
+
+def damaged(err: BaseException) -> bool:
+    """Whether `err` (or what it arose from) says that the store's file is damaged."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, (apsw.CorruptError, apsw.NotADBError)):
+            return True
+        cause = cause.__context__
+    return False
 
 
 def insert_event(con: apsw.Connection, job_id: int, now: float, kind: str, data: dict | None) -> None:

@@ -23,12 +23,14 @@ from xce_lite.store.db import connect, write
 from xce_lite.store.db import insert_event as _event
 from xce_lite.store.projects import ProjectStore
 from xce_lite.store.usage import UsageStore  # metrics: the web's reads over time
-from xce_lite.store.workflows import ELEMENT_SPEC, FlowRecord, NewJob, WorkflowStore, insert_flow, insert_job
+from xce_lite.store.workflows import (ELEMENT_SPEC, FlowRecord, NewJob, WorkflowStore, insert_flow, insert_job,
+                                      kill_reason)
 
 _COLUMNS = ("id, user, queue, state, spec, submit_time, attempt, hosts, unit, start_time, end_time, "
             "exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc, effective, "
             "array_id, array_index, depend, retries")
 _FINISHED = tuple(sorted(FINISHED_STATES))
+IMPATIENT_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class TickRecord:
     dispatched: tuple[int, ...]
     requeued: tuple[int, ...] = ()
     cancelled: tuple[int, ...] = ()
+    killed: tuple[int, ...] = ()  # requeues refused because someone killed the job: they ended EXIT
 
 
 class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, ProjectStore):  # metrics: UsageStore
@@ -78,6 +81,10 @@ class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, Project
         self.path = path
         self._con = connect(path, create=not readonly, readonly=readonly)
         self._lock = threading.Lock()
+        # Set by the controller while the store refuses its commits (busy): writers then wait
+        # IMPATIENT_MS for another process's lock, not the full busy timeout, so that a submit is
+        # refused in a second or two instead of queueing behind the tick's own long wait.
+        self.impatient = False
         self._local = threading.local()
         self._readers: list[apsw.Connection] = []
         # arrays never change: each one's (spec, dependency) is read and parsed once
@@ -99,7 +106,7 @@ class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, Project
         return con
 
     def _write(self):
-        return write(self._con, self._lock)
+        return write(self._con, self._lock, IMPATIENT_MS if self.impatient else None)
 
     # ---- meta -------------------------------------------------------------------------------
 
@@ -180,19 +187,20 @@ class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, Project
         with self._write() as con:
             started_ids = _started(con, started, now)
             finished_ids = _finish(con, finishes, now)
-            requeued_ids = _requeue(con, requeues, now)
+            requeued_ids, killed_ids = _requeue(con, requeues, now)
             cancelled_ids = _cancel(con, cancels, now)
             dispatched_ids = _dispatch(con, plans, now)
             _pend_reasons(con, reasons)
             for job_id, kind, data in events:  # a finished job's: it may be archived meanwhile
                 insert_event_anywhere(con, job_id, now, kind, data)
         return TickRecord(tuple(finished_ids), tuple(started_ids), tuple(dispatched_ids), tuple(requeued_ids),
-                          tuple(cancelled_ids))
+                          tuple(cancelled_ids), tuple(killed_ids))
 
     def requeue(self, items: Sequence[Requeue], now: float) -> list[int]:
-        """Send dispatched or running jobs back to PEND (or PSUSP), in one transaction."""
+        """Send dispatched or running jobs back to PEND (or PSUSP), in one transaction; the ids
+        moved (a job someone killed is not requeued: it ends EXIT, see _requeue)."""
         with self._write() as con:
-            return _requeue(con, items, now)
+            return _requeue(con, items, now)[0]
 
     def record_event(self, job_id: int, kind: str, now: float, data: dict | None = None) -> None:
         with self._write() as con:
@@ -326,10 +334,28 @@ def _finish(con: apsw.Connection, items: Sequence[tuple[Finish, str]], now: floa
     return moved
 
 
-def _requeue(con: apsw.Connection, items: Sequence[Requeue], now: float) -> list[int]:
-    """What the job held is cleared with the move: a pending job holds nothing and runs nowhere."""
-    moved = []
+def _requeue(con: apsw.Connection, items: Sequence[Requeue], now: float) -> tuple[list[int], list[int]]:
+    """What the job held is cleared with the move: a pending job holds nothing and runs nowhere.
+
+    Kill wins: a job with a `kill_requested` event since its last dispatch is never requeued,
+    whatever asked (a lost host, a retry, a race with the kill); it ends EXIT with the kill's
+    reason instead. Returns (ids requeued, ids ended so)."""
+    moved, killed = [], []
     for r in items:
+        kill = con.execute(
+            "SELECT k.data FROM events k WHERE k.job_id = ? AND k.kind = 'kill_requested' AND k.seq > "
+            "(SELECT coalesce(max(d.seq), 0) FROM events d WHERE d.job_id = k.job_id AND d.kind = 'dispatched') "
+            "ORDER BY k.seq DESC LIMIT 1", (r.job_id,)).fetchall()
+        if kill:
+            reason = f"{kill_reason(kill[0][0])} (not requeued: {r.reason})"
+            con.execute("UPDATE jobs SET state = 'EXIT', end_time = ?, reason = ? WHERE id = ? AND state = ?",
+                        (now, reason, r.job_id, r.from_state))
+            if con.changes() == 1:
+                _event(con, r.job_id, now, "finished", {"state": "EXIT", "exit_code": None, "signal": None,
+                                                        "reason": reason, "cpu_time": None, "max_rss": None,
+                                                        "requeue_refused": True})
+                killed.append(r.job_id)
+            continue
         state = "PSUSP" if r.hold else "PEND"
         con.execute(
             "UPDATE jobs SET state = ?, hosts = NULL, unit = NULL, alloc = NULL, effective = NULL, "
@@ -342,7 +368,7 @@ def _requeue(con: apsw.Connection, items: Sequence[Requeue], now: float) -> list
                 data.update(retry=True, result=r.result)
             _event(con, r.job_id, now, "requeued", data)
             moved.append(r.job_id)
-    return moved
+    return moved, killed
 
 
 def _cancel(con: apsw.Connection, items: Sequence[tuple[int, str, str]], now: float) -> list[int]:

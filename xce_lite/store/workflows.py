@@ -171,14 +171,16 @@ class WorkflowStore:
                 found.setdefault((array_id, True), []).append((state, code, bool(started), n))
         return found
 
-    def kill_requested(self, job_ids: Sequence[int]) -> set[int]:
-        """The jobs someone asked to kill since their last dispatch (their failure is not retried)."""
-        found: set[int] = set()
+    def kill_requested(self, job_ids: Sequence[int]) -> dict[int, str]:
+        """The jobs someone asked to kill since their last dispatch, each with the kill's reason
+        (their failure is not retried, and they are never requeued)."""
+        found: dict[int, str] = {}
         for chunk in _chunks(list(job_ids)):
-            found.update(i for (i,) in self._reader().execute(
-                f"SELECT k.job_id FROM events k WHERE k.kind = 'kill_requested' AND k.job_id IN "
-                f"({', '.join('?' * len(chunk))}) AND k.seq > (SELECT coalesce(max(d.seq), 0) FROM events d "
-                f"WHERE d.job_id = k.job_id AND d.kind = 'dispatched')", chunk))
+            for job_id, data in self._reader().execute(
+                    f"SELECT k.job_id, k.data FROM events k WHERE k.kind = 'kill_requested' AND k.job_id IN "
+                    f"({', '.join('?' * len(chunk))}) AND k.seq > (SELECT coalesce(max(d.seq), 0) FROM events d "
+                    f"WHERE d.job_id = k.job_id AND d.kind = 'dispatched') ORDER BY k.seq", chunk):
+                found[job_id] = kill_reason(data)
         return found
 
     # ---- arrays ---------------------------------------------------------------------------------------
@@ -236,6 +238,12 @@ class WorkflowStore:
     def flow_names(self, user: str) -> list[str]:
         return [n for (n,) in self._reader().execute("SELECT DISTINCT name FROM flows WHERE user = ? ORDER BY name",
                                                      (user,))]
+
+
+def kill_reason(data: str | None) -> str:
+    """The reason a `kill_requested` event's data gives (older events name only who killed)."""
+    fields = json.loads(data) if data else {}
+    return fields.get("reason") or f"killed by {fields.get('by', 'someone')}"
 
 
 def _chunks(values: list[int], size: int = 500) -> list[list[int]]:

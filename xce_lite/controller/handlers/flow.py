@@ -108,6 +108,8 @@ class FlowHandlers:
                         ok, message = False, (f"Job <{name}> is {job.state}: only a dispatched or running job is "
                                               f"requeued" + ("; submit it again" if job.state in FINISHED_STATES
                                                              else ""))
+                    elif active.killed:  # kill wins (kills.py): the store would refuse it too
+                        ok, message = False, f"Job <{name}> is being killed ({active.killed}); it is not requeued"
                     else:
                         active.ending = True
                         self._unrecorded_requeues.append(

@@ -29,6 +29,9 @@ from xce_lite.workflow import arrays
 
 class ApiHandlers:
     def routes(self) -> dict:
+        return {route: _store_refusal(handler) for route, handler in self._routes().items()}
+
+    def _routes(self) -> dict:
         return {
             ("GET", "/status"): self.api_status,
             ("POST", "/jobs"): self.api_submit,
@@ -55,8 +58,9 @@ class ApiHandlers:
         with self._mu:
             waiting = len(self._gate) - len(self._gate.fed)  # pending, not yet the scheduler's to place
             counts = {"pending": len(self._pending) + waiting, "held": len(self._held), "active": len(self._active)}
+            faults = self.fault_status()
         return {"cluster": self.cluster, "pid": os.getpid(), "home": str(self.home.root),
-                "started_at": self.started_at, "jobs": counts, "you": caller.user}
+                "started_at": self.started_at, "jobs": counts, "you": caller.user, **faults}
 
     def api_submit(self, caller: Caller, query: dict, body: Any) -> dict:
         """Validate every spec (all or nothing), resolve its dependency, store them (an array as its
@@ -200,21 +204,21 @@ class ApiHandlers:
                 return {"ok": True, "message": f"Job <{name}> is being terminated"}
             job = self.store.get(job.id) or job  # it was dispatched meanwhile: kill it there
         if job.state in (DISP, RUN) and job.unit:
-            host = self._hosts.get(job.hosts[0][0])
-            if host is None:
-                return {"ok": False, "message": f"Job <{name}>: its host is unreachable; try again"}
-            self.store.record_event(job.id, "kill_requested", now, {"by": caller.user})
+            # Recorded first (kill wins across restarts and lost hosts), then delivered by the tick on
+            # the host's worker (kills.py): a host that does not answer holds up neither this reply
+            # nor the tick; one out of reach gets the kill when it answers, or the job ends EXIT
+            # with this reason when the host is declared lost.
+            self.store.record_event(job.id, "kill_requested", now, {"by": caller.user, "reason": reason})
+            first = job.hosts[0][0]
             with self._mu:
-                # Not launched yet, or its launch is in flight on the tick's thread: the launch step
-                # sees this mark and kills it instead of starting it, or right after starting it.
-                self._kill_marks[job.id] = reason
-                if job.id in self._active:
-                    self._active[job.id].killed = True  # its failure is not retried
-            if host.signal(job.unit, "TERM", reason):
-                with self._mu:
-                    self._kill_marks.pop(job.id, None)
+                self._mark_killed(job.id, reason)
+                reachable = first in self._hosts and first not in self._trouble
             self._wake.set()
-            return {"ok": True, "message": f"Job <{name}> is being terminated"}
+            if reachable:
+                return {"ok": True, "message": f"Job <{name}> is being terminated"}
+            return {"ok": True, "message": f"Job <{name}> is being terminated: its host {first} does not answer "
+                                           f"now; the kill is recorded and reaches it when it answers (if the "
+                                           f"host is declared lost first, the job ends EXIT all the same)"}
         return {"ok": False, "message": f"Job <{name}> has already finished ({job.state})"}
 
     def api_hold(self, caller: Caller, query: dict, body: Any) -> dict:
@@ -312,11 +316,13 @@ class ApiHandlers:
                 for host, _tasks in job.hosts:
                     running[host] += 1
             probes, since, why = dict(self._probes), dict(self._down_since), dict(self._down_why)
-            lost = set(self._lost_hosts)
+            lost, trouble, states = set(self._lost_hosts), dict(self._trouble), dict(self._host_state)
         configs = {h.name: h for h in self.config.hosts}
         return {"schema": 1, "hosts": [
-            {"name": v.name, "type": configs[v.name].type, "state": "ok" if v.state == "ok" else "unreach",
+            {"name": v.name, "type": configs[v.name].type, "state": "ok" if states.get(v.name) == "ok" else "unreach",
              "unreach_since": since.get(v.name), "unreach_why": why.get(v.name), "lost": v.name in lost,
+             "trouble": trouble[v.name][0] if v.name in trouble else None,
+             "trouble_since": trouble[v.name][1] if v.name in trouble else None,
              "jobs": running[v.name],
              "slots": v.total["slots"], "used": v.total["slots"] - v.free["slots"], "mem": v.total["mem"],
              "resources": {name: {"total": total, "free": v.free[name], "reserved": total - v.free[name]}
@@ -420,6 +426,19 @@ class ApiHandlers:
             raise errors.TransitionError("only the cluster's owner or root may stop the controller")
         self.stop()
         return {"stopping": True}
+
+
+def _store_refusal(handler):
+    """The handler, with a store that cannot take its write turned into a plain refusal: exit 4 at
+    the client (errors.StoreError), saying what is wrong and that the request was not carried out."""
+    def guarded(caller: Caller, query: dict, body: Any) -> Any:
+        try:
+            return handler(caller, query, body)
+        except errors.StoreUnavailable as err:
+            raise errors.StoreError(f"{err}; the request was not carried out (nothing of it was stored); "
+                                    "the controller runs on and retries by itself: try again when "
+                                    "`xce controller status` shows no store problem") from None
+    return guarded
 
 
 def _next_or_refuse(job: Job, event: str, results: list[dict]) -> str | None:
