@@ -5,8 +5,9 @@ Its tick is a short list of named steps, with one commit at most:
 1. collect   - take what the hosts reported: units that ended, launch replies, hosts that came up
                (with the units they list, matched against the jobs by jobunits.reconcile) or went
                down (unitwork.py);
-2. hosts lost- a host out of reach for `controller.host_lost_after`: its jobs are requeued (or end
-               EXIT "host lost"), and a copy that runs there when it comes back is stopped;
+2. hosts lost- a host out of reach for `controller.host_lost_after`, and past the lease it may
+               hold (leasework.py), is lost: its jobs are requeued (or end EXIT "host lost"), and
+               a copy that runs there when it comes back is stopped;
 3. gate      - pending jobs with a dependency, or in an array with a throttle, go to the scheduler
                when they may start; a dependency that can never hold cancels its job (depwork.py);
 4. snapshot  - hosts with what is free on them, pending jobs, queue priorities (memory only);
@@ -15,10 +16,11 @@ Its tick is a short list of named steps, with one commit at most:
 6. intent    - ONE durable commit of everything learned and decided: starts, finishes, requeues
                (a failed attempt with retries left is requeued, not finished), cancels, each
                dispatch as DISP with its deterministic unit names, changed pend reasons;
-7. act       - forget the units whose results are stored, stop the units of jobs that ended or
-               were requeued (they hold their resources, "draining", until their host says they
-               ended), and launch: one unit per host of each dispatched job. Launch replies are
-               stored by the next tick.
+7. act       - renew the hosts' leases (stored, then sent: leasework.py), forget the units whose
+               results are stored, stop the units of jobs that ended or were requeued (they
+               hold their resources, "draining", until their host says they ended), and
+               launch: one unit per host of each dispatched job. Launch replies are stored by
+               the next tick.
 
 A job placed on several hosts has a unit on each (jobunits.py): the first runs its command, the
 others hold its allocation and run its `xce launch` tasks; its outcome is the first unit's.
@@ -51,6 +53,7 @@ from xce_lite.controller.handlers.flow import FlowHandlers
 from xce_lite.controller.handlers.jobs import ApiHandlers
 from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
 from xce_lite.controller.jobunits import job_units
+from xce_lite.controller.leasework import LeaseWork
 from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
 from xce_lite.controller.task_launches import TaskLaunches
@@ -80,7 +83,7 @@ class _WakingQueue(queue.Queue):
 
 
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows,
-                 MetricsHandlers):  # metrics: its routes
+                 MetricsHandlers, LeaseWork):  # metrics: its routes
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
@@ -104,6 +107,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._finished = threading.Condition(self._mu)
         self._events: queue.Queue[HostEvent] = _WakingQueue(self._wake)
         self._init_units()
+        self._init_leases()
         self._init_launches()
         self._init_workflows()
         self._links: dict[str, HostLink] = {}
@@ -131,7 +135,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
             self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
             while not self._stopping.is_set():
-                self._wake.wait(self.config.controller.tick)
+                self._wake.wait(min(self.config.controller.tick, self._lease_wait()))
                 self._wake.clear()
                 if not self._stopping.is_set():
                     self.tick()
@@ -160,8 +164,10 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._server.shutdown()
             self._server.server_close()
             self.home.socket.unlink(missing_ok=True)
+        if self._stopping.is_set():  # a planned stop: the jobs may go on for the maintenance lease
+            self._grant_maintenance()
         for link in self._links.values():
-            link.close()  # the agents exit; the jobs go on under their supervisors
+            link.close()  # the agents exit (or stay for the lease); the jobs go on under their supervisors
         self._scheduler.close()
         self.store.close()
         self.log("controller stopped")
@@ -272,6 +278,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         if finishing or started or plans or reasons or requeues or cancels or events:
             record = self.store.record_tick(finishing, started, plans, reasons, now, requeues, cancels, events)
             self._apply(record, finishing, requeues, plans)
+        self._renew_leases()  # before any launch: on each host's channel a launch follows a grant
         self._act()
         if self._unrecorded or self._unrecorded_started or self._unrecorded_requeues:
             self._wake.set()  # store launch outcomes at once (with whatever else came meanwhile)

@@ -150,6 +150,8 @@ class TaskOps:
             if isinstance(synced, list) and len(synced) == 2 and synced[0] == os.fstat(self.jfd).st_ino:
                 self.synced = max(self.synced, int(synced[1]))  # `post` fdatasync'ed up to there
             self.catch_up()
+            if msg.get("handover"):  # a new agent waits for the spool (main.take_spool_lock)
+                self.handover = True
         elif op == "launch":
             self.client_launch(fd, msg)
         elif op == "launch_wait":
