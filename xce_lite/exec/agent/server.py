@@ -187,6 +187,9 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
                         self.finish_starting()
                         return
                     self.orphan = True
+                    null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+                    os.dup2(null, 1)  # nobody reads it: let the controller's session (sshd) end
+                    os.close(null)
                     print("agent: the controller went away while a lease holds units here: staying to "
                           "enforce it", file=sys.stderr, flush=True)
                 pending += data
