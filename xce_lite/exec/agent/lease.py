@@ -8,10 +8,11 @@ agent sent it (hello, ping, lease replies) + the lease, so no clock sync is assu
 that arrives late (a frozen sshd, a stalled network) extends nothing the controller did not
 reckon with. A lease only grows.
 
-SPOOL/lease holds it ({"boot", "until", "seconds"}, replaced atomically at each grant), so that
-every supervisor (which outlives the agent) and the next agent enforce the same deadline: at it,
-each stops its units with LEASE reason. A file of another boot is no lease (its units were lost
-with that boot); no file means no lease was ever granted here (an agent driven without leases).
+SPOOL/lease holds it ({"boot", "until", "renewed": when the last grant came, "seconds": its
+length}, replaced atomically at each grant), so that every supervisor (which outlives the agent)
+and the next agent enforce the same deadline: at it, each stops its units, with expired_reason().
+A file of another boot is no lease (its units were lost with that boot); no file means no lease
+was ever granted here (an agent driven without leases).
 """
 
 from __future__ import annotations
@@ -31,31 +32,32 @@ def clock() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def expired_reason(seconds: float) -> str:
-    """The end reason of a unit stopped because its lease ran out; the same words from the agent
-    and from a supervisor, whichever acts first."""
-    return f"lease expired: no word from the controller for {format_limit(seconds)}"
+def expired_reason(renewed: float) -> str:
+    """The end reason of a unit stopped because its lease ran out (`renewed`: when the last grant
+    came, on the lease clock); the same words from the agent and from a supervisor."""
+    return f"lease expired: no word from the controller for {format_limit(clock() - renewed)}"
 
 
 def read_lease(spool: str, boot: str) -> tuple[float, float] | None:
-    """(until, seconds) of the lease granted in this boot, or None if none was."""
+    """(until, renewed) of the lease granted in this boot, or None if none was."""
     try:
         text = read_text(os.path.join(spool, LEASE))
         d = loads(text) if text else None
         if isinstance(d, dict) and d.get("boot") == boot:
-            return float(d["until"]), float(d["seconds"])
+            return float(d["until"]), float(d["renewed"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return None
 
 
-def write_lease(spool: str, boot: str, until: float, seconds: float) -> None:
-    write_file(os.path.join(spool, LEASE), dumps({"boot": boot, "until": until, "seconds": seconds}))
+def write_lease(spool: str, boot: str, until: float, renewed: float, seconds: float) -> None:
+    data = {"boot": boot, "until": until, "renewed": renewed, "seconds": seconds}
+    write_file(os.path.join(spool, LEASE), dumps(data))
 
 
 class LeaseOps:
     """The Agent's `lease` request and its enforcement (the attributes are the Agent's): `lease` is
-    (until, seconds) or None (never granted: nothing is enforced, as with a version 2 controller);
+    (until, renewed) or None (never granted: nothing is enforced, as with a version 2 controller);
     `lease_acted` is set once the units were stopped for the current deadline."""
 
     lease: tuple[float, float] | None = None
@@ -77,12 +79,14 @@ class LeaseOps:
         if req.get("boot") != self.boot:
             raise Refused(f"lease: granted for boot {req.get('boot')!r}, this host runs boot {self.boot}")
         now = clock()
-        if until > now and (self.lease is None or until > self.lease[0]):
+        if until > now:  # else it came too late to count: it renews nothing
+            longest = max(float(until), self.lease[0] if self.lease is not None else until)
             try:
-                write_lease(self.spool, self.boot, float(until), float(seconds))
+                write_lease(self.spool, self.boot, longest, now, float(seconds))
             except OSError as exc:
                 raise Refused(f"cannot write {os.path.join(self.spool, LEASE)}: {exc.strerror}") from None
-            self.lease, self.lease_acted = (float(until), float(seconds)), False
+            self.lease = (longest, now)
+            self.lease_acted = False  # a new deadline: enforced when it comes
         return {"clock": now, "until": None if self.lease is None else self.lease[0]}
 
     def lease_left(self) -> float | None:

@@ -55,7 +55,7 @@ class Watch:
         self.tasks_ending = False
         self.task_cpu, self.task_rss = 0.0, 0
         self.refused: str | None = None  # why no task may start (a tasks' supervisor outside its unit)
-        self.lease_seconds = 0.0  # the host's lease, as last read (lease_deadline)
+        self.lease_renewed = 0.0  # when the host's lease was last renewed, as last read (lease_left)
 
     def start(self) -> None:
         """Start the job (self.pid); JobEnded if it cannot start. A "host" unit starts nothing."""
@@ -95,7 +95,7 @@ class Watch:
                 left = self.lease_left()  # renewed meanwhile (look again then), or over: stop the job
                 lease_at = now + left if left is not None and left > 0 else None
                 if lease_at is None and left is not None and self.reason is None:
-                    self.begin_kill(expired_reason(self.lease_seconds))
+                    self.begin_kill(expired_reason(self.lease_renewed))
             if self.kill_at is not None and now >= self.kill_at:
                 self.kill_all(signal.SIGKILL)
                 self.kill_at = None
@@ -118,7 +118,7 @@ class Watch:
         lease = read_lease(spool, boot_id()) if spool and self.spec.get("role") != "tasks" else None
         if lease is None:
             return None
-        self.lease_seconds = lease[1]
+        self.lease_renewed = lease[1]
         return lease[0] - clock()
 
     def reap(self) -> None:
