@@ -29,16 +29,16 @@ controller:
   tick: 1s
   grace: 1s
   host_lost_after: {lost_after}
-  lease: 3s
+  lease: 5s
   lease_margin: 1s
 """
 
 
 @pytest.fixture
 def hcluster(request):
-    """Two local hosts with a lease of 3 s; a host out of reach is lost after `lost_after` (the param;
-    default 5s)."""
-    c = Cluster(config=CONFIG.format(pid=os.getpid(), lost_after=getattr(request, "param", "5s")))
+    """Two local hosts with a lease of 5 s; a host out of reach is lost after `lost_after` (the param;
+    default 7s)."""
+    c = Cluster(config=CONFIG.format(pid=os.getpid(), lost_after=getattr(request, "param", "7s")))
     c.start()
     try:
         yield c

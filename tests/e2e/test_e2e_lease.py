@@ -25,7 +25,7 @@ from xce_lite import testhosts
 LEASE = "lease expired: no word from the controller for 00:00:"  # then the seconds since the last grant
 
 
-def fenced_config(hosts, maintenance: str = "1h", names: tuple[str, ...] = (), lease: int = 4) -> str:
+def fenced_config(hosts, maintenance: str = "1h", names: tuple[str, ...] = (), lease: int = 6) -> str:
     """A lease of `lease` s, lost 4 s after it; `names`: the hosts' names in the cluster, if not their own."""
     text = remote_config(hosts, lost_after=f"{lease + 4}s", keepalive="1s", lease=f"{lease}s", margin="2s",
                          more=f"  maintenance_lease: {maintenance}\n")
@@ -219,7 +219,7 @@ def test_a_restart_declares_a_host_lost_only_once_the_lease_it_last_granted_has_
         c.ok("controller", "stop")  # its hosts hold a maintenance lease of 25 s from here
         stopped = time.monotonic()
         with Partition(victim):
-            c.start()  # the victim cannot answer; host_lost_after (8 s) passes long before the lease ends
+            c.start()  # the victim cannot answer; host_lost_after (10 s) passes long before the lease ends
             lost = wait_until(lambda: hosts_of(c)[victim.name]["lost"] and time.monotonic(), 120,
                               f"{victim.name} to be declared lost")
             assert lost - stopped >= 25, "declared lost while the lease it was granted could still hold"

@@ -154,7 +154,7 @@ def test_sshd_stopped_for_a_while_the_job_goes_on_and_its_result_arrives_after(o
 
 def test_a_host_whose_namespace_dies_is_lost_and_its_job_runs_elsewhere(own_hosts, testhosts_root):
     a, b = own_hosts
-    c = started_cluster(remote_config([a, b], lost_after="6s", keepalive="1s", lease="3s", margin="1s"),
+    c = started_cluster(remote_config([a, b], lost_after="7s", keepalive="1s", lease="5s", margin="1s"),
                         testhosts_root)
     try:
         wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
