@@ -149,6 +149,23 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
         left = self.lease_left()
         return left is not None and left > 0 and self.running_units()
 
+    def become_orphan(self) -> None:
+        """Stay without a controller: its pipes (stdout; stderr too when it is the SSH session's)
+        go to /dev/null, so that the session can end and no write fails later."""
+        import stat
+
+        self.orphan = True
+        try:
+            print("agent: the controller went away while a lease holds units here: staying to enforce it",
+                  file=sys.stderr, flush=True)
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        os.dup2(null, 1)
+        if not stat.S_ISREG(os.fstat(2).st_mode):  # a log file (local hosts) stays
+            os.dup2(null, 2)
+        os.close(null)
+
     def serve(self) -> None:
         """Serve until stdin reaches EOF (the controller closed or died); then, under a lease, as an
         orphan until no unit runs or a new agent asks for the spool. Running jobs go on, unless
@@ -186,12 +203,7 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
                     if not self.stay_orphan():
                         self.finish_starting()
                         return
-                    self.orphan = True
-                    null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-                    os.dup2(null, 1)  # nobody reads it: let the controller's session (sshd) end
-                    os.close(null)
-                    print("agent: the controller went away while a lease holds units here: staying to "
-                          "enforce it", file=sys.stderr, flush=True)
+                    self.become_orphan()
                 pending += data
                 *lines, rest = pending.split(b"\n")
                 pending = bytearray(rest)
