@@ -229,3 +229,39 @@ def test_a_restart_declares_a_host_lost_only_once_the_lease_it_last_granted_has_
             assert entries(log)[2][:2] == ("start", 2)  # after the first copy's post hook
     finally:
         close(c)
+
+
+LOCAL = """\
+cluster: ll{pid}
+hosts:
+  - {{name: here, slots: 2, mem: 1G}}
+queues:
+  - {{name: normal, default: true}}
+controller: {{tick: 1s, grace: 1s, host_lost_after: 9s, lease: 5s, lease_margin: 2s, maintenance_lease: 1h}}
+"""
+
+
+def test_on_a_local_host_the_agent_outlives_its_killed_controller_to_stop_the_jobs_at_the_lease_end(tmp_path):
+    c = Cluster(config=LOCAL.format(pid=os.getpid()))
+    try:
+        c.start()
+        log = c.work / "copies"
+        job_id = submit_logged(c, log)
+        c.wait_state(job_id, {"RUN"})
+        agent = int((c.home / "spool" / "here" / ".lock").read_text())
+        c.kill9_controller()
+        assert counts(log) == (1, 0) and not _zombie(agent)  # it stays: its lease holds a running job
+        wait_until(lambda: counts(log) == (1, 1), 60, "the agent to stop the job when the lease ran out")
+        wait_until(lambda: not Path(f"/proc/{agent}").exists() or _zombie(agent), 30, "the orphan agent to leave")
+        c.start()
+        job = c.wait_state(job_id, {"EXIT"}, timeout=60)
+        assert job["reason"].startswith(LEASE) and job["attempt"] == 1
+    finally:
+        c.close()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
