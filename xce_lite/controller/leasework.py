@@ -98,9 +98,14 @@ class LeaseWork:
         if longer:
             try:
                 self.store.set_host_leases(longer)
-            except errors.StoreError as err:  # not stored: not sent (the hosts keep what they have)
-                self.log(f"cannot store the hosts' leases, not renewing them now: {err}")
-                return []
+            except errors.StoreError as err:
+                c = self.config.controller
+                if seconds + c.lease_margin >= c.host_lost_after:  # only the store tells the next controller
+                    self.log(f"cannot store the hosts' leases, not granting {seconds:g} s: {err}")
+                    return []
+                # a next controller waits host_lost_after from its start anyway, which covers this
+                # grant: a busy or full store must not make the hosts stop their jobs
+                self.log(f"cannot store the hosts' leases ({err}); renewing them all the same")
             for name, record in longer.items():
                 self._lease_ends[name] = record["ends_by"]
         answered = []
