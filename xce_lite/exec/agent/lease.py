@@ -25,6 +25,7 @@ from .jsonl import dumps, loads
 from .util import format_limit, read_text, write_file
 
 LEASE = "lease"  # in the spool
+LEASE_RETRY = 1.0  # seconds between two tries to stop a unit whose lease ran out
 
 
 def clock() -> float:
@@ -66,6 +67,8 @@ class LeaseOps:
     def load_lease(self) -> None:
         """At start: the lease an earlier agent wrote in this boot holds for this one too."""
         self.lease = read_lease(self.spool, self.boot)
+        self.lease_retry: list[str] = []  # units still to stop at the end of the lease
+        self.lease_retry_at = 0.0  # monotonic time of the next try
 
     def op_lease(self, req: dict) -> dict:
         """{until (this host's clock), seconds, boot} -> clock, until (the lease in force): extend
@@ -103,19 +106,33 @@ class LeaseOps:
 
     def enforce_lease(self) -> None:
         """Once the lease has run out: stop every running unit, with the lease's reason (once per
-        deadline; a unit's post hooks run as for any kill)."""
+        deadline; a unit's post hooks run as for any kill). A unit that could not be asked to stop
+        (systemd did not answer) is asked again every LEASE_RETRY seconds."""
         left = self.lease_left()
-        if left is None or left > 0 or self.lease_acted:
+        if left is None or left > 0:
             return
-        self.lease_acted = True
+        if not self.lease_acted:
+            self.lease_acted = True
+            self.catch_up()
+            self.lease_retry = [unit for unit, u in self.units.items() if u.result is None]
+            self.lease_retry_at = 0.0
+        if not self.lease_retry or time.monotonic() < self.lease_retry_at:
+            return
         reason = expired_reason(self.lease[1])
-        self.catch_up()
-        running = [unit for unit, u in self.units.items() if u.result is None]
-        stopped = 0
-        for unit in running:
+        units, self.lease_retry, stopped = self.lease_retry, [], 0
+        for unit in units:
             try:
                 stopped += bool(self.op_signal({"unit": unit, "signal": "TERM", "reason": reason})["found"])
             except Exception as exc:  # one unit's trouble must not spare the others
-                print(f"agent: cannot stop {unit} at the end of its lease: {exc}", file=sys.stderr, flush=True)
-        if running:
-            print(f"agent: {reason}: stopping {stopped} unit(s)", file=sys.stderr, flush=True)
+                self.lease_retry.append(unit)
+                log(f"cannot stop {unit} at the end of its lease ({exc}); trying again")
+        self.lease_retry_at = time.monotonic() + LEASE_RETRY
+        if stopped:
+            log(f"{reason}: stopping {stopped} unit(s)")
+
+
+def log(message: str) -> None:
+    try:
+        print(f"agent: {message}", file=sys.stderr, flush=True)
+    except OSError:  # an orphan's stderr may be gone
+        pass

@@ -18,7 +18,7 @@ import time
 from .dbus import Bus
 from .journal import JOURNAL, JOURNAL_LIMIT, Unit
 from .jsonl import dumps, loads
-from .lease import LeaseOps
+from .lease import LEASE_RETRY, LeaseOps
 from .manager import Manager
 from .reads import Reads
 from .signals import signal
@@ -193,6 +193,8 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
             left = self.lease_left()
             if left is not None and not self.lease_acted:  # wake when the lease runs out
                 timeout = min(timeout if timeout is not None else 1e12, max(0.0, left) * 1000 + 1)
+            elif self.lease_retry:  # units it could not stop yet
+                timeout = min(timeout if timeout is not None else 1e12, LEASE_RETRY * 1000)
             ready = {fd for fd, _ev in self.poller.poll(timeout)}
             if wake_r in ready:
                 drain(wake_r)
