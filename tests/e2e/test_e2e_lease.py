@@ -122,6 +122,8 @@ def test_two_partitions_in_a_row_each_host_stops_its_copy_before_the_job_runs_el
             wait_until(lambda h=victim: hosts_of(c)[h.name]["state"] == "ok", 120, f"{victim.name} back")
         c.wait_state(job_id, {"RUN"}, timeout=60)
         assert_one_copy_at_a_time(log, 2)
+        history = c.ok("jobs", "-l", str(job_id))  # what the user sees: each requeue and why
+        assert history.count(": host ") >= 2 and history.count("requeued: host ") == 2, history
         assert [e[:2] for e in entries(log)] == [("start", 1), ("post", 1), ("start", 2), ("post", 2), ("start", 3)]
         c.ok("kill", str(job_id))
         c.wait_state(job_id, {"EXIT"}, timeout=60)
