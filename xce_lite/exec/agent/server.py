@@ -230,8 +230,7 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
                 next_watch = time.monotonic() + WATCH_INTERVAL
                 # a new agent takes the spool from one that no controller keeps: an orphan, or an
                 # agent whose lease ran out (its controller's channel is dead or frozen)
-                if (self.handover and (self.orphan or self.lease_acted)) or (
-                        self.orphan and not self.running_units()):
+                if self.handover or (self.orphan and not self.running_units()):
                     self.finish_starting()
                     self.flush()
                     return
