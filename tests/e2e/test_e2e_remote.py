@@ -27,13 +27,16 @@ def ssh_host_entries(hosts: list[testhosts.TestHost], slots: int = 2) -> str:
                    f"slots: {slots}, mem: 1G}}\n" for h in hosts)
 
 
-def remote_config(hosts: list[testhosts.TestHost], lost_after: str = "5m", keepalive: str = "15s") -> str:
+def remote_config(hosts: list[testhosts.TestHost], lost_after: str = "5m", keepalive: str = "15s",
+                  lease: str = "3m", margin: str = "1m", more: str = "") -> str:
+    """`more`: further `controller:` lines (each indented by two spaces, ending in a newline)."""
     known = sorted({str(h.known_hosts_path) for h in hosts})
     return (f"cluster: rm{os.getpid()}\nhosts:\n{ssh_host_entries(hosts)}"
             f"queues:\n  - {{name: normal, default: true}}\n"
             f"ssh:\n  config: /nonexistent\n  known_hosts: {json.dumps(known)}\n  keepalive: {keepalive}\n"
             f"  reconnect_max: 2s\n"
-            f"controller:\n  tick: 1s\n  grace: 1s\n  host_lost_after: {lost_after}\n")
+            f"controller:\n  tick: 1s\n  grace: 1s\n  host_lost_after: {lost_after}\n"
+            f"  lease: {lease}\n  lease_margin: {margin}\n{more}")
 
 
 def started_cluster(config: str, root: Path) -> Cluster:
@@ -151,7 +154,8 @@ def test_sshd_stopped_for_a_while_the_job_goes_on_and_its_result_arrives_after(o
 
 def test_a_host_whose_namespace_dies_is_lost_and_its_job_runs_elsewhere(own_hosts, testhosts_root):
     a, b = own_hosts
-    c = started_cluster(remote_config([a, b], lost_after="3s", keepalive="1s"), testhosts_root)
+    c = started_cluster(remote_config([a, b], lost_after="7s", keepalive="1s", lease="5s", margin="1s"),
+                        testhosts_root)
     try:
         wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
         log = c.work / "ran-on"

@@ -47,7 +47,7 @@ hosts:
   - {{name: ghost, type: ssh, address: 127.0.0.1, port: 1, slots: 1, mem: 1G}}
 queues:
   - {{name: normal, default: true}}
-controller: {{tick: 1s, grace: 2s, host_lost_after: 3s}}
+controller: {{tick: 1s, grace: 2s, host_lost_after: 8s, lease: 5s, lease_margin: 2s}}
 """
 
 

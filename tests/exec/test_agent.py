@@ -256,7 +256,7 @@ def test_an_agent_started_from_source_runs_on_as_its_bytecode_same_pid(agent, sp
 
 def test_hello_describes_the_host(agent):
     reply = agent.request("hello")
-    assert reply["ok"] and reply["version"] == 2
+    assert reply["ok"] and reply["version"] == 3
     assert reply["cpus"] >= 1 and reply["mem"] > 100 << 20
     assert reply["hostname"] == os.uname().nodename and reply["pid"] == agent.proc.pid
     assert reply["mode"] == "plain" and reply["modes"]["plain"] == {"ok": True, "why": None, "memory": "supervisor",

@@ -116,7 +116,7 @@ def test_the_file_serves_hello_from_an_empty_directory_and_runs_on_as_bytecode(p
                stdin='{"id": 1, "op": "hello"}\n{"id": 2, "op": "list"}\n')
     assert done.returncode == 0, done.stderr
     hello, listed = (json.loads(line) for line in done.stdout.splitlines())
-    assert hello["ok"] and hello["version"] == 2 and hello["mode"] == "plain" and listed == {
+    assert hello["ok"] and hello["version"] == 3 and hello["mode"] == "plain" and listed == {
         "id": 2, "ok": True, "units": []}
     tag = subprocess.run([python, "-c", "import sys; print(sys.implementation.cache_tag)"], capture_output=True,
                          text=True, check=True).stdout.strip()

@@ -64,7 +64,7 @@ def next_event(events: queue.Queue, timeout: float = 20):
 def test_connect_probes_the_host(hosts, spool):
     host, _ = hosts()
     probe = host.probe()
-    assert probe.hostname == os.uname().nodename and probe.agent_version == 2
+    assert probe.hostname == os.uname().nodename and probe.agent_version == 3
     assert probe.cpus >= 1 and probe.mem > 0
     assert probe.extra["pid"] == host.agent_pid and probe.extra["spool"] == str(spool)
 

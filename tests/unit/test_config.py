@@ -262,6 +262,8 @@ ssh:
   known_hosts: [/etc/xce/known_hosts]
 controller:
   host_lost_after: 2m
+  lease: 1m
+  lease_margin: 30s
   on_host_lost: exit
 """
 

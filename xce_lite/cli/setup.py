@@ -151,7 +151,9 @@ def controller_start(ctx: click.Context, foreground: bool) -> None:
 @controller.command("stop")
 @click.pass_context
 def controller_stop(ctx: click.Context) -> None:
-    """Stop the controller. Running jobs go on; the next start adopts them.
+    """Stop the controller. Running jobs go on (each host first gets the maintenance lease,
+    `controller.maintenance_lease`, default 1h: a job still running when it runs out is stopped);
+    the next start adopts them.
 
     Example: xce controller stop
     """

@@ -149,6 +149,25 @@ class ControllerConfig(_Model):
             raise ValueError("keep_archived must be at least keep_finished (archived jobs are older)")
         return self
 
+    # The lease each host gets (renewed while it answers): a host that has not heard from the
+    # controller for this long stops its jobs itself (README "How it works"). Long enough for a
+    # controller restart; `host_lost_after` must exceed it plus `lease_margin`, the time a host
+    # needs to stop its jobs once it ran out (their grace, post hooks) with slack for clock rates.
+    lease: Seconds = Field(default=180.0, gt=0)
+    lease_margin: Seconds = Field(default=60.0, ge=0)
+    # Granted to every host by a planned `xce controller stop`: how long jobs may go on without it.
+    maintenance_lease: Seconds = Field(default=3600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _lease_before_loss(self) -> ControllerConfig:
+        if self.host_lost_after <= self.lease + self.lease_margin:
+            raise ValueError(
+                f"host_lost_after ({self.host_lost_after:g}s) must be greater than lease ({self.lease:g}s) "
+                f"+ lease_margin ({self.lease_margin:g}s): "
+                "a host out of reach stops its jobs when its lease runs out, and its jobs may run "
+                "elsewhere only after that; raise host_lost_after or lower lease")
+        return self
+
 
 class SshConfig(_Model):
     """How the controller reaches ssh hosts (all hosts share these)."""

@@ -5,9 +5,10 @@ Its tick is a short list of named steps, with one commit at most (and retention'
 1. collect   - take what the hosts reported: units that ended, launch replies, hosts that came up
                (with the units they list, matched against the jobs by jobunits.reconcile) or went
                down (unitwork.py);
-2. hosts lost- a host out of reach for `controller.host_lost_after`: its jobs are requeued (or end
-               EXIT "host lost"; a job someone killed always ends EXIT with the kill's reason,
-               kills.py), and a copy that runs there when it comes back is stopped;
+2. hosts lost- a host out of reach for `controller.host_lost_after`, and past the lease it may
+               hold (leasework.py), is lost: its jobs are requeued (or end EXIT "host lost"; a job
+               someone killed always ends EXIT with the kill's reason, kills.py), and a copy that
+               runs there when it comes back is stopped;
 3. gate      - pending jobs with a dependency, or in an array with a throttle, go to the scheduler
                when they may start; a dependency that can never hold cancels its job (depwork.py);
 4. snapshot  - hosts with what is free on them, pending jobs, queue priorities (memory only);
@@ -16,10 +17,11 @@ Its tick is a short list of named steps, with one commit at most (and retention'
 6. intent    - ONE durable commit of everything learned and decided: starts, finishes, requeues
                (a failed attempt with retries left is requeued, not finished), cancels, each
                dispatch as DISP with its deterministic unit names, changed pend reasons;
-7. act       - forget the units whose results are stored, stop the units of jobs that ended or
-               were requeued (they hold their resources, "draining", until their host says they
-               ended), and launch: one unit per host of each dispatched job. Launch replies are
-               stored by the next tick;
+7. act       - renew the hosts' leases (stored, then sent: leasework.py), forget the units whose
+               results are stored, stop the units of jobs that ended or were requeued (they
+               hold their resources, "draining", until their host says they ended), and
+               launch: one unit per host of each dispatched job. Launch replies are stored by
+               the next tick;
 8. retain    - at most one bounded batch of old finished jobs into the archive (retention.py).
 
 A job placed on several hosts has a unit on each (jobunits.py): the first runs its command, the
@@ -62,6 +64,7 @@ from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
 from xce_lite.controller.hostops import HostOps
 from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.kills import Kills
+from xce_lite.controller.leasework import LeaseWork
 from xce_lite.controller.projects import ProjectWork
 from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.retention import Retention
@@ -93,7 +96,7 @@ class _WakingQueue(queue.Queue):
 
 
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching, Kills,
-                 Faults, MetricsHandlers, ProjectWork):  # metrics: its routes
+                 Faults, MetricsHandlers, ProjectWork, LeaseWork):  # metrics: its routes
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
@@ -120,6 +123,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._init_kills()
         self._init_faults()
         self._hostops = HostOps(self._events)  # signals run on a worker per host, never on the tick
+        self._init_leases()
         self._init_launches()
         self._init_workflows()
         self._init_projects()
@@ -154,8 +158,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 self.log(f"note: the previous run stopped on a fault: {self.previous_fault['why']}")
             while not self._stopping.is_set():
                 retry = self._store_wait()
-                self._wake.wait(self.config.controller.tick if retry is None
-                                else min(self.config.controller.tick, retry + 0.01))
+                wait = min(self.config.controller.tick, self._lease_wait())
+                self._wake.wait(wait if retry is None else min(wait, retry + 0.01))
                 self._wake.clear()
                 if not self._stopping.is_set():
                     try:
@@ -192,8 +196,10 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._server.shutdown()
             self._server.server_close()
             self.home.socket.unlink(missing_ok=True)
+        if self._stopping.is_set():  # a planned stop: the jobs may go on for the maintenance lease
+            self._grant_maintenance()
         for link in self._links.values():
-            link.close()  # the agents exit; the jobs go on under their supervisors
+            link.close()  # the agents exit (or stay for the lease); the jobs go on under their supervisors
         self._scheduler.close()
         self._hostops.close()
         self.store.close()
@@ -325,11 +331,13 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._in_commit = 0
             self._commit_failed(err, (finishing, started, requeues, events, reasons))
             self._deliver_kill_marks()
+            self._renew_leases()  # a busy or full store must not make the hosts stop their jobs
             return
         self._in_commit = 0
         self._commit_done()
         if record is not None:
             self._apply(record, finishing, requeues, plans)
+        self._renew_leases()  # before any launch: on each host's channel a launch follows a grant
         self._act()
         busy = bool(finishing or started or plans or requeues or cancels)
         self._retention.step(self.store, self.config.controller, now, busy)

@@ -239,6 +239,7 @@ class UnitWork:
         since = self._down_since.pop(name, None)
         self._down_why.pop(name, None)
         self._lost_hosts.discard(name)
+        self._lease_host_up(name, up.probe)
         self._dirty = True
         if since is not None and now - since > 5:
             self.log(f"host {name}: back after {format_duration(now - since)}"
@@ -289,16 +290,19 @@ class UnitWork:
         self._kills_reset(name)
         self._hosts.pop(name, None)  # the link closes it
         self._down_since.setdefault(name, now)
+        self._lease_host_down(name)
         self._dirty = True
 
     # ---- 2. hosts lost ----------------------------------------------------------------------
 
     def _expire_lost_hosts(self, now: float) -> None:
-        """A host out of reach for the grace period is lost: its jobs are requeued (or end EXIT)."""
+        """A host out of reach for the grace period is lost: its jobs are requeued (or end EXIT).
+        Never before the lease it may hold has surely run out, nor before `host_lost_after` has
+        passed since this controller started (leasework.py): by then it has stopped them itself."""
         grace = self.config.controller.host_lost_after
         with self._mu:
             for name, since in self._down_since.items():
-                if name in self._lost_hosts or now - since < grace:
+                if name in self._lost_hosts or now - since < grace or not self._lease_allows_loss(name):
                     continue
                 self._lost_hosts.add(name)
                 victims = [j for j in self._active.values()

@@ -17,7 +17,7 @@ Invariants:
   and paramiko's keepalive never declares a peer dead. Any reply counts, an error too (an agent that
   does not know `ping` answers "unknown op", which proves it reads and writes just as well).
 
-The protocol (agent version 2) is documented in docs/agent-protocol.md; exec/agent/ is the other end of it.
+The protocol (agent version 3) is documented in docs/agent-protocol.md; exec/agent/ is the other end of it.
 """
 
 from __future__ import annotations
@@ -437,6 +437,17 @@ class AgentOps:
     def ping(self, timeout: float | None = None) -> float:
         """The host's clock: one cheap round trip (heartbeats)."""
         return float(self._chan().request("ping", timeout)["time"])
+
+    def grant_lease(self, until: float, seconds: float, boot: str,
+                    callback: Callable[[dict | None, Exception | None], Any] | None = None) -> dict | None:
+        """Extend the host's lease to `until` on its lease clock (a reading it sent, + the lease:
+        controller/leases.py); `boot` is the host's boot id. With a callback, send and go on;
+        without, wait: the reply's `clock` is the host's lease clock now, `until` its lease."""
+        fields = {"until": until, "seconds": seconds, "boot": boot}
+        if callback is not None:
+            self._chan().request_nowait("lease", callback, **fields)
+            return None
+        return self._chan().request("lease", **fields)
 
     def read(self, path: str, offset: int = 0, max: int = 1 << 20) -> FileChunk:
         """Up to `max` bytes (at most 1 MiB) of the host's file from `offset`; LaunchRejected names a

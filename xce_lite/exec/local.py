@@ -8,8 +8,9 @@ it keeps:
 - The agent runs in its own session (start_new_session), so a Ctrl-C in the controller's terminal
   does not reach it or the jobs; jobs run in their supervisors' sessions anyway.
 - The agent's stderr (tracebacks, warnings) is appended to SPOOL/../agent-NAME.log.
-- close() closes the agent's stdin; the agent exits on that EOF and running jobs go on. If the
-  controller dies instead, the pipe closes all the same.
+- close() closes the agent's stdin; the agent exits on that EOF and running jobs go on (under a
+  lease with jobs running, it stays to enforce the lease, its output closed: it is left alone). If
+  the controller dies instead, the pipe closes all the same.
 - One agent per spool: a second LocalHost on the same spool waits for the first agent's lock
   (`lock_timeout`), then connect() raises HostUnreachable saying so.
 - `mode` is how the agent runs jobs (auto, systemd, user or plain: docs/agent-protocol.md); `auto`
@@ -122,12 +123,20 @@ class LocalHost(AgentOps):
             raise
 
     def close(self) -> None:
-        """Close the agent's stdin and wait for it to exit (it exits on EOF); running jobs go on."""
+        """Close the agent's stdin and wait for its output to end (it exits on EOF, or stays to
+        enforce its lease on running jobs, with its output closed); running jobs go on."""
         proc, channel = self._proc, self._channel
         self._proc = self._channel = None
         if channel is not None:
             channel.close()
         if proc is None:
+            return
+        if channel is not None and channel.join(0):
+            try:
+                proc.wait(timeout=1)  # exiting (reaped here), or an orphan that outlives us: left alone
+            except subprocess.TimeoutExpired:
+                pass
+            proc.stdout.close()
             return
         try:
             proc.wait(timeout=10)

@@ -118,6 +118,27 @@ class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, Project
             con.execute("INSERT INTO meta(key, value) VALUES (?, ?) "
                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
 
+    # ---- host leases (controller/leases.py): meta rows `lease:HOST`, a JSON object each ----
+
+    def host_leases(self) -> dict[str, dict]:
+        """The lease last granted to each host, as set_host_leases stored it."""
+        rows = self._reader().execute("SELECT key, value FROM meta WHERE key LIKE 'lease:%'")
+        leases = {}
+        for key, value in rows:
+            try:
+                leases[key[len("lease:"):]] = json.loads(value)
+            except ValueError:
+                continue  # unreadable: treated as no record (the start's own wait still holds)
+        return leases
+
+    def set_host_leases(self, leases: dict[str, dict]) -> None:
+        """Store the lease granted to each host (one transaction), before it is sent."""
+        with self._write() as con:
+            for host, lease in leases.items():
+                con.execute("INSERT INTO meta(key, value) VALUES (?, ?) "
+                            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                            (f"lease:{host}", json.dumps(lease, sort_keys=True)))
+
     # ---- writes -----------------------------------------------------------------------------
 
     def submit(self, jobs: Sequence[NewJob | tuple[JobSpec, str]], user: str, now: float,

@@ -3,7 +3,7 @@
 Standard library only, and relative imports only (never an absolute `xce_lite.` one): hosts have
 nothing but python3, and the controller ships this package as ONE generated file (exec/bundle.py;
 loader.py is its top), run as `python3 -S -E agent-<hash>.py serve|exec|pre|post|launch ...`. The
-commands, the JSON-lines protocol (version 2), the modes, the spool and the journal are described
+commands, the JSON-lines protocol (version 3), the modes, the spool and the journal are described
 in docs/agent-protocol.md.
 
 One concern per module: util, jsonl and signals (small helpers); validate (what requests may

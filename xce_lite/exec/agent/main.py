@@ -12,7 +12,7 @@ import sys
 import time
 
 from .jsonl import dumps
-from .util import AGENT_UMASK, BIN, UNITS, read_text, shell_quote, write_file
+from .util import AGENT_UMASK, BIN, UNITS, poke, read_text, shell_quote, write_file
 
 MODES = ("auto", "systemd", "user", "plain")
 USAGE = (
@@ -60,14 +60,19 @@ def run_as_bytecode(spool: str, argv: list[str], bundle) -> None:
 
 
 def take_spool_lock(spool: str, timeout: float) -> int:
-    """Hold the spool's exclusive lock (one agent per spool); wait up to `timeout` seconds for it."""
+    """Hold the spool's exclusive lock (one agent per spool); wait up to `timeout` seconds for it.
+    An agent that holds it for no controller (an orphan enforcing a lease) is asked to hand over."""
     fd = os.open(os.path.join(spool, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     deadline = time.monotonic() + timeout
+    asked = False
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
+            if not asked:
+                poke(spool, handover=True)
+                asked = True
             if time.monotonic() >= deadline:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
                 raise SystemExit(

@@ -1,4 +1,5 @@
-"""The requests that only look (part of the Agent, server.py): hello, ping, list, read."""
+"""The requests that only look (part of the Agent, server.py): hello, ping, list, read. hello and ping
+also give the host's lease clock, which the controller's lease grants count on (lease.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import sys
 import time
 
+from .lease import clock
 from .probe import gpus, user_name
 from .util import VERSION
 from .validate import Refused
@@ -40,10 +42,12 @@ class Reads:
             "uid": os.getuid(),
             "boot_id": self.boot,
             "python": sys.version.split()[0],
+            "clock": clock(),
+            "lease": self.lease_left(),
         }
 
     def op_ping(self, req: dict) -> dict:
-        return {"time": time.time()}
+        return {"time": time.time(), "clock": clock()}
 
     def op_list(self, req: dict) -> dict:
         self.catch_up()

@@ -1,10 +1,12 @@
 """The Agent: `serve`'s loop over one poll() (the controller's requests on stdin, SIGCHLD, jobs'
 connections, the manager's socket, the watch timer) and its state. Its requests are methods of the
 mixins, one module per family: state (journal, unit status), manager (systemd), unitops (launch,
-signal, forget), tasks (`xce launch`), reads (hello, ping, list, read).
+signal, forget), tasks (`xce launch`), reads (hello, ping, list, read), lease (the controller's lease).
 
 Single-threaded, so os.fork is safe. The agent never touches running jobs when it exits (on stdin
-EOF); it first waits for systemd's answer to the starts it asked for. See docs/agent-protocol.md.
+EOF); it first waits for systemd's answer to the starts it asked for. Under a lease, an agent whose
+controller went away stays (without stdin) while units run: it stops them when the lease runs out,
+and leaves as soon as none runs or a new agent asks for the spool. See docs/agent-protocol.md.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from .dbus import Bus
 from .journal import JOURNAL, JOURNAL_LIMIT, Unit
 from .jsonl import dumps, loads
+from .lease import LEASE_RETRY, LeaseOps
 from .manager import Manager
 from .reads import Reads
 from .signals import signal
@@ -26,12 +29,12 @@ from .unitops import UnitOps
 from .util import BIN, SOCKET, UNITS, VERSION, boot_id
 from .validate import Refused
 
-OPS = ("hello", "ping", "launch", "signal", "list", "forget", "read", "tasks", "launch_done")
+OPS = ("hello", "ping", "launch", "signal", "list", "forget", "read", "tasks", "launch_done", "lease")
 WATCH_INTERVAL = 0.5  # seconds between checks of units this agent did not fork
 COMPACT_RETRY = 50.0  # milliseconds before the next try to compact, when the journal's lock was busy
 
 
-class Agent(UnitState, Manager, UnitOps, TaskOps, Reads):
+class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
     """The serve loop. Single-threaded: requests, SIGCHLD, jobs' connections and the watch timer
     share one poll().
 
@@ -89,6 +92,9 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads):
         self.synced = 0  # bytes of the journal file known to be on disk
         self.need_sync = False  # a result about to be reported may not be on disk yet
         self.compact_soon = False  # the journal wants compacting, and its lock was busy
+        self.orphan = False  # its controller went away (stdin EOF) while a lease holds units here
+        self.handover = False  # a new agent asked for the spool (a poke with "handover")
+        self.load_lease()
         self.jfd = self.open_journal()
         self.catch_up()
         self.sync()  # whatever earlier agents and supervisors left is durable before it is reported
@@ -125,11 +131,45 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads):
             self.sync()
         data = b"".join(self.out)
         self.out.clear()
+        if self.orphan:
+            return  # nobody reads them: the next agent lists what happened
         while data:
             data = data[os.write(1, data) :]
 
+    def running_units(self) -> bool:
+        """True while some unit of this spool may run (a lost one is recorded as such here)."""
+        self.catch_up()
+        doubtful = [unit for unit, u in self.units.items() if u.result is None]
+        known = self.ask_systemd(doubtful)
+        return any(not self.report_if_finished(unit, known) for unit in doubtful)
+
+    def stay_orphan(self) -> bool:
+        """At stdin EOF: stay, without a controller, while a lease is in force and units run (their
+        lease must be enforced by someone); False: exit now."""
+        left = self.lease_left()
+        return left is not None and left > 0 and self.running_units()
+
+    def become_orphan(self) -> None:
+        """Stay without a controller: its pipes (stdout; stderr too when it is the SSH session's)
+        go to /dev/null, so that the session can end and no write fails later."""
+        import stat
+
+        self.orphan = True
+        try:
+            print("agent: the controller went away while a lease holds units here: staying to enforce it",
+                  file=sys.stderr, flush=True)
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        os.dup2(null, 1)
+        if not stat.S_ISREG(os.fstat(2).st_mode):  # a log file (local hosts) stays
+            os.dup2(null, 2)
+        os.close(null)
+
     def serve(self) -> None:
-        """Serve until stdin reaches EOF (the controller closed or died). Running jobs go on."""
+        """Serve until stdin reaches EOF (the controller closed or died); then, under a lease, as an
+        orphan until no unit runs or a new agent asks for the spool. Running jobs go on, unless
+        their lease runs out."""
         import select
 
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -146,17 +186,26 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads):
         next_watch = time.monotonic() + WATCH_INTERVAL
         writing = False  # POLLOUT asked for the bus: calls wait in its buffer
         while True:
-            timeout = max(0.0, next_watch - time.monotonic()) * 1000 if self.watched else None
+            watching = self.watched or self.orphan
+            timeout = max(0.0, next_watch - time.monotonic()) * 1000 if watching else None
             if self.compact_soon:
                 timeout = min(timeout if timeout is not None else COMPACT_RETRY, COMPACT_RETRY)
+            left = self.lease_left()
+            if left is not None and not self.lease_acted:  # wake when the lease runs out
+                timeout = min(timeout if timeout is not None else 1e12, max(0.0, left) * 1000 + 1)
+            elif self.lease_retry:  # units it could not stop yet
+                timeout = min(timeout if timeout is not None else 1e12, LEASE_RETRY * 1000)
             ready = {fd for fd, _ev in self.poller.poll(timeout)}
             if wake_r in ready:
                 drain(wake_r)
             if 0 in ready:
                 data = os.read(0, 1 << 16)
                 if not data:
-                    self.finish_starting()
-                    return
+                    self.poller.unregister(0)
+                    if not self.stay_orphan():
+                        self.finish_starting()
+                        return
+                    self.become_orphan()
                 pending += data
                 *lines, rest = pending.split(b"\n")
                 pending = bytearray(rest)
@@ -175,9 +224,16 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads):
                 self.poller.modify(self.bus.fileno(), select.POLLIN | (select.POLLOUT if writing else 0))
             elif self.bus is None:
                 writing = False
+            self.enforce_lease()
             if time.monotonic() >= next_watch:
                 self.poll_watched()
                 next_watch = time.monotonic() + WATCH_INTERVAL
+                # a new agent takes the spool from one that no controller keeps: an orphan, or an
+                # agent whose lease ran out (its controller's channel is dead or frozen)
+                if self.handover or (self.orphan and not self.running_units()):
+                    self.finish_starting()
+                    self.flush()
+                    return
             self.maybe_compact()
             self.flush()
 

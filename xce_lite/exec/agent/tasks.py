@@ -150,6 +150,9 @@ class TaskOps:
             if isinstance(synced, list) and len(synced) == 2 and synced[0] == os.fstat(self.jfd).st_ino:
                 self.synced = max(self.synced, int(synced[1]))  # `post` fdatasync'ed up to there
             self.catch_up()
+            if msg.get("handover") and (self.orphan or self.lease_acted):
+                self.handover = True  # a new agent waits for the spool (main.take_spool_lock), and
+                # no controller keeps this one (it went away, or its lease ran out): leave
         elif op == "launch":
             self.client_launch(fd, msg)
         elif op == "launch_wait":

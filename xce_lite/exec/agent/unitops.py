@@ -54,6 +54,10 @@ class UnitOps:
             return reply
         if unit in self.units:
             return self.adopt(unit, reply, self.unit_status(unit))
+        lapsed = self.lease_lapsed()
+        if lapsed is not None:  # a launch that waited in a frozen channel: its job may run elsewhere now
+            reply["error"] = lapsed
+            return reply
         start_time = time.time()
         keys = ("unit", "argv", "env", "cwd", "stdout", "stderr", "run_limit", "mem_limit", "grace", "hostfile",
                 "hooks", "profile_env", "post_failure", "starter", "umask")

@@ -10,7 +10,7 @@ import time
 
 from .jsonl import dumps, loads
 
-VERSION = 2  # of the JSON-lines protocol `serve` speaks (docs/agent-protocol.md)
+VERSION = 3  # of the JSON-lines protocol `serve` speaks (docs/agent-protocol.md)
 SOCKET = "agent.sock"  # in the spool: requests from jobs (`xce launch`) and pokes from supervisors
 UNITS = "units"  # in the spool: one host directory per unit, while it runs
 BIN = "bin"  # in the spool: the `xce` shim for jobs, and the agent compiled for units to run

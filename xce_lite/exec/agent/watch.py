@@ -21,9 +21,10 @@ from .signals import (
     signal,
     signal_name,
 )
+from .lease import clock, expired_reason, read_lease
 from .spawn import JobEnded, open_outputs, spawn_job
 from .tree import descendants, leftovers_text, stop_leftovers
-from .util import format_limit, format_size, read_json
+from .util import boot_id, format_limit, format_size, read_json
 
 MEM_SAMPLE_INTERVAL = 0.5  # seconds between RSS samples of a job with a memory limit
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -58,6 +59,7 @@ class Watch:
         self.refused: str | None = None  # why no task may start (a tasks' supervisor outside its unit)
         self.termed_groups: set[int] = set()  # process groups sent TERM by a kill, or as ending tasks
         self.leftovers = 0  # descendants left once the unit ended, killed then
+        self.lease_renewed = 0.0  # when the host's lease was last renewed, as last read (lease_left)
 
     def start(self) -> None:
         """Start the job (self.pid); JobEnded if it cannot start. A "host" unit starts nothing."""
@@ -78,6 +80,8 @@ class Watch:
         mem_limit = self.spec.get("mem_limit") if self.spec.get("watch_mem_limit", True) else None
         run_deadline = began + run_limit if run_limit else None
         next_sample = began + MEM_SAMPLE_INTERVAL if mem_limit else None
+        left = self.lease_left()
+        lease_at = None if left is None else began + max(0.0, left)
         self.start_tasks()  # any that came before the supervisor could take its signal
         while True:
             self.reap()
@@ -91,10 +95,15 @@ class Watch:
                 if self.group_rss() > mem_limit:
                     self.begin_kill(f"memory limit {format_size(mem_limit)} exceeded")
                 next_sample = now + MEM_SAMPLE_INTERVAL
+            if lease_at is not None and now >= lease_at:
+                left = self.lease_left()  # renewed meanwhile (look again then), or over: stop the job
+                lease_at = now + left if left is not None and left > 0 else None
+                if lease_at is None and left is not None and self.reason is None:
+                    self.begin_kill(expired_reason(self.lease_renewed))
             if self.kill_at is not None and now >= self.kill_at:
                 self.kill_all(signal.SIGKILL)
                 self.kill_at = None
-            deadlines = [d for d in (run_deadline, next_sample, self.kill_at) if d is not None]
+            deadlines = [d for d in (run_deadline, next_sample, self.kill_at, lease_at) if d is not None]
             if deadlines:
                 info = signal.sigtimedwait(SUPERVISOR_SIGNALS, max(0.0, min(deadlines) - now))
             else:
@@ -109,6 +118,17 @@ class Watch:
     def grace(self) -> float:
         grace = self.spec.get("grace")
         return 10.0 if grace is None else float(grace)
+
+    def lease_left(self) -> float | None:
+        """Seconds left of the host's lease in SPOOL/lease (<= 0: it ran out), None without one.
+        The supervisor outlives the agent, so it enforces the lease itself (lease.py), reading the
+        file again only when the lease it read runs out (the agent renews it meanwhile)."""
+        spool = self.spec.get("spool")
+        lease = read_lease(spool, boot_id()) if spool and self.spec.get("role") != "tasks" else None
+        if lease is None:
+            return None
+        self.lease_renewed = lease[1]
+        return lease[0] - clock()
 
     def reap(self) -> None:
         """Collect every ended child: the job, and tasks (each reported as it ends)."""

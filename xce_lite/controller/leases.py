@@ -1,0 +1,65 @@
+"""The arithmetic of host leases, pure (no clock, no I/O): every time is an argument.
+
+Two clocks, never compared with each other: the host's lease clock (its CLOCK_BOOTTIME, read by its
+agent) and the controller's (its own CLOCK_BOOTTIME). A grant is `until` = a reading of the host's
+clock the agent sent + the lease; the controller heard that reading at `heard` on its own clock, at
+or after the moment the host took it. So, whenever the grant arrives (a frozen channel may deliver
+it late), the host's lease ends no later than `heard + lease` on the controller's clock, up to the
+two clocks' rate difference, which the margin covers along with the time the host takes to stop
+its jobs. Nothing here assumes the clocks agree on the time of day.
+
+The rule for declaring a host lost: out of reach for `host_lost_after`, AND `host_lost_after` since
+this controller started (a restart knows nothing of the time before it), AND past the end of every
+lease it (or an earlier controller, as stored) may have granted, plus the margin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NEVER = float("-inf")
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A lease to send: `until` on the host's clock; `ends_by` on the controller's clock."""
+
+    until: float
+    seconds: float
+    ends_by: float
+
+
+def grant(host_clock: float, heard: float, seconds: float) -> Grant:
+    """The lease of `seconds` counted from the host clock reading `host_clock`, heard at `heard`."""
+    return Grant(host_clock + seconds, seconds, heard + seconds)
+
+
+def renew_interval(lease: float) -> float:
+    """How often a connected host's lease is renewed: a quarter of it (at most every 0.2 s, at
+    least every minute), so that a host keeps most of its lease through a few missed renewals."""
+    return min(60.0, max(0.2, lease / 4))
+
+
+def lost_at(down_since: float, started: float, host_lost_after: float, ends_by: float, margin: float) -> float:
+    """The controller-clock time from which a host out of reach since `down_since` may be declared
+    lost (its jobs requeued): see the module docstring."""
+    return max(down_since + host_lost_after, started + host_lost_after, ends_by + margin)
+
+
+def stored_ends_by(stored: dict, boot: str, started: float) -> float:
+    """When a lease stored by an earlier controller surely ends, on this controller's clock.
+
+    `stored` is {"boot", "ends_by", "seconds"}. Of this machine's boot, its `ends_by` holds as it
+    is (the clock runs on across a restart). Of another boot, the time between is unknown: the
+    lease can have at most its whole length left, counted from this start."""
+    try:
+        if stored.get("boot") == boot:
+            return float(stored["ends_by"])
+        return started + float(stored["seconds"])
+    except (KeyError, TypeError, ValueError):
+        return started  # unreadable: the start's own wait (host_lost_after) still holds
+
+
+def stored_record(g: Grant, boot: str, granted_at: float) -> dict:
+    """What the store keeps of a grant (`granted_at`: wall time, for people reading it)."""
+    return {"boot": boot, "ends_by": g.ends_by, "seconds": g.seconds, "granted_at": granted_at}

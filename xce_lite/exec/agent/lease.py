@@ -1,0 +1,138 @@
+"""The host side of the controller's lease: this host runs xce units only while the controller has
+been heard from within the lease it granted (docs/agent-protocol.md, "Lease").
+
+The lease is a deadline on this host's CLOCK_BOOTTIME (one clock for every process of a boot, and
+it counts while the host is suspended, so a host that sleeps through its lease wakes up fenced).
+The controller never sends a time of its own: it grants `until` = a reading of this clock that the
+agent sent it (hello, ping, lease replies) + the lease, so no clock sync is assumed and a grant
+that arrives late (a frozen sshd, a stalled network) extends nothing the controller did not
+reckon with. A lease only grows.
+
+SPOOL/lease holds it ({"boot", "until", "renewed": when the last grant came, "seconds": its
+length}, replaced atomically at each grant), so that every supervisor (which outlives the agent)
+and the next agent enforce the same deadline: at it, each stops its units, with expired_reason().
+A file of another boot is no lease (its units were lost with that boot); no file means no lease
+was ever granted here (an agent driven without leases).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from .jsonl import dumps, loads
+from .util import format_limit, read_text, write_file
+
+LEASE = "lease"  # in the spool
+LEASE_RETRY = 1.0  # seconds between two tries to stop a unit whose lease ran out
+
+
+def clock() -> float:
+    """This host's lease clock, in seconds (CLOCK_BOOTTIME)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def expired_reason(renewed: float) -> str:
+    """The end reason of a unit stopped because its lease ran out (`renewed`: when the last grant
+    came, on the lease clock); the same words from the agent and from a supervisor."""
+    return f"lease expired: no word from the controller for {format_limit(clock() - renewed)}"
+
+
+def read_lease(spool: str, boot: str) -> tuple[float, float] | None:
+    """(until, renewed) of the lease granted in this boot, or None if none was."""
+    try:
+        text = read_text(os.path.join(spool, LEASE))
+        d = loads(text) if text else None
+        if isinstance(d, dict) and d.get("boot") == boot:
+            return float(d["until"]), float(d["renewed"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def write_lease(spool: str, boot: str, until: float, renewed: float, seconds: float) -> None:
+    data = {"boot": boot, "until": until, "renewed": renewed, "seconds": seconds}
+    write_file(os.path.join(spool, LEASE), dumps(data))
+
+
+class LeaseOps:
+    """The Agent's `lease` request and its enforcement (the attributes are the Agent's): `lease` is
+    (until, renewed) or None (never granted: nothing is enforced, as with a version 2 controller);
+    `lease_acted` is set once the units were stopped for the current deadline."""
+
+    lease: tuple[float, float] | None = None
+    lease_acted = False
+
+    def load_lease(self) -> None:
+        """At start: the lease an earlier agent wrote in this boot holds for this one too."""
+        self.lease = read_lease(self.spool, self.boot)
+        self.lease_retry: list[str] = []  # units still to stop at the end of the lease
+        self.lease_retry_at = 0.0  # monotonic time of the next try
+
+    def op_lease(self, req: dict) -> dict:
+        """{until (this host's clock), seconds, boot} -> clock, until (the lease in force): extend
+        the lease to `until` (never shorten it). A grant for another boot is refused."""
+        from .validate import Refused
+
+        until, seconds = req.get("until"), req.get("seconds")
+        for name, value in (("until", until), ("seconds", seconds)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+                raise Refused(f"lease: {name} must be a number, not {value!r}")
+        if req.get("boot") != self.boot:
+            raise Refused(f"lease: granted for boot {req.get('boot')!r}, this host runs boot {self.boot}")
+        now = clock()
+        if until > now:  # else it came too late to count: it renews nothing
+            longest = max(float(until), self.lease[0] if self.lease is not None else until)
+            try:
+                write_lease(self.spool, self.boot, longest, now, float(seconds))
+            except OSError as exc:
+                raise Refused(f"cannot write {os.path.join(self.spool, LEASE)}: {exc.strerror}") from None
+            self.lease = (longest, now)
+            self.lease_acted = False  # a new deadline: enforced when it comes
+        return {"clock": now, "until": None if self.lease is None else self.lease[0]}
+
+    def lease_left(self) -> float | None:
+        """Seconds until the lease runs out (<= 0: it has), or None without a lease."""
+        return None if self.lease is None else self.lease[0] - clock()
+
+    def lease_lapsed(self) -> str | None:
+        """Why no unit may start now (the lease ran out), or None."""
+        left = self.lease_left()
+        if left is None or left > 0:
+            return None
+        return (f"this host's lease ran out {left * -1:.0f} s ago (no word from the controller): "
+                "it starts nothing until the controller renews it")
+
+    def enforce_lease(self) -> None:
+        """Once the lease has run out: stop every running unit, with the lease's reason (once per
+        deadline; a unit's post hooks run as for any kill). A unit that could not be asked to stop
+        (systemd did not answer) is asked again every LEASE_RETRY seconds."""
+        left = self.lease_left()
+        if left is None or left > 0:
+            return
+        if not self.lease_acted:
+            self.lease_acted = True
+            self.catch_up()
+            self.lease_retry = [unit for unit, u in self.units.items() if u.result is None]
+            self.lease_retry_at = 0.0
+        if not self.lease_retry or time.monotonic() < self.lease_retry_at:
+            return
+        reason = expired_reason(self.lease[1])
+        units, self.lease_retry, stopped = self.lease_retry, [], 0
+        for unit in units:
+            try:
+                stopped += bool(self.op_signal({"unit": unit, "signal": "TERM", "reason": reason})["found"])
+            except Exception as exc:  # one unit's trouble must not spare the others
+                self.lease_retry.append(unit)
+                log(f"cannot stop {unit} at the end of its lease ({exc}); trying again")
+        self.lease_retry_at = time.monotonic() + LEASE_RETRY
+        if stopped:
+            log(f"{reason}: stopping {stopped} unit(s)")
+
+
+def log(message: str) -> None:
+    try:
+        print(f"agent: {message}", file=sys.stderr, flush=True)
+    except OSError:  # an orphan's stderr may be gone
+        pass
