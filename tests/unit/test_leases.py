@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from xce_lite.config.cluster import load_config
 from xce_lite.controller import leases
+from xce_lite.exec.agent import lease as agent_lease
 from xce_lite.errors import ConfigError
 
 
@@ -87,3 +88,20 @@ def test_host_lost_after_within_the_lease_and_margin_is_refused_naming_both(tmp_
     text = str(err.value)
     assert "host_lost_after (" in text and "must be greater than lease (" in text and "lease_margin (" in text
     assert "xce.yaml" in text and "line" in text
+
+
+@pytest.mark.parametrize(("reason", "killed", "on_host_lost", "requeued"), [
+    ("lease expired: no word from the controller for 00:03:01", False, "requeue", True),
+    ("lease expired: no word from the controller for 00:03:01; 1 leftover process killed", False, "requeue", True),
+    ("lease expired: no word from the controller for 00:03:01", True, "requeue", False),  # kill wins
+    ("lease expired: no word from the controller for 00:03:01", False, "exit", False),
+    ("killed by root", False, "requeue", False),
+    (None, False, "requeue", False),
+])
+def test_an_attempt_its_host_stopped_for_want_of_a_lease_runs_again_as_on_a_lost_host(reason, killed, on_host_lost,
+                                                                                      requeued):
+    assert leases.requeue_after_expiry(reason, killed, on_host_lost) is requeued
+
+
+def test_the_hosts_words_for_an_expired_lease_are_the_ones_the_controller_looks_for():
+    assert agent_lease.expired_reason(agent_lease.clock() - 61).startswith(leases.EXPIRED)

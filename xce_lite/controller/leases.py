@@ -63,3 +63,15 @@ def stored_ends_by(stored: dict, boot: str, started: float) -> float:
 def stored_record(g: Grant, boot: str, granted_at: float) -> dict:
     """What the store keeps of a grant (`granted_at`: wall time, for people reading it)."""
     return {"boot": boot, "ends_by": g.ends_by, "seconds": g.seconds, "granted_at": granted_at}
+
+
+# The first words of the reason a host gives a unit it stopped because its lease ran out (the
+# agent's and the supervisors' expired_reason, exec/agent/lease.py; a test ties the two).
+EXPIRED = "lease expired:"
+
+
+def requeue_after_expiry(reason: str | None, killed: bool, on_host_lost: str) -> bool:
+    """Whether an attempt that ended with `reason` goes back to PEND as a job on a lost host would:
+    its host stopped it for want of the controller, not for anything the job did. A job someone
+    killed still ends EXIT (kill wins); `on_host_lost: exit` ends it EXIT with the reason."""
+    return bool(reason) and reason.startswith(EXPIRED) and not killed and on_host_lost == "requeue"

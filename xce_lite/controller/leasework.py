@@ -22,6 +22,7 @@ from functools import partial
 from xce_lite import errors
 from xce_lite.controller import leases
 from xce_lite.exec.agent.util import boot_id
+from xce_lite.store.jobs import Requeue
 
 MAINTENANCE_WAIT = 5.0  # seconds a planned stop waits for the hosts to confirm their long lease
 
@@ -118,6 +119,14 @@ class LeaseWork:
                 continue  # lost meanwhile (HostDown follows), or a host without leases
             answered.append(done)
         return answered
+
+    def _requeue_after_expiry(self, job, host: str, result) -> Requeue | None:
+        """The requeue of an attempt its host stopped when the lease ran out (the controller was
+        away or cut off longer than the lease, but the host not long enough to be declared lost):
+        as for a lost host, it runs again (leases.requeue_after_expiry says when). Holds _mu."""
+        if not leases.requeue_after_expiry(result.reason, bool(job.killed), self.config.controller.on_host_lost):
+            return None
+        return Requeue(job.id, job.state, f"host {host}: {result.reason}")
 
     def _grant_maintenance(self) -> None:
         """Before a planned stop: every connected host gets `maintenance_lease`, so that its jobs go

@@ -178,7 +178,7 @@ class UnitWork:
         if index == 0 and not job.ending:
             job.ending = True
             finish = _finish_from_result(job, result)
-            retry = _retry_of(job, finish)
+            retry = self._requeue_after_expiry(job, host, result) or _retry_of(job, finish)
             if retry is not None:
                 self._unrecorded_requeues.append(retry)
             else:
