@@ -154,9 +154,8 @@ class Client:
         if self._sock is not None:
             return self._sock
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
         try:
-            sock.connect(str(self.socket_path))
+            self._connect_within(sock)
         except (FileNotFoundError, ConnectionRefusedError):
             sock.close()
             raise errors.ControllerDown(
@@ -168,6 +167,20 @@ class Client:
         self._sock = sock
         self._buffer = bytearray()
         return sock
+
+    def _connect_within(self, sock: socket.socket) -> None:
+        """Connect, waiting up to the timeout while the controller's listen backlog is full (a
+        Unix socket with a timeout says EAGAIN at once instead of waiting)."""
+        sock.settimeout(self.timeout)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                sock.connect(str(self.socket_path))
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
 
     def _read_response(self, sock: socket.socket) -> tuple[int, Any]:
         while (end := self._buffer.find(b"\r\n\r\n")) < 0:

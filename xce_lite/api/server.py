@@ -120,7 +120,7 @@ class ApiServer:
             self._listener.bind(str(path))
         finally:
             os.umask(old)
-        self._listener.listen(128)
+        self._listener.listen(socket.SOMAXCONN)  # a burst of clients waits here, not refused
         self._listener.setblocking(False)
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
