@@ -296,8 +296,10 @@ class JobStore(WorkflowStore, UsageStore):  # metrics: UsageStore
         """The event kinds the store accepts (migrations add to them)."""
         return {kind for (kind,) in self._reader().execute("SELECT kind FROM event_kinds")}
 
-    def integrity(self) -> str:
-        return self._reader().execute("PRAGMA quick_check").get
+    def integrity(self, full: bool = False) -> str:
+        """"ok", or what SQLite found wrong; `full` runs integrity_check (indexes against their
+        tables too, slower) instead of quick_check."""
+        return self._reader().execute("PRAGMA integrity_check" if full else "PRAGMA quick_check").get
 
 
 def _request(con: apsw.Connection, request_id: str, user: str) -> list[int] | None:
