@@ -7,7 +7,8 @@ CLI prints the controller's message and exits with the code the error kind carri
 What a lost connection means, and what is safe to repeat:
 - a kept-alive connection the server closed while it was idle (it may, and does after its idle
   timeout) is noticed when a request on it gets no byte back: the request is sent again once on a
-  new connection (the server never serves a request on a connection it is closing);
+  new connection (the server never serves a request on a connection it is closing). If no new
+  connection can be made, the controller died, maybe after it got the request: ReplyLost;
 - 503 (the controller is busy) means the request was not served: it is sent again after a pause;
 - a submission whose reply is lost after it was sent may or may not have been stored: `submit`
   sends a request id with it, and the controller answers a repeat of that id with the jobs it
@@ -129,7 +130,11 @@ class Client:
             if not reused or lost.answered:
                 raise ReplyLost(self._lost_message(lost)) from lost.cause
         try:
-            return self._exchange(self._connect(), data)
+            sock = self._connect()
+        except errors.ControllerDown as down:  # it died: it may have got the request before
+            raise ReplyLost(f"{down} (it stopped answering after a request was sent to it)") from None
+        try:
+            return self._exchange(sock, data)
         except _Lost as lost:
             self.close()
             raise ReplyLost(self._lost_message(lost)) from lost.cause
