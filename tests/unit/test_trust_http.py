@@ -9,7 +9,7 @@ import pytest
 
 from xce_lite.api import http1
 from xce_lite.api.hygiene import unencodable
-from xce_lite.api.server import Limits
+from xce_lite.api.limits import Limits
 from xce_lite.errors import ConfigError
 
 HEAD, BODY = 64 << 10, 1 << 20

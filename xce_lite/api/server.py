@@ -22,59 +22,24 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import resource
 import selectors
 import socket
 import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from xce_lite import errors
 from xce_lite.api import http1
+from xce_lite.api.limits import LIMITS_ENV, Limits
 from xce_lite.api.pool import WorkerPool
 
 PREFIX = "/xce/v1"
 _STATUS = {errors.SpecError: 400, errors.ConfigError: 400, errors.HomeError: 400,
            errors.NotFound: 404, errors.TransitionError: 409}
-LIMITS_ENV = "XCE_API_LIMITS"  # e.g. "workers=4,idle_timeout=2": tuning (and tests) without a config change
-
-
-@dataclass(frozen=True)
-class Limits:
-    workers: int = 32  # threads running handlers; each long poll (`xce wait`) holds one
-    max_connections: int = 512  # at most this many open (and a quarter of the fd limit)
-    idle_timeout: float = 60.0  # a kept-alive connection without a request for this long is closed
-    request_timeout: float = 10.0  # from a request's first byte to its last (slow senders get 408)
-    send_timeout: float = 10.0  # a client that does not read its reply for this long is dropped
-    queue_wait: float = 10.0  # a request waits this long for a free worker, then gets 503
-    max_body: int = 16 << 20
-    max_head: int = 64 << 10
-
-    @classmethod
-    def from_env(cls, text: str | None) -> Limits:
-        """The defaults, with `name=value,...` from XCE_API_LIMITS; a bad entry is an error."""
-        limits = cls()
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if soft != resource.RLIM_INFINITY:
-            limits = replace(limits, max_connections=max(16, min(limits.max_connections, soft // 4)))
-        types = {f.name: f.type for f in fields(cls)}
-        for part in filter(None, (text or "").split(",")):
-            name, _, value = part.partition("=")
-            name = name.strip()
-            if name not in types:
-                raise errors.ConfigError(f"{LIMITS_ENV}: unknown limit {name!r}; the limits are {', '.join(types)}")
-            try:
-                number = int(value) if types[name] == "int" else float(value)
-            except ValueError:
-                raise errors.ConfigError(f"{LIMITS_ENV}: {name}={value!r} is not a number") from None
-            if number <= 0:
-                raise errors.ConfigError(f"{LIMITS_ENV}: {name} must be above 0")
-            limits = replace(limits, **{name: number})
-        return limits
 
 
 @dataclass(frozen=True)
@@ -131,6 +96,7 @@ class ApiServer:
         self._mu = threading.Lock()
         self._pool = WorkerPool(self.limits.workers, self._work)
         self._users: dict[int, str] = {}
+        self._accept_error_logged = -1e9
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self.counts = {"accepted": 0, "evicted": 0, "busy_503": 0, "timeouts": 0, "refused": 0}
@@ -198,15 +164,23 @@ class ApiServer:
                 sock, _addr = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as err:  # out of file descriptors: say it once per burst, keep serving
-                self.log(f"API: cannot accept a connection: {err}")
+            except OSError as err:  # out of file descriptors: free one, say so now and then
+                now = time.monotonic()
+                if now >= self._accept_error_logged + 10:
+                    self._accept_error_logged = now
+                    self.log(f"API: cannot accept a connection: {err}; closing the longest-idle one")
+                victim = self._longest_idle()
+                if victim is not None:
+                    self.counts["evicted"] += 1
+                    self._close(victim)
+                else:
+                    time.sleep(0.05)  # nothing to free: do not spin on a listener that stays readable
                 return
             sock.setblocking(False)
             now = time.monotonic()
             with self._mu:
                 full = len(self._conns) >= self.limits.max_connections
-                victim = min((c for c in self._conns.values() if not c.busy and not c.buffer),
-                             key=lambda c: c.last, default=None) if full else None
+            victim = self._longest_idle() if full else None
             if full and victim is None:
                 self.counts["busy_503"] += 1
                 _send_and_close(sock, http1.error_response(
@@ -226,6 +200,11 @@ class ApiServer:
                 self._conns[conn.fd] = conn
             self.counts["accepted"] += 1
             self._selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _longest_idle(self) -> _Conn | None:
+        with self._mu:
+            return min((c for c in self._conns.values() if not c.busy and not c.buffer),
+                       key=lambda c: c.last, default=None)
 
     def _read(self, conn: _Conn) -> None:
         try:
