@@ -122,7 +122,7 @@ def test_a_lone_surrogate_is_refused_at_submit_naming_the_field(cluster: Cluster
     """Observed before: accepted, then the job failed with UnicodeEncodeError in its supervisor."""
     api = Client(cluster.home / "xce.sock")
     with pytest.raises(errors.SpecError) as caught:
-        api.submit({"jobs": [{"cwd": str(cluster.work), **spec_part}]})
+        api.post("/jobs", {"jobs": [{"cwd": str(cluster.work), **spec_part}]})
     api.close()
     assert str(caught.value).startswith(words) and "lone surrogate" in str(caught.value)
     assert caught.value.exit_code == 2
