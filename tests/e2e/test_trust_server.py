@@ -217,7 +217,7 @@ def test_all_workers_taken_is_a_clear_503_and_the_server_recovers(idle_cluster: 
     controller is busy (the CLI asks again a few times, then exits 3 saying what to do); once the
     polls end, requests are served again."""
     c = idle_cluster
-    _start(c, "workers=2,queue_wait=1")
+    _start(c, "workers=2,queue_wait=1,long_polls=2")
     job = c.submit("sleep", "300")
     c.wait_state(job, {"RUN"})
     polls = [_connect(c, timeout=90) for _ in range(2)]
@@ -233,4 +233,31 @@ def test_all_workers_taken_is_a_clear_503_and_the_server_recovers(idle_cluster: 
         sock.close()
     assert c.xce("jobs").returncode == 0
     assert c.xce("kill", str(job)).returncode == 0
+    _no_internal_error(c)
+
+
+def test_long_polls_beyond_their_share_are_answered_as_short_polls(idle_cluster: Cluster):
+    """Waiters cannot take every worker: with one long poll held, a second one is answered after
+    about a second (not finished), `xce jobs` is served meanwhile, and `xce wait` still ends when
+    the job does."""
+    c = idle_cluster
+    _start(c, "workers=2,long_polls=1,queue_wait=30")
+    job = c.submit("sleep", "300")
+    c.wait_state(job, {"RUN"})
+    held = _connect(c, timeout=90)
+    held.sendall(f"GET /xce/v1/jobs/wait?ids={job}&timeout=25 HTTP/1.1\r\n\r\n".encode())
+    api = Client(c.home / "xce.sock")
+    wait_until(lambda: api.get("/status")["api"]["long_polls"] == 1, 10, "the first poll to be held")
+    api.close()
+    for _ in range(3):  # each answered without holding the second worker
+        status, reply = _raw(c, f"GET /xce/v1/jobs/wait?ids={job}&timeout=25 HTTP/1.1\r\n\r\n".encode())
+        assert status == 200 and reply["finished"] is False
+        assert c.xce("jobs").returncode == 0
+    waiter = c.xce("wait", str(job), "--timeout", "3")
+    assert waiter.returncode == 124  # still running: its polls were short, and it kept polling
+    assert c.xce("kill", str(job)).returncode == 0
+    assert c.xce("wait", str(job)).returncode == 1  # ended EXIT (killed), seen through short polls
+    status, reply = _reply(held)
+    held.close()
+    assert status == 200 and reply["jobs"][0]["state"] == "EXIT"
     _no_internal_error(c)

@@ -17,6 +17,7 @@ LIMITS_ENV = "XCE_API_LIMITS"  # e.g. "workers=4,idle_timeout=2"
 @dataclass(frozen=True)
 class Limits:
     workers: int = 32  # threads running handlers; each long poll (`xce wait`) holds one
+    long_polls: int = 24  # long polls held at their full length at once; more are answered as short polls
     max_connections: int = 512  # at most this many open (and a quarter of the fd limit)
     idle_timeout: float = 60.0  # a kept-alive connection without a request for this long is closed
     request_timeout: float = 10.0  # from a request's first byte to its last (slow senders get 408)

@@ -11,7 +11,9 @@ Bounded (observed before: a thread and a store connection per client connection,
   `idle_timeout` or that take longer than `request_timeout` to send a request (408). An idle
   keep-alive connection costs a file descriptor, never a thread.
 - handlers run on at most `workers` threads (pool.py); a request that finds none free for
-  `queue_wait` seconds is answered 503, saying to retry. Long polls (`/jobs/wait`) hold a worker.
+  `queue_wait` seconds is answered 503, saying to retry. A long poll (`/jobs/wait`) holds a
+  worker: at most `long_polls` of them are held at their full length, the others are answered as
+  short polls (1 s), which their clients repeat anyway, so waiters cannot take every worker.
 - at most `max_connections` are open: a new one closes the longest-idle one (HTTP lets a server
   close an idle keep-alive connection; our client then reconnects), or, if none is idle, gets 503.
 - a body over `max_body` is refused (413) from its Content-Length, before it is read.
@@ -38,6 +40,7 @@ from xce_lite.api.limits import LIMITS_ENV, Limits
 from xce_lite.api.pool import WorkerPool
 
 PREFIX = "/xce/v1"
+LONG_POLLS = {PREFIX + "/jobs/wait"}  # handlers that wait up to the `timeout` their query gives
 _STATUS = {errors.SpecError: 400, errors.ConfigError: 400, errors.HomeError: 400,
            errors.NotFound: 404, errors.TransitionError: 409}
 
@@ -97,6 +100,7 @@ class ApiServer:
         self._pool = WorkerPool(self.limits.workers, self._work)
         self._users: dict[int, str] = {}
         self._accept_error_logged = -1e9
+        self._long_polls = 0  # long polls being held at their full length
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self.counts = {"accepted": 0, "evicted": 0, "busy_503": 0, "timeouts": 0, "refused": 0}
@@ -147,10 +151,12 @@ class ApiServer:
         self._selector.close()
 
     def stats(self) -> dict[str, int]:
-        """Open connections, worker threads (busy, queued work) and what was refused or closed."""
+        """Open connections, long polls held, worker threads (busy, queued work), and how many
+        connections were accepted, evicted (longest idle, at the cap), refused (malformed), timed
+        out (408) or turned away busy (503)."""
         with self._mu:
-            open_conns = len(self._conns)
-        return {"connections": open_conns, **self._pool.stats(), **self.counts}
+            open_conns, long_polls = len(self._conns), self._long_polls
+        return {"connections": open_conns, "long_polls": long_polls, **self._pool.stats(), **self.counts}
 
     def _select_timeout(self) -> float:
         oldest = self._pool.oldest()
@@ -339,6 +345,19 @@ class ApiServer:
         self._wakeup()
 
     def _answer(self, caller: Caller, request: http1.Request) -> tuple[int, bytes]:
+        if request.path in LONG_POLLS:
+            with self._mu:
+                held = self._long_polls < self.limits.long_polls
+                self._long_polls += held
+            try:
+                query = request.query if held else {**request.query, "timeout": _short(request.query.get("timeout"))}
+                return self._call(caller, request, query)
+            finally:
+                with self._mu:
+                    self._long_polls -= held
+        return self._call(caller, request, request.query)
+
+    def _call(self, caller: Caller, request: http1.Request, query: dict[str, str]) -> tuple[int, bytes]:
         method, path = request.method, request.path
         handler = self.routes.get((method, path.removeprefix(PREFIX)))
         try:
@@ -348,7 +367,7 @@ class ApiServer:
                 body = http1.decode_body(request.body)
             except http1.Malformed as err:
                 raise errors.SpecError(str(err)) from None
-            status, reply = 200, handler(caller, request.query, body)
+            status, reply = 200, handler(caller, query, body)
         except errors.XceError as err:
             status = next((code for kind, code in _STATUS.items() if isinstance(err, kind)), 500)
             reply = {"error": str(err), "kind": type(err).__name__}
@@ -357,6 +376,14 @@ class ApiServer:
             status, reply = 500, {"error": f"internal error in the controller: {err!r}; see its log",
                                   "kind": "XceError"}
         return status, json.dumps(reply, ensure_ascii=True).encode()
+
+
+def _short(timeout: str | None) -> str:
+    """A long poll's timeout cut to a short poll's (1 s): the client polls again, as it would anyway."""
+    try:
+        return str(min(float(timeout if timeout is not None else 30), 1.0))
+    except ValueError:
+        return timeout or "1"  # the handler says what is wrong with it
 
 
 def _send_and_close(sock: socket.socket, reply: bytes) -> None:

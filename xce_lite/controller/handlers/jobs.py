@@ -55,8 +55,10 @@ class ApiHandlers:
         with self._mu:
             waiting = len(self._gate) - len(self._gate.fed)  # pending, not yet the scheduler's to place
             counts = {"pending": len(self._pending) + waiting, "held": len(self._held), "active": len(self._active)}
+        server = getattr(self, "_server", None)
         return {"cluster": self.cluster, "pid": os.getpid(), "home": str(self.home.root),
-                "started_at": self.started_at, "jobs": counts, "you": caller.user}
+                "started_at": self.started_at, "jobs": counts, "you": caller.user,
+                "api": server.stats() if server is not None else None}  # connections, workers, refusals
 
     def api_submit(self, caller: Caller, query: dict, body: Any) -> dict:
         """Validate every spec (all or nothing), resolve its dependency, store them (an array as its
