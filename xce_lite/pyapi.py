@@ -96,7 +96,7 @@ class Cluster:
             key = next((k for k, (flag, _t) in presets.OPTIONS.items() if flag == err.param_hint), err.param_hint)
             keyword = {v: k for k, v in _RENAMED.items()}.get(key, key)
             raise errors.SpecError(f"{keyword} ({err.param_hint}): {err.message}") from None
-        return self._client.post("/jobs", {"jobs": [spec]})["ids"][0]
+        return self._client.submit({"jobs": [spec]})["ids"][0]  # with a request id: a lost reply is asked again
 
     def submit_flow(self, file: str | Path, **variables: str) -> dict:
         """Check a flow file whole and submit all its steps, or none (`xce flow submit FILE

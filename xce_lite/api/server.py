@@ -1,8 +1,22 @@
-"""The controller's REST JSON API under /xce/v1/ on a Unix socket.
+"""The controller's REST JSON API under /xce/v1/ on a Unix socket, with bounded resources.
 
 Who calls is taken from the kernel (SO_PEERCRED on the connection), never from the request: a
-client cannot claim to be someone else. Handlers are the controller's methods; this module only maps
-routes to them, decodes JSON, and turns XceError into an HTTP status with `{"error", "kind"}`.
+client cannot claim to be someone else. Handlers are the controller's methods; this module maps
+routes to them and turns XceError into an HTTP status with `{"error", "kind"}`.
+
+Bounded (observed before: a thread and a store connection per client connection, kept forever;
+1,000 idle connections made 1,004 threads). Invariants:
+- one thread (`serve_forever`) owns every socket that has no request in progress: it accepts, reads
+  requests whole without blocking (http1.py checks them), and closes connections idle for
+  `idle_timeout` or that take longer than `request_timeout` to send a request (408). An idle
+  keep-alive connection costs a file descriptor, never a thread.
+- handlers run on at most `workers` threads (pool.py); a request that finds none free for
+  `queue_wait` seconds is answered 503, saying to retry. A long poll (`/jobs/wait`) holds a
+  worker: at most `long_polls` of them are held at their full length, the others are answered as
+  short polls (1 s), which their clients repeat anyway, so waiters cannot take every worker.
+- at most `max_connections` are open: a new one closes the longest-idle one (HTTP lets a server
+  close an idle keep-alive connection; our client then reconnects), or, if none is idle, gets 503.
+- a body over `max_body` is refused (413) from its Content-Length, before it is read.
 """
 
 from __future__ import annotations
@@ -10,19 +24,23 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import selectors
 import socket
-import socketserver
 import struct
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 from xce_lite import errors
+from xce_lite.api import http1
+from xce_lite.api.limits import LIMITS_ENV, Limits
+from xce_lite.api.pool import WorkerPool
 
 PREFIX = "/xce/v1"
+LONG_POLLS = {PREFIX + "/jobs/wait"}  # handlers that wait up to the `timeout` their query gives
 _STATUS = {errors.SpecError: 400, errors.ConfigError: 400, errors.HomeError: 400,
            errors.NotFound: 404, errors.TransitionError: 409}
 
@@ -43,71 +61,344 @@ class Caller:
 Routes = dict[tuple[str, str], Callable[[Caller, dict[str, str], Any], Any]]
 
 
-def _peer(sock: socket.socket) -> Caller:
-    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                         struct.calcsize("3i")))
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = str(uid)
-    return Caller(uid=uid, pid=pid, user=user, gid=gid)
+class _Conn:
+    """One client connection. While `busy` a worker owns it; otherwise the serving thread does."""
+
+    __slots__ = ("buffer", "busy", "caller", "fd", "last", "sock", "started")
+
+    def __init__(self, sock: socket.socket, caller: Caller, now: float):
+        self.sock = sock
+        self.fd = sock.fileno()  # the key in ApiServer._conns (a closed socket forgets its fd)
+        self.caller = caller
+        self.buffer = bytearray()
+        self.last = now  # when it last sent bytes or got a reply
+        self.started: float | None = None  # when the request being received began
+        self.busy = False
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: a client may send many requests on one connection
-    server: ApiServer
-
-    def do_GET(self) -> None:
-        self._serve("GET")
-
-    def do_POST(self) -> None:
-        self._serve("POST")
-
-    def _serve(self, method: str) -> None:
-        url = urlsplit(self.path)
-        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        handler = self.server.routes.get((method, url.path.removeprefix(PREFIX)))
+class ApiServer:
+    def __init__(self, path: Path, routes: Routes, log: Callable[[str], None], mode: int = 0o600,
+                 limits: Limits | None = None):
+        self.routes = routes
+        self.log = log
+        self.limits = limits or Limits.from_env(os.environ.get(LIMITS_ENV))
+        path.unlink(missing_ok=True)  # a stale socket of a dead controller; we hold the home's lock
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o777 & ~mode)
         try:
-            if not url.path.startswith(PREFIX + "/") or handler is None:
-                raise errors.NotFound(f"no such API call: {method} {url.path}")
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
+            self._listener.bind(str(path))
+        finally:
+            os.umask(old)
+        self._listener.listen(socket.SOMAXCONN)  # a burst of clients waits here, not refused
+        self._listener.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._conns: dict[int, _Conn] = {}  # fd -> connection (busy ones included)
+        self._returned: list[_Conn] = []  # handed back by workers, for the serving thread to watch again
+        self._mu = threading.Lock()
+        self._pool = WorkerPool(self.limits.workers, self._work)
+        self._users: dict[int, str] = {}
+        self._accept_error_logged = -1e9
+        self._long_polls = 0  # long polls being held at their full length
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self.counts = {"accepted": 0, "evicted": 0, "busy_503": 0, "timeouts": 0, "refused": 0}
+
+    # ---- the serving thread ----------------------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        sel = self._selector
+        sel.register(self._listener, selectors.EVENT_READ, None)
+        sel.register(self._wake_r, selectors.EVENT_READ, self._wake_r)
+        sweep_at = 0.0
+        try:
+            while not self._stop.is_set():
+                try:
+                    for key, _events in sel.select(self._select_timeout()):
+                        if key.data is None:
+                            self._accept()
+                        elif key.data is self._wake_r:
+                            _drain(self._wake_r)
+                        else:
+                            self._read(key.data)
+                    self._watch_returned()
+                    now = time.monotonic()
+                    self._answer_expired(now)
+                    if now >= sweep_at:
+                        self._sweep(now)
+                        sweep_at = now + 0.25
+                except Exception as err:  # a bug here must not end the API: say it, serve on
+                    self.log(f"API: error in the serving loop: {err!r}")
+                    time.sleep(0.1)
+        finally:
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop serving (requests in progress finish on their workers) and wait for the loop to end."""
+        self._stop.set()
+        self._wakeup()
+        self._stopped.wait(10)
+
+    def server_close(self) -> None:
+        for conn in self._pool.close():
+            self._close(conn)
+        with self._mu:
+            idle = [c for c in self._conns.values() if not c.busy]
+        for conn in idle:
+            self._close(conn)
+        self._listener.close()
+        self._selector.close()
+
+    def stats(self) -> dict[str, int]:
+        """Open connections, long polls held, worker threads (busy, queued work), and how many
+        connections were accepted, evicted (longest idle, at the cap), refused (malformed), timed
+        out (408) or turned away busy (503)."""
+        with self._mu:
+            open_conns, long_polls = len(self._conns), self._long_polls
+        return {"connections": open_conns, "long_polls": long_polls, **self._pool.stats(), **self.counts}
+
+    def _select_timeout(self) -> float:
+        oldest = self._pool.oldest()
+        if oldest is None:
+            return 0.25
+        return max(0.0, min(0.25, oldest + self.limits.queue_wait - time.monotonic()))
+
+    def _accept(self) -> None:
+        for _ in range(64):  # a burst is taken in rounds, so that reads are not starved
             try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
-                raise errors.SpecError("the request body is not valid JSON") from None
-            status, reply = 200, handler(self.server.caller_of(self.connection), query, body)
+                sock, _addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:  # out of file descriptors: free one, say so now and then
+                now = time.monotonic()
+                if now >= self._accept_error_logged + 10:
+                    self._accept_error_logged = now
+                    self.log(f"API: cannot accept a connection: {err}; closing the longest-idle one")
+                victim = self._longest_idle()
+                if victim is not None:
+                    self.counts["evicted"] += 1
+                    self._close(victim)
+                else:
+                    time.sleep(0.05)  # nothing to free: do not spin on a listener that stays readable
+                return
+            sock.setblocking(False)
+            now = time.monotonic()
+            with self._mu:
+                full = len(self._conns) >= self.limits.max_connections
+            victim = self._longest_idle() if full else None
+            if full and victim is None:
+                self.counts["busy_503"] += 1
+                _send_and_close(sock, http1.error_response(
+                    503, f"the controller has {self.limits.max_connections} connections open, all of them with a "
+                         f"request in progress; retry in a moment", kind="ControllerDown"))
+                continue
+            if victim is not None:
+                self.counts["evicted"] += 1
+                self._close(victim)
+            try:
+                caller = self._caller(sock)
+            except OSError:
+                sock.close()
+                continue
+            conn = _Conn(sock, caller, now)
+            with self._mu:
+                self._conns[conn.fd] = conn
+            self.counts["accepted"] += 1
+            self._selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _longest_idle(self) -> _Conn | None:
+        with self._mu:
+            return min((c for c in self._conns.values() if not c.busy and not c.buffer),
+                       key=lambda c: c.last, default=None)
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(conn)
+            return
+        now = time.monotonic()
+        conn.last = now
+        if conn.started is None:
+            conn.started = now
+        conn.buffer += data
+        self._take_request(conn, now)
+
+    def _take_request(self, conn: _Conn, now: float) -> None:
+        """If `conn.buffer` holds a whole request, hand it to a worker; refuse a malformed one."""
+        try:
+            found = http1.parse(conn.buffer, self.limits.max_head, self.limits.max_body)
+        except http1.Malformed as err:
+            self.counts["refused"] += 1
+            self._refuse(conn, http1.error_response(err.status, str(err), "SpecError"))
+            return
+        if found is None:
+            return
+        request, used = found
+        del conn.buffer[:used]
+        conn.started = now if conn.buffer else None
+        conn.busy = True
+        self._selector.unregister(conn.sock)
+        self._pool.submit((conn, request), now)
+
+    def _watch_returned(self) -> None:
+        with self._mu:
+            returned, self._returned = self._returned, []
+        now = time.monotonic()
+        for conn in returned:
+            conn.busy = False
+            conn.last = now
+            try:
+                self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+            except (ValueError, OSError):  # closed meanwhile
+                self._close(conn)
+                continue
+            if conn.buffer:  # a request sent right behind the last one
+                self._take_request(conn, now)
+
+    def _answer_expired(self, now: float) -> None:
+        for conn, _request in self._pool.expired(now - self.limits.queue_wait):
+            self.counts["busy_503"] += 1
+            self._refuse(conn, http1.error_response(
+                503, f"the controller is busy: all {self.limits.workers} of its API workers have been taken for "
+                     f"{self.limits.queue_wait:g} s (long `xce wait`s hold one each); retry in a moment",
+                kind="ControllerDown"))
+
+    def _sweep(self, now: float) -> None:
+        """Close idle connections; answer 408 to requests that are too slow to arrive."""
+        with self._mu:
+            idle = [c for c in self._conns.values() if not c.busy]
+        for conn in idle:
+            if conn.started is not None and now - conn.started > self.limits.request_timeout:
+                self.counts["timeouts"] += 1
+                self._refuse(conn, http1.error_response(
+                    408, f"the request did not arrive whole within {self.limits.request_timeout:g} s"))
+            elif conn.started is None and now - conn.last > self.limits.idle_timeout:
+                self._close(conn)
+
+    def _refuse(self, conn: _Conn, reply: bytes) -> None:
+        if not conn.busy:
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+        conn.busy = True  # no longer watched
+        _send_and_close(conn.sock, reply)
+        self._forget(conn)
+
+    def _close(self, conn: _Conn) -> None:
+        if not conn.busy:
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+        self._forget(conn)
+        conn.sock.close()
+
+    def _forget(self, conn: _Conn) -> None:
+        with self._mu:
+            if self._conns.get(conn.fd) is conn:
+                del self._conns[conn.fd]
+
+    def _wakeup(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass  # already full of wake-ups, or closed at shutdown
+
+    def _caller(self, sock: socket.socket) -> Caller:
+        pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                            struct.calcsize("3i")))
+        user = self._users.get(uid)
+        if user is None:
+            try:
+                user = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                user = str(uid)
+            if len(self._users) < 4096:
+                self._users[uid] = user
+        return Caller(uid=uid, pid=pid, user=user, gid=gid)
+
+    # ---- the workers --------------------------------------------------------------------------------
+
+    def _work(self, item: tuple[_Conn, http1.Request]) -> None:
+        conn, request = item
+        status, payload = self._answer(conn.caller, request)
+        close = not request.keep_alive or self._stop.is_set()
+        try:
+            conn.sock.settimeout(self.limits.send_timeout)
+            conn.sock.sendall(http1.response(status, payload, close))
+            conn.sock.setblocking(False)
+        except OSError:
+            close = True
+        if close:
+            self._forget(conn)
+            conn.sock.close()
+            return
+        with self._mu:
+            self._returned.append(conn)
+        self._wakeup()
+
+    def _answer(self, caller: Caller, request: http1.Request) -> tuple[int, bytes]:
+        if request.path in LONG_POLLS:
+            with self._mu:
+                held = self._long_polls < self.limits.long_polls
+                self._long_polls += held
+            try:
+                query = request.query if held else {**request.query, "timeout": _short(request.query.get("timeout"))}
+                return self._call(caller, request, query)
+            finally:
+                with self._mu:
+                    self._long_polls -= held
+        return self._call(caller, request, request.query)
+
+    def _call(self, caller: Caller, request: http1.Request, query: dict[str, str]) -> tuple[int, bytes]:
+        method, path = request.method, request.path
+        handler = self.routes.get((method, path.removeprefix(PREFIX)))
+        try:
+            if not path.startswith(PREFIX + "/") or handler is None:
+                raise errors.NotFound(f"no such API call: {method} {path}")
+            try:
+                body = http1.decode_body(request.body)
+            except http1.Malformed as err:
+                raise errors.SpecError(str(err)) from None
+            status, reply = 200, handler(caller, query, body)
         except errors.XceError as err:
             status = next((code for kind, code in _STATUS.items() if isinstance(err, kind)), 500)
             reply = {"error": str(err), "kind": type(err).__name__}
         except Exception as err:  # a bug: answer, and keep serving others
-            self.server.log(f"internal error on {method} {self.path}: {err!r}")
+            self.log(f"internal error on {method} {path}: {err!r}")
             status, reply = 500, {"error": f"internal error in the controller: {err!r}; see its log",
                                   "kind": "XceError"}
-        payload = json.dumps(reply, ensure_ascii=True).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # one line per request would flood the controller's log
+        return status, json.dumps(reply, ensure_ascii=True).encode()
 
 
-class ApiServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    block_on_close = False
+def _short(timeout: str | None) -> str:
+    """A long poll's timeout cut to a short poll's (1 s): the client polls again, as it would anyway."""
+    try:
+        return str(min(float(timeout if timeout is not None else 30), 1.0))
+    except ValueError:
+        return timeout or "1"  # the handler says what is wrong with it
 
-    def __init__(self, path: Path, routes: Routes, log: Callable[[str], None], mode: int = 0o600):
-        self.routes = routes
-        self.log = log
-        path.unlink(missing_ok=True)  # a stale socket of a dead controller; we hold the home's lock
-        old = os.umask(0o777 & ~mode)
-        try:
-            super().__init__(str(path), _Handler)
-        finally:
-            os.umask(old)
 
-    def caller_of(self, sock: socket.socket) -> Caller:
-        return _peer(sock)
+def _send_and_close(sock: socket.socket, reply: bytes) -> None:
+    """Best effort, without blocking: a small reply fits in the socket's buffer."""
+    try:
+        sock.send(reply)
+    except OSError:
+        pass
+    sock.close()
+
+
+def _drain(sock: socket.socket) -> None:
+    try:
+        while sock.recv(4096):
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass

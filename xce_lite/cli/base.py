@@ -10,6 +10,8 @@ Invariant: no user mistake ever prints a Python traceback.
 
 from __future__ import annotations
 
+import codecs
+import io
 import json
 import os
 import sys
@@ -40,6 +42,7 @@ class Group(click.Group):
             ctx.exit(err.exit_code)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        safe_output()
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:
@@ -75,6 +78,28 @@ class Group(click.Group):
                 click.echo(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.", err=True)
 
 
+def _output_error(err: UnicodeError) -> tuple[str | bytes, int]:
+    """Writing text the store holds: an undecodable byte of a job's argv or environment (carried as
+    U+DC80..U+DCFF, Python's surrogateescape) is written back as that byte on a UTF-8 stream;
+    anything else the stream cannot encode (a lone surrogate) as `\\uXXXX`. Never an exception."""
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    chunk = err.object[err.start:err.end]
+    if err.encoding.lower().replace("-", "").replace("_", "") == "utf8" and all(
+            0xDC80 <= ord(c) <= 0xDCFF for c in chunk):
+        return bytes(ord(c) - 0xDC00 for c in chunk), err.end
+    return codecs.backslashreplace_errors(err)
+
+
+def safe_output() -> None:
+    """Make stdout and stderr unable to fail on what they are given (observed: `xce jobs -l`
+    crashed with UnicodeEncodeError on a job whose argument held a lone surrogate)."""
+    codecs.register_error("xce.output", _output_error)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="xce.output")
+
+
 def client(ctx: click.Context) -> Client:
     """A connection to the home's controller, closed when the command ends."""
     api = Client(ctx.find_root().obj.require().socket)
@@ -83,7 +108,12 @@ def client(ctx: click.Context) -> Client:
 
 
 def echo_json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: as JSON's \uXXXX escapes, which decode back to it
+        text = json.dumps(doc, indent=2, ensure_ascii=True)
+    click.echo(text)
 
 
 def table_lines(rows: list[tuple[str, ...]]) -> list[str]:

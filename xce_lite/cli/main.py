@@ -66,7 +66,9 @@ def submit(ctx, preset, parsable, command, **options) -> None:
     chosen = presets.load(preset) if preset is not None else None
     merged, from_preset = expand(given_options(ctx, options), chosen)
     spec = build_spec(merged, list(command), chosen, from_preset)
-    reply = client(ctx).post("/jobs", {"jobs": [spec]})
+    # a reply lost after the request was sent: asked again once with the same request id, which
+    # the controller answers with the job it stored, if it did, never a second one
+    reply = client(ctx).submit({"jobs": [spec]}, on_retry=lambda note: click.echo(f"xce: {note}", err=True))
     job_id, queue_name, size = reply["ids"][0], reply["queues"][0], (reply.get("sizes") or [None])[0]
     array = f" (an array of {size} elements: {job_id}[index])" if size else ""
     click.echo(job_id if parsable else f"Job <{job_id}>{array} is submitted to queue <{queue_name}>.")

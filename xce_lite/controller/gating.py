@@ -214,6 +214,8 @@ class Workflows:
             if match is None:
                 raise errors.SpecError(f"{value!r} is not a job: give its id (42) or an array element (42[7])")
             job_id, index = int(match[1]), match[2]
+            if job_id >= 1 << 63 or (index is not None and int(index) >= 1 << 63):  # beyond SQLite's integers
+                raise errors.NotFound(f"no such job: {value}")
             owner = self.store.owner(job_id)
             if owner is None:  # retention may have archived it (controller.keep_finished)
                 raise errors.NotFound(f"no such job: {job_id} (a job that ended more than keep_finished ago "

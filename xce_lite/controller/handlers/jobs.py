@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from xce_lite import errors
+from xce_lite.api.hygiene import unencodable
 from xce_lite.api.server import Caller
 from xce_lite.api.wire import job_to_wire
 from xce_lite.config.merge import Effective
@@ -59,18 +60,34 @@ class ApiHandlers:
             waiting = len(self._gate) - len(self._gate.fed)  # pending, not yet the scheduler's to place
             counts = {"pending": len(self._pending) + waiting, "held": len(self._held), "active": len(self._active)}
             faults = self.fault_status()
+        server = getattr(self, "_server", None)
         return {"cluster": self.cluster, "pid": os.getpid(), "home": str(self.home.root),
-                "started_at": self.started_at, "jobs": counts, "you": caller.user, **faults}
+                "started_at": self.started_at, "jobs": counts, "you": caller.user, **faults,
+                "api": server.stats() if server is not None else None}  # connections, workers, refusals
 
     def api_submit(self, caller: Caller, query: dict, body: Any) -> dict:
         """Validate every spec (all or nothing), resolve its dependency, store them (an array as its
-        elements), wake the scheduler, return the ids (an array's is its first element's)."""
+        elements), wake the scheduler, return the ids (an array's is its first element's).
+
+        With a `request_id` (the client's, for one submission), a repeat of that id after a lost
+        reply is answered with the jobs the first one stored, and stores nothing."""
         if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
             raise errors.SpecError('send {"jobs": [spec, ...]} with at least one job spec')
+        request_id = _request_id(body)
+        if request_id is not None:
+            stored = self.store.submitted(request_id, caller.user)
+            if stored is not None:
+                return self._submitted_reply(stored)
         many = len(body["jobs"]) > 1
         accepted = []
         for index, raw in enumerate(body["jobs"]):
             try:
+                bad = unencodable(raw)
+                if bad is not None:
+                    raise errors.SpecError(
+                        f"{bad[0]} holds {bad[1]!r}: a lone surrogate, which is no text and no byte, so it cannot "
+                        f"reach the job; fix what produced it (undecodable bytes arrive as \\udc80-\\udcff, "
+                        f"which are accepted)")
                 spec, queue_name = self._validate(raw, caller)
                 depend = self._resolve_depend(spec, caller.user)
             except errors.SpecError as err:
@@ -78,7 +95,12 @@ class ApiHandlers:
             indices = arrays.parse(spec.array).indices if spec.array else ()
             accepted.append(NewJob(spec, queue_name, indices, depend))
         now = time.time()
-        ids = self.store.submit(accepted, caller.user, now)  # on disk before the reply
+        if request_id is None:
+            ids = self.store.submit(accepted, caller.user, now)  # on disk before the reply
+        else:
+            ids, new = self.store.submit_once(accepted, caller.user, now, request_id)
+            if not new:  # the same request, sent again meanwhile: it stored them
+                return self._submitted_reply(ids)
         self.metrics.inc("submits", sum(len(item.indices) or 1 for item in accepted))  # metrics:
         with self._mu:
             for job_id, item in zip(ids, accepted):
@@ -87,6 +109,12 @@ class ApiHandlers:
         self._wake.set()
         return {"ids": ids, "queues": [item.queue for item in accepted],
                 "sizes": [len(item.indices) or None for item in accepted]}
+
+    def _submitted_reply(self, ids: list[int]) -> dict:
+        """The reply a submission got, rebuilt from the store (for a repeated request id)."""
+        queues = {job.id: job.queue for job in self.store.jobs(ids)}
+        sizes = [self.store.array_size(i) for i in ids]  # an array's id is its first element's
+        return {"ids": ids, "queues": [queues.get(i, "") for i in ids], "sizes": sizes, "repeated": True}
 
     def _validate(self, raw: Any, caller: Caller | None = None) -> tuple[JobSpec, str]:
         """The spec as it will be stored (its profile name and project resolved), and its queue's
@@ -294,7 +322,12 @@ class ApiHandlers:
         ids = [i for _label, job_ids, _whole in refs for i in job_ids]
         if not ids:
             raise errors.SpecError("name at least one job id to wait for")
-        timeout = min(float(query.get("timeout", 30)), 300.0)
+        try:
+            timeout = min(float(query.get("timeout", 30)), 300.0)
+        except ValueError:
+            raise errors.SpecError(f"timeout must be a number of seconds, not {query.get('timeout')!r}") from None
+        if timeout != timeout:  # NaN
+            raise errors.SpecError("timeout must be a number of seconds, not NaN")
         deadline = time.monotonic() + timeout
         with self._mu:
             while any(i in self._pending or i in self._gate or i in self._held or i in self._active for i in ids):
@@ -456,6 +489,17 @@ def _probe_to_wire(probe) -> dict | None:
         return None
     return {"hostname": probe.hostname, "cpus": probe.cpus, "mem": probe.mem, "version": probe.agent_version,
             **probe.extra}
+
+
+def _request_id(body: dict) -> str | None:
+    """The submission's request id: None, or 8 to 128 letters, digits and . _ : -."""
+    value = body.get("request_id")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 8 <= len(value) <= 128 or not all(
+            c.isascii() and (c.isalnum() or c in "._:-") for c in value):
+        raise errors.SpecError("request_id must be 8 to 128 letters, digits and . _ : - (a random one per submission)")
+    return value
 
 
 def _ids(text: str) -> list[int]:
