@@ -1,0 +1,49 @@
+"""SlurmHost: the Host seam (host.py) for one node of a Slurm allocation.
+
+The agent runs in the allocation's batch step, started by its keeper (exec/agent/keeper.py) for
+each connection; this side starts a relay to it (`srun --overlap --jobid=ID`, exec/slurm.py) and
+speaks the agent's protocol over the relay's pipes, exactly as LocalHost does over the agent's own.
+Closing the relay, or losing it (a controller crash kills it with the controller), makes that
+agent exit and leaves the jobs running under the keeper; the next connect() starts a new relay and
+a new agent, which adopts them from the spool's journal.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from xce_lite.exec import slurm
+from xce_lite.exec.channel import DEFAULT_TIMEOUT
+from xce_lite.exec.local import LocalHost
+
+
+class SlurmHost(LocalHost):
+    """Node `node` of allocation `job_id`, whose files are in DIRECTORY/JOB_ID/NODE (see
+    exec/slurm.py). `agent_file` is the agent's file as the node sees it (a shared file system);
+    `python` the node's interpreter. Every op is LocalHost's (AgentOps')."""
+
+    def __init__(
+        self,
+        name: str,
+        job_id: str,
+        node: str,
+        directory: str | os.PathLike,
+        agent_file: str | os.PathLike,
+        python: str = sys.executable,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        node_dir = os.path.join(os.fspath(directory), str(job_id), node)
+        super().__init__(name, os.path.join(node_dir, "spool"), python=python, timeout=timeout, mode="plain")
+        self.job_id, self.node, self.directory = str(job_id), node, os.fspath(directory)
+        self.agent_file = os.fspath(agent_file)
+
+    @property
+    def log_path(self):
+        """The relay's stderr (srun's words, the relay's); the agent's own log is the keeper's agent.log."""
+        return self.spool_dir.parent / "relay.log"
+
+    def agent_argv(self) -> list[str]:
+        # the node's directory may not be there yet (the batch script makes it): the relay's log goes there
+        self.spool_dir.parent.mkdir(parents=True, exist_ok=True)
+        return slurm.relay_argv(self.job_id, self.node, self.directory, self.python, self.agent_file)
