@@ -1,5 +1,6 @@
 """The agent's commands: serve, exec, pre, post, launch (see docs/agent-protocol.md), and keep and
-relay (a Slurm allocation's: keeper.py). main() takes the Bundle that runs it (loader.py): the file units run, and its compiled form in SPOOL/bin.
+relay (a Slurm allocation's: keeper.py). main() takes the Bundle that runs it (loader.py): the file
+units run, and its compiled form in SPOOL/bin.
 
 Each command imports only what it needs: units start a fresh interpreter per job.
 """
