@@ -192,6 +192,12 @@ class SlurmCluster:
         j = self.jobs().get(str(job_id))
         return j["job_state"] if j else None
 
+    def cancel_all(self, timeout: float = 60.0) -> None:
+        """scancel every job of the partition and wait until none runs (between tests)."""
+        self.run("scancel", "--partition", self.partition, check=False)
+        wait_until(lambda: all(j["job_state"] not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")
+                               for j in self.jobs().values()), timeout, "every Slurm job to end")
+
     def stop(self, timeout: float = 30.0) -> None:
         """Cancel every job, wait for them to end, then stop the daemons by PID (newest first)."""
         if self.daemons and not self._dead():

@@ -190,9 +190,9 @@ class PoolConfig(_Model):
             raise ValueError(f"pool {self.name}: attrs.type is set by xce (slurm); choose another name")
         return self
 
-    def sbatch_options(self) -> list[str]:
+    def sbatch_options(self, job_name: str) -> list[str]:
         """The options xce gives sbatch for one allocation, before `sbatch_args`."""
-        opts = [f"--job-name=xce-{self.name}", f"--nodes={self.nodes_per_allocation}", "--ntasks-per-node=1",
+        opts = [f"--job-name={job_name}", f"--nodes={self.nodes_per_allocation}", "--ntasks-per-node=1",
                 f"--cpus-per-task={self.slots}", f"--mem={max(1, self.mem // 1024**2)}M",
                 f"--time={max(1, int(self.time_limit + 59) // 60)}"]
         if self.partition:

@@ -52,6 +52,7 @@ from xce_lite.controller.handlers.jobs import ApiHandlers
 from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
 from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.metrics import Registry  # metrics:
+from xce_lite.controller.pools import PoolWork
 from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
@@ -80,7 +81,7 @@ class _WakingQueue(queue.Queue):
 
 
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows,
-                 MetricsHandlers):  # metrics: its routes
+                 MetricsHandlers, PoolWork):  # metrics: its routes
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
@@ -106,6 +107,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._init_units()
         self._init_launches()
         self._init_workflows()
+        self._init_pools()
         self._links: dict[str, HostLink] = {}
         self._pending = PendingSet()
         self._held: dict[int, str] = {}  # PSUSP job id -> user
@@ -256,6 +258,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         began = time.monotonic()  # metrics:
         self._collect_events(now)
         self._expire_lost_hosts(now)
+        self._pools_step(now)
         cancels = self._gate_step()
         with self._mu:
             finishing, self._unrecorded = self._unrecorded, []
@@ -279,7 +282,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
 
     def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
         """The scheduler's view of a pending job (snapshot.pending_job, which the simulator shares)."""
-        return pending_job(job_id, user, queue, spec, submit_time, self.config, self.profiles)[0]
+        return self._with_pool_time(*pending_job(job_id, user, queue, spec, submit_time, self.config, self.profiles))
 
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that

@@ -43,6 +43,8 @@ class SlurmJob:
     start_time: float | None
     end_time: float | None
     time_limit: float | None
+    name: str = ""
+    nodelist: str = ""  # the nodes as Slurm writes them (node[01-04]): SLURM_JOB_NODELIST
 
     @property
     def ended(self) -> bool:
@@ -96,15 +98,19 @@ def parse_squeue(text: str) -> dict[str, SlurmJob]:
             start_time=_epoch(j.get("start_time")),
             end_time=_epoch(j.get("end_time")),
             time_limit=float(limit) * 60 if isinstance(limit, int) else None,
+            name=str(j.get("name", "")),
+            nodelist=str(j.get("nodes", "") or ""),
         )
     return jobs
 
 
-def squeue(job_ids: list[str]) -> dict[str, SlurmJob]:
-    """The state of these jobs. A job slurmctld no longer knows is absent: it ended long enough ago."""
-    if not job_ids:
+def squeue(job_ids: list[str] | None = None) -> dict[str, SlurmJob]:
+    """The state of these jobs (None: every job of this user). A job slurmctld no longer knows is
+    absent: it ended long enough ago (MinJobAge)."""
+    if job_ids is not None and not job_ids:
         return {}
-    return {k: v for k, v in parse_squeue(run(["squeue", "--json"])).items() if k in set(job_ids)}
+    jobs = parse_squeue(run(["squeue", "--json", "--me"]))
+    return jobs if job_ids is None else {k: v for k, v in jobs.items() if k in set(job_ids)}
 
 
 def shell_quote(text: str) -> str:

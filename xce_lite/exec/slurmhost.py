@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 
 from xce_lite.exec import slurm
 from xce_lite.exec.channel import DEFAULT_TIMEOUT
+from xce_lite.exec.host import LaunchReply, LaunchRequest
 from xce_lite.exec.local import LocalHost
 
 
@@ -32,11 +34,13 @@ class SlurmHost(LocalHost):
         agent_file: str | os.PathLike,
         python: str = sys.executable,
         timeout: float = DEFAULT_TIMEOUT,
+        nodelist: str | None = None,
     ) -> None:
         node_dir = os.path.join(os.fspath(directory), str(job_id), node)
         super().__init__(name, os.path.join(node_dir, "spool"), python=python, timeout=timeout, mode="plain")
         self.job_id, self.node, self.directory = str(job_id), node, os.fspath(directory)
         self.agent_file = os.fspath(agent_file)
+        self.nodelist = nodelist  # the allocation's nodes, as Slurm writes them (SLURM_JOB_NODELIST)
 
     @property
     def log_path(self):
@@ -47,3 +51,14 @@ class SlurmHost(LocalHost):
         # the node's directory may not be there yet (the batch script makes it): the relay's log goes there
         self.spool_dir.parent.mkdir(parents=True, exist_ok=True)
         return slurm.relay_argv(self.job_id, self.node, self.directory, self.python, self.agent_file)
+
+    def _with_allocation(self, requests: list[LaunchRequest]) -> list[LaunchRequest]:
+        """Jobs here see their allocation as a Slurm batch job would (SLURM_JOB_ID, SLURM_JOB_NODELIST)."""
+        extra = {"SLURM_JOB_ID": self.job_id, "SLURM_JOB_NODELIST": self.nodelist or self.node}
+        return [replace(r, env={**r.env, **extra}) for r in requests]
+
+    def launch(self, requests: list[LaunchRequest], timeout: float | None = None) -> list[LaunchReply]:
+        return super().launch(self._with_allocation(requests), timeout)
+
+    def launch_nowait(self, requests: list[LaunchRequest]) -> None:
+        super().launch_nowait(self._with_allocation(requests))

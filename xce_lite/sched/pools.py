@@ -23,6 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from xce_lite.sched import resreq as rr
+from xce_lite.sched.resreq_parse import parse
+
 TIME_LEFT = "time_left"  # the host attribute: seconds until the allocation's time limit (pool hosts only)
 
 
@@ -103,6 +106,26 @@ def time_left_term(run_limit: float) -> str:
     """The select term a job with run limit `run_limit` gets: on a pool host, at least that much
     time must be left before the allocation's limit (other hosts have no such attribute)."""
     return f"select[type!=slurm || {TIME_LEFT}>={int(math.ceil(run_limit))}]"
+
+
+def with_time_left(resreq: rr.ResReq, run_limit: float | None) -> rr.ResReq:
+    """`resreq` with the time-left term of a job with run limit `run_limit` (none without one)."""
+    if run_limit is None:
+        return resreq
+    return rr.combine([resreq, parse(time_left_term(run_limit))])
+
+
+def run_limit_of(resreq: rr.ResReq) -> float | None:
+    """The run limit a time-left term in `resreq` says, or None (the inverse of with_time_left)."""
+    stack = [resreq.select] if resreq.select is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, rr.Or) and len(node.items) == 2:
+            right = node.items[1]
+            if isinstance(right, rr.Compare) and right.op == ">=" and right.left.name == TIME_LEFT:
+                return float(right.right.value)
+        stack.extend(getattr(node, "items", ()))
+    return None
 
 
 def _duration(seconds: float) -> str:

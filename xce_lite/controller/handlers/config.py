@@ -58,6 +58,7 @@ class ConfigHandlers:
         self.host_totals = host_totals(config)
         self.addresses = {h.name: h.address for h in config.hosts if h.address}  # how a hostfile names hosts
         self.queue_policies = queue_policies(config)
+        self._refresh_pool_views(time.time())  # pools.py: the pools' hosts, which come and go
         if not hasattr(self, "_presets"):
             self._presets = PresetDir(self.home.presets)
         self._record_running_config()

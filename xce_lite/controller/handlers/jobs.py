@@ -304,9 +304,10 @@ class ApiHandlers:
                     running[host] += 1
             probes, since, why = dict(self._probes), dict(self._down_since), dict(self._down_why)
             lost = set(self._lost_hosts)
-        configs = {h.name: h for h in self.config.hosts}
-        return {"schema": 1, "hosts": [
-            {"name": v.name, "type": configs[v.name].type, "state": "ok" if v.state == "ok" else "unreach",
+        pools = self._pools_wire(time.time())
+        templates = {p["name"] for p in pools}  # the pools' own entries, never up: see pools.py
+        return {"schema": 1, "pools": pools, "hosts": [
+            {"name": v.name, "type": v.attrs.get("type"), "state": "ok" if v.state == "ok" else "unreach",
              "unreach_since": since.get(v.name), "unreach_why": why.get(v.name), "lost": v.name in lost,
              "jobs": running[v.name],
              "slots": v.total["slots"], "used": v.total["slots"] - v.free["slots"], "mem": v.total["mem"],
@@ -314,7 +315,7 @@ class ApiHandlers:
                            for name, total in v.total.items()},
              "gpus_free": list(v.gpu_free), "attrs": dict(v.attrs), "tags": sorted(v.tags),
              "agent": _probe_to_wire(probes.get(v.name))}
-            for v in views]}
+            for v in views if v.name not in templates]}
 
     def api_reconnect(self, caller: Caller, query: dict, body: Any) -> dict:
         """Try to reach these hosts now, not at the end of their backoff (a key was just accepted)."""

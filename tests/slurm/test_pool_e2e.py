@@ -1,0 +1,145 @@
+"""A `type: slurm` pool end to end: the real controller, a real one-node Slurm, the `xce` CLI.
+
+Jobs of a queue whose hosts name the pool wait until the controller's sbatch gets an allocation,
+then run on its node (through the agent in the allocation's batch step) and end DONE; the faults
+come in sequence: a controller kill -9 while a job runs there (the job goes on and is adopted, the
+allocation is not submitted again), then a `scancel` of the allocation (its job is requeued and
+runs again on a fresh allocation)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.cluster import Cluster
+from tests.support.slurm import SlurmCluster
+from tests.support.waiting import wait_until
+
+
+def pool_config(time_limit: str = "5m", idle_timeout: str = "5m") -> str:
+    return f"""\
+        cluster: s{id(time_limit) % 100000}
+        hosts:
+          - name: local
+            slots: 1
+            mem: 1G
+        queues:
+          - name: normal
+            default: true
+            hosts: [local]
+          - name: hpc
+            hosts: [hpc]
+        pools:
+          - name: hpc
+            type: slurm
+            max_allocations: 1
+            time_limit: {time_limit}
+            idle_timeout: {idle_timeout}
+            slots: 2
+            mem: 512M
+            python: {sys.executable}
+        controller:
+          tick: 1s
+          grace: 2s
+        """
+
+
+@pytest.fixture
+def pool_cluster(slurm: SlurmCluster) -> Iterator:
+    """`pool_cluster(**pool_config options)`: a started cluster with the pool hpc on the test Slurm."""
+    made: list[Cluster] = []
+
+    def make(**options) -> Cluster:
+        c = Cluster(config=pool_config(**options))
+        made.append(c)
+        c.env["SLURM_CONF"] = str(slurm.conf)
+        c.start()
+        return c
+
+    try:
+        yield make
+    finally:
+        for c in made:
+            c.close()
+        slurm.cancel_all()
+
+
+def pools(c: Cluster) -> dict:
+    return {p["name"]: p for p in json.loads(c.ok("hosts", "-l", "--json"))["pools"]}
+
+
+def allocations(c: Cluster, state: str | None = None) -> list[dict]:
+    return [a for a in pools(c)["hpc"]["allocations"] if state is None or a["state"] == state]
+
+
+def test_a_job_waits_for_an_allocation_runs_there_and_survives_faults(pool_cluster, slurm: SlurmCluster):
+    c = pool_cluster()
+    assert allocations(c) == []
+    out = c.work / "env.out"
+    first = c.submit("sh", "-c", 'echo "$SLURM_JOB_ID $SLURM_JOB_NODELIST $XCE_JOBID"',
+                     options=("-q", "hpc", "-o", str(out)))
+    done = c.wait_state(first, {"DONE", "EXIT"}, timeout=90)
+    assert done["state"] == "DONE", done
+    [alloc] = allocations(c, "running")
+    assert out.read_text().split() == [alloc["job_id"], slurm.node, str(first)]
+    assert done["hosts"][0][0] == f"hpc-{alloc['job_id']}" == alloc["hosts"][0]
+    assert slurm.job_state(alloc["job_id"]) == "RUNNING"
+    text = c.ok("hosts", "-l")
+    assert "POOL hpc" in text and alloc["job_id"] in text and "running" in text
+
+    # kill -9 of the controller while a job runs in the allocation: the job goes on, the restarted
+    # controller adopts the allocation (no second sbatch) and the job, which ends DONE.
+    go = c.work / "go"
+    second = c.submit(sys.executable, "-c", WAIT_FOR, str(go), options=("-q", "hpc"))
+    c.wait_state(second, {"RUN"}, timeout=60)
+    c.kill9_controller()
+    c.start()
+    go.touch()
+    assert c.wait_state(second, {"DONE", "EXIT"}, timeout=60)["state"] == "DONE"
+    assert [a["job_id"] for a in allocations(c, "running")] == [alloc["job_id"]]
+    assert len([j for j in slurm.jobs().values() if j["name"].startswith("xce-")]) == 1
+
+    # scancel of the allocation: its job is requeued, and runs again on a new allocation.
+    go2 = c.work / "go2"
+    third = c.submit(sys.executable, "-c", WAIT_FOR, str(go2), options=("-q", "hpc"))
+    c.wait_state(third, {"RUN"}, timeout=60)
+    slurm.run("scancel", alloc["job_id"])
+    wait_until(lambda: c.job(third)["attempt"] >= 2 or c.job(third)["state"] in ("DONE", "EXIT"), 60,
+               f"job {third} to be requeued")
+    assert c.job(third)["state"] in ("PEND", "DISP", "RUN")
+    ended = [a for a in allocations(c) if a["job_id"] == alloc["job_id"]]
+    assert ended[0]["state"] == "ended" and "CANCELLED" in ended[0]["reason"]
+    c.wait_state(third, {"RUN"}, timeout=90)
+    go2.touch()
+    assert c.wait_state(third, {"DONE", "EXIT"}, timeout=60)["state"] == "DONE"
+    [fresh] = allocations(c, "running")
+    assert fresh["job_id"] != alloc["job_id"]
+
+
+def test_an_allocation_drains_before_its_time_limit_and_is_released(pool_cluster, slurm: SlurmCluster):
+    c = pool_cluster(time_limit="1m")
+    short = c.submit("true", options=("-q", "hpc", "-W", "30s"))
+    assert c.wait_state(short, {"DONE", "EXIT"}, timeout=90)["state"] == "DONE"
+    [alloc] = allocations(c, "running")
+    # Once less than 45 s are left, a job of -W 45 may not go there: the allocation drains, is
+    # released (max_allocations 1 leaves no room beside it) and a fresh one runs the job.
+    wait_until(lambda: (allocations(c, "running") or [{"time_left": 0}])[0]["time_left"] < 44, 60,
+               "the allocation's time left to fall under 45 s")
+    longer = c.submit("true", options=("-q", "hpc", "-W", "45s"))
+    assert c.wait_state(longer, {"DONE", "EXIT"}, timeout=120)["state"] == "DONE"
+    job = c.job(longer)
+    old = next(a for a in allocations(c) if a["job_id"] == alloc["job_id"])
+    assert old["state"] == "ended" and "draining" in old["reason"], old
+    assert job["hosts"][0][0] != f"hpc-{alloc['job_id']}"
+
+
+WAIT_FOR = (
+    "import os, sys, time\n"
+    "end = time.time() + 120\n"
+    "while not os.path.exists(sys.argv[1]) and time.time() < end:\n"
+    "    time.sleep(0.05)\n"
+    "sys.exit(0 if os.path.exists(sys.argv[1]) else 3)\n"
+)
