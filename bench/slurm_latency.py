@@ -9,7 +9,9 @@ released). One job warms the allocation (its sbatch, start, relay and agent are 
 SAMPLES jobs per queue, interleaved, each `sh -c 'date +%s.%N > F'` submitted through the Python API:
 
 - submit -> start: F's time minus time.time() just before the submit;
-- submit -> done: until `wait` returns with the job DONE.
+- submit -> done: until `wait` returns with the job DONE;
+- stored stamps: the store's start_time - submit_time (the agent's clock at the fork, the
+  controller's at the submit): no HTTP, no `sh`.
 
 Both hosts are this machine; the pool's jobs go through `srun --overlap` (the relay) to the agent in
 the allocation's batch step, so the difference is the relay's hop plus the pool's host in the
@@ -75,6 +77,7 @@ def main(samples: int = 20) -> None:
             print(f"cold: first job on the pool (sbatch, allocation start, relay, agent): {time.time() - began:.2f} s")
             starts: dict[str, list[float]] = {"local": [], "hpc": []}
             dones: dict[str, list[float]] = {"local": [], "hpc": []}
+            stamps: dict[str, list[float]] = {"local": [], "hpc": []}
             for i in range(samples):
                 for queue in ("local", "hpc") if i % 2 else ("hpc", "local"):
                     stamp = tmp / f"{queue}-{i}"
@@ -85,8 +88,10 @@ def main(samples: int = 20) -> None:
                     assert done["state"] == "DONE", done
                     starts[queue].append(float(stamp.read_text()) - t0)
                     dones[queue].append(t1 - t0)
+                    stamps[queue].append(done["start_time"] - done["submit_time"])
         print(f"{samples} samples per queue, interleaved; milliseconds (median / p90)")
-        for label, data in (("submit -> start", starts), ("submit -> done", dones)):
+        for label, data in (("submit -> start", starts), ("submit -> done", dones),
+                            ("stored stamps", stamps)):
             row = {q: (statistics.median(v) * 1000, sorted(v)[int(0.9 * (len(v) - 1))] * 1000) for q, v in data.items()}
             extra = row["hpc"][0] - row["local"][0]
             print(f"  {label:16} local {row['local'][0]:7.1f} / {row['local'][1]:7.1f}   "

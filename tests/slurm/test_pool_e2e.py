@@ -19,7 +19,7 @@ from tests.support.slurm import SlurmCluster
 from tests.support.waiting import wait_until
 
 
-def pool_config(time_limit: str = "5m", idle_timeout: str = "5m") -> str:
+def pool_config(time_limit: str = "5m", idle_timeout: str = "5m", extra: str = "") -> str:
     return f"""\
         cluster: s{id(time_limit) % 100000}
         hosts:
@@ -40,7 +40,7 @@ def pool_config(time_limit: str = "5m", idle_timeout: str = "5m") -> str:
             idle_timeout: {idle_timeout}
             slots: 2
             mem: 512M
-            python: {sys.executable}
+            python: {sys.executable}{extra}
         controller:
           tick: 1s
           grace: 2s
@@ -134,6 +134,36 @@ def test_an_allocation_drains_before_its_time_limit_and_is_released(pool_cluster
     old = next(a for a in allocations(c) if a["job_id"] == alloc["job_id"])
     assert old["state"] == "ended" and "draining" in old["reason"], old
     assert job["hosts"][0][0] != f"hpc-{alloc['job_id']}"
+
+
+def test_slurms_reasons_show_for_a_pending_or_failed_sbatch(pool_cluster, slurm: SlurmCluster):
+    # A job of the whole node holds it: the pool's allocation pends, with Slurm's reason.
+    blocker = slurm.sbatch(f"--cpus-per-task={slurm.cpus}", "--wrap", "sleep 300", "-o", "/dev/null")
+    wait_until(lambda: slurm.job_state(blocker) == "RUNNING", 60, "the blocker to run")
+    c = pool_cluster()
+    job = c.submit("true", options=("-q", "hpc"))
+    [pending] = wait_until(lambda: allocations(c, "pending"), 60, "an allocation to pend")
+    wait_until(lambda: allocations(c, "pending")[0]["reason"] == "Resources", 30, "Slurm's reason to show")
+    text = c.ok("hosts", "-l")
+    assert pending["job_id"] in text and "pending" in text and "Resources" in text
+    assert c.job(job)["state"] == "PEND"
+    # A -W that no allocation of the queue's pool can hold is refused at submit.
+    refused = c.xce("submit", "-q", "hpc", "-W", "6m", "--", "true")
+    assert refused.returncode != 0 and "longer than any allocation" in refused.stderr, refused.stderr
+    slurm.run("scancel", blocker)
+    assert c.wait_state(job, {"DONE", "EXIT"}, timeout=90)["state"] == "DONE"
+    assert [a["job_id"] for a in allocations(c, "running")] == [pending["job_id"]]
+
+
+def test_a_failed_sbatch_shows_slurms_words(pool_cluster):
+    c = pool_cluster(extra="\n            partition: nosuch")
+    job = c.submit("true", options=("-q", "hpc"))
+    [failed] = wait_until(lambda: allocations(c, "failed"), 60, "the sbatch to fail")
+    assert failed["job_id"] is None and "sbatch failed" in failed["reason"]
+    assert "invalid partition" in failed["reason"].lower(), failed["reason"]
+    text = c.ok("hosts", "-l")
+    assert "POOL hpc" in text and "failed" in text and "invalid partition" in text.lower()
+    assert c.job(job)["state"] == "PEND"
 
 
 WAIT_FOR = (

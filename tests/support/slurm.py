@@ -80,6 +80,8 @@ class SlurmCluster:
 
     def _write_config(self) -> None:
         d = self.dir
+        for sub in ("state", "slurmd"):  # a cluster of an earlier start in this directory: a fresh one
+            shutil.rmtree(d / sub, ignore_errors=True)
         for sub in ("state", "slurmd", "munge"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(d / "munge", 0o700)

@@ -30,10 +30,12 @@ from pathlib import Path
 
 from xce_lite.config.cluster import PoolConfig
 from xce_lite.config.sched_view import queue_policies
+from xce_lite.errors import SpecError
 from xce_lite.exec import bundle, slurm
 from xce_lite.exec.link import HostLink
 from xce_lite.exec.slurmhost import SlurmHost
 from xce_lite.models import EXIT
+from xce_lite.quantities import format_duration
 from xce_lite.sched import pools as policy
 from xce_lite.sched.placement import GPUS, SLOTS, HostView
 from xce_lite.store.jobs import Requeue
@@ -125,6 +127,20 @@ class PoolWork:
             return job
         return replace(job, request=replace(job.request, resreq=policy.with_time_left(job.request.resreq,
                                                                                       eff.run_limit)))
+
+    def _pool_admit(self, queue_name: str, eff) -> None:
+        """At submit: a job whose queue runs on pools alone, with a -W longer than every such
+        pool's time_limit, could never run: SpecError, with what to do."""
+        if not self.config.pools or eff.run_limit is None:
+            return
+        hosts = self.config.queue(queue_name).hosts
+        pools = [p for p in self.config.pools if hosts is not None and p.name in hosts]
+        if not pools or len(pools) < len(hosts) or any(eff.run_limit <= p.time_limit for p in pools):
+            return
+        limits = ", ".join(f"{p.name} {format_duration(p.time_limit)}" for p in pools)
+        raise SpecError(f"run limit {format_duration(eff.run_limit)} is longer than any allocation of the pools of "
+                        f"queue {queue_name} can last (time_limit: {limits}); ask for less with -W, or raise "
+                        f"the pool's time_limit")
 
     def _refresh_pool_views(self, now: float) -> None:
         """Put the pools' hosts into the configuration's (after a reconfig, and at each step)."""

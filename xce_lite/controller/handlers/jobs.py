@@ -87,6 +87,7 @@ class ApiHandlers:
         """The spec as it will be stored (its profile name resolved), and its queue's name;
         SpecError if its effective values break a rule or could never run (merge.py)."""
         spec, queue_name, _eff = admit(JobSpec.from_wire(raw), self.config, self.profiles, self.host_totals)
+        self._pool_admit(queue_name, _eff)  # pools.py: a -W no allocation of the queue's pools can hold
         if not os.path.isdir(spec.cwd):
             raise errors.SpecError(f"working directory {spec.cwd} does not exist or is not a directory")
         if not os.access(spec.cwd, os.R_OK | os.X_OK):
