@@ -4,18 +4,19 @@
 
 Starts a one-node Slurm on loopback (tests/support/slurm.py: munged, slurmctld, slurmd, in a temporary
 directory of their own, stopped by PID at the end) and one controller whose cluster has a `local`
-host (queue `local`) and a pool `hpc` (queue `hpc`, one allocation, never idle long enough to be
-released). One job warms the allocation (its sbatch, start, relay and agent are not measured). Then
-SAMPLES jobs per queue, interleaved, each `sh -c 'date +%s.%N > F'` submitted through the Python API:
+host (queue `local`) and two pools of one allocation each, never idle long enough to be released:
+`hpc` (queue `hpc`, reached through `srun --overlap`) and `hpcd` (queue `direct`, `connect: direct`:
+a TCP connection to the keeper). One job warms each allocation (its sbatch, start, relay and agent
+are timed apart). Then SAMPLES jobs per queue, interleaved, each `sh -c 'date +%s.%N > F'`
+submitted through the Python API:
 
 - submit -> start: F's time minus time.time() just before the submit;
 - submit -> done: until `wait` returns with the job DONE;
 - stored stamps: the store's start_time - submit_time (the agent's clock at the fork, the
   controller's at the submit): no HTTP, no `sh`.
 
-Both hosts are this machine; the pool's jobs go through `srun --overlap` (the relay) to the agent in
-the allocation's batch step, so the difference is the relay's hop plus the pool's host in the
-scheduler. Prints medians and p90s; asserts nothing.
+All hosts are this machine, and every agent runs jobs under the plain supervisor; what differs is
+the way to the agent. Prints medians and p90s; asserts nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from tests.support.slurm import SlurmCluster
 from xce_lite import Cluster
 
 
+QUEUES = ["local", "hpc", "direct"]
+NAMES = {"local": "local", "hpc": "pool/srun", "direct": "pool/direct"}
+
+
 def main(samples: int = 20) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="xb-slurm-"))
     slurm = SlurmCluster(tmp / "slurm").start()
@@ -52,9 +57,20 @@ def main(samples: int = 20) -> None:
             hosts: [local]
           - name: hpc
             hosts: [hpc]
+          - name: direct
+            hosts: [hpcd]
         pools:
           - name: hpc
             type: slurm
+            max_allocations: 1
+            time_limit: 1h
+            idle_timeout: 1h
+            slots: 2
+            mem: 512M
+            python: {sys.executable}
+          - name: hpcd
+            type: slurm
+            connect: direct
             max_allocations: 1
             time_limit: 1h
             idle_timeout: 1h
@@ -71,15 +87,16 @@ def main(samples: int = 20) -> None:
     os.environ["SLURM_CONF"] = str(slurm.conf)
     try:
         with Cluster(home) as c:
-            began = time.time()
-            warm = c.submit(["true"], queue="hpc")
-            c.wait(warm)
-            print(f"cold: first job on the pool (sbatch, allocation start, relay, agent): {time.time() - began:.2f} s")
-            starts: dict[str, list[float]] = {"local": [], "hpc": []}
-            dones: dict[str, list[float]] = {"local": [], "hpc": []}
-            stamps: dict[str, list[float]] = {"local": [], "hpc": []}
+            for queue in QUEUES[1:]:
+                began = time.time()
+                c.wait(c.submit(["true"], queue=queue))
+                print(f"cold: first job on pool {queue} (sbatch, allocation start, relay, agent): "
+                      f"{time.time() - began:.2f} s")
+            starts: dict[str, list[float]] = {q: [] for q in QUEUES}
+            dones: dict[str, list[float]] = {q: [] for q in QUEUES}
+            stamps: dict[str, list[float]] = {q: [] for q in QUEUES}
             for i in range(samples):
-                for queue in ("local", "hpc") if i % 2 else ("hpc", "local"):
+                for queue in QUEUES[i % 3:] + QUEUES[:i % 3]:
                     stamp = tmp / f"{queue}-{i}"
                     t0 = time.time()
                     job = c.submit(["sh", "-c", f"date +%s.%N > {stamp}"], queue=queue)
@@ -93,9 +110,9 @@ def main(samples: int = 20) -> None:
         for label, data in (("submit -> start", starts), ("submit -> done", dones),
                             ("stored stamps", stamps)):
             row = {q: (statistics.median(v) * 1000, sorted(v)[int(0.9 * (len(v) - 1))] * 1000) for q, v in data.items()}
-            extra = row["hpc"][0] - row["local"][0]
-            print(f"  {label:16} local {row['local'][0]:7.1f} / {row['local'][1]:7.1f}   "
-                  f"slurm pool {row['hpc'][0]:7.1f} / {row['hpc'][1]:7.1f}   extra (median) {extra:+7.1f}")
+            cells = [f"{NAMES[q]} {row[q][0]:6.1f} / {row[q][1]:6.1f}" for q in QUEUES]
+            extra = [f"{row[q][0] - row['local'][0]:+6.1f}" for q in QUEUES[1:]]
+            print(f"  {label:16} " + "   ".join(cells) + f"   extra (medians) {' '.join(extra)}")
     finally:
         subprocess.run([*xce, "controller", "stop"], env=env, capture_output=True)
         slurm.stop()

@@ -8,7 +8,9 @@ runs again on a fresh allocation)."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import sys
 from collections.abc import Iterator
 
@@ -19,9 +21,13 @@ from tests.support.slurm import SlurmCluster
 from tests.support.waiting import wait_until
 
 
+NAMES = itertools.count(1)
+
+
 def pool_config(time_limit: str = "5m", idle_timeout: str = "5m", extra: str = "") -> str:
+    # a cluster name of its own per test: Slurm remembers the allocations of earlier tests by name
     return f"""\
-        cluster: s{id(time_limit) % 100000}
+        cluster: s{os.getpid()}n{next(NAMES)}
         hosts:
           - name: local
             slots: 1
@@ -75,8 +81,9 @@ def allocations(c: Cluster, state: str | None = None) -> list[dict]:
     return [a for a in pools(c)["hpc"]["allocations"] if state is None or a["state"] == state]
 
 
-def test_a_job_waits_for_an_allocation_runs_there_and_survives_faults(pool_cluster, slurm: SlurmCluster):
-    c = pool_cluster()
+@pytest.mark.parametrize("connect", ["srun", "direct"])
+def test_a_job_waits_for_an_allocation_runs_there_and_survives_faults(pool_cluster, slurm: SlurmCluster, connect):
+    c = pool_cluster(extra=f"\n            connect: {connect}")
     assert allocations(c) == []
     out = c.work / "env.out"
     first = c.submit("sh", "-c", 'echo "$SLURM_JOB_ID $SLURM_JOB_NODELIST $XCE_JOBID"',
@@ -100,7 +107,8 @@ def test_a_job_waits_for_an_allocation_runs_there_and_survives_faults(pool_clust
     go.touch()
     assert c.wait_state(second, {"DONE", "EXIT"}, timeout=60)["state"] == "DONE"
     assert [a["job_id"] for a in allocations(c, "running")] == [alloc["job_id"]]
-    assert len([j for j in slurm.jobs().values() if j["name"].startswith("xce-")]) == 1
+    live = [j for j in slurm.jobs().values() if j["job_state"] in ("PENDING", "RUNNING")]
+    assert [str(j["job_id"]) for j in live] == [alloc["job_id"]]
 
     # scancel of the allocation: its job is requeued, and runs again on a new allocation.
     go2 = c.work / "go2"
@@ -110,8 +118,8 @@ def test_a_job_waits_for_an_allocation_runs_there_and_survives_faults(pool_clust
     wait_until(lambda: c.job(third)["attempt"] >= 2 or c.job(third)["state"] in ("DONE", "EXIT"), 60,
                f"job {third} to be requeued")
     assert c.job(third)["state"] in ("PEND", "DISP", "RUN")
-    ended = [a for a in allocations(c) if a["job_id"] == alloc["job_id"]]
-    assert ended[0]["state"] == "ended" and "CANCELLED" in ended[0]["reason"]
+    wait_until(lambda: "CANCELLED" in next(a["reason"] for a in allocations(c) if a["job_id"] == alloc["job_id"]),
+               30, "the allocation to show as ended, CANCELLED")
     c.wait_state(third, {"RUN"}, timeout=90)
     go2.touch()
     assert c.wait_state(third, {"DONE", "EXIT"}, timeout=60)["state"] == "DONE"

@@ -67,6 +67,7 @@ class AllocRecord:
     end_time: float | None = None
     idle_since: float | None = None
     release: str | None = None
+    settled: bool = True  # False while Slurm still says COMPLETING: its final state is to come
 
     def host_names(self) -> list[str]:
         if len(self.nodes) == 1:
@@ -176,6 +177,14 @@ class PoolWork:
         by_name = {j.name: j for j in seen.values()}
         for r in live:
             changed |= self._pool_update(r, seen, by_name, now)
+        for r in self._allocs:
+            if r.settled:
+                continue
+            job = seen.get(r.job_id or "")
+            if job is None or job.ended:  # the final word, where Slurm still has it
+                r.settled, changed = True, True
+                if job is not None:
+                    r.reason = r.reason.replace("COMPLETING", job.state)
         for pool in self.config.pools:
             changed |= self._pool_act(pool, now)
         with self._mu:
@@ -203,6 +212,7 @@ class PoolWork:
             said = f" ({job.reason})" if job is not None and job.reason not in ("", "None") else ""
             why = f"Slurm job {r.job_id} {state}{said}"
             self._pool_end(r, why, now)
+            r.settled = job is None or job.state != "COMPLETING"
         elif job.state == "RUNNING":
             if r.state != "running" or not self._pool_linked(r):
                 r.state, r.nodes, r.nodelist = "running", list(job.nodes), job.nodelist
@@ -230,7 +240,8 @@ class PoolWork:
             self._pool_host_of[name] = (r, node)
 
             def factory(name: str = name, node: str = node) -> SlurmHost:
-                return SlurmHost(name, r.job_id, node, directory, agent, python=pool.python, nodelist=r.nodelist)
+                return SlurmHost(name, r.job_id, node, directory, agent, python=pool.python, nodelist=r.nodelist,
+                                 direct=pool.connect == "direct")
 
             link = HostLink(name, factory, self._events, self.log, backoff_max=self.config.ssh.reconnect_max)
             with self._mu:
@@ -337,7 +348,8 @@ class PoolWork:
         directory = self._pool_dir(pool)
         try:
             agent = bundle.install(directory)
-            script = slurm.batch_script(pool.name, str(directory), pool.python, str(agent), pool.nodes_per_allocation)
+            script = slurm.batch_script(pool.name, str(directory), pool.python, str(agent), pool.nodes_per_allocation,
+                                        tcp=pool.connect == "direct")
             args = pool.sbatch_options(self._slurm_name(pool.name, r.seq))
             r.job_id = slurm.sbatch(script, [*args, f"--output={directory}/slurm-%j.out", f"--chdir={directory}"])
         except (slurm.SlurmError, OSError) as err:

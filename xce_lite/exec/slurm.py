@@ -117,15 +117,16 @@ def shell_quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def batch_script(pool: str, directory: str, python: str, agent_file: str, nodes: int) -> str:
+def batch_script(pool: str, directory: str, python: str, agent_file: str, nodes: int, tcp: bool = False) -> str:
     """The batch script of an allocation of pool `pool`: every node runs `keep` (exec/agent/keeper.py)
     in DIRECTORY/$SLURM_JOB_ID/$SLURMD_NODENAME; the first node in the batch step itself, the others
     in one step started from it (its `srun` client lives in the batch step, out of the controller's
-    reach). Host names are POOL-JOBID (one node) or POOL-JOBID-NODEINDEX."""
+    reach). Host names are POOL-JOBID (one node) or POOL-JOBID-NODEINDEX. `tcp`: the keepers listen
+    on TCP too, for a controller that connects straight (keeper.py)."""
     d, py, agent = shell_quote(directory), shell_quote(python), shell_quote(agent_file)
     suffix = '-"$SLURM_NODEID"' if nodes > 1 else ""
     keep = (f'{py} -S -E {agent} keep --dir "$d/$SLURMD_NODENAME" --spool "$d/$SLURMD_NODENAME/spool" '
-            f'--host-name {shell_quote(pool)}-"$SLURM_JOB_ID"{suffix}')
+            f'--host-name {shell_quote(pool)}-"$SLURM_JOB_ID"{suffix}' + (" --tcp 1" if tcp else ""))
     lines = [
         "#!/bin/sh",
         f"# xce_lite: an allocation of pool {pool}; each node runs the xce agent's keeper (README:",
