@@ -12,13 +12,18 @@ import itertools
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from tests.support.cluster import Cluster
 from tests.support.slurm import SlurmCluster
 from tests.support.waiting import wait_until
+from xce_lite.exec import bundle
+from xce_lite.exec import slurm as slurm_cmds
+from xce_lite.store.jobs import JobStore
 
 
 NAMES = itertools.count(1)
@@ -172,6 +177,41 @@ def test_a_failed_sbatch_shows_slurms_words(pool_cluster):
     text = c.ok("hosts", "-l")
     assert "POOL hpc" in text and "failed" in text and "invalid partition" in text.lower()
     assert c.job(job)["state"] == "PEND"
+
+
+def test_an_idle_allocation_is_released_after_idle_timeout(pool_cluster, slurm: SlurmCluster):
+    c = pool_cluster(idle_timeout="3s")
+    job = c.submit("true", options=("-q", "hpc"))
+    assert c.wait_state(job, {"DONE", "EXIT"}, timeout=90)["state"] == "DONE"
+    [alloc] = allocations(c, "running")
+    ended = wait_until(lambda: next(a for a in allocations(c) if a["job_id"] == alloc["job_id"])["state"] == "ended"
+                       and next(a for a in allocations(c) if a["job_id"] == alloc["job_id"]), 60,
+                       "the idle allocation to be released")
+    assert "released: idle for" in ended["reason"], ended
+    wait_until(lambda: slurm.job_state(alloc["job_id"]) == "CANCELLED", 30, "Slurm to say CANCELLED")
+
+
+def test_an_sbatch_the_controller_did_not_live_to_record_is_adopted(pool_cluster, slurm: SlurmCluster):
+    c = pool_cluster()
+    c.ok("controller", "stop")
+    # As if the controller had died between its sbatch and the record of the job id: the intent
+    # (the pool's sequence number 1) is stored, and Slurm has the allocation under its name.
+    store = JobStore(c.home / "xce.db")
+    store.set_meta("slurm_pools", json.dumps(
+        {"seq": 1, "allocations": [{"pool": "hpc", "seq": 1, "submit_time": time.time()}]}))
+    store.close()
+    cluster = yaml.safe_load((c.home / "xce.yaml").read_text())["cluster"]
+    directory = c.home / "slurm" / "hpc"
+    agent = bundle.install(directory)
+    script = c.root / "batch.sh"
+    script.write_text(slurm_cmds.batch_script("hpc", str(directory), sys.executable, str(agent), 1))
+    job_id = slurm.sbatch(f"--job-name=xce-{cluster}-hpc-1", "--cpus-per-task=2", "--time=5",
+                          f"--output={directory}/slurm-%j.out", str(script))
+    c.start()
+    job = c.submit("true", options=("-q", "hpc"))
+    assert c.wait_state(job, {"DONE", "EXIT"}, timeout=90)["state"] == "DONE"
+    assert [a["job_id"] for a in allocations(c)] == [job_id]
+    assert c.job(job)["hosts"][0][0] == f"hpc-{job_id}"
 
 
 WAIT_FOR = (
