@@ -160,6 +160,9 @@ def test_slurms_reasons_show_for_a_pending_or_failed_sbatch(pool_cluster, slurm:
     text = c.ok("hosts", "-l")
     assert pending["job_id"] in text and "pending" in text and "Resources" in text
     assert c.job(job)["state"] == "PEND"
+    waits_for = f"pool hpc: allocation {pending['job_id']} pending in Slurm (Resources)"
+    wait_until(lambda: c.job(job)["pend_reason"] == waits_for, 30, "the pend reason to say what the pool does")
+    assert waits_for in c.ok("why", str(job))
     # A -W that no allocation of the queue's pool can hold is refused at submit.
     refused = c.xce("submit", "-q", "hpc", "-W", "6m", "--", "true")
     assert refused.returncode != 0 and "longer than any allocation" in refused.stderr, refused.stderr

@@ -269,7 +269,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             dirty, self._dirty = self._dirty or bool(closing), False
             hosts = self._hosts_now(closing) if dirty and self._pending else None
             shared = self._shared_free(closing) if hosts is not None else None
-        decisions = self._schedule(hosts, shared) if hosts is not None else None
+        decisions = self._pool_reasons(self._schedule(hosts, shared) if hosts is not None else None)
         plans = self._plans(decisions) if decisions is not None else []
         reasons = self._reasons_to_store(decisions, now)
         if finishing or started or plans or reasons or requeues or cancels or events:

@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -191,6 +192,8 @@ class PoolWork:
             self._refresh_pool_views(now)
         if changed:
             self._save_pools()
+            with self._mu:
+                self._dirty = True  # a session again: the pend reasons say what the pools do now
 
     def _slurm_name(self, pool: str, seq: int) -> str:
         return f"xce-{self.cluster}-{pool}-{seq}"
@@ -380,6 +383,48 @@ class PoolWork:
         d = Path(pool.directory).expanduser() if pool.directory else self.home.root / "slurm" / pool.name
         d.mkdir(parents=True, exist_ok=True)
         return d
+
+    # ---- pend reasons -----------------------------------------------------------------------------
+
+    def _pool_status(self, pool: PoolConfig) -> str:
+        """What a job that waits for the pool waits for, in a pend reason (the pool's own entry,
+        a template host that is never up, says this instead of `unreachable`)."""
+        live = [r for r in self._allocs if r.pool == pool.name and r.state in LIVE]
+        pending = [r for r in live if r.state == "pending"]
+        if pending:
+            return "; ".join(f"allocation {r.job_id} pending in Slurm ({r.reason})" for r in pending)
+        if any(r.state == "submitting" for r in live):
+            return "an allocation is being submitted"
+        failed = next((r for r in reversed(self._allocs) if r.pool == pool.name and r.state == "failed"), None)
+        if failed is not None and self._pool_retry_at.get(pool.name, 0) > time.time():
+            return f"{failed.reason}; sbatch again soon"
+        if len(live) >= pool.max_allocations:
+            return f"its {len(live)} allocation(s) (max_allocations) are in use"
+        return "an allocation will be submitted"
+
+    def _pool_words(self, text: str) -> str:
+        for pool in self.config.pools:
+            words = f"pool {pool.name}: {self._pool_status(pool)}"
+            text = re.sub(rf"(?<![\w.-]){re.escape(pool.name)}: unreachable", words, text)
+        return text
+
+    def _pool_reasons(self, decisions):
+        """The scheduler's decisions with the pools' own entries worded as what they wait for."""
+        if decisions is None or not self.config.pools:
+            return decisions
+        return replace(decisions, waiting=tuple((self._pool_words(r), ids) for r, ids in decisions.waiting))
+
+    def _pool_why(self, queue: str, hosts: tuple[HostView, ...], request, run_limit: float | None):
+        """For `xce why`, where there are pools: the hosts the job's queue allows (a pool stands for
+        its hosts), and its request with the time-left term of its run limit."""
+        if not self.config.pools:
+            return hosts, request
+        allowed = next((q.hosts for q in self.queue_policies if q.name == queue), None)
+        if allowed is not None:
+            hosts = tuple(h for h in hosts if h.name in allowed)
+        if run_limit is not None:
+            request = replace(request, resreq=policy.with_time_left(request.resreq, run_limit))
+        return hosts, request
 
     # ---- what `xce hosts -l` shows ------------------------------------------------------------
 

@@ -351,13 +351,15 @@ class ApiHandlers:
         if not isinstance(eff, Effective):
             return {"id": job.id, "state": job.state, "effective": rows,
                     "summary": f"cannot run as configured now: {eff}", "lines": []}
-        result = place(JobRequest(job.id, eff.min_tasks, eff.max_tasks, eff.resreq), hosts, shared)
+        request = JobRequest(job.id, eff.min_tasks, eff.max_tasks, eff.resreq)
+        hosts, request = self._pool_why(job.queue, hosts, request, eff.run_limit)  # pools.py
+        result = place(request, hosts, shared)
         if not isinstance(result, Refusal):
             where = " ".join(f"{n}*{h}" for h, n in result.hosts)
             return {"id": job.id, "state": job.state, "effective": rows,
                     "lines": [f"it fits now ({where}); the scheduler will start it at its next session"]}
-        return {"id": job.id, "state": job.state, "effective": rows, "summary": result.summary(),
-                "lines": list(result.details())}
+        return {"id": job.id, "state": job.state, "effective": rows, "summary": self._pool_words(result.summary()),
+                "lines": [self._pool_words(line) for line in result.details()]}
 
     def api_peek(self, caller: Caller, query: dict, body: Any) -> dict:
         """A piece of a job's output file, read on its first host through the agent (shared file
