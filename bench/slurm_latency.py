@@ -22,6 +22,7 @@ the way to the agent. Prints medians and p90s; asserts nothing.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -89,7 +90,7 @@ def main(samples: int = 20) -> None:
         with Cluster(home) as c:
             for queue in QUEUES[1:]:
                 began = time.time()
-                c.wait(c.submit(["true"], queue=queue))
+                c.wait(c.submit(["true"], queue=queue, cwd=str(tmp)))
                 print(f"cold: first job on pool {queue} (sbatch, allocation start, relay, agent): "
                       f"{time.time() - began:.2f} s")
             starts: dict[str, list[float]] = {q: [] for q in QUEUES}
@@ -99,7 +100,7 @@ def main(samples: int = 20) -> None:
                 for queue in QUEUES[i % 3:] + QUEUES[:i % 3]:
                     stamp = tmp / f"{queue}-{i}"
                     t0 = time.time()
-                    job = c.submit(["sh", "-c", f"date +%s.%N > {stamp}"], queue=queue)
+                    job = c.submit(["sh", "-c", f"date +%s.%N > {stamp}"], queue=queue, cwd=str(tmp))
                     [done] = c.wait(job)
                     t1 = time.time()
                     assert done["state"] == "DONE", done
@@ -116,6 +117,7 @@ def main(samples: int = 20) -> None:
     finally:
         subprocess.run([*xce, "controller", "stop"], env=env, capture_output=True)
         slurm.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
