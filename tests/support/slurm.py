@@ -1,9 +1,10 @@
-"""A real one-node Slurm cluster on loopback, for tests and benchmarks.
+"""A real Slurm cluster on loopback (one node, or several on this one machine), for tests and benchmarks.
 
 `SlurmCluster(directory).start()` writes a munge key and a slurm.conf into `directory` and starts
-munged (on a private socket, with that key), slurmctld and slurmd, each a child process of this
-one (in the foreground, `-F`/`-D`), on ports of their own on 127.0.0.1; `stop()` cancels every job
-left, waits for them to end, then stops the three daemons by the PIDs it started, never by name.
+munged (on a private socket, with that key), slurmctld and slurmd (one per node: `nodes=2` runs two
+slurmds on this machine, NODE1 and NODE2), each a child process of this one (in the foreground,
+`-F`/`-D`), on ports of their own on 127.0.0.1; `stop()` cancels every job left, waits for them to
+end, then stops the daemons by the PIDs it started, never by name.
 Everything the cluster writes (state, spool, logs, pid files) stays in `directory`, so several
 clusters (several engineers' sessions) can run on one machine at once.
 
@@ -66,10 +67,13 @@ class SlurmCluster:
     """One slurmctld and one slurmd (node `node`, the machine's short host name, as slurmd wants)
     with `cpus` CPUs, partition `partition`. See the module docstring."""
 
-    def __init__(self, directory: str | os.PathLike, cpus: int = 8, partition: str = "debug") -> None:
+    def __init__(self, directory: str | os.PathLike, cpus: int = 8, partition: str = "debug", nodes: int = 1) -> None:
         self.dir = Path(directory).absolute()
         self.cpus, self.partition = cpus, partition
         self.node = socket.gethostname().split(".")[0]
+        # Several nodes: slurmds named NODE1, NODE2, ... on this machine, each on a port of its own
+        # (a Slurm built with --enable-multiple-slurmd, as Debian's is).
+        self.nodes = [self.node] if nodes == 1 else [f"{self.node}{i}" for i in range(1, nodes + 1)]
         self.conf = self.dir / "slurm.conf"
         self.daemons: list[Daemon] = []
 
@@ -98,18 +102,18 @@ class SlurmCluster:
                     f"ClusterName={name}",
                     f"SlurmctldHost={self.node}(127.0.0.1)",
                     f"SlurmctldPort={_free_port()}",
-                    f"SlurmdPort={_free_port()}",
+                    *([f"SlurmdPort={_free_port()}"] if len(self.nodes) == 1 else []),
                     "SlurmUser=root",
                     "SlurmdUser=root",
                     "AuthType=auth/munge",
                     "CredType=cred/munge",
                     f"AuthInfo=socket={self.munge_socket}",
                     f"StateSaveLocation={d / 'state'}",
-                    f"SlurmdSpoolDir={d / 'slurmd'}",
+                    f"SlurmdSpoolDir={d / 'slurmd' / '%n'}",
                     f"SlurmctldPidFile={d / 'slurmctld.pid'}",
-                    f"SlurmdPidFile={d / 'slurmd.pid'}",
+                    f"SlurmdPidFile={d / 'slurmd-%n.pid'}",
                     f"SlurmctldLogFile={d / 'slurmctld.log'}",
-                    f"SlurmdLogFile={d / 'slurmd.log'}",
+                    f"SlurmdLogFile={d / 'slurmd-%n.log'}",
                     "ProctrackType=proctrack/linuxproc",
                     "TaskPlugin=task/none",
                     "SelectType=select/cons_tres",
@@ -125,12 +129,19 @@ class SlurmCluster:
                     "InactiveLimit=0",
                     "KillWait=5",
                     "MinJobAge=300",
-                    f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000 State=UNKNOWN",
-                    f"PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
+                    *self._node_lines(),
+                    f"PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE "
+                    "State=UP",
                     "",
                 ]
             )
         )
+
+    def _node_lines(self) -> list[str]:
+        if len(self.nodes) == 1:
+            return [f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000 State=UNKNOWN"]
+        return [f"NodeName={n} NodeHostname={self.node} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={self.cpus} "
+                f"RealMemory=4000 State=UNKNOWN" for n in self.nodes]
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.dir / f"{name}.out", "ab")
@@ -153,10 +164,13 @@ class SlurmCluster:
         wait_until(lambda: self.munge_socket.exists() or self._dead(), 20, "munged's socket")
         self._check_alive()
         self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])
-        self._spawn("slurmd", ["/usr/sbin/slurmd", "-D", "-N", self.node, "-f", str(self.conf)])
+        for node in self.nodes:
+            (d / "slurmd" / node).mkdir(parents=True, exist_ok=True)
+            self._spawn(f"slurmd-{node}", ["/usr/sbin/slurmd", "-D", "-N", node, "-f", str(self.conf)])
         try:
-            wait_until(lambda: self._dead() or self.node_state() in ("idle", "mixed", "allocated"), timeout,
-                       f"node {self.node} of the test Slurm to be up")
+            wait_until(lambda: self._dead() or all(self.node_state(n) in ("idle", "mixed", "allocated")
+                                                   for n in self.nodes), timeout,
+                       f"the nodes {', '.join(self.nodes)} of the test Slurm to be up")
             self._check_alive()
         except BaseException:
             self.stop()
@@ -177,8 +191,8 @@ class SlurmCluster:
         """A Slurm command against this cluster; its completed process (text)."""
         return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, check=check, timeout=timeout)
 
-    def node_state(self) -> str:
-        r = self.run("sinfo", "-h", "-N", "-o", "%T", "-n", self.node, check=False)
+    def node_state(self, node: str | None = None) -> str:
+        r = self.run("sinfo", "-h", "-N", "-o", "%T", "-n", node or self.node, check=False)
         return r.stdout.strip().rstrip("*~#") if r.returncode == 0 else ""
 
     def sbatch(self, *args: str) -> str:

@@ -92,14 +92,17 @@ class PoolWork:
     # ---- what the scheduler sees --------------------------------------------------------------
 
     def _pool_views(self, now: float) -> tuple[HostView, ...]:
-        """A template host per pool (named as the pool, never up: submit checks a job against it)
-        and a host per node of each running allocation."""
+        """A template host per pool (named as the pool, never up: submit checks a job against it,
+        as if one allocation were one host) and a host per node of each running allocation."""
         views = []
         for pool in self.config.pools:
             total = {SLOTS: pool.slots, "mem": pool.mem, GPUS: 0}
             attrs = {**pool.attrs, "type": "slurm", "pool": pool.name}
+            # the template stands for a whole allocation (submit asks: could one ever run the job?)
+            n = pool.nodes_per_allocation
+            whole = {SLOTS: pool.slots * n, "mem": pool.mem * n, GPUS: 0}
             template = {**attrs, policy.TIME_LEFT: int(pool.time_limit)}
-            views.append(HostView(pool.name, "ok", total, None, (), template, frozenset(pool.tags)))
+            views.append(HostView(pool.name, "ok", whole, None, (), template, frozenset(pool.tags)))
             for r in self._allocs:
                 if r.pool == pool.name and r.state == "running":
                     left = NO_LIMIT if r.end_time is None else max(0, int(r.end_time - now))
