@@ -1,6 +1,7 @@
 """A pool whose allocations have two nodes, on a real two-node Slurm (two slurmds on this machine):
 each node runs its keeper (the second started by the batch script through `srun`), each becomes a
-host, and a job wider than one node spans both."""
+host, a job wider than one node spans both, `xce peek` reads through the agent, and `xce launch`
+starts tasks on both nodes' agents."""
 
 from __future__ import annotations
 
@@ -43,6 +44,16 @@ def test_a_two_node_allocation_gives_two_hosts_and_a_job_spans_them(slurm2: Slur
         assert sorted(h for h, _n in done["hosts"]) == hosts
         assert out.read_text().strip().split("|")[1:] == [f"{slurm2.node}[1-2]", "4"]
         assert sorted(out.read_text().split("|")[0].split()) == hosts
+        assert c.ok("peek", str(job)) == out.read_text()  # read on the job's host, through its agent
+
+        # `xce launch` inside a job there starts its tasks on both nodes' agents
+        tasks = c.work / "tasks"
+        tasks.mkdir()
+        task = f'echo "$XCE_JOB_HOST_DIR" > {tasks}/task-$XCE_TASK_INDEX'
+        launcher = c.submit("xce", "launch", "--", "sh", "-c", task, options=("-q", "hpc", "-n", "4"))
+        assert c.wait_state(launcher, {"DONE", "EXIT"}, timeout=60)["state"] == "DONE"
+        dirs = [(tasks / f"task-{i}").read_text() for i in range(4)]
+        assert sorted(d.split("/")[-4] for d in dirs) == sorted(slurm2.nodes * 2), dirs
     finally:
         c.close()
         slurm2.cancel_all()
