@@ -24,6 +24,9 @@ from xce_lite.sched.placement import GPUS, SLOTS, HostView
 
 LIVE = ("submitting", "pending", "running")
 NO_LIMIT = 10**9  # time_left of a host whose allocation has no time limit
+# Seconds of an allocation no job is placed in: its launch takes time, and the hosts' time_left is
+# refreshed once a tick, so a job with -W exactly the time left would be killed by Slurm's limit.
+DRAIN_MARGIN = 5.0
 
 
 class PoolViews:
@@ -43,7 +46,7 @@ class PoolViews:
             views.append(HostView(pool.name, "ok", whole, None, (), template, frozenset(pool.tags)))
             for r in self._allocs:
                 if r.pool == pool.name and r.state == "running":
-                    left = NO_LIMIT if r.end_time is None else max(0, int(r.end_time - now))
+                    left = NO_LIMIT if r.end_time is None else max(0, int(r.end_time - now - DRAIN_MARGIN))
                     for name in r.host_names():
                         views.append(HostView(name, "ok", total, None, (), {**attrs, policy.TIME_LEFT: left},
                                               frozenset(pool.tags)))

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from xce_lite.config.cluster import PoolConfig
-from xce_lite.controller.pool_views import LIVE, PoolViews
+from xce_lite.controller.pool_views import DRAIN_MARGIN, LIVE, PoolViews
 from xce_lite.exec import bundle, slurm
 from xce_lite.exec.link import HostLink
 from xce_lite.exec.slurmhost import SlurmHost
@@ -93,6 +93,9 @@ class PoolWork(PoolViews):
         if not self.config.pools and not live:
             return
         if now - self._pool_polled < POLL:
+            if any(r.state == "running" for r in live):
+                with self._mu:
+                    self._refresh_pool_views(now)  # time_left, as of this tick
             return
         self._pool_polled = now
         try:
@@ -232,7 +235,8 @@ class PoolWork(PoolViews):
                 busy = any(n in busy_hosts for n in names)
                 r.idle_since = None if busy else (r.idle_since or now)
                 free = sum(views[n].free[SLOTS] for n in names if n in views and views[n].state == "ok")
-                allocations.append(policy.Allocation(r.job_id or "", "running", r.end_time, busy, r.idle_since,
+                end = r.end_time - DRAIN_MARGIN if r.end_time is not None else None  # as the scheduler sees it
+                allocations.append(policy.Allocation(r.job_id or "", "running", end, busy, r.idle_since,
                                                      int(free)))
             else:
                 allocations.append(policy.Allocation(r.job_id or f"seq{r.seq}", "pending"))
