@@ -10,12 +10,18 @@
 #   mount                         mount
 #   /usr/bin/chromium             chromium         (headless, driven by Playwright in tests/e2e/test_web.py;
 #                                                   Playwright's own browser download is never used)
+#   /usr/sbin/slurmctld           slurmctld        (a one-node Slurm on loopback: tests/support/slurm.py)
+#   /usr/sbin/slurmd              slurmd
+#   sbatch, squeue, scancel, srun slurm-client
+#   /usr/sbin/munged              munge            (Slurm's authentication, on a private socket and key)
 #
 # The system's own sshd is never started nor enabled by this script. The harness's hosts listen on
 # 127.0.0.N:22 in the machine's one network namespace, so a system sshd on 0.0.0.0:22 would make every
 # host's sshd fail to bind; and a test machine has no business accepting logins from outside. So the
 # install runs with a policy-rc.d that forbids starting services, and a freshly installed ssh.service
-# (or ssh.socket) is disabled and, if something started it anyway, stopped.
+# (or ssh.socket) is disabled and, if something started it anyway, stopped. The same holds for the
+# Slurm and munge daemons: the test harness starts its own, on private sockets, and stops them by pid;
+# the system's units are disabled so that a reboot does not start them either.
 set -euo pipefail
 
 if [[ $EUID != 0 ]]; then
@@ -36,6 +42,10 @@ need nsenter util-linux
 need setpriv util-linux
 need mount mount
 need /usr/bin/chromium chromium
+need /usr/sbin/slurmctld slurmctld
+need /usr/sbin/slurmd slurmd
+need sbatch slurm-client
+need /usr/sbin/munged munge
 
 if [[ ${#missing[@]} == 0 ]]; then
   echo "install_test_deps.sh: nothing to install"
@@ -45,6 +55,8 @@ echo "install_test_deps.sh: installing ${missing[*]}"
 
 had_sshd=no
 [[ -x /usr/sbin/sshd ]] && had_sshd=yes
+had_slurm=no
+[[ -x /usr/sbin/slurmctld && -x /usr/sbin/slurmd && -x /usr/sbin/munged ]] && had_slurm=yes
 
 # Forbid service starts during the install, unless the machine already has a policy (then it is theirs).
 policy=/usr/sbin/policy-rc.d
@@ -81,5 +93,9 @@ if [[ $had_sshd == no && -x /usr/sbin/sshd ]]; then
       fi
     fi
   fi
+fi
+if [[ $had_slurm == no ]] && command -v systemctl >/dev/null; then
+  # Freshly installed: the packages enable their units for the next boot; the harness runs its own.
+  systemctl disable slurmctld.service slurmd.service munge.service >/dev/null 2>&1 || true
 fi
 echo "install_test_deps.sh: done"

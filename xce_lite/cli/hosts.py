@@ -9,11 +9,11 @@ import re
 import click
 
 from xce_lite import errors
-from xce_lite.cli.base import JSON_OPTION, client, echo_json, echo_table
+from xce_lite.cli.base import JSON_OPTION, client, echo_json, echo_table, table_lines
 from xce_lite.cli.complete import complete_hosts
 from xce_lite.cli.jobs import when
 from xce_lite.home.paths import Home
-from xce_lite.quantities import format_size
+from xce_lite.quantities import format_duration, format_size
 
 # What an address may look like before anything resolves it: a host name or an IPv4/IPv6 address.
 _ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]+|[A-Za-z0-9]([A-Za-z0-9.-]{0,252}))$")
@@ -59,6 +59,8 @@ def hosts(ctx, long, as_json) -> None:
         echo_json(reply)
         return
     if long:
+        for pool in reply.get("pools", ()) if not names else ():
+            click.echo(pool_text(pool))
         for h in reply["hosts"]:
             click.echo(f"HOST {h['name']}  ({h['type']}, {_host_status(h)}, {h['jobs']} jobs)")
             if h.get("unreach_why"):
@@ -82,6 +84,22 @@ def hosts(ctx, long, as_json) -> None:
         rows.append((h["name"], h["state"], str(h["slots"]), str(h["used"]), str(h["jobs"]), format_size(h["mem"]),
                      mode))
     echo_table(rows)
+
+
+def pool_text(pool: dict) -> str:
+    """A pool of Slurm allocations for `xce hosts -l`: its settings, then each allocation with its
+    Slurm job id, state, time left or Slurm's reason, and its hosts."""
+    lines = [f"POOL {pool['name']}  ({pool['type']}, partition {pool['partition'] or 'default'}, "
+             f"at most {pool['max_allocations']} allocation(s) of {format_duration(pool['time_limit'])}, "
+             f"released after {format_duration(pool['idle_timeout'])} idle)"]
+    rows = [("ALLOCATION", "STATE", "TIME_LEFT", "HOSTS", "REASON")]
+    for a in pool["allocations"]:
+        left = format_duration(a["time_left"]) if a["time_left"] is not None else "-"
+        why = a["reason"] or (f"releasing: {a['release']}" if a.get("release") else "")
+        rows.append((a["job_id"] or "-", a["state"], left, " ".join(a["hosts"]) or "-", why or "-"))
+    if len(rows) == 1:
+        rows.append(("-", "none yet", "-", "-", "submitted when jobs wait that the pool could run"))
+    return "\n".join([*lines, *("  " + line for line in table_lines(rows)), ""])
 
 
 def check_host_fields(name: str, address: str | None, mem: str | None) -> None:

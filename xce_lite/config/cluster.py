@@ -192,10 +192,59 @@ class ResourceConfig(_Model):
     description: str = ""
 
 
+# Host pools: hosts that come and go with allocations of an outside batch system (Slurm). A pool's
+# temporary hosts (one per allocated node) are named POOL-JOBID (POOL-JOBID-N with several nodes per
+# allocation); each offers `slots` and `mem`, which is what an allocation asks Slurm for per node.
+# A queue's `hosts:` may name a pool, meaning all its temporary hosts (controller/pools.py).
+class PoolConfig(_Model):
+    name: str = Field(pattern=_NAME)
+    type: str = Field(pattern=r"^slurm$")
+    partition: str | None = Field(default=None, min_length=1)  # sbatch --partition; None: Slurm's default
+    account: str | None = Field(default=None, min_length=1)  # sbatch --account
+    max_allocations: int = Field(default=1, ge=1, le=1000)  # allocations at once, pending ones included
+    nodes_per_allocation: int = Field(default=1, ge=1, le=1000)
+    time_limit: Seconds = Field(default=3600.0, gt=0)  # sbatch --time, per allocation
+    idle_timeout: Seconds = Field(default=300.0, ge=0)  # an allocation with no job this long is released
+    sbatch_args: list[str] = Field(default_factory=list)  # more sbatch options, as given
+    # Where Slurm's commands run: `local` (this machine is a login node of the cluster). Running them
+    # on another machine over ssh is not built yet.
+    via: str = Field(default="local", pattern=r"^local$")
+    # How the controller reaches an allocation's agent: `srun` (a relay step, `srun --overlap`: works
+    # wherever srun does) or `direct` (a TCP connection to the node, ~40 ms less per launch of more
+    # than ~1 KB; the nodes' ports must be reachable from this machine).
+    connect: str = Field(default="srun", pattern=r"^(srun|direct)$")
+    slots: int = Field(default=1, ge=1, le=100_000)  # per node: sbatch --cpus-per-task
+    mem: Size = Field(default=1024**3)  # per node: sbatch --mem
+    python: str = Field(default="python3", min_length=1)  # the nodes' Python 3
+    # Where allocations keep their files (the agent, its spools, logs): a directory the nodes share
+    # with this machine. Default: the controller's home, <home>/slurm/<pool>.
+    directory: str | None = Field(default=None, min_length=1)
+    attrs: dict[str, str] = Field(default_factory=dict)
+    tags: list[Annotated[str, Field(pattern=_NAME)]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _type_attr(self) -> PoolConfig:
+        if "type" in self.attrs:
+            raise ValueError(f"pool {self.name}: attrs.type is set by xce (slurm); choose another name")
+        return self
+
+    def sbatch_options(self, job_name: str) -> list[str]:
+        """The options xce gives sbatch for one allocation, before `sbatch_args`."""
+        opts = [f"--job-name={job_name}", f"--nodes={self.nodes_per_allocation}", "--ntasks-per-node=1",
+                f"--cpus-per-task={self.slots}", f"--mem={max(1, self.mem // 1024**2)}M",
+                f"--time={max(1, int(self.time_limit + 59) // 60)}"]
+        if self.partition:
+            opts.append(f"--partition={self.partition}")
+        if self.account:
+            opts.append(f"--account={self.account}")
+        return opts + list(self.sbatch_args)
+
+
 class ClusterConfig(_Model):
     cluster: str = Field(pattern=_NAME)
     hosts: list[HostConfig] = Field(min_length=1)
     queues: list[QueueConfig] = Field(min_length=1)
+    pools: list[PoolConfig] = Field(default_factory=list)
     controller: ControllerConfig = ControllerConfig()
     ssh: SshConfig = SshConfig()
     # Custom numeric resources hosts may offer (declared once, so a typo on a host is an error).
@@ -228,6 +277,10 @@ class ClusterConfig(_Model):
             for name, amount in host.resources.items():
                 self.resource_amount(name, amount, f"host {host.name}")
         hosts = {h.name for h in self.hosts}
+        clash = sorted(hosts & {p.name for p in self.pools})
+        if clash:
+            raise ValueError(f"{', '.join(clash)} names both a host and a pool; rename one")
+        hosts |= {p.name for p in self.pools}
         for queue in self.queues:
             unknown = sorted(set(queue.hosts or ()) - hosts)
             if unknown:
@@ -270,7 +323,7 @@ class ClusterConfig(_Model):
         proj.check_tree(projects)
         return projects
 
-    @field_validator("hosts", "queues")
+    @field_validator("hosts", "queues", "pools")
     @classmethod
     def _unique_names(cls, items: list) -> list:
         names = [item.name for item in items]

@@ -67,6 +67,7 @@ from xce_lite.controller.kills import Kills
 from xce_lite.controller.leasework import LeaseWork
 from xce_lite.controller.projects import ProjectWork
 from xce_lite.controller.metrics import Registry  # metrics:
+from xce_lite.controller.pools import PoolWork
 from xce_lite.controller.retention import Retention
 from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
 from xce_lite.controller.task_launches import TaskLaunches
@@ -96,7 +97,7 @@ class _WakingQueue(queue.Queue):
 
 
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching, Kills,
-                 Faults, MetricsHandlers, ProjectWork, LeaseWork):  # metrics: its routes
+                 Faults, MetricsHandlers, ProjectWork, LeaseWork, PoolWork):  # metrics: its routes
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
@@ -127,6 +128,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._init_launches()
         self._init_workflows()
         self._init_projects()
+        self._init_pools()
         self._links: dict[str, HostLink] = {}
         self._pending = PendingSet()
         self._held: dict[int, str] = {}  # PSUSP job id -> user
@@ -304,6 +306,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         if not self._store_due():
             self._deliver_kill_marks()  # recorded before: they need no commit of this tick
             return
+        self._pools_step(now)
         cancels = self._gate_step()
         with self._mu:
             finishing, self._unrecorded = self._unrecorded, []
@@ -318,7 +321,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         reasons: dict[int, str | None] = {}
         self._in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
-            decisions = self._schedule(hosts, shared) if hosts is not None else None
+            decisions = self._pool_reasons(self._schedule(hosts, shared) if hosts is not None else None)
             plans = self._plans(decisions) if decisions is not None else []
             reasons = self._reasons_to_store(decisions, now)
             if finishing or started or plans or reasons or requeues or cancels or events:
@@ -347,7 +350,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
 
     def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
         """The scheduler's view of a pending job (snapshot.pending_job, which the simulator shares)."""
-        return pending_job(job_id, user, queue, spec, submit_time, self.config, self.profiles)[0]
+        return self._with_pool_time(*pending_job(job_id, user, queue, spec, submit_time, self.config, self.profiles))
 
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that

@@ -75,9 +75,9 @@ class LocalHost(AgentOps):
         """The running agent's pid (for diagnostics and tests), or None when not connected."""
         return self._proc.pid if self._proc is not None else None
 
-    def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
-        """Start the agent and greet it. A previous agent of this LocalHost is closed first."""
-        self.close()
+    def agent_argv(self) -> list[str]:
+        """The command whose stdin and stdout are the agent's: here the agent itself, installed
+        beside the spool. A subclass reaches an agent elsewhere (exec/slurmhost.py: a relay)."""
         self.spool_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             agent = bundle.install(self.spool_dir.parent, mode=0o600)
@@ -86,7 +86,7 @@ class LocalHost(AgentOps):
                 f"host {self.name}: cannot write the agent into {self.spool_dir.parent}: {exc.strerror}; "
                 "check the disk and the directory's permissions"
             ) from exc
-        argv = [
+        return [
             self.python,
             "-S",
             "-E",
@@ -101,6 +101,11 @@ class LocalHost(AgentOps):
             "--mode",
             self.mode,
         ]
+
+    def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
+        """Start the agent and greet it. A previous agent of this LocalHost is closed first."""
+        self.close()
+        argv = self.agent_argv()
         with open(self.log_path, "ab", opener=_private) as log:
             try:
                 self._proc = subprocess.Popen(

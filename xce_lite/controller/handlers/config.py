@@ -60,6 +60,7 @@ class ConfigHandlers:
         self.queue_policies = queue_policies(config)
         self.project_view = config.project_view()  # projects, defaults and limits (sched/projects.py)
         self._last_fair = None  # fair share as the last session saw it: none yet under this configuration
+        self._refresh_pool_views(time.time())  # pools.py: the pools' hosts, which come and go
         if not hasattr(self, "_presets"):
             self._presets = PresetDir(self.home.presets)
         self._record_running_config()

@@ -122,6 +122,7 @@ class ApiHandlers:
         project refuses it (projects.py)."""
         spec, queue_name, eff = admit(JobSpec.from_wire(raw), self.config, self.profiles, self.host_totals)
         spec = self._project_of(spec, eff, caller)
+        self._pool_admit(queue_name, eff)  # pools.py: a -W no allocation of the queue's pools can hold
         if not os.path.isdir(spec.cwd):
             raise errors.SpecError(f"working directory {spec.cwd} does not exist or is not a directory")
         if not os.access(spec.cwd, os.R_OK | os.X_OK):
@@ -350,9 +351,10 @@ class ApiHandlers:
                     running[host] += 1
             probes, since, why = dict(self._probes), dict(self._down_since), dict(self._down_why)
             lost, trouble, states = set(self._lost_hosts), dict(self._trouble), dict(self._host_state)
-        configs = {h.name: h for h in self.config.hosts}
-        return {"schema": 1, "hosts": [
-            {"name": v.name, "type": configs[v.name].type, "state": "ok" if states.get(v.name) == "ok" else "unreach",
+        pools = self._pools_wire(time.time())
+        templates = {p["name"] for p in pools}  # the pools' own entries, never up: see pools.py
+        return {"schema": 1, "pools": pools, "hosts": [
+            {"name": v.name, "type": v.attrs.get("type"), "state": "ok" if states.get(v.name) == "ok" else "unreach",
              "unreach_since": since.get(v.name), "unreach_why": why.get(v.name), "lost": v.name in lost,
              "trouble": trouble[v.name][0] if v.name in trouble else None,
              "trouble_since": trouble[v.name][1] if v.name in trouble else None,
@@ -362,7 +364,7 @@ class ApiHandlers:
                            for name, total in v.total.items()},
              "gpus_free": list(v.gpu_free), "attrs": dict(v.attrs), "tags": sorted(v.tags),
              "agent": _probe_to_wire(probes.get(v.name))}
-            for v in views]}
+            for v in views if v.name not in templates]}
 
     def api_reconnect(self, caller: Caller, query: dict, body: Any) -> dict:
         """Try to reach these hosts now, not at the end of their backoff (a key was just accepted)."""
@@ -402,13 +404,15 @@ class ApiHandlers:
         limited = self.project_room(job, eff)
         if limited is not None:
             return {"id": job.id, "state": job.state, "effective": rows, "summary": limited, "lines": [], **extra}
-        result = place(JobRequest(job.id, eff.min_tasks, eff.max_tasks, eff.resreq), hosts, shared)
+        request = JobRequest(job.id, eff.min_tasks, eff.max_tasks, eff.resreq)
+        hosts, request = self._pool_why(job.queue, hosts, request, eff.run_limit)  # pools.py
+        result = place(request, hosts, shared)
         if not isinstance(result, Refusal):
             where = " ".join(f"{n}*{h}" for h, n in result.hosts)
             return {"id": job.id, "state": job.state, "effective": rows,
                     "lines": [f"it fits now ({where}); the scheduler will start it at its next session"], **extra}
-        return {"id": job.id, "state": job.state, "effective": rows, "summary": result.summary(),
-                "lines": list(result.details()), **extra}
+        return {"id": job.id, "state": job.state, "effective": rows, "summary": self._pool_words(result.summary()),
+                "lines": [self._pool_words(line) for line in result.details()], **extra}
 
     def api_peek(self, caller: Caller, query: dict, body: Any) -> dict:
         """A piece of a job's output file, read on its first host through the agent (shared file

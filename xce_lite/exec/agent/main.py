@@ -1,5 +1,6 @@
-"""The agent's commands: serve, exec, pre, post, launch (see docs/agent-protocol.md). main() takes
-the Bundle that runs it (loader.py): the file units run, and its compiled form in SPOOL/bin.
+"""The agent's commands: serve, exec, pre, post, launch (see docs/agent-protocol.md), and keep and
+relay (a Slurm allocation's: keeper.py). main() takes the Bundle that runs it (loader.py): the file
+units run, and its compiled form in SPOOL/bin.
 
 Each command imports only what it needs: units start a fresh interpreter per job.
 """
@@ -19,7 +20,8 @@ USAGE = (
     "usage: agent.py serve --spool DIR [--host-name NAME] [--mode auto|systemd|user|plain]\n"
     "                      [--lock-timeout SECONDS] [--journal-limit BYTES]\n"
     "       agent.py exec UNIT_DIR | pre UNIT_DIR | post UNIT_DIR      (inside a systemd unit)\n"
-    "       agent.py launch -- CMD [ARG...]              (inside a job: `xce launch`)"
+    "       agent.py launch -- CMD [ARG...]              (inside a job: `xce launch`)\n"
+    "       agent.py keep --dir DIR --spool SPOOL --host-name NAME | relay --dir DIR   (Slurm allocations)"
 )
 
 
@@ -172,6 +174,10 @@ def main(argv: list[str], bundle) -> int:
         return launch_main(argv[1:])
     if command == "serve":
         return serve_main(argv, bundle)
+    if command in ("keep", "relay"):
+        from . import keeper
+
+        return keeper.keep_main(argv[1:], bundle.origin) if command == "keep" else keeper.relay_main(argv[1:])
     if command is not None and not command.startswith("-"):
         print(f"agent: unknown command {command!r}; on a host without xce, only `xce launch -- CMD` works "
               "(inside a job)", file=sys.stderr)

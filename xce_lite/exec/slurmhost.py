@@ -1,0 +1,119 @@
+"""SlurmHost: the Host seam (host.py) for one node of a Slurm allocation.
+
+The agent runs in the allocation's batch step, started by its keeper (exec/agent/keeper.py) for
+each connection; this side starts a relay to it (`srun --overlap --jobid=ID`, exec/slurm.py) and
+speaks the agent's protocol over the relay's pipes, exactly as LocalHost does over the agent's own.
+With `direct`, the
+relay is a TCP connection to the keeper instead (TCP_NODELAY; see exec/agent/keeper.py for why).
+Closing the relay, or losing it (a controller crash kills it with the controller), makes that
+agent exit and leaves the jobs running under the keeper; the next connect() starts a new relay and
+a new agent, which adopts them from the spool's journal.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import sys
+from dataclasses import replace
+
+from xce_lite.exec import slurm
+from xce_lite.exec.channel import DEFAULT_TIMEOUT
+from xce_lite.errors import HostUnreachable
+from xce_lite.exec.agent.keeper import TCP_FILE
+from xce_lite.exec.host import HostEvent, HostProbe, LaunchReply, LaunchRequest
+from xce_lite.exec.local import LocalHost
+
+
+HEARTBEAT = 15.0  # seconds between pings on a direct connection: a silent node is noticed
+
+
+class SlurmHost(LocalHost):
+    """Node `node` of allocation `job_id`, whose files are in DIRECTORY/JOB_ID/NODE (see
+    exec/slurm.py). `agent_file` is the agent's file as the node sees it (a shared file system);
+    `python` the node's interpreter. Every op is LocalHost's (AgentOps')."""
+
+    def __init__(
+        self,
+        name: str,
+        job_id: str,
+        node: str,
+        directory: str | os.PathLike,
+        agent_file: str | os.PathLike,
+        python: str = sys.executable,
+        timeout: float = DEFAULT_TIMEOUT,
+        nodelist: str | None = None,
+        direct: bool = False,
+    ) -> None:
+        node_dir = os.path.join(os.fspath(directory), str(job_id), node)
+        super().__init__(name, os.path.join(node_dir, "spool"), python=python, timeout=timeout, mode="plain")
+        self.job_id, self.node, self.directory = str(job_id), node, os.fspath(directory)
+        self.agent_file = os.fspath(agent_file)
+        self.nodelist = nodelist  # the allocation's nodes, as Slurm writes them (SLURM_JOB_NODELIST)
+        self.direct = direct  # connect to the keeper's TCP port (k.tcp), not through srun
+        self._sock: socket.socket | None = None
+
+    @property
+    def log_path(self):
+        """The relay's stderr (srun's words, the relay's); the agent's own log is the keeper's agent.log."""
+        return self.spool_dir.parent / "relay.log"
+
+    def agent_argv(self) -> list[str]:
+        # the node's directory may not be there yet (the batch script makes it): the relay's log goes there
+        self.spool_dir.parent.mkdir(parents=True, exist_ok=True)
+        return slurm.relay_argv(self.job_id, self.node, self.directory, self.python, self.agent_file)
+
+    @property
+    def agent_pid(self) -> int | None:
+        return None if self.direct else super().agent_pid
+
+    def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
+        """Through `srun` (LocalHost's way, over the relay's pipes), or straight to the keeper's TCP
+        port with TCP_NODELAY when `direct` (HostUnreachable, saying why, until the keeper is up)."""
+        if not self.direct:
+            return super().connect(events)
+        self.close()
+        path = self.spool_dir.parent / TCP_FILE
+        try:
+            host, port, token = path.read_text().split()
+        except (OSError, ValueError):
+            raise HostUnreachable(f"host {self.name}: no keeper's address in {path} yet; is allocation "
+                                  f"{self.job_id} running, with `connect: direct`?") from None
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=self.timeout)
+        except OSError as exc:
+            raise HostUnreachable(f"host {self.name}: cannot reach the keeper at {host}:{port}: {exc}; can "
+                                  "this machine reach the nodes' ports? else use `connect: srun`") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)
+        sock.sendall(token.encode() + b"\n")
+        self._sock = sock
+        return self._greet(sock.makefile("rb"), sock.makefile("wb"), events, self.timeout, HEARTBEAT)
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is None:
+            super().close()
+            return
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+        try:
+            sock.shutdown(socket.SHUT_WR)  # the agent reads EOF and exits; the jobs go on
+        except OSError:
+            pass
+        if channel is not None and not channel.join(10):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+    def _with_allocation(self, requests: list[LaunchRequest]) -> list[LaunchRequest]:
+        """Jobs here see their allocation as a Slurm batch job would (SLURM_JOB_ID, SLURM_JOB_NODELIST)."""
+        extra = {"SLURM_JOB_ID": self.job_id, "SLURM_JOB_NODELIST": self.nodelist or self.node}
+        return [replace(r, env={**r.env, **extra}) for r in requests]
+
+    def launch(self, requests: list[LaunchRequest], timeout: float | None = None) -> list[LaunchReply]:
+        return super().launch(self._with_allocation(requests), timeout)
+
+    def launch_nowait(self, requests: list[LaunchRequest]) -> None:
+        super().launch_nowait(self._with_allocation(requests))
