@@ -10,12 +10,16 @@ Invariants:
   writes after another commit fails at once whatever the busy timeout.
 - `synchronous=FULL`: with NORMAL a committed dispatch can vanish after power loss and a job could
   run twice. It costs ~0.15 ms a commit here.
+- The store is 0600, and so are its WAL and shared-memory files (SQLite makes them with the mode of
+  the database file): it holds every job's environment, secrets included. A store an older version
+  left open to others is closed (0600) when it is opened for writing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,6 +73,8 @@ def connect(path: Path, create: bool = True, readonly: bool = False) -> apsw.Con
         flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     else:
         flags = apsw.SQLITE_OPEN_READWRITE
+    if create and not readonly:
+        _create_private(path)
     try:
         con = apsw.Connection(str(path), flags=flags)
     except apsw.CantOpenError:
@@ -96,12 +102,33 @@ def connect(path: Path, create: bool = True, readonly: bool = False) -> apsw.Con
             f"upgrade xce_lite (pip install -U xce_lite) to open it"
         )
     if not readonly:
+        _close_to_others(path)
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("PRAGMA synchronous=FULL")
     con.execute("PRAGMA foreign_keys=ON")
     if not readonly and version < latest:
         _migrate(con, version)
     return con
+
+
+def _create_private(path: Path) -> None:
+    """Make a missing store as an empty file, 0600 (SQLite takes an empty file as a new database);
+    where that fails, apsw's open says why."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except OSError:
+        pass
+
+
+def _close_to_others(path: Path) -> None:
+    """Close a store (and its WAL and shared-memory files) that an older version left open to other
+    users: 0600. Only once the file is known to be ours; a file we may not change is left as it is."""
+    for name in (str(path), f"{path}-wal", f"{path}-shm"):
+        try:
+            if os.stat(name).st_mode & 0o077:
+                os.chmod(name, 0o600)
+        except OSError:
+            pass
 
 
 def _migrate(con: apsw.Connection, current: int) -> None:
