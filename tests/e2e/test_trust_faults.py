@@ -23,8 +23,8 @@ from tests.support.waiting import wait_until
 
 @pytest.fixture
 def two_hosts(request):
-    """Hosts a and b; a host out of reach is lost after the param (default 3s)."""
-    with two_local_hosts(getattr(request, "param", "3s")) as c:
+    """Hosts a and b with a lease of 5 s; a host out of reach is lost after the param (default 7s)."""
+    with two_local_hosts(getattr(request, "param", "7s")) as c:
         yield c
 
 
