@@ -15,18 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.exec.test_agent_systemd import AGENT, HOLD_JOB, PY, HostAgent, name, py, request, running
+from tests.support.agent_hosts import HOLD_JOB, PY, HostAgent, hook, lines, name, py, request, running
+from tests.support.agent_local import AGENT
 from tests.support.waiting import wait_until
 from xce_lite.exec.host import HookRun, JobResult, LaunchRequested, Task, TaskFinished
-
-LOG_LINE = 'printf "%s %s %s|%s|%s %s\\n" "$XCE_HOOK" "$XCE_HOOK_LAYER" "$XCE_JOB_STATUS" "$XCE_JOB_REASON" ' \
-           '"${JOB_ONLY:-profile-env}" "$XCE_JOBID" >> "$HOOK_LOG"'
-
-
-def hook(point: str, log: Path, *, layer: str = "profile", then: str = "", timeout: float = 20) -> HookRun:
-    """A hook that logs its line (HOOK_LOG is set for both layers by the test), then runs `then`."""
-    script = LOG_LINE.replace('"$HOOK_LOG"', f"'{log}'") + (f"; {then}" if then else "")
-    return HookRun(point, layer, ("/bin/sh", "-c", script), timeout)
 
 
 def all_hooks(log: Path, **then: str) -> tuple[HookRun, ...]:
@@ -34,10 +26,6 @@ def all_hooks(log: Path, **then: str) -> tuple[HookRun, ...]:
     order = [("pre_host_exec", "profile"), ("pre_job_exec", "profile"), ("pre_job_exec", "job"),
              ("post_job_exec", "job"), ("post_job_exec", "profile"), ("post_host_exec", "profile")]
     return tuple(hook(point, log, layer=layer, then=then.get(f"{point}_{layer}", "")) for point, layer in order)
-
-
-def lines(log: Path) -> list[str]:
-    return log.read_text().splitlines() if log.exists() else []
 
 
 @pytest.fixture(params=["systemd", "plain"])

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.exec.test_agent import journal
-from tests.exec.test_agent_hooks import hook, lines
-from tests.exec.test_agent_systemd import AGENT, HOLD_JOB, PY, HostAgent, name, py, request, running, stop_leftovers
+from tests.support.agent_hosts import HOLD_JOB, PY, HostAgent, hook, lines, name, py, request, running, stop_leftovers
+from tests.support.agent_local import AGENT, journal
 from tests.support.waiting import wait_until
 
 

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from tests.exec.test_agent import WAIT_JOB, journal, journal_result, kill_leftovers, proc_field
+from tests.support.agent_local import WAIT_JOB, journal, journal_result, kill_leftovers, proc_field
 from tests.support.waiting import wait_until
 from xce_lite.errors import ExecError, HostUnreachable, LaunchRejected
 from xce_lite.exec.channel import AgentChannel

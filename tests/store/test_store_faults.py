@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.store.test_store import T, running, spec
+from tests.support.store import T, running, spec
 from xce_lite.errors import StoreError, StoreUnavailable
 from xce_lite.models import DISP, EXIT, PEND, RUN
 from xce_lite.store.jobs import JobStore, Requeue
