@@ -135,7 +135,8 @@ HEAVY = ("import time\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096):
 
 def test_acct_by_host_has_the_cpu_time_and_memory_each_kind_of_host_measured(systemd_hosts, plain_hosts,
                                                                                   testhosts_root) -> None:
-    from tests.e2e.test_e2e_remote import close, hosts_of, remote_config, started_cluster
+    from tests.support.cluster import hosts_of
+    from tests.support.remote import close, remote_config, started_cluster
 
     sd, plain = systemd_hosts[0], plain_hosts[0]
     config = remote_config([sd, plain])  # the two hosts under names of their own, each with a tag

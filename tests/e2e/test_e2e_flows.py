@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_e2e_remote import close, hosts_of, remote_config, started_cluster
+from tests.support.cluster import hosts_of
+from tests.support.remote import close, remote_config, started_cluster
 from tests.support import paths
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_until

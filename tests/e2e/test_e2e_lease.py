@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_e2e_remote import close, hosts_of, remote_config, started_cluster
+from tests.support.cluster import hosts_of
+from tests.support.remote import close, remote_config, sshd_pids, started_cluster
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
@@ -62,10 +63,6 @@ def assert_one_copy_at_a_time(log: Path, attempts: int) -> None:
     times = {(kind, n): t for kind, n, _host, t in seen}
     for n in range(2, attempts + 1):
         assert times[("post", n - 1)] < times[("start", n)], f"attempt {n} started before {n - 1} ended: {seen}"
-
-
-def sshd_pids(host: testhosts.TestHost) -> list[int]:
-    return [pid for pid in testhosts.namespace_pids(host.pid) if testhosts._comm(pid) == "sshd"]
 
 
 class Partition:

@@ -17,43 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, hosts_of
+from tests.support.remote import close, remote_config, sshd_pids, started_cluster
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
-
-
-def ssh_host_entries(hosts: list[testhosts.TestHost], slots: int = 2) -> str:
-    return "".join(f"  - {{name: {h.name}, type: ssh, address: '{h.ip}', user: root, identity: '{h.key_path}', "
-                   f"slots: {slots}, mem: 1G}}\n" for h in hosts)
-
-
-def remote_config(hosts: list[testhosts.TestHost], lost_after: str = "5m", keepalive: str = "15s",
-                  lease: str = "3m", margin: str = "1m", more: str = "") -> str:
-    """`more`: further `controller:` lines (each indented by two spaces, ending in a newline)."""
-    known = sorted({str(h.known_hosts_path) for h in hosts})
-    return (f"cluster: rm{os.getpid()}\nhosts:\n{ssh_host_entries(hosts)}"
-            f"queues:\n  - {{name: normal, default: true}}\n"
-            f"ssh:\n  config: /nonexistent\n  known_hosts: {json.dumps(known)}\n  keepalive: {keepalive}\n"
-            f"  reconnect_max: 2s\n"
-            f"controller:\n  tick: 1s\n  grace: 1s\n  host_lost_after: {lost_after}\n"
-            f"  lease: {lease}\n  lease_margin: {margin}\n{more}")
-
-
-def started_cluster(config: str, root: Path) -> Cluster:
-    c = Cluster(config=config, work=root / f"work-{uuid.uuid4().hex[:8]}")
-    c.start()
-    return c
-
-
-def close(c: Cluster) -> None:
-    """Kill what the test left running on the hosts (they outlive the controller), then stop it."""
-    try:
-        unfinished = json.loads(c.ok("jobs", "--json", "-u", "all"))["jobs"]
-        if unfinished:
-            c.xce("kill", *[str(j["id"]) for j in unfinished])
-            c.xce("wait", "--timeout", "30", *[str(j["id"]) for j in unfinished])
-    finally:
-        c.close()
 
 
 @pytest.fixture
@@ -64,10 +31,6 @@ def rcluster(systemd_hosts, testhosts_root):
         yield c
     finally:
         close(c)
-
-
-def hosts_of(c: Cluster) -> dict[str, dict]:
-    return {h["name"]: h for h in json.loads(c.ok("hosts", "--json"))["hosts"]}
 
 
 AWKWARD = ["with space", "'single'", '"double"', "$(touch /pwned)", "a;b", "line1\nline2", "é☃", "`id`", "$HOME",
@@ -124,10 +87,6 @@ def own_hosts(require_testhosts, testhosts_root):
     finally:
         for d in dirs:
             testhosts.down(d)
-
-
-def sshd_pids(host: testhosts.TestHost) -> list[int]:
-    return [pid for pid in testhosts.namespace_pids(host.pid) if testhosts._comm(pid) == "sshd"]
 
 
 def test_sshd_stopped_for_a_while_the_job_goes_on_and_its_result_arrives_after(own_hosts, testhosts_root):

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from tests.e2e.test_e2e_hosts import HostOutage, hosts_of
+from tests.support.cluster import HostOutage, hosts_of
 from tests.support.cluster import Cluster
 from tests.support.trust import history, runs, status, two_local_hosts
 from tests.support.waiting import wait_until

@@ -1,4 +1,5 @@
-"""A real one-host cluster for end-to-end tests: a home, a controller process, the `xce` CLI.
+"""A real one-host cluster for end-to-end tests: a home, a controller process, the `xce` CLI; its
+hosts as `xce hosts` lists them, and `HostOutage`, a local host made unreachable for a while.
 
 Everything is real: the controller runs as its own process (`xce controller start`), its agent and
 the jobs' supervisors are real processes, the store a real SQLite file. Teardown stops only what the
@@ -7,6 +8,7 @@ test started, by PID: the controller, then any supervisor still listed in the sp
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -119,3 +121,25 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
+
+
+class HostOutage:
+    """Host `name` of cluster `c` out of reach: its agent killed, its spool locked by us."""
+
+    def __init__(self, c: Cluster, name: str):
+        self.lock_path = c.home / "spool" / name / ".lock"
+        self.fd = -1
+
+    def __enter__(self) -> HostOutage:
+        pid = int(self.lock_path.read_text().split()[0])  # the serving agent writes its pid there
+        self.fd = os.open(self.lock_path, os.O_RDWR)
+        os.kill(pid, signal.SIGKILL)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)  # as soon as the killed agent's lock is gone
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)  # the next agent takes the lock: the host is back
+
+
+def hosts_of(c: Cluster) -> dict[str, dict]:
+    return {h["name"]: h for h in json.loads(c.ok("hosts", "--json"))["hosts"]}
