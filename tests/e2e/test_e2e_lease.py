@@ -20,6 +20,7 @@ import pytest
 from tests.support.cluster import hosts_of
 from tests.support.remote import close, remote_config, sshd_pids, started_cluster
 from tests.support.cluster import Cluster
+from tests.support.procs import zombie
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
 
@@ -253,9 +254,9 @@ def test_on_a_local_host_the_agent_outlives_its_killed_controller_to_stop_the_jo
         c.wait_state(job_id, {"RUN"})
         agent = int((c.home / "spool" / "here" / ".lock").read_text())
         c.kill9_controller()
-        assert counts(log) == (1, 0) and not _zombie(agent)  # it stays: its lease holds a running job
+        assert counts(log) == (1, 0) and not zombie(agent)  # it stays: its lease holds a running job
         wait_until(lambda: counts(log) == (1, 1), 60, "the agent to stop the job when the lease ran out")
-        wait_until(lambda: not Path(f"/proc/{agent}").exists() or _zombie(agent), 30, "the orphan agent to leave")
+        wait_until(lambda: not Path(f"/proc/{agent}").exists() or zombie(agent), 30, "the orphan agent to leave")
         c.start()
         wait_until(lambda: (j := c.job(job_id))["attempt"] == 2 and j["state"] == "RUN", 60,
                    "the job to run again: its host stopped it for want of the controller, not for itself")
@@ -264,9 +265,3 @@ def test_on_a_local_host_the_agent_outlives_its_killed_controller_to_stop_the_jo
     finally:
         c.close()
 
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True

@@ -17,18 +17,10 @@ import uuid
 
 import pytest
 
-from tests.support.cluster import HostOutage, hosts_of
-from tests.support.cluster import Cluster
-from tests.support.trust import history, runs, status, two_local_hosts
+from tests.support.cluster import Cluster, HostOutage, hosts_of
+from tests.support.trust import history, runs, status
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
-
-
-@pytest.fixture
-def two_hosts(request):
-    """Hosts a and b; a host out of reach is lost after the param (default 3s)."""
-    with two_local_hosts(getattr(request, "param", "3s")) as c:
-        yield c
 
 
 # ---- kill wins -------------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.agent_local import AGENT, PY, WAIT_JOB, journal, journal_result, kill_leftovers, proc_field
+from tests.support.agent_local import AGENT, PY, WAIT_JOB, journal, journal_result, kill_leftovers
+from tests.support.procs import proc_field
 from tests.support.waiting import wait_until
 
 
@@ -112,13 +113,6 @@ def job_pid(spool: Path, unit: str) -> int:
 def supervisor_pid(spool: Path, unit: str) -> int:
     """The pid of the unit's supervisor, once it has recorded itself."""
     return wait_until(lambda: journal(spool).get(unit, {}).get("pid"), 10, f"the supervisor pid of {unit}")
-
-
-@pytest.fixture
-def spool(tmp_path):
-    path = tmp_path / "spool"
-    yield path
-    kill_leftovers(path)
 
 
 @pytest.fixture

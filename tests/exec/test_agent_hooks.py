@@ -28,11 +28,6 @@ def all_hooks(log: Path, **then: str) -> tuple[HookRun, ...]:
     return tuple(hook(point, log, layer=layer, then=then.get(f"{point}_{layer}", "")) for point, layer in order)
 
 
-@pytest.fixture(params=["systemd", "plain"])
-def kind(request) -> str:
-    return request.param
-
-
 @pytest.fixture
 def work(testhosts_root: Path) -> Path:
     d = testhosts_root / "agent-hooks" / uuid.uuid4().hex[:8]

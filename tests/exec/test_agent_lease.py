@@ -21,11 +21,6 @@ from tests.support.agent_local import AGENT, journal
 from tests.support.waiting import wait_until
 
 
-@pytest.fixture(params=["systemd", "plain"])
-def kind(request) -> str:
-    return request.param
-
-
 @pytest.fixture
 def host(kind, systemd_hosts, plain_hosts):
     return systemd_hosts[0] if kind == "systemd" else plain_hosts[0]

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.agent_hosts import PY, HostAgent, host_proc_state, in_host, name, request
-from tests.support.agent_local import journal, proc_field
+from tests.support.agent_local import journal
+from tests.support.procs import proc_field
 from tests.support.waiting import wait_until
 from xce_lite.exec.bundle import local_file
 from xce_lite.exec.host import HookRun

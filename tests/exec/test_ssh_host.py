@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.agent_hosts import ssh_target
-from tests.support.agent_local import proc_field
+from tests.support.procs import proc_field
 from tests.support.host_contract import HostRig
 from tests.support.waiting import wait_until
 from xce_lite import testhosts

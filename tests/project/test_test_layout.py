@@ -77,7 +77,8 @@ def test_test_modules_import_helpers_from_tests_support_only():
     ("from tests.store import test_store\n", "tests.unit.test_x", ["tests.store.test_store"]),
     ("def f():\n    from tests.sched.test_sched_core import job\n", "tests.sim.test_x",
      ["tests.sched.test_sched_core"]),
-])
+], ids=["absolute", "import-as", "relative", "relative-package", "parent-package", "from-tests", "from-layer",
+        "inside-a-function"])
 def test_the_check_sees_every_form_of_import(source, module, expected):
     """The rule's own check finds absolute, relative, package-relative and lazy imports of a test module."""
     found = [name for _, name in imports_of_tests(source, module)]
@@ -91,6 +92,6 @@ def test_the_check_sees_every_form_of_import(source, module, expected):
     "from ..support.store import spec\n",
     "import tests.support.waiting\n",
     "from xce_lite.sched.core import schedule\n",
-])
+], ids=["support-module", "support-package", "support-relative", "import-support", "package"])
 def test_the_check_lets_support_and_the_package_through(source):
     assert all(is_allowed(name) for _, name in imports_of_tests(source, "tests.store.test_x"))

@@ -47,13 +47,6 @@ def path(tmp_path: Path) -> Path:
     return tmp_path / "xce.db"
 
 
-@pytest.fixture
-def store(path: Path) -> Iterator[JobStore]:
-    s = JobStore(path)
-    yield s
-    s.close()
-
-
 # ---- opening ----------------------------------------------------------------------------------
 
 

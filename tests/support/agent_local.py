@@ -14,6 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
+from tests.support.procs import proc_field
 from xce_lite.exec import bundle
 
 # The one file hosts get, built from xce_lite/exec/agent/; under the source tree, which the test hosts
@@ -81,11 +82,3 @@ def kill_leftovers(spool: Path) -> None:
         if proc_field(supervisor, 19) == str(unit["starttime"]):
             os.kill(supervisor, signal.SIGKILL)
 
-
-def proc_field(pid: int, index: int) -> str | None:
-    """Field `index + 3` of /proc/PID/stat, or None if the process is gone."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return data[data.rindex(")") + 2 :].split()[index]

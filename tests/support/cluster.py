@@ -20,6 +20,7 @@ import textwrap
 from pathlib import Path
 
 
+from tests.support.procs import zombie
 from tests.support.waiting import wait_until
 from xce_lite.testhosts.base import kill_tree
 from xce_lite.exec.local import supervisor_pids
@@ -97,7 +98,7 @@ class Cluster:
         pid = self.controller_pid
         assert pid is not None, "no controller to kill"
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: not _alive(pid), 10, f"controller {pid} to die")
+        wait_until(lambda: zombie(pid), 10, f"controller {pid} to die")
 
     def supervisor_pids(self) -> list[int]:
         """The supervisors still running on this cluster's local hosts (from each spool's journal)."""
@@ -108,19 +109,11 @@ class Cluster:
         pid = self.controller_pid
         if pid is not None:
             self.xce("controller", "stop", timeout=40)
-            if _alive(pid):
+            if not zombie(pid):
                 os.kill(pid, signal.SIGKILL)
         for sup in self.supervisor_pids():
             kill_tree(sup)
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
 
 
 class HostOutage:

@@ -22,13 +22,6 @@ def _job(name: str, indices: tuple[int, ...] = ()) -> NewJob:
     return NewJob(JobSpec(argv=("true",), cwd="/tmp", name=name, array="1-3" if indices else None), "normal", indices)
 
 
-@pytest.fixture
-def store(tmp_path: Path):
-    s = JobStore(tmp_path / "xce.db")
-    yield s
-    s.close()
-
-
 def _fds() -> int:
     import os
 
