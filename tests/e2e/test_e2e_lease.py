@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import hosts_of
-from tests.support.remote import close, remote_config, sshd_pids, started_cluster
+from tests.support.remote import close, remote_config, sshd_pids, started_cluster, two_hosts_of_their_own
 from tests.support.cluster import Cluster
 from tests.support.procs import zombie
 from tests.support.waiting import wait_until
@@ -87,15 +87,8 @@ def own_pair(request, require_testhosts, testhosts_root):
     """Two hosts of the param's kind, a1 and b1, each in a directory of its own (so one can be cut off)."""
     plain = request.param == "plain"
     require_testhosts(plain=plain)
-    dirs = [testhosts_root / f"lease-{prefix}-{uuid.uuid4().hex[:6]}" for prefix in ("a", "b")]
-    booted = []
-    try:
-        for prefix, d in zip(("a", "b"), dirs):
-            booted += testhosts.up(1, d, plain=plain, die_with_caller=True, prefix=prefix)
+    with two_hosts_of_their_own(testhosts_root, "lease", plain=plain) as booted:
         yield booted
-    finally:
-        for d in dirs:
-            testhosts.down(d)
 
 
 def test_two_partitions_in_a_row_each_host_stops_its_copy_before_the_job_runs_elsewhere(own_pair, testhosts_root):

@@ -12,13 +12,12 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.support.cluster import Cluster, hosts_of
-from tests.support.remote import close, remote_config, sshd_pids, started_cluster
+from tests.support.remote import close, remote_config, sshd_pids, started_cluster, two_hosts_of_their_own
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
 
@@ -78,15 +77,8 @@ def test_kill_9_of_the_controller_adopts_every_remote_unit_and_launches_none_twi
 def own_hosts(require_testhosts, testhosts_root):
     """Two plain hosts, a1 and b1, each in a directory of its own (so one can be killed alone)."""
     require_testhosts(plain=True)
-    dirs = [testhosts_root / f"own-{prefix}-{uuid.uuid4().hex[:6]}" for prefix in ("a", "b")]
-    booted = []
-    try:
-        for prefix, d in zip(("a", "b"), dirs):
-            booted += testhosts.up(1, d, plain=True, die_with_caller=True, prefix=prefix)
+    with two_hosts_of_their_own(testhosts_root, "own", plain=True) as booted:
         yield booted
-    finally:
-        for d in dirs:
-            testhosts.down(d)
 
 
 def test_sshd_stopped_for_a_while_the_job_goes_on_and_its_result_arrives_after(own_hosts, testhosts_root):

@@ -10,12 +10,11 @@ and the count of the lines are the proof that each hook ran once, in order. File
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.support.agent_hosts import HOLD_JOB, PY, HostAgent, hook, lines, name, py, request, running
+from tests.support.agent_hosts import HOLD_JOB, PY, HostAgent, hook, lines, name, py, request, running, shared_dir
 from tests.support.agent_local import AGENT
 from tests.support.waiting import wait_until
 from xce_lite.exec.host import HookRun, JobResult, LaunchRequested, Task, TaskFinished
@@ -30,9 +29,7 @@ def all_hooks(log: Path, **then: str) -> tuple[HookRun, ...]:
 
 @pytest.fixture
 def work(testhosts_root: Path) -> Path:
-    d = testhosts_root / "agent-hooks" / uuid.uuid4().hex[:8]
-    d.mkdir(parents=True)
-    return d
+    return shared_dir(testhosts_root, "agent-hooks")
 
 
 @pytest.fixture

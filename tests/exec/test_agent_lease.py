@@ -11,12 +11,23 @@ from __future__ import annotations
 
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.support.agent_hosts import HOLD_JOB, PY, HostAgent, hook, lines, name, py, request, running, stop_leftovers
+from tests.support.agent_hosts import (
+    HOLD_JOB,
+    PY,
+    HostAgent,
+    hook,
+    lines,
+    name,
+    py,
+    request,
+    running,
+    shared_dir,
+    stop_leftovers,
+)
 from tests.support.agent_local import AGENT, journal
 from tests.support.waiting import wait_until
 
@@ -28,9 +39,7 @@ def host(kind, systemd_hosts, plain_hosts):
 
 @pytest.fixture
 def work(testhosts_root: Path) -> Path:
-    d = testhosts_root / "agent-lease" / uuid.uuid4().hex[:8]
-    d.mkdir(parents=True)
-    return d
+    return shared_dir(testhosts_root, "agent-lease")
 
 
 @pytest.fixture

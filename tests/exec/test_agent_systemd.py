@@ -33,6 +33,7 @@ from tests.support.agent_hosts import (
     py,
     request,
     running,
+    shared_dir,
     stop_leftovers,
 )
 from tests.support.waiting import wait_until
@@ -61,9 +62,7 @@ def launched(spool: Path, unit: str) -> dict:
 @pytest.fixture
 def work(testhosts_root: Path) -> Path:
     """This test's directory (the host sees it at the same path): spool, job cwd and outputs."""
-    d = testhosts_root / "agent-systemd" / uuid.uuid4().hex[:8]
-    d.mkdir(parents=True)
-    return d
+    return shared_dir(testhosts_root, "agent-systemd")
 
 
 @pytest.fixture

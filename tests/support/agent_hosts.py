@@ -88,6 +88,13 @@ class HostAgent(AgentOps):
             self.proc.wait()
 
 
+def shared_dir(root: Path, group: str) -> Path:
+    """A fresh directory `root/group/<random>`, seen at the same path here and in the test hosts."""
+    d = root / group / uuid.uuid4().hex[:8]
+    d.mkdir(parents=True)
+    return d
+
+
 def name(base: str) -> str:
     """A unit name no other test (nor an earlier session) uses on the shared host."""
     return f"t{uuid.uuid4().hex[:8]}-{base}"

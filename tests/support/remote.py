@@ -1,6 +1,7 @@
 """A real controller driving real sshd + systemd test hosts: the cluster config that reaches them
 over SSH, a started cluster whose jobs run in a directory the hosts share, and the teardown that
-kills what a test left on the hosts (they outlive the controller) before stopping the controller.
+kills what a test left on the hosts (they outlive the controller) before stopping the controller;
+and two hosts of a test's own, for the tests that break one.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support.cluster import Cluster
@@ -50,3 +53,18 @@ def close(c: Cluster) -> None:
 
 def sshd_pids(host: testhosts.TestHost) -> list[int]:
     return [pid for pid in testhosts.namespace_pids(host.pid) if testhosts._comm(pid) == "sshd"]
+
+
+@contextmanager
+def two_hosts_of_their_own(root: Path, tag: str, plain: bool) -> Iterator[list[testhosts.TestHost]]:
+    """Hosts a1 and b1 (plain or systemd), each in a directory of its own under `root`, so that one
+    can be cut off or killed alone; both are taken down when the block ends."""
+    dirs = [root / f"{tag}-{prefix}-{uuid.uuid4().hex[:6]}" for prefix in ("a", "b")]
+    booted: list[testhosts.TestHost] = []
+    try:
+        for prefix, d in zip(("a", "b"), dirs):
+            booted += testhosts.up(1, d, plain=plain, die_with_caller=True, prefix=prefix)
+        yield booted
+    finally:
+        for d in dirs:
+            testhosts.down(d)
