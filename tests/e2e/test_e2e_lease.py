@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import hosts_of
-from tests.support.remote import close, remote_config, sshd_pids, started_cluster, two_hosts_of_their_own
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, hosts_of, hosts_ok
 from tests.support.procs import zombie
+from tests.support.remote import close, remote_config, sshd_pids, started_cluster, two_hosts_of_their_own
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
 
@@ -94,7 +93,7 @@ def own_pair(request, require_testhosts, testhosts_root):
 def test_two_partitions_in_a_row_each_host_stops_its_copy_before_the_job_runs_elsewhere(own_pair, testhosts_root):
     c = started_cluster(fenced_config(own_pair), testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         log = c.work / "copies"
         job_id = submit_logged(c, log)
         by_name = {h.name: h for h in own_pair}
@@ -133,7 +132,7 @@ def mixed(systemd_hosts, plain_hosts, testhosts_root):
     hosts = [systemd_hosts[0], plain_hosts[0]]
     c = started_cluster(fenced_config(hosts, maintenance="60s", names=("sd", "plain"), lease=12), testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         yield c, hosts
     finally:
         close(c)
@@ -162,7 +161,7 @@ def test_a_controller_killed_and_restarted_within_the_lease_kills_nothing(mixed)
     ids = jobs_on_both(c, log, release)
     c.kill9_controller()
     c.start()
-    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts back")
+    hosts_ok(c, "both hosts back")
     time.sleep(14)  # longer than the lease: only renewals keep the jobs alive now
     assert counts(log) == (4, 0), diag(c)
     release.touch()
@@ -198,7 +197,7 @@ def test_a_planned_stop_grants_a_maintenance_lease_and_the_jobs_outlive_a_longer
     time.sleep(25)  # twice the normal lease, well within the maintenance lease (60 s)
     assert counts(log) == (4, 0)
     c.start()
-    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts back")
+    hosts_ok(c, "both hosts back")
     release.touch()
     for i in ids:
         job = c.wait_state(i, {"DONE", "EXIT"}, timeout=60)
@@ -209,7 +208,7 @@ def test_a_planned_stop_grants_a_maintenance_lease_and_the_jobs_outlive_a_longer
 def test_a_restart_declares_a_host_lost_only_once_the_lease_it_last_granted_has_run_out(own_pair, testhosts_root):
     c = started_cluster(fenced_config(own_pair, maintenance="25s"), testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         log = c.work / "copies"
         job_id = submit_logged(c, log)
         victim = next(h for h in own_pair if h.name == c.wait_state(job_id, {"RUN"}, timeout=60)["hosts"][0][0])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster, hosts_of
+from tests.support.cluster import Cluster, hosts_of, hosts_ok
 from tests.support.remote import close, remote_config, sshd_pids, started_cluster, two_hosts_of_their_own
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
@@ -26,7 +26,7 @@ from xce_lite import testhosts
 def rcluster(systemd_hosts, testhosts_root):
     c = started_cluster(remote_config(systemd_hosts), testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         yield c
     finally:
         close(c)
@@ -85,7 +85,7 @@ def test_sshd_stopped_for_a_while_the_job_goes_on_and_its_result_arrives_after(o
     a, b = own_hosts
     c = started_cluster(remote_config([a, b], keepalive="1s"), testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         marker = c.work / "ended"
         job_id = c.submit("sh", "-c", f"sleep 3; touch {marker}; exit 5")
         host = c.wait_state(job_id, {"RUN"}, timeout=60)["hosts"][0][0]
@@ -108,7 +108,7 @@ def test_a_host_whose_namespace_dies_is_lost_and_its_job_runs_elsewhere(own_host
     c = started_cluster(remote_config([a, b], lost_after="7s", keepalive="1s", lease="5s", margin="1s"),
                         testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         log = c.work / "ran-on"
         job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT $(hostname)" >> {log}; sleep 2')
         host = c.wait_state(job_id, {"RUN"}, timeout=60)["hosts"][0][0]
@@ -245,6 +245,6 @@ def test_ssh_lives_in_the_gateway_and_a_killed_gateway_is_replaced(rcluster: Clu
     rcluster.wait_state(job_id, {"RUN"})
     os.kill(gateway, signal.SIGKILL)
     wait_until(lambda: gateway_pids(rcluster) and gateway_pids(rcluster) != [gateway], 60, "a new gateway")
-    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(rcluster).values()), 60, "both hosts back")
+    hosts_ok(rcluster, "both hosts back")
     final = rcluster.wait_state(job_id, {"EXIT"}, timeout=60)
     assert (final["exit_code"], final["attempt"]) == (4, 1)  # the job went on, and its result came back

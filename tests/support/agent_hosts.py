@@ -123,6 +123,9 @@ def stop_leftovers(host: testhosts.TestHost, spool: Path, user: testhosts.HostUs
             argv = ["systemctl", *(["--user"] if user else []), "kill", "-s", "KILL", f"{unit}.service"]
             subprocess.run(user.argv(argv) if user else host.nsenter_argv(argv), capture_output=True, timeout=30)
 
+
+# One line per hook run: its point, layer, the job status and reason its env says, and whether it
+# sees a variable of the job's own env (a profile's hook must not).
 LOG_LINE = 'printf "%s %s %s|%s|%s %s\\n" "$XCE_HOOK" "$XCE_HOOK_LAYER" "$XCE_JOB_STATUS" "$XCE_JOB_REASON" ' \
            '"${JOB_ONLY:-profile-env}" "$XCE_JOBID" >> "$HOOK_LOG"'
 

@@ -1,5 +1,6 @@
 """A real one-host cluster for end-to-end tests: a home, a controller process, the `xce` CLI; its
-hosts as `xce hosts` lists them, and `HostOutage`, a local host made unreachable for a while.
+hosts as `xce hosts` lists them (and a wait until all are ok), and `HostOutage`, a local host made
+unreachable for a while.
 
 Everything is real: the controller runs as its own process (`xce controller start`), its agent and
 the jobs' supervisors are real processes, the store a real SQLite file. Teardown stops only what the
@@ -136,3 +137,8 @@ class HostOutage:
 
 def hosts_of(c: Cluster) -> dict[str, dict]:
     return {h["name"]: h for h in json.loads(c.ok("hosts", "--json"))["hosts"]}
+
+
+def hosts_ok(c: Cluster, describe: str, timeout: float = 60) -> None:
+    """Wait until every host of `c` is ok (`describe` says which, for the message on timeout)."""
+    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), timeout, describe)
