@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster, HostOutage, hosts_of
+from tests.support.cluster import Cluster, HostOutage, hosts_of, running_cluster
 from tests.support.waiting import wait_until
 
 CONFIG = """\
@@ -35,12 +35,8 @@ controller:
 def hcluster(request):
     """Two local hosts with a lease of 5 s; a host out of reach is lost after `lost_after` (the param;
     default 7s)."""
-    c = Cluster(config=CONFIG.format(pid=os.getpid(), lost_after=getattr(request, "param", "7s")))
-    c.start()
-    try:
+    with running_cluster(config=CONFIG.format(pid=os.getpid(), lost_after=getattr(request, "param", "7s"))) as c:
         yield c
-    finally:
-        c.close()
 
 
 def test_a_host_out_of_reach_is_unreach_then_lost_and_its_job_is_requeued_elsewhere(hcluster: Cluster):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, running_cluster
 from tests.support.procs import zombie
 from tests.support.waiting import wait_until
 
@@ -28,12 +28,8 @@ FOUR_SLOTS = """\
 
 @pytest.fixture
 def wcluster():
-    c = Cluster(config=FOUR_SLOTS.format(pid=os.getpid()))
-    try:
-        c.start()
+    with running_cluster(config=FOUR_SLOTS.format(pid=os.getpid())) as c:
         yield c
-    finally:
-        c.close()
 
 
 def listing(c: Cluster, *refs: str, every: bool = False, elements: bool = False) -> dict:

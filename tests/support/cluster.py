@@ -1,6 +1,6 @@
 """A real one-host cluster for end-to-end tests: a home, a controller process, the `xce` CLI; its
-hosts as `xce hosts` lists them (and a wait until all are ok), and `HostOutage`, a local host made
-unreachable for a while.
+hosts as `xce hosts` lists them (and a wait until all are ok), `HostOutage`, a local host made
+unreachable for a while, and `running_cluster`, a started cluster for the span of a block.
 
 Everything is real: the controller runs as its own process (`xce controller start`), its agent and
 the jobs' supervisors are real processes, the store a real SQLite file. Teardown stops only what the
@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -142,3 +144,14 @@ def hosts_of(c: Cluster) -> dict[str, dict]:
 def hosts_ok(c: Cluster, describe: str, timeout: float = 60) -> None:
     """Wait until every host of `c` is ok (`describe` says which, for the message on timeout)."""
     wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), timeout, describe)
+
+
+@contextmanager
+def running_cluster(**kw) -> Iterator[Cluster]:
+    """A started `Cluster(**kw)` for the block; closed after it, also when its start fails."""
+    c = Cluster(**kw)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
