@@ -1,4 +1,5 @@
-"""Shared fixtures. `cluster` is a running one-host cluster; `idle_cluster` has no controller yet."""
+"""Shared fixtures. `cluster` is a running one-host cluster; `idle_cluster` has no controller yet;
+the test hosts' and the others shared by several modules come from tests/support/."""
 
 from __future__ import annotations
 
@@ -31,4 +32,4 @@ def cluster(idle_cluster: Cluster):
     return idle_cluster
 
 
-pytest_plugins = ["tests.support.testhosts_fixture"]
+pytest_plugins = ["tests.support.testhosts_fixture", "tests.support.fixtures"]

@@ -12,7 +12,7 @@ import os
 import sys
 import textwrap
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, hosts_ok
 from tests.support.waiting import wait_until
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"
@@ -135,7 +135,7 @@ HEAVY = ("import time\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096):
 
 def test_acct_by_host_has_the_cpu_time_and_memory_each_kind_of_host_measured(systemd_hosts, plain_hosts,
                                                                                   testhosts_root) -> None:
-    from tests.e2e.test_e2e_remote import close, hosts_of, remote_config, started_cluster
+    from tests.support.remote import close, remote_config, started_cluster
 
     sd, plain = systemd_hosts[0], plain_hosts[0]
     config = remote_config([sd, plain])  # the two hosts under names of their own, each with a tag
@@ -146,7 +146,7 @@ def test_acct_by_host_has_the_cpu_time_and_memory_each_kind_of_host_measured(sys
     config = "".join(lines[:at] + entries + lines[at:])
     c = started_cluster(config, testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         ids = {tag: c.submit(sys.executable, "-c", HEAVY, options=("-R", f"select[{tag}]")) for tag in ("sd", "pl")}
         for job_id in ids.values():
             assert c.wait_state(job_id, {"DONE", "EXIT"}, timeout=90)["state"] == "DONE"

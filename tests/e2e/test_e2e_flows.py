@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_e2e_remote import close, hosts_of, remote_config, started_cluster
 from tests.support import paths
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, hosts_ok
+from tests.support.remote import close, remote_config, started_cluster
 from tests.support.waiting import wait_until
 
 PIPELINE = paths.EXAMPLES / "pipeline"
@@ -182,7 +182,7 @@ def test_the_example_pipeline_runs_to_completion(cluster: Cluster):
 def test_the_example_pipeline_runs_to_completion_on_ssh_test_hosts(systemd_hosts, testhosts_root):
     c = started_cluster(remote_config(systemd_hosts), testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         out = c.work / "pi"
         flow = run_example(c, out, 8)
         assert [(s["step"], s["state"]) for s in flow["steps"]] == [

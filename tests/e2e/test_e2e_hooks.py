@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_e2e_remote import close, hosts_of, remote_config
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, hosts_of, hosts_ok
+from tests.support.remote import close, remote_config
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
 
@@ -53,7 +53,7 @@ def start(hosts: list[testhosts.TestHost], root: Path) -> Cluster:
     c.cluster, c.hosts = name, hosts
     (c.home / "applications.yaml").write_text(applications(c.work / "hooks.log"))
     c.start()
-    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "the hosts up")
+    hosts_ok(c, "the hosts up")
     return c
 
 

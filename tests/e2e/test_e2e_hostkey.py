@@ -18,7 +18,8 @@ import uuid
 
 import pytest
 
-from tests.e2e.test_e2e_remote import close, hosts_of, remote_config, sshd_pids, started_cluster
+from tests.support.cluster import hosts_of
+from tests.support.remote import close, remote_config, sshd_pids, started_cluster
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
 from xce_lite.exec.hostkeys import fingerprint

@@ -7,15 +7,12 @@ next agent cannot serve it until the test lets go. The same paths run over SSH i
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
-import signal
 from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, HostOutage, hosts_of, running_cluster
 from tests.support.waiting import wait_until
 
 CONFIG = """\
@@ -38,34 +35,8 @@ controller:
 def hcluster(request):
     """Two local hosts with a lease of 5 s; a host out of reach is lost after `lost_after` (the param;
     default 7s)."""
-    c = Cluster(config=CONFIG.format(pid=os.getpid(), lost_after=getattr(request, "param", "7s")))
-    c.start()
-    try:
+    with running_cluster(config=CONFIG.format(pid=os.getpid(), lost_after=getattr(request, "param", "7s"))) as c:
         yield c
-    finally:
-        c.close()
-
-
-class HostOutage:
-    """Host `name` of cluster `c` out of reach: its agent killed, its spool locked by us."""
-
-    def __init__(self, c: Cluster, name: str):
-        self.lock_path = c.home / "spool" / name / ".lock"
-        self.fd = -1
-
-    def __enter__(self) -> HostOutage:
-        pid = int(self.lock_path.read_text().split()[0])  # the serving agent writes its pid there
-        self.fd = os.open(self.lock_path, os.O_RDWR)
-        os.kill(pid, signal.SIGKILL)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)  # as soon as the killed agent's lock is gone
-        return self
-
-    def __exit__(self, *exc) -> None:
-        os.close(self.fd)  # the next agent takes the lock: the host is back
-
-
-def hosts_of(c: Cluster) -> dict[str, dict]:
-    return {h["name"]: h for h in json.loads(c.ok("hosts", "--json"))["hosts"]}
 
 
 def test_a_host_out_of_reach_is_unreach_then_lost_and_its_job_is_requeued_elsewhere(hcluster: Cluster):

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_e2e_remote import close, hosts_of, remote_config, started_cluster
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, hosts_of, hosts_ok
+from tests.support.procs import zombie
+from tests.support.remote import close, remote_config, sshd_pids, started_cluster, two_hosts_of_their_own
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
 
@@ -64,10 +65,6 @@ def assert_one_copy_at_a_time(log: Path, attempts: int) -> None:
         assert times[("post", n - 1)] < times[("start", n)], f"attempt {n} started before {n - 1} ended: {seen}"
 
 
-def sshd_pids(host: testhosts.TestHost) -> list[int]:
-    return [pid for pid in testhosts.namespace_pids(host.pid) if testhosts._comm(pid) == "sshd"]
-
-
 class Partition:
     """The host cut off: every sshd of its namespace (the listener, the controller's session) stopped."""
 
@@ -89,21 +86,14 @@ def own_pair(request, require_testhosts, testhosts_root):
     """Two hosts of the param's kind, a1 and b1, each in a directory of its own (so one can be cut off)."""
     plain = request.param == "plain"
     require_testhosts(plain=plain)
-    dirs = [testhosts_root / f"lease-{prefix}-{uuid.uuid4().hex[:6]}" for prefix in ("a", "b")]
-    booted = []
-    try:
-        for prefix, d in zip(("a", "b"), dirs):
-            booted += testhosts.up(1, d, plain=plain, die_with_caller=True, prefix=prefix)
+    with two_hosts_of_their_own(testhosts_root, "lease", plain=plain) as booted:
         yield booted
-    finally:
-        for d in dirs:
-            testhosts.down(d)
 
 
 def test_two_partitions_in_a_row_each_host_stops_its_copy_before_the_job_runs_elsewhere(own_pair, testhosts_root):
     c = started_cluster(fenced_config(own_pair), testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         log = c.work / "copies"
         job_id = submit_logged(c, log)
         by_name = {h.name: h for h in own_pair}
@@ -142,7 +132,7 @@ def mixed(systemd_hosts, plain_hosts, testhosts_root):
     hosts = [systemd_hosts[0], plain_hosts[0]]
     c = started_cluster(fenced_config(hosts, maintenance="60s", names=("sd", "plain"), lease=12), testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         yield c, hosts
     finally:
         close(c)
@@ -171,7 +161,7 @@ def test_a_controller_killed_and_restarted_within_the_lease_kills_nothing(mixed)
     ids = jobs_on_both(c, log, release)
     c.kill9_controller()
     c.start()
-    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts back")
+    hosts_ok(c, "both hosts back")
     time.sleep(14)  # longer than the lease: only renewals keep the jobs alive now
     assert counts(log) == (4, 0), diag(c)
     release.touch()
@@ -207,7 +197,7 @@ def test_a_planned_stop_grants_a_maintenance_lease_and_the_jobs_outlive_a_longer
     time.sleep(25)  # twice the normal lease, well within the maintenance lease (60 s)
     assert counts(log) == (4, 0)
     c.start()
-    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts back")
+    hosts_ok(c, "both hosts back")
     release.touch()
     for i in ids:
         job = c.wait_state(i, {"DONE", "EXIT"}, timeout=60)
@@ -218,7 +208,7 @@ def test_a_planned_stop_grants_a_maintenance_lease_and_the_jobs_outlive_a_longer
 def test_a_restart_declares_a_host_lost_only_once_the_lease_it_last_granted_has_run_out(own_pair, testhosts_root):
     c = started_cluster(fenced_config(own_pair, maintenance="25s"), testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         log = c.work / "copies"
         job_id = submit_logged(c, log)
         victim = next(h for h in own_pair if h.name == c.wait_state(job_id, {"RUN"}, timeout=60)["hosts"][0][0])
@@ -256,9 +246,9 @@ def test_on_a_local_host_the_agent_outlives_its_killed_controller_to_stop_the_jo
         c.wait_state(job_id, {"RUN"})
         agent = int((c.home / "spool" / "here" / ".lock").read_text())
         c.kill9_controller()
-        assert counts(log) == (1, 0) and not _zombie(agent)  # it stays: its lease holds a running job
+        assert counts(log) == (1, 0) and not zombie(agent)  # it stays: its lease holds a running job
         wait_until(lambda: counts(log) == (1, 1), 60, "the agent to stop the job when the lease ran out")
-        wait_until(lambda: not Path(f"/proc/{agent}").exists() or _zombie(agent), 30, "the orphan agent to leave")
+        wait_until(lambda: not Path(f"/proc/{agent}").exists() or zombie(agent), 30, "the orphan agent to leave")
         c.start()
         wait_until(lambda: (j := c.job(job_id))["attempt"] == 2 and j["state"] == "RUN", 60,
                    "the job to run again: its host stopped it for want of the controller, not for itself")
@@ -267,9 +257,3 @@ def test_on_a_local_host_the_agent_outlives_its_killed_controller_to_stop_the_jo
     finally:
         c.close()
 
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, running_cluster
 from tests.support.waiting import wait_until
 
 CONFIG = f"""\
@@ -39,12 +39,8 @@ controller:
 
 @pytest.fixture
 def pcluster():
-    c = Cluster(config=CONFIG)
-    c.start()
-    try:
+    with running_cluster(config=CONFIG) as c:
         yield c
-    finally:
-        c.close()
 
 
 def refused(c: Cluster, *args: str) -> str:

@@ -12,62 +12,24 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, hosts_of, hosts_ok
+from tests.support.remote import close, remote_config, sshd_pids, started_cluster, two_hosts_of_their_own
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
-
-
-def ssh_host_entries(hosts: list[testhosts.TestHost], slots: int = 2) -> str:
-    return "".join(f"  - {{name: {h.name}, type: ssh, address: '{h.ip}', user: root, identity: '{h.key_path}', "
-                   f"slots: {slots}, mem: 1G}}\n" for h in hosts)
-
-
-def remote_config(hosts: list[testhosts.TestHost], lost_after: str = "5m", keepalive: str = "15s",
-                  lease: str = "3m", margin: str = "1m", more: str = "") -> str:
-    """`more`: further `controller:` lines (each indented by two spaces, ending in a newline)."""
-    known = sorted({str(h.known_hosts_path) for h in hosts})
-    return (f"cluster: rm{os.getpid()}\nhosts:\n{ssh_host_entries(hosts)}"
-            f"queues:\n  - {{name: normal, default: true}}\n"
-            f"ssh:\n  config: /nonexistent\n  known_hosts: {json.dumps(known)}\n  keepalive: {keepalive}\n"
-            f"  reconnect_max: 2s\n"
-            f"controller:\n  tick: 1s\n  grace: 1s\n  host_lost_after: {lost_after}\n"
-            f"  lease: {lease}\n  lease_margin: {margin}\n{more}")
-
-
-def started_cluster(config: str, root: Path) -> Cluster:
-    c = Cluster(config=config, work=root / f"work-{uuid.uuid4().hex[:8]}")
-    c.start()
-    return c
-
-
-def close(c: Cluster) -> None:
-    """Kill what the test left running on the hosts (they outlive the controller), then stop it."""
-    try:
-        unfinished = json.loads(c.ok("jobs", "--json", "-u", "all"))["jobs"]
-        if unfinished:
-            c.xce("kill", *[str(j["id"]) for j in unfinished])
-            c.xce("wait", "--timeout", "30", *[str(j["id"]) for j in unfinished])
-    finally:
-        c.close()
 
 
 @pytest.fixture
 def rcluster(systemd_hosts, testhosts_root):
     c = started_cluster(remote_config(systemd_hosts), testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         yield c
     finally:
         close(c)
-
-
-def hosts_of(c: Cluster) -> dict[str, dict]:
-    return {h["name"]: h for h in json.loads(c.ok("hosts", "--json"))["hosts"]}
 
 
 AWKWARD = ["with space", "'single'", '"double"', "$(touch /pwned)", "a;b", "line1\nline2", "é☃", "`id`", "$HOME",
@@ -115,26 +77,15 @@ def test_kill_9_of_the_controller_adopts_every_remote_unit_and_launches_none_twi
 def own_hosts(require_testhosts, testhosts_root):
     """Two plain hosts, a1 and b1, each in a directory of its own (so one can be killed alone)."""
     require_testhosts(plain=True)
-    dirs = [testhosts_root / f"own-{prefix}-{uuid.uuid4().hex[:6]}" for prefix in ("a", "b")]
-    booted = []
-    try:
-        for prefix, d in zip(("a", "b"), dirs):
-            booted += testhosts.up(1, d, plain=True, die_with_caller=True, prefix=prefix)
+    with two_hosts_of_their_own(testhosts_root, "own", plain=True) as booted:
         yield booted
-    finally:
-        for d in dirs:
-            testhosts.down(d)
-
-
-def sshd_pids(host: testhosts.TestHost) -> list[int]:
-    return [pid for pid in testhosts.namespace_pids(host.pid) if testhosts._comm(pid) == "sshd"]
 
 
 def test_sshd_stopped_for_a_while_the_job_goes_on_and_its_result_arrives_after(own_hosts, testhosts_root):
     a, b = own_hosts
     c = started_cluster(remote_config([a, b], keepalive="1s"), testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         marker = c.work / "ended"
         job_id = c.submit("sh", "-c", f"sleep 3; touch {marker}; exit 5")
         host = c.wait_state(job_id, {"RUN"}, timeout=60)["hosts"][0][0]
@@ -157,7 +108,7 @@ def test_a_host_whose_namespace_dies_is_lost_and_its_job_runs_elsewhere(own_host
     c = started_cluster(remote_config([a, b], lost_after="7s", keepalive="1s", lease="5s", margin="1s"),
                         testhosts_root)
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         log = c.work / "ran-on"
         job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT $(hostname)" >> {log}; sleep 2')
         host = c.wait_state(job_id, {"RUN"}, timeout=60)["hosts"][0][0]
@@ -294,6 +245,6 @@ def test_ssh_lives_in_the_gateway_and_a_killed_gateway_is_replaced(rcluster: Clu
     rcluster.wait_state(job_id, {"RUN"})
     os.kill(gateway, signal.SIGKILL)
     wait_until(lambda: gateway_pids(rcluster) and gateway_pids(rcluster) != [gateway], 60, "a new gateway")
-    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(rcluster).values()), 60, "both hosts back")
+    hosts_ok(rcluster, "both hosts back")
     final = rcluster.wait_state(job_id, {"EXIT"}, timeout=60)
     assert (final["exit_code"], final["attempt"]) == (4, 1)  # the job went on, and its result came back

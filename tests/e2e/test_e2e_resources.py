@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, running_cluster
 from tests.support.waiting import wait_until
 
 CONFIG = f"""\
@@ -45,12 +45,8 @@ controller:
 
 @pytest.fixture
 def rcluster():
-    c = Cluster(config=CONFIG)
-    c.start()
-    try:
+    with running_cluster(config=CONFIG) as c:
         yield c
-    finally:
-        c.close()
 
 
 def env_of(c: Cluster, job_id: int, name: str) -> str:

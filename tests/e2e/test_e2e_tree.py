@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_e2e_remote import close, hosts_of, remote_config
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, hosts_of, hosts_ok
+from tests.support.remote import close, remote_config
 from tests.support.waiting import wait_until
 
 JOB = ("export W={base}/j$XCE_JOBID; mkdir $W; sleep 1000 & echo $! > $W/bg;"
@@ -44,7 +44,7 @@ def tc(request, testhosts_root):
                                       "hooks": {"post_job_exec": {"argv": ["/bin/sh", "-c", POST]}}}}}
     (c.home / "applications.yaml").write_text(json.dumps(apps))
     c.start()
-    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "the host up")
+    hosts_ok(c, "the host up")
 
     def alive(pid: int) -> bool:
         if host is None:
@@ -118,7 +118,7 @@ def test_leftovers_are_killed_when_the_job_ends_after_a_controller_kill_and_an_a
     wait_until(lambda: (w / "ready").exists(), 60, "the job to have started its children")
     c.kill9_controller()
     c.start()
-    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "the host back")
+    hosts_ok(c, "the host back")
     [host] = hosts_of(c).values()
     kill(host["agent"]["pid"])  # as the host sees it (a plain test host has its own pid namespace)
     wait_until(lambda: hosts_of(c)[host["name"]]["agent"]["pid"] != host["agent"]["pid"]

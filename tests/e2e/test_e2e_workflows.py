@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, running_cluster
+from tests.support.procs import zombie
 from tests.support.waiting import wait_until
 
 FOUR_SLOTS = """\
@@ -27,12 +28,8 @@ FOUR_SLOTS = """\
 
 @pytest.fixture
 def wcluster():
-    c = Cluster(config=FOUR_SLOTS.format(pid=os.getpid()))
-    try:
-        c.start()
+    with running_cluster(config=FOUR_SLOTS.format(pid=os.getpid())) as c:
         yield c
-    finally:
-        c.close()
 
 
 def listing(c: Cluster, *refs: str, every: bool = False, elements: bool = False) -> dict:
@@ -315,19 +312,12 @@ def test_requeue_stops_a_running_job_and_runs_it_again_under_the_same_id(wcluste
     again = wait_until(lambda: (j := listing(c, str(job_id))["jobs"][0])["attempt"] == 2 and j["state"] == "RUN"
                        and j, 30, "the second attempt to run")
     assert again["submit_time"] == first["submit_time"]
-    wait_until(lambda: not Path(f"/proc/{first_pid}").exists() or _zombie(first_pid), 20, "the first attempt to stop")
+    wait_until(lambda: not Path(f"/proc/{first_pid}").exists() or zombie(first_pid), 20, "the first attempt to stop")
     assert c.xce("requeue", "--hold", str(job_id)).returncode == 0
     c.wait_state(job_id, {"PSUSP"})
     refused = c.xce("requeue", str(job_id))
     assert refused.returncode == 1 and "only a dispatched or running job is requeued" in refused.stderr
     c.ok("kill", str(job_id))
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (FileNotFoundError, IndexError):
-        return True
 
 
 def test_dependencies_and_throttles_survive_a_controller_kill_9(wcluster: Cluster):

@@ -14,31 +14,14 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 
 from tests.support.cluster import Cluster
-from tests.support.trust import LOCAL_HOSTS, store_problem, two_local_hosts
+from tests.support.faults import small_tmpfs, write_lock_held
+from tests.support.trust import LOCAL_HOSTS, store_problem
 from tests.support.waiting import wait_until
 
 
-@pytest.fixture
-def two_hosts(request):
-    """Hosts a and b with a lease of 5 s; a host out of reach is lost after the param (default 7s)."""
-    with two_local_hosts(getattr(request, "param", "7s")) as c:
-        yield c
-
-
 # ---- a store that cannot take writes ----------------------------------------------------------------
-
-
-HOLDER = """
-import sqlite3, sys
-con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
-con.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-sys.stdin.read()  # until the test lets go
-con.execute("ROLLBACK")
-"""
 
 
 def test_a_store_locked_by_another_process_while_a_job_ends_loses_nothing(two_hosts: Cluster):
@@ -47,10 +30,7 @@ def test_a_store_locked_by_another_process_while_a_job_ends_loses_nothing(two_ho
     marker = c.work / "ended"
     job_id = c.submit("sh", "-c", f"sleep 2; touch {marker}")
     c.wait_state(job_id, {"RUN"})
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(c.home / "xce.db")], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with write_lock_held(c.home / "xce.db"):
         wait_until(marker.exists, 30, "the job to end while the store is locked")
         problem = wait_until(lambda: store_problem(c), 60, "controller status to name the store's problem")
         assert "locked by another process" in problem
@@ -60,26 +40,12 @@ def test_a_store_locked_by_another_process_while_a_job_ends_loses_nothing(two_ho
         assert "locked by another process" in refused.stderr and "nothing of it was stored" in refused.stderr
         assert "Traceback" not in refused.stderr
         assert c.job(job_id)["state"] == "RUN"  # reads go on; the end waits to be stored
-    finally:
-        holder.stdin.close()
-        holder.wait(30)
-        holder.stdout.close()
     done = c.wait_state(job_id, {"DONE"}, timeout=60)
     assert done["attempt"] == 1
     wait_until(lambda: store_problem(c) is None, 60, "the store problem to clear by itself")
     assert c.xce("wait", str(c.submit("true"))).returncode == 0
     assert c.controller_pid == pid
     assert c.ok("jobs", "-a", "--json").count('"id"') == 2  # the refused submit left nothing
-
-
-@contextlib.contextmanager
-def small_tmpfs(path, size="8m"):
-    path.mkdir(exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def fill(directory) -> object:
@@ -97,7 +63,7 @@ def test_a_full_disk_while_a_job_ends_then_space_comes_back_loses_nothing():
     c = Cluster(config=LOCAL_HOSTS.format(pid=os.getpid(), lost_after="5m"))
     config = (c.home / "xce.yaml").read_text()
     try:
-        with small_tmpfs(c.home):
+        with small_tmpfs(c.home, "8m", mode="0700"):
             (c.home / "xce.yaml").write_text(config)
             try:
                 c.start()

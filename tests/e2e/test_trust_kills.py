@@ -13,22 +13,14 @@ import contextlib
 import json
 import os
 import signal
-import uuid
 
 import pytest
 
-from tests.e2e.test_e2e_hosts import HostOutage, hosts_of
-from tests.support.cluster import Cluster
-from tests.support.trust import history, runs, status, two_local_hosts
+from tests.support.cluster import Cluster, HostOutage, hosts_of, hosts_ok
+from tests.support.remote import sshd_pids, started_cluster
+from tests.support.trust import history, runs, status
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
-
-
-@pytest.fixture
-def two_hosts(request):
-    """Hosts a and b with a lease of 5 s; a host out of reach is lost after the param (default 7s)."""
-    with two_local_hosts(getattr(request, "param", "7s")) as c:
-        yield c
 
 
 # ---- kill wins -------------------------------------------------------------------------------------
@@ -114,15 +106,14 @@ def frozen_host_config(host: testhosts.TestHost, keepalive: str = "10m", lost_af
 def test_kill_on_a_host_whose_sshd_is_frozen_troubles_that_host_alone_and_lands_when_it_thaws(
         kind, request, testhosts_root):
     host = request.getfixturevalue(f"{kind}_hosts")[0]
-    c = Cluster(config=frozen_host_config(host), work=testhosts_root / f"work-{uuid.uuid4().hex[:8]}")
-    c.start()
+    c = started_cluster(frozen_host_config(host), testhosts_root)
     frozen: list[int] = []
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         pid = c.controller_pid
         job_id = c.submit("sleep", "300", options=("-R", "select[far]"))
         c.wait_state(job_id, {"RUN"}, timeout=60)
-        frozen = [p for p in testhosts.namespace_pids(host.pid) if testhosts._comm(p) == "sshd"]
+        frozen = sshd_pids(host)
         for p in frozen:  # the listener and the controller's session: the host neither answers nor drops
             os.kill(p, signal.SIGSTOP)
         killed = c.xce("kill", str(job_id))
@@ -155,17 +146,15 @@ def test_kill_on_a_host_whose_sshd_is_frozen_troubles_that_host_alone_and_lands_
 def test_kill_while_a_frozen_host_is_out_of_reach_then_lost_then_thawed_never_runs_the_job_again(
         kind, request, testhosts_root):
     host = request.getfixturevalue(f"{kind}_hosts")[0]
-    c = Cluster(config=frozen_host_config(host, keepalive="1s", lost_after="3s"),
-                work=testhosts_root / f"work-{uuid.uuid4().hex[:8]}")
-    c.start()
+    c = started_cluster(frozen_host_config(host, keepalive="1s", lost_after="3s"), testhosts_root)
     frozen: list[int] = []
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "both hosts up")
+        hosts_ok(c, "both hosts up")
         log, stopped = c.work / "attempts", c.work / "stopped"
         job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap "touch {stopped}; exit 0" TERM; '
                                       "sleep 300 & wait", options=("-R", "select[far]"))
         c.wait_state(job_id, {"RUN"}, timeout=60)
-        frozen = [p for p in testhosts.namespace_pids(host.pid) if testhosts._comm(p) == "sshd"]
+        frozen = sshd_pids(host)
         for p in frozen:
             os.kill(p, signal.SIGSTOP)
         wait_until(lambda: hosts_of(c)[host.name]["state"] == "unreach", 90, f"{host.name} to show unreach")

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_e2e_remote import close, hosts_of
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, hosts_ok
+from tests.support.remote import close
 from tests.support.waiting import wait_until
 from xce_lite.exec import bundle
 
@@ -98,7 +98,7 @@ def three_kinds(systemd_hosts, plain_hosts, testhosts_root):
     c.spools = {"local": c.home / "spool", "systemd": root / "spool-sysd", "plain": root / "spool-plain"}
     c.sysd = sysd
     try:
-        wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "the three hosts up")
+        hosts_ok(c, "the three hosts up")
         yield c
     finally:
         close(c)
@@ -143,7 +143,7 @@ def test_every_file_is_private_and_no_job_env_is_on_a_unit_on_every_host_kind(th
 
     c.kill9_controller()  # a restart in the middle: new agents, new logs, the same store
     c.start()
-    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), 60, "the three hosts back")
+    hosts_ok(c, "the three hosts back")
     assert open_to_others(*private, copy) == [], "open to other users after a restart"
     for kind in KINDS:
         (c.work / f"{kind}.go").touch()

@@ -24,18 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.agent_local import AGENT, PY, WAIT_JOB, journal, journal_result, kill_leftovers
+from tests.support.procs import proc_field
 from tests.support.waiting import wait_until
-from xce_lite.exec import bundle
-
-AGENT = bundle.local_file()  # the one file hosts get, built from xce_lite/exec/agent/
-PY = sys.executable
-WAIT_JOB = (
-    "import os, sys, time\n"
-    "end = time.time() + 60\n"
-    "while not os.path.exists(sys.argv[1]) and time.time() < end:\n"
-    "    time.sleep(0.02)\n"
-    "sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)\n"
-)
 
 
 class RawAgent:
@@ -114,66 +105,6 @@ class RawAgent:
         return code
 
 
-def journal(spool: Path) -> dict[str, dict]:
-    """SPOOL/journal folded per unit, read here without agent.py's code: for each unit from its
-    `launched` record to its `forgotten` one, its start time, its `started` fields and its first
-    result. Unreadable lines (a torn record, one being written) are skipped."""
-    units: dict[str, dict] = {}
-    try:
-        data = (spool / "journal").read_bytes()
-    except FileNotFoundError:
-        return units
-    for line in data.split(b"\n"):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict):
-            continue
-        event = rec.get("event")
-        if event == "launched":
-            fields = {"pid": None, "job": None, "kill": None, "result": None}
-            units[rec["unit"]] = {"start_time": rec["start_time"], **fields}
-        elif event == "forgotten":
-            for name in rec["units"]:
-                units.pop(name, None)
-        elif rec.get("unit") in units:
-            unit = units[rec["unit"]]
-            if event == "started":
-                unit.update(pid=rec["pid"], starttime=rec["starttime"], boot=rec["boot"], job=rec["job"])
-            elif event == "kill_requested":
-                unit["kill"] = rec["reason"]
-            elif event == "finished" and unit["result"] is None:
-                unit["result"] = rec["result"]
-    return units
-
-
-def journal_result(spool: Path, unit: str) -> dict | None:
-    """The unit's result as the journal holds it, or None."""
-    return journal(spool).get(unit, {}).get("result")
-
-
-def kill_leftovers(spool: Path) -> None:
-    """Kill any job and supervisor still running from `spool` (pids checked against /proc)."""
-    for unit in journal(spool).values():
-        supervisor, job = unit["pid"], unit["job"]
-        if supervisor is None:
-            continue
-        if job is not None and proc_field(job, 3) == str(supervisor):  # the job's session
-            os.killpg(job, signal.SIGKILL)
-        if proc_field(supervisor, 19) == str(unit["starttime"]):
-            os.kill(supervisor, signal.SIGKILL)
-
-
-def proc_field(pid: int, index: int) -> str | None:
-    """Field `index + 3` of /proc/PID/stat, or None if the process is gone."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return data[data.rindex(")") + 2 :].split()[index]
-
-
 def job_pid(spool: Path, unit: str) -> int:
     """The pid of the unit's job, once its supervisor has recorded it."""
     return wait_until(lambda: journal(spool).get(unit, {}).get("job"), 10, f"the job pid of {unit}")
@@ -182,13 +113,6 @@ def job_pid(spool: Path, unit: str) -> int:
 def supervisor_pid(spool: Path, unit: str) -> int:
     """The pid of the unit's supervisor, once it has recorded itself."""
     return wait_until(lambda: journal(spool).get(unit, {}).get("pid"), 10, f"the supervisor pid of {unit}")
-
-
-@pytest.fixture
-def spool(tmp_path):
-    path = tmp_path / "spool"
-    yield path
-    kill_leftovers(path)
 
 
 @pytest.fixture

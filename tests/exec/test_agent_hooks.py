@@ -10,23 +10,14 @@ and the count of the lines are the proof that each hook ran once, in order. File
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.exec.test_agent_systemd import AGENT, HOLD_JOB, PY, HostAgent, name, py, request, running
+from tests.support.agent_hosts import HOLD_JOB, PY, HostAgent, hook, lines, name, py, request, running, shared_dir
+from tests.support.agent_local import AGENT
 from tests.support.waiting import wait_until
 from xce_lite.exec.host import HookRun, JobResult, LaunchRequested, Task, TaskFinished
-
-LOG_LINE = 'printf "%s %s %s|%s|%s %s\\n" "$XCE_HOOK" "$XCE_HOOK_LAYER" "$XCE_JOB_STATUS" "$XCE_JOB_REASON" ' \
-           '"${JOB_ONLY:-profile-env}" "$XCE_JOBID" >> "$HOOK_LOG"'
-
-
-def hook(point: str, log: Path, *, layer: str = "profile", then: str = "", timeout: float = 20) -> HookRun:
-    """A hook that logs its line (HOOK_LOG is set for both layers by the test), then runs `then`."""
-    script = LOG_LINE.replace('"$HOOK_LOG"', f"'{log}'") + (f"; {then}" if then else "")
-    return HookRun(point, layer, ("/bin/sh", "-c", script), timeout)
 
 
 def all_hooks(log: Path, **then: str) -> tuple[HookRun, ...]:
@@ -36,20 +27,9 @@ def all_hooks(log: Path, **then: str) -> tuple[HookRun, ...]:
     return tuple(hook(point, log, layer=layer, then=then.get(f"{point}_{layer}", "")) for point, layer in order)
 
 
-def lines(log: Path) -> list[str]:
-    return log.read_text().splitlines() if log.exists() else []
-
-
-@pytest.fixture(params=["systemd", "plain"])
-def kind(request) -> str:
-    return request.param
-
-
 @pytest.fixture
 def work(testhosts_root: Path) -> Path:
-    d = testhosts_root / "agent-hooks" / uuid.uuid4().hex[:8]
-    d.mkdir(parents=True)
-    return d
+    return shared_dir(testhosts_root, "agent-hooks")
 
 
 @pytest.fixture

@@ -11,20 +11,25 @@ from __future__ import annotations
 
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.exec.test_agent import journal
-from tests.exec.test_agent_hooks import hook, lines
-from tests.exec.test_agent_systemd import AGENT, HOLD_JOB, PY, HostAgent, name, py, request, running, stop_leftovers
+from tests.support.agent_hosts import (
+    HOLD_JOB,
+    PY,
+    HostAgent,
+    hook,
+    lines,
+    name,
+    py,
+    request,
+    running,
+    shared_dir,
+    stop_leftovers,
+)
+from tests.support.agent_local import AGENT, journal
 from tests.support.waiting import wait_until
-
-
-@pytest.fixture(params=["systemd", "plain"])
-def kind(request) -> str:
-    return request.param
 
 
 @pytest.fixture
@@ -34,9 +39,7 @@ def host(kind, systemd_hosts, plain_hosts):
 
 @pytest.fixture
 def work(testhosts_root: Path) -> Path:
-    d = testhosts_root / "agent-lease" / uuid.uuid4().hex[:8]
-    d.mkdir(parents=True)
-    return d
+    return shared_dir(testhosts_root, "agent-lease")
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import subprocess
 import uuid
@@ -23,31 +22,29 @@ from pathlib import Path
 
 import pytest
 
-from tests.exec.test_agent import WAIT_JOB, journal
+from tests.support.agent_local import AGENT, WAIT_JOB, journal
+from tests.support.agent_hosts import (
+    HOLD_JOB,
+    PY,
+    HostAgent,
+    host_proc_state,
+    in_host,
+    name,
+    py,
+    request,
+    running,
+    shared_dir,
+    stop_leftovers,
+)
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
 from xce_lite.errors import HostUnreachable, LaunchRejected
-from xce_lite.exec import bundle
-from xce_lite.exec.channel import AgentChannel, AgentOps
 from xce_lite.exec.host import (
-    JobResult,
-    LaunchRequest,
     LaunchRequested,
     Task,
     TaskFinished,
-    UnitFinished,
 )
 
-AGENT = bundle.local_file()  # under the source tree, which the hosts can read (their users: a copy, copy_in)
-PY = "/usr/bin/python3"  # inside the hosts, for root and for the user alike
-HOLD_JOB = (
-    "import os, sys, time\n"
-    "open(sys.argv[1] + '.running', 'w').write(str(os.getpid()))\n"
-    "end = time.time() + 60\n"
-    "while not os.path.exists(sys.argv[1]) and time.time() < end:\n"
-    "    time.sleep(0.02)\n"
-    "sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)\n"
-)
 SUPERVISED = {"NOT.DIRECT": "1"}  # an env name systemd refuses: the job runs under the supervisor
 TASK = (
     "import os, sys\ni = int(os.environ['XCE_TASK_INDEX'])\n"
@@ -56,100 +53,16 @@ TASK = (
 )
 
 
-def py(code: str, *args: str) -> list[str]:
-    return [PY, "-c", code, *args]
-
-
-def running(release: Path | str, timeout: float = 20) -> int:
-    """Wait until the HOLD_JOB waiting for `release` runs; its pid (the host's)."""
-    marker = Path(f"{release}.running")
-    return wait_until(lambda: marker.exists() and marker.read_text() and int(marker.read_text()), timeout,
-                      f"the job waiting for {release} to run")
-
-
 def launched(spool: Path, unit: str) -> dict:
     """The unit's last `launched` record in the journal (its "direct" says how it runs)."""
     records = [json.loads(line) for line in (spool / "journal").read_bytes().split(b"\n") if line.strip()]
     return [r for r in records if r.get("event") == "launched" and r.get("unit") == unit][-1]
 
 
-class HostAgent(AgentOps):
-    """agent.py serving inside a test host: `argv` runs it there; the ops are AgentOps'."""
-
-    def __init__(self, name: str, argv: list[str], log: Path, run_as: testhosts.HostUser | None = None):
-        self.name, self.run_as = name, run_as
-        self.events: queue.Queue = queue.Queue()
-        self.seen: list = []
-        with open(log, "ab") as err:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
-        self._channel = AgentChannel(self.proc.stdout, self.proc.stdin, self.events.put, name, timeout=30)
-        try:
-            self.hello = self.probe()
-        except Exception:
-            self.close()
-            raise
-
-    def event(self, match, describe: str, timeout: float = 30):
-        """The first event `match` accepts (waiting for it); events are kept, so any order works."""
-
-        def find():
-            while True:
-                try:
-                    self.seen.append(self.events.get_nowait())
-                except queue.Empty:
-                    break
-            return next((e for e in self.seen if match(e)), None)
-
-        return wait_until(find, timeout, describe)
-
-    def finished(self, unit: str, timeout: float = 30) -> JobResult:
-        found = self.event(lambda e: isinstance(e, UnitFinished) and e.unit == unit, f"{unit} finished", timeout)
-        return found.result
-
-    def close(self) -> None:
-        self._channel.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture
 def work(testhosts_root: Path) -> Path:
     """This test's directory (the host sees it at the same path): spool, job cwd and outputs."""
-    d = testhosts_root / "agent-systemd" / uuid.uuid4().hex[:8]
-    d.mkdir(parents=True)
-    return d
-
-
-def name(base: str) -> str:
-    """A unit name no other test (nor an earlier session) uses on the shared host."""
-    return f"t{uuid.uuid4().hex[:8]}-{base}"
-
-
-def request(unit: str, argv: list[str], cwd: Path | str, **over) -> LaunchRequest:
-    fields = {"env": {"PATH": "/usr/bin:/bin"}, "stdout": f"{cwd}/{unit}.out", "stderr": None, "grace": 2.0}
-    fields.update(over)
-    return LaunchRequest(unit=unit, argv=tuple(argv), cwd=str(cwd), **fields)
-
-
-def in_host(host: testhosts.TestHost, *argv: str) -> str:
-    return subprocess.run(host.nsenter_argv(list(argv)), capture_output=True, text=True, timeout=30, check=True).stdout
-
-
-def host_proc_state(host: testhosts.TestHost, pid: int) -> str | None:
-    """The state letter of the host's process `pid` (pids in the journal are the host's own)."""
-    done = subprocess.run(host.nsenter_argv(["cat", f"/proc/{pid}/stat"]), capture_output=True, text=True)
-    return done.stdout.rsplit(")", 1)[1].split()[0] if done.returncode == 0 else None
-
-
-def stop_leftovers(host: testhosts.TestHost, spool: Path, user: testhosts.HostUser | None) -> None:
-    """Kill the units of `spool` that a failed test left running (their post hooks record them)."""
-    for unit, state in journal(spool).items():
-        if state["result"] is None:
-            argv = ["systemctl", *(["--user"] if user else []), "kill", "-s", "KILL", f"{unit}.service"]
-            subprocess.run(user.argv(argv) if user else host.nsenter_argv(argv), capture_output=True, timeout=30)
+    return shared_dir(testhosts_root, "agent-systemd")
 
 
 @pytest.fixture

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.exec.test_agent import journal, proc_field
-from tests.exec.test_agent_systemd import PY, HostAgent, host_proc_state, in_host, name, request
+from tests.support.agent_hosts import PY, HostAgent, host_proc_state, in_host, name, request
+from tests.support.agent_local import journal
+from tests.support.procs import proc_field
 from tests.support.waiting import wait_until
 from xce_lite.exec.bundle import local_file
 from xce_lite.exec.host import HookRun

@@ -4,28 +4,17 @@ machine, SshHost to a systemd test host and SshHost to a plain test host (real s
 from __future__ import annotations
 
 import itertools
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.exec.test_agent import kill_leftovers
+from tests.support.agent_hosts import ssh_target
+from tests.support.agent_local import kill_leftovers
 from tests.support.host_contract import HostContract, HostRig
 from xce_lite.exec.local import LocalHost
-from xce_lite.exec.ssh import SshHost, SshTarget
-from xce_lite.testhosts import TestHost
+from xce_lite.exec.ssh import SshHost
 
 _runs = itertools.count()
-
-
-def ssh_target(test_host: TestHost, root: Path, **fields) -> SshTarget:
-    """A target that reaches a test host through the ssh config its harness wrote (HostName, User,
-    IdentityFile, UserKnownHostsFile), with this interpreter as the host's python (shared file system)."""
-    spec = {"ssh_config": str(test_host.ssh_config_path), "known_hosts": (),
-            "accepted_keys": str(root / "accepted_keys"), "agent_dir": str(root / "agents"),
-            "python": sys.executable, "connect_timeout": 10.0}
-    spec.update(fields)
-    return SshTarget(test_host.name, **spec)
 
 
 @pytest.fixture(params=["local", "ssh-systemd", "ssh-plain"])

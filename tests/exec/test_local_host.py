@@ -11,19 +11,13 @@ import threading
 
 import pytest
 
-from tests.exec.test_agent import WAIT_JOB, journal, journal_result, kill_leftovers, proc_field
+from tests.support.agent_local import WAIT_JOB, journal, journal_result
+from tests.support.procs import proc_field
 from tests.support.waiting import wait_until
 from xce_lite.errors import ExecError, HostUnreachable, LaunchRejected
 from xce_lite.exec.channel import AgentChannel
 from xce_lite.exec.host import HostLost, JobResult, LaunchRequest, UnitFinished, UnitsLaunched
 from xce_lite.exec.local import LocalHost, supervisor_pids
-
-
-@pytest.fixture
-def spool(tmp_path):
-    path = tmp_path / "spool"
-    yield path
-    kill_leftovers(path)
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.exec.test_agent import proc_field
-from tests.exec.test_host_contract import ssh_target
+from tests.support.agent_hosts import ssh_target
+from tests.support.procs import proc_field
 from tests.support.host_contract import HostRig
 from tests.support.waiting import wait_until
 from xce_lite import testhosts

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.sched.test_sched_core import check_decisions
+from tests.support.sched import G, check_decisions
 from xce_lite.errors import SpecError
 from xce_lite.sched.core import PendingJob, QueuePolicy, Snapshot, schedule
 from xce_lite.sched.fairshare import (
@@ -34,7 +34,6 @@ from xce_lite.sched.projects import summed
 from xce_lite.sched.reasons import FrozenMap
 from xce_lite.sched.resreq import parse
 
-G = 1024**3
 H = 3600.0
 
 TREE = Projects(

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.sched.test_sched_core import QUEUES, REQUESTS, G, budgets, busy_snapshots, host, job, snap
+from tests.support.sched import QUEUES, REQUESTS, G, budgets, busy_snapshots, host, job, snap
 from xce_lite.sched.core import Decisions, Examined, PendingJob, QueuePolicy, SessionCache, Snapshot, schedule, take
 from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched.reasons import FrozenMap

@@ -1,7 +1,8 @@
 """sched/core.py: the pure scheduler.
 
-Builders `host(...)`, `job(...)` and `snap(...)` make snapshots; `check_decisions` is the invariant
-check every test runs on what `schedule` returns (tako's `sanity_check`).
+Builders `host(...)`, `job(...)` and `snap(...)` (tests/support/sched.py) make snapshots;
+`check_decisions` there is the invariant check every test runs on what `schedule` returns (tako's
+`sanity_check`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.sched.test_placement import reference_place, reference_take
+from tests.support.placement_reference import reference_place, reference_take
+from tests.support.sched import QUEUES, budgets, busy_snapshots, check_decisions, host, job, snap
 from xce_lite.sched.core import (
     HOST_OK,
     Decisions,
@@ -27,52 +29,9 @@ from xce_lite.sched.core import (
     take,
 )
 from xce_lite.sched.placement import HostView, JobRequest
-from xce_lite.sched.reasons import FrozenMap, Refusal
-from xce_lite.sched.resreq import parse
+from xce_lite.sched.reasons import Refusal
 
-G = 1024**3
-
-# ---- builders ---------------------------------------------------------------------------------
-
-
-def host(name: str, slots: int = 4, used: int = 0, state: str = HOST_OK) -> HostView:
-    return HostView(name=name, state=state, total={"slots": slots}, free={"slots": slots - used})
-
-
-def job(id: int, slots: int = 1, queue: str = "normal", user: str = "alice", max_slots: int | None = None,
-        R: str = "") -> PendingJob:
-    return PendingJob(id=id, user=user, queue=queue, request=JobRequest(id, slots, max_slots, parse(R)))
-
-
-def snap(hosts: list[HostView], jobs: list[PendingJob], priority: dict[str, int] | None = None) -> Snapshot:
-    queues = tuple(QueuePolicy(name, prio) for name, prio in sorted((priority or {"normal": 30}).items()))
-    return Snapshot(hosts=tuple(hosts), jobs=tuple(jobs), queues=queues)
-
-
-def check_decisions(snapshot: Snapshot, decisions: Decisions) -> None:
-    """Invariants that hold for any snapshot, whatever the policy."""
-    hosts = {h.name: h for h in snapshot.hosts}
-    jobs = {j.id: j for j in snapshot.jobs}
-    dispatched = [d.job_id for d in decisions.dispatches]
-    waiting = [job_id for job_id, _ in decisions.pend_reasons]
-    assert len(set(dispatched)) == len(dispatched), "a job dispatched twice"
-    assert len(set(waiting)) == len(waiting), "a job with two pend reasons"
-    assert not set(dispatched) & set(waiting), "a job both dispatched and pending"
-    assert set(dispatched) | set(waiting) <= set(jobs), "a decision about a job not in the snapshot"
-    if decisions.complete:
-        assert set(dispatched) | set(waiting) == set(jobs), "a job neither dispatched nor given a reason"
-    assert all(isinstance(reason, str) and reason for _, reason in decisions.pend_reasons)
-    taken = {name: 0 for name in hosts}
-    for d in decisions.dispatches:
-        request = jobs[d.job_id].request
-        assert request.min_tasks <= sum(tasks for _, tasks in d.hosts) <= request.max_tasks
-        for name, tasks in d.hosts:
-            assert tasks >= 1
-            assert hosts[name].state == HOST_OK, f"job {d.job_id} put on {hosts[name].state} host {name}"
-            taken[name] += tasks
-    for name, count in taken.items():
-        if count:
-            assert count <= hosts[name].free["slots"], f"host {name} over-allocated"
+# ---- helpers ----------------------------------------------------------------------------------
 
 
 def run(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions:
@@ -218,8 +177,6 @@ def test_a_dispatch_makes_the_next_job_of_the_same_shape_look_again() -> None:
 
 # ---- properties -------------------------------------------------------------------------------
 
-QUEUES = ("high", "normal", "low", "unlisted")
-
 
 @st.composite
 def snapshots(draw: st.DrawFn) -> Snapshot:
@@ -234,9 +191,6 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 user=draw(st.sampled_from(("alice", "bob")))) for i in ids]
     priority = draw(st.dictionaries(st.sampled_from(QUEUES[:3]), st.integers(0, 100)))
     return snap(hosts, jobs, priority)
-
-
-budgets = st.one_of(st.just(1_000_000), st.integers(0, 45))
 
 
 @given(snapshot=snapshots(), budget=budgets)
@@ -383,17 +337,17 @@ def reference_schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions
     waiting: dict[str, list[int]] = {}
     holder: PendingJob | None = None
     complete = True
-    for examined, job in enumerate(order):
+    for examined, pending in enumerate(order):
         if examined >= budget:
             complete = False
             break
-        policy = queues.get(job.queue, no_policy)
+        policy = queues.get(pending.queue, no_policy)
         if holder is not None:
             reason = f"waiting behind job {holder.id}, which holds a reservation until it can start"
         else:
-            reason, request = _within_limits(job, policy, queue_used, user_used)
+            reason, request = _within_limits(pending, policy, queue_used, user_used)
         if reason is None:
-            shape = (job.queue, request.min_tasks, request.max_tasks, request.resreq)
+            shape = (pending.queue, request.min_tasks, request.max_tasks, request.resreq)
             reason = refused.get(shape)
             if reason is None:
                 usable = hosts if policy.hosts is None else [h for h in hosts if h.name in policy.hosts]
@@ -401,60 +355,17 @@ def reference_schedule(snapshot: Snapshot, budget: int = 1_000_000) -> Decisions
                 if not isinstance(result, Refusal):
                     hosts, shared = reference_take(hosts, shared, result)
                     refused.clear()
-                    queue_used[job.queue] = queue_used.get(job.queue, 0) + result.tasks
-                    user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + result.tasks
-                    dispatches.append(Dispatch(job.id, result))
+                    queue_used[pending.queue] = queue_used.get(pending.queue, 0) + result.tasks
+                    key = (pending.queue, pending.user)
+                    user_used[key] = user_used.get(key, 0) + result.tasks
+                    dispatches.append(Dispatch(pending.id, result))
                     continue
                 reason = refused[shape] = result.summary()
-            if snapshot.reserve_after > 0 and snapshot.now - job.submit_time >= snapshot.reserve_after:
-                holder = job
+            if snapshot.reserve_after > 0 and snapshot.now - pending.submit_time >= snapshot.reserve_after:
+                holder = pending
                 reason += "; it has waited long enough to hold a reservation: later jobs wait for it"
-        waiting.setdefault(reason, []).append(job.id)
+        waiting.setdefault(reason, []).append(pending.id)
     return Decisions(tuple(dispatches), tuple((r, tuple(ids)) for r, ids in waiting.items()), complete)
-
-
-# Requests as users write them, over the resources `busy_cluster` has: every rule the session caches.
-REQUESTS = ("", "", "rusage[mem=2G]", "select[avx] rusage[mem=1G]", "select[!avx]", 'select[model=="B"]',
-            "order[-mem] rusage[mem=3G]", "order[slots]", "order[-slots] select[gpus>0]",
-            "rusage[gpus=1:mem=1G]", "span[ptile=2]", "span[ptile=3] rusage[mem=1G]", "span[hosts=1]",
-            "span[block=2]", "span[maxhosts=2]", "same[model] rusage[mem=1G]", "same[model] span[ptile=2]",
-            "rusage[mem=2G/host] span[ptile=2]", "rusage[mem=1G/job]", "rusage[lic=1/job]",
-            "rusage[lic=1/host]", "rusage[lic=1]", "select[defined(scratch)] rusage[scratch=2/host]",
-            "order[-scratch] same[model]")
-
-
-@st.composite
-def busy_snapshots(draw: st.DrawFn) -> Snapshot:
-    """Up to 10 hosts with slots, memory, GPUs, a scratch resource on some, a model on most (so
-    same[model] leaves some out), tags; up to 60 jobs over 3 queues that share hosts or not, with
-    running limits, running usage and (sometimes) the starvation guard."""
-    hosts = []
-    for i in range(draw(st.integers(0, 10))):
-        slots, mem, gpus = draw(st.integers(0, 8)), draw(st.integers(0, 8)), draw(st.sampled_from((0, 0, 2, 4)))
-        total = {"slots": slots, "mem": mem * G, "gpus": gpus}
-        if draw(st.booleans()):
-            total["scratch"] = draw(st.integers(0, 10))
-        free = {k: v - min(v, draw(st.one_of(st.just(0), st.integers(0, v)))) for k, v in total.items()}
-        gpu_free = tuple(range(gpus - free["gpus"], gpus))
-        attrs = {"model": m} if (m := draw(st.sampled_from(("A", "B", None)))) else {}
-        hosts.append(HostView(f"h{i}", draw(st.sampled_from((HOST_OK,) * 6 + ("closed",))), total, free,
-                              gpu_free, attrs, frozenset(draw(st.sets(st.sampled_from(("avx", "fast")))))))
-    names = [h.name for h in hosts]
-    some_hosts = st.one_of(st.none(), st.frozensets(st.sampled_from(names)) if names else st.none())
-    queues = tuple(QueuePolicy(name, draw(st.integers(0, 3)), draw(some_hosts),
-                               draw(st.one_of(st.none(), st.integers(0, 20))),
-                               draw(st.one_of(st.none(), st.integers(0, 10))))
-                   for name in ("high", "normal", "low"))
-    jobs = []
-    for i in range(1, draw(st.integers(0, 60)) + 1):
-        low = draw(st.integers(1, 6))
-        request = JobRequest(i, low, low + draw(st.sampled_from((0, 0, 1, 4))), parse(draw(st.sampled_from(REQUESTS))))
-        jobs.append(PendingJob(i, draw(st.sampled_from(("alice", "bob"))), draw(st.sampled_from(QUEUES)), request,
-                               draw(st.sampled_from((0, 0, 5))), float(draw(st.integers(0, 100)))))
-    running = tuple((draw(st.sampled_from(QUEUES)), draw(st.sampled_from(("alice", "bob"))), draw(st.integers(0, 8)))
-                    for _ in range(draw(st.integers(0, 3))))
-    shared = FrozenMap({"lic": draw(st.integers(0, 6))})
-    return Snapshot(tuple(hosts), tuple(jobs), queues, shared, running, 100.0, draw(st.sampled_from((0.0, 50.0))))
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

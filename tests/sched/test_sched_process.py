@@ -11,20 +11,13 @@ import signal
 
 import pytest
 
+from tests.support.sched import host, job
 from tests.support.waiting import wait_until
 from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
-from xce_lite.sched.core import PendingJob, QueuePolicy, Snapshot, schedule
-from xce_lite.sched.placement import HostView, JobRequest
+from xce_lite.sched.core import QueuePolicy, Snapshot, schedule
+from xce_lite.sched.placement import HostView
 
 QUEUES = (QueuePolicy("normal", 30), QueuePolicy("high", 50))
-
-
-def host(name: str, slots: int, used: int = 0) -> HostView:
-    return HostView(name, "ok", {"slots": slots}, {"slots": slots - used})
-
-
-def job(job_id: int, queue: str = "normal", slots: int = 1) -> PendingJob:
-    return PendingJob(job_id, "u", queue, JobRequest(job_id, slots))
 
 
 @pytest.fixture
@@ -47,7 +40,7 @@ def test_changes_give_the_same_decisions_as_the_whole_snapshot(worker):
     next_id = 1
     for _round in range(60):
         for _ in range(rng.randrange(0, 6)):
-            pending.add(job(next_id, rng.choice(["normal", "high"]), rng.randrange(1, 4)))
+            pending.add(job(next_id, queue=rng.choice(["normal", "high"]), slots=rng.randrange(1, 4)))
             next_id += 1
         for job_id in rng.sample(list(pending), k=min(len(pending), rng.randrange(0, 3))):
             pending.discard(job_id)

@@ -8,9 +8,7 @@ runs again on a fresh allocation)."""
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -19,43 +17,11 @@ import pytest
 import yaml
 
 from tests.support.cluster import Cluster
-from tests.support.slurm import SlurmCluster
+from tests.support.slurm import SlurmCluster, pool_config
 from tests.support.waiting import wait_until
 from xce_lite.exec import bundle
 from xce_lite.exec import slurm as slurm_cmds
 from xce_lite.store.jobs import JobStore
-
-
-NAMES = itertools.count(1)
-
-
-def pool_config(time_limit: str = "5m", idle_timeout: str = "5m", extra: str = "") -> str:
-    # a cluster name of its own per test: Slurm remembers the allocations of earlier tests by name
-    return f"""\
-        cluster: s{os.getpid()}n{next(NAMES)}
-        hosts:
-          - name: local
-            slots: 1
-            mem: 1G
-        queues:
-          - name: normal
-            default: true
-            hosts: [local]
-          - name: hpc
-            hosts: [hpc]
-        pools:
-          - name: hpc
-            type: slurm
-            max_allocations: 1
-            time_limit: {time_limit}
-            idle_timeout: {idle_timeout}
-            slots: 2
-            mem: 512M
-            python: {sys.executable}{extra}
-        controller:
-          tick: 1s
-          grace: 2s
-        """
 
 
 @pytest.fixture

@@ -10,9 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.slurm.test_pool_e2e import pool_config
 from tests.support.cluster import Cluster
-from tests.support.slurm import SlurmCluster, missing_prerequisites
+from tests.support.slurm import SlurmCluster, missing_prerequisites, pool_config
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.exec.test_agent import WAIT_JOB
+from tests.support.agent_local import WAIT_JOB
 from tests.support.slurm import SlurmCluster
 from tests.support.waiting import wait_until
 from xce_lite.errors import HostUnreachable

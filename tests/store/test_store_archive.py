@@ -13,7 +13,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from tests.store.test_store import DATA, T, V1_JOBS, raw, spec
+from tests.support.store import DATA, T, V1_JOBS, raw, spec
 from xce_lite import accounting
 from xce_lite.models import DONE, EXIT, PEND, RUN
 from xce_lite.store.jobs import Finish, JobStore

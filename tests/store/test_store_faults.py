@@ -4,24 +4,15 @@ system (a tmpfs of our own), and kill wins (a killed job is never requeued, what
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.store.test_store import T, running, spec
+from tests.support.faults import small_tmpfs, write_lock_held
+from tests.support.store import T, running, spec
 from xce_lite.errors import StoreError, StoreUnavailable
 from xce_lite.models import DISP, EXIT, PEND, RUN
 from xce_lite.store.jobs import JobStore, Requeue
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[JobStore]:
-    s = JobStore(tmp_path / "xce.db")
-    yield s
-    s.close()
 
 
 def test_a_requeue_of_a_killed_job_ends_it_exit_with_the_kill_reason(store: JobStore) -> None:
@@ -46,44 +37,17 @@ def test_a_kill_before_the_last_dispatch_does_not_hold_the_next_attempt(store: J
     assert store.requeue([Requeue(a, DISP, "host h1 lost")], T + 6) == [a]
 
 
-HOLDER = """
-import sqlite3, sys
-con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
-con.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-sys.stdin.read()
-con.execute("ROLLBACK")
-"""
-
-
 def test_a_write_lock_held_by_another_process_is_store_unavailable_and_writes_nothing(store: JobStore) -> None:
     store.impatient = True  # as the controller sets it once a commit failed: 1 s, not 10
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(store.path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with write_lock_held(store.path):
         with pytest.raises(StoreUnavailable, match="locked by another process"):
             store.submit([(spec(), "normal")], "alice", T)
         assert store.jobs(None, user="alice") == []  # reads go on
-    finally:
-        holder.stdin.close()
-        holder.wait(10)
-        holder.stdout.close()
     assert store.submit([(spec(), "normal")], "alice", T) == [1]
 
 
-@contextlib.contextmanager
-def small_tmpfs(path: Path, size: str = "2m") -> Iterator[Path]:
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
-
-
 def test_a_full_file_system_is_store_unavailable_and_the_store_carries_on_when_space_is_back(tmp_path: Path):
-    with small_tmpfs(tmp_path / "fs") as fs:
+    with small_tmpfs(tmp_path / "fs", "2m") as fs:
         store = JobStore(fs / "xce.db")
         try:
             (a,) = running(store)

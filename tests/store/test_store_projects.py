@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.store.test_store import DATA, T, finish, spec
+from tests.support.store import DATA, T, finish, spec
 from xce_lite.models import PEND, PSUSP, RUN
 from xce_lite.store.jobs import JobStore
 from xce_lite.store.workflows import NewJob

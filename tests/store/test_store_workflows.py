@@ -3,29 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 
-from xce_lite.models import DONE, EXIT, PEND, RUN, JobSpec
+from tests.support.store import T, spec
+from xce_lite.models import DONE, EXIT, PEND, RUN
 from xce_lite.store.jobs import Finish, JobStore, Requeue
 from xce_lite.store.workflows import FlowRecord, FlowStep, NewJob
 from xce_lite.workflow import deps
 
-T = 1_700_000_000.0
 BIG_ENV = {f"VAR{i}": "x" * 100 for i in range(30)}
-
-
-def spec(*argv: str, **fields) -> JobSpec:
-    return JobSpec(argv=argv or ("sleep", "1"), cwd="/home/alice", **fields)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[JobStore]:
-    s = JobStore(tmp_path / "xce.db")
-    yield s
-    s.close()
 
 
 def test_an_array_is_stored_once_and_each_element_is_a_job_of_its_own(store: JobStore, tmp_path: Path):

@@ -1,4 +1,6 @@
-"""A real one-host cluster for end-to-end tests: a home, a controller process, the `xce` CLI.
+"""A real one-host cluster for end-to-end tests: a home, a controller process, the `xce` CLI; its
+hosts as `xce hosts` lists them (and a wait until all are ok), `HostOutage`, a local host made
+unreachable for a while, and `running_cluster`, a started cluster for the span of a block.
 
 Everything is real: the controller runs as its own process (`xce controller start`), its agent and
 the jobs' supervisors are real processes, the store a real SQLite file. Teardown stops only what the
@@ -7,6 +9,7 @@ test started, by PID: the controller, then any supervisor still listed in the sp
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -15,9 +18,12 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
+from tests.support.procs import zombie
 from tests.support.waiting import wait_until
 from xce_lite.testhosts.base import kill_tree
 from xce_lite.exec.local import supervisor_pids
@@ -95,7 +101,7 @@ class Cluster:
         pid = self.controller_pid
         assert pid is not None, "no controller to kill"
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: not _alive(pid), 10, f"controller {pid} to die")
+        wait_until(lambda: zombie(pid), 10, f"controller {pid} to die")
 
     def supervisor_pids(self) -> list[int]:
         """The supervisors still running on this cluster's local hosts (from each spool's journal)."""
@@ -106,16 +112,46 @@ class Cluster:
         pid = self.controller_pid
         if pid is not None:
             self.xce("controller", "stop", timeout=40)
-            if _alive(pid):
+            if not zombie(pid):
                 os.kill(pid, signal.SIGKILL)
         for sup in self.supervisor_pids():
             kill_tree(sup)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+class HostOutage:
+    """Host `name` of cluster `c` out of reach: its agent killed, its spool locked by us."""
+
+    def __init__(self, c: Cluster, name: str):
+        self.lock_path = c.home / "spool" / name / ".lock"
+        self.fd = -1
+
+    def __enter__(self) -> HostOutage:
+        pid = int(self.lock_path.read_text().split()[0])  # the serving agent writes its pid there
+        self.fd = os.open(self.lock_path, os.O_RDWR)
+        os.kill(pid, signal.SIGKILL)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)  # as soon as the killed agent's lock is gone
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)  # the next agent takes the lock: the host is back
+
+
+def hosts_of(c: Cluster) -> dict[str, dict]:
+    return {h["name"]: h for h in json.loads(c.ok("hosts", "--json"))["hosts"]}
+
+
+def hosts_ok(c: Cluster, describe: str, timeout: float = 60) -> None:
+    """Wait until every host of `c` is ok (`describe` says which, for the message on timeout)."""
+    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), timeout, describe)
+
+
+@contextmanager
+def running_cluster(**kw) -> Iterator[Cluster]:
+    """A started `Cluster(**kw)` for the block; closed after it, also when its start fails."""
+    c = Cluster(**kw)
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+        c.start()
+        yield c
+    finally:
+        c.close()

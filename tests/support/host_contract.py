@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.exec.test_agent import WAIT_JOB
+from tests.support.agent_local import WAIT_JOB
 from tests.support.waiting import wait_until
 from xce_lite.errors import ExecError
 from xce_lite.exec.host import Host, HostEvent, LaunchRequest, UnitFinished, UnitsLaunched

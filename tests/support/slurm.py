@@ -20,12 +20,14 @@ with `--force`.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,3 +238,35 @@ class SlurmCluster:
                     d.proc.kill()
                     d.proc.wait()
         self.daemons.clear()
+
+
+NAMES = itertools.count(1)
+
+
+def pool_config(time_limit: str = "5m", idle_timeout: str = "5m", extra: str = "") -> str:
+    # a cluster name of its own per test: Slurm remembers the allocations of earlier tests by name
+    return f"""\
+        cluster: s{os.getpid()}n{next(NAMES)}
+        hosts:
+          - name: local
+            slots: 1
+            mem: 1G
+        queues:
+          - name: normal
+            default: true
+            hosts: [local]
+          - name: hpc
+            hosts: [hpc]
+        pools:
+          - name: hpc
+            type: slurm
+            max_allocations: 1
+            time_limit: {time_limit}
+            idle_timeout: {idle_timeout}
+            slots: 2
+            mem: 512M
+            python: {sys.executable}{extra}
+        controller:
+          tick: 1s
+          grace: 2s
+        """

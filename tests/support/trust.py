@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, running_cluster
 
 LOCAL_HOSTS = """\
 cluster: tf{pid}
@@ -28,12 +28,8 @@ controller:
 @contextmanager
 def two_local_hosts(lost_after: str = "3s") -> Iterator[Cluster]:
     """A running cluster of hosts a and b (tags ha, hb), each with an agent of its own."""
-    c = Cluster(config=LOCAL_HOSTS.format(pid=os.getpid(), lost_after=lost_after))
-    c.start()
-    try:
+    with running_cluster(config=LOCAL_HOSTS.format(pid=os.getpid(), lost_after=lost_after)) as c:
         yield c
-    finally:
-        c.close()
 
 
 def status(c: Cluster) -> dict:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.configs import config_file
 from xce_lite.config.cluster import ClusterConfig, default_config_text, load_config
 from xce_lite.errors import ConfigError, SpecError
 
@@ -37,14 +38,8 @@ queues:
 """
 
 
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "xce.yaml"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def load_error(tmp_path: Path, text: str) -> tuple[Path, str]:
-    path = write(tmp_path, text)
+    path = config_file(tmp_path, text)
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     return path, str(caught.value)
@@ -66,7 +61,7 @@ def reported_line(message: str, field: str) -> int:
 
 
 def test_a_good_file_loads(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, GOOD))
+    config = load_config(config_file(tmp_path, GOOD))
     assert config.cluster == "lab"
     assert [(h.name, h.slots, h.mem, h.type) for h in config.hosts] == [
         ("h1", 4, 8 * GiB, "local"), ("h2", 2, 4096 * MiB, "local")]  # a bare number is megabytes
@@ -83,7 +78,7 @@ def test_a_good_file_loads(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("slots", "mem"), [(1, 64 * MiB), (8, 16 * GiB + 123), (256, 2 * 1024**4)])
 def test_default_config_text_loads(tmp_path: Path, host: str, expected: str, slots: int, mem: int) -> None:
     text = default_config_text("xce", host, slots, mem)
-    config = load_config(write(tmp_path, text))
+    config = load_config(config_file(tmp_path, text))
     assert config.cluster == "xce"
     assert [(h.name, h.slots, h.mem, h.type) for h in config.hosts] == [(expected, slots, mem // MiB * MiB, "local")]
     assert config.default_queue.name == "normal"
@@ -101,13 +96,13 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("name", ["007", "1.5", "null", "on", "no", "true", "2024-01-01", "0x1f", "1_000"])
 def test_default_config_text_keeps_names_yaml_would_read_as_other_types(tmp_path: Path, name: str) -> None:
-    config = load_config(write(tmp_path, default_config_text(name, name, 2, GiB)))
+    config = load_config(config_file(tmp_path, default_config_text(name, name, 2, GiB)))
     assert (config.cluster, config.hosts[0].name) == (name, name)
 
 
 @given(cluster=NAMES, host=NAMES)
 def test_default_config_text_keeps_any_valid_name(scratch: Path, cluster: str, host: str) -> None:
-    config = load_config(write(scratch, default_config_text(cluster, host, 2, GiB)))
+    config = load_config(config_file(scratch, default_config_text(cluster, host, 2, GiB)))
     assert (config.cluster, config.hosts[0].name) == (cluster, host)
 
 
@@ -218,7 +213,7 @@ def test_a_missing_file_says_how_to_make_one(tmp_path: Path) -> None:
 
 @pytest.fixture
 def config(tmp_path: Path) -> ClusterConfig:
-    return load_config(write(tmp_path, GOOD))
+    return load_config(config_file(tmp_path, GOOD))
 
 
 def test_no_queue_named_is_the_default_queue(config: ClusterConfig) -> None:
@@ -227,7 +222,7 @@ def test_no_queue_named_is_the_default_queue(config: ClusterConfig) -> None:
 
 
 def test_without_a_default_flag_the_first_queue_is_the_default(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, GOOD.replace("    default: true\n", "")))
+    config = load_config(config_file(tmp_path, GOOD.replace("    default: true\n", "")))
     assert config.queue(None).name == "short"
 
 
@@ -269,7 +264,7 @@ controller:
 
 
 def test_an_ssh_host_keeps_how_to_reach_it(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, SSH))
+    config = load_config(config_file(tmp_path, SSH))
     host = config.hosts[0]
     assert (host.type, host.address, host.port, host.user, host.launch) == ("ssh", "10.0.0.5", 2222, "alice", "auto")
     assert host.agent_spool("lab") == "~/.xce-agent/lab-gpu1"

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from tests.support.configs import config_file
 from xce_lite.config.cluster import load_config
 from xce_lite.errors import ConfigError
 from xce_lite.home import config_edit
@@ -101,15 +102,9 @@ CASES = {
 }
 
 
-def write(tmp_path, text: str):
-    path = tmp_path / "xce.yaml"
-    path.write_text(text)
-    return path
-
-
 @pytest.mark.parametrize("before, after", CASES.values(), ids=CASES.keys())
 def test_adding_hosts_inserts_them_in_the_lists_own_layout(tmp_path, before, after):
-    path = write(tmp_path, before)
+    path = config_file(tmp_path, before)
     config_edit.add_hosts(path, [LAB1, LAB2], comment="xce lab")
     assert path.read_text() == after
     hosts = load_config(path).hosts
@@ -118,14 +113,14 @@ def test_adding_hosts_inserts_them_in_the_lists_own_layout(tmp_path, before, aft
 
 @pytest.mark.parametrize("before, after", CASES.values(), ids=CASES.keys())
 def test_removing_the_added_hosts_gives_back_the_file_byte_for_byte(tmp_path, before, after):
-    path = write(tmp_path, after)
+    path = config_file(tmp_path, after)
     assert config_edit.remove_hosts(path, ["lab2", "lab1", "not-there"]) == ["lab1", "lab2"]
     # a file without a final newline keeps the one the first added line needed
     assert path.read_text() == (before if before.endswith("\n") else before + "\n")
 
 
 def test_removing_a_host_from_the_middle_of_a_flow_list_takes_one_comma(tmp_path):
-    path = write(tmp_path, "cluster: c1\nhosts: [{name: a, slots: 1, mem: 1G}, {name: b, slots: 1, mem: 1G}, "
+    path = config_file(tmp_path, "cluster: c1\nhosts: [{name: a, slots: 1, mem: 1G}, {name: b, slots: 1, mem: 1G}, "
                            "{name: c, slots: 1, mem: 1G}]\n" + QUEUES)
     config_edit.remove_hosts(path, ["b"])
     assert path.read_text().startswith("cluster: c1\nhosts: [{name: a, slots: 1, mem: 1G}, "
@@ -135,7 +130,7 @@ def test_removing_a_host_from_the_middle_of_a_flow_list_takes_one_comma(tmp_path
 
 
 def test_a_duplicate_name_is_refused_with_its_line_and_the_file_is_unchanged(tmp_path):
-    path = write(tmp_path, BLOCK)
+    path = config_file(tmp_path, BLOCK)
     with pytest.raises(ConfigError, match=r"already has a host named 'local' \(line 5\)"):
         config_edit.add_host(path, dict(LAB1, name="local"))
     with pytest.raises(ConfigError, match="'lab1'"):
@@ -154,7 +149,7 @@ BAD_EDITS = {
 
 @pytest.mark.parametrize("edit, named", BAD_EDITS.values(), ids=BAD_EDITS.keys())
 def test_an_edit_that_would_not_load_leaves_the_file_byte_identical(tmp_path, edit, named):
-    path = write(tmp_path, BLOCK)
+    path = config_file(tmp_path, BLOCK)
     os.chmod(path, 0o640)
     stat = path.stat()
     with pytest.raises(ConfigError, match="is unchanged") as caught:
@@ -165,7 +160,7 @@ def test_an_edit_that_would_not_load_leaves_the_file_byte_identical(tmp_path, ed
 
 
 def test_an_edit_keeps_the_files_mode(tmp_path):
-    path = write(tmp_path, BLOCK)
+    path = config_file(tmp_path, BLOCK)
     os.chmod(path, 0o640)
     config_edit.add_host(path, LAB1)
     assert path.stat().st_mode & 0o777 == 0o640
@@ -174,7 +169,7 @@ def test_an_edit_keeps_the_files_mode(tmp_path):
 def test_files_that_cannot_be_edited_are_refused_with_what_to_do(tmp_path):
     with pytest.raises(ConfigError, match="xce init"):
         config_edit.add_host(tmp_path / "xce.yaml", LAB1)
-    path = write(tmp_path, "cluster: c1\nhosts: {a: 1}\n" + QUEUES)
+    path = config_file(tmp_path, "cluster: c1\nhosts: {a: 1}\n" + QUEUES)
     with pytest.raises(ConfigError, match="hosts .line 2.: Input should be a valid list"):
         config_edit.add_host(path, LAB1)
     path.write_text("cluster: [\n")
@@ -193,7 +188,7 @@ def test_anchors_and_aliases_stay_as_the_user_wrote_them(tmp_path):
           - {name: b, slots: 1, mem: 1G, tags: *t}
         queues: [{name: normal}]
         """)
-    path = write(tmp_path, text)
+    path = config_file(tmp_path, text)
     config_edit.add_host(path, LAB1)
     assert path.read_text().startswith(text.split("queues")[0])
     assert load_config(path).hosts[1].tags == ["fast"]

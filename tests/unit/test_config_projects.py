@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.configs import config_file
 from xce_lite.config.cluster import load_config
 from xce_lite.errors import ConfigError
 from xce_lite.sched.fairshare import FairShare
@@ -34,9 +35,7 @@ default_project: lab
 
 
 def load(tmp_path: Path, text: str):
-    path = tmp_path / "xce.yaml"
-    path.write_text(text)
-    return load_config(path)
+    return load_config(config_file(tmp_path, text))
 
 
 def test_projects_defaults_and_fair_share_load_in_base_units(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.configs import config_file
 from xce_lite.config.cluster import load_config
 from xce_lite.controller import leases
 from xce_lite.exec.agent import lease as agent_lease
@@ -68,9 +69,7 @@ controller:
 
 
 def load(tmp_path, controller: str):
-    path = tmp_path / "xce.yaml"
-    path.write_text(CONFIG.format(controller=textwrap.indent(controller, "  ")))
-    return load_config(path)
+    return load_config(config_file(tmp_path, CONFIG.format(controller=textwrap.indent(controller, "  "))))
 
 
 def test_the_defaults_keep_host_lost_after_beyond_the_lease_and_its_margin(tmp_path):

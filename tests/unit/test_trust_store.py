@@ -11,23 +11,15 @@ from pathlib import Path
 import pytest
 
 from tests.support import paths
+from tests.support.store import T
 from xce_lite.errors import SpecError
 from xce_lite.models import JobSpec
 from xce_lite.store.jobs import JobStore
 from xce_lite.store.workflows import NewJob
 
-T = 1_700_000_000.0
-
 
 def _job(name: str, indices: tuple[int, ...] = ()) -> NewJob:
     return NewJob(JobSpec(argv=("true",), cwd="/tmp", name=name, array="1-3" if indices else None), "normal", indices)
-
-
-@pytest.fixture
-def store(tmp_path: Path):
-    s = JobStore(tmp_path / "xce.db")
-    yield s
-    s.close()
 
 
 def _fds() -> int:

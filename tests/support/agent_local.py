@@ -1,0 +1,84 @@
+"""The agent on this machine, seen from outside: its one-file bundle, a job that waits for a release
+file, and the spool's journal read without the agent's own reader (so a test cannot agree with a
+bug), with what it tells: results, and the pids to kill when a failed test leaves jobs behind.
+
+Jobs that must stay running wait for a "release" file (and give up by themselves after a minute),
+so nothing outlives a failed test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from tests.support.procs import proc_field
+from xce_lite.exec import bundle
+
+# The one file hosts get, built from xce_lite/exec/agent/; under the source tree, which the test hosts
+# can read too (their users get a copy, copy_in).
+AGENT = bundle.local_file()
+
+PY = sys.executable
+
+WAIT_JOB = (
+    "import os, sys, time\n"
+    "end = time.time() + 60\n"
+    "while not os.path.exists(sys.argv[1]) and time.time() < end:\n"
+    "    time.sleep(0.02)\n"
+    "sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)\n"
+)
+
+
+def journal(spool: Path) -> dict[str, dict]:
+    """SPOOL/journal folded per unit, read here without agent.py's code: for each unit from its
+    `launched` record to its `forgotten` one, its start time, its `started` fields and its first
+    result. Unreadable lines (a torn record, one being written) are skipped."""
+    units: dict[str, dict] = {}
+    try:
+        data = (spool / "journal").read_bytes()
+    except FileNotFoundError:
+        return units
+    for line in data.split(b"\n"):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        event = rec.get("event")
+        if event == "launched":
+            fields = {"pid": None, "job": None, "kill": None, "result": None}
+            units[rec["unit"]] = {"start_time": rec["start_time"], **fields}
+        elif event == "forgotten":
+            for name in rec["units"]:
+                units.pop(name, None)
+        elif rec.get("unit") in units:
+            unit = units[rec["unit"]]
+            if event == "started":
+                unit.update(pid=rec["pid"], starttime=rec["starttime"], boot=rec["boot"], job=rec["job"])
+            elif event == "kill_requested":
+                unit["kill"] = rec["reason"]
+            elif event == "finished" and unit["result"] is None:
+                unit["result"] = rec["result"]
+    return units
+
+
+def journal_result(spool: Path, unit: str) -> dict | None:
+    """The unit's result as the journal holds it, or None."""
+    return journal(spool).get(unit, {}).get("result")
+
+
+def kill_leftovers(spool: Path) -> None:
+    """Kill any job and supervisor still running from `spool` (pids checked against /proc)."""
+    for unit in journal(spool).values():
+        supervisor, job = unit["pid"], unit["job"]
+        if supervisor is None:
+            continue
+        if job is not None and proc_field(job, 3) == str(supervisor):  # the job's session
+            os.killpg(job, signal.SIGKILL)
+        if proc_field(supervisor, 19) == str(unit["starttime"]):
+            os.kill(supervisor, signal.SIGKILL)
+
