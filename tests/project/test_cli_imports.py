@@ -97,3 +97,11 @@ def test_the_help_lists_every_command_as_the_commands_would_themselves():
             assert make_default_short_help(summary, width) == command.get_short_help_str(width), (name, width)
         assert f"  {name} " in listed
     assert main.get_help(ctx) == listed  # the same once every command is loaded
+
+
+def test_submit_reads_its_option_flags_from_its_own_options_not_from_presets():
+    from xce_lite.cli.submit import flags
+    from xce_lite.config.presets import OPTIONS
+
+    assert list(flags()) == list(OPTIONS)  # the same keys in the same order: a preset holds any of them
+    assert {k: f for k, f in flags().items() if k != "hold"} == {k: v[0] for k, v in OPTIONS.items() if k != "hold"}
