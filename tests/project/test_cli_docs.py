@@ -23,7 +23,9 @@ EXAMPLES = paths.EXAMPLES
 
 def _commands(group: click.Group, prefix: str = "xce") -> list[tuple[str, click.Command]]:
     found = []
-    for name, command in group.commands.items():
+    ctx = click.Context(group)  # the group is lazy (cli/main.py): ask it, do not read .commands
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
         path = f"{prefix} {name}"
         if isinstance(command, click.Group):
             found.extend(_commands(command, path))

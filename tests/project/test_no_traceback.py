@@ -63,7 +63,9 @@ BAD_FOR = {  # values that are wrong in ways the parameter's type alone does not
 
 
 def _commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-    for name, command in sorted(group.commands.items()):
+    ctx = click.Context(group)  # the group is lazy (cli/main.py): ask it, do not read .commands
+    for name in sorted(group.list_commands(ctx)):
+        command = group.get_command(ctx, name)
         yield path + (name,), command
         if isinstance(command, click.Group):
             yield from _commands(command, path + (name,))

@@ -1,5 +1,6 @@
 """What every `xce` and `xceadmin` command shares: one error style, the home option, the client,
-tables, JSON output and the output-path type. Light: click and the standard library only.
+tables, JSON output and the output-path type. Light: click and the standard library only, and
+`xce --help` imports this module: the client and json load only when a command uses them.
 
 One error style: the message first (`xce: ...`), then, for a usage mistake, click's usage line and
 its help hint. Our own errors (XceError) carry their exit code; click's usage errors exit 2; an
@@ -12,16 +13,17 @@ from __future__ import annotations
 
 import codecs
 import io
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from xce_lite import errors
-from xce_lite.api.client import Client
+
+if TYPE_CHECKING:
+    from xce_lite.api.client import Client
 
 HOME_OPTION = click.option("--home", envvar="XCE_HOME", metavar="DIR",
                            help="The cluster home (default: $XCE_HOME, else ~/.xce).")
@@ -102,12 +104,16 @@ def safe_output() -> None:
 
 def client(ctx: click.Context) -> Client:
     """A connection to the home's controller, closed when the command ends."""
+    from xce_lite.api.client import Client
+
     api = Client(ctx.find_root().obj.require().socket)
     ctx.call_on_close(api.close)
     return api
 
 
 def echo_json(doc: Any) -> None:
+    import json
+
     text = json.dumps(doc, indent=2, ensure_ascii=False)
     try:
         text.encode("utf-8")

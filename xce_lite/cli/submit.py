@@ -1,24 +1,28 @@
-"""`xce submit`'s options, shared with `xce preset save`, and the job spec they make.
+"""`xce submit` itself, its options (shared with `xce preset save`), and the job spec they make.
 
-On the submit path, so light: click, the standard library and presets.py only. A preset expands
-here, on the client (presets.py says how options and a preset combine); the spec then records the
-preset's name, content hash and the spec fields it set in `exdata.meta.preset`, which the merge
-reads to label those fields' origin `preset`.
+On the submit path, so light: click and the standard library; what only some options need (presets,
+arrays, dependencies, durations and sizes) is imported when they are given: `xce submit -- true`
+loads none of it (tests/project/test_cli_imports.py). A preset expands here, on the client
+(presets.py says how options and a preset combine); the spec then records the preset's name,
+content hash and the spec fields it set in `exdata.meta.preset`, which the merge reads to label
+those fields' origin `preset`.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
 
 from xce_lite import errors
-from xce_lite.cli.complete import complete_apps, complete_queues
-from xce_lite.config.presets import OPTIONS, Preset
-from xce_lite.quantities import parse_duration, parse_size
-from xce_lite.workflow import arrays, deps
+from xce_lite.cli.base import client
+from xce_lite.cli.complete import complete_apps, complete_presets, complete_queues
+
+if TYPE_CHECKING:
+    from xce_lite.config.presets import Preset
 
 # The option -> the spec field it sets (for the origins the merge reports)
 SPEC_FIELD = {"tasks": "slots", "gpus": "resreq", "env_none": "env", "app_param": "app_params", "pre_exec": "hooks",
@@ -78,10 +82,47 @@ def submit_options(command):
     return command
 
 
+@functools.cache
+def flags() -> dict[str, str]:
+    """Each submit option's key -> its flag as --help shows it first (-J, -q, ...), read from the
+    click options above: the same keys, in the same order, as presets.OPTIONS, without importing it."""
+    return {param.name: param.opts[0] for param in click.command()(submit_options(lambda **_: None)).params}
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@submit_options
+@click.option("--preset", metavar="NAME", shell_complete=complete_presets,
+              help="Start from a saved preset's options (`xce preset list`); options given here win.")
+@click.option("--parsable", is_flag=True, help="Print only the job id.")
+@click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
+@click.pass_context
+def submit(ctx, preset, parsable, command, **options) -> None:
+    """Submit CMD as a batch job. It runs as given, never through a shell: use `sh -c '...'` for one.
+
+    The job gets a copy of this environment (as in LSF and Slurm) plus any --env, and its
+    application profile's settings (-app; `xce apps -l` shows them).
+
+    Example: xce submit -J sim -n 2,8 -R "rusage[mem=2G] span[ptile=4]" -W 30m -o out-%J.txt -- ./simulate
+    """
+    chosen = None
+    if preset is not None:
+        from xce_lite.config import presets
+
+        chosen = presets.load(preset)
+    merged, from_preset = expand(given_options(ctx, options), chosen)
+    spec = build_spec(merged, list(command), chosen, from_preset)
+    # a reply lost after the request was sent: asked again once with the same request id, which
+    # the controller answers with the job it stored, if it did, never a second one
+    reply = client(ctx).submit({"jobs": [spec]}, on_retry=lambda note: click.echo(f"xce: {note}", err=True))
+    job_id, queue_name, size = reply["ids"][0], reply["queues"][0], (reply.get("sizes") or [None])[0]
+    array = f" (an array of {size} elements: {job_id}[index])" if size else ""
+    click.echo(job_id if parsable else f"Job <{job_id}>{array} is submitted to queue <{queue_name}>.")
+
+
 def given_options(ctx: click.Context, options: dict[str, Any]) -> dict[str, Any]:
     """The options the user gave (not click's defaults), as JSON values (a preset's form)."""
     given = {}
-    for key in OPTIONS:
+    for key in flags():
         if ctx.get_parameter_source(key) not in (None, ParameterSource.DEFAULT):
             value = options[key]
             given[key] = list(value) if isinstance(value, tuple) else value
@@ -126,25 +167,32 @@ def build_spec(options: dict[str, Any], command: list[str], preset: Preset | Non
 
     def bad(key: str, message: str) -> click.BadParameter:
         where = f" (from preset {preset.name})" if preset is not None and key in from_preset else ""
-        return click.BadParameter(message + where, param_hint=OPTIONS[key][0])
+        return click.BadParameter(message + where, param_hint=flags()[key])
 
     spec: dict[str, Any] = {"argv": list(command), "umask": current_umask()}
-    name, array = arrays.split_name(options["name"]) if options.get("name") else (None, None)
+    name, array = None, None
+    if options.get("name"):
+        from xce_lite.workflow import arrays
+
+        name, array = arrays.split_name(options["name"])
     if name is not None and ("[" in name or "]" in name):
         raise bad("name", f"{options['name']!r}: brackets make an array, name[1-10] or name[1-10]%5; close them, "
                           f"or leave them out of a plain job's name")
     for text in options.get("resreq", ()):
         if not str(text).strip():
             raise bad("resreq", "the requirement is empty; give one such as \"rusage[mem=2G]\", or leave -R out")
-    for key, value, check in (("name", array, arrays.parse), ("depend", options.get("depend"), deps.parse)):
-        if value is not None:
-            try:
-                check(value)
-            except errors.SpecError as err:
-                raise bad(key, str(err)) from None
     if array is not None:
-        spec["array"] = arrays.parse(array).text()
+        try:
+            spec["array"] = arrays.parse(array).text()
+        except errors.SpecError as err:
+            raise bad("name", str(err)) from None
     if options.get("depend") is not None:
+        from xce_lite.workflow import deps
+
+        try:
+            deps.parse(options["depend"])
+        except errors.SpecError as err:
+            raise bad("depend", str(err)) from None
         spec["depend"] = options["depend"]
     for key in ("on_dep_fail", "retry"):
         if options.get(key) is not None:
@@ -163,16 +211,19 @@ def build_spec(options: dict[str, Any], command: list[str], preset: Preset | Non
                 resreq=list(options.get("resreq", ())) + ([f"rusage[gpus={gpus}/host]"] if gpus else []),
                 stdout=_absolute(options.get("stdout"), workdir), stderr=_absolute(options.get("stderr"), workdir),
                 env=environment, hold=bool(options.get("hold")), priority=options.get("priority") or 0)
-    try:
-        if options.get("run_limit") is not None:
-            spec["run_limit"] = parse_duration(options["run_limit"], "run limit (-W)")
-    except errors.SpecError as err:
-        raise bad("run_limit", str(err)) from None
-    try:
-        if options.get("mem_limit") is not None:
-            spec["mem_limit"] = parse_size(options["mem_limit"], "memory limit (-M)")
-    except errors.SpecError as err:
-        raise bad("mem_limit", str(err)) from None
+    if options.get("run_limit") is not None or options.get("mem_limit") is not None:
+        from xce_lite.quantities import parse_duration, parse_size
+
+        try:
+            if options.get("run_limit") is not None:
+                spec["run_limit"] = parse_duration(options["run_limit"], "run limit (-W)")
+        except errors.SpecError as err:
+            raise bad("run_limit", str(err)) from None
+        try:
+            if options.get("mem_limit") is not None:
+                spec["mem_limit"] = parse_size(options["mem_limit"], "memory limit (-M)")
+        except errors.SpecError as err:
+            raise bad("mem_limit", str(err)) from None
     for key in ("stdout", "stderr"):
         if spec[key] is not None and "%" not in spec[key] and os.path.isdir(spec[key]):
             raise bad(key, f"{options[key]!r} is a directory; name a file in it, e.g. {options[key].rstrip('/')}/"
