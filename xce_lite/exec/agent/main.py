@@ -39,9 +39,13 @@ def prepare_spool(spool: str, code: str) -> None:
 def make_private(spool: str) -> None:
     """Close the spool to other users (0700), as an older agent may have left it open: its files
     (journal, specs, env files) hold jobs' environments. Its subdirectories and files are made
-    0700/0600 as they are created."""
-    if os.stat(spool).st_mode & 0o077:
-        os.chmod(spool, 0o700)
+    0700/0600 as they are created. A root agent runs jobs as other users (runas.py), who must reach
+    their own job directory (SPOOL/units/UNIT/job) and nothing else: the spool, units/ and bin/
+    are then 0711 (others may pass, not list), every file in them stays 0600."""
+    mode = 0o711 if os.geteuid() == 0 else 0o700
+    for path in (spool, os.path.join(spool, UNITS), os.path.join(spool, BIN)):
+        if os.path.isdir(path) and os.stat(path).st_mode & 0o777 != mode:
+            os.chmod(path, mode)
 
 
 def run_as_bytecode(spool: str, argv: list[str], bundle) -> None:
@@ -112,6 +116,7 @@ def serve_main(argv: list[str], bundle) -> int:
     spool = os.path.abspath(opts["--spool"])
     try:
         os.makedirs(os.path.join(spool, BIN), exist_ok=True)
+        os.makedirs(os.path.join(spool, UNITS), exist_ok=True)
         make_private(spool)
     except OSError as exc:
         return fatal(f"cannot create spool {spool}: {exc.strerror}; choose a writable directory")

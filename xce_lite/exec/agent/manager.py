@@ -18,7 +18,8 @@ from .journal import Unit, record
 from .recorders import JournalRecorder
 from .supervisor import fork_task_supervisor
 from .systemd import ENV_FILE, STOP_MARGIN
-from .util import format_limit, format_size, job_umask, make_result, remove_tree
+from .runas import remove_unit_dir
+from .util import format_limit, format_size, job_umask, make_result
 from .validate import ENV_NAME_CHARS, dbus_text_ok, normal_path
 
 
@@ -184,6 +185,8 @@ class Manager:
             return self.host["modes"][self.mode].get("direct_why") or "no direct units on this host"
         if spec["role"] != "job":
             return "a host unit runs no command: its supervisor holds the allocation and runs tasks"
+        if spec.get("user"):  # User= would run the unit's ExecStopPost, which writes our journal, as them too
+            return f"it runs as user {spec['user']['name']}: the supervisor drops to the user for the job's processes"
         if spec.get("hooks"):
             return "its hooks run in Python steps (pre, post), which merge the supervisor's result"
         if spec.get("mem_limit") and spec["watch_mem_limit"]:
@@ -209,7 +212,7 @@ class Manager:
         if u is not None and u.result is None:
             result = make_result(u.start_time, why, mode=u.mode)
             self.append(record("finished", unit=unit, result=result), sync=True)
-            remove_tree(os.path.join(self.units_dir, unit))
+            remove_unit_dir(os.path.join(self.units_dir, unit))
 
     def finish_starting(self) -> None:
         """Before exiting: wait (up to DBUS_TIMEOUT) for the manager's answer to every start sent,

@@ -11,6 +11,7 @@ import os
 import sys
 
 from .jsonl import dumps, loads
+from .runas import JOB_DIR
 from .signals import TASKS_SIGNAL
 from .util import unix_address, write_file
 from .validate import Refused, check_argv_env, valid_unit_name, validate_tasks
@@ -39,10 +40,12 @@ class TaskOps:
         if status is None or status[0] != "running":
             raise Refused(f"unit {unit} is not running on this host, so its tasks cannot start")
         host_dir = os.path.join(self.units_dir, unit)
-        hostfile = os.path.exists(os.path.join(host_dir, "hostfile"))
+        job_dir = os.path.join(host_dir, JOB_DIR)  # a job run as another user has its own (runas.py)
+        job_dir = job_dir if os.path.isdir(job_dir) else host_dir
+        hostfile = os.path.exists(os.path.join(job_dir, "hostfile"))
         tasks = [
             {"index": t["index"], "argv": t["argv"], "cwd": t["cwd"],
-             "env": self.job_env(t["env"], unit, host_dir, hostfile)}
+             "env": self.job_env(t["env"], unit, job_dir, hostfile)}
             for t in req["tasks"]
         ]
         try:

@@ -1,0 +1,253 @@
+"""Jobs run as their submitter (issue 16, the host side): a launch spec's `user` runs the job, its
+tasks and its hooks (but an `as: root` hook) as that user, with their HOME, USER and LOGNAME, its
+output files and XCE_JOB_HOST_DIR theirs; the spool stays root's and private. On this machine (a
+plain agent, as root), a plain test host and a systemd test host (system units), each driven
+directly through AgentOps, as the controller does.
+
+Real users and a group are made here (useradd) and removed after; the test hosts share this
+machine's /etc/passwd and file system. Work directories live under /var/lib/xce-tests (0711, removed
+after), which the users can reach and the hosts see: the usual test directory lies under /root, out
+of their reach, and each host has its own /tmp and /var/tmp.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.exec.test_agent_systemd import AGENT, PY, HostAgent, name, request
+from xce_lite.exec.host import HookRun, JobUser
+
+SECRET = "xce-runas-secret-" + uuid.uuid4().hex  # in one user's job env: no other user may read it
+
+
+def run(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def users():
+    """Two local users (alice-like U in a supplementary group, and V), removed after:
+    {"u": pwd entry, "v": pwd entry, "group": (name, gid)}."""
+    tag = f"{os.getpid() % 100000}"
+    u, v, group = f"xceru{tag}", f"xcerv{tag}", f"xcerg{tag}"
+    for who in (u, v):
+        run("userdel", who)  # leftovers of a killed run
+    run("groupdel", group)
+    subprocess.run(["groupadd", "--system", group], check=True, capture_output=True)
+    try:
+        for who, extra in ((u, ["-G", group]), (v, [])):
+            subprocess.run(["useradd", "--system", "--no-create-home", "--user-group", "--home-dir",
+                            f"/nonexistent/{who}", "--shell", "/usr/sbin/nologin", *extra, who],
+                           check=True, capture_output=True)
+        import grp
+
+        yield {"u": pwd.getpwnam(u), "v": pwd.getpwnam(v), "group": (group, grp.getgrnam(group).gr_gid)}
+    finally:
+        for who in (u, v):
+            run("userdel", who)
+        run("groupdel", group)
+
+
+@pytest.fixture
+def base():
+    """A directory the users can pass through (0711) that the hosts share with this machine."""
+    parent = Path("/var/lib/xce-tests")
+    parent.mkdir(mode=0o711, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="runas-", dir=parent))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        parent.rmdir()
+    except OSError:
+        pass  # another test's directory is still there
+
+
+def home_of(base: Path, entry) -> Path:
+    """`entry`'s own work directory under `base` (0700, theirs): cwd and outputs of their jobs."""
+    path = base / entry.pw_name
+    path.mkdir()
+    os.chown(path, entry.pw_uid, entry.pw_gid)
+    path.chmod(0o700)
+    return path
+
+
+def as_user(entry) -> JobUser:
+    return JobUser(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid)
+
+
+@pytest.fixture(params=["local", "plain", "systemd"])
+def agent(request, base):
+    """An agent serving `base`/spool as root: on this machine (plain), or on a test host over ssh."""
+    kind = request.param
+    spool = str(base / "spool")
+    if kind == "local":
+        argv, host = [sys.executable, "-S", "-E", str(AGENT), "serve", "--spool", spool, "--mode", "plain",
+                      "--host-name", "here"], "here"
+    else:
+        hosts = request.getfixturevalue("systemd_hosts" if kind == "systemd" else "plain_hosts")
+        host = hosts[0].name
+        argv = hosts[0].ssh_argv([PY, "-S", "-E", str(AGENT), "serve", "--spool", spool, "--mode", kind,
+                                  "--host-name", host])
+    started = HostAgent(host, argv, base / "agent.log")
+    started.kind = kind
+    yield started
+    started.close()
+    assert "Traceback" not in (base / "agent.log").read_text(), "the agent failed: see its log"
+
+
+def read_as(entry, path: Path | str) -> subprocess.CompletedProcess:
+    """`cat path` (or `ls` for a directory) as `entry`, with their own groups only."""
+    what = "ls" if os.path.isdir(path) else "cat"
+    return run("setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", what, str(path))
+
+
+JOB = ('id -un; id -Gn; echo "home=$HOME user=$USER logname=$LOGNAME"; '
+       'stat -c "dir=%U %a" "$XCE_JOB_HOST_DIR"; stat -c "hostfile=%U" "$XCE_HOSTFILE"; '
+       'echo scratch > "$XCE_JOB_HOST_DIR/scratch" && stat -c "scratch=%U" "$XCE_JOB_HOST_DIR/scratch"')
+
+
+def test_a_job_its_hooks_and_its_files_are_its_users_and_a_root_hook_runs_as_root(agent, base, users):
+    u = users["u"]
+    work = home_of(base, u)
+    log = work / "hooks.log"
+    hooks = (
+        HookRun("pre_job_exec", "profile", ("/bin/sh", "-c", f'echo "pre $(id -un) $HOME" >> {log}'), 20),
+        HookRun("post_job_exec", "job", ("/bin/sh", "-c", f'echo "post $(id -un) $USER" >> {log}'), 20),
+        HookRun("post_host_exec", "profile", ("/bin/sh", "-c", f'echo "root $(id -un)" >> {log}'), 20, as_root=True),
+    )
+    unit = name("as-user")
+    [reply] = agent.launch([request(unit, ["/bin/sh", "-c", JOB], work, user=as_user(u), hooks=hooks,
+                                    hostfile="h1 1\n", stderr=str(work / "err"))])
+    assert reply.status == "started", reply
+    result = agent.finished(unit)
+    assert (result.exit_code, result.reason) == (0, None), (work / f"{unit}.out").read_text()
+    lines = (work / f"{unit}.out").read_text().splitlines()
+    body = [line for line in lines if not line.startswith("[xce]")]
+    assert body[0] == u.pw_name
+    assert users["group"][0] in body[1].split()
+    assert body[2] == f"home={u.pw_dir} user={u.pw_name} logname={u.pw_name}"
+    assert body[3] == f"dir={u.pw_name} 700"
+    assert body[4:] == [f"hostfile={u.pw_name}", f"scratch={u.pw_name}"]
+    for out in (work / f"{unit}.out", work / "err"):
+        assert out.stat().st_uid == u.pw_uid
+    assert log.read_text().splitlines() == [f"pre {u.pw_name} {u.pw_dir}", f"post {u.pw_name} {u.pw_name}",
+                                            "root root"]
+    assert not (base / "spool" / "units" / unit).exists(), "the unit's directory outlived it"
+
+
+def test_a_user_reads_nothing_of_another_users_job_in_the_spool(agent, base, users):
+    """V's job runs (held) with SECRET in its env and a hostfile; U can list no spool directory
+    and read no file of the spool that holds SECRET, nor V's job directory, while U's own job
+    reaches its own directory."""
+    u, v = users["u"], users["v"]
+    vwork, uwork = home_of(base, v), home_of(base, u)
+    release = vwork / "release"
+    vunit, uunit = name("v-held"), name("u-peek")
+    hold = ["/bin/sh", "-c", f'echo up > {vwork}/up; while [ ! -e {release} ]; do sleep 0.1; done']
+    # a hook makes it a supervised unit under systemd: its spec.json (the env) is in the spool then
+    hooks = (HookRun("post_job_exec", "job", ("/bin/true",), 20),)
+    [reply] = agent.launch([request(vunit, hold, vwork, user=as_user(v), env={"PATH": "/usr/bin:/bin", "S": SECRET},
+                                    hostfile="secret-host 1\n", hooks=hooks)])
+    assert reply.status == "started", reply
+    from tests.support.waiting import wait_until
+
+    wait_until(lambda: (vwork / "up").exists(), 30, "V's job to run")
+    spool = base / "spool"
+    vdir = spool / "units" / vunit
+    seen = []
+    for root, dirs, files in os.walk(spool):
+        for entry in [*dirs, *files]:
+            path = Path(root) / entry
+            if path.is_socket():
+                continue
+            done = read_as(u, path)
+            if path.is_dir():
+                assert done.returncode != 0, f"U lists {path}: {done.stdout!r}"
+            elif done.returncode == 0:
+                assert SECRET not in done.stdout and "secret-host" not in done.stdout, f"U reads {path}"
+            seen.append(path)
+    assert vdir / "job" / "hostfile" in seen
+    assert read_as(u, spool / "journal").returncode != 0
+    assert read_as(v, vdir / "job" / "hostfile").stdout == "secret-host 1\n"  # V's own, theirs to read
+    # U's own job, meanwhile, tries the same from inside
+    peek = f'ls {spool}; ls {spool}/units; cat {spool}/journal; ls {vdir}; cat {vdir}/job/hostfile; echo "own:"; ' \
+           'ls "$XCE_JOB_HOST_DIR"'
+    [reply] = agent.launch([request(uunit, ["/bin/sh", "-c", peek], uwork, user=as_user(u), hostfile="mine 1\n")])
+    assert reply.status == "started", reply
+    agent.finished(uunit)
+    out = (uwork / f"{uunit}.out").read_text()
+    assert SECRET not in out and "secret-host" not in out
+    assert out.count("Permission denied") == 5, out
+    assert out.endswith("own:\nhostfile\n"), out
+    release.touch()
+    result = agent.finished(vunit)
+    assert (result.exit_code, result.reason) == (0, None)
+
+
+def test_a_user_who_cannot_be_switched_to_is_refused_naming_host_and_user(agent, base, users):
+    u = users["u"]
+    work = home_of(base, u)
+    cases = {
+        "nosuchxceuser": JobUser(name="nosuchxceuser", uid=54321),
+        "uid": JobUser(name=u.pw_name, uid=u.pw_uid + 1),
+    }
+    for what, user in cases.items():
+        [reply] = agent.launch([request(name("refused"), ["/bin/true"], work, user=user)])
+        assert reply.status == "refused", reply
+        assert f"host {agent.name}" in reply.error and user.name in reply.error, reply.error
+        if what == "uid":
+            assert f"uid {u.pw_uid} here but {u.pw_uid + 1}" in reply.error
+    assert agent.probe().extra["can_switch_user"] is True
+
+
+def test_a_job_a_user_cannot_start_ends_with_why(agent, base, users):
+    """The user's permissions, not root's: an output file in a directory only root may write,
+    a program they may not execute, a cwd they may not enter."""
+    u, v = users["u"], users["v"]
+    work, other = home_of(base, u), home_of(base, v)
+    unit = name("no-out")
+    [reply] = agent.launch([request(unit, ["/bin/true"], work, user=as_user(u), stdout=str(other / "x.out"))])
+    result = agent.finished(unit) if reply.status != "finished" else None
+    reason = result.reason if result else reply
+    assert "cannot open output file" in str(reason) and "Permission denied" in str(reason)
+    assert not (other / "x.out").exists()
+    unit = name("no-cwd")
+    [reply] = agent.launch([request(unit, ["/bin/true"], other, user=as_user(u), stdout=str(work / "y.out"))])
+    result = agent.finished(unit)
+    assert result.exit_code is None and "Permission denied" in result.reason, result
+
+
+def test_an_agent_that_is_not_root_says_so_and_refuses_other_users(base, users):
+    """On this machine: an agent run as U runs U's own jobs as before, and refuses V's."""
+    u, v = users["u"], users["v"]
+    work = home_of(base, u)
+    agent_copy = work / "agent.py"
+    shutil.copy(AGENT, agent_copy)
+    os.chown(agent_copy, u.pw_uid, u.pw_gid)
+    argv = ["setpriv", f"--reuid={u.pw_uid}", f"--regid={u.pw_gid}", "--init-groups", "env", "-i",
+            "PATH=/usr/bin:/bin", PY, "-S", "-E", str(agent_copy), "serve", "--spool",
+            str(work / "spool"), "--mode", "plain", "--host-name", "mine"]
+    agent = HostAgent("mine", argv, work / "agent.log")
+    try:
+        facts = agent.probe().extra
+        assert facts["can_switch_user"] is False and "not root" in facts["can_switch_user_why"]
+        [reply] = agent.launch([request(name("v"), ["/bin/true"], work, user=as_user(v))])
+        assert reply.status == "refused" and "host mine" in reply.error and v.pw_name in reply.error, reply
+        assert "not root" in reply.error
+        unit = name("self")
+        [reply] = agent.launch([request(unit, ["/bin/sh", "-c", "id -un"], work, user=as_user(u))])
+        assert reply.status == "started", reply
+        assert agent.finished(unit).exit_code == 0
+        assert (work / f"{unit}.out").read_text() == f"{u.pw_name}\n"
+    finally:
+        agent.close()
