@@ -39,13 +39,13 @@ def prepare_spool(spool: str, code: str) -> None:
 def make_private(spool: str) -> None:
     """Close the spool to other users (0700), as an older agent may have left it open: its files
     (journal, specs, env files) hold jobs' environments. Its subdirectories and files are made
-    0700/0600 as they are created. A root agent runs jobs as other users (runas.py), who must reach
-    their own job directory (SPOOL/units/UNIT/job) and nothing else: the spool, units/ and bin/
-    are then 0711 (others may pass, not list), every file in them stays 0600."""
-    mode = 0o711 if os.geteuid() == 0 else 0o700
+    0700/0600 as they are created. But for 0711 on a root agent's spool, units/ and bin/: an earlier
+    agent opened them to pass through (runas.share_spool) for jobs run as other users, which may
+    still run and must reach their own directories (nobody may list them or read a file in them)."""
     for path in (spool, os.path.join(spool, UNITS), os.path.join(spool, BIN)):
-        if os.path.isdir(path) and os.stat(path).st_mode & 0o777 != mode:
-            os.chmod(path, mode)
+        mode = os.stat(path).st_mode & 0o777 if os.path.isdir(path) else 0o700
+        if mode & 0o077 and not (mode == 0o711 and os.geteuid() == 0):
+            os.chmod(path, 0o700)
 
 
 def run_as_bytecode(spool: str, argv: list[str], bundle) -> None:

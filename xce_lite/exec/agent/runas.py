@@ -52,6 +52,18 @@ def resolve_user(user: dict, host_name: str) -> dict | None:
     return {"name": name, "uid": uid, "gid": gid, "groups": sorted(set(groups)), "home": entry.pw_dir}
 
 
+def share_spool(spool: str) -> None:
+    """Let other users pass through the spool (0711: no listing; every file in it stays 0600, every
+    unit's directory 0700 or 0711) to their own job directories, SPOOL/units/UNIT/job, and find no
+    SPOOL/bin at the end of their PATH closed to them. Done at the first job run as another user:
+    an agent that never runs one keeps its spool as it always did (0700)."""
+    from .util import BIN, UNITS
+
+    for path in (spool, os.path.join(spool, UNITS), os.path.join(spool, BIN)):
+        if os.stat(path).st_mode & 0o777 != 0o711:
+            os.chmod(path, 0o711)
+
+
 def user_env(env: dict[str, str], user: dict | None) -> dict[str, str]:
     """`env` with HOME, USER and LOGNAME of the user a process runs as (from its passwd entry)."""
     if user is None:

@@ -94,6 +94,7 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
         self.compact_soon = False  # the journal wants compacting, and its lock was busy
         self.orphan = False  # its controller went away (stdin EOF) while a lease holds units here
         self.handover = False  # a new agent asked for the spool (a poke with "handover")
+        self.spool_shared = False  # opened (0711) to the users jobs run as (runas.share_spool)
         self.load_lease()
         self.jfd = self.open_journal()
         self.catch_up()

@@ -15,7 +15,7 @@ from .dbus import manager_socket
 from .journal import record
 from .jsonl import dumps
 from .recorders import JournalRecorder
-from .runas import JOB_DIR, remove_unit_dir, resolve_user
+from .runas import JOB_DIR, remove_unit_dir, resolve_user, share_spool
 from .signals import REQUEST_NAMES, signal
 from .spawn import direct_start_problem
 from .supervisor import fork_supervisor, make_host_dir
@@ -73,6 +73,13 @@ class UnitOps:
         spec["host_dir"] = host_dir
         if user is not None:  # its own directory, in ours: see supervisor.make_host_dir
             spec.update(user=user, job_dir=os.path.join(host_dir, JOB_DIR))
+            if not self.spool_shared:
+                try:
+                    share_spool(self.spool)
+                except OSError as exc:
+                    reply["error"] = f"cannot open spool {self.spool} to its jobs' users: {exc.strerror}"
+                    return reply
+                self.spool_shared = True
         if spec["grace"] is None:
             spec["grace"] = 10.0
         spec["env"] = self.job_env(spec["env"], unit, spec.get("job_dir", host_dir), spec["hostfile"] is not None)
