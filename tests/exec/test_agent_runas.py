@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -23,8 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.exec.test_agent_systemd import AGENT, PY, HostAgent, name, request
-from xce_lite.exec.host import HookRun, JobUser
+from tests.exec.test_agent_systemd import AGENT, PY, HostAgent, name
+from tests.exec.test_agent_systemd import request as unit_request
+from tests.support.waiting import wait_until
+from xce_lite.exec.host import HookRun, JobUser, Task, TaskFinished
 
 SECRET = "xce-runas-secret-" + uuid.uuid4().hex  # in one user's job env: no other user may read it
 
@@ -85,10 +88,8 @@ def as_user(entry) -> JobUser:
     return JobUser(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid)
 
 
-@pytest.fixture(params=["local", "plain", "systemd"])
-def agent(request, base):
+def start_agent(request, kind: str, base: Path) -> HostAgent:
     """An agent serving `base`/spool as root: on this machine (plain), or on a test host over ssh."""
-    kind = request.param
     spool = str(base / "spool")
     if kind == "local":
         argv, host = [sys.executable, "-S", "-E", str(AGENT), "serve", "--spool", spool, "--mode", "plain",
@@ -98,8 +99,17 @@ def agent(request, base):
         host = hosts[0].name
         argv = hosts[0].ssh_argv([PY, "-S", "-E", str(AGENT), "serve", "--spool", spool, "--mode", kind,
                                   "--host-name", host])
-    started = HostAgent(host, argv, base / "agent.log")
-    started.kind = kind
+    return HostAgent(host, argv, base / "agent.log")
+
+
+@pytest.fixture(params=["local", "plain", "systemd"])
+def kind(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def agent(request, kind, base):
+    started = start_agent(request, kind, base)
     yield started
     started.close()
     assert "Traceback" not in (base / "agent.log").read_text(), "the agent failed: see its log"
@@ -125,24 +135,63 @@ def test_a_job_its_hooks_and_its_files_are_its_users_and_a_root_hook_runs_as_roo
         HookRun("post_job_exec", "job", ("/bin/sh", "-c", f'echo "post $(id -un) $USER" >> {log}'), 20),
         HookRun("post_host_exec", "profile", ("/bin/sh", "-c", f'echo "root $(id -un)" >> {log}'), 20, as_root=True),
     )
-    unit = name("as-user")
-    [reply] = agent.launch([request(unit, ["/bin/sh", "-c", JOB], work, user=as_user(u), hooks=hooks,
-                                    hostfile="h1 1\n", stderr=str(work / "err"))])
-    assert reply.status == "started", reply
-    result = agent.finished(unit)
-    assert (result.exit_code, result.reason) == (0, None), (work / f"{unit}.out").read_text()
-    lines = (work / f"{unit}.out").read_text().splitlines()
-    body = [line for line in lines if not line.startswith("[xce]")]
-    assert body[0] == u.pw_name
-    assert users["group"][0] in body[1].split()
-    assert body[2] == f"home={u.pw_dir} user={u.pw_name} logname={u.pw_name}"
-    assert body[3] == f"dir={u.pw_name} 700"
-    assert body[4:] == [f"hostfile={u.pw_name}", f"scratch={u.pw_name}"]
-    for out in (work / f"{unit}.out", work / "err"):
-        assert out.stat().st_uid == u.pw_uid
+    # without hooks, a systemd host runs the job as its unit's main process (User=); with, the
+    # supervisor drops to the user for each process of the job
+    for with_hooks in (False, True):
+        unit = name("as-user")
+        # a submitted env that names another HOME and USER: the passwd entry's win
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "USER": "root", "LOGNAME": "root"}
+        [reply] = agent.launch([unit_request(unit, ["/bin/sh", "-c", JOB], work, user=as_user(u), env=env,
+                                        hooks=hooks if with_hooks else (), hostfile="h1 1\n",
+                                        stderr=str(work / f"{unit}.err"))])
+        assert reply.status == "started", reply
+        result = agent.finished(unit)
+        assert (result.exit_code, result.reason) == (0, None), (work / f"{unit}.out").read_text()
+        lines = (work / f"{unit}.out").read_text().splitlines()
+        body = [line for line in lines if not line.startswith("[xce]")]
+        assert body[0] == u.pw_name
+        assert users["group"][0] in body[1].split()
+        assert body[2] == f"home={u.pw_dir} user={u.pw_name} logname={u.pw_name}"
+        assert body[3] == f"dir={u.pw_name} 700"
+        assert body[4:] == [f"hostfile={u.pw_name}", f"scratch={u.pw_name}"]
+        for out in (work / f"{unit}.out", work / f"{unit}.err"):
+            assert out.stat().st_uid == u.pw_uid
     assert log.read_text().splitlines() == [f"pre {u.pw_name} {u.pw_dir}", f"post {u.pw_name} {u.pw_name}",
                                             "root root"]
     assert not (base / "spool" / "units" / unit).exists(), "the unit's directory outlived it"
+    assert oct(stat.S_IMODE((base / "spool").stat().st_mode)) == "0o711"  # others pass, list nothing
+
+
+def test_a_users_job_and_tasks_across_an_agent_restart_then_a_kill(request, kind, agent, base, users):
+    """Faults in sequence: a user's held job runs a task of `xce launch` (as the user), its agent
+    goes away and a new one serves the spool (which stays open to the user's job: 0711), the job
+    still reaches its directory, then a kill ends it with its reason and its directory goes."""
+    u = users["u"]
+    work = home_of(base, u)
+    release, unit = work / "release", name("held")
+    hold = ["/bin/sh", "-c", f'while [ ! -e {release} ]; do echo tick > "$XCE_JOB_HOST_DIR/alive"; sleep 0.1; done']
+    [reply] = agent.launch([unit_request(unit, hold, work, user=as_user(u))])
+    assert reply.status == "started", reply
+    job_dir = base / "spool" / "units" / unit / "job"
+    wait_until(lambda: (job_dir / "alive").exists(), 30, "the held job to write in its directory")
+    agent.tasks(unit, f"{unit}.t1", [Task(0, ("/bin/sh", "-c", 'id -un > "$XCE_JOB_HOST_DIR/task"'),
+                                          {"PATH": "/usr/bin:/bin"}, str(work))])
+    done = agent.event(lambda e: isinstance(e, TaskFinished) and e.unit == unit, "the task to end")
+    assert (done.exit_code, done.error) == (0, None), done
+    assert (job_dir / "task").read_text() == f"{u.pw_name}\n" and (job_dir / "task").stat().st_uid == u.pw_uid
+    agent.close()  # no lease: the agent exits, the job runs on
+    again = start_agent(request, kind, base)
+    try:
+        assert [x.status for x in again.list_units() if x.unit == unit] == ["running"]
+        assert oct(stat.S_IMODE((base / "spool").stat().st_mode)) == "0o711"
+        (job_dir / "alive").unlink()
+        wait_until(lambda: (job_dir / "alive").exists(), 30, "the job to write in its directory again")
+        assert again.signal(unit, "TERM", "killed by root")
+        result = again.finished(unit)
+        assert result.reason == "killed by root", result
+        wait_until(lambda: not (base / "spool" / "units" / unit).exists(), 30, "the unit's directory to go")
+    finally:
+        again.close()
 
 
 def test_a_user_reads_nothing_of_another_users_job_in_the_spool(agent, base, users):
@@ -156,11 +205,10 @@ def test_a_user_reads_nothing_of_another_users_job_in_the_spool(agent, base, use
     hold = ["/bin/sh", "-c", f'echo up > {vwork}/up; while [ ! -e {release} ]; do sleep 0.1; done']
     # a hook makes it a supervised unit under systemd: its spec.json (the env) is in the spool then
     hooks = (HookRun("post_job_exec", "job", ("/bin/true",), 20),)
-    [reply] = agent.launch([request(vunit, hold, vwork, user=as_user(v), env={"PATH": "/usr/bin:/bin", "S": SECRET},
-                                    hostfile="secret-host 1\n", hooks=hooks)])
+    env = {"PATH": "/usr/bin:/bin", "S": SECRET}
+    [reply] = agent.launch([unit_request(vunit, hold, vwork, user=as_user(v), env=env, hostfile="secret-host 1\n",
+                                         hooks=hooks)])
     assert reply.status == "started", reply
-    from tests.support.waiting import wait_until
-
     wait_until(lambda: (vwork / "up").exists(), 30, "V's job to run")
     spool = base / "spool"
     vdir = spool / "units" / vunit
@@ -182,7 +230,7 @@ def test_a_user_reads_nothing_of_another_users_job_in_the_spool(agent, base, use
     # U's own job, meanwhile, tries the same from inside
     peek = f'ls {spool}; ls {spool}/units; cat {spool}/journal; ls {vdir}; cat {vdir}/job/hostfile; echo "own:"; ' \
            'ls "$XCE_JOB_HOST_DIR"'
-    [reply] = agent.launch([request(uunit, ["/bin/sh", "-c", peek], uwork, user=as_user(u), hostfile="mine 1\n")])
+    [reply] = agent.launch([unit_request(uunit, ["/bin/sh", "-c", peek], uwork, user=as_user(u), hostfile="mine 1\n")])
     assert reply.status == "started", reply
     agent.finished(uunit)
     out = (uwork / f"{uunit}.out").read_text()
@@ -202,7 +250,7 @@ def test_a_user_who_cannot_be_switched_to_is_refused_naming_host_and_user(agent,
         "uid": JobUser(name=u.pw_name, uid=u.pw_uid + 1),
     }
     for what, user in cases.items():
-        [reply] = agent.launch([request(name("refused"), ["/bin/true"], work, user=user)])
+        [reply] = agent.launch([unit_request(name("refused"), ["/bin/true"], work, user=user)])
         assert reply.status == "refused", reply
         assert f"host {agent.name}" in reply.error and user.name in reply.error, reply.error
         if what == "uid":
@@ -216,15 +264,16 @@ def test_a_job_a_user_cannot_start_ends_with_why(agent, base, users):
     u, v = users["u"], users["v"]
     work, other = home_of(base, u), home_of(base, v)
     unit = name("no-out")
-    [reply] = agent.launch([request(unit, ["/bin/true"], work, user=as_user(u), stdout=str(other / "x.out"))])
-    result = agent.finished(unit) if reply.status != "finished" else None
-    reason = result.reason if result else reply
-    assert "cannot open output file" in str(reason) and "Permission denied" in str(reason)
+    [reply] = agent.launch([unit_request(unit, ["/bin/true"], work, user=as_user(u), stdout=str(other / "x.out"))])
+    assert reply.status in ("started", "finished"), reply
+    reason = agent.finished(unit).reason
+    assert "cannot open output file" in reason and "Permission denied" in reason, reason
     assert not (other / "x.out").exists()
     unit = name("no-cwd")
-    [reply] = agent.launch([request(unit, ["/bin/true"], other, user=as_user(u), stdout=str(work / "y.out"))])
+    [reply] = agent.launch([unit_request(unit, ["/bin/true"], other, user=as_user(u), stdout=str(work / "y.out"))])
     result = agent.finished(unit)
-    assert result.exit_code is None and "Permission denied" in result.reason, result
+    assert result.exit_code is None and result.reason == f"cannot change directory to {other} as user {u.pw_name}: " \
+        "Permission denied", result
 
 
 def test_an_agent_that_is_not_root_says_so_and_refuses_other_users(base, users):
@@ -241,11 +290,11 @@ def test_an_agent_that_is_not_root_says_so_and_refuses_other_users(base, users):
     try:
         facts = agent.probe().extra
         assert facts["can_switch_user"] is False and "not root" in facts["can_switch_user_why"]
-        [reply] = agent.launch([request(name("v"), ["/bin/true"], work, user=as_user(v))])
+        [reply] = agent.launch([unit_request(name("v"), ["/bin/true"], work, user=as_user(v))])
         assert reply.status == "refused" and "host mine" in reply.error and v.pw_name in reply.error, reply
         assert "not root" in reply.error
         unit = name("self")
-        [reply] = agent.launch([request(unit, ["/bin/sh", "-c", "id -un"], work, user=as_user(u))])
+        [reply] = agent.launch([unit_request(unit, ["/bin/sh", "-c", "id -un"], work, user=as_user(u))])
         assert reply.status == "started", reply
         assert agent.finished(unit).exit_code == 0
         assert (work / f"{unit}.out").read_text() == f"{u.pw_name}\n"

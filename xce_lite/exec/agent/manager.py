@@ -174,9 +174,17 @@ class Manager:
         ]
         if spec.get("stderr"):
             props.append(("StandardErrorFileToAppend", ("s", spec["stderr"])))
+        start = ("ExecStart", ("a(sasb)", [("/bin/sh", ["sh", exec_script, os.path.join(host_dir, ENV_FILE)], False)]))
+        user = spec.get("user")
+        if user is None:
+            return props + [start, ("ExecStopPost", ("a(sasb)", [("/bin/sh", stop, True)]))]
+        # As the job's user: systemd drops to them (and sets HOME, USER, LOGNAME) before ExecStart;
+        # the stop script, which appends to our journal, keeps root's privileges ("+", the flag
+        # "privileged"). The job's env file is theirs (it is their env); its directory, ours.
         return props + [
-            ("ExecStart", ("a(sasb)", [("/bin/sh", ["sh", exec_script, os.path.join(host_dir, ENV_FILE)], False)])),
-            ("ExecStopPost", ("a(sasb)", [("/bin/sh", stop, True)])),
+            ("User", ("s", user["name"])), ("Group", ("s", str(user["gid"]))),
+            ("SupplementaryGroups", ("as", [str(g) for g in user["groups"]])),
+            start, ("ExecStopPostEx", ("a(sasas)", [("/bin/sh", stop, ["ignore-failure", "privileged"])])),
         ]
 
     def direct_unfit(self, spec: dict) -> str | None:
@@ -185,8 +193,6 @@ class Manager:
             return self.host["modes"][self.mode].get("direct_why") or "no direct units on this host"
         if spec["role"] != "job":
             return "a host unit runs no command: its supervisor holds the allocation and runs tasks"
-        if spec.get("user"):  # User= would run the unit's ExecStopPost, which writes our journal, as them too
-            return f"it runs as user {spec['user']['name']}: the supervisor drops to the user for the job's processes"
         if spec.get("hooks"):
             return "its hooks run in Python steps (pre, post), which merge the supervisor's result"
         if spec.get("mem_limit") and spec["watch_mem_limit"]:

@@ -62,6 +62,9 @@ def share_spool(spool: str) -> None:
     for path in (spool, os.path.join(spool, UNITS), os.path.join(spool, BIN)):
         if os.stat(path).st_mode & 0o777 != 0o711:
             os.chmod(path, 0o711)
+    for entry in os.scandir(os.path.join(spool, BIN)):  # a direct unit's ExecStart, run as them: no secret
+        if entry.name.startswith("unit-exec-") and entry.is_file(follow_symlinks=False):
+            os.chmod(entry.path, 0o644)
 
 
 def user_env(env: dict[str, str], user: dict | None) -> dict[str, str]:

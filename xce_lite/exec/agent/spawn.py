@@ -165,6 +165,13 @@ def direct_start_problem(spec: dict) -> dict | None:
     os.close(out)
     if err != out:
         os.close(err)
+    user = spec.get("user")
+    if user is not None:  # systemd enters the cwd as the user: say so as spawn_as would
+        with AsUser(user):
+            enter = os.access(spec["cwd"], os.X_OK, effective_ids=True)
+        if not enter:
+            why = f"cannot change directory to {spec['cwd']} as user {user['name']}: {os.strerror(errno.EACCES)}"
+            return make_result(spec["start_time"], why)
     name = spec["argv"][0]
     found, why = find_program(name, spec["env"].get("PATH"), spec["cwd"])
     if found is None:

@@ -15,7 +15,7 @@ from .dbus import manager_socket
 from .journal import record
 from .jsonl import dumps
 from .recorders import JournalRecorder
-from .runas import JOB_DIR, remove_unit_dir, resolve_user, share_spool
+from .runas import JOB_DIR, chown_to, remove_unit_dir, resolve_user, share_spool, user_env
 from .signals import REQUEST_NAMES, signal
 from .spawn import direct_start_problem
 from .supervisor import fork_supervisor, make_host_dir
@@ -93,6 +93,8 @@ class UnitOps:
                     direct["starter"] = spec["starter"]
                 if spec.get("umask") is not None:  # for its tasks' supervisor (fork_tasks)
                     direct["umask"] = spec["umask"]
+                if user is not None:  # its tasks run as the job's user too
+                    direct["user"] = user
         try:
             mode = {} if self.mode == "plain" else {"mode": self.mode}
             if direct is not None:
@@ -129,7 +131,10 @@ class UnitOps:
             if direct:
                 result = direct_start_problem(spec)
                 if result is None:  # the job's bytes, for EXEC_SCRIPT: never on the unit (see systemd.py)
-                    write_file(os.path.join(host_dir, ENV_FILE), env_file_text(spec["argv"], spec["env"]))
+                    env_file = os.path.join(host_dir, ENV_FILE)
+                    user = spec.get("user")  # HOME, USER, LOGNAME: the passwd entry's, not the submitted env's
+                    write_file(env_file, env_file_text(spec["argv"], user_env(spec["env"], user)))
+                    chown_to(env_file, user)  # theirs to read (their own env), in our 0711 directory
             else:
                 result = None
                 write_file(os.path.join(host_dir, "spec.json"), dumps(spec))
