@@ -303,3 +303,13 @@ def test_an_agent_that_is_not_root_says_so_and_refuses_other_users(base, users):
         assert (work / f"{unit}.out").read_text() == f"{u.pw_name}\n"
     finally:
         agent.close()
+
+
+def test_hosts_l_says_when_a_host_cannot_run_jobs_as_other_users():
+    from xce_lite.cli.hosts import agent_line
+
+    agent = {"mode": "plain", "version": 3, "hostname": "h", "cpus": 2, "mem": 1 << 30, "can_switch_user": False,
+             "can_switch_user_why": "the agent runs as uid 1000, not root"}
+    assert "jobs run only as the agent's user: the agent runs as uid 1000, not root" in agent_line(agent)
+    assert "only as the agent's user" not in agent_line({**agent, "can_switch_user": True})
+    assert "only as the agent's user" not in agent_line({k: v for k, v in agent.items() if k != "can_switch_user"})
