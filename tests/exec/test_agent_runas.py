@@ -17,7 +17,6 @@ import pwd
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -27,13 +26,13 @@ import pytest
 from tests.exec.test_agent_systemd import AGENT, PY, HostAgent, name
 from tests.exec.test_agent_systemd import request as unit_request
 from tests.support.waiting import wait_until
-from xce_lite.exec.host import HookRun, JobUser, Task, TaskFinished
+from xce_lite.exec.host import HookRun, JobUser, LaunchRequested, Task, TaskFinished
 
 SECRET = "xce-runas-secret-" + uuid.uuid4().hex  # in one user's job env: no other user may read it
 
 
 def run(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+    return subprocess.run(list(argv), capture_output=True, text=True, errors="replace", timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +91,7 @@ def start_agent(request, kind: str, base: Path) -> HostAgent:
     """An agent serving `base`/spool as root: on this machine (plain), or on a test host over ssh."""
     spool = str(base / "spool")
     if kind == "local":
-        argv, host = [sys.executable, "-S", "-E", str(AGENT), "serve", "--spool", spool, "--mode", "plain",
+        argv, host = [PY, "-S", "-E", str(AGENT), "serve", "--spool", spool, "--mode", "plain",
                       "--host-name", "here"], "here"
     else:
         hosts = request.getfixturevalue("systemd_hosts" if kind == "systemd" else "plain_hosts")
@@ -259,6 +258,31 @@ def test_a_user_who_cannot_be_switched_to_is_refused_naming_host_and_user(agent,
         if what == "uid":
             assert f"uid {u.pw_uid} here but {u.pw_uid + 1}" in reply.error
     assert agent.probe().extra["can_switch_user"] is True
+
+
+def test_xce_launch_from_a_users_job_and_another_user_refused(agent, base, users):
+    """`xce launch` from a job run as U: its tasks run as U. V's job, which names U's unit, is
+    refused: the agent knows who calls (SO_PEERCRED) and whom each unit runs as."""
+    u, v = users["u"], users["v"]
+    uwork, vwork = home_of(base, u), home_of(base, v)
+    uunit, vunit = name("u-launch"), name("v-intrude")
+    [reply] = agent.launch([unit_request(uunit, ["/bin/sh", "-c", 'xce launch -- id -un; echo "launch exited $?"'],
+                                         uwork, user=as_user(u))])
+    assert reply.status == "started", reply
+    asked = agent.event(lambda e: isinstance(e, LaunchRequested) and e.unit == uunit, "U's launch request")
+    intrude = f'XCE_UNIT={uunit} xce launch -- id -un; echo "intruder exited $?"'
+    [reply] = agent.launch([unit_request(vunit, ["/bin/sh", "-c", intrude], vwork, user=as_user(v))])
+    assert reply.status == "started", reply
+    assert agent.finished(vunit).exit_code == 0
+    out = (vwork / f"{vunit}.out").read_text()
+    assert f"unit {uunit} is not a job of yours" in out and out.endswith("intruder exited 255\n"), out
+    assert not any(isinstance(e, LaunchRequested) and e.unit == uunit and e is not asked for e in agent.seen)
+    agent.tasks(uunit, asked.launch_id, [Task(0, asked.argv, asked.env, asked.cwd)])
+    done = agent.event(lambda e: isinstance(e, TaskFinished) and e.unit == uunit, "U's task to end")
+    assert (done.exit_code, done.error) == (0, None), done
+    assert agent.launch_done(asked.launch_id, 0)
+    assert agent.finished(uunit).exit_code == 0
+    assert (uwork / f"{uunit}.out").read_text() == f"{u.pw_name}\nlaunch exited 0\n"
 
 
 def test_a_job_a_user_cannot_start_ends_with_why(agent, base, users):

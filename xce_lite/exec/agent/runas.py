@@ -57,14 +57,20 @@ def share_spool(spool: str) -> None:
     unit's directory 0700 or 0711) to their own job directories, SPOOL/units/UNIT/job, and find no
     SPOOL/bin at the end of their PATH closed to them. Done at the first job run as another user:
     an agent that never runs one keeps its spool as it always did (0700)."""
-    from .util import BIN, UNITS
+    from .util import BIN, SOCKET, UNITS
 
     for path in (spool, os.path.join(spool, UNITS), os.path.join(spool, BIN)):
         if os.stat(path).st_mode & 0o777 != 0o711:
             os.chmod(path, 0o711)
-    for entry in os.scandir(os.path.join(spool, BIN)):  # a direct unit's ExecStart, run as them: no secret
-        if entry.name.startswith("unit-exec-") and entry.is_file(follow_symlinks=False):
+    # what jobs run as them need: a direct unit's ExecStart, the `xce` shim and the agent's code it
+    # runs (`xce launch`), and the agent's socket (which checks who calls: tasks.py); none holds a secret
+    for entry in os.scandir(os.path.join(spool, BIN)):
+        if entry.name.startswith(("unit-exec-", "agent-")) and entry.is_file(follow_symlinks=False):
             os.chmod(entry.path, 0o644)
+        elif entry.name == "xce" and entry.is_file(follow_symlinks=False):
+            os.chmod(entry.path, 0o755)
+    if os.path.exists(os.path.join(spool, SOCKET)):
+        os.chmod(os.path.join(spool, SOCKET), 0o666)
 
 
 def user_env(env: dict[str, str], user: dict | None) -> dict[str, str]:

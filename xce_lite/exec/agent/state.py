@@ -142,6 +142,8 @@ class UnitState:
             mode = {} if u.mode == "plain" else {"mode": u.mode}
             if u.direct is not None:
                 mode["direct"] = u.direct
+            if u.uid is not None:
+                mode["uid"] = u.uid
             parts.append(record("launched", unit=name, start_time=u.start_time, **mode))
             if u.pid is not None:
                 parts.append(

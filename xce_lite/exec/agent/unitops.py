@@ -15,7 +15,7 @@ from .dbus import manager_socket
 from .journal import record
 from .jsonl import dumps
 from .recorders import JournalRecorder
-from .runas import JOB_DIR, chown_to, remove_unit_dir, resolve_user, share_spool, user_env
+from .runas import JOB_DIR, chown_to, remove_unit_dir, resolve_user, user_env
 from .signals import REQUEST_NAMES, signal
 from .spawn import direct_start_problem
 from .supervisor import fork_supervisor, make_host_dir
@@ -75,11 +75,10 @@ class UnitOps:
             spec.update(user=user, job_dir=os.path.join(host_dir, JOB_DIR))
             if not self.spool_shared:
                 try:
-                    share_spool(self.spool)
+                    self.share()
                 except OSError as exc:
                     reply["error"] = f"cannot open spool {self.spool} to its jobs' users: {exc.strerror}"
                     return reply
-                self.spool_shared = True
         if spec["grace"] is None:
             spec["grace"] = 10.0
         spec["env"] = self.job_env(spec["env"], unit, spec.get("job_dir", host_dir), spec["hostfile"] is not None)
@@ -99,6 +98,8 @@ class UnitOps:
             mode = {} if self.mode == "plain" else {"mode": self.mode}
             if direct is not None:
                 mode["direct"] = direct
+            if user is not None:  # whose `xce launch` may ask for tasks of it (tasks.py)
+                mode["uid"] = user["uid"]
             self.append(record("launched", unit=unit, start_time=start_time, **mode))
         except OSError as exc:
             reply["error"] = f"cannot write {self.journal_path}: {exc.strerror}; check the spool's file system"
