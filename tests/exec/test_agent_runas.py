@@ -28,6 +28,8 @@ from tests.exec.test_agent_systemd import request as unit_request
 from tests.support.waiting import wait_until
 from xce_lite.exec.host import HookRun, JobUser, LaunchRequested, Task, TaskFinished
 
+# a held job's loop gives up by itself after a minute: a failed test leaves no job of its users running
+BOUNDED = "i=0; while [ $((i += 1)) -lt 600 ] &&"
 SECRET = "xce-runas-secret-" + uuid.uuid4().hex  # in one user's job env: no other user may read it
 
 
@@ -168,7 +170,7 @@ def test_a_users_job_and_tasks_across_an_agent_restart_then_a_kill(request, kind
     u = users["u"]
     work = home_of(base, u)
     release, unit = work / "release", name("held")
-    hold = ["/bin/sh", "-c", f'while [ ! -e {release} ]; do echo tick > "$XCE_JOB_HOST_DIR/alive"; sleep 0.1; done']
+    hold = ["/bin/sh", "-c", f'{BOUNDED} [ ! -e {release} ]; do echo tick > "$XCE_JOB_HOST_DIR/alive"; sleep 0.1; done']
     [reply] = agent.launch([unit_request(unit, hold, work, user=as_user(u))])
     assert reply.status == "started", reply
     job_dir = base / "spool" / "units" / unit / "job"
@@ -204,7 +206,7 @@ def test_a_user_reads_nothing_of_another_users_job_in_the_spool(agent, base, use
     vwork, uwork = home_of(base, v), home_of(base, u)
     release = vwork / "release"
     vunit, uunit = name("v-held"), name("u-peek")
-    hold = ["/bin/sh", "-c", f'echo up > {vwork}/up; while [ ! -e {release} ]; do sleep 0.1; done']
+    hold = ["/bin/sh", "-c", f'echo up > {vwork}/up; {BOUNDED} [ ! -e {release} ]; do sleep 0.1; done']
     # a hook makes it a supervised unit under systemd: its spec.json (the env) is in the spool then
     hooks = (HookRun("post_job_exec", "job", ("/bin/true",), 20),)
     env = {"PATH": "/usr/bin:/bin", "S": SECRET}
