@@ -195,6 +195,8 @@ def agent_line(agent: dict | None, fresh: bool = False) -> str:
     if agent.get("gpus"):
         words.append(f"{len(agent['gpus'])} gpus")
     lines = ["agent: " + ", ".join(words)]
+    if agent.get("can_switch_user") is False:  # a shared controller cannot use it (issue 16)
+        lines.append(f"  jobs run only as the agent's user: {agent.get('can_switch_user_why') or 'it is not root'}")
     better = _BETTER_FIRST[:_BETTER_FIRST.index(mode)] if mode in _BETTER_FIRST else ()
     for other, info in sorted((agent.get("modes") or {}).items()):
         if other in better and isinstance(info, dict) and not info.get("ok") and info.get("why"):

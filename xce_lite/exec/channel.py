@@ -37,6 +37,7 @@ from xce_lite.exec.host import (
     HostLost,
     HostProbe,
     JobResult,
+    JobUser,
     LaunchReply,
     LaunchRequest,
     LaunchRequested,
@@ -322,8 +323,8 @@ def _reply(x: dict) -> LaunchReply:
 def request_to_json(r: LaunchRequest) -> dict:
     hooks = {}
     if r.hooks:  # sent only with hooks: a launch without them stays as small as before
-        hooks = {"hooks": [{"point": h.point, "layer": h.layer, "argv": list(h.argv), "timeout": h.timeout}
-                           for h in r.hooks],
+        hooks = {"hooks": [{"point": h.point, "layer": h.layer, "argv": list(h.argv), "timeout": h.timeout,
+                            **({"as": "root"} if h.as_root else {})} for h in r.hooks],
                  "profile_env": dict(r.profile_env), "post_failure": r.post_failure}
     return {
         "unit": r.unit,
@@ -340,7 +341,13 @@ def request_to_json(r: LaunchRequest) -> dict:
         **hooks,
         **({"starter": list(r.starter)} if r.starter else {}),
         **({"umask": r.umask} if r.umask is not None else {}),
+        **({"user": user_to_json(r.user)} if r.user is not None else {}),
     }
+
+
+def user_to_json(user: JobUser) -> dict:
+    return {"name": user.name, "uid": user.uid, "gid": user.gid,
+            "groups": None if user.groups is None else list(user.groups)}
 
 
 class AgentOps:

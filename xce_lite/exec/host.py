@@ -39,6 +39,19 @@ class HookRun:
     layer: str
     argv: tuple[str, ...]
     timeout: float
+    as_root: bool = False  # `as: root` in the profile: run as root even in a job run as its user
+
+
+@dataclass(frozen=True)
+class JobUser:
+    """Whom a unit runs as (shared mode), as the submitter's kernel credentials said: the host
+    checks `name` has `uid` there and refuses the launch otherwise. gid None: the passwd entry's;
+    groups None: the host's supplementary groups of that user."""
+
+    name: str
+    uid: int
+    gid: int | None = None
+    groups: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,8 @@ class LaunchRequest:
     starter: tuple[str, ...] = ()  # the job starter (already before argv): the unit's tasks of `xce launch` get it too
     post_failure: str = "record"  # "exit": a post hook that fails makes a DONE job EXIT
     umask: int | None = None  # the submitter's: the job's processes and new output files get it (None: 0o022)
+    # The user the job runs as (shared mode; the agent must be root). None: as the agent's own user.
+    user: JobUser | None = None
 
 
 @dataclass(frozen=True)

@@ -88,8 +88,10 @@ def run_hook(spec: dict, hook: dict, ended: dict | None, stoppable: bool) -> dic
         words = " ".join(a if a and set(a) <= _PLAIN_WORD else shell_quote(a) for a in hook["argv"])
         os.write(out, f"[xce] {hook_name(hook)} on {os.uname().nodename}: {words}\n".encode("utf-8", "replace"))
         try:
+            # a hook runs as the job's user, but one the profile marks `as: root` (an admin's clean-up)
+            user = None if hook.get("as") == "root" else spec.get("user")
             pid = spawn_job({"argv": hook["argv"], "env": hook_env(spec, hook, ended), "cwd": spec["cwd"]}, out, err,
-                            spec["start_time"])
+                            spec["start_time"], user)
         except JobEnded as failed:
             outcome.update(error=failed.result["reason"], exit_code=failed.result["exit_code"])
             return outcome

@@ -96,11 +96,13 @@ class Unit:
 
     __slots__ = (
         "boot", "direct", "durable", "job", "kill", "mode", "pid", "result", "result_end", "start_time",
-        "starttime",
+        "starttime", "uid",
     )
 
-    def __init__(self, start_time: float | None, mode: str = "plain", direct: dict | None = None):
+    def __init__(self, start_time: float | None, mode: str = "plain", direct: dict | None = None,
+                 uid: int | None = None):
         self.start_time = start_time
+        self.uid = uid  # the user it runs as (runas.py); None: the agent's own
         self.mode = mode  # how it runs: "plain" (a forked supervisor), "systemd" or "user" (a unit)
         self.direct = direct  # a direct unit's {"stdout", "stderr", "grace"}; None: it has a supervisor
         self.pid: int | None = None  # the supervisor, once `started`
@@ -121,7 +123,8 @@ def fold(units: dict[str, Unit], data: bytes, offset: int, news: list | None = N
         try:
             event = rec["event"]
             if event == "launched":
-                units[rec["unit"]] = Unit(rec["start_time"], rec.get("mode", "plain"), rec.get("direct"))
+                units[rec["unit"]] = Unit(rec["start_time"], rec.get("mode", "plain"), rec.get("direct"),
+                                          rec.get("uid"))
             elif event == "forgotten":
                 for name in rec["units"]:
                     units.pop(name, None)

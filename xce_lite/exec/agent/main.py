@@ -41,9 +41,13 @@ def prepare_spool(spool: str, code: str) -> None:
 def make_private(spool: str) -> None:
     """Close the spool to other users (0700), as an older agent may have left it open: its files
     (journal, specs, env files) hold jobs' environments. Its subdirectories and files are made
-    0700/0600 as they are created."""
-    if os.stat(spool).st_mode & 0o077:
-        os.chmod(spool, 0o700)
+    0700/0600 as they are created. But for 0711 on a root agent's spool, units/ and bin/: an earlier
+    agent opened them to pass through (runas.share_spool) for jobs run as other users, which may
+    still run and must reach their own directories (nobody may list them or read a file in them)."""
+    for path in (spool, os.path.join(spool, UNITS), os.path.join(spool, BIN)):
+        mode = os.stat(path).st_mode & 0o777 if os.path.isdir(path) else 0o700
+        if mode & 0o077 and not (mode == 0o711 and os.geteuid() == 0):
+            os.chmod(path, 0o700)
 
 
 def run_as_bytecode(spool: str, argv: list[str], bundle) -> None:
@@ -114,6 +118,7 @@ def serve_main(argv: list[str], bundle) -> int:
     spool = os.path.abspath(opts["--spool"])
     try:
         os.makedirs(os.path.join(spool, BIN), exist_ok=True)
+        os.makedirs(os.path.join(spool, UNITS), exist_ok=True)
         make_private(spool)
     except OSError as exc:
         return fatal(f"cannot create spool {spool}: {exc.strerror}; choose a writable directory")

@@ -18,7 +18,8 @@ from .journal import Unit, record
 from .recorders import JournalRecorder
 from .supervisor import fork_task_supervisor
 from .systemd import ENV_FILE, STOP_MARGIN
-from .util import format_limit, format_size, job_umask, make_result, remove_tree
+from .runas import remove_unit_dir
+from .util import format_limit, format_size, job_umask, make_result
 from .validate import ENV_NAME_CHARS, dbus_text_ok, normal_path
 
 
@@ -173,9 +174,17 @@ class Manager:
         ]
         if spec.get("stderr"):
             props.append(("StandardErrorFileToAppend", ("s", spec["stderr"])))
+        start = ("ExecStart", ("a(sasb)", [("/bin/sh", ["sh", exec_script, os.path.join(host_dir, ENV_FILE)], False)]))
+        user = spec.get("user")
+        if user is None:
+            return props + [start, ("ExecStopPost", ("a(sasb)", [("/bin/sh", stop, True)]))]
+        # As the job's user: systemd drops to them (and sets HOME, USER, LOGNAME) before ExecStart;
+        # the stop script, which appends to our journal, keeps root's privileges ("+", the flag
+        # "privileged"). The job's env file is theirs (it is their env); its directory, ours.
         return props + [
-            ("ExecStart", ("a(sasb)", [("/bin/sh", ["sh", exec_script, os.path.join(host_dir, ENV_FILE)], False)])),
-            ("ExecStopPost", ("a(sasb)", [("/bin/sh", stop, True)])),
+            ("User", ("s", user["name"])), ("Group", ("s", str(user["gid"]))),
+            ("SupplementaryGroups", ("as", [str(g) for g in user["groups"]])),
+            start, ("ExecStopPostEx", ("a(sasas)", [("/bin/sh", stop, ["ignore-failure", "privileged"])])),
         ]
 
     def direct_unfit(self, spec: dict) -> str | None:
@@ -209,7 +218,7 @@ class Manager:
         if u is not None and u.result is None:
             result = make_result(u.start_time, why, mode=u.mode)
             self.append(record("finished", unit=unit, result=result), sync=True)
-            remove_tree(os.path.join(self.units_dir, unit))
+            remove_unit_dir(os.path.join(self.units_dir, unit))
 
     def finish_starting(self) -> None:
         """Before exiting: wait (up to DBUS_TIMEOUT) for the manager's answer to every start sent,

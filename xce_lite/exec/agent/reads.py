@@ -9,6 +9,7 @@ import time
 
 from .lease import clock
 from .probe import gpus, user_name
+from .runas import can_switch_user
 from .util import VERSION
 from .validate import Refused
 
@@ -24,6 +25,7 @@ class Reads:
             for line in f:
                 if line.startswith("MemTotal:"):
                     mem = int(line.split()[1]) * 1024
+        switch = can_switch_user()
         return {
             "version": VERSION,
             "hostname": os.uname().nodename,
@@ -44,6 +46,9 @@ class Reads:
             "python": sys.version.split()[0],
             "clock": clock(),
             "lease": self.lease_left(),
+            # shared mode needs it: a launch spec's `user` runs the job as that user (runas.py)
+            "can_switch_user": switch[0],
+            "can_switch_user_why": switch[1],
         }
 
     def op_ping(self, req: dict) -> dict:

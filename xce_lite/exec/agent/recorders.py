@@ -8,7 +8,8 @@ import os
 
 from .journal import JOURNAL, append_shared, journal_kill_reason, record
 from .jsonl import dumps
-from .util import poke, private_file, read_text, remove_tree, write_file
+from .runas import remove_unit_dir
+from .util import poke, private_file, read_text, write_file
 
 
 class JournalRecorder:
@@ -67,7 +68,7 @@ class UnitRecorder(JournalRecorder):
         if by_itself and not self.hooks and not (self.systemd_memory and oom_kills() > 0):
             result["service_result"] = "success"
             inode, end = append_shared(self.path, record("finished", unit=self.unit, result=result), sync=True)
-            remove_tree(self.unit_dir)
+            remove_unit_dir(self.unit_dir)
             poke(self.spool, synced=[inode, end])
         else:
             write_file(os.path.join(self.unit_dir, "result.json"), dumps(result))

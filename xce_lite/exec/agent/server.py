@@ -94,6 +94,8 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
         self.compact_soon = False  # the journal wants compacting, and its lock was busy
         self.orphan = False  # its controller went away (stdin EOF) while a lease holds units here
         self.handover = False  # a new agent asked for the spool (a poke with "handover")
+        # opened (0711) to the users jobs run as (runas.share_spool), by this agent or an earlier one
+        self.spool_shared = os.geteuid() == 0 and os.stat(spool).st_mode & 0o777 == 0o711
         self.load_lease()
         self.jfd = self.open_journal()
         self.catch_up()

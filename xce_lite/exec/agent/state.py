@@ -18,7 +18,8 @@ from .journal import JOURNAL_VERSION, Unit, fold, record
 from .jsonl import dumps
 from .signals import signal
 from .tree import kill_lost_session
-from .util import fsync_dir, is_alive, make_result, proc_stat, remove_tree, write_all
+from .runas import remove_unit_dir
+from .util import fsync_dir, is_alive, make_result, proc_stat, write_all
 
 # Seconds a unit launched by another agent (now gone) may be unknown to systemd before it counts as
 # lost: that agent's StartTransientUnit may still lie unread in the manager's socket buffer.
@@ -83,7 +84,7 @@ class UnitState:
                 self.accepted.discard(unit)
                 self.held.pop(unit, None)
                 if self.units[unit].direct is not None:  # no supervisor or `post` of its own removes it
-                    remove_tree(os.path.join(self.units_dir, unit))
+                    remove_unit_dir(os.path.join(self.units_dir, unit))
                 if unit in self.watched:
                     self.watched.discard(unit)
                     self.emit_finished(unit, self.units[unit].result)
@@ -141,6 +142,8 @@ class UnitState:
             mode = {} if u.mode == "plain" else {"mode": u.mode}
             if u.direct is not None:
                 mode["direct"] = u.direct
+            if u.uid is not None:
+                mode["uid"] = u.uid
             parts.append(record("launched", unit=name, start_time=u.start_time, **mode))
             if u.pid is not None:
                 parts.append(

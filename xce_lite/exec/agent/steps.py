@@ -18,7 +18,8 @@ from .jsonl import dumps
 from .recorders import DirRecorder, UnitRecorder, oom_kills
 from .signals import SUPERVISOR_SIGNALS, signal
 from .supervisor import become_supervisor
-from .util import boot_id, format_limit, format_size, make_result, poke, read_json, remove_tree, write_file
+from .runas import remove_unit_dir
+from .util import boot_id, format_limit, format_size, make_result, poke, read_json, write_file
 
 
 def exec_main(unit_dir: str) -> int:
@@ -85,7 +86,7 @@ def post_main(unit_dir: str) -> int:
         outcomes += run_hooks(spec, "post", result)[0]
         with_hooks(result, outcomes, spec.get("post_failure"))
     inode, end = append_shared(journal, record("finished", unit=unit, result=result), sync=True)
-    remove_tree(unit_dir)
+    remove_unit_dir(unit_dir)
     poke(spool, synced=[inode, end])
     return 0
 

@@ -17,7 +17,8 @@ from .recorders import JournalRecorder
 from .signals import SUPERVISOR_SIGNALS, signal
 from .spawn import JobEnded
 from .tree import become_subreaper, load_prctl, stop_leftovers
-from .util import make_result, proc_stat, remove_tree, write_file
+from .runas import chown_to, remove_unit_dir
+from .util import make_result, proc_stat, write_file
 from .watch import Watch
 
 
@@ -25,14 +26,29 @@ def make_host_dir(spec: dict) -> None:
     """The unit's host directory (XCE_JOB_HOST_DIR), with its hostfile if the launch gave one.
 
     An existing one is kept: in plain mode the agent may have put tasks of `xce launch` there first.
+    A job run as another user (spec `user`) gets its own directory inside ours (spec job_dir, theirs,
+    0700: XCE_JOB_HOST_DIR, with the hostfile), which they reach through ours (0711: they can
+    neither list it nor read our spec.json and tasks files, nor rename them).
     """
-    path = spec["host_dir"]
+    path, user = spec["host_dir"], spec.get("user")
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
+    job_dir = path
+    if user is not None:
+        os.chmod(path, 0o711)
+        job_dir = spec["job_dir"]
+        try:
+            os.mkdir(job_dir, 0o700)
+        except FileExistsError:
+            pass
+        chown_to(job_dir, user)
+        os.chmod(job_dir, 0o700)
     if spec.get("hostfile") is not None:
-        write_file(os.path.join(path, "hostfile"), spec["hostfile"].encode("utf-8", "surrogateescape"))
+        hostfile = os.path.join(job_dir, "hostfile")
+        write_file(hostfile, spec["hostfile"].encode("utf-8", "surrogateescape"))
+        chown_to(hostfile, user)
 
 
 def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> None:
@@ -123,7 +139,7 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
     result["mode"] = spec.get("mode", "plain")
     recorder.finished(with_hooks(result, outcomes, spec.get("post_failure")), by_itself)
     if own_dir:
-        remove_tree(spec["host_dir"])
+        remove_unit_dir(spec["host_dir"])
 
 
 def fork_supervisor(recorder: JournalRecorder, spec: dict, start_time: float) -> int:

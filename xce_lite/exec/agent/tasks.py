@@ -11,6 +11,7 @@ import os
 import sys
 
 from .jsonl import dumps, loads
+from .runas import JOB_DIR, share_spool
 from .signals import TASKS_SIGNAL
 from .util import unix_address, write_file
 from .validate import Refused, check_argv_env, valid_unit_name, validate_tasks
@@ -19,10 +20,11 @@ from .validate import Refused, check_argv_env, valid_unit_name, validate_tasks
 class Client:
     """A connection to SPOOL/agent.sock: a supervisor's poke, or `xce launch` waiting for its tasks."""
 
-    __slots__ = ("buf", "sock")
+    __slots__ = ("buf", "sock", "uid")
 
-    def __init__(self, sock):
+    def __init__(self, sock, uid: int):
         self.sock, self.buf = sock, bytearray()
+        self.uid = uid  # the caller's, as the kernel says (SO_PEERCRED)
 
 
 class TaskOps:
@@ -39,10 +41,12 @@ class TaskOps:
         if status is None or status[0] != "running":
             raise Refused(f"unit {unit} is not running on this host, so its tasks cannot start")
         host_dir = os.path.join(self.units_dir, unit)
-        hostfile = os.path.exists(os.path.join(host_dir, "hostfile"))
+        job_dir = os.path.join(host_dir, JOB_DIR)  # a job run as another user has its own (runas.py)
+        job_dir = job_dir if os.path.isdir(job_dir) else host_dir
+        hostfile = os.path.exists(os.path.join(job_dir, "hostfile"))
         tasks = [
             {"index": t["index"], "argv": t["argv"], "cwd": t["cwd"],
-             "env": self.job_env(t["env"], unit, host_dir, hostfile)}
+             "env": self.job_env(t["env"], unit, job_dir, hostfile)}
             for t in req["tasks"]
         ]
         try:
@@ -56,6 +60,11 @@ class TaskOps:
         else:
             self.deliver(unit, status[3], TASKS_SIGNAL)
         return {"accepted": len(tasks)}
+
+    def share(self) -> None:
+        """Open the spool to the users jobs run as (runas.share_spool), once."""
+        share_spool(self.spool)
+        self.spool_shared = True
 
     def op_launch_done(self, req: dict) -> dict:
         """Answer the `xce launch` waiting for `launch_id` with `exit_code` (or keep the answer
@@ -103,8 +112,13 @@ class TaskOps:
             os.umask(old_umask)
         sock.setblocking(False)
         self.listener = sock
+        if self.spool_shared:  # jobs run as other users may call: who calls is checked (may_launch)
+            os.chmod(self.sock_path, 0o666)
 
     def accept_clients(self) -> None:
+        import socket
+        import struct
+
         while True:
             try:
                 conn, _ = self.listener.accept()
@@ -114,7 +128,11 @@ class TaskOps:
                 print(f"agent: accept on {self.sock_path} failed: {exc}", file=sys.stderr)
                 return
             conn.setblocking(False)
-            self.clients[conn.fileno()] = Client(conn)
+            try:
+                _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            except OSError:
+                uid = -1  # nobody: may neither launch nor poke with authority
+            self.clients[conn.fileno()] = Client(conn, uid)
             self.poller.register(conn.fileno(), 1)  # POLLIN
 
     def read_client(self, fd: int) -> None:
@@ -145,19 +163,23 @@ class TaskOps:
             self.send_client(fd, {"error": f"unreadable request ({exc})"})
             self.close_client(fd)
             return
+        own = self.clients[fd].uid == os.geteuid()  # the agent's user: its supervisors, `post`, a new agent
         if op == "poke":
-            synced = msg.get("synced")
+            synced = msg.get("synced") if own else None
             if isinstance(synced, list) and len(synced) == 2 and synced[0] == os.fstat(self.jfd).st_ino:
                 self.synced = max(self.synced, int(synced[1]))  # `post` fdatasync'ed up to there
             self.catch_up()
-            if msg.get("handover") and (self.orphan or self.lease_acted):
+            if own and msg.get("handover") and (self.orphan or self.lease_acted):
                 self.handover = True  # a new agent waits for the spool (main.take_spool_lock), and
                 # no controller keeps this one (it went away, or its lease ran out): leave
         elif op == "launch":
             self.client_launch(fd, msg)
         elif op == "launch_wait":
             launch_id = msg.get("launch_id")
-            if launch_id in self.launch_codes:
+            if not isinstance(launch_id, str) or not self.may_launch(fd, launch_id.rpartition(".")[0]):
+                self.send_client(fd, {"error": f"launch {launch_id!r} is not of a job of yours"})
+                self.close_client(fd)
+            elif launch_id in self.launch_codes:
                 self.send_client(fd, {"exit_code": self.launch_codes.pop(launch_id)})
                 self.close_client(fd)
             else:
@@ -180,6 +202,8 @@ class TaskOps:
             status = self.unit_status(unit)
             if status is None or status[0] != "running":
                 raise Refused(f"unit {unit} is not running on this host")
+            if not self.may_launch(fd, unit):
+                raise Refused(f"unit {unit} is not a job of yours: only its user may launch its tasks")
         except Refused as exc:
             self.send_client(fd, {"error": str(exc)})
             self.close_client(fd)
@@ -189,6 +213,13 @@ class TaskOps:
         self.send_client(fd, {"launch_id": launch_id})
         event = {"event": "launch_requested", "launch_id": launch_id, "unit": unit}
         self.out.append(dumps({**event, "argv": argv, "env": env, "cwd": cwd}))
+
+    def may_launch(self, fd: int, unit: str) -> bool:
+        """Whether the caller on `fd` may launch (or wait for) tasks of `unit`: the agent's user (root
+        too, in a shared spool), or the user the unit runs as."""
+        uid = self.clients[fd].uid
+        u = self.units.get(unit)
+        return uid == os.geteuid() or (u is not None and u.uid is not None and uid == u.uid)
 
     def send_client(self, fd: int, msg: dict) -> bool:
         client = self.clients.get(fd)

@@ -15,11 +15,12 @@ from .dbus import manager_socket
 from .journal import record
 from .jsonl import dumps
 from .recorders import JournalRecorder
+from .runas import JOB_DIR, chown_to, remove_unit_dir, resolve_user, user_env
 from .signals import REQUEST_NAMES, signal
 from .spawn import direct_start_problem
 from .supervisor import fork_supervisor, make_host_dir
 from .systemd import ENV_FILE, env_file_text
-from .util import job_umask, make_result, remove_tree, write_file
+from .util import job_umask, make_result, write_file
 from .validate import Refused, valid_unit_name, validate
 
 
@@ -58,6 +59,11 @@ class UnitOps:
         if lapsed is not None:  # a launch that waited in a frozen channel: its job may run elsewhere now
             reply["error"] = lapsed
             return reply
+        try:
+            user = None if u.get("user") is None else resolve_user(u["user"], self.host_name)
+        except Refused as exc:
+            reply["error"] = str(exc)
+            return reply
         start_time = time.time()
         keys = ("unit", "argv", "env", "cwd", "stdout", "stderr", "run_limit", "mem_limit", "grace", "hostfile",
                 "hooks", "profile_env", "post_failure", "starter", "umask")
@@ -65,9 +71,17 @@ class UnitOps:
         host_dir = os.path.join(self.units_dir, unit)
         spec.update(role=u.get("role", "job"), start_time=start_time, spool=self.spool, mode=self.mode)
         spec["host_dir"] = host_dir
+        if user is not None:  # its own directory, in ours: see supervisor.make_host_dir
+            spec.update(user=user, job_dir=os.path.join(host_dir, JOB_DIR))
+            if not self.spool_shared:
+                try:
+                    self.share()
+                except OSError as exc:
+                    reply["error"] = f"cannot open spool {self.spool} to its jobs' users: {exc.strerror}"
+                    return reply
         if spec["grace"] is None:
             spec["grace"] = 10.0
-        spec["env"] = self.job_env(spec["env"], unit, host_dir, spec["hostfile"] is not None)
+        spec["env"] = self.job_env(spec["env"], unit, spec.get("job_dir", host_dir), spec["hostfile"] is not None)
         direct = None
         if self.mode != "plain":
             spec["watch_run_limit"] = False  # RuntimeMaxSec enforces it: one reason, not two racing
@@ -78,10 +92,14 @@ class UnitOps:
                     direct["starter"] = spec["starter"]
                 if spec.get("umask") is not None:  # for its tasks' supervisor (fork_tasks)
                     direct["umask"] = spec["umask"]
+                if user is not None:  # its tasks run as the job's user too
+                    direct["user"] = user
         try:
             mode = {} if self.mode == "plain" else {"mode": self.mode}
             if direct is not None:
                 mode["direct"] = direct
+            if user is not None:  # whose `xce launch` may ask for tasks of it (tasks.py)
+                mode["uid"] = user["uid"]
             self.append(record("launched", unit=unit, start_time=start_time, **mode))
         except OSError as exc:
             reply["error"] = f"cannot write {self.journal_path}: {exc.strerror}; check the spool's file system"
@@ -109,12 +127,15 @@ class UnitOps:
         not start (worded as the supervisor would: exec failed, output files)."""
         unit, host_dir = spec["unit"], spec["host_dir"]
         try:
-            remove_tree(host_dir)  # a lost launch's leftovers: its result.json is not this one's
+            remove_unit_dir(host_dir)  # a lost launch's leftovers: its result.json is not this one's
             make_host_dir(spec)
             if direct:
                 result = direct_start_problem(spec)
                 if result is None:  # the job's bytes, for EXEC_SCRIPT: never on the unit (see systemd.py)
-                    write_file(os.path.join(host_dir, ENV_FILE), env_file_text(spec["argv"], spec["env"]))
+                    env_file = os.path.join(host_dir, ENV_FILE)
+                    user = spec.get("user")  # HOME, USER, LOGNAME: the passwd entry's, not the submitted env's
+                    write_file(env_file, env_file_text(spec["argv"], user_env(spec["env"], user)))
+                    chown_to(env_file, user)  # theirs to read (their own env), in our 0711 directory
             else:
                 result = None
                 write_file(os.path.join(host_dir, "spec.json"), dumps(spec))
@@ -125,7 +146,7 @@ class UnitOps:
             result["mode"] = self.mode
             self.append(record("finished", unit=unit, result=result), sync=True)
             self.emit_finished(unit, result)
-            remove_tree(host_dir)
+            remove_unit_dir(host_dir)
             reply.update(status="finished", start_time=spec["start_time"], result=self.reported(unit, result))
             return reply
         self.start_unit(spec, direct)
@@ -211,5 +232,5 @@ class UnitOps:
             self.append(record("forgotten", units=gone))
             for unit in gone:  # a lost unit's host directory: nobody else removes it
                 if os.path.lexists(os.path.join(self.units_dir, unit)):
-                    remove_tree(os.path.join(self.units_dir, unit))
+                    remove_unit_dir(os.path.join(self.units_dir, unit))
         return {"units": replies}

@@ -91,6 +91,26 @@ def validate(u: dict, mode: str = "plain") -> None:
     if hostfile is not None and (not isinstance(hostfile, str) or "\0" in hostfile):
         raise Refused("hostfile must be text (the lines of the job's hostfile) or null")
     validate_hooks(u)
+    validate_user(u.get("user"))
+
+
+def validate_user(user: object) -> None:
+    """The job's user (shared mode): null (the agent's own user), or {name, uid, gid (null: the
+    passwd entry's), groups (supplementary gids; null: the host's for that user)}."""
+    if user is None:
+        return
+
+    def count(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 32
+
+    if not isinstance(user, dict) or not isinstance(user.get("name"), str) or not user["name"] or set(
+            user["name"]) & set("/:\0\n") or not count(user.get("uid")):
+        raise Refused(f"user must be {{name, uid, gid, groups}} (a user name and numbers), not {user!r}")
+    if user.get("gid") is not None and not count(user["gid"]):
+        raise Refused(f"user {user['name']}: gid must be a number or null")
+    groups = user.get("groups")
+    if groups is not None and (not isinstance(groups, list) or not all(count(g) for g in groups)):
+        raise Refused(f"user {user['name']}: groups must be a list of numbers (supplementary gids) or null")
 
 
 def validate_hooks(u: dict) -> None:
@@ -102,6 +122,8 @@ def validate_hooks(u: dict) -> None:
                 "profile", "job"):
             raise Refused(f"a hook needs a point ({', '.join(HOOK_POINTS)}) and a layer (profile or job): {hook!r}")
         check_argv_env(hook.get("argv"), {})
+        if hook.get("as") not in (None, "user", "root"):
+            raise Refused(f"hook {hook['point']}: as is user (the job's user, the default) or root, not {hook['as']!r}")
         timeout = hook.get("timeout")
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < 1e7:
             raise Refused(f"hook {hook['point']}: timeout must be a positive number of seconds")

@@ -67,7 +67,7 @@ class Watch:
             return
         out, err = open_outputs(self.spec, self.start_time)
         try:
-            self.pid = spawn_job(self.spec, out, err, self.start_time)
+            self.pid = spawn_job(self.spec, out, err, self.start_time, self.spec.get("user"))
         finally:
             os.close(out)
             if err != out:
@@ -271,7 +271,7 @@ class Watch:
         try:
             out, err = open_outputs(self.spec, self.start_time)
             try:
-                self.tasks[spawn_job(task, out, err, self.start_time)] = key
+                self.tasks[spawn_job(task, out, err, self.start_time, self.spec.get("user"))] = key
             finally:
                 os.close(out)
                 if err != out:
