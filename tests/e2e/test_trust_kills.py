@@ -89,9 +89,11 @@ def test_kill_while_the_host_is_out_of_reach_is_delivered_when_it_answers(two_ho
 # ---- a host that freezes ----------------------------------------------------------------------------
 
 
-def frozen_host_config(host: testhosts.TestHost, keepalive: str = "10m", lost_after: str = "10m") -> str:
+def frozen_host_config(host: testhosts.TestHost, keepalive: str = "10m", lost_after: str = "10m",
+                       lease: str = "3m") -> str:
     """The ssh host `host` (tag `far`) and a local host (tag `near`); by default heartbeats too rare
-    to notice a freeze, so that the host operation itself meets it."""
+    to notice a freeze, so that the host operation itself meets it. Lost after `lost_after`, which
+    must exceed `lease` + 2 s."""
     return (f"cluster: fz{os.getpid()}\nhosts:\n"
             f"  - {{name: {host.name}, type: ssh, address: '{host.ip}', user: root, identity: '{host.key_path}', "
             f"slots: 2, mem: 1G, tags: [far]}}\n"
@@ -99,7 +101,8 @@ def frozen_host_config(host: testhosts.TestHost, keepalive: str = "10m", lost_af
             f"queues:\n  - {{name: normal, default: true}}\n"
             f"ssh:\n  config: /nonexistent\n  known_hosts: {json.dumps([str(host.known_hosts_path)])}\n"
             f"  keepalive: {keepalive}\n  reconnect_max: 2s\n"
-            f"controller:\n  tick: 1s\n  grace: 1s\n  host_lost_after: {lost_after}\n")
+            f"controller:\n  tick: 1s\n  grace: 1s\n  host_lost_after: {lost_after}\n"
+            f"  lease: {lease}\n  lease_margin: 2s\n")
 
 
 @pytest.mark.parametrize("kind", ["systemd", "plain"])
@@ -146,7 +149,7 @@ def test_kill_on_a_host_whose_sshd_is_frozen_troubles_that_host_alone_and_lands_
 def test_kill_while_a_frozen_host_is_out_of_reach_then_lost_then_thawed_never_runs_the_job_again(
         kind, request, testhosts_root):
     host = request.getfixturevalue(f"{kind}_hosts")[0]
-    c = started_cluster(frozen_host_config(host, keepalive="1s", lost_after="3s"), testhosts_root)
+    c = started_cluster(frozen_host_config(host, keepalive="1s", lost_after="12s", lease="8s"), testhosts_root)
     frozen: list[int] = []
     try:
         hosts_ok(c, "both hosts up")

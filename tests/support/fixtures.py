@@ -41,6 +41,7 @@ def kind(request) -> str:
 
 @pytest.fixture
 def two_hosts(request) -> Iterator[Cluster]:
-    """Hosts a and b with a lease of 5 s; a host out of reach is lost after the param (default 7s)."""
-    with two_local_hosts(getattr(request, "param", "7s")) as c:
+    """Hosts a and b with a lease of 20 s (a store that holds a tick for its 10 s busy timeout must
+    not make the hosts stop their jobs); a host out of reach is lost after the param (default 25s)."""
+    with two_local_hosts(getattr(request, "param", "25s")) as c:
         yield c

@@ -20,8 +20,8 @@ controller:
   tick: 1s
   grace: 1s
   host_lost_after: {lost_after}
-  lease: 5s
-  lease_margin: 1s
+  lease: 20s
+  lease_margin: 2s
 """
 
 

@@ -305,6 +305,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._expire_lost_hosts(now)
         if not self._store_due():
             self._deliver_kill_marks()  # recorded before: they need no commit of this tick
+            self._renew_leases()  # nor do the leases: a store that refuses commits must not stop the jobs
             return
         self._pools_step(now)
         cancels = self._gate_step()
