@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.exec.test_agent_systemd import AGENT, PY, HostAgent, name
-from tests.exec.test_agent_systemd import request as unit_request
+from tests.support.agent_hosts import PY, HostAgent, name
+from tests.support.agent_hosts import request as unit_request
+from tests.support.agent_local import AGENT
 from tests.support.waiting import wait_until
 from xce_lite.exec.host import HookRun, JobUser, LaunchRequested, Task, TaskFinished
 
