@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.slurm import SlurmCluster, missing_prerequisites
+from tests.support.cluster import Cluster
+from tests.support.slurm import SlurmCluster, missing_prerequisites, pool_config
 
 
 @pytest.fixture(scope="module")
@@ -21,3 +22,25 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def pool_cluster(slurm: SlurmCluster) -> Iterator:
+    """`pool_cluster(**pool_config options)`: a started cluster with the pool hpc on the test Slurm.
+    `env`: more of the controller's environment (a PATH with wrappers first)."""
+    made: list[Cluster] = []
+
+    def make(env: dict[str, str] | None = None, **options) -> Cluster:
+        c = Cluster(config=pool_config(**options))
+        made.append(c)
+        c.env["SLURM_CONF"] = str(slurm.conf)
+        c.env.update(env or {})
+        c.start()
+        return c
+
+    try:
+        yield make
+    finally:
+        for c in made:
+            c.close()
+        slurm.cancel_all()

@@ -11,37 +11,16 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 import yaml
 
 from tests.support.cluster import Cluster
-from tests.support.slurm import SlurmCluster, pool_config
+from tests.support.slurm import SlurmCluster
 from tests.support.waiting import wait_until
 from xce_lite.exec import bundle
 from xce_lite.exec import slurm as slurm_cmds
 from xce_lite.store.jobs import JobStore
-
-
-@pytest.fixture
-def pool_cluster(slurm: SlurmCluster) -> Iterator:
-    """`pool_cluster(**pool_config options)`: a started cluster with the pool hpc on the test Slurm."""
-    made: list[Cluster] = []
-
-    def make(**options) -> Cluster:
-        c = Cluster(config=pool_config(**options))
-        made.append(c)
-        c.env["SLURM_CONF"] = str(slurm.conf)
-        c.start()
-        return c
-
-    try:
-        yield make
-    finally:
-        for c in made:
-            c.close()
-        slurm.cancel_all()
 
 
 def pools(c: Cluster) -> dict:

@@ -179,6 +179,24 @@ class SlurmCluster:
             raise
         return self
 
+    def ctld(self) -> subprocess.Popen:
+        """The slurmctld this cluster started (for a test that freezes, kills or restarts it)."""
+        return next(d.proc for d in self.daemons if d.name == "slurmctld")
+
+    def kill_ctld(self) -> None:
+        """kill -9 of slurmctld (by its PID); the nodes and their jobs go on without it."""
+        proc = self.ctld()
+        proc.kill()
+        proc.wait()
+
+    def restart_ctld(self, timeout: float = 60.0) -> None:
+        """Start slurmctld again on its saved state (the jobs it knew are recovered), once it answers."""
+        self.daemons = [d for d in self.daemons if d.name != "slurmctld"]
+        self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])
+        wait_until(lambda: self._dead() or self.run("squeue", "-h", check=False).returncode == 0, timeout,
+                   "the restarted slurmctld to answer")
+        self._check_alive()
+
     def _dead(self) -> str | None:
         return next((d.name for d in self.daemons if d.proc.poll() is not None), None)
 

@@ -92,6 +92,8 @@ def pool_text(pool: dict) -> str:
     lines = [f"POOL {pool['name']}  ({pool['type']}, partition {pool['partition'] or 'default'}, "
              f"at most {pool['max_allocations']} allocation(s) of {format_duration(pool['time_limit'])}, "
              f"released after {format_duration(pool['idle_timeout'])} idle)"]
+    if pool.get("trouble"):
+        lines.append(f"  Slurm in trouble since {when(pool['trouble_since'])}: {pool['trouble']}")
     rows = [("ALLOCATION", "STATE", "TIME_LEFT", "HOSTS", "REASON")]
     for a in pool["allocations"]:
         left = format_duration(a["time_left"]) if a["time_left"] is not None else "-"

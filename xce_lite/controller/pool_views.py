@@ -103,6 +103,9 @@ class PoolViews:
     def _pool_status(self, pool: PoolConfig) -> str:
         """What a job that waits for the pool waits for, in a pend reason (the pool's own entry,
         a template host that is never up, says this instead of `unreachable`)."""
+        trouble = self._pool_trouble.get(pool.name)
+        if trouble is not None:
+            return f"Slurm does not answer ({trouble[0]})"
         live = [r for r in self._allocs if r.pool == pool.name and r.state in LIVE]
         pending = [r for r in live if r.state == "pending"]
         if pending:
@@ -151,7 +154,9 @@ class PoolViews:
                 allocs.append({"job_id": r.job_id, "state": r.state, "reason": r.reason, "nodes": r.nodes,
                                "hosts": r.host_names() if r.job_id and r.nodes else [], "time_left": left,
                                "submit_time": r.submit_time, "start_time": r.start_time, "release": r.release})
+            trouble = self._pool_trouble.get(pool.name)
             out.append({"name": pool.name, "type": pool.type, "partition": pool.partition,
+                        "trouble": trouble[0] if trouble else None, "trouble_since": trouble[1] if trouble else None,
                         "max_allocations": pool.max_allocations, "time_limit": pool.time_limit,
                         "idle_timeout": pool.idle_timeout, "allocations": allocs})
         return out

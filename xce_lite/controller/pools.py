@@ -1,8 +1,11 @@
 """Host pools of Slurm allocations, in the controller: a mixin whose `_pools_step` the tick runs.
 
-Every POLL seconds it asks squeue about the pools' allocations, brings each record up to date,
-and carries out the pure policy (sched/pools.py): sbatch what the backlog needs, scancel what is
-idle or draining. An allocation's node becomes a temporary host, POOL-JOBID (POOL-JOBID-N with
+Every POLL seconds it hands each pool's worker an squeue (slurmwork.py: Slurm's commands never
+run on the tick, so a frozen or dead slurmctld stalls nothing); when the answer comes, it brings
+each record up to date and carries out the pure policy (sched/pools.py): sbatch what the backlog
+needs, scancel what is idle or draining, both handed to the worker too. While squeue fails, the
+pool shows Slurm's trouble (`xce hosts -l`, pend reasons) and decides nothing.
+An allocation's node becomes a temporary host, POOL-JOBID (POOL-JOBID-N with
 several nodes), reached through a relay (exec/slurmhost.py) by a link like any host's; it offers
 the pool's slots and mem, with the attribute `time_left` (seconds to the allocation's limit), so
 that a job whose -W outlasts the allocation is never placed there (a select term every job with
@@ -11,8 +14,9 @@ What the scheduler, submit, pend reasons and `xce hosts -l` see of pools is pool
 
 Invariants:
 - Intent before action: a record (the pool's next sequence number) is stored before its sbatch,
-  under a job name of its own (xce-CLUSTER-POOL-SEQ); a controller that died between the two finds
-  the allocation by that name, so nothing is submitted twice or lost.
+  under a job name of its own (xce-CLUSTER-POOL-SEQ); a controller that died between the two, or
+  an sbatch that timed out (slurmctld may take up the request later), finds the allocation by that
+  name, so nothing is submitted twice or lost: the record counts as submitting until Slurm says.
 - Everything about allocations is in the store (meta key `slurm_pools`): a restarted controller
   adopts running allocations (their hosts reconnect, their jobs are adopted from the agents'
   journals), it never resubmits them.
@@ -31,6 +35,7 @@ from pathlib import Path
 
 from xce_lite.config.cluster import PoolConfig
 from xce_lite.controller.pool_views import DRAIN_MARGIN, LIVE, PoolViews
+from xce_lite.controller.slurmwork import Polled, SlurmWork, Submitted
 from xce_lite.exec import bundle, slurm
 from xce_lite.exec.link import HostLink
 from xce_lite.exec.slurmhost import SlurmHost
@@ -65,6 +70,7 @@ class AllocRecord:
     idle_since: float | None = None
     release: str | None = None
     settled: bool = True  # False while Slurm still says COMPLETING: its final state is to come
+    unsure_since: float | None = None  # its sbatch timed out then: Slurm may have it all the same
 
     def host_names(self) -> list[str]:
         if len(self.nodes) == 1:
@@ -79,68 +85,119 @@ class PoolWork(PoolViews):
         saved = json.loads(self.store.meta(META_KEY) or "{}")
         self._pool_seq: int = saved.get("seq", 0)
         self._allocs: list[AllocRecord] = [AllocRecord(**r) for r in saved.get("allocations", [])]
-        self._pool_polled = 0.0
+        self._pool_polled: dict[str, float] = {}  # pool -> when its last squeue was handed over
         self._pool_retry_at: dict[str, float] = {}
         self._pool_host_of: dict[str, tuple[AllocRecord, str]] = {}  # host -> (allocation, node)
-        self._pool_complaint: str | None = None
+        self._pool_trouble: dict[str, tuple[str, float]] = {}  # pool -> (Slurm's failure, since when)
+        self._pool_sending: set[tuple[str, int]] = set()  # (pool, seq): its sbatch is handed over
+        self._pool_cancel_at: dict[str, float] = {}  # allocation -> when its scancel was handed over
+        self._slurm = SlurmWork(self._wake.set)  # the Slurm commands, never on the tick (slurmwork.py)
         self._refresh_pool_views(time.time())
 
     # ---- the step -------------------------------------------------------------------------------
 
     def _pools_step(self, now: float) -> None:
-        """Look at Slurm, update the allocations, act on the policy. At most every POLL seconds."""
-        live = [r for r in self._allocs if r.state in LIVE]
-        if not self.config.pools and not live:
+        """Take the Slurm commands' outcomes, act on the policy for each pool whose squeue just
+        answered, and hand over a new squeue every POLL seconds (one at a time per pool). Never
+        waits for Slurm: the commands run on the pools' workers (slurmwork.py)."""
+        names = {p.name for p in self.config.pools} | {r.pool for r in self._allocs if r.state in LIVE}
+        if not names and not self._slurm.busy():
             return
-        if now - self._pool_polled < POLL:
-            if any(r.state == "running" for r in live):
-                with self._mu:
-                    self._refresh_pool_views(now)  # time_left, as of this tick
-            return
-        self._pool_polled = now
-        try:
-            seen = slurm.squeue()
-        except slurm.SlurmError as err:
-            if str(err) != self._pool_complaint:
-                self.log(f"pools: {err}")
-            self._pool_complaint = str(err)
-            return
-        self._pool_complaint = None
-        changed = False
+        changed, fresh = False, set()
+        for res in self._slurm.results():
+            if isinstance(res, Polled):
+                changed |= self._pool_polled_now(res, now)
+                if res.jobs is not None:
+                    fresh.add(res.pool)
+            elif isinstance(res, Submitted):
+                changed |= self._pool_submitted(res, now)
+            elif res.error is not None:
+                self._pool_cancel_at.pop(res.job_id, None)  # handed over again by the next decision
+                self.log(f"pool {res.pool}: {res.error}")
+        for pool in self.config.pools:
+            if pool.name in fresh:
+                changed |= self._pool_act(pool, now)
+        for name in sorted(names):
+            if now - self._pool_polled.get(name, 0.0) >= POLL and not self._slurm.outstanding(name, "poll"):
+                self._pool_polled[name] = now
+                self._slurm.poll(name, slurm.squeue)
+        with self._mu:
+            self._refresh_pool_views(now)  # time_left, as of this tick
+        if changed:
+            self._save_pools()
+            with self._mu:
+                self._dirty = True  # a session again: the pend reasons say what the pools do now
+
+    def _pool_polled_now(self, res: Polled, now: float) -> bool:
+        """An squeue's answer for pool `res.pool`: Slurm's trouble, or each allocation brought up to date."""
+        if res.jobs is None:
+            before = self._pool_trouble.get(res.pool)
+            if before is None or before[0] != res.error:
+                self.log(f"pool {res.pool}: {res.error}")
+            self._pool_trouble[res.pool] = (res.error or "", before[1] if before else now)
+            return before is None
+        changed = self._pool_trouble.pop(res.pool, None) is not None
+        if changed:
+            self.log(f"pool {res.pool}: Slurm answers again")
+        seen = res.jobs
         by_name = {j.name: j for j in seen.values()}
-        for r in live:
-            changed |= self._pool_update(r, seen, by_name, now)
+        for r in [r for r in self._allocs if r.pool == res.pool and r.state in LIVE]:
+            changed |= self._pool_update(r, seen, by_name, now, res.began)
         for r in self._allocs:
-            if r.settled:
+            if r.pool != res.pool or r.settled:
                 continue
             job = seen.get(r.job_id or "")
             if job is None or job.ended:  # the final word, where Slurm still has it
                 r.settled, changed = True, True
                 if job is not None:
                     r.reason = r.reason.replace("COMPLETING", job.state)
-        for pool in self.config.pools:
-            changed |= self._pool_act(pool, now)
-        with self._mu:
-            self._refresh_pool_views(now)
-        if changed:
-            self._save_pools()
-            with self._mu:
-                self._dirty = True  # a session again: the pend reasons say what the pools do now
+        return changed
+
+    def _pool_submitted(self, res: Submitted, now: float) -> bool:
+        """An sbatch's answer: the allocation's job id; or it failed (a back-off before the next);
+        or it is unknown whether Slurm got it (the squeues ask for it by name: see _pool_update)."""
+        self._pool_sending.discard((res.pool, res.seq))
+        r = next((r for r in self._allocs if r.pool == res.pool and r.seq == res.seq), None)
+        if r is None:
+            return False
+        if res.job_id is not None:
+            if r.job_id is None:
+                r.job_id = res.job_id
+            if r.state == "submitting":
+                r.state, r.reason = "pending", ""
+            self.log(f"pool {r.pool}: submitted allocation {r.job_id}")
+        elif r.job_id is not None:
+            pass  # an squeue found it by its name already
+        elif res.unsure:
+            r.reason, r.unsure_since = f"{res.error}; waiting for Slurm to say whether it has it", res.ended
+            self._pool_trouble.setdefault(r.pool, (res.error or "", now))  # until an squeue answers
+            self.log(f"pool {r.pool}: {res.error}; the allocation is looked for by its name "
+                     f"{self._slurm_name(r.pool, r.seq)} (never submitted twice)")
+        else:
+            r.state, r.reason = "failed", res.error or "sbatch failed"
+            self._pool_retry_at[r.pool] = now + SBATCH_BACKOFF
+            self.log(f"pool {r.pool}: {r.reason}; trying again in {SBATCH_BACKOFF:g} s")
+        return True
 
     def _slurm_name(self, pool: str, seq: int) -> str:
         return f"xce-{self.cluster}-{pool}-{seq}"
 
-    def _pool_update(self, r: AllocRecord, seen: dict, by_name: dict, now: float) -> bool:
-        """One live allocation against what squeue says; True if its record changed."""
+    def _pool_update(self, r: AllocRecord, seen: dict, by_name: dict, now: float, asked: float) -> bool:
+        """One live allocation against what an squeue asked at `asked` says; True if its record changed."""
         before = asdict(r)
         if r.job_id is None:
+            if (r.pool, r.seq) in self._pool_sending:
+                return False  # its sbatch has not answered yet
             job = by_name.get(self._slurm_name(r.pool, r.seq))
             if job is None:
-                if now - r.submit_time > SUBMIT_LOST_AFTER:
-                    r.state, r.reason = "failed", "never reached Slurm (the controller stopped during sbatch)"
+                # Slurm never heard of it: judged only by an squeue asked well after the sbatch
+                # ended (slurmctld may take up a request whose client had given up)
+                if asked - (r.unsure_since or r.submit_time) > SUBMIT_LOST_AFTER:
+                    r.state, r.reason = "failed", "never reached Slurm (the sbatch did not answer, or the " \
+                                                  "controller stopped during it)"
                 return asdict(r) != before
             r.job_id = job.job_id
-            self.log(f"pool {r.pool}: allocation {r.job_id} adopted (submitted before a restart)")
+            self.log(f"pool {r.pool}: allocation {r.job_id} adopted (found by its name in Slurm)")
         job = seen.get(r.job_id)
         if job is None or job.ended or job.state == "COMPLETING":
             state = job.state if job is not None else "gone from squeue"
@@ -249,10 +306,10 @@ class PoolWork(PoolViews):
             if r.release is None:
                 r.release, changed = why, True
                 self.log(f"pool {pool.name}: releasing allocation {job_id}: {why}")
-                try:
-                    slurm.scancel(job_id)
-                except slurm.SlurmError as err:
-                    self.log(f"pool {pool.name}: {err}")
+            sent = self._pool_cancel_at.get(job_id)
+            if sent is None or now - sent > SBATCH_BACKOFF:  # not sent, failed, or Slurm did not act on it
+                self._pool_cancel_at[job_id] = now
+                self._slurm.cancel(pool.name, job_id, lambda job_id=job_id: slurm.scancel(job_id))
         for _ in range(decision.submit):
             self._pool_submit(pool, now)
             changed = True
@@ -276,7 +333,8 @@ class PoolWork(PoolViews):
         return demand
 
     def _pool_submit(self, pool: PoolConfig, now: float) -> None:
-        """Store the intent, then sbatch (see the module docstring)."""
+        """Store the intent, then hand the sbatch over (see the module docstring); its answer
+        comes as a Submitted (_pool_submitted)."""
         self._pool_seq += 1
         r = AllocRecord(pool.name, self._pool_seq, submit_time=now)
         self._allocs.append(r)
@@ -284,17 +342,17 @@ class PoolWork(PoolViews):
         directory = self._pool_dir(pool)
         try:
             agent = bundle.install(directory)
-            script = slurm.batch_script(pool.name, str(directory), pool.python, str(agent), pool.nodes_per_allocation,
-                                        tcp=pool.connect == "direct")
-            args = pool.sbatch_options(self._slurm_name(pool.name, r.seq))
-            r.job_id = slurm.sbatch(script, [*args, f"--output={directory}/slurm-%j.out", f"--chdir={directory}"])
-        except (slurm.SlurmError, OSError) as err:
-            r.state, r.reason = "failed", str(err)
+        except OSError as err:
+            r.state, r.reason = "failed", f"cannot write the agent into {directory}: {err}"
             self._pool_retry_at[pool.name] = now + SBATCH_BACKOFF
-            self.log(f"pool {pool.name}: sbatch failed: {err}; trying again in {SBATCH_BACKOFF:g} s")
-        else:
-            r.state = "pending"
-            self.log(f"pool {pool.name}: submitted allocation {r.job_id}")
+            self.log(f"pool {pool.name}: {r.reason}; trying again in {SBATCH_BACKOFF:g} s")
+            return
+        script = slurm.batch_script(pool.name, str(directory), pool.python, str(agent), pool.nodes_per_allocation,
+                                    tcp=pool.connect == "direct")
+        args = [*pool.sbatch_options(self._slurm_name(pool.name, r.seq)), f"--output={directory}/slurm-%j.out",
+                f"--chdir={directory}"]
+        self._pool_sending.add((pool.name, r.seq))
+        self._slurm.submit(pool.name, r.seq, lambda: slurm.sbatch(script, args))
 
     def _save_pools(self) -> None:
         ended: dict[str, int] = {}

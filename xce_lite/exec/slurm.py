@@ -66,6 +66,12 @@ def run(argv: list[str], timeout: float = TIMEOUT, stdin: str | None = None) -> 
     return r.stdout
 
 
+def unsure(message: str) -> bool:
+    """Whether a failed command's words leave open that slurmctld got the request all the same: it
+    timed out after sending (slurmctld frozen or slow), rather than being refused or unreachable."""
+    return "did not answer within" in message or "timed out" in message.lower()
+
+
 def sbatch(script: str, args: list[str]) -> str:
     """Submit `script` (its text, on sbatch's stdin) with `sbatch --parsable ARGS`; the job id."""
     out = run(["sbatch", "--parsable", *args], stdin=script).strip()
@@ -84,9 +90,19 @@ def _epoch(value) -> float | None:
 
 
 def parse_squeue(text: str) -> dict[str, SlurmJob]:
-    """`squeue --json`'s jobs by id (Slurm 22.05's shape)."""
+    """`squeue --json`'s jobs by id (Slurm 22.05's shape). SlurmError when squeue says it failed:
+    observed, with slurmctld gone it exits 0 with no jobs and an `errors` list, which read as
+    "every allocation ended" would requeue every job running in one."""
+    try:
+        reply = json.loads(text)
+    except ValueError:
+        raise SlurmError(f"squeue printed no JSON: {text[:200]!r}") from None
+    errors = reply.get("errors") or []
+    if errors:
+        words = "; ".join(f"{e.get('source', 'squeue')}: {e.get('description') or e.get('error')}" for e in errors)
+        raise SlurmError(f"squeue failed: {words}; is slurmctld up (`scontrol ping`)?")
     jobs = {}
-    for j in json.loads(text).get("jobs", []):
+    for j in reply.get("jobs", []):
         res = j.get("job_resources") or {}
         nodes = tuple(n["nodename"] for n in res.get("allocated_nodes", []) if "nodename" in n)
         limit = j.get("time_limit")
