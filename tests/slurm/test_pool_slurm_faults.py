@@ -84,6 +84,7 @@ def test_a_frozen_then_dead_slurmctld_stalls_nothing_and_the_pool_recovers(pool_
         go2 = c.work / "go2"
         second = c.submit(sys.executable, "-c", WAIT_FOR, str(go2), options=("-q", "hpc"))
         c.wait_state(second, {"RUN"}, timeout=60)
+        slurm.wait_state_saved(alloc["start_time"])  # its start is on disk: a restart knows it runs
         slurm.kill_ctld()
         local2 = c.submit("true")
         assert c.wait_state(local2, {"DONE", "EXIT"}, timeout=LOCAL_JOB_DEADLINE)["state"] == "DONE"
@@ -94,7 +95,7 @@ def test_a_frozen_then_dead_slurmctld_stalls_nothing_and_the_pool_recovers(pool_
         go2.touch()
         assert c.wait_state(second, {"DONE", "EXIT"}, timeout=60)["state"] == "DONE"
         assert c.job(second)["hosts"][0][0] == alloc["hosts"][0]
-        assert [a["job_id"] for a in allocations(c, "running")] == [alloc["job_id"]]
+        assert [a["job_id"] for a in allocations(c, "running")] == [alloc["job_id"]], allocations(c)
         names = one_allocation_per_decision(c, slurm)
         seqs = json.loads(c.ok("hosts", "-l", "--json"))["pools"][0]["allocations"]
         assert len(names) == len([a for a in seqs if a["job_id"]]), (names, seqs)

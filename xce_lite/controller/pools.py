@@ -48,6 +48,7 @@ POLL = 2.0  # seconds between two looks at Slurm
 SBATCH_BACKOFF = 30.0  # seconds without sbatch after one failed
 SUBMIT_LOST_AFTER = 120.0  # an intent Slurm never heard of, after this long, was never submitted
 META_KEY = "slurm_pools"
+REQUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING")  # after RUNNING: taken back
 KEEP_ENDED = 10  # ended allocations kept per pool, for `xce hosts -l`
 
 
@@ -212,7 +213,15 @@ class PoolWork(PoolViews):
                 r.idle_since = r.idle_since or now
                 self._pool_connect(r)
             r.end_time = job.end_time if job.time_limit is not None else None
-        else:
+        elif r.state == "running" and job.state in REQUEUED:
+            # Slurm took it back (a requeue; or a slurmctld killed before it saved the allocation's
+            # start, observed: it runs the batch script again): the nodes' keepers, and the jobs
+            # under them, are gone or about to be. Its hosts are lost; it is released, not reused.
+            r.release = r.release or f"Slurm requeued it ({job.state})"
+            self._pool_end(r, f"Slurm job {r.job_id} {job.state} again after it ran", now)
+            self._pool_cancel_at[r.job_id] = now
+            self._slurm.cancel(r.pool, r.job_id, lambda job_id=r.job_id: slurm.scancel(job_id))
+        elif job.state != "SUSPENDED":
             r.state, r.reason = "pending", job.reason if job.reason != "None" else job.state.lower()
         return asdict(r) != before
 
