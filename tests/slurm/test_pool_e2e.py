@@ -36,12 +36,14 @@ def test_a_job_waits_for_an_allocation_runs_there_and_survives_faults(pool_clust
     c = pool_cluster(extra=f"\n            connect: {connect}")
     assert allocations(c) == []
     out = c.work / "env.out"
-    first = c.submit("sh", "-c", 'echo "$SLURM_JOB_ID $SLURM_JOB_NODELIST $XCE_JOBID"',
+    first = c.submit("sh", "-c", 'echo "$SLURM_JOB_ID $SLURM_JOB_NODELIST $XCE_JOBID $XCE_HOSTS"; cat "$XCE_HOSTFILE"',
                      options=("-q", "hpc", "-o", str(out)))
     done = c.wait_state(first, {"DONE", "EXIT"}, timeout=90)
     assert done["state"] == "DONE", done
     [alloc] = allocations(c, "running")
-    assert out.read_text().split() == [alloc["job_id"], slurm.node, str(first)]
+    # the hostfile names the node as Slurm does (mpirun there resolves it), XCE_HOSTS the xce host
+    assert out.read_text().split() == [alloc["job_id"], slurm.node, str(first), f"hpc-{alloc['job_id']}",
+                                       slurm.node, "slots=1"]
     assert done["hosts"][0][0] == f"hpc-{alloc['job_id']}" == alloc["hosts"][0]
     assert slurm.job_state(alloc["job_id"]) == "RUNNING"
     text = c.ok("hosts", "-l")

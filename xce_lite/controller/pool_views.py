@@ -92,9 +92,15 @@ class PoolViews:
         """Put the pools' hosts into the configuration's (after a reconfig, and at each step)."""
         if not hasattr(self, "_allocs") or (not self.config.pools and not self._pool_host_of):
             return
-        base = tuple(v for v in self.host_totals if v.name not in self._pool_names())
+        names = self._pool_names()
+        base = tuple(v for v in self.host_totals if v.name not in names)
         self.host_totals = base + self._pool_views(now)
         self.queue_policies = self._pool_policies()
+        # a hostfile names a pool host by its Slurm node (what mpirun and srun on the nodes know),
+        # not by its xce name, which nothing on the nodes resolves
+        nodes = {name: node for r in self._allocs if r.state == "running" and r.job_id
+                 for name, node in zip(r.host_names(), r.nodes)}
+        self.addresses = {**{k: v for k, v in self.addresses.items() if k not in names}, **nodes}
 
     def _pool_names(self) -> set[str]:
         return {p.name for p in self.config.pools} | set(self._pool_host_of) | {

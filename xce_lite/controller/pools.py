@@ -38,7 +38,7 @@ from xce_lite.controller.pool_views import DRAIN_MARGIN, LIVE, PoolViews
 from xce_lite.controller.slurmwork import Polled, SlurmWork, Submitted
 from xce_lite.exec import bundle, slurm
 from xce_lite.exec.link import HostLink
-from xce_lite.exec.slurmhost import SlurmHost
+from xce_lite.exec.slurmhost import SlurmHost, results_on_disk
 from xce_lite.models import EXIT
 from xce_lite.sched import pools as policy
 from xce_lite.sched.placement import SLOTS
@@ -204,7 +204,7 @@ class PoolWork(PoolViews):
             state = job.state if job is not None else "gone from squeue"
             said = f" ({job.reason})" if job is not None and job.reason not in ("", "None") else ""
             why = f"Slurm job {r.job_id} {state}{said}"
-            self._pool_end(r, why, now)
+            self._pool_end(r, why, now, job.end_time if job is not None else None)
             r.settled = job is None or job.state != "COMPLETING"
         elif job.state == "RUNNING":
             if r.state != "running" or not self._pool_linked(r):
@@ -254,11 +254,20 @@ class PoolWork(PoolViews):
         self.log(f"pool {r.pool}: allocation {r.job_id} runs on {r.nodelist}; connecting to "
                  + ", ".join(r.host_names()))
 
-    def _pool_end(self, r: AllocRecord, why: str, now: float) -> None:
-        """The allocation has ended: its hosts are gone, with every job on them (requeued)."""
+    def _pool_end(self, r: AllocRecord, why: str, now: float, ended_at: float | None = None) -> None:
+        """The allocation has ended (at `ended_at`, as Slurm says; None: unknown): its hosts are
+        gone, with every job on them (requeued), except a job whose end the journal on the shared
+        file system holds from before the allocation's end (its report died with the relay: it
+        counts). When Slurm no longer says when it ended, no such end counts: a requeue is safe."""
         r.state, r.reason, r.end_time = "ended", f"{why}; released: {r.release}" if r.release else why, now
         names = [n for n in r.host_names() if n in self._pool_host_of or n in self._links] if r.job_id else []
+        late = self._pool_late_results(r, names, ended_at) if ended_at is not None else {}
         with self._mu:
+            for (host, unit), result in late.items():
+                if unit in self._by_unit:
+                    self.log(f"pool {r.pool}: the end of unit {unit} on {host} (before its allocation's) is "
+                             "read from its journal")
+                    self._unit_finished(host, unit, result, now)
             victims = [j for j in self._active.values()
                        if not j.ending and any(a.host in names for a in j.holding.allocs)]
             for job in victims:
@@ -285,6 +294,22 @@ class PoolWork(PoolViews):
                  + (f"; {len(victims)} job(s) {self.config.controller.on_host_lost}" if victims else ""))
         if victims:
             self._wake.set()
+
+    def _pool_late_results(self, r: AllocRecord, names: list[str], ended_at: float) -> dict:
+        """{(host, unit): result} of the units on `names` that ended before `ended_at`, by their
+        nodes' journals. A unit Slurm's end killed ends later (or never records): not counted."""
+        pool = self._pool_config(r.pool)
+        if pool is None or not r.job_id:
+            return {}
+        directory = self._pool_dir(pool)
+        out = {}
+        for name, node in zip(r.host_names(), r.nodes):
+            if name not in names:
+                continue
+            for unit, result in results_on_disk(directory, r.job_id, node).items():
+                if result.end_time is not None and result.end_time < ended_at:
+                    out[(name, unit)] = result
+        return out
 
     def _pool_act(self, pool: PoolConfig, now: float) -> bool:
         """The policy's decision for `pool`, carried out; True if a record changed."""

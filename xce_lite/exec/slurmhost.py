@@ -21,8 +21,10 @@ from dataclasses import replace
 from xce_lite.exec import slurm
 from xce_lite.exec.channel import DEFAULT_TIMEOUT
 from xce_lite.errors import HostUnreachable
+from xce_lite.exec.agent.journal import read_journal
 from xce_lite.exec.agent.keeper import TCP_FILE
-from xce_lite.exec.host import HostEvent, HostProbe, LaunchReply, LaunchRequest
+from xce_lite.exec.channel import result_from_json
+from xce_lite.exec.host import HostEvent, HostProbe, JobResult, LaunchReply, LaunchRequest
 from xce_lite.exec.local import LocalHost
 
 
@@ -117,3 +119,22 @@ class SlurmHost(LocalHost):
 
     def launch_nowait(self, requests: list[LaunchRequest]) -> None:
         super().launch_nowait(self._with_allocation(requests))
+
+
+def results_on_disk(directory: str | os.PathLike, job_id: str, node: str) -> dict[str, JobResult]:
+    """The results the journal of node `node` of allocation `job_id` holds, by unit: read from the
+    file system the nodes share with the controller, for an allocation whose end took its relay
+    (and the agent's last reports over it) down with it. A torn or missing journal gives what it can."""
+    spool = os.path.join(os.fspath(directory), str(job_id), node, "spool")
+    try:
+        units = read_journal(spool)
+    except OSError:
+        return {}
+    out = {}
+    for name, unit in units.items():
+        if unit.result is not None:
+            try:
+                out[name] = result_from_json(unit.result)
+            except (KeyError, TypeError):
+                continue
+    return out
