@@ -26,7 +26,7 @@ def test_a_pool_gives_sbatch_its_shape_then_the_users_arguments() -> None:
 
 @pytest.mark.parametrize("pool, words", [
     ({"type": "pbs"}, "type"),
-    ({"via": "login.example.org"}, "via"),
+    ({"via": "login.example.org"}, "via: login.example.org: running Slurm.s commands on another machine is not built"),
     ({"connect": "ssh"}, "connect"),
     ({"max_allocations": 0}, "max_allocations"),
     ({"attrs": {"type": "x"}}, "attrs.type is set by xce"),

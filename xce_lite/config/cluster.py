@@ -208,7 +208,7 @@ class PoolConfig(_Model):
     sbatch_args: list[str] = Field(default_factory=list)  # more sbatch options, as given
     # Where Slurm's commands run: `local` (this machine is a login node of the cluster). Running them
     # on another machine over ssh is not built yet.
-    via: str = Field(default="local", pattern=r"^local$")
+    via: str = Field(default="local", min_length=1)
     # How the controller reaches an allocation's agent: `srun` (a relay step, `srun --overlap`: works
     # wherever srun does) or `direct` (a TCP connection to the node, ~40 ms less per launch of more
     # than ~1 KB; the nodes' ports must be reachable from this machine).
@@ -226,6 +226,9 @@ class PoolConfig(_Model):
     def _type_attr(self) -> PoolConfig:
         if "type" in self.attrs:
             raise ValueError(f"pool {self.name}: attrs.type is set by xce (slurm); choose another name")
+        if self.via != "local":
+            raise ValueError(f"pool {self.name}: via: {self.via}: running Slurm's commands on another machine "
+                             "is not built yet; run the controller where sbatch works (a login node), with via: local")
         return self
 
     def sbatch_options(self, job_name: str) -> list[str]:
