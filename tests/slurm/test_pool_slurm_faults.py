@@ -74,7 +74,10 @@ def test_a_frozen_then_dead_slurmctld_stalls_nothing_and_the_pool_recovers(pool_
         frozen = False
         wait_until(lambda: slurm_trouble(c) is None, 60, "the pool to recover from the freeze")
         c.wait_state(remote, {"RUN"}, timeout=240)
-        [alloc] = allocations(c, "running")
+        # observed: the frozen sbatch timed out ("Socket timed out"), yet slurmctld made the job
+        # once it ran again: it is found by its name, not submitted again (nor marked failed)
+        [alloc] = allocations(c)
+        assert alloc["state"] == "running", alloc
         one_allocation_per_decision(c, slurm)
 
         # kill -9 of slurmctld while a job runs in the allocation: local work goes on, the pool
