@@ -15,20 +15,11 @@ import time
 import pytest
 import yaml
 
-from tests.support.cluster import Cluster
-from tests.support.slurm import SlurmCluster
+from tests.support.slurm import WAIT_FOR, SlurmCluster, allocations
 from tests.support.waiting import wait_until
 from xce_lite.exec import bundle
 from xce_lite.exec import slurm as slurm_cmds
 from xce_lite.store.jobs import JobStore
-
-
-def pools(c: Cluster) -> dict:
-    return {p["name"]: p for p in json.loads(c.ok("hosts", "-l", "--json"))["pools"]}
-
-
-def allocations(c: Cluster, state: str | None = None) -> list[dict]:
-    return [a for a in pools(c)["hpc"]["allocations"] if state is None or a["state"] == state]
 
 
 @pytest.mark.parametrize("connect", ["srun", "direct"])
@@ -162,12 +153,3 @@ def test_an_sbatch_the_controller_did_not_live_to_record_is_adopted(pool_cluster
     assert c.wait_state(job, {"DONE", "EXIT"}, timeout=90)["state"] == "DONE"
     assert [a["job_id"] for a in allocations(c)] == [job_id]
     assert c.job(job)["hosts"][0][0] == f"hpc-{job_id}"
-
-
-WAIT_FOR = (
-    "import os, sys, time\n"
-    "end = time.time() + 120\n"
-    "while not os.path.exists(sys.argv[1]) and time.time() < end:\n"
-    "    time.sleep(0.05)\n"
-    "sys.exit(0 if os.path.exists(sys.argv[1]) else 3)\n"
-)

@@ -15,8 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.slurm.test_pool_e2e import allocations
-from tests.support.slurm import SlurmCluster
+from tests.support.slurm import SlurmCluster, allocations
 from tests.support.waiting import wait_until
 
 ENDS_AT = "import sys, time\ntime.sleep(max(0.0, float(sys.argv[1]) - time.time()))\n"

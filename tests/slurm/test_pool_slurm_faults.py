@@ -20,8 +20,7 @@ from collections import Counter
 
 import yaml
 
-from tests.slurm.test_pool_e2e import WAIT_FOR, allocations, pools
-from tests.support.slurm import SlurmCluster
+from tests.support.slurm import WAIT_FOR, SlurmCluster, allocations, pools
 from tests.support.waiting import wait_until
 
 # The old tick sat in a frozen sbatch or squeue for up to 30 s (exec/slurm.py TIMEOUT) every time

@@ -295,3 +295,23 @@ def pool_config(time_limit: str = "5m", idle_timeout: str = "5m", extra: str = "
           tick: 1s
           grace: 2s
         """
+
+
+def pools(c) -> dict:
+    """The pools as `xce hosts -l --json` shows them, by name (c: a tests.support.cluster.Cluster)."""
+    return {p["name"]: p for p in json.loads(c.ok("hosts", "-l", "--json"))["pools"]}
+
+
+def allocations(c, state: str | None = None) -> list[dict]:
+    """The allocations of pool hpc (pool_config's), those in `state` if given."""
+    return [a for a in pools(c)["hpc"]["allocations"] if state is None or a["state"] == state]
+
+
+# a job that waits for the file argv[1] (at most 120 s), then exits 0
+WAIT_FOR = (
+    "import os, sys, time\n"
+    "end = time.time() + 120\n"
+    "while not os.path.exists(sys.argv[1]) and time.time() < end:\n"
+    "    time.sleep(0.05)\n"
+    "sys.exit(0 if os.path.exists(sys.argv[1]) else 3)\n"
+)
