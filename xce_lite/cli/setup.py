@@ -23,30 +23,65 @@ QUICKSTART_DONE = ("Next: the tour in README.md (\"A five-minute tour\"); `xce e
 
 
 @click.command()
+@click.argument("dir", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--cluster", metavar="NAME",
               help="The cluster's name (part of unit names on the hosts). Default: one that no other cluster home "
                    "on this machine uses (xce, xce2, ...).")
+@click.option("--shared", is_flag=True,
+              help="A shared lab's home: one controller, run by root, for every user; jobs run as their submitter. "
+                   "Default DIR: /var/lib/xce_lite.")
+@click.option("--admin", "admins", multiple=True, metavar="NAME",
+              help="With --shared: a user who may act on every job, or @GROUP for a group's members (repeat it). "
+                   "Default: the user who ran sudo.")
+@click.option("--socket-group", metavar="GROUP",
+              help="With --shared: only this group's members reach the controller (default: every local user).")
+@click.option("--visibility", type=click.Choice(["full", "summary"]), default="full", show_default=True,
+              help="With --shared: what users see of others' jobs (summary: no command line, env, cwd, output paths).")
+@click.option("--register", is_flag=True,
+              help="With --shared: make it this machine's default home (/etc/xce_lite/home), so users need no "
+                   "XCE_HOME.")
 @click.pass_context
-def init(ctx: click.Context, cluster: str | None) -> None:
-    """Create a cluster home with an xce.yaml for a one-host cluster on this machine.
+def init(ctx: click.Context, dir: Path | None, cluster: str | None, shared: bool, admins: tuple[str, ...],
+         socket_group: str | None, visibility: str, register: bool) -> None:
+    """Create a cluster home with an xce.yaml for a one-host cluster on this machine (in DIR, else
+    the home of --home/XCE_HOME, else ~/.xce).
 
     Example: xce init && xce controller start
     """
-    init_home(ctx.obj, cluster)
+    home: Home = ctx.obj
+    if dir is not None:
+        home = Home(Path(os.path.abspath(dir)))
+    elif shared and home.via in ("personal", "machine"):
+        from xce_lite.home.shared import DEFAULT_ROOT
+
+        home = Home(DEFAULT_ROOT)
+    else:
+        home = home.personal()  # a lab user's own cluster never lands in the machine's default home
+    if not shared:
+        given = [name for name, value in (("--admin", admins), ("--socket-group", socket_group),
+                                          ("--register", register)) if value]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} go with --shared")
+        init_home(home, cluster)
+        return
+    init_shared(home, cluster, list(admins), socket_group, visibility, register)
 
 
-def init_home(home: Home, cluster: str | None) -> None:
+def init_home(home: Home, cluster: str | None, shared_block: str | None = None) -> None:
     from xce_lite.config.cluster import default_config_text, detect_memory, load_config
     from xce_lite.home import clusters
+    from xce_lite.home.shared import with_shared_block
 
     if home.config.exists():
         raise errors.HomeError(f"{home.config} already exists; edit it, or choose another home with --home")
     if cluster is not None:
         clusters.check(cluster, home.root)
-    home.make_private()
+    home.make_private(shared=False)  # a shared home opens (0711) only once its xce.yaml is whole
     name = cluster if cluster is not None else clusters.pick(home.root)
     host = os.uname().nodename.split(".")[0]
     text = default_config_text(name, host, os.cpu_count() or 1, detect_memory())
+    if shared_block is not None:
+        text = with_shared_block(text, shared_block)
     tmp = home.config.with_suffix(".yaml.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.chmod(tmp, 0o600)  # the home is private (paths.py); edits keep this mode (config_edit.py)
@@ -59,8 +94,41 @@ def init_home(home: Home, cluster: str | None) -> None:
     clusters.claim(name, home.root)
     taken = "" if cluster is not None or name == clusters.BASE else \
         f" ({clusters.BASE} is taken by {clusters.owner(clusters.BASE, home.root) or 'another home'})"
-    click.echo(f"Created {home.config}: cluster {name}{taken}, one host, {os.cpu_count()} slots, queue normal.")
-    click.echo("Next: `xce controller start`, then `xce submit -- echo hello`.")
+    click.echo(f"Created {home.config}: cluster {name}{taken}, one host, {os.cpu_count()} slots, queue normal"
+               f"{', shared' if shared_block is not None else ''}.")
+    if shared_block is None:
+        click.echo("Next: `xce controller start`, then `xce submit -- echo hello`.")
+
+
+def init_shared(home: Home, cluster: str | None, admins: list[str], socket_group: str | None, visibility: str,
+                register: bool) -> None:
+    """`xce init --shared`: every check first (home/shared.py), then the home, then the default file."""
+    from xce_lite.home import shared
+
+    shared.check_root()
+    if not admins:
+        admins = shared.default_admins()
+    if not admins and click.get_text_stream("stdin").isatty():
+        answer = click.prompt("Who administers this lab (user names or @group, separated by spaces)?")
+        admins = answer.replace(",", " ").split()
+    shared.check_admins(admins)
+    shared.check_group(socket_group)
+    shared.check_reachable(home.root)
+    if register:
+        shared.check_register(home)
+    if home.root.parent != home.root:
+        home.root.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    init_home(home, cluster, shared.config_block(admins, socket_group, visibility))
+    shared.finish(home)
+    click.echo(f"Admins: {', '.join(admins)}; the socket {home.socket} is open to "
+               f"{'the members of group ' + socket_group if socket_group else 'every local user'}.")
+    if register:
+        click.echo(f"Registered it as this machine's default home in {shared.register(home)}: users need no XCE_HOME.")
+    else:
+        click.echo(f"Users reach it with XCE_HOME={home.root}, or make it the machine's default: "
+                   f"{shared.register_hint(home)}")
+    click.echo(f"Next: start its controller as root: `xce --home {home.root} controller start`, or at boot: "
+               f"`xce --home {home.root} controller unit` prints a systemd unit.")
 
 
 @click.command()
@@ -73,7 +141,7 @@ def quickstart(ctx: click.Context) -> None:
     from xce_lite.cli.waiting import wait_for, print_final
     from xce_lite.controller import daemon
 
-    home: Home = ctx.obj
+    home: Home = ctx.obj.personal()  # never the machine's shared default: a cluster of one's own
     if not home.config.exists():
         init_home(home, None)
     if daemon.lock_holder(home) is None:
@@ -195,6 +263,19 @@ def controller_status(ctx: click.Context, as_json: bool) -> None:
     fault = status.get("previous_fault")
     if fault:
         click.echo(f"Its previous run stopped on a fault at {_clock(fault.get('time'))}: {fault['why']}")
+
+
+@controller.command("unit")
+@click.pass_context
+def controller_unit(ctx: click.Context) -> None:
+    """Print a systemd unit that runs this home's controller at boot and restarts it on failure
+    (a shared home's, as root; install it as /etc/systemd/system/xce-controller.service).
+
+    Example: xce --home /var/lib/xce_lite controller unit > /etc/systemd/system/xce-controller.service
+    """
+    from xce_lite.home.unit import unit_for
+
+    click.echo(unit_for(ctx.obj.require()), nl=False)
 
 
 def _clock(stamp: float | None) -> str:
