@@ -47,3 +47,13 @@ def xce_as(user: LocalUser, args: list[str], pythonpath: str, cwd: Path | None =
     """`xce ARGS` run by `user` in `cwd` (default: their home)."""
     return subprocess.run(user.argv([USER_PYTHON, "-m", "xce_lite", *args]), env=user_env(user, pythonpath, **extra),
                           cwd=cwd or user.home, capture_output=True, text=True, timeout=timeout)
+
+
+def user_shims(bin_dir: Path, pythonpath: str) -> Path:
+    """`xce` and `xceadmin` for other users (0755 in a 0755 `bin_dir`), as a system-wide install gives them."""
+    bin_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+    for name, module in (("xce", "-m xce_lite"), ("xceadmin", "-c 'from xce_lite.cli.admin import main; main()'")):
+        shim = bin_dir / name
+        shim.write_text(f"#!/bin/sh\nPYTHONPATH={pythonpath} exec {USER_PYTHON} {module} \"$@\"\n")
+        shim.chmod(0o755)
+    return bin_dir

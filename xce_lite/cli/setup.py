@@ -15,7 +15,7 @@ import click
 
 from xce_lite import errors
 from xce_lite.api.client import Client
-from xce_lite.cli.base import JSON_OPTION, client, echo_json
+from xce_lite.cli.base import JSON_OPTION, Seconds, client, echo_json
 from xce_lite.home.paths import Home
 
 QUICKSTART_DONE = ("Next: the tour in README.md (\"A five-minute tour\"); `xce examples copy ~/xce-tour` gives "
@@ -233,16 +233,26 @@ def controller_stop(ctx: click.Context) -> None:
 
 @controller.command("status")
 @JSON_OPTION
+@click.option("--wait", "wait_s", type=Seconds(min=0, max=3600), default=0, metavar="SECONDS",
+              help="Wait up to SECONDS for it to answer (a controller just started; the unit's ExecStartPost).")
 @click.pass_context
-def controller_status(ctx: click.Context, as_json: bool) -> None:
+def controller_status(ctx: click.Context, as_json: bool, wait_s: float) -> None:
     """Say whether the controller runs, and what it holds. Exit 3 if it does not run.
 
     Example: xce controller status
     """
     from xce_lite.controller.daemon import read_fault
 
+    deadline = time.monotonic() + wait_s
     try:
-        status = client(ctx).get("/status")
+        while True:
+            try:
+                status = client(ctx).get("/status")
+                break
+            except errors.ControllerDown:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)  # polled: a starting controller says nothing until its socket answers
     except errors.ControllerDown as err:
         fault = read_fault(ctx.obj)
         if not as_json:

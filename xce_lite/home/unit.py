@@ -2,7 +2,8 @@
 
 Choices, and why:
 - Type=simple: `xce controller start --foreground` serves until SIGTERM, which it handles as a planned
-  stop; it sends no sd_notify, so `notify` would only time out.
+  stop; it sends no sd_notify, so `notify` would only time out. ExecStartPost waits until it answers
+  (`xce controller status --wait`), so `systemctl start` returns when users can reach it.
 - Restart=on-failure: a controller that stopped on a fault comes back (its next start reads the
   fault, and the store never lost an acknowledged job); a planned stop stays stopped.
 - KillMode=process: stopping or restarting the service ends the controller only. Jobs on the local
@@ -44,6 +45,8 @@ def unit_text(python: str, home: Path, user: str | None = None, pythonpath: str 
         "[Service]",
         "Type=simple",
         f"ExecStart={_quote(python)} -m xce_lite --home {quoted} controller start --foreground",
+        # started = answering: `systemctl start` returns once the socket answers (or fails after 60 s)
+        f"ExecStartPost={_quote(python)} -m xce_lite --home {quoted} controller status --wait 60",
         "Restart=on-failure",
         "RestartSec=5s",
         "KillMode=process",
