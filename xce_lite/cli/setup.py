@@ -43,8 +43,10 @@ QUICKSTART_DONE = ("Next: the tour in README.md (\"A five-minute tour\"); `xce e
 @click.pass_context
 def init(ctx: click.Context, dir: Path | None, cluster: str | None, shared: bool, admins: tuple[str, ...],
          socket_group: str | None, visibility: str, register: bool) -> None:
-    """Create a cluster home with an xce.yaml for a one-host cluster on this machine (in DIR, else
-    the home of --home/XCE_HOME, else ~/.xce).
+    """Create a cluster home with an xce.yaml for a one-host cluster on this machine.
+
+    In DIR, else the home --home or XCE_HOME names, else ~/.xce; with --shared, a lab's home for
+    every user of this machine (README "A shared lab"; default DIR /var/lib/xce_lite).
 
     Example: xce init && xce controller start
     """
