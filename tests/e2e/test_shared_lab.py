@@ -138,6 +138,14 @@ def test_a_teachers_lab_has_root_agents_on_hosts_that_know_the_users(teachers_la
         assert got.returncode != 0, f"{ann.name} read {private}"
     readable = subprocess.run(ann.argv(["cat", str(home / "xce.yaml")]), capture_output=True, text=True, timeout=30)
     assert readable.returncode == 0 and "mode: shared" in readable.stdout
+    # the agents keep their directories in the lab's (root's, private), and `down` takes them away
+    spools = [Path(h.spool) for h in hosts]
+    wait_until(lambda: all((s / "units").is_dir() for s in spools), timeout=120, describe="the lab's agents up")
+    for spool in spools:
+        assert spool.stat().st_uid == 0 and stat.S_IMODE(spool.stat().st_mode) in (0o700, 0o711)
+    down = xce_root(teachers_lab.base, "--home", str(home), "lab", "down")
+    assert down.returncode == 0, down.stderr
+    assert not (record.dir / lab.AGENTS).exists() and not any(s.exists() for s in spools)
 
 
 def test_two_students_submit_see_each_others_jobs_and_each_ran_as_its_submitter(teachers_lab: Lab):

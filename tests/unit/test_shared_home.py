@@ -202,3 +202,13 @@ def test_the_unit_of_a_personal_home_runs_as_its_owner(base):
 def test_controller_unit_without_a_home_says_how_to_make_one(base):
     done = xce(base, "--home", str(base / "none"), "controller", "unit")
     assert done.returncode != 0 and "xce init" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_shared_homes_lab_needs_root_agents(base, monkeypatch):
+    from xce_lite.home import lab
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(base / "state"))
+    assert xce(base, "init", "--shared", str(base / "lab"), "--admin", "root").returncode == 0
+    with pytest.raises(lab.LabError, match="sudo xce lab up"):
+        lab.up(Home(base / "lab"), 2, unprivileged=True)
+    assert not (base / "lab" / "lab.json").exists() and not (base / "lab" / "lab").exists()
