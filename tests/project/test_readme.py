@@ -19,7 +19,7 @@ import yaml
 from tests.support import paths, readme
 
 BLOCKS = readme.blocks()
-E2E = ("e2e", "e2e-host")
+E2E = ("e2e", "e2e-host", "e2e-shared")  # e2e-shared: tests/e2e/test_shared_lab.py
 
 
 def _ids(blocks: list[readme.Block]) -> list[str]:

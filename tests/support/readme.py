@@ -145,10 +145,11 @@ class Outcome:
 
 
 def run(block: Block, home: Path, env: dict[str, str], prelude: list[str] = (), timeout: float = 600,
-        rewrite=None) -> list[Outcome]:
+        rewrite=None, wrap: list[str] = ()) -> list[Outcome]:
     """Run the block's commands in one bash in `home`; each command's exit code and output.
     `rewrite(text)`: the command as it is to run (a host's address of the reader's made a test
-    host's); `prelude`: commands run first, unchecked."""
+    host's); `prelude`: commands run first, unchecked; `wrap`: argv the bash runs under (another
+    user's credentials, a test host's namespaces)."""
     commands = block.commands()
     out = home / ".readme-test"
     out.mkdir(parents=True, exist_ok=True)
@@ -156,7 +157,7 @@ def run(block: Block, home: Path, env: dict[str, str], prelude: list[str] = (), 
     for n, command in enumerate(commands):
         text = rewrite(command.text) if rewrite else command.text
         script.append(f"{{ {text}\n}} >{out}/{n}.out 2>&1 </dev/null; echo $? >{out}/{n}.rc")
-    result = subprocess.run(["bash", "-c", "\n".join(script)], env=env, capture_output=True, text=True,
+    result = subprocess.run([*wrap, "bash", "-c", "\n".join(script)], env=env, capture_output=True, text=True,
                             timeout=timeout, cwd=home)
     assert result.returncode == 0, f"the block's shell failed ({result.returncode}): {result.stderr}"
     outcomes = []

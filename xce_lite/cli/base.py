@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from xce_lite.api.client import Client
 
 HOME_OPTION = click.option("--home", envvar="XCE_HOME", metavar="DIR",
-                           help="The cluster home (default: $XCE_HOME, else ~/.xce).")
+                           help="The cluster home (default: $XCE_HOME, else ~/.xce if it holds a cluster, else "
+                                "the machine's default home named in /etc/xce_lite/home, else ~/.xce).")
 GROUP_SETTINGS = {"help_option_names": ["-h", "--help"]}
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="One JSON document (with a `schema` number).")
 

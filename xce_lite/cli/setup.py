@@ -15,7 +15,7 @@ import click
 
 from xce_lite import errors
 from xce_lite.api.client import Client
-from xce_lite.cli.base import JSON_OPTION, client, echo_json
+from xce_lite.cli.base import JSON_OPTION, Seconds, client, echo_json
 from xce_lite.home.paths import Home
 
 QUICKSTART_DONE = ("Next: the tour in README.md (\"A five-minute tour\"); `xce examples copy ~/xce-tour` gives "
@@ -23,30 +23,67 @@ QUICKSTART_DONE = ("Next: the tour in README.md (\"A five-minute tour\"); `xce e
 
 
 @click.command()
+@click.argument("dir", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--cluster", metavar="NAME",
               help="The cluster's name (part of unit names on the hosts). Default: one that no other cluster home "
                    "on this machine uses (xce, xce2, ...).")
+@click.option("--shared", is_flag=True,
+              help="A shared lab's home: one controller, run by root, for every user; jobs run as their submitter. "
+                   "Default DIR: /var/lib/xce_lite.")
+@click.option("--admin", "admins", multiple=True, metavar="NAME",
+              help="With --shared: a user who may act on every job, or @GROUP for a group's members (repeat it). "
+                   "Default: the user who ran sudo.")
+@click.option("--socket-group", metavar="GROUP",
+              help="With --shared: only this group's members reach the controller (default: every local user).")
+@click.option("--visibility", type=click.Choice(["full", "summary"]), default="full", show_default=True,
+              help="With --shared: what users see of others' jobs (summary: no command line, env, cwd, output paths).")
+@click.option("--register", is_flag=True,
+              help="With --shared: make it this machine's default home (/etc/xce_lite/home), so users need no "
+                   "XCE_HOME.")
 @click.pass_context
-def init(ctx: click.Context, cluster: str | None) -> None:
+def init(ctx: click.Context, dir: Path | None, cluster: str | None, shared: bool, admins: tuple[str, ...],
+         socket_group: str | None, visibility: str, register: bool) -> None:
     """Create a cluster home with an xce.yaml for a one-host cluster on this machine.
+
+    In DIR, else the home --home or XCE_HOME names, else ~/.xce; with --shared, a lab's home for
+    every user of this machine (README "A shared lab"; default DIR /var/lib/xce_lite).
 
     Example: xce init && xce controller start
     """
-    init_home(ctx.obj, cluster)
+    home: Home = ctx.obj
+    if dir is not None:
+        home = Home(Path(os.path.abspath(dir)))
+    elif shared and home.via in ("personal", "machine"):
+        from xce_lite.home.shared import DEFAULT_ROOT
+
+        home = Home(DEFAULT_ROOT)
+    else:
+        home = home.personal()  # a lab user's own cluster never lands in the machine's default home
+    if not shared:
+        given = [name for name, value in (("--admin", admins), ("--socket-group", socket_group),
+                                          ("--register", register)) if value]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} go with --shared")
+        init_home(home, cluster)
+        return
+    init_shared(home, cluster, list(admins), socket_group, visibility, register)
 
 
-def init_home(home: Home, cluster: str | None) -> None:
+def init_home(home: Home, cluster: str | None, shared_block: str | None = None) -> None:
     from xce_lite.config.cluster import default_config_text, detect_memory, load_config
     from xce_lite.home import clusters
+    from xce_lite.home.shared import with_shared_block
 
     if home.config.exists():
         raise errors.HomeError(f"{home.config} already exists; edit it, or choose another home with --home")
     if cluster is not None:
         clusters.check(cluster, home.root)
-    home.make_private()
+    home.make_private(shared=False)  # a shared home opens (0711) only once its xce.yaml is whole
     name = cluster if cluster is not None else clusters.pick(home.root)
     host = os.uname().nodename.split(".")[0]
     text = default_config_text(name, host, os.cpu_count() or 1, detect_memory())
+    if shared_block is not None:
+        text = with_shared_block(text, shared_block)
     tmp = home.config.with_suffix(".yaml.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.chmod(tmp, 0o600)  # the home is private (paths.py); edits keep this mode (config_edit.py)
@@ -59,8 +96,41 @@ def init_home(home: Home, cluster: str | None) -> None:
     clusters.claim(name, home.root)
     taken = "" if cluster is not None or name == clusters.BASE else \
         f" ({clusters.BASE} is taken by {clusters.owner(clusters.BASE, home.root) or 'another home'})"
-    click.echo(f"Created {home.config}: cluster {name}{taken}, one host, {os.cpu_count()} slots, queue normal.")
-    click.echo("Next: `xce controller start`, then `xce submit -- echo hello`.")
+    click.echo(f"Created {home.config}: cluster {name}{taken}, one host, {os.cpu_count()} slots, queue normal"
+               f"{', shared' if shared_block is not None else ''}.")
+    if shared_block is None:
+        click.echo("Next: `xce controller start`, then `xce submit -- echo hello`.")
+
+
+def init_shared(home: Home, cluster: str | None, admins: list[str], socket_group: str | None, visibility: str,
+                register: bool) -> None:
+    """`xce init --shared`: every check first (home/shared.py), then the home, then the default file."""
+    from xce_lite.home import shared
+
+    shared.check_root()
+    if not admins:
+        admins = shared.default_admins()
+    if not admins and click.get_text_stream("stdin").isatty():
+        answer = click.prompt("Who administers this lab (user names or @group, separated by spaces)?")
+        admins = answer.replace(",", " ").split()
+    shared.check_admins(admins)
+    shared.check_group(socket_group)
+    shared.check_reachable(home.root)
+    if register:
+        shared.check_register(home)
+    if home.root.parent != home.root:
+        home.root.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    init_home(home, cluster, shared.config_block(admins, socket_group, visibility))
+    shared.finish(home)
+    click.echo(f"Admins: {', '.join(admins)}; the socket {home.socket} is open to "
+               f"{'the members of group ' + socket_group if socket_group else 'every local user'}.")
+    if register:
+        click.echo(f"Registered it as this machine's default home in {shared.register(home)}: users need no XCE_HOME.")
+    else:
+        click.echo(f"Users reach it with XCE_HOME={home.root}, or make it the machine's default: "
+                   f"{shared.register_hint(home)}")
+    click.echo(f"Next: start its controller as root: `xce --home {home.root} controller start`, or at boot: "
+               f"`xce --home {home.root} controller unit` prints a systemd unit.")
 
 
 @click.command()
@@ -73,7 +143,7 @@ def quickstart(ctx: click.Context) -> None:
     from xce_lite.cli.waiting import wait_for, print_final
     from xce_lite.controller import daemon
 
-    home: Home = ctx.obj
+    home: Home = ctx.obj.personal()  # never the machine's shared default: a cluster of one's own
     if not home.config.exists():
         init_home(home, None)
     if daemon.lock_holder(home) is None:
@@ -165,16 +235,26 @@ def controller_stop(ctx: click.Context) -> None:
 
 @controller.command("status")
 @JSON_OPTION
+@click.option("--wait", "wait_s", type=Seconds(min=0, max=3600), default=0, metavar="SECONDS",
+              help="Wait up to SECONDS for it to answer (a controller just started; the unit's ExecStartPost).")
 @click.pass_context
-def controller_status(ctx: click.Context, as_json: bool) -> None:
+def controller_status(ctx: click.Context, as_json: bool, wait_s: float) -> None:
     """Say whether the controller runs, and what it holds. Exit 3 if it does not run.
 
     Example: xce controller status
     """
     from xce_lite.controller.daemon import read_fault
 
+    deadline = time.monotonic() + wait_s
     try:
-        status = client(ctx).get("/status")
+        while True:
+            try:
+                status = client(ctx).get("/status")
+                break
+            except errors.ControllerDown:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)  # polled: a starting controller says nothing until its socket answers
     except errors.ControllerDown as err:
         fault = read_fault(ctx.obj)
         if not as_json:
@@ -195,6 +275,19 @@ def controller_status(ctx: click.Context, as_json: bool) -> None:
     fault = status.get("previous_fault")
     if fault:
         click.echo(f"Its previous run stopped on a fault at {_clock(fault.get('time'))}: {fault['why']}")
+
+
+@controller.command("unit")
+@click.pass_context
+def controller_unit(ctx: click.Context) -> None:
+    """Print a systemd unit that runs this home's controller at boot and restarts it on failure
+    (a shared home's, as root; install it as /etc/systemd/system/xce-controller.service).
+
+    Example: xce --home /var/lib/xce_lite controller unit > /etc/systemd/system/xce-controller.service
+    """
+    from xce_lite.home.unit import unit_for
+
+    click.echo(unit_for(ctx.obj.require()), nl=False)
 
 
 def _clock(stamp: float | None) -> str:

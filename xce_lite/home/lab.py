@@ -21,6 +21,11 @@ What registering writes, and `down` removes again, exactly (besides what the hos
 - `<home>/lab.json`: the lab's directory, host names, kind and known_hosts lines, written before
   anything is booted, so that `down` can always undo what a crashed `up` left.
 
+In a shared home (`mode: shared`, home/shared.py) the hosts are a lab's: their agents log in as root
+(so jobs run as their submitters: the hosts share this machine's /etc/passwd, so they know its users),
+`up` needs root and refuses `unprivileged`, and each agent keeps its directory in <lab dir>/agents
+(0711) rather than in root's ~ (0700), where the users' jobs could not reach their own job directories.
+
 Invariants: `up` either completes or leaves no process, no config entry and no known_hosts line of
 its own behind; `up` with the lab already up changes nothing; `down` touches only what lab.json
 names (and, in xce.yaml, only hosts still tagged `lab`), and stops processes only by their recorded PID.
@@ -47,6 +52,7 @@ NAME_PREFIX = "lab"
 SLOTS = 2
 MEM = "1G"
 STATE = "lab.json"
+AGENTS = "agents"  # a shared lab's agent directories, in the lab's directory
 COMMENT = "practice host: `xce lab down` removes it"
 UNPRIVILEGED_NOTE = (
     "These hosts are sshd processes run by you, not machines of their own: they share this machine's "
@@ -131,6 +137,10 @@ def up(home: Home, n: int = 2, plain: bool = False, unprivileged: bool | None = 
                        f"clusters of one name collide (one agent per ~/.xce-agent/{config.cluster}-HOST). Give this "
                        f"home another `cluster:` in {home.config} (stop its controller first), then `xce lab up` again")
     notes: list[str] = []
+    shared = config.mode == "shared"
+    if shared and (os.geteuid() != 0 or unprivileged):
+        raise LabError("this home is shared: its practice hosts run each job as the user who submitted it, so "
+                       "their agents must be root: run `sudo xce lab up` (as root, and without --unprivileged)")
     if unprivileged is None:
         unprivileged = os.geteuid() != 0
     if unprivileged and not plain:
@@ -166,9 +176,12 @@ def up(home: Home, n: int = 2, plain: bool = False, unprivileged: bool | None = 
         hosts = testhosts.up(n, lab_dir, plain=plain, unprivileged=unprivileged, prefix=NAME_PREFIX, timeout=timeout)
         lab = dataclasses.replace(lab, known_hosts=[_known_hosts_line(h) for h in hosts])
         _save(home, lab)
+        if shared:
+            _open_for_users(lab_dir)
         config_edit.add_known_hosts(home.known_hosts, lab.known_hosts, replace=True)
         keys_added = True
-        config_edit.add_hosts(home.config, [_entry(h, mode) for h in hosts], comment=COMMENT)
+        entries = [_entry(h, mode, f"{lab_dir / AGENTS}/{config.cluster}-{h.name}" if shared else None) for h in hosts]
+        config_edit.add_hosts(home.config, entries, comment=COMMENT)
     except BaseException as err:
         left = _undo(home, lab, keys_added)
         if left:
@@ -187,10 +200,20 @@ def _known_hosts_line(host: testhosts.TestHost) -> str:
     return config_edit.known_hosts_line(host.ip, host.port, key_type, key)
 
 
-def _entry(host: testhosts.TestHost, mode: str) -> dict:
-    return {"name": host.name, "type": "ssh", "address": host.ip, "port": host.port, "user": host.user,
-            "identity": str(host.key_path), "launch": "systemd" if mode == "systemd" else "plain",
-            "slots": SLOTS, "mem": MEM, "tags": [LAB_TAG]}
+def _entry(host: testhosts.TestHost, mode: str, spool: str | None = None) -> dict:
+    entry = {"name": host.name, "type": "ssh", "address": host.ip, "port": host.port, "user": host.user,
+             "identity": str(host.key_path), "launch": "systemd" if mode == "systemd" else "plain",
+             "slots": SLOTS, "mem": MEM, "tags": [LAB_TAG]}
+    return {**entry, "spool": spool} if spool else entry
+
+
+def _open_for_users(lab_dir: Path) -> None:
+    """A shared lab's directory and its agents' parent: 0711, so users pass through to their own job
+    directories (each agent opens its spool to pass-through when it first runs a job as another
+    user); the keys in it stay 0600, root's."""
+    (lab_dir / AGENTS).mkdir(mode=0o711, exist_ok=True)
+    for path in (lab_dir, lab_dir / AGENTS):
+        os.chmod(path, 0o711)
 
 
 def _undo(home: Home, lab: Lab, keys_added: bool) -> list[str]:
@@ -230,7 +253,7 @@ def down(home: Home) -> tuple[Lab, list[str]] | None:
         testhosts.down(lab.dir)
     except testhosts.TestHostError as err:
         raise LabError(f"stopping the lab's hosts in {lab.dir} failed: {err}") from None
-    _remove_agent_dirs([_on_this_machine(h.agent_spool(config.cluster), h.user) for h in ours])
+    _remove_agent_dirs([_on_this_machine(h.agent_spool(config.cluster), h.user) for h in ours], lab.dir)
     (home.root / STATE).unlink(missing_ok=True)
     return lab, removed
 
@@ -240,13 +263,19 @@ def _on_this_machine(path: str, user: str | None) -> Path:
     return clusters.user_home(user) / path[2:] if path.startswith("~/") else Path(path)
 
 
-def _remove_agent_dirs(dirs: list[Path]) -> None:
-    """What the hosts' agents kept (journal, bin/) in `~/.xce-agent/CLUSTER-labN`: the lab hosts share
-    this machine's file system, so their directories are here, and nothing of them outlives `down`.
-    Only a directory named for this cluster's lab host is removed (never a spool someone moved elsewhere)."""
+def _remove_agent_dirs(dirs: list[Path], lab_dir: Path) -> None:
+    """What the hosts' agents kept (journal, bin/) in `~/.xce-agent/CLUSTER-labN` (a shared lab's: in
+    <lab dir>/agents): the lab hosts share this machine's file system, so their directories are here,
+    and nothing of them outlives `down`. Only a directory named for this cluster's lab host is removed
+    (never a spool someone moved elsewhere)."""
     for folder in dirs:
-        if folder.parent.name == ".xce-agent" and folder.is_dir() and not folder.is_symlink():
+        ours = folder.parent.name == ".xce-agent" or folder.parent == lab_dir / AGENTS
+        if ours and folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(folder, ignore_errors=True)
+    try:
+        (lab_dir / AGENTS).rmdir()
+    except OSError:
+        pass  # not a shared lab's, or something else is in it
 
 
 def status(home: Home) -> list[HostState] | None:

@@ -1,9 +1,11 @@
-"""Users inside a systemd test host: a non-root user with lingering, in the host's mount namespace only."""
+"""Users for tests: a non-root user with lingering inside one systemd test host (in the host's mount
+namespace only), and users of this machine, whom every test host knows (`add_local_users`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import pwd
 import shlex
 import subprocess
 import time
@@ -109,3 +111,65 @@ def add_lingering_user(host: TestHost, name: str, dir: Path | str, uid: int = 20
             raise TestHostError(f"{host.name}: the user manager of {name} did not come up within {timeout:g} s "
                                 f"({done.stdout.strip()} {done.stderr.strip()})")
         time.sleep(0.05)
+
+
+# ---- users of this machine (the test hosts share its /etc/passwd) ---------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalUser:
+    """A user made on this machine by `add_local_users` (a system user, no login shell)."""
+
+    __test__ = False  # not a pytest test class
+
+    name: str
+    uid: int
+    gid: int
+    home: Path  # theirs, 0700: their jobs' cwd and outputs
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """argv running `argv` as this user, with their groups (setpriv --init-groups)."""
+        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups", *argv]
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def add_local_users(names: list[str], dir: Path | str, group: str | None = None) -> list[LocalUser]:
+    """Make users `names` on this machine (root only), each with a home `dir`/NAME (0700, theirs) and,
+    if `group` is given, in that group (made too). The test hosts see them (they share /etc/passwd
+    and the file system; `dir` must lie outside /tmp and be reachable by them). A leftover user or
+    group of that name (a killed run) is removed first. Raises TestHostError, having removed what it made."""
+    dir = _check_dir(dir)
+    remove_local_users(names, group)
+    made: list[str] = []
+    try:
+        if group is not None:
+            done = _run(["groupadd", "--system", group])
+            if done.returncode != 0:
+                raise TestHostError(f"groupadd {group} failed: {done.stderr.strip()}")
+        users = []
+        for name in names:
+            home = dir / name
+            done = _run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", str(home),
+                         "--shell", "/bin/sh", *(["-G", group] if group else []), name])
+            if done.returncode != 0:
+                raise TestHostError(f"useradd {name} failed: {done.stderr.strip()}")
+            made.append(name)
+            entry = pwd.getpwnam(name)
+            home.mkdir(mode=0o700, exist_ok=True)
+            os.chown(home, entry.pw_uid, entry.pw_gid)
+            users.append(LocalUser(name, entry.pw_uid, entry.pw_gid, home))
+        return users
+    except BaseException:
+        remove_local_users(made, group)
+        raise
+
+
+def remove_local_users(names: list[str], group: str | None = None) -> None:
+    """Remove these users (their own groups with them) and `group`; those that do not exist are skipped."""
+    for name in names:
+        _run(["userdel", name])
+    if group is not None:
+        _run(["groupdel", group])
