@@ -29,6 +29,7 @@ from xce_lite.errors import ConfigError, SpecError
 from xce_lite.quantities import parse_duration, parse_size
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+_WHO = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$"  # a user or group name, as useradd allows
 _M = TypeVar("_M", bound=BaseModel)
 
 
@@ -121,6 +122,10 @@ class QueueConfig(_Model):
     user_running_limit: int | None = Field(default=None, ge=1)
     # Fair share (config/projects.py): decayed past usage orders the jobs of its priority level.
     fairshare: proj.FairshareConfig | None = None
+    # Who may submit to it (LSF's USERS): these users, and members of these groups; neither given:
+    # everyone. An admin of the cluster may always submit.
+    users: list[Annotated[str, Field(pattern=_WHO)]] | None = None
+    groups: list[Annotated[str, Field(pattern=_WHO)]] | None = None
 
 
 class ControllerConfig(_Model):
@@ -242,6 +247,16 @@ class PoolConfig(_Model):
 
 class ClusterConfig(_Model):
     cluster: str = Field(pattern=_NAME)
+    # personal: one user's cluster (jobs run as the controller's user). shared: a lab's one controller,
+    # run as root; each job runs as its submitter, who acts on their own jobs only (README "A shared lab").
+    mode: str = Field(default="personal", pattern=r"^(personal|shared)$")
+    # Shared mode: who may act on every job, change the configuration and stop the controller:
+    # user names, and groups as "@group". root always may.
+    admins: list[Annotated[str, Field(pattern=r"^@?" + _WHO[1:])]] = Field(default_factory=list)
+    # Shared mode: the socket is open to this group only (0660); none: to every local user (0666).
+    socket_group: str | None = Field(default=None, pattern=_WHO)
+    # What a user sees of others' jobs: full, or summary (no command line, environment, cwd, output paths).
+    visibility: str = Field(default="full", pattern=r"^(full|summary)$")
     hosts: list[HostConfig] = Field(min_length=1)
     queues: list[QueueConfig] = Field(min_length=1)
     pools: list[PoolConfig] = Field(default_factory=list)
@@ -289,6 +304,22 @@ class ClusterConfig(_Model):
         if clash:
             raise ValueError(f"{', '.join(clash)} cannot be both a shared counter and a host resource")
         proj.check(self.projects, self.groups, self.default_project, self.limit_amount)
+        return self
+
+    @model_validator(mode="after")
+    def _shared_keys_in_shared_mode(self) -> ClusterConfig:
+        given = [key for key in ("admins", "socket_group") if getattr(self, key)]
+        if self.mode != "shared" and given:
+            raise ValueError(f"{' and '.join(given)} apply to a shared home only; add `mode: shared` "
+                             f"(the controller then runs as root), or remove them")
+        if self.socket_group is not None:
+            import grp
+
+            try:
+                grp.getgrnam(self.socket_group)
+            except KeyError:
+                raise ValueError(f"socket_group {self.socket_group!r} is no group of this machine; "
+                                 f"create it (groupadd) or name another") from None
         return self
 
     def limit_amount(self, resource: str, amount: int | float | str, where: str) -> float:
