@@ -80,7 +80,8 @@ def test_a_refusal_names_the_action_the_owner_and_who_may_instead():
                  "the admins of project lab/vision (@vis-admins, dave)", "the admins of project lab (carol)"):
         assert name in text
     personal = refusal("hold", BOB, "7[3]", "me", None, PERSONAL)
-    assert personal == "bob may not hold job 7[3]: it belongs to me; only its owner me or the cluster's owner or root may"
+    assert personal == ("bob may not hold job 7[3]: it belongs to me; "
+                        "only its owner me or the cluster's owner or root may")
 
 
 def test_queue_acls_take_the_named_users_and_groups_and_admins_and_say_who_may():

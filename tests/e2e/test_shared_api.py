@@ -1,0 +1,141 @@
+"""A shared lab's controller, end to end (issue 16, and issue 17's project admins): a real controller
+as root in `mode: shared`, real local users (made here, removed after) running the real `xce` CLI
+as themselves, jobs on this machine's local host and on a plain test host over SSH.
+
+What a user may do to others' jobs is refused with who may; each job runs as its submitter, its
+output is theirs; queue ACLs and the submitter's own permissions on the job's directories are
+checked at submit; others' jobs are listed without their command line (visibility: summary).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import Cluster
+from tests.support.lab_users import local_users, own_dir, shared_work, xce_as
+from tests.support.waiting import wait_until
+
+TAG = f"{os.getpid() % 100000}"
+ALICE, BOB, BOSS, CAROL = (f"xsa{TAG}", f"xsb{TAG}", f"xsc{TAG}", f"xsd{TAG}")
+GROUP = f"xsg{TAG}"
+BOUNDED = "i=0; while [ $((i += 1)) -lt 600 ]; do sleep 0.1; done"  # a job that gives up by itself in a minute
+
+
+def shared_config(hosts: str) -> str:
+    return f"""\
+cluster: sh{TAG}
+mode: shared
+admins: [{BOSS}]
+visibility: summary
+hosts:
+{hosts}queues:
+  - {{name: normal, default: true}}
+  - {{name: gpu, groups: [{GROUP}]}}
+projects:
+  - {{name: lab, members: [{ALICE}, {BOB}], admins: [{CAROL}]}}
+  - {{name: lab/vision, members: [{ALICE}, {BOB}]}}
+default_project: lab
+controller: {{tick: 1s, grace: 1s}}
+"""
+
+
+@pytest.fixture(scope="module")
+def users():
+    with local_users([ALICE, BOB, BOSS, CAROL], GROUP) as made:
+        yield made
+
+
+@pytest.fixture
+def work():
+    with shared_work() as path:
+        yield path
+
+
+def start(config: str) -> Cluster:
+    c = Cluster(config=config)
+    c.root.chmod(0o711)  # the users reach the socket in the home (the controller opens the home 0711)
+    c.start()
+    return c
+
+
+def ok(result) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def refused(result, *words: str) -> str:
+    assert result.returncode != 0, f"expected a refusal, got:\n{result.stdout}"
+    assert "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in result.stderr, f"{word!r} not in:\n{result.stderr}"
+    return result.stderr
+
+
+def submit(entry, c: Cluster, cwd: Path, *args: str) -> int:
+    return int(ok(xce_as(entry, c.home, "submit", "--parsable", *args, cwd=cwd)).strip())
+
+
+def job_of(c: Cluster, job_id: int) -> dict:
+    return c.job(job_id)  # as root: an admin sees everything
+
+
+def test_users_act_on_their_own_jobs_admins_and_project_admins_on_all(users, work):
+    a, b, boss, carol = (users[n] for n in (ALICE, BOB, BOSS, CAROL))
+    a_dir, b_dir = own_dir(work, a), own_dir(work, b)
+    c = start(shared_config("  - {name: local, slots: 4, mem: 1G}\n"))
+    try:
+        assert oct(c.home.stat().st_mode & 0o777) == "0o711"
+        assert oct((c.home / "xce.sock").stat().st_mode & 0o777) == "0o666"
+        # each job runs as its submitter, and its output is theirs
+        ja = submit(a, c, a_dir, "-J", "a-secret-name", "--", "sh", "-c", f"id -un; {BOUNDED}")
+        jb = submit(b, c, b_dir, "-P", "lab/vision", "--", "sh", "-c", f"id -un; {BOUNDED}")
+        for job_id, entry, where in ((ja, a, a_dir), (jb, b, b_dir)):
+            c.wait_state(job_id, {"RUN"})
+            out = where / f"xce-{job_id}.out"
+            wait_until(lambda out=out: out.exists() and out.read_text().strip(), 30, f"job {job_id}'s output")
+            assert out.read_text().splitlines()[0] == entry.pw_name
+            assert (out.stat().st_uid, out.stat().st_gid) == (entry.pw_uid, entry.pw_gid)
+        # B may not kill, hold, peek or ask why of A's job: each refusal names who may
+        for action in (["kill", str(ja)], ["hold", str(ja)], ["peek", str(ja)], ["suspend", str(ja)],
+                       ["requeue", str(ja)]):
+            refused(xce_as(b, c.home, *action), f"{BOB} may not", f"belongs to {ALICE}", f"its owner {ALICE}",
+                    BOSS, f"the admins of project lab ({CAROL})")
+        assert job_of(c, ja)["state"] == "RUN"
+        # everyone's jobs with -u all; by default one's own; A's command hidden from B (visibility: summary)
+        mine = json.loads(ok(xce_as(b, c.home, "jobs", "--json")))["jobs"]
+        assert [j["id"] for j in mine] == [jb]
+        listed = {j["id"]: j for j in json.loads(ok(xce_as(b, c.home, "jobs", "--json", "-u", "all")))["jobs"]}
+        assert set(listed) == {ja, jb}
+        assert "command" not in listed[ja] and "cwd" not in listed[ja] and "command" in listed[jb]
+        assert listed[ja]["user"] == ALICE and listed[ja]["state"] == "RUN"
+        long_text = ok(xce_as(b, c.home, "jobs", "-l", "-u", "all"))
+        assert "id -un" in long_text and long_text.count("id -un") == 1  # B's own command only
+        assert "shown to its owner" in long_text
+        # a project admin acts on the jobs of the project's subtree (lab/vision under lab)
+        ok(xce_as(carol, c.home, "suspend", str(ja)))
+        c.wait_state(ja, {"USUSP"})
+        ok(xce_as(carol, c.home, "resume", str(ja)))
+        c.wait_state(ja, {"RUN"})
+        ok(xce_as(carol, c.home, "kill", str(jb)))
+        c.wait_state(jb, {"EXIT"})
+        # an admin acts on any job; the owner on their own
+        ok(xce_as(boss, c.home, "peek", str(ja)))
+        ok(xce_as(a, c.home, "kill", str(ja)))
+        assert c.wait_state(ja, {"EXIT"})["reason"] == f"killed by {ALICE}"
+        # queue ACLs: gpu takes jobs from group GROUP (A) and admins only
+        refused(xce_as(b, c.home, "submit", "-q", "gpu", "--", "true", cwd=b_dir),
+                "queue gpu takes jobs only from members of group(s) " + GROUP, f"{BOB} is not one of them")
+        jg = submit(a, c, a_dir, "-q", "gpu", "--", "true")
+        assert c.wait_state(jg, {"DONE", "EXIT"})["state"] == "DONE"
+        # the job's directories are checked with the submitter's own permissions
+        refused(xce_as(b, c.home, "submit", "--cwd", str(a_dir), "--", "true", cwd=b_dir),
+                f"working directory {a_dir}", f"user {BOB} cannot read and enter it")
+        refused(xce_as(b, c.home, "submit", "-o", f"{a_dir}/stolen.out", "--", "true", cwd=b_dir),
+                f"output directory {a_dir}", f"user {BOB} cannot write there")
+        assert not (a_dir / "stolen.out").exists()
+    finally:
+        c.close()
