@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, hosts_ok
 from tests.support.lab_users import local_users, own_dir, shared_work, xce_as
+from tests.support.remote import remote_config
 from tests.support.waiting import wait_until
 
 TAG = f"{os.getpid() % 100000}"
@@ -139,3 +140,44 @@ def test_users_act_on_their_own_jobs_admins_and_project_admins_on_all(users, wor
         assert not (a_dir / "stolen.out").exists()
     finally:
         c.close()
+
+
+def test_on_a_plain_test_host_a_job_runs_as_its_submitter_across_a_restart_and_an_admins_requeue(
+        users, work, plain_hosts):
+    """Faults in sequence: the controller killed (-9) while A's job runs on a plain host over SSH,
+    started again, B refused all the same, an admin requeues the job: its second attempt runs as A
+    too (never as the admin who requeued it), and ends DONE with A's files."""
+    a, b, boss = users[ALICE], users[BOB], users[BOSS]
+    a_dir = own_dir(work, a)
+    c = start(remote_config(plain_hosts) + f"mode: shared\nadmins: [{BOSS}]\n")
+    try:
+        hosts_ok(c, "the plain host up")
+        job = submit(a, c, a_dir, "--", "sh", "-c",
+                     'echo "$(id -un) $(hostname) $XCE_ATTEMPT" >> ledger; '
+                     'i=0; while [ ! -e go ] && [ $((i += 1)) -lt 600 ]; do sleep 0.1; done; test -e go')
+        ledger = a_dir / "ledger"
+        wait_until(lambda: ledger.exists() and ledger.read_text().strip(), 60, "the first attempt to start")
+        c.kill9_controller()
+        c.start()
+        refused(xce_as(b, c.home, "kill", str(job)), f"{BOB} may not kill", f"its owner {ALICE}")
+        ok(xce_as(boss, c.home, "requeue", str(job)))
+        wait_until(lambda: len(ledger.read_text().splitlines()) == 2, 60, "the second attempt to start")
+        (a_dir / "go").touch()
+        assert c.wait_state(job, {"DONE", "EXIT"}, timeout=60)["state"] == "DONE"
+        host = plain_hosts[0].name
+        assert ledger.read_text().splitlines() == [f"{ALICE} {host} 1", f"{ALICE} {host} 2"]
+        for path in (ledger, a_dir / f"xce-{job}.out"):
+            assert path.stat().st_uid == a.pw_uid, f"{path} is not {ALICE}'s"
+    finally:
+        c.close()
+
+
+def test_a_shared_homes_controller_refuses_to_start_as_anyone_but_root(users, work):
+    b = users[BOB]
+    home = own_dir(work, b) / "home"
+    home.mkdir()
+    (home / "xce.yaml").write_text(shared_config("  - {name: local, slots: 1, mem: 1G}\n"))
+    os.chown(home, b.pw_uid, b.pw_gid)
+    os.chown(home / "xce.yaml", b.pw_uid, b.pw_gid)
+    refused(xce_as(b, home, "controller", "start"), "this home is shared", "its controller runs as root",
+            "sudo xce controller start")
