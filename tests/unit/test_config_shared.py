@@ -16,8 +16,10 @@ from xce_lite.config.cluster import load_config
 from xce_lite.config.merge import Effective, Hook, QueueLimits, merge
 from xce_lite.config.profiles import load_cluster
 from xce_lite.controller.jobunits import run_as, unit_hooks
-from xce_lite.controller.shared import policy_of, shared_problem, socket_mode
+from xce_lite.controller.faults import Faults
+from xce_lite.controller.shared import SharedWork, policy_of, shared_problem, socket_mode
 from xce_lite.errors import ConfigError, SpecError
+from xce_lite.exec.host import HostProbe
 from xce_lite.models import JobSpec
 
 BASE = """\
@@ -106,3 +108,26 @@ def test_the_stamped_submitter_is_the_launchs_user():
     user = run_as(spec)
     assert (user.name, user.uid, user.gid, user.groups) == ("alice", 1001, 1001, (1001, 2000))
     assert run_as(JobSpec(argv=("x",), cwd="/")) is None
+
+
+class _HostsSeen(SharedWork, Faults):
+    """The controller's host states as shared.py and faults.py read them, from a configuration and
+    what each host's agent said of itself when it connected."""
+
+    def __init__(self, config, probes):
+        self.config, self._probes = config, probes
+        self._trouble, self._host_state = {}, {name: "ok" for name in probes}
+
+
+def test_a_shared_cluster_gives_no_work_to_a_host_whose_agent_cannot_run_jobs_as_their_users(tmp_path: Path):
+    hosts = "hosts: [{name: h1, slots: 2, mem: 1G}, {name: h2, slots: 2, mem: 1G}]\nqueues: [{name: normal}]\n"
+    probes = {"h1": HostProbe("h1", 2, 1 << 30, 3, {"can_switch_user": True}),
+              "h2": HostProbe("h2", 2, 1 << 30, 3, {"can_switch_user": False,
+                                                    "can_switch_user_why": "the agent runs as uid 1000, not root"})}
+    shared = _HostsSeen(load_config(config_file(tmp_path, f"cluster: lab\nmode: shared\n{hosts}")), probes)
+    refused = shared._refused_hosts()
+    assert list(refused) == ["h2"]
+    assert "the agent runs as uid 1000, not root" in refused["h2"] and "user: root" in refused["h2"]
+    assert shared._scheduler_states() == {"h1": "ok", "h2": "closed"}
+    personal = _HostsSeen(load_config(config_file(tmp_path, f"cluster: lab\n{hosts}")), probes)
+    assert personal._refused_hosts() == {} and personal._scheduler_states() == {"h1": "ok", "h2": "ok"}
