@@ -116,6 +116,10 @@ def test_users_act_on_their_own_jobs_admins_and_project_admins_on_all(users, wor
         long_text = ok(xce_as(b, c.home, "jobs", "-l", "-u", "all"))
         assert "id -un" in long_text and long_text.count("id -un") == 1  # B's own command only
         assert "shown to its owner" in long_text
+        history = {j["id"]: j for j in json.loads(ok(xce_as(b, c.home, "hist", "-u", "all", "--json")))["jobs"]}
+        assert "command" not in history[ja] and history[jb]["command"][0] == "sh"
+        assert "id -un" not in ok(xce_as(b, c.home, "hist", str(ja)))
+        assert "id -un" in ok(xce_as(a, c.home, "hist", str(ja)))  # the owner sees it all
         # a project admin acts on the jobs of the project's subtree (lab/vision under lab)
         ok(xce_as(carol, c.home, "suspend", str(ja)))
         c.wait_state(ja, {"USUSP"})

@@ -32,7 +32,7 @@ ACTIONS = {
     ("POST", "/jobs/suspend"): "suspend", ("POST", "/jobs/resume"): "resume",
     ("POST", "/jobs/requeue"): "requeue", ("GET", "/jobs/peek"): "peek", ("GET", "/jobs/why"): "why",
 }
-LISTINGS = {("GET", "/jobs"), ("GET", "/jobs/wait")}  # replies with jobs, shown per `visibility`
+LISTINGS = {("GET", "/jobs"), ("GET", "/jobs/wait"), ("GET", "/jobs/history")}  # jobs shown per `visibility`
 
 
 def policy_of(config: ClusterConfig, owner_uid: int) -> permissions.Policy:

@@ -463,7 +463,7 @@ class ApiHandlers:
 
     def api_stop(self, caller: Caller, query: dict, body: Any) -> dict:
         if not caller.is_admin:
-            raise errors.TransitionError("only the cluster's owner or root may stop the controller")
+            raise errors.TransitionError("only the cluster's admins (or its owner, or root) may stop the controller")
         self.stop()
         return {"stopping": True}
 
