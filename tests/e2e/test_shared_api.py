@@ -92,7 +92,9 @@ def test_users_act_on_their_own_jobs_admins_and_project_admins_on_all(users, wor
         assert oct(c.home.stat().st_mode & 0o777) == "0o711"
         assert oct((c.home / "xce.sock").stat().st_mode & 0o777) == "0o666"
         # each job runs as its submitter, and its output is theirs
-        ja = submit(a, c, a_dir, "-J", "a-secret-name", "--", "sh", "-c", f"id -un; {BOUNDED}")
+        ja = submit(a, c, a_dir, "-J", "a-secret-name", "--", "sh", "-c",
+                    'id -un; echo s > "$XCE_JOB_HOST_DIR/scratch" && stat -c "scratch=%U" "$XCE_JOB_HOST_DIR/s"*; '
+                    f"{BOUNDED}")
         jb = submit(b, c, b_dir, "-P", "lab/vision", "--", "sh", "-c", f"id -un; {BOUNDED}")
         for job_id, entry, where in ((ja, a, a_dir), (jb, b, b_dir)):
             c.wait_state(job_id, {"RUN"})
@@ -100,6 +102,8 @@ def test_users_act_on_their_own_jobs_admins_and_project_admins_on_all(users, wor
             wait_until(lambda out=out: out.exists() and out.read_text().strip(), 30, f"job {job_id}'s output")
             assert out.read_text().splitlines()[0] == entry.pw_name
             assert (out.stat().st_uid, out.stat().st_gid) == (entry.pw_uid, entry.pw_gid)
+        wait_until(lambda: f"scratch={ALICE}" in (a_dir / f"xce-{ja}.out").read_text(), 30,
+                   "A's job to write in its XCE_JOB_HOST_DIR on the local host")
         # B may not kill, hold, peek or ask why of A's job: each refusal names who may
         for action in (["kill", str(ja)], ["hold", str(ja)], ["peek", str(ja)], ["suspend", str(ja)],
                        ["requeue", str(ja)]):

@@ -408,8 +408,11 @@ def run_foreground(home: Home) -> None:
     home.make_private()
     with hold_lock(home):
         controller = Controller(home)
-        if controller.config.mode == "shared":  # its users reach the socket (itself 0666/0660), nothing else
+        if controller.config.mode == "shared":
+            # its users pass through (no listing) to the socket (itself 0666/0660) and, from their jobs
+            # on a local host, to their own job directories in that host's spool (0711 too, runas.py)
             os.chmod(home.root, 0o711)
+            os.chmod(home.spool, 0o711)
         signal.signal(signal.SIGTERM, lambda *_: controller.stop())
         signal.signal(signal.SIGINT, lambda *_: controller.stop())
         controller.serve()
