@@ -17,6 +17,7 @@ Personal mode is unchanged: admins are root and the controller's user; jobs carr
 from __future__ import annotations
 
 import grp
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +33,7 @@ ACTIONS = {
     ("POST", "/jobs/suspend"): "suspend", ("POST", "/jobs/resume"): "resume",
     ("POST", "/jobs/requeue"): "requeue", ("GET", "/jobs/peek"): "peek", ("GET", "/jobs/why"): "why",
 }
+ACCESS_KEPT = 5.0  # seconds a passed directory check is trusted for the same user and directories
 LISTINGS = {("GET", "/jobs"), ("GET", "/jobs/wait"), ("GET", "/jobs/history")}  # jobs shown per `visibility`
 
 
@@ -130,7 +132,14 @@ class SharedWork:
             return spec
         # groups: the group database's list for the name (as initgroups makes it), read at submit
         run_as = {"name": caller.user, "uid": caller.uid, "gid": caller.gid, "groups": list(caller.groups)}
-        useraccess.check_paths(spec, caller.user, caller.uid, caller.gid, caller.groups)
+        key = (caller.uid, caller.gid, caller.groups, spec.cwd, *useraccess.output_dirs(spec))
+        now = time.monotonic()
+        checked = self.__dict__.setdefault("_access_checked", {})  # key -> when it passed
+        if now - checked.get(key, -ACCESS_KEPT) >= ACCESS_KEPT:  # a flow's or a burst's steps: checked once
+            useraccess.check_paths(spec, caller.user, caller.uid, caller.gid, caller.groups)
+            if len(checked) > 1024:
+                checked.clear()
+            checked[key] = now
         return replace(spec, exdata={**spec.exdata, "run_as": run_as})
 
     # ---- hosts ----------------------------------------------------------------------------------
