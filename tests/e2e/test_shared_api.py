@@ -56,8 +56,10 @@ def work():
         yield path
 
 
-def start(config: str) -> Cluster:
+def start(config: str, applications: str | None = None) -> Cluster:
     c = Cluster(config=config)
+    if applications is not None:
+        (c.home / "applications.yaml").write_text(applications)
     c.root.chmod(0o711)  # the users reach the socket in the home (the controller opens the home 0711)
     c.start()
     return c
@@ -189,3 +191,23 @@ def test_a_shared_homes_controller_refuses_to_start_as_anyone_but_root(users, wo
     os.chown(home / "xce.yaml", b.pw_uid, b.pw_gid)
     refused(xce_as(b, home, "controller", "start"), "this home is shared", "its controller runs as root",
             "sudo xce controller start")
+
+
+def test_profile_hooks_run_as_the_user_but_one_marked_as_root_and_the_jobs_own_hook_as_the_user(users, work):
+    a = users[ALICE]
+    a_dir = own_dir(work, a)
+    log = a_dir / "hooks.log"
+    record = f'echo "$0 $(id -un)" >> {log}'
+    c = start(shared_config("  - {name: local, slots: 1, mem: 1G}\n"), f"""\
+applications:
+  clean:
+    hooks:
+      pre_job_exec: [/bin/sh, -c, '{record}', profile-pre]
+      post_job_exec: {{argv: [/bin/sh, -c, '{record}', profile-post-root], as: root}}
+""")
+    try:
+        job = submit(a, c, a_dir, "-app", "clean", "-E", f"sh -c '{record}' job-pre", "--", "true")
+        assert c.wait_state(job, {"DONE", "EXIT"})["state"] == "DONE"
+        assert log.read_text().splitlines() == [f"profile-pre {ALICE}", f"job-pre {ALICE}", "profile-post-root root"]
+    finally:
+        c.close()
