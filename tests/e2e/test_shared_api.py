@@ -148,6 +148,15 @@ def test_users_act_on_their_own_jobs_admins_and_project_admins_on_all(users, wor
         refused(xce_as(b, c.home, "submit", "-o", f"{a_dir}/stolen.out", "--", "true", cwd=b_dir),
                 f"output directory {a_dir}", f"user {BOB} cannot write there")
         assert not (a_dir / "stolen.out").exists()
+        # usage (visibility: summary): one's own; a project's for its admins (project:view); anyone's for admins
+        own = json.loads(ok(xce_as(b, c.home, "acct", "--json")))
+        assert own["user"] == BOB and [r["key"] for r in own["rows"]] == [BOB]
+        refused(xce_as(b, c.home, "acct", "-u", "all"), f"{BOB} may not see the usage of everyone",
+                f"xce acct -u {BOB}")
+        refused(xce_as(b, c.home, "acct", "-P", "lab", "-u", ALICE), f"the admins of project lab ({CAROL})")
+        by_user = json.loads(ok(xce_as(carol, c.home, "acct", "-P", "lab", "--json")))
+        assert {r["key"] for r in by_user["rows"]} == {ALICE, BOB}
+        assert {r["key"] for r in json.loads(ok(xce_as(boss, c.home, "acct", "--json")))["rows"]} == {ALICE, BOB}
     finally:
         c.close()
 

@@ -10,6 +10,8 @@ A mixin of `Controller`, like handlers/*.py. What it keeps:
   spec's exdata `run_as` (a client cannot send that key: models.py refuses it), which becomes the
   launch's user (jobunits.py); the job's cwd and output directories are checked at submit with
   the submitter's own permissions (useraccess.py), and its queue's `users:`/`groups:`;
+- with `visibility: summary` a user's `xce acct` shows their own usage, or a project's they hold
+  `project:view` on (project admins);
 - in shared mode a host whose agent cannot run jobs as other users (not root there) gets no work.
 Personal mode is unchanged: admins are root and the controller's user; jobs carry no `run_as`.
 """
@@ -33,6 +35,7 @@ ACTIONS = {
     ("POST", "/jobs/suspend"): "suspend", ("POST", "/jobs/resume"): "resume",
     ("POST", "/jobs/requeue"): "requeue", ("GET", "/jobs/peek"): "peek", ("GET", "/jobs/why"): "why",
 }
+USAGE = ("GET", "/accounting/summary")  # usage: its own user's, or project:view (`_usage_query`)
 ACCESS_KEPT = 5.0  # seconds a passed directory check is trusted for the same user and directories
 LISTINGS = {("GET", "/jobs"), ("GET", "/jobs/wait"), ("GET", "/jobs/history")}  # jobs shown per `visibility`
 
@@ -91,6 +94,8 @@ class SharedWork:
                 for job in self._named_jobs(query, body):
                     if not self._may_act(caller, job, action):
                         raise errors.TransitionError(self._act_refusal(caller, job, action))
+            if route == USAGE and not caller.is_admin:
+                query = self._usage_query(caller, query)
             reply = handler(caller, query, body)
             if listing and not caller.is_admin and self.permission_policy.visibility != "full":
                 who, policy = self._who(caller), self.permission_policy
@@ -98,6 +103,25 @@ class SharedWork:
                                  else permissions.redact(job) for job in reply["jobs"]]
             return reply
         return guarded
+
+    def _usage_query(self, caller: Caller, query: dict) -> dict:
+        """`xce acct` on a shared cluster with `visibility: summary`: one's own usage (the default
+        then, as LSF's bacct), or with -P a project one holds `project:view` on (its admins and
+        their ancestors'); anyone's for the admins. Elsewhere: everyone's, as before."""
+        policy = self.permission_policy
+        if not policy.shared or policy.visibility == "full":
+            return query
+        who, project, user = self._who(caller), query.get("project") or None, query.get("user") or None
+        if project is not None and permissions.may(permissions.PROJECT_VIEW, who, "", project, policy):
+            return query
+        if user is None:
+            return {**query, "user": caller.user}
+        if user == caller.user:
+            return query
+        raise errors.TransitionError(
+            f"{caller.user} may not see the usage of {'everyone' if user == 'all' else user}: this cluster shows "
+            f"usage to its own user, to {permissions.who_may(None, project, policy)} (project:view); "
+            f"see yours with `xce acct -u {caller.user}`")
 
     def _named_jobs(self, query: dict, body: Any) -> list[Job]:
         """The jobs a request names (an array's elements for an array); none if it names them badly
