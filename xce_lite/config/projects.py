@@ -41,7 +41,7 @@ class ProjectConfig(_Model):
     description: str = ""
     members: list[Annotated[str, Field(pattern=_WORD)]] = Field(default_factory=list)  # users who may submit
     groups: list[Annotated[str, Field(pattern=_WORD)]] = Field(default_factory=list)  # Unix groups who may
-    admins: list[Annotated[str, Field(pattern=_WORD)]] = Field(default_factory=list)  # recorded and shown
+    admins: list[Annotated[str, Field(pattern=_WORD)]] = Field(default_factory=list)  # act on the subtree's jobs
     # The most its subtree's running jobs hold at once: slots, mem, gpus, custom resources, jobs.
     limits: dict[str, int | float | str] = Field(default_factory=dict)
 
