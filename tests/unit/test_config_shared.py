@@ -45,12 +45,12 @@ admins: [boss, "@{group}"]
 socket_group: {group}
 visibility: summary
 queues: [{{name: normal, users: [alice], groups: [lab]}}]
-projects: [{{name: lab, admins: [carol]}}]
+projects: [{{name: lab, admins: [carol, "@{group}"]}}]
 """))
     assert socket_mode(config) == (0o660, os.getgid())
     policy = policy_of(config, 0)
     assert policy.shared and policy.admins == {"boss"} and policy.admin_groups == {group}
-    assert policy.project_admins == {"lab": {"carol"}} and policy.visibility == "summary"
+    assert policy.project_admins == {"lab": {"carol", f"@{group}"}} and policy.visibility == "summary"
     assert config.queues[0].users == ["alice"] and config.queues[0].groups == ["lab"]
     assert "runs as root" in shared_problem(config, 1000) and shared_problem(config, 0) is None
     open_to_all = load_config(config_file(tmp_path, BASE + "mode: shared\nqueues: [{name: normal}]\n"))
