@@ -17,7 +17,7 @@ from xce_lite.config.merge import Effective, Hook, QueueLimits, merge
 from xce_lite.config.profiles import load_cluster
 from xce_lite.controller.jobunits import run_as, unit_hooks
 from xce_lite.controller.faults import Faults
-from xce_lite.controller.shared import SharedWork, policy_of, shared_problem, socket_mode
+from xce_lite.controller.shared import SharedWork, mode_change_problem, policy_of, shared_problem, socket_mode
 from xce_lite.errors import ConfigError, SpecError
 from xce_lite.exec.host import HostProbe
 from xce_lite.models import JobSpec
@@ -131,3 +131,13 @@ def test_a_shared_cluster_gives_no_work_to_a_host_whose_agent_cannot_run_jobs_as
     assert shared._scheduler_states() == {"h1": "ok", "h2": "closed"}
     personal = _HostsSeen(load_config(config_file(tmp_path, f"cluster: lab\n{hosts}")), probes)
     assert personal._refused_hosts() == {} and personal._scheduler_states() == {"h1": "ok", "h2": "ok"}
+
+
+def test_mode_and_socket_group_change_only_with_a_restart(tmp_path: Path):
+    queues = "queues: [{name: normal}]\n"
+    personal = load_config(config_file(tmp_path, BASE + queues))
+    shared = load_config(config_file(tmp_path, BASE + "mode: shared\nadmins: [boss]\n" + queues))
+    assert "only with a restart" in mode_change_problem(shared, personal)
+    assert "only with a restart" in mode_change_problem(personal, shared)
+    more_admins = load_config(config_file(tmp_path, BASE + "mode: shared\nadmins: [boss, carol]\n" + queues))
+    assert mode_change_problem(shared, more_admins) is None  # admins, visibility, ACLs apply live

@@ -19,6 +19,7 @@ Personal mode is unchanged: admins are root and the controller's user; jobs carr
 from __future__ import annotations
 
 import grp
+import pwd
 import time
 from dataclasses import replace
 from typing import Any
@@ -51,6 +52,16 @@ def shared_problem(config: ClusterConfig, euid: int) -> str | None:
         return ("this home is shared (`mode: shared` in xce.yaml): its controller runs as root, so that each "
                 "job runs as the user who submitted it; start it as root (`sudo xce controller start`, or the "
                 "systemd unit `xce controller unit` prints), or set `mode: personal`")
+    return None
+
+
+def mode_change_problem(running: ClusterConfig, new: ClusterConfig) -> str | None:
+    """Why `xce reconfig` cannot apply `new` live: the mode and the socket's group are set at start
+    (a personal controller run as root behind a socket left open to all would run everyone's jobs
+    as root)."""
+    if (running.mode, running.socket_group) != (new.mode, new.socket_group):
+        return ("mode and socket_group change only with a restart of the controller "
+                "(`xce controller stop`, then start it again); nothing was changed")
     return None
 
 
@@ -154,6 +165,11 @@ class SharedWork:
             raise errors.SpecError(why)
         if self.config.mode != "shared":
             return spec
+        try:
+            pwd.getpwnam(caller.user)
+        except KeyError:
+            raise errors.SpecError(f"uid {caller.uid} has no name in this machine's user database; a shared cluster "
+                                   f"runs each job as its named user: ask an admin to add one") from None
         # groups: the group database's list for the name (as initgroups makes it), read at submit
         run_as = {"name": caller.user, "uid": caller.uid, "gid": caller.gid, "groups": list(caller.groups)}
         key = (caller.uid, caller.gid, caller.groups, spec.cwd, *useraccess.output_dirs(spec))

@@ -31,7 +31,7 @@ from xce_lite.config.merge_view import describe_profile
 from xce_lite.config.presets import PresetDir
 from xce_lite.config.profiles import applications_path, load_cluster
 from xce_lite.config.sched_view import host_totals, queue_policies
-from xce_lite.controller.shared import policy_of, shared_problem
+from xce_lite.controller.shared import mode_change_problem, policy_of, shared_problem
 from xce_lite.models import PEND
 
 
@@ -87,9 +87,9 @@ class ConfigHandlers:
             running = (self.config, self.profiles)
         jobs = self.store.unfinished()
         result = review(new, jobs, running)
-        problem = shared_problem(new[0], os.geteuid())
-        if problem:
-            result.errors.append(problem)
+        for problem in (shared_problem(new[0], os.geteuid()), mode_change_problem(running[0], new[0])):
+            if problem:
+                result.errors.append(problem)
         if result.errors:
             raise errors.ConfigError("\n".join(result.errors) + "\nnothing was changed; fix the configuration "
                                      "and run `xce reconfig` again")
