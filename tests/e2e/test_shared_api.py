@@ -140,6 +140,7 @@ def test_users_act_on_their_own_jobs_admins_and_project_admins_on_all(users, wor
         # queue ACLs: gpu takes jobs from group GROUP (A) and admins only
         refused(xce_as(b, c.home, "submit", "-q", "gpu", "--", "true", cwd=b_dir),
                 "queue gpu takes jobs only from members of group(s) " + GROUP, f"{BOB} is not one of them")
+        assert f"(for @{GROUP})" in ok(xce_as(b, c.home, "queues"))
         jg = submit(a, c, a_dir, "-q", "gpu", "--", "true")
         assert c.wait_state(jg, {"DONE", "EXIT"})["state"] == "DONE"
         # the job's directories are checked with the submitter's own permissions

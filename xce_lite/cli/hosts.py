@@ -222,8 +222,11 @@ def queues(ctx, as_json) -> None:
     rows = [("QUEUE_NAME", "PRIO", "DEFAULT", "PEND", "RUN", "DESCRIPTION")]
     for q in reply["queues"]:
         fair = q.get("fairshare")
+        who = [*(q.get("users") or ()), *(f"@{g}" for g in q.get("groups") or ())]
+        limited = q.get("users") is not None or q.get("groups") is not None  # queue ACL: who may submit
         rows.append((q["name"], str(q["priority"]), "yes" if q["default"] else "", str(q["pend"]), str(q["run"]),
-                     q["description"] + (f" (fair share by {fair['by']})" if fair else "")))
+                     q["description"] + (f" (fair share by {fair['by']})" if fair else "")
+                     + (f" (for {', '.join(who) or 'admins only'})" if limited else "")))
     echo_table(rows)
 
 

@@ -457,6 +457,7 @@ class ApiHandlers:
         return {"schema": 1, "queues": [
             {"name": q.name, "priority": q.priority, "default": q.name == default,
              "description": q.description, "fairshare": q.fairshare.model_dump() if q.fairshare else None,
+             "users": q.users, "groups": q.groups,  # who may submit (None and None: everyone)
              "pend": counts.get((q.name, "PEND"), 0) + counts.get((q.name, "PSUSP"), 0),
              "run": counts.get((q.name, "RUN"), 0) + counts.get((q.name, "DISP"), 0)}
             for q in self.config.queues]}
