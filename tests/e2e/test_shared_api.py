@@ -65,6 +65,15 @@ def start(config: str, applications: str | None = None) -> Cluster:
     return c
 
 
+def finish(c: Cluster) -> None:
+    """The final check (no traceback in the controller's log), then the cluster stopped."""
+    try:
+        log = (c.home / "controller.log").read_text() if (c.home / "controller.log").exists() else ""
+        assert "Traceback" not in log, f"the controller's log has a traceback:\n{log[-3000:]}"
+    finally:
+        c.close()
+
+
 def ok(result) -> str:
     assert result.returncode == 0, f"exit {result.returncode}:\n{result.stdout}\n{result.stderr}"
     return result.stdout
@@ -159,7 +168,7 @@ def test_users_act_on_their_own_jobs_admins_and_project_admins_on_all(users, wor
         assert {r["key"] for r in by_user["rows"]} == {ALICE, BOB}
         assert {r["key"] for r in json.loads(ok(xce_as(boss, c.home, "acct", "--json")))["rows"]} == {ALICE, BOB}
     finally:
-        c.close()
+        finish(c)
 
 
 def test_on_a_plain_test_host_a_job_runs_as_its_submitter_across_a_restart_and_an_admins_requeue(
@@ -189,7 +198,7 @@ def test_on_a_plain_test_host_a_job_runs_as_its_submitter_across_a_restart_and_a
         for path in (ledger, a_dir / f"xce-{job}.out"):
             assert path.stat().st_uid == a.pw_uid, f"{path} is not {ALICE}'s"
     finally:
-        c.close()
+        finish(c)
 
 
 def test_a_shared_homes_controller_refuses_to_start_as_anyone_but_root(users, work):
@@ -220,4 +229,4 @@ applications:
         assert c.wait_state(job, {"DONE", "EXIT"})["state"] == "DONE"
         assert log.read_text().splitlines() == [f"profile-pre {ALICE}", f"job-pre {ALICE}", "profile-post-root root"]
     finally:
-        c.close()
+        finish(c)

@@ -141,3 +141,23 @@ def test_mode_and_socket_group_change_only_with_a_restart(tmp_path: Path):
     assert "only with a restart" in mode_change_problem(personal, shared)
     more_admins = load_config(config_file(tmp_path, BASE + "mode: shared\nadmins: [boss, carol]\n" + queues))
     assert mode_change_problem(shared, more_admins) is None  # admins, visibility, ACLs apply live
+
+
+def test_the_api_socket_gets_the_shared_modes_permissions_and_group(tmp_path: Path):
+    import socket
+    import stat
+
+    from xce_lite.api.server import ApiServer
+
+    group = grp.getgrnam("nogroup").gr_gid if "nogroup" in {g.gr_name for g in grp.getgrall()} else os.getgid()
+    for mode, gid in ((0o600, None), (0o666, None), (0o660, group)):
+        path = tmp_path / f"s{mode:o}.sock"
+        server = ApiServer(path, {}, lambda _message: None, mode=mode, group=gid)
+        try:
+            info = path.stat()
+            assert stat.S_IMODE(info.st_mode) == mode and stat.S_ISSOCK(info.st_mode)
+            assert info.st_gid == (os.getgid() if gid is None else gid)
+            with socket.socket(socket.AF_UNIX) as client:
+                client.connect(str(path))
+        finally:
+            server.server_close()

@@ -166,6 +166,8 @@ class ApiServer:
             self._close(conn)
         self._listener.close()
         self._selector.close()
+        self._wake_r.close()  # _wakeup after this is a no-op (OSError)
+        self._wake_w.close()
 
     def stats(self) -> dict[str, int]:
         """Open connections, long polls held, worker threads (busy, queued work), and how many
