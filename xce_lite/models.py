@@ -71,7 +71,8 @@ class JobSpec:
     app: str | None = None
     # {"app_params": {NAME: VALUE}, "meta": {...}, "app_origin": "default", "hooks": {"pre_exec": CMD,
     # "post_exec": CMD}}; only these keys (see the module docstring). app_origin: set by the controller
-    # when `app` came from default_application.
+    # when `app` came from default_application. A shared controller adds "run_as": {name, uid, gid,
+    # groups}, the submitter's identity (controller/shared.py), which no client may send.
     exdata: dict[str, Any] = field(default_factory=dict)
     array: str | None = None  # "[1-20:2]%5" (arrays.ArraySpec.text): an array of elements
     depend: str | None = None  # -w, as written
@@ -219,6 +220,9 @@ def _exdata(data: dict) -> dict[str, Any]:
     exdata = data.get("exdata") or {}
     if not isinstance(exdata, dict):
         raise SpecError("exdata must be a JSON object")
+    if "run_as" in exdata:  # set by a shared controller from the kernel's word, never by a client
+        raise SpecError("exdata.run_as is set by the controller (a job runs as the user who submits it); "
+                        "leave it out")
     unknown = sorted(set(exdata) - set(EXDATA_KEYS))
     if unknown:
         raise SpecError(f"unknown exdata key(s) {', '.join(unknown)}; exdata holds {', '.join(EXDATA_KEYS)}")
@@ -243,6 +247,9 @@ def _exdata(data: dict) -> dict[str, Any]:
         raise SpecError(f"exdata.hooks holds {' and '.join(JOB_HOOK_KEYS)} only (-E and -Ep)")
     for key, command in hooks.items():
         flag = "-E" if key == "pre_exec" else "-Ep"
+        if isinstance(command, dict) and "as" in command:
+            raise SpecError(f"{flag}: a job's own hook runs as the job's user and cannot say `as`; a hook that "
+                            "must run as root belongs in an application profile (`as: root`, the admins' config)")
         if not isinstance(command, str) or not command.strip() or len(command) > MAX_HOOK_COMMAND or "\0" in command:
             raise SpecError(f"{flag}: give a shell command of at most {MAX_HOOK_COMMAND} characters, no NUL")
     return {key: value for key, value in (("app_params", dict(params)), ("meta", meta), ("app_origin", origin),

@@ -40,6 +40,7 @@ from xce_lite.api.limits import LIMITS_ENV, Limits
 from xce_lite.api.pool import WorkerPool
 
 PREFIX = "/xce/v1"
+USER_CACHE = 60.0  # seconds a uid's name and groups are kept
 LONG_POLLS = {PREFIX + "/jobs/wait"}  # handlers that wait up to the `timeout` their query gives
 _STATUS = {errors.SpecError: 400, errors.ConfigError: 400, errors.HomeError: 400,
            errors.NotFound: 404, errors.TransitionError: 409}
@@ -47,13 +48,22 @@ _STATUS = {errors.SpecError: 400, errors.ConfigError: 400, errors.HomeError: 400
 
 @dataclass(frozen=True)
 class Caller:
+    """Who calls, as the kernel said (SO_PEERCRED: uid, gid, pid) and the passwd and group
+    databases add (the name, the supplementary groups of that name)."""
+
     uid: int
     pid: int
     user: str
     gid: int = -1  # the caller's effective group (projects: group membership and defaults)
+    groups: tuple[int, ...] = ()  # supplementary gids, from the group database (initgroups' list)
+    # Set per request by the controller's route table (permissions.py, from the configuration in
+    # use); None: root or the controller's own user, as in personal mode.
+    admin: bool | None = None
 
     @property
     def is_admin(self) -> bool:
+        if self.admin is not None:
+            return self.admin
         return self.uid == 0 or self.uid == os.getuid()
 
 
@@ -78,17 +88,23 @@ class _Conn:
 
 class ApiServer:
     def __init__(self, path: Path, routes: Routes, log: Callable[[str], None], mode: int = 0o600,
-                 limits: Limits | None = None):
+                 limits: Limits | None = None, group: int | None = None):
+        """`mode` of the socket (0600 personal; 0666 or, with `group`, 0660 shared); `group`: its gid."""
         self.routes = routes
         self.log = log
         self.limits = limits or Limits.from_env(os.environ.get(LIMITS_ENV))
         path.unlink(missing_ok=True)  # a stale socket of a dead controller; we hold the home's lock
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o777 & ~mode)
+        # Bound closed (0600), then given its group, then opened: never open to more than `mode` says.
+        old = os.umask(0o177)
         try:
             self._listener.bind(str(path))
         finally:
             os.umask(old)
+        if group is not None:
+            os.chown(path, -1, group)
+        if mode != 0o600:
+            os.chmod(path, mode)
         self._listener.listen(socket.SOMAXCONN)  # a burst of clients waits here, not refused
         self._listener.setblocking(False)
         self._selector = selectors.DefaultSelector()
@@ -99,7 +115,7 @@ class ApiServer:
         self._returned: list[_Conn] = []  # handed back by workers, for the serving thread to watch again
         self._mu = threading.Lock()
         self._pool = WorkerPool(self.limits.workers, self._work)
-        self._users: dict[int, str] = {}
+        self._users: dict[int, tuple[str, tuple[int, ...], float]] = {}  # uid -> name, gids, when read
         self._accept_error_logged = -1e9
         self._long_polls = 0  # long polls being held at their full length
         self._stop = threading.Event()
@@ -150,6 +166,8 @@ class ApiServer:
             self._close(conn)
         self._listener.close()
         self._selector.close()
+        self._wake_r.close()  # _wakeup after this is a no-op (OSError)
+        self._wake_w.close()
 
     def stats(self) -> dict[str, int]:
         """Open connections, long polls held, worker threads (busy, queued work), and how many
@@ -315,15 +333,19 @@ class ApiServer:
     def _caller(self, sock: socket.socket) -> Caller:
         pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                             struct.calcsize("3i")))
-        user = self._users.get(uid)
-        if user is None:
+        now = time.monotonic()
+        known = self._users.get(uid)
+        if known is None or now - known[2] > USER_CACHE:  # a user added to a group is seen within a minute
             try:
-                user = pwd.getpwuid(uid).pw_name
+                entry = pwd.getpwuid(uid)
+                user, groups = entry.pw_name, tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
             except KeyError:
-                user = str(uid)
-            if len(self._users) < 4096:
-                self._users[uid] = user
-        return Caller(uid=uid, pid=pid, user=user, gid=gid)
+                user, groups = str(uid), ()
+            known = (user, groups, now)
+            if len(self._users) >= 4096:
+                self._users.clear()
+            self._users[uid] = known
+        return Caller(uid=uid, pid=pid, user=known[0], gid=gid, groups=known[1])
 
     # ---- the workers --------------------------------------------------------------------------------
 

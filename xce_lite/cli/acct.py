@@ -51,7 +51,8 @@ def _history(job: dict) -> str:
     archived = "  [archived]" if job["archived"] else ""
     lines = [f"Job <{job['display_id']}>, Job Name <{job['name']}>, User <{job['user']}>, Project <{project}>, "
              f"Queue <{job['queue']}>, Status <{job['state']}>{archived}",
-             f"  Command: {json.dumps(job['command'], ensure_ascii=False)}"]
+             f"  Command: {json.dumps(job['command'], ensure_ascii=False)}" if "command" in job
+             else "  Command: shown to its owner and the admins only"]  # a shared cluster's visibility: summary
     for event in job["events"]:
         lines.append(f"  {when(event['time'])}: {sentence(event)}")
     spent = job["time_in_states"]

@@ -68,6 +68,8 @@ def hosts(ctx, long, as_json) -> None:
             if h.get("trouble"):
                 click.echo(f"  in trouble since {when(h['trouble_since'])} (no new work until it answers): "
                            f"{h['trouble']}")
+            if h.get("refused"):
+                click.echo(f"  refused by this shared cluster (no work): {h['refused']}")
             click.echo(f"  {agent_line(h.get('agent'))}")
             rows = [("RESOURCE", "TOTAL", "RESERVED", "FREE")]
             for name, r in sorted(h["resources"].items()):
@@ -81,7 +83,8 @@ def hosts(ctx, long, as_json) -> None:
     rows = [("HOST_NAME", "STATUS", "MAX", "NJOBS", "RUN", "MEM", "MODE")]
     for h in reply["hosts"]:
         mode = (h.get("agent") or {}).get("mode") or "-"
-        rows.append((h["name"], h["state"], str(h["slots"]), str(h["used"]), str(h["jobs"]), format_size(h["mem"]),
+        state = "refused" if h.get("refused") else h["state"]  # a shared cluster gives it no work
+        rows.append((h["name"], state, str(h["slots"]), str(h["used"]), str(h["jobs"]), format_size(h["mem"]),
                      mode))
     echo_table(rows)
 
@@ -221,8 +224,11 @@ def queues(ctx, as_json) -> None:
     rows = [("QUEUE_NAME", "PRIO", "DEFAULT", "PEND", "RUN", "DESCRIPTION")]
     for q in reply["queues"]:
         fair = q.get("fairshare")
+        who = [*(q.get("users") or ()), *(f"@{g}" for g in q.get("groups") or ())]
+        limited = q.get("users") is not None or q.get("groups") is not None  # queue ACL: who may submit
         rows.append((q["name"], str(q["priority"]), "yes" if q["default"] else "", str(q["pend"]), str(q["run"]),
-                     q["description"] + (f" (fair share by {fair['by']})" if fair else "")))
+                     q["description"] + (f" (fair share by {fair['by']})" if fair else "")
+                     + (f" (for {', '.join(who) or 'admins only'})" if limited else "")))
     echo_table(rows)
 
 

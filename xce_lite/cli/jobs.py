@@ -109,11 +109,15 @@ def _long_array(array: dict) -> str:
 
 
 def _long(job: dict) -> str:
+    if "command" in job:
+        shown = [f"  Command: {json.dumps(job['command'], ensure_ascii=False)}",
+                 f"  Working directory: {job['cwd']}",
+                 f"  Output: {job['stdout']}" + (f"   Error: {job['stderr']}" if job["stderr"] else "")]
+    else:  # another user's job on a shared cluster with `visibility: summary`
+        shown = ["  Command, working directory, output and environment: shown to its owner and the admins only"]
     lines = [f"Job <{display(job)}>, Job Name <{job['name']}>, User <{job['user']}>, Queue <{job['queue']}>, "
              f"Status <{job['state']}>",
-             f"  Command: {json.dumps(job['command'], ensure_ascii=False)}",
-             f"  Working directory: {job['cwd']}",
-             f"  Output: {job['stdout']}" + (f"   Error: {job['stderr']}" if job["stderr"] else ""),
+             *shown,
              f"  Slots: {job['slots']}" + (f"   Run limit: {format_duration(job['run_limit'])}"
                                            if job["run_limit"] else "")
              + (f"   Memory limit: {format_size(job['mem_limit'])}" if job["mem_limit"] else ""),

@@ -98,4 +98,5 @@ def describe_profile(p: Profile) -> list[tuple[str, str]]:
 
 
 def _hook_text(h: Hook) -> str:
-    return " ".join(h.argv) + f"  (timeout {format_duration(h.timeout or DEFAULT_HOOK_TIMEOUT)})"
+    return (" ".join(h.argv) + f"  (timeout {format_duration(h.timeout or DEFAULT_HOOK_TIMEOUT)}"
+            + (", as root)" if h.as_root else ")"))

@@ -94,6 +94,9 @@ def _argv(value: list[str], what: str) -> tuple[str, ...]:
 class HookConfig(_Model):
     argv: list[str]
     timeout: Seconds | None = None  # how long the hook may run (default merge.DEFAULT_HOOK_TIMEOUT), then TERM, KILL
+    # Whom it runs as in a job run as its submitter (shared mode): `user` (the default), or `root`
+    # for an admin's setup or cleanup. Profiles are the admins' config; a job's own -E/-Ep cannot say it.
+    as_: str = Field(default="user", alias="as", pattern=r"^(user|root)$")
 
     @field_validator("argv")
     @classmethod
@@ -275,7 +278,7 @@ class ProfileConfig(_Model):
         return annotations
 
     def to_profile(self, name: str) -> Profile:
-        hooks = {point: Hook(tuple(h.argv), h.timeout) for point in HOOK_POINTS
+        hooks = {point: Hook(tuple(h.argv), h.timeout, h.as_ == "root") for point in HOOK_POINTS
                  if (h := getattr(self.hooks, point)) is not None}
         return Profile(
             name=name, description=self.description, kind=self.kind, mode=self.mode, launch=self.launch,

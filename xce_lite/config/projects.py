@@ -41,7 +41,8 @@ class ProjectConfig(_Model):
     description: str = ""
     members: list[Annotated[str, Field(pattern=_WORD)]] = Field(default_factory=list)  # users who may submit
     groups: list[Annotated[str, Field(pattern=_WORD)]] = Field(default_factory=list)  # Unix groups who may
-    admins: list[Annotated[str, Field(pattern=_WORD)]] = Field(default_factory=list)  # recorded and shown
+    # who act on the subtree's jobs and see its usage: users, and "@group" for a group's members
+    admins: list[Annotated[str, Field(pattern="^@?" + _WORD[1:])]] = Field(default_factory=list)
     # The most its subtree's running jobs hold at once: slots, mem, gpus, custom resources, jobs.
     limits: dict[str, int | float | str] = Field(default_factory=dict)
 

@@ -70,6 +70,7 @@ from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.pools import PoolWork
 from xce_lite.controller.retention import Retention
 from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
+from xce_lite.controller.shared import SharedWork, socket_mode
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
 from xce_lite.exec.host import HostEvent
@@ -97,7 +98,7 @@ class _WakingQueue(queue.Queue):
 
 
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching, Kills,
-                 Faults, MetricsHandlers, ProjectWork, LeaseWork, PoolWork):  # metrics: its routes
+                 Faults, MetricsHandlers, ProjectWork, LeaseWork, PoolWork, SharedWork):  # metrics: its routes
     def __init__(self, home: Home, log=None):
         self.home = home
         self.log = log or _log
@@ -153,7 +154,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             for host_config in self.config.hosts:
                 self._start_link(host_config)
             self._settle_local_hosts()
-            self._server = ApiServer(self.home.socket, self.routes(), self.log)
+            mode, group = socket_mode(self.config)  # shared.py: 0600, or open to the lab's users
+            self._server = ApiServer(self.home.socket, self.routes(), self.log, mode=mode, group=group)
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
             self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
             if self.previous_fault is not None:
@@ -406,6 +408,11 @@ def run_foreground(home: Home) -> None:
     home.make_private()
     with hold_lock(home):
         controller = Controller(home)
+        if controller.config.mode == "shared":
+            # its users pass through (no listing) to the socket (itself 0666/0660) and, from their jobs
+            # on a local host, to their own job directories in that host's spool (0711 too, runas.py)
+            os.chmod(home.root, 0o711)
+            os.chmod(home.spool, 0o711)
         signal.signal(signal.SIGTERM, lambda *_: controller.stop())
         signal.signal(signal.SIGINT, lambda *_: controller.stop())
         controller.serve()

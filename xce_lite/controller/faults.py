@@ -119,10 +119,13 @@ class Faults:
             self._wake.set()
 
     def _scheduler_states(self) -> dict[str, str]:
-        """Host states as the scheduler reads them: a host in trouble takes no new work. Holds _mu."""
-        if not self._trouble:
+        """Host states as the scheduler reads them: a host in trouble takes no new work, nor one a
+        shared cluster refuses (shared.py). Holds _mu."""
+        refused = self._refused_hosts()
+        if not self._trouble and not refused:
             return self._host_state
-        return {**self._host_state, **{name: "unreachable" for name in self._trouble}}
+        return {**self._host_state, **{name: "unreachable" for name in self._trouble},
+                **{name: "closed" for name in refused}}
 
     # ---- what `controller status` shows ------------------------------------------------------
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from xce_lite.config.merge import DEFAULT_HOOK_TIMEOUT, Effective
 from xce_lite.config.sched_view import Holding
-from xce_lite.exec.host import HookRun, JobResult, LaunchRequest, UnitInfo
-from xce_lite.models import Job, unit_name
+from xce_lite.exec.host import HookRun, JobResult, JobUser, LaunchRequest, UnitInfo
+from xce_lite.models import Job, JobSpec, unit_name
 
 ROLE_JOB, ROLE_HOST = "job", "host"
 
@@ -54,8 +54,19 @@ def unit_hooks(eff: Effective | None, first: bool) -> tuple[HookRun, ...]:
         order += [("pre_job_exec", "profile"), ("pre_job_exec", "job"), ("post_job_exec", "job"),
                   ("post_job_exec", "profile")]
     order.append(("post_host_exec", "profile"))
-    return tuple(HookRun(point, layer, hook.argv, DEFAULT_HOOK_TIMEOUT if hook.timeout is None else hook.timeout)
+    return tuple(HookRun(point, layer, hook.argv, DEFAULT_HOOK_TIMEOUT if hook.timeout is None else hook.timeout,
+                         as_root=hook.as_root and layer == "profile")  # a job's own hook never runs as root
                  for point, layer in order if (hook := layers[layer].get(point)) is not None)
+
+
+def run_as(spec: JobSpec) -> JobUser | None:
+    """Whom the job runs as: the submitter a shared controller stamped at submit (shared.py); None
+    in personal mode (the agent's own user)."""
+    who = spec.exdata.get("run_as")
+    if not who:
+        return None
+    return JobUser(who["name"], who["uid"], who.get("gid"),
+                   None if who.get("groups") is None else tuple(who["groups"]))
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,7 @@ def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | Non
             stdout=job.output_path(), stderr=job.error_path(), run_limit=run_limit, mem_limit=mem_limit,
             grace=grace, role=ROLE_JOB if index == 0 else ROLE_HOST, hostfile=text, profile_env=profile_env,
             hooks=unit_hooks(eff, index == 0), post_failure=eff.post_failure if eff is not None else "record",
-            starter=eff.job_starter if eff is not None else (), umask=spec.umask)
+            starter=eff.job_starter if eff is not None else (), umask=spec.umask, user=run_as(spec))
         launches.append(UnitLaunch(alloc.host, index, request))
     return launches
 

@@ -10,8 +10,8 @@ simulator: sched/projects.py (membership, defaults, limits that roll up) and sch
 - the caller's groups: its effective gid (SO_PEERCRED) and the supplementary groups of its process
   (/proc/PID/status), else the group database; a job's owner's groups after a reconfig come from
   the group database (the owner is not calling then).
-Project admins are recorded and shown; acting on others' jobs needs the shared-mode permission
-model (issue 16), not built yet.
+Project admins act on the jobs of their project's subtree and see its usage (permissions.py,
+applied at the route table by shared.py).
 """
 
 from __future__ import annotations

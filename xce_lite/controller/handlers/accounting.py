@@ -3,7 +3,9 @@ archived) and `xce acct` (GET /accounting/summary: finished jobs summed by user,
 host). Both only read the store; the CLI sends what the user typed and prints the reply.
 
 Anyone may read anyone's history and usage, as `xce jobs -u all` and the dashboard's accounting
-already show them (LSF's bhist -u all and bacct -u all do the same). Times (--since, --until) are
+already show them (LSF's bhist -u all and bacct -u all do the same); but on a shared cluster with
+`visibility: summary`, where the route table (controller/shared.py) hides others' command lines
+and keeps usage to its user, the admins and the project admins (project:view). Times (--since, --until) are
 parsed here, with the controller's clock and local time (accounting.parse_when).
 Replies are versioned (`schema`): fields are added, never renamed.
 """

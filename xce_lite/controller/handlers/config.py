@@ -18,6 +18,7 @@ restart with the files as they are would change, with or without a running contr
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -30,6 +31,7 @@ from xce_lite.config.merge_view import describe_profile
 from xce_lite.config.presets import PresetDir
 from xce_lite.config.profiles import applications_path, load_cluster
 from xce_lite.config.sched_view import host_totals, queue_policies
+from xce_lite.controller.shared import mode_change_problem, policy_of, shared_problem
 from xce_lite.models import PEND
 
 
@@ -46,8 +48,10 @@ class ConfigHandlers:
     def _check_config(self, config: ClusterConfig, profiles: dict[str, Profile]) -> None:
         """At start: errors refuse it (ConfigError, the controller does not start); warnings are logged."""
         result = review((config, profiles), self.store.unfinished())
-        if result.errors:
-            raise errors.ConfigError("\n".join(result.errors) + "\nfix the configuration, then start again")
+        problem = shared_problem(config, os.geteuid())  # shared.py: a shared home's controller is root
+        if result.errors or problem:
+            raise errors.ConfigError("\n".join(result.errors + ([problem] if problem else []))
+                                     + "\nfix the configuration, then start again")
         for warning in result.warnings:
             self.log(f"config warning: {warning}")
 
@@ -58,6 +62,7 @@ class ConfigHandlers:
         self.host_totals = host_totals(config)
         self.addresses = {h.name: h.address for h in config.hosts if h.address}  # how a hostfile names hosts
         self.queue_policies = queue_policies(config)
+        self.permission_policy = policy_of(config, os.geteuid())  # shared.py: who may act on which job
         self.project_view = config.project_view()  # projects, defaults and limits (sched/projects.py)
         self._last_fair = None  # fair share as the last session saw it: none yet under this configuration
         self._refresh_pool_views(time.time())  # pools.py: the pools' hosts, which come and go
@@ -82,6 +87,9 @@ class ConfigHandlers:
             running = (self.config, self.profiles)
         jobs = self.store.unfinished()
         result = review(new, jobs, running)
+        for problem in (shared_problem(new[0], os.geteuid()), mode_change_problem(running[0], new[0])):
+            if problem:
+                result.errors.append(problem)
         if result.errors:
             raise errors.ConfigError("\n".join(result.errors) + "\nnothing was changed; fix the configuration "
                                      "and run `xce reconfig` again")
@@ -122,7 +130,8 @@ class ConfigHandlers:
 
     def api_reconfig(self, caller: Caller, query: dict, body: Any) -> dict:
         if not caller.is_admin:
-            raise errors.TransitionError("only the cluster's owner or root may reconfigure the controller")
+            raise errors.TransitionError("only the cluster's admins (or its owner, or root) may reconfigure the "
+                                         "controller")
         return self.reconfigure(dry_run=query.get("dry_run", "").lower() in ("1", "true", "yes"))
 
     def api_presets(self, caller: Caller, query: dict, body: Any) -> dict:

@@ -30,7 +30,9 @@ from xce_lite.workflow import arrays
 
 class ApiHandlers:
     def routes(self) -> dict:
-        return {route: _store_refusal(handler) for route, handler in self._routes().items()}
+        """Every route behind the permission rules (shared.py: who may act on which job, what others
+        see of a job) and the store's refusal."""
+        return {route: _store_refusal(self._permitted(route, handler)) for route, handler in self._routes().items()}
 
     def _routes(self) -> dict:
         return {
@@ -130,7 +132,7 @@ class ApiHandlers:
         for option, path in (("-o", spec.stdout), ("-e", spec.stderr)):
             if path is not None and not os.path.isdir(os.path.dirname(path) or "/"):
                 raise errors.SpecError(f"{option} {path}: its directory does not exist; create it first")
-        return spec, queue_name
+        return self._as_submitter(spec, queue_name, caller), queue_name  # shared.py: queue ACL, run as whom
 
     def api_jobs(self, caller: Caller, query: dict, body: Any) -> dict:
         """Jobs, and arrays summed up (one entry each, with their elements' count by state); an
@@ -202,10 +204,9 @@ class ApiHandlers:
         missing = [i for i in ids if i not in jobs]
         if missing:
             raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
-        foreign = [i for i in ids if jobs[i].user != caller.user and not caller.is_admin]
-        if foreign:
-            raise errors.TransitionError(f"job {jobs[foreign[0]].display_id} belongs to {jobs[foreign[0]].user}, "
-                                         f"not you")
+        foreign = [i for i in ids if not caller.is_admin and not self._may_act(caller, jobs[i])]
+        if foreign:  # the route table checked the action already (shared.py); this is the last guard
+            raise errors.TransitionError(self._act_refusal(caller, jobs[foreign[0]], "act on"))
         return [jobs[i] for i in ids]
 
     def api_kill(self, caller: Caller, query: dict, body: Any) -> dict:
@@ -351,6 +352,7 @@ class ApiHandlers:
                     running[host] += 1
             probes, since, why = dict(self._probes), dict(self._down_since), dict(self._down_why)
             lost, trouble, states = set(self._lost_hosts), dict(self._trouble), dict(self._host_state)
+            refused = self._refused_hosts()  # shared.py: cannot run jobs as their users
         pools = self._pools_wire(time.time())
         templates = {p["name"] for p in pools}  # the pools' own entries, never up: see pools.py
         return {"schema": 1, "pools": pools, "hosts": [
@@ -358,6 +360,7 @@ class ApiHandlers:
              "unreach_since": since.get(v.name), "unreach_why": why.get(v.name), "lost": v.name in lost,
              "trouble": trouble[v.name][0] if v.name in trouble else None,
              "trouble_since": trouble[v.name][1] if v.name in trouble else None,
+             "refused": refused.get(v.name),
              "jobs": running[v.name],
              "slots": v.total["slots"], "used": v.total["slots"] - v.free["slots"], "mem": v.total["mem"],
              "resources": {name: {"total": total, "free": v.free[name], "reserved": total - v.free[name]}
@@ -454,13 +457,14 @@ class ApiHandlers:
         return {"schema": 1, "queues": [
             {"name": q.name, "priority": q.priority, "default": q.name == default,
              "description": q.description, "fairshare": q.fairshare.model_dump() if q.fairshare else None,
+             "users": q.users, "groups": q.groups,  # who may submit (None and None: everyone)
              "pend": counts.get((q.name, "PEND"), 0) + counts.get((q.name, "PSUSP"), 0),
              "run": counts.get((q.name, "RUN"), 0) + counts.get((q.name, "DISP"), 0)}
             for q in self.config.queues]}
 
     def api_stop(self, caller: Caller, query: dict, body: Any) -> dict:
         if not caller.is_admin:
-            raise errors.TransitionError("only the cluster's owner or root may stop the controller")
+            raise errors.TransitionError("only the cluster's admins (or its owner, or root) may stop the controller")
         self.stop()
         return {"stopping": True}
 

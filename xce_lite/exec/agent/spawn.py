@@ -92,6 +92,10 @@ def spawn_as(spec: dict, out: int, err: int, start_time: float, user: dict) -> i
     HOME, USER and LOGNAME are the user's. A failure before the exec comes back on a close-on-exec
     pipe, as "STAGE ERRNO": the job never ran, and JobEnded says why as spawn_job words it."""
     argv, env, cwd = spec["argv"], user_env(spec["env"], user), spec["cwd"]
+    # os.execvpe imports `warnings` when it searches the PATH: imported here, as root, since the user
+    # may not read this Python's library (observed: a Python under /root, 0700, made every job of a
+    # bare command name fail with an ImportError, reported as EPERM)
+    import warnings  # noqa: F401
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:  # the supervisor is single-threaded: only os calls until the exec
