@@ -1,39 +1,39 @@
 """Running the `xce` CLI as another local user of this machine, for the shared-lab tests.
 
-The interpreter running the tests may live where other users cannot read (pyenv under /root, 0700),
-so a user runs the system's /usr/bin/python3 with PYTHONPATH: the tree under test (readable by all)
-and a copy of what the CLI's client path imports besides the standard library (click; checked by
-tests/project/test_cli_imports.py to stay that light), made once in a directory they can read.
+The interpreter running the tests, and the checkout itself, may live where other users cannot read
+(pyenv and a clone under /root, 0700), so a user runs the system's /usr/bin/python3 with PYTHONPATH
+holding a copy, made once in a directory they can read, of the package under test and of what the
+CLI's client path imports besides the standard library (click; checked by
+tests/project/test_cli_imports.py to stay that light).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support import paths
 from xce_lite.testhosts import LocalUser
 
 USER_PYTHON = "/usr/bin/python3"
 CLIENT_DEPS = ("click",)
+_SKIP = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
 def user_pythonpath(dir: Path) -> str:
-    """PYTHONPATH for other users' `python3 -m xce_lite`: the tree under test, and `dir`/pylib (made
-    here, 0755) holding a copy of the client's dependencies."""
+    """PYTHONPATH for other users' `python3 -m xce_lite`: `dir`/pylib (made here, 0755) holding a copy
+    of the package under test and of the client's dependencies."""
     lib = dir / "pylib"
     if not lib.exists():
         tmp = dir / ".pylib.tmp"
         tmp.mkdir(mode=0o755)
-        for name in CLIENT_DEPS:
+        for name in ("xce_lite", *CLIENT_DEPS):
             module = __import__(name)
-            shutil.copytree(Path(module.__file__).parent, tmp / name)
+            shutil.copytree(Path(module.__file__).parent, tmp / name, ignore=_SKIP)
         for path in [tmp, *tmp.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
         tmp.rename(lib)
-    return os.pathsep.join([str(paths.ROOT), str(lib)])
+    return str(lib)
 
 
 def user_env(user: LocalUser, pythonpath: str, **extra: str) -> dict[str, str]:
