@@ -142,8 +142,9 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
         remove_unit_dir(spec["host_dir"])
 
 
-def fork_supervisor(recorder: JournalRecorder, spec: dict, start_time: float) -> int:
-    """Fork the unit's supervisor and return its pid. The child never returns from here.
+def fork_supervisor(recorder: JournalRecorder, spec: dict, start_time: float, close: tuple[int, ...] = ()) -> int:
+    """Fork the unit's supervisor and return its pid. The child never returns from here; it closes
+    the fds in `close` at once (the zygote's pipes: the agent hears of the zygote's end by EOF).
 
     SUPERVISOR_SIGNALS are blocked across the fork and stay blocked in the child, which takes them
     with sigtimedwait: a `signal` request that arrives at once is held, not fatal to the supervisor.
@@ -160,6 +161,8 @@ def fork_supervisor(recorder: JournalRecorder, spec: dict, start_time: float) ->
         try:
             gc.disable()  # a short-lived copy: collections would only add copy-on-write faults
             signal.set_wakeup_fd(-1)  # the agent's wake-up pipe is not ours
+            for fd in close:
+                os.close(fd)
             become_supervisor(recorder, spec, start_time, detach=True)
             code = 0
         finally:
