@@ -245,6 +245,8 @@ class UnitState:
                 )
             if u.kill:  # a kill asked for before systemd started it cancels its start: nothing ran
                 reason = u.kill
+        elif u.pid is None:  # its fork was never answered (zygote.py), or it died before its first record
+            reason = "supervisor lost: it never recorded its start, so whether the job ran is unknown"
         else:
             reason = "supervisor lost: it was killed or crashed, so the job's exit status is unknown"
             fields = proc_stat(u.job) if u.job else None

@@ -44,16 +44,24 @@ class Zygote:
 
     def spawn(self, items: list[tuple[str, dict, float]]) -> list[tuple[int | None, str | None]]:
         """Fork a supervisor for each (unit, spec, start_time), in one round trip; (pid, None) or
-        (None, why) for each, in order. Raises OSError if the zygote is gone (or hangs: then it is
-        killed): the items without an answer may have been forked or not."""
-        data = b"".join(dumps({"unit": unit, "spec": spec, "start_time": start}) for unit, spec, start in items)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.requests, view) :]  # blocking: the zygote reads as fast as it forks
+        (None, why) for each, in order. Raises OSError if the zygote is gone, or makes no progress
+        for REPLY_TIMEOUT (it is killed then): the items without an answer may have been forked or
+        not. Its requests are written as it reads them, its lines read meanwhile: neither waits
+        for the other with a full pipe."""
+        import select
+
+        data = memoryview(b"".join(dumps({"unit": u, "spec": spec, "start_time": t}) for u, spec, t in items))
         answers: list[tuple[int | None, str | None]] = []
         deadline = time.monotonic() + REPLY_TIMEOUT
         while len(answers) < len(items):
-            for line in self.read(deadline):
+            if data:
+                try:
+                    data = data[os.write(self.requests, data) :]
+                    deadline = time.monotonic() + REPLY_TIMEOUT
+                except BlockingIOError:
+                    pass
+            for line in self.read():
+                deadline = time.monotonic() + REPLY_TIMEOUT
                 if line[:1] == b"+":
                     self.kids.add(int(line[1:]))
                     answers.append((int(line[1:]), None))
@@ -61,31 +69,26 @@ class Zygote:
                     answers.append((None, line[1:].decode("utf-8", "replace")))
                 else:
                     self.note(line)
-        return answers
-
-    def read(self, deadline: float | None = None) -> list[bytes]:
-        """The complete lines there are (waiting for some until `deadline`, if given). OSError once
-        the zygote is gone (EOF), or has not answered by the deadline (it is killed then)."""
-        import select
-
-        while True:
-            try:
-                chunk = os.read(self.replies, 1 << 16)
-            except BlockingIOError:
-                chunk = None
-            if chunk == b"":
-                self.dead = True
-                raise OSError("the zygote exited")
-            if chunk:
-                self.buffer += chunk
-            *lines, self.buffer = self.buffer.split(b"\n")
-            if lines or deadline is None:
-                return lines
+            if len(answers) == len(items):
+                break
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                raise OSError(f"the zygote did not answer within {REPLY_TIMEOUT:g} s")
-            select.select([self.replies], [], [], left)
+                raise OSError(f"the zygote made no progress for {REPLY_TIMEOUT:g} s")
+            select.select([self.replies], [self.requests] if data else [], [], left)
+        return answers
+
+    def read(self) -> list[bytes]:
+        """The complete lines there are now; OSError once the zygote is gone (EOF)."""
+        try:
+            chunk = os.read(self.replies, 1 << 16)
+        except BlockingIOError:
+            return []
+        if not chunk:
+            self.dead = True
+            raise OSError("the zygote exited")
+        *lines, self.buffer = (self.buffer + chunk).split(b"\n")
+        return lines
 
     def note(self, line: bytes) -> None:
         """An "xPID STATUS" line: a supervisor ended."""
@@ -131,6 +134,7 @@ def start_zygote(spool: str, lock_fd: int) -> Zygote:
     os.close(req_r)
     os.close(rep_w)
     os.set_blocking(rep_r, False)
+    os.set_blocking(req_w, False)
     return Zygote(pid, req_w, rep_r)
 
 
