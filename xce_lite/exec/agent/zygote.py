@@ -26,8 +26,11 @@ import sys
 import time
 
 from .jsonl import dumps, loads
+from .recorders import JournalRecorder
 from .signals import signal
-from .util import job_umask
+from .supervisor import become_supervisor, fork_detached
+from .tree import load_prctl
+from .util import boot_id, job_umask
 
 REPLY_TIMEOUT = 30.0  # seconds the agent waits for a fork's answer before it gives the zygote up
 
@@ -166,11 +169,6 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
     gc.disable()  # nothing it keeps makes cycles; collections would only touch pages its forks share
     signal.set_wakeup_fd(-1)  # the agent's (when it forks a new zygote), not ours
     keep_only({lock_fd, requests, replies})
-    from .recorders import JournalRecorder
-    from .supervisor import fork_supervisor
-    from .tree import load_prctl
-    from .util import boot_id
-
     load_prctl()  # once here: every supervisor inherits it
     boot = boot_id()
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -197,15 +195,10 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
             for line in lines:
                 if not line:
                     continue
-                req = loads(line)
-                old = os.umask(job_umask(req["spec"]))  # the supervisor's own files have explicit modes
-                try:
-                    recorder = JournalRecorder(spool, req["unit"], boot)
-                    out.append(b"+%d\n" % fork_supervisor(recorder, req["spec"], req["start_time"], mine))
+                try:  # the supervisor reads its request: the less the zygote writes, the fewer pages it copies
+                    out.append(b"+%d\n" % fork_detached(lambda line=line: supervise(line, spool, boot), mine))
                 except OSError as exc:
                     out.append(f"!{exc}\n".encode("utf-8", "replace"))
-                finally:
-                    os.umask(old)
         while True:  # every supervisor that ended (SIGCHLD may merge several)
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -218,6 +211,14 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
             data = b"".join(out)
             while data:
                 data = data[os.write(replies, data) :]
+
+
+def supervise(line: bytes, spool: str, boot: str) -> None:
+    """In a supervisor the zygote forked: become the supervisor of the request `line`, with the
+    job's umask (the supervisor's own files have explicit modes), as fork_supervisor's child would."""
+    req = loads(line)
+    os.umask(job_umask(req["spec"]))
+    become_supervisor(JournalRecorder(spool, req["unit"], boot), req["spec"], req["start_time"], detach=True)
 
 
 class ZygoteOps:
