@@ -125,7 +125,6 @@ def serve_main(argv: list[str], bundle) -> int:
     run_as_bytecode(spool, argv, bundle)
     from .journal import JOURNAL_LIMIT  # here, not at the top: units, which import this module, need none of these
     from .probe import cgroup_version, probe_modes
-    from .server import Agent
     from .systemd import unit_scripts
 
     lock_fd = take_spool_lock(spool, float(opts.get("--lock-timeout", 10)))
@@ -148,11 +147,22 @@ def serve_main(argv: list[str], bundle) -> int:
         prepare_spool(spool, code)
     except (OSError, SyntaxError) as exc:
         return fatal(f"cannot prepare spool {spool}: {exc}; check the spool's file system")
+    zygote = None
+    if mode == "plain":  # forked now, before the server's modules and state grow this process
+        from .zygote import start_zygote
+
+        try:
+            zygote = start_zygote(spool, lock_fd)
+        except OSError as exc:
+            print(f"agent: cannot fork a zygote ({exc}); forking supervisors itself", file=sys.stderr)
+    from .server import Agent
+
     try:
         limit = int(opts.get("--journal-limit", JOURNAL_LIMIT))
         agent = Agent(spool, opts.get("--host-name") or os.uname().nodename, limit, mode, host, lock_fd, code, scripts)
     except OSError as exc:
         return fatal(f"cannot use the journal in spool {spool}: {exc}; check the spool's file system")
+    agent.zygote = zygote
     agent.connect_bus(now=True)
     agent.open_socket()
     try:

@@ -28,19 +28,22 @@ from .tasks import Client, TaskOps
 from .unitops import UnitOps
 from .util import BIN, SOCKET, UNITS, VERSION, boot_id
 from .validate import Refused
+from .zygote import ZygoteOps
 
 OPS = ("hello", "ping", "launch", "signal", "list", "forget", "read", "tasks", "launch_done", "lease")
 WATCH_INTERVAL = 0.5  # seconds between checks of units this agent did not fork
 COMPACT_RETRY = 50.0  # milliseconds before the next try to compact, when the journal's lock was busy
 
 
-class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
+class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps, ZygoteOps):
     """The serve loop. Single-threaded: requests, SIGCHLD, jobs' connections and the watch timer
     share one poll().
 
     `mode` is how it starts units: "plain" (forked supervisors), "systemd" or "user" (transient
     units, started by calls on the manager's private D-Bus socket, whose replies and UnitRemoved
-    signals come into the same poll(), so that the loop never waits for systemd). `host` holds what
+    signals come into the same poll(), so that the loop never waits for systemd). In plain mode
+    its zygote (zygote.py, `zygote`: forked by `serve` early; None: none yet, or it died) forks
+    the supervisors, and its lines (their ends) come into the same poll(). `host` holds what
     probe_modes found; `scripts` the paths of systemd.EXEC_SCRIPT and STOP_SCRIPT (None: no direct
     units); `code` the file a supervised unit runs (`python -S -E CODE exec UNIT_DIR`: the agent's
     bytecode in SPOOL/bin; None in process, where no systemd unit is started).
@@ -66,7 +69,9 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
         self.boot = boot_id()
         self.boot_cs = boot_epoch_cs()
         self.out: list[bytes] = []  # lines to write at the end of this loop turn
-        self.children: dict[int, str] = {}  # supervisor pid -> unit, for supervisors forked here
+        self.children: dict[int, str] = {}  # supervisor pid -> unit, for supervisors forked here or by the zygote
+        self.zygote = None  # plain mode's forker of supervisors (zygote.Zygote), once there is one
+        self.doubtful: dict[str, float] = {}  # unit -> monotonic deadline: its supervisor may be starting
         self.child_units: dict[str, tuple[int, float]] = {}  # unit -> (pid, start_time), the same
         self.task_children: dict[int, str] = {}  # pid -> unit of the tasks' supervisors of direct units
         self.watched: set[str] = set()  # running units this agent did not fork: polled, or poked
@@ -184,6 +189,8 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
             self.poller.register(self.listener.fileno(), select.POLLIN)
         if self.bus is not None:
             self.poller.register(self.bus.fileno(), select.POLLIN)
+        if self.zygote is not None:
+            self.poller.register(self.zygote.replies, select.POLLIN)
         pending = bytearray()
         next_watch = time.monotonic() + WATCH_INTERVAL
         writing = False  # POLLOUT asked for the bus: calls wait in its buffer
@@ -218,6 +225,8 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
                 self.accept_clients()
             for fd in ready & self.clients.keys():
                 self.read_client(fd)
+            if self.zygote is not None and self.zygote.replies in ready:
+                self.zygote_readable()
             self.reap()
             if self.bus is not None:
                 self.handle_bus()

@@ -80,6 +80,7 @@ class UnitState:
             unit, event = rec["unit"], rec["event"]
             if event == "finished":
                 self.pending.pop(unit, None)
+                self.doubtful.pop(unit, None)
                 self.tracked.discard(unit)
                 self.accepted.discard(unit)
                 self.held.pop(unit, None)
@@ -177,6 +178,8 @@ class UnitState:
             return "running", start_time, None, pid
         if u.result is None and u.pid and u.boot == self.boot and is_alive(u.pid, u.starttime):
             return "running", u.start_time, None, u.pid
+        if u.result is None and u.pid is None and self.doubtful.get(unit, 0.0) > time.monotonic():
+            return "running", u.start_time, None, None  # forked by a zygote that died: zygote.py
         if u.result is None and (unit in self.starting or unit in self.tracked):
             return "running", u.start_time, None, None
         if u.result is None and u.mode != "plain":  # the rare path: `post` runs, or it never started
@@ -242,6 +245,8 @@ class UnitState:
                 )
             if u.kill:  # a kill asked for before systemd started it cancels its start: nothing ran
                 reason = u.kill
+        elif u.pid is None:  # its fork was never answered (zygote.py), or it died before its first record
+            reason = "supervisor lost: it never recorded its start, so whether the job ran is unknown"
         else:
             reason = "supervisor lost: it was killed or crashed, so the job's exit status is unknown"
             fields = proc_stat(u.job) if u.job else None
@@ -276,8 +281,8 @@ class UnitState:
 
     def reap(self) -> None:
         """Collect every exited child: supervisors forked here (their unit is reported; gone if
-        forgotten), and the tasks' supervisors of direct units."""
-        reaped = []
+        forgotten), the tasks' supervisors of direct units, and the zygote."""
+        ended = []
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -287,6 +292,13 @@ class UnitState:
                 break
             if self.task_children.pop(pid, None) is not None:
                 continue  # its tasks' ends are in the journal
+            ended.append((pid, status))
+        self.reaped_children(ended)
+
+    def reaped_children(self, ended: list[tuple[int, int]]) -> None:
+        """Supervisors that ended, (pid, wait status): reaped here, or by the zygote (zygote.py)."""
+        reaped = []
+        for pid, status in ended:
             unit = self.children.pop(pid, None)
             if unit is not None and self.child_units[unit][0] == pid:  # not a forgotten launch's
                 del self.child_units[unit]

@@ -143,12 +143,19 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
 
 
 def fork_supervisor(recorder: JournalRecorder, spec: dict, start_time: float) -> int:
-    """Fork the unit's supervisor and return its pid. The child never returns from here.
+    """Fork the unit's supervisor and return its pid (fork_detached)."""
+    return fork_detached(lambda: become_supervisor(recorder, spec, start_time, detach=True))
+
+
+def fork_detached(run, close: tuple[int, ...] = ()) -> int:
+    """Fork a supervisor that calls `run()` and exits; its pid. The child never returns from here;
+    it closes the fds in `close` at once (the zygote's pipes: the agent hears of the zygote's end
+    by EOF).
 
     SUPERVISOR_SIGNALS are blocked across the fork and stay blocked in the child, which takes them
     with sigtimedwait: a `signal` request that arrives at once is held, not fatal to the supervisor.
     """
-    load_prctl()  # here, once per agent: its supervisors inherit it and need no import of their own
+    load_prctl()  # here, once per forker: its supervisors inherit it and need no import of their own
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)
     try:
         pid = os.fork()
@@ -160,7 +167,9 @@ def fork_supervisor(recorder: JournalRecorder, spec: dict, start_time: float) ->
         try:
             gc.disable()  # a short-lived copy: collections would only add copy-on-write faults
             signal.set_wakeup_fd(-1)  # the agent's wake-up pipe is not ours
-            become_supervisor(recorder, spec, start_time, detach=True)
+            for fd in close:
+                os.close(fd)
+            run()
             code = 0
         finally:
             os._exit(code)  # never return into the agent's loop

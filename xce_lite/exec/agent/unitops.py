@@ -22,6 +22,7 @@ from .supervisor import fork_supervisor, make_host_dir
 from .systemd import ENV_FILE, env_file_text
 from .util import job_umask, make_result, write_file
 from .validate import Refused, valid_unit_name, validate
+from .zygote import START_GRACE_PLAIN
 
 
 class UnitOps:
@@ -41,11 +42,45 @@ class UnitOps:
         return env
 
     def op_launch(self, req: dict) -> dict:
+        """Start or adopt each unit. In plain mode the supervisors are forked after the loop, all in
+        one round trip to the zygote (zygote.py); until then a unit counts as starting (`doubtful`),
+        so that a unit named twice in one request is adopted, not judged lost."""
         self.catch_up()
-        return {"replies": [self.launch_one(u) for u in req.get("units", [])]}
+        forks: list[tuple[str, dict, float, dict]] = []
+        replies = [self.launch_one(u, forks) for u in req.get("units", [])]
+        if forks:
+            self.fork_supervisors(forks)
+        return {"replies": replies}
 
-    def launch_one(self, u: dict) -> dict:
-        """Start one unit, or adopt it if the journal knows it (a unit never runs twice)."""
+    def fork_supervisors(self, forks: list[tuple[str, dict, float, dict]]) -> None:
+        """Fork the supervisors of (unit, spec, start_time, reply): by the zygote, or here where
+        there is none; each reply says "started", or why not."""
+        answers = self.spawn_supervisors([(unit, spec, start) for unit, spec, start, _reply in forks])
+        for (unit, spec, start_time, reply), (pid, why) in zip(forks, answers):
+            if pid is None and why is None:  # no zygote: fork it here, as before there was one
+                old = os.umask(job_umask(spec))  # the supervisor's own files have explicit modes (0600, 0700)
+                try:
+                    pid = fork_supervisor(JournalRecorder(self.spool, unit, self.boot), spec, start_time)
+                except OSError as exc:
+                    why = str(exc)
+                finally:
+                    os.umask(old)
+            if pid is not None:
+                self.children[pid] = unit
+                self.child_units[unit] = (pid, start_time)
+            elif why != "unknown":  # nothing started: it may be launched again
+                self.doubtful.pop(unit, None)
+                self.append(record("forgotten", units=[unit]))
+                reply.update(status="refused", error=f"cannot start the supervisor: {why}; the host may be out of "
+                                                     "resources")
+                continue
+            # "unknown": the zygote died before it answered; the unit counts as starting (zygote.py)
+            reply.update(status="started", start_time=start_time)
+        self.take_exits()  # supervisors that ended before their fork's answer was read
+
+    def launch_one(self, u: dict, forks: list | None = None) -> dict:
+        """Start one unit, or adopt it if the journal knows it (a unit never runs twice). In plain
+        mode with `forks`, the supervisor's fork is left there for fork_supervisors."""
         unit = u.get("unit") if isinstance(u, dict) else None
         reply = {"unit": unit, "status": "refused", "start_time": None, "error": None}
         try:
@@ -107,6 +142,10 @@ class UnitOps:
         if self.mode != "plain":
             return self.launch_unit(spec, reply, direct is not None)
         spec["host_dir_by"] = spec["hooks_by"] = "supervisor"
+        if forks is not None:
+            self.doubtful[unit] = time.monotonic() + START_GRACE_PLAIN  # adopted if named again meanwhile
+            forks.append((unit, spec, start_time, reply))
+            return reply
         old = os.umask(job_umask(spec))  # the supervisor's own files have explicit modes (0600, 0700)
         try:
             pid = fork_supervisor(JournalRecorder(self.spool, unit, self.boot), spec, start_time)
@@ -227,6 +266,7 @@ class UnitOps:
                 if unit in self.units and unit not in gone:
                     gone.append(unit)
                 self.watched.discard(unit)
+                self.doubtful.pop(unit, None)
             replies.append(reply)
         if gone:
             self.append(record("forgotten", units=gone))

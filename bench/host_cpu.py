@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""The host side's CPU per job, split by process: LocalHost (plain mode) running `true` units.
+
+    python bench/host_cpu.py [--jobs 1000] [--batch 100] [--runs 3]
+    python bench/host_cpu.py --tree OTHER_CHECKOUT        # another tree's agent, same day, same load
+
+No controller, no store: the units go straight to LocalHost in launches of --batch (launch_nowait),
+and a run ends at the last finished event; one warm-up run first. Per job: the machine's busy CPU
+(/proc/stat: it counts whatever else runs on the shared box), the agent's own (user + system), its
+zygote's own (exec/agent/zygote.py; none before it), the supervisors with their jobs (the CPU of
+reaped children, as the agent or the zygote reaps them), and this process (the channel's reader
+thread). A `true` alone costs ~0.4-0.5 ms here. Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def machine_busy_seconds() -> float:
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, open("/proc/stat").readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def own(p) -> float:
+    t = p.cpu_times()
+    return t.user + t.system
+
+
+def reaped(p) -> float:
+    t = p.cpu_times()
+    return t.children_user + t.children_system
+
+
+def sample(agent, zygote, me) -> list[float]:
+    """CPU seconds: agent's own, its reaped children's, the zygote's own and reaped, ours; the machine's busy."""
+    z = (own(zygote), reaped(zygote)) if zygote is not None else (0.0, 0.0)
+    return [own(agent), reaped(agent), *z, own(me), machine_busy_seconds()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tree", default=str(Path(__file__).resolve().parents[1]), help="the checkout to measure")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, args.tree)
+    import psutil
+
+    from xce_lite.exec.host import LaunchRequest, UnitFinished
+    from xce_lite.exec.local import LocalHost
+
+    with tempfile.TemporaryDirectory(prefix="xb-host-") as tmp:
+        host, events = LocalHost("bench", Path(tmp) / "spool", mode="plain"), queue.Queue()
+        host.connect(events)
+        agent, me = psutil.Process(host.agent_pid), psutil.Process()
+        env = {"PATH": "/usr/bin:/bin"}
+        print(f"tree {args.tree}; {args.jobs} `true` units in launches of {args.batch}; load {os.getloadavg()[0]:.1f}")
+        zygote = None  # after the warm-up: the agent's one child left (supervisors have ended)
+        for run in range(args.runs + 1):
+            requests = [LaunchRequest(unit=f"r{run}u{i}", argv=("true",), env=env, cwd=tmp, stdout=f"{tmp}/out",
+                                      stderr=None) for i in range(args.jobs)]
+
+            before, started = sample(agent, zygote, me), time.perf_counter()
+            for i in range(0, args.jobs, args.batch):
+                host.launch_nowait(requests[i : i + args.batch])
+            done = 0
+            while done < args.jobs:
+                event = events.get(timeout=120)
+                if isinstance(event, UnitFinished):
+                    done += 1
+            wall, after = time.perf_counter() - started, sample(agent, zygote, me)
+            host.forget([r.unit for r in requests])
+            if run == 0:
+                time.sleep(0.2)
+                kids = agent.children()
+                zygote = kids[0] if len(kids) == 1 else None
+                continue
+            ms = [1000 * (a - b) / args.jobs for a, b in zip(after, before)]
+            print(f"run {run}: {args.jobs / wall:.0f} jobs/s; CPU per job: machine {ms[5]:.2f} ms, agent {ms[0]:.2f}, "
+                  f"zygote {ms[2]:.2f}, supervisors+jobs {ms[1] + ms[3]:.2f}, channel {ms[4]:.2f} "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+        host.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

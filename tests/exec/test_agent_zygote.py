@@ -1,0 +1,134 @@
+"""The plain agent's zygote (exec/agent/zygote.py) under faults, on real processes: the zygote
+killed -9 while jobs run, stopped while it is asked to fork, and the agent killed -9 and started
+again, in sequence. Jobs go on, their results come back, the next launch works, nothing runs twice."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sys
+import threading
+
+import pytest
+
+from tests.support.agent_local import WAIT_JOB, journal, journal_result, kill_leftovers
+from tests.support.procs import proc_field
+from tests.support.waiting import wait_until
+from xce_lite.exec.host import LaunchRequest, UnitFinished
+from xce_lite.exec.local import LocalHost
+
+
+@pytest.fixture
+def hosts(spool):
+    made: list[LocalHost] = []
+
+    def make() -> tuple[LocalHost, queue.Queue]:
+        host, events = LocalHost("local", spool, mode="plain"), queue.Queue()
+        made.append(host)
+        host.connect(events)
+        return host, events
+
+    yield make
+    for host in made:
+        host.close()
+    kill_leftovers(spool)
+
+
+def waiter(tmp_path, unit: str, code: int = 0) -> LaunchRequest:
+    """A unit that runs until tmp_path/go-UNIT exists, then exits with `code`."""
+    argv = (sys.executable, "-c", WAIT_JOB, str(tmp_path / f"go-{unit}"), str(code))
+    return LaunchRequest(unit=unit, argv=argv, env={"PATH": os.environ["PATH"]}, cwd=str(tmp_path),
+                         stdout=str(tmp_path / f"{unit}.out"), stderr=None)
+
+
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def zygote_of(host: LocalHost) -> int:
+    """The agent's zygote: its one child that is no job's supervisor (those are the zygote's)."""
+    return wait_until(lambda: children(host.agent_pid) and children(host.agent_pid)[0], 10, "the agent's zygote")
+
+
+def finished(events: queue.Queue, *units: str, timeout: float = 30) -> dict[str, UnitFinished]:
+    """The first UnitFinished of each of `units` (a lost unit's may come twice: the controller keeps
+    the first)."""
+    got: dict[str, UnitFinished] = {}
+    while not got.keys() >= set(units):
+        event = events.get(timeout=timeout)
+        if isinstance(event, UnitFinished):
+            got.setdefault(event.unit, event)
+    return got
+
+
+def test_launches_fork_supervisors_from_the_zygote_not_the_agent(hosts, spool, tmp_path):
+    host, events = hosts()
+    zygote = zygote_of(host)
+    host.launch([waiter(tmp_path, "a", 3), waiter(tmp_path, "b", 4)])
+    units = wait_until(lambda: all(u["pid"] for u in journal(spool).values()) and journal(spool), 10, "started")
+    assert sorted(children(zygote)) == sorted(u["pid"] for u in units.values())
+    assert children(host.agent_pid) == [zygote]
+    (tmp_path / "go-a").touch()
+    (tmp_path / "go-b").touch()
+    got = finished(events, "a", "b")
+    assert got["a"].result.exit_code == 3 and got["b"].result.exit_code == 4
+
+
+def test_zygote_killed_then_agent_killed_then_a_new_agent_adopts(hosts, spool, tmp_path):
+    host, events = hosts()
+    zygote = zygote_of(host)
+    host.launch([waiter(tmp_path, "first", 5), waiter(tmp_path, "killme")])
+    wait_until(lambda: all(u["pid"] for u in journal(spool).values()), 10, "two supervisors started")
+    os.kill(zygote, signal.SIGKILL)
+    wait_until(lambda: zygote not in children(host.agent_pid), 10, "the agent to reap the killed zygote")
+    # the jobs go on, and a signal still reaches a supervisor the agent no longer hears from
+    assert host.signal("killme", "TERM", "killed by the test")
+    # the next launch works: a new zygote forks it
+    host.launch([waiter(tmp_path, "second", 6)])
+    new_zygote = zygote_of(host)
+    assert new_zygote != zygote
+    got = finished(events, "killme")
+    assert got["killme"].result.reason == "killed by the test"
+    (tmp_path / "go-first").touch()
+    assert finished(events, "first")["first"].result.exit_code == 5
+    # then the agent is killed -9: its zygote leaves at once (the spool's lock with it), the job runs on
+    os.kill(host.agent_pid, signal.SIGKILL)
+    wait_until(lambda: proc_field(new_zygote, 0) in (None, "Z"), 10, "the zygote to leave with its agent")
+    again, events = hosts()
+    [adopted] = again.launch([waiter(tmp_path, "second", 6)])
+    assert adopted.status == "running"
+    (tmp_path / "go-second").touch()
+    assert finished(events, "second")["second"].result.exit_code == 6
+    for unit in ("first", "killme", "second"):  # each ran once
+        assert (tmp_path / f"{unit}.out").read_text() == ""
+        assert journal_result(spool, unit) is not None
+
+
+def test_zygote_dead_before_it_answered_a_fork(hosts, spool, tmp_path):
+    """Stopped, then killed, with a launch written to it: the launch is answered (its unit counts as
+    starting), and since no supervisor ever records its start, its result says so; nothing runs,
+    and the next launch works."""
+    host, events = hosts()
+    zygote = zygote_of(host)
+    os.kill(zygote, signal.SIGSTOP)
+    try:
+        replies = []
+        sender = threading.Thread(target=lambda: replies.extend(host.launch([waiter(tmp_path, "unborn")])))
+        sender.start()
+        wait_until(lambda: "unborn" in journal(spool), 10, "the launch to be recorded")
+    finally:
+        os.kill(zygote, signal.SIGKILL)
+    sender.join(30)
+    assert [r.status for r in replies] == ["started"]
+    result = finished(events, "unborn")["unborn"].result
+    assert result.reason.startswith("supervisor lost: it never recorded its start")
+    assert not (tmp_path / "unborn.out").exists()
+    (tmp_path / "go-next").touch()
+    [reply] = host.launch([waiter(tmp_path, "next", 7)])
+    assert reply.status == "started"
+    assert finished(events, "next")["next"].result.exit_code == 7
