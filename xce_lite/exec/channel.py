@@ -25,13 +25,13 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from typing import IO, Any
 
 from xce_lite.errors import ExecError, HostUnreachable, LaunchRejected
 from xce_lite.exec.host import (
+    EventSink,
     FileChunk,
     HostEvent,
     HostLost,
@@ -190,8 +190,12 @@ class AgentChannel:
     def _heartbeat_loop(self, interval: float, timeout: float) -> None:
         while not self._stopped.wait(interval):
             answered = threading.Event()
+
+            def pong(_reply: dict | None, _error: Exception | None, answered: threading.Event = answered) -> None:
+                answered.set()
+
             try:
-                self.request_nowait("ping", lambda _reply, _error, answered=answered: answered.set())
+                self.request_nowait("ping", pong)
             except HostUnreachable:
                 return  # lost already
             if not answered.wait(timeout) and not self._stopped.is_set():
@@ -274,8 +278,9 @@ class EventGate:
     queue in order; after drop() they go nowhere (the attempt failed and connect raised). For
     transports whose connect greets the agent before the caller may hear from it."""
 
-    def __init__(self, events: queue.Queue[HostEvent]) -> None:
-        self._events, self._held, self._state = events, [], "holding"
+    def __init__(self, events: EventSink) -> None:
+        self._events, self._state = events, "holding"
+        self._held: list[HostEvent] = []
         self._lock = threading.Lock()
 
     def put(self, event: HostEvent) -> None:
@@ -357,6 +362,9 @@ class AgentOps:
     name: str
     _channel: AgentChannel | None = None
 
+    def close(self) -> None:
+        raise NotImplementedError("the transport provides close()")
+
     def _chan(self) -> AgentChannel:
         if self._channel is None:
             raise HostUnreachable(f"host {self.name} is not connected; call connect() first")
@@ -405,6 +413,7 @@ class AgentOps:
             if error is not None:
                 self._chan()._emit(UnitsLaunched(self.name, (), tuple(units), str(error)))
                 return
+            assert reply is not None  # a request ends with a reply or an error
             self._chan()._emit(UnitsLaunched(self.name, tuple(_reply(x) for x in reply["replies"])))
 
         self._chan().request_nowait("launch", deliver, units=[request_to_json(q) for q in requests])
@@ -450,7 +459,7 @@ class AgentOps:
         """Extend the host's lease to `until` on its lease clock (a reading it sent, + the lease:
         controller/leases.py); `boot` is the host's boot id. With a callback, send and go on;
         without, wait: the reply's `clock` is the host's lease clock now, `until` its lease."""
-        fields = {"until": until, "seconds": seconds, "boot": boot}
+        fields: dict[str, Any] = {"until": until, "seconds": seconds, "boot": boot}
         if callback is not None:
             self._chan().request_nowait("lease", callback, **fields)
             return None

@@ -173,7 +173,7 @@ def _flatten(node: And | Or) -> None:
     items: list[Expr] = []
     for item in node.items:
         _check(isinstance(item, _EXPR_TYPES), f"{type(node).__name__} items must be expressions")
-        items.extend(item.items if type(item) is type(node) else (item,))  # type: ignore[union-attr]
+        items.extend(item.items if type(item) is type(node) else (item,))
     _check(len(items) >= 2, f"{type(node).__name__} needs two or more items")
     object.__setattr__(node, "items", tuple(items))
 

@@ -164,7 +164,8 @@ class _Parser:
               separators: str, spaces_separate: bool = False) -> list:
         """Items up to and including the closing ']', separated by one of `separators` (or by spaces).
         `item()` reads one and returns (value, name, start); a name given twice is an error."""
-        values, seen = [], {}
+        values: list = []
+        seen: dict[str, int] = {}  # name -> where it was given
         while True:
             self.skip_ws()
             value, name, start = item()

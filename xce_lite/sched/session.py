@@ -392,8 +392,11 @@ class Session:
         r = job.resreq
         if allowed is None:
             hosts = self.hosts
-        elif (hosts := self._hosts_in.get(allowed)) is None:
-            hosts = self._hosts_in[allowed] = [h for h in self.hosts if h.name in allowed]
+        else:
+            known = self._hosts_in.get(allowed)
+            if known is None:
+                known = self._hosts_in[allowed] = [h for h in self.hosts if h.name in allowed]
+            hosts = known
         demand = demand_of(job, self.shared)
         asks = self._number_asks((tuple(demand.host_terms), r.same))
         shape = _Shape(demand, r, hosts, allowed, self._select(r.select), self._clock, self._generation, asks)
@@ -531,6 +534,7 @@ class Session:
             why = host.down or shape.refused.get(host) or unmatched.get(host)
             if why is None:
                 if shape.matching is not None and host not in shape.matching:
+                    assert shape.select is not None  # `matching` is the hosts a select[] holds on
                     why = unmatched[host] = HostRefusal(host.name, self._select_false(shape.select))
                 else:
                     why = shape.refused[host] = self._host_refusal(shape, host)

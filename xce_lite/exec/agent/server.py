@@ -102,7 +102,7 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps):
         self.sync()  # whatever earlier agents and supervisors left is durable before it is reported
         self.news = []
 
-    def handle_line(self, line: bytes) -> None:
+    def handle_line(self, line: bytes | bytearray) -> None:
         try:
             req = loads(line)
             rid, op = req["id"], req["op"]
