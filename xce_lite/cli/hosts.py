@@ -69,10 +69,10 @@ def hosts(ctx, long, as_json) -> None:
                 click.echo(f"  in trouble since {when(h['trouble_since'])} (no new work until it answers): "
                            f"{h['trouble']}")
             click.echo(f"  {agent_line(h.get('agent'))}")
-            rows = [("RESOURCE", "TOTAL", "RESERVED", "FREE")]
+            amounts = [("RESOURCE", "TOTAL", "RESERVED", "FREE")]
             for name, r in sorted(h["resources"].items()):
-                rows.append((name, *(_amount(name, r[k]) for k in ("total", "reserved", "free"))))
-            echo_table(rows)
+                amounts.append((name, *(_amount(name, r[k]) for k in ("total", "reserved", "free"))))
+            echo_table(amounts)
             extra = [f"gpus free: {','.join(map(str, h['gpus_free']))}" if h["gpus_free"] else "",
                      " ".join(f"{k}={v}" for k, v in sorted(h["attrs"].items())),
                      f"tags: {' '.join(h['tags'])}" if h["tags"] else ""]

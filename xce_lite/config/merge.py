@@ -318,7 +318,7 @@ def _retries(spec: JobSpec, profile: Profile | None, job_origin, origins: dict[s
     """(retries, exit codes to retry on) by the rule in the module docstring."""
     ceiling = profile.retry if profile is not None else None
     if spec.retry is not None:
-        if ceiling is not None and spec.retry > ceiling:
+        if profile is not None and ceiling is not None and spec.retry > ceiling:
             raise SpecError(f"--retry {spec.retry} is above application {profile.name}'s {ceiling} retries; "
                             f"ask for fewer, or leave --retry out")
         retry, origins["retry"] = spec.retry, job_origin("retry")
@@ -388,11 +388,11 @@ def task_range(low: int, high: int) -> str:
 def _limit(what: str, option: str, job_value, job_origin: str, profile: Profile | None, profile_value,
            queue: QueueLimits, ceiling, show) -> tuple[Any, str]:
     if job_value is not None:
-        if profile_value is not None and job_value > profile_value:
+        if profile is not None and profile_value is not None and job_value > profile_value:
             raise SpecError(f"{what} {option} {show(job_value)} is above application {profile.name}'s "
                             f"{what} of {show(profile_value)}; ask for less, or leave {option} out")
         value, origin, source = job_value, job_origin, f"{what} {option} {show(job_value)}"
-    elif profile_value is not None:
+    elif profile is not None and profile_value is not None:  # (a profile's value comes with the profile)
         value, origin, source = profile_value, PROFILE, f"application {profile.name}'s {what} of {show(profile_value)}"
     elif ceiling is not None:
         return ceiling, QUEUE

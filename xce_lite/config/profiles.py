@@ -317,7 +317,7 @@ def load_profiles(path: Path, config: ClusterConfig, config_path: Path) -> dict[
     root = None
     if path.exists():
         parsed, root = load_yaml(path, ApplicationsFile, "", "a mapping with `applications`")
-        problems = []
+        problems: list[str] = []
         for name, profile_config in parsed.applications.items():
             profile = profiles[name] = profile_config.to_profile(name)
             problems.extend(problem(path, root, ("applications", name, "resources", *loc), message)

@@ -53,7 +53,7 @@ def host_totals(config: ClusterConfig) -> tuple[HostView, ...]:
     """Every configured host, open and empty: totals in base units, attributes and tags."""
     views = []
     for h in config.hosts:
-        total = {SLOTS: h.slots, "mem": h.mem, GPUS: h.gpus}
+        total: dict[str, int | float] = {SLOTS: h.slots, "mem": h.mem, GPUS: h.gpus}
         for name, amount in h.resources.items():
             total[name] = config.resource_amount(name, amount, f"host {h.name}")
         attrs = {"type": h.type, **h.attrs}

@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from xce_lite.errors import SpecError
 
@@ -177,7 +178,7 @@ class _Parser:
     def peek(self) -> tuple[str, str, int] | None:
         return self.tokens[self.at] if self.at < len(self.tokens) else None
 
-    def fail(self, message: str) -> None:
+    def fail(self, message: str) -> NoReturn:
         token = self.peek()
         raise _error(self.text, token[2] if token else len(self.text), message)
 
