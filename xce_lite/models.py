@@ -317,7 +317,7 @@ class Job:
     # what it holds while dispatched or running: {"allocs": [[host, tasks, {resource: amount},
     # [gpu indices]], ...], "shared": {counter: amount}}; None for jobs stored before schema 2
     alloc: dict | None = None
-    # what it runs with, fixed at dispatch: merge.Effective.to_json(); None before dispatch (its
+    # what it runs with, fixed at dispatch: merge_values.Effective.to_json(); None before dispatch (its
     # effective values are computed live then) and for jobs dispatched before schema 4
     effective: dict | None = None
     # an array's element: its array (the array's id is its first element's job id) and its index;

@@ -52,7 +52,7 @@ from xce_lite.config.cluster import (
     load_yaml,
     problem,
 )
-from xce_lite.config.merge import (
+from xce_lite.config.merge_values import (
     HOOK_POINTS,
     Hook,
     Param,

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from xce_lite.config.cluster import ClusterConfig
-from xce_lite.config.merge import Effective, Profile, QueueLimits, merge, parse_resreq
+from xce_lite.config.merge import merge
+from xce_lite.config.merge_values import Effective, Profile, QueueLimits, parse_resreq
 from xce_lite.errors import SpecError
 from xce_lite.models import JobSpec
 from xce_lite.sched import resreq as rr
