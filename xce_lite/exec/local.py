@@ -31,7 +31,8 @@ from xce_lite.errors import HostUnreachable
 from xce_lite.exec import bundle
 from xce_lite.exec.agent.journal import read_journal
 from xce_lite.exec.agent.util import boot_id, is_alive
-from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel, AgentOps
+from xce_lite.exec.agentops import AgentOps
+from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel
 from xce_lite.exec.host import EventSink, HostProbe
 
 

@@ -48,7 +48,8 @@ import paramiko
 
 from xce_lite.errors import HostUnreachable
 from xce_lite.exec.bundle import agent_copy
-from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel, AgentOps
+from xce_lite.exec.agentops import AgentOps
+from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel
 from xce_lite.exec.host import EventSink, HostProbe
 from xce_lite.exec.sshroute import Deadline, Route
 from xce_lite.exec.sshtarget import SshTarget

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xce_lite import errors
-from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel, AgentOps
+from xce_lite.exec.agentops import AgentOps
+from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel
 from xce_lite.exec.host import EventSink, HostProbe
 from xce_lite.exec.sshtarget import SshTarget
 
