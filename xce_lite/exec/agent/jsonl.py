@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 try:
     import _json
 except ImportError:  # pragma: no cover - other Pythons
-    _json = None  # type: ignore[assignment]  # mypy: a module or None is what this means
+    _json = None  # type: ignore[assignment]  # None: no C scanner here, which a module type cannot say
 
 
 class _JsonContext:
