@@ -43,7 +43,8 @@ from pathlib import Path
 
 from xce_lite import testhosts
 from xce_lite.exec import bundle
-from xce_lite.exec.channel import AgentChannel, AgentOps
+from xce_lite.exec.agentops import AgentOps
+from xce_lite.exec.channel import AgentChannel
 from xce_lite.exec.host import LaunchRequest, UnitFinished
 
 AGENT = bundle.local_file()  # the one file hosts get, under the source tree (the test host sees it)

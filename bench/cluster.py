@@ -214,3 +214,15 @@ def wait_done(client: Client, ids: list[int], deadline: float) -> dict | None:
         reply = client.get("/jobs/wait", ids=text, timeout=min(60.0, max(1.0, left)))
         if reply["finished"]:
             return reply
+
+
+def wait_idle(c: BenchCluster, timeout: float = 60.0) -> None:
+    """Until the controller holds no pending or active job (and has had a moment to settle)."""
+    client = c.client()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = client.get("/status")["jobs"]
+        if jobs["pending"] == 0 and jobs["active"] == 0:
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)

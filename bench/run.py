@@ -25,22 +25,22 @@ taken within the run), or why this run cannot judge it (a section not run, Hyper
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from cluster import BenchCluster, is_agent, proc_status, pss, wait_done
-from stats import fmt, summary, table
+from cluster import BenchCluster, is_agent, proc_status, pss, wait_done, wait_idle
+from cli_start import bench_cli
+from floors import bench_hq, bench_xargs
+from report import KINDS, Report, goals, section
+from stats import summary, table
 
 SECTIONS = ("throughput", "latency", "cli", "rss", "floors")
 MB = 1024 * 1024
@@ -50,67 +50,9 @@ PEERS_LAT = "Slurm 0.98 s, HQ 6.5 ms"
 PEERS_RSS = "Slurm 48.6 MB (10k pending), HQ 41.6 MB (whole process)"
 
 
-class Report:
-    """Collects figures; prints each as it is measured and a summary table at the end."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-        self.figures: dict[str, float] = {}  # key -> median, for the goals (only figures with samples)
-        self.why_not: dict[str, str] = {}  # key -> why the figure is missing
-
-    def add(self, name: str, unit: str, samples: list[float], goal: str = "", met: bool | None = None,
-            peers: str = "", p95: bool = False, key: str = "") -> dict:
-        s = summary(samples)
-        if key and samples:
-            self.figures[key] = s["median"]
-        row = {"name": name, "unit": unit, "peers": peers, "goal": goal, "met": met, "show_p95": p95, **s}
-        self.rows.append(row)
-        extra = f", p95 {fmt(s['p95'], unit)}" if p95 else ""
-        verdict = "" if met is None else ("  [goal met]" if met else "  [goal MISSED]")
-        goal_text = f"  goal {goal}" if goal else ""
-        print(f"  {name}: median {fmt(s['median'], unit)} (min {fmt(s['min'], unit)}, max "
-              f"{fmt(s['max'], unit)}{extra}; {s['runs']} runs){goal_text}{verdict}", flush=True)
-        return row
-
-    def note(self, name: str, text: str) -> None:
-        self.rows.append({"name": name, "text": text})
-        print(f"  {name}: {text}", flush=True)
-
-    def print_table(self) -> None:
-        rows = [("figure", "median", "min", "max", "runs", "goal", "verdict", "peers on this machine")]
-        for r in self.rows:
-            if "text" in r:
-                rows.append((r["name"], r["text"], "", "", "", "", "", ""))
-                continue
-            median = fmt(r["median"], r["unit"])
-            if r["show_p95"]:
-                median += f" (p95 {fmt(r['p95'], r['unit'])})"
-            verdict = "" if r["met"] is None else ("met" if r["met"] else "MISSED")
-            rows.append((r["name"], median, fmt(r["min"], r["unit"]), fmt(r["max"], r["unit"]),
-                         str(r["runs"]), r["goal"], verdict, r["peers"]))
-        print(table(rows))
-
-
-def section(title: str) -> None:
-    print(f"\n== {title} ({time.strftime('%H:%M:%S')})", flush=True)
-
-
-def wait_idle(c: BenchCluster, timeout: float = 60.0) -> None:
-    """Until the controller holds no pending or active job (and has had a moment to settle)."""
-    client = c.client()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = client.get("/status")["jobs"]
-        if jobs["pending"] == 0 and jobs["active"] == 0:
-            break
-        time.sleep(0.05)
-    time.sleep(0.3)
-
-
 # ---- 1 and 2: throughput ---------------------------------------------------------------------------
 
 
-KINDS = {"each": "one POST each", "batch": "one batch POST", "array": "one array POST"}
 
 
 def machine_busy_seconds() -> float:
@@ -213,103 +155,6 @@ def bench_latency(rep: Report, c: BenchCluster, samples: int) -> None:
     rep.add("(method floor: `sh -c date` spawned directly, no engine)", "s", floor, p95=True)
 
 
-# ---- 4: one `xce submit` process ------------------------------------------------------------------
-
-
-def console_script() -> tuple[list[str], str]:
-    beside = Path(sys.executable).parent / "xce"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return [str(beside)], f"console script {beside}"
-    found = shutil.which("xce")
-    if found:
-        return [found], f"`xce` on PATH ({found}; may be a pyenv shim, which adds its own cost)"
-    return [sys.executable, "-m", "xce_lite"], f"{sys.executable} -m xce_lite (no `xce` script found)"
-
-
-def bench_cli(rep: Report, c: BenchCluster, samples: int) -> None:
-    section(f"4. one `xce submit` / `xce --help` process vs `python -c pass`, {samples} samples each (interleaved)")
-    script, how = console_script()
-    print(f"    xce = {how}")
-    cmds = {
-        "python -c pass": [sys.executable, "-c", "pass"],
-        "python -I -S -c pass": [sys.executable, "-I", "-S", "-c", "pass"],
-        "xce submit -- true": [*script, "submit", "-o", c.out, "--", "true"],
-        "xce --help": [*script, "--help"],
-        "python -m xce_lite submit -- true": [sys.executable, "-m", "xce_lite", "submit", "-o", c.out, "--", "true"],
-    }
-    times: dict[str, list[float]] = {k: [] for k in cmds}
-    failures: dict[str, str] = {}
-
-    def once(name: str) -> float | None:
-        t0 = time.perf_counter()
-        r = subprocess.run(cmds[name], check=False, cwd=c.work, env=c.env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True)
-        dt = time.perf_counter() - t0
-        if r.returncode != 0:
-            failures.setdefault(name, f"exit {r.returncode}: {r.stderr.strip()[:300]}")
-            return None
-        return dt
-
-    for name in cmds:  # warm the page cache
-        once(name)
-        once(name)
-    for _ in range(samples):
-        order = list(cmds)
-        random.shuffle(order)
-        for name in order:
-            dt = once(name)
-            if dt is not None:
-                times[name].append(dt)
-    for name, msg in failures.items():
-        rep.note(f"{name}: FAILED", msg)
-    base = summary(times["python -c pass"])["median"]
-    rep.add("python -c pass (same interpreter)", "s", times["python -c pass"], peers="performance.md: 20.5 ms")
-    rep.add("xce submit -- true (one process, wall)", "s", times["xce submit -- true"],
-            peers="sbatch 8.3 ms, tsp 3.8 ms")
-    rep.add("python -m xce_lite submit -- true", "s", times["python -m xce_lite submit -- true"])
-    rep.add("xce --help (one process, wall)", "s", times["xce --help"], peers="bsub -h, sbatch --help")
-    for name, key in (("xce submit -- true", "cli_submit"), ("xce --help", "cli_help")):
-        if not times[name] or base <= 0:
-            rep.why_not[key] = f"`{name}` failed: {failures.get(name, 'no samples')}"
-            continue
-        med_ratio = summary(times[name])["median"] / base
-        rep.figures[key] = med_ratio
-        rep.add(f"{name} / python -c pass (each sample / baseline median)", "x", [t / base for t in times[name]],
-                goal="<= 4x (median / median)", met=med_ratio <= 4.0)
-    bare = summary(times["python -I -S -c pass"])["median"]
-    rep.add("python -I -S -c pass (no site, no .pth hooks: the bare floor)", "s", times["python -I -S -c pass"])
-    rep.add("xce submit / python -I -S -c pass (information, no goal)", "x",
-            [t / bare for t in times["xce submit -- true"]])
-    wait_idle(c)
-
-    # What the CLI path imports, once, beyond what a bare `python -c pass` imports (site, .pth hooks).
-    def imported(*args: str) -> list[tuple[int, int, str]]:
-        r = subprocess.run([sys.executable, "-X", "importtime", *args], check=False, cwd=c.work, env=c.env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        found = []
-        for line in r.stderr.splitlines():
-            if not line.startswith("import time:") or "self [us]" in line:
-                continue
-            try:
-                _, rest = line.split(":", 1)
-                self_us, cum_us, name = (part for part in rest.split("|"))
-                found.append((int(cum_us), int(self_us), name.rstrip()))
-            except ValueError:
-                continue
-        return found
-
-    floor = {name.strip() for _, _, name in imported("-c", "pass")}
-    entries = sorted((e for e in imported("-m", "xce_lite", "--help") if e[2].strip() not in floor), reverse=True)
-    print(f"\n    python -X importtime -m xce_lite --help: top 10 cumulative import costs beyond `python -c pass` "
-          f"({len(entries)} modules more)")
-    print(f"    {'cumulative':>10}  {'self':>8}  module (indent = nesting)")
-    for cum, self_us, name in entries[:10]:
-        print(f"    {cum / 1000:8.1f} ms  {self_us / 1000:6.1f} ms  {name}")
-    heavy = [n.strip() for _, _, n in entries if n.strip().split(".")[0] in
-             ("pydantic", "apsw", "fabric", "paramiko", "yaml", "psutil", "http", "multiprocessing")]
-    print(f"    heavy modules on the CLI path: {', '.join(sorted(set(heavy))) or 'none'}")
-
-
 # ---- 5: controller RSS with 10,000 pending ------------------------------------------------------------
 
 
@@ -392,157 +237,8 @@ def _cmdline(p) -> list[str]:
         return []
 
 
-# ---- 6: floors ---------------------------------------------------------------------------------------
-
-
-def bench_xargs(rep: Report, runs: int, n: int) -> None:
-    section(f"6a. floor: `seq {n} | xargs -P2 -n1 true`, {runs} runs")
-    walls = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(f"seq {n} | xargs -P2 -n1 true", shell=True, check=False)
-        walls.append(time.perf_counter() - t0)
-    rep.add(f"xargs -P2: {n} x true, wall", "s", walls, peers="performance.md: 1.77 s")
-    rep.add("xargs -P2: throughput", "jobs/s", [n / w for w in walls], peers="performance.md: 564 jobs/s",
-            key="tput_xargs")
-
-
-def hq_python(venv: Path, allow_install: bool) -> tuple[Path | None, str]:
-    python = venv / "bin" / "python"
-    if python.exists() and _hq_importable(python):
-        return python, f"HyperQueue from {venv}"
-    if not allow_install:
-        return None, f"no HyperQueue in {venv} and --no-hq-install given"
-    try:
-        if not python.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
-        r = subprocess.run([str(python), "-m", "pip", "install", "-q", "hyperqueue"], check=False, capture_output=True,
-                           text=True, timeout=240)
-        if r.returncode != 0:
-            return None, f"pip install hyperqueue failed: {r.stderr.strip()[-300:]}"
-    except (subprocess.SubprocessError, OSError) as err:
-        return None, f"could not make the venv {venv}: {err}"
-    if not _hq_importable(python):
-        return None, f"hyperqueue installed in {venv} but does not import"
-    return python, f"HyperQueue freshly installed in {venv}"
-
-
-def _hq_importable(python: Path) -> bool:
-    r = subprocess.run([str(python), "-c", "import hyperqueue"], check=False, capture_output=True, timeout=60)
-    return r.returncode == 0
-
-
-def bench_hq(rep: Report, runs: int, n: int, venv: Path, allow_install: bool) -> None:
-    section(f"6b. floor: HyperQueue LocalCluster (1 worker, 2 cores), {n} tasks, {runs} runs")
-    python, how = hq_python(venv, allow_install)
-    print(f"    {how}")
-    if python is None:
-        rep.note("HyperQueue", f"skipped: {how}")
-        rep.why_not["hq"] = how
-        return
-    tmp = tempfile.mkdtemp(prefix="xbhq-", dir="/tmp")  # HQ leaves sockets in $TMPDIR: keep them here
-    proc = subprocess.Popen([str(python), str(HERE / "hq_floor.py"), str(runs), str(n)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, TMPDIR=tmp))
-    try:
-        out, err = proc.communicate(timeout=60 + 40 * runs)
-    except subprocess.TimeoutExpired:
-        _kill_with_children(proc.pid)
-        out, err = proc.communicate()
-        rep.note("HyperQueue", "timed out; its process was killed (by PID)")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    results = []
-    for line in out.splitlines():
-        if line.startswith("{"):
-            results.append(json.loads(line))
-    if not results:
-        rep.note("HyperQueue", f"no result (exit {proc.returncode}): {err.strip()[-300:]}")
-        rep.why_not["hq"] = f"HyperQueue gave no result (exit {proc.returncode})"
-        return
-    rep.add(f"HQ {n}-task array job: submit", "s", [r["array_submit"] for r in results],
-            peers="performance.md: 21.7 ms")
-    rep.add(f"HQ {n}-task array job: throughput", "tasks/s", [n / r["array_wall"] for r in results],
-            peers="performance.md: 164 tasks/s", key="hq_array")
-    rep.add(f"HQ {n} one-task jobs: submit phase", "s", [r["jobs_submit"] for r in results],
-            peers="performance.md: 0.64 s")
-    rep.add(f"HQ {n} one-task jobs: throughput", "jobs/s", [n / r["jobs_wall"] for r in results],
-            peers="performance.md: 141 jobs/s", key="hq_jobs")
-    print("    (HQ's client polls about once a second: its wall times may be overstated by up to ~1 s)")
-
-
-def _kill_with_children(pid: int) -> None:
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        victims = [*root.children(recursive=True), root]
-    except psutil.NoSuchProcess:
-        return
-    for p in victims:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-
-
 def _interrupt(*_args) -> None:
     raise KeyboardInterrupt
-
-
-# ---- the goals of issue 18, each judged on figures of this run -----------------------------------------
-
-
-def _ratio(rep: Report, top: str, bottom: str) -> float | None:
-    a, b = rep.figures.get(top), rep.figures.get(bottom)
-    return a / b if a is not None and b else None
-
-
-def goals(rep: Report, only: set[str], hq: bool) -> list[tuple[str, str, str]]:
-    """(goal, figure of this run, met / MISSED / why it cannot be judged here) for each goal."""
-    f = rep.figures
-    no_hq = rep.why_not.get("hq") or ("--no-hq given" if not hq else "the floors section did not run")
-    rows = []
-
-    def judge(goal: str, value: float | None, text: str, ok, missing: str, scale: float = 1.0) -> None:
-        if value is None:
-            rows.append((goal, "-", f"not judged: {missing}"))
-        else:
-            rows.append((goal, text.format(value * scale), "met" if ok(value * scale) else "MISSED"))
-
-    need_tput = "throughput section not run" if "throughput" not in only else "no successful run"
-    for kind, hq_key, hq_name in (("each", "hq_jobs", "HQ's 1,000 one-task jobs"),
-                                  ("array", "hq_array", "HQ's 1,000-task array")):
-        what = "1,000 one-POST jobs" if kind == "each" else "1,000-element array"
-        missing = need_tput if f"tput_{kind}" not in f else no_hq
-        value = _ratio(rep, f"tput_{kind}", hq_key)
-        text = "{:.2f}x" + (f" ({f[f'tput_{kind}']:.0f} vs {f[hq_key]:.0f} jobs/s)" if value is not None else "")
-        judge(f"{what} >= 1.5x {hq_name}", value, text, lambda v: v >= 1.5, missing)
-    value = _ratio(rep, "tput_backlog", "tput_batch")
-    judge("first 200 jobs with 10,000 pending >= 0.8x the empty queue (1,000-job batch POST)", value,
-          "{:.2f}x" + (f" ({f['tput_backlog']:.0f} vs {f['tput_batch']:.0f} jobs/s)" if value else ""),
-          lambda v: v >= 0.8, "needs the rss and throughput sections")
-    judge("machine CPU per job <= 5 ms (1,000-job batch POST, /proc/stat as bench/cpu_per_job.py)",
-          f.get("cpu_batch"), "{:.1f} ms", lambda v: v <= 5.0, need_tput)
-    for key, what in (("cli_submit", "`xce submit -- true`"), ("cli_help", "`xce --help`")):
-        judge(f"{what} <= 4x `python -c pass`", f.get(key), "{:.2f}x", lambda v: v <= 4.0,
-              rep.why_not.get(key, "cli section not run"))
-    judge("accepting a 1,000-element array <= 20 ms POST -> reply", f.get("accept_array"),
-          "{:.1f} ms", lambda v: v <= 20.0, need_tput, scale=1000)
-    rows.append(("over SSH: plain >= 0.5x local, systemd >= 0.8x a bare systemd-run loop", "-",
-                 "not judged here: bench/remote.py measures it (root, test hosts)"))
-    judge("keep: submit -> start median <= 10 ms", f.get("latency"), "{:.1f} ms", lambda v: v <= 10.0,
-          "latency section not run", scale=1000)
-    judge("keep: controller RSS <= 60 MB at 10,000 pending", f.get("rss"), "{:.1f} MB",
-          lambda v: v <= 60.0, "rss section not run")
-    rows.append(("keep: decisions hashes unchanged; bench/scheduling.py no worse", "-",
-                 "not judged here: tests/ and bench/scheduling.py"))
-    if "tput_xargs" in f:
-        for kind in ("each", "batch", "array"):
-            if f"tput_{kind}" in f:
-                rows.append((f"(beside: {KINDS[kind]} / xargs -P2, no goal)",
-                             f"{f[f'tput_{kind}'] / f['tput_xargs']:.2f}x", ""))
-    return rows
 
 
 # ---- main ------------------------------------------------------------------------------------------

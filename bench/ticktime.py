@@ -64,7 +64,7 @@ def _timed(name: str, fn):
 
 def _instrument(what_if: set[str]) -> None:
     from xce_lite.controller import core as ctl
-    from xce_lite.exec import channel
+    from xce_lite.exec import agentops
     from xce_lite.store import db, jobs
 
     # Only what exists: the source is being changed in parallel, a renamed step is skipped, not fatal.
@@ -72,7 +72,7 @@ def _instrument(what_if: set[str]) -> None:
             (ctl.Controller, "Controller", ("tick", "_reconcile", "_finish_jobs", "_snapshot", "_schedule",
                                             "_record_intent", "_launch", "_record_started", "_store_reasons")),
             (jobs.JobStore, "JobStore", ("submit", "finish", "dispatch", "started", "set_pend_reasons", "jobs")),
-            (channel.AgentOps, "host", ("launch", "forget"))):
+            (agentops.AgentOps, "host", ("launch", "forget"))):
         for meth in meths:
             fn = getattr(cls, meth, None)
             if fn is None:
@@ -116,7 +116,7 @@ def _instrument(what_if: set[str]) -> None:
         import queue as _queue
 
         work: _queue.Queue = _queue.Queue()
-        real_forget = channel.AgentOps.forget
+        real_forget = agentops.AgentOps.forget
 
         def worker():
             while True:
@@ -127,7 +127,7 @@ def _instrument(what_if: set[str]) -> None:
                     print(f"asyncforget: {err}", file=sys.stderr)
 
         threading.Thread(target=worker, daemon=True).start()
-        channel.AgentOps.forget = lambda self, units: work.put((self, list(units)))
+        agentops.AgentOps.forget = lambda self, units: work.put((self, list(units)))
 
 
 def _group_commit(ctl, jobs) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, overload
 
 from xce_lite.errors import SpecError
 from xce_lite.workflow import arrays, deps
@@ -134,8 +134,8 @@ class JobSpec:
         max_slots = data.get("max_slots")
         if max_slots is not None and slots is None:
             raise SpecError("max_slots needs slots: send -n MIN,MAX as slots and max_slots")
-        if max_slots is not None and (not isinstance(max_slots, int) or isinstance(max_slots, bool)
-                                      or not slots <= max_slots <= 100_000):
+        if max_slots is not None and slots is not None and (
+                not isinstance(max_slots, int) or isinstance(max_slots, bool) or not slots <= max_slots <= 100_000):
             raise SpecError(f"-n {slots},{max_slots}: the maximum must be a whole number from {slots} to 100000")
         resreq = data.get("resreq") or []
         if not isinstance(resreq, list) or not all(isinstance(r, str) and len(r) <= 8192 for r in resreq):
@@ -186,6 +186,10 @@ class JobSpec:
         return cls(**data)
 
 
+@overload
+def _text(data: dict, key: str, required: Literal[True]) -> str: ...
+@overload
+def _text(data: dict, key: str, required: bool = False) -> str | None: ...
 def _text(data: dict, key: str, required: bool = False) -> str | None:
     value = data.get(key)
     if value is None:
@@ -320,7 +324,7 @@ class Job:
     # what it holds while dispatched or running: {"allocs": [[host, tasks, {resource: amount},
     # [gpu indices]], ...], "shared": {counter: amount}}; None for jobs stored before schema 2
     alloc: dict | None = None
-    # what it runs with, fixed at dispatch: merge.Effective.to_json(); None before dispatch (its
+    # what it runs with, fixed at dispatch: merge_values.Effective.to_json(); None before dispatch (its
     # effective values are computed live then) and for jobs dispatched before schema 4
     effective: dict | None = None
     # an array's element: its array (the array's id is its first element's job id) and its index;

@@ -93,9 +93,10 @@ class Cluster:
         try:
             spec = build_spec(merged, argv, chosen, from_preset)
         except click.BadParameter as err:
-            key = next((k for k, (flag, _t) in presets.OPTIONS.items() if flag == err.param_hint), err.param_hint)
+            hint = err.param_hint if isinstance(err.param_hint, str) else ""  # build_spec names one option
+            key = next((k for k, (flag, _t) in presets.OPTIONS.items() if flag == hint), hint)
             keyword = {v: k for k, v in _RENAMED.items()}.get(key, key)
-            raise errors.SpecError(f"{keyword} ({err.param_hint}): {err.message}") from None
+            raise errors.SpecError(f"{keyword} ({hint}): {err.message}") from None
         return self._client.submit({"jobs": [spec]})["ids"][0]  # with a request id: a lost reply is asked again
 
     def submit_flow(self, file: str | Path, **variables: str) -> dict:

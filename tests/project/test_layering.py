@@ -4,8 +4,9 @@ Every import counts, including those inside functions (a lazy import is still an
 ones (resolved against the importing module's package). The rules:
 
 - `sched/*` and `lifecycle` import only the standard library, `models`, `errors` and `sched.*`;
-- the merge (`config.merge`, `config.merge_view`) and the workflow logic (`workflow.deps`, `arrays`,
-  `gate`) are pure too: the standard library, `models`, `errors`, `quantities`, `sched.*`, each other;
+- the merge (`config.merge`, `merge_values`, `merge_view`) and the workflow logic (`workflow.deps`,
+  `deps_eval`, `arrays`, `gate`) are pure too: the standard library, `models`, `errors`,
+  `quantities`, `sched.*`, each other;
 - `store/*` never imports `exec`, `sched`, `controller`, `api`, `cli` or `sim`;
 - `exec/*` never imports `store`, `sched`, `controller`, `api`, `cli` or `sim`;
 - `config/*`, `workflow/*` and `api/*` never import `controller`, `store`, `cli` or `sim`;
@@ -150,12 +151,15 @@ def test_pure_core_imports_only_stdlib_models_errors_and_sched(layer: str) -> No
 PURE_HELPERS = ("xce_lite.models", "xce_lite.errors", "xce_lite.quantities", "xce_lite.sched")
 
 
-@pytest.mark.parametrize("module", ["xce_lite.config.merge", "xce_lite.config.merge_view", "xce_lite.workflow.deps",
-                                    "xce_lite.workflow.arrays", "xce_lite.workflow.gate"])
+PURE_LOGIC = ("xce_lite.config.merge", "xce_lite.config.merge_values", "xce_lite.config.merge_view",
+              "xce_lite.workflow.deps", "xce_lite.workflow.deps_eval", "xce_lite.workflow.arrays",
+              "xce_lite.workflow.gate")
+
+
+@pytest.mark.parametrize("module", PURE_LOGIC)
 def test_the_merge_and_the_workflow_logic_are_pure(module: str) -> None:
     def allowed(target: str) -> bool:
-        return is_stdlib(target) or within(target, *PURE_HELPERS, "xce_lite.config.merge", "xce_lite.workflow.deps",
-                                           "xce_lite.workflow.arrays")
+        return is_stdlib(target) or within(target, *PURE_HELPERS, *PURE_LOGIC)
 
     assert violations(module, all_imports(), allowed) == []
 

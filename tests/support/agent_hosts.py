@@ -19,7 +19,8 @@ from pathlib import Path
 from tests.support.agent_local import journal
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
-from xce_lite.exec.channel import AgentChannel, AgentOps
+from xce_lite.exec.agentops import AgentOps
+from xce_lite.exec.channel import AgentChannel
 from xce_lite.exec.host import HookRun, JobResult, LaunchRequest, UnitFinished
 from xce_lite.exec.ssh import SshTarget
 

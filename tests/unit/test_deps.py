@@ -8,8 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xce_lite.errors import SpecError
-from xce_lite.workflow import deps
-from xce_lite.workflow.deps import And, Cond, GroupFacts, Not, Or, Ref, Target, Verdict, group_facts
+from xce_lite.workflow import deps, deps_eval
+from xce_lite.workflow.deps import And, Cond, GroupFacts, Not, Or, Ref, Target, group_facts
+from xce_lite.workflow.deps_eval import Verdict
 
 # ---- parsing ---------------------------------------------------------------------------------------
 
@@ -160,7 +161,7 @@ NOW, WAIT, NEVER, FOREVER = Verdict(True, False), Verdict(False, False), Verdict
 ])
 def test_each_condition_on_one_job(text, facts, verdict):
     expr = deps.resolve(deps.parse(text), lambda ref: [Target(ref.id or 0)])
-    assert deps.evaluate(expr, lambda _t: facts) == verdict
+    assert deps_eval.evaluate(expr, lambda _t: facts) == verdict
 
 
 @pytest.mark.parametrize("text, states, verdict", [
@@ -193,7 +194,7 @@ def test_each_condition_on_one_job(text, facts, verdict):
 ])
 def test_each_condition_on_an_array(text, states, verdict):
     expr = deps.resolve(deps.parse(text), lambda ref: [Target(ref.id or 0, array=True)])
-    assert deps.evaluate(expr, lambda _t: array(*states)) == verdict
+    assert deps_eval.evaluate(expr, lambda _t: array(*states)) == verdict
 
 
 @pytest.mark.parametrize("text, verdict", [
@@ -212,12 +213,12 @@ def test_each_condition_on_an_array(text, states, verdict):
 def test_failure_propagates_through_and_or_not(text, verdict):
     facts = {1: job("DONE"), 2: job("EXIT", 1), 3: job("RUN")}
     expr = deps.resolve(deps.parse(text), lambda ref: [Target(ref.id or 0)])
-    assert deps.evaluate(expr, lambda t: facts[t.id]) == verdict
+    assert deps_eval.evaluate(expr, lambda t: facts[t.id]) == verdict
 
 
 def test_a_target_with_no_facts_can_never_hold():
     expr = deps.resolve(deps.parse("done(8)"), lambda ref: [Target(8)])
-    assert deps.evaluate(expr, lambda _t: None) == NEVER
+    assert deps_eval.evaluate(expr, lambda _t: None) == NEVER
 
 
 def test_unmet_lists_each_condition_by_the_name_given_with_its_state():
@@ -225,11 +226,11 @@ def test_unmet_lists_each_condition_by_the_name_given_with_its_state():
     expr = deps.resolve(deps.parse("done(prep) && done(sims) && !ended(7)"),
                         lambda ref: [lookup[ref.text()]])
     facts = {41: job("EXIT", 3), 42: array("DONE", "RUN", "PEND"), 7: job("RUN")}
-    assert deps.unmet(expr, lambda t: facts[t.id]) == [
+    assert deps_eval.unmet(expr, lambda t: facts[t.id]) == [
         "done(prep): prep (job 41) is EXIT (exit code 3) (can never hold)",
         "done(sims): sims (array 42) has 1 DONE, 1 PEND, 1 RUN of 3",
     ]
-    assert deps.unmet(expr, lambda t: {41: job("DONE"), 42: array("DONE"), 7: job("RUN")}[t.id]) == []
+    assert deps_eval.unmet(expr, lambda t: {41: job("DONE"), 42: array("DONE"), 7: job("RUN")}[t.id]) == []
 
 
 # ---- properties ------------------------------------------------------------------------------------
@@ -265,7 +266,7 @@ def test_a_final_verdict_never_changes_as_jobs_move_on(expr, lives, rnd):
 
     final: Verdict | None = None
     for _ in range(40):
-        verdict = deps.evaluate(expr, facts)
+        verdict = deps_eval.evaluate(expr, facts)
         if final is not None:
             assert verdict.value == final.value, f"{deps.format_expr(expr)} flipped after it was final"
         elif verdict.final:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from xce_lite.config.merge import Hook, Profile, QueueLimits, merge
+from xce_lite.config.merge import merge
+from xce_lite.config.merge_values import Hook, Profile, QueueLimits
 from xce_lite.controller.jobunits import Expected, hostfile, job_units, launch_requests, parse_unit, reconcile
 from xce_lite.exec.host import HookRun, JobResult, UnitInfo
 from xce_lite.models import Job, JobSpec, unit_name

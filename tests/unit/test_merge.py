@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xce_lite.config.merge import (
+from xce_lite.config.merge import merge
+from xce_lite.config.merge_values import (
     DEFAULT,
     JOB,
     PRESET,
@@ -24,7 +25,6 @@ from xce_lite.config.merge import (
     QueueLimits,
     RusageEntry,
     annotation_env_name,
-    merge,
 )
 from xce_lite.config.merge_view import changed_fields, describe
 from xce_lite.errors import SpecError

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support import paths
 from xce_lite.config.checks import review
-from xce_lite.config.merge import Hook, Profile
+from xce_lite.config.merge_values import Hook, Profile
 from xce_lite.config.profiles import load_cluster
 from xce_lite.errors import ConfigError
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import resource
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from xce_lite import errors
 
@@ -45,5 +46,6 @@ class Limits:
                 raise errors.ConfigError(f"{LIMITS_ENV}: {name}={value!r} is not a number") from None
             if number <= 0:
                 raise errors.ConfigError(f"{LIMITS_ENV}: {name} must be above 0")
-            limits = replace(limits, **{name: number})
+            changed: dict[str, Any] = {name: number}
+            limits = replace(limits, **changed)
         return limits

@@ -132,8 +132,8 @@ def acct(ctx, by, user, project, since, until, as_json) -> None:
     if not reply["rows"]:
         click.echo("No finished job in that time")
         return
-    rows = [(by.upper(), "JOBS", "DONE", "EXIT", "WAIT_MEDIAN", "WAIT_P95", "RUN_TIME", "CPU_TIME", "MAX_MEM",
-             "SLOT_HOURS", "GPU_HOURS", "EFFICIENCY")]
+    rows: list[tuple[str, ...]] = [(by.upper(), "JOBS", "DONE", "EXIT", "WAIT_MEDIAN", "WAIT_P95", "RUN_TIME",
+                                    "CPU_TIME", "MAX_MEM", "SLOT_HOURS", "GPU_HOURS", "EFFICIENCY")]
     for row in reply["rows"]:
         rows.append(_acct_row(row["key"] or "-", row))
     if len(reply["rows"]) > 1:

@@ -15,6 +15,7 @@ import codecs
 import io
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,12 +124,12 @@ def echo_json(doc: Any) -> None:
     click.echo(text)
 
 
-def table_lines(rows: list[tuple[str, ...]]) -> list[str]:
+def table_lines(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
-def echo_table(rows: list[tuple[str, ...]]) -> None:
+def echo_table(rows: Sequence[Sequence[str]]) -> None:
     for line in table_lines(rows):
         click.echo(line)
 

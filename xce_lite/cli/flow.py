@@ -160,7 +160,7 @@ def flow_status(ctx, name: str, as_json: bool) -> None:
     f = reply["flow"]
     rescue = f", a rescue of #{f['rescue_of']}" if f["rescue_of"] else ""
     click.echo(f"Flow <{f['name']}> #{f['id']}{rescue}, submitted {when(f['submit_time'])}")
-    for line in table_lines([("STEP", "STATE", "JOB", "DETAIL")] + graph_rows(f["steps"])):
+    for line in table_lines([("STEP", "STATE", "JOB", "DETAIL"), *graph_rows(f["steps"])]):
         click.echo("  " + line)
 
 
@@ -168,7 +168,7 @@ def graph_rows(steps: list[dict]) -> list[tuple[str, ...]]:
     """One row per step, upstream first, indented by its depth in the graph (`└─ collect`); a step
     with several upstream steps names them."""
     depth: dict[str, int] = {}
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for s in steps:
         depth[s["step"]] = 1 + max((depth.get(u, 0) for u in s["upstream"]), default=-1)
         tree = ("   " * (depth[s["step"]] - 1) + "└─ " if depth[s["step"]] else "") + s["step"]

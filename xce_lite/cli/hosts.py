@@ -71,10 +71,10 @@ def hosts(ctx, long, as_json) -> None:
             if h.get("refused"):
                 click.echo(f"  refused by this shared cluster (no work): {h['refused']}")
             click.echo(f"  {agent_line(h.get('agent'))}")
-            rows = [("RESOURCE", "TOTAL", "RESERVED", "FREE")]
+            amounts = [("RESOURCE", "TOTAL", "RESERVED", "FREE")]
             for name, r in sorted(h["resources"].items()):
-                rows.append((name, *(_amount(name, r[k]) for k in ("total", "reserved", "free"))))
-            echo_table(rows)
+                amounts.append((name, *(_amount(name, r[k]) for k in ("total", "reserved", "free"))))
+            echo_table(amounts)
             extra = [f"gpus free: {','.join(map(str, h['gpus_free']))}" if h["gpus_free"] else "",
                      " ".join(f"{k}={v}" for k, v in sorted(h["attrs"].items())),
                      f"tags: {' '.join(h['tags'])}" if h["tags"] else ""]

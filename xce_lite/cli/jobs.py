@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 
 import click
 
@@ -52,7 +53,7 @@ def jobs(ctx, show_all, long, pending, user, project, elements, as_json, ids) ->
                                                            f"{last['array_index']}]"
             click.echo(f"{shown}  {job['user']}  {job['state']}  {_clip(job['name'], 24)}\n  {why}")
         return
-    rows = [("JOBID", "USER", "STAT", "QUEUE", "SLOTS", "EXEC_HOST", "JOB_NAME", "SUBMIT_TIME")]
+    rows: list[tuple[str, ...]] = [("JOBID", "USER", "STAT", "QUEUE", "SLOTS", "EXEC_HOST", "JOB_NAME", "SUBMIT_TIME")]
     lines = [(job["id"], _row(job)) for job in reply["jobs"]] + [(a["id"], _array_row(a)) for a in reply["arrays"]]
     rows.extend(row for _id, row in sorted(lines, key=lambda pair: pair[0]))
     _table(rows)
@@ -197,6 +198,6 @@ def when(stamp: float | None) -> str:
     return "-" if stamp is None else time.strftime("%b %d %H:%M:%S", time.localtime(stamp))
 
 
-def _table(rows: list[tuple[str, ...]]) -> None:
+def _table(rows: Sequence[Sequence[str]]) -> None:
     for line in table_lines(rows):
         click.echo(line)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -19,7 +20,7 @@ from xce_lite.cli.submit import build_spec, given_options, submit_options
 from xce_lite.config import presets
 
 
-def _echo_table(rows: list[tuple[str, ...]]) -> None:
+def _echo_table(rows: Sequence[Sequence[str]]) -> None:
     for line in table_lines(rows):
         click.echo(line)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -161,7 +162,7 @@ def current_umask() -> int:
 
 
 def build_spec(options: dict[str, Any], command: list[str], preset: Preset | None = None,
-               from_preset: list[str] = ()) -> dict[str, Any]:
+               from_preset: Sequence[str] = ()) -> dict[str, Any]:
     """The job spec the controller receives; click.BadParameter names the option (and the preset
     when the bad value came from it)."""
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from xce_lite.config.cluster import ClusterConfig
-from xce_lite.config.merge import Effective, Profile
+from xce_lite.config.merge_values import Effective, Profile
 from xce_lite.config.merge_view import changed_fields
 from xce_lite.config.profiles import looks_secret
 from xce_lite.config.sched_view import effective, host_totals

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from xce_lite.config.merge import DEFAULT, DEFAULT_HOOK_TIMEOUT, JOB, PROFILE, Effective, Hook, Profile, task_range
+from xce_lite.config.merge import task_range
+from xce_lite.config.merge_values import DEFAULT, DEFAULT_HOOK_TIMEOUT, JOB, PROFILE, Effective, Hook, Profile
 from xce_lite.quantities import format_duration, format_size
 from xce_lite.sched import resreq as rr
 

@@ -52,7 +52,7 @@ from xce_lite.config.cluster import (
     load_yaml,
     problem,
 )
-from xce_lite.config.merge import (
+from xce_lite.config.merge_values import (
     HOOK_POINTS,
     Hook,
     Param,
@@ -320,7 +320,7 @@ def load_profiles(path: Path, config: ClusterConfig, config_path: Path) -> dict[
     root = None
     if path.exists():
         parsed, root = load_yaml(path, ApplicationsFile, "", "a mapping with `applications`")
-        problems = []
+        problems: list[str] = []
         for name, profile_config in parsed.applications.items():
             profile = profiles[name] = profile_config.to_profile(name)
             problems.extend(problem(path, root, ("applications", name, "resources", *loc), message)

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from xce_lite.config.cluster import ClusterConfig
-from xce_lite.config.merge import Effective, Profile, QueueLimits, merge, parse_resreq
+from xce_lite.config.merge import merge
+from xce_lite.config.merge_values import Effective, Profile, QueueLimits, parse_resreq
 from xce_lite.errors import SpecError
 from xce_lite.models import JobSpec
 from xce_lite.sched import resreq as rr
@@ -53,7 +54,7 @@ def host_totals(config: ClusterConfig) -> tuple[HostView, ...]:
     """Every configured host, open and empty: totals in base units, attributes and tags."""
     views = []
     for h in config.hosts:
-        total = {SLOTS: h.slots, "mem": h.mem, GPUS: h.gpus}
+        total: dict[str, int | float] = {SLOTS: h.slots, "mem": h.mem, GPUS: h.gpus}
         for name, amount in h.resources.items():
             total[name] = config.resource_amount(name, amount, f"host {h.name}")
         attrs = {"type": h.type, **h.attrs}

@@ -23,11 +23,10 @@ host reports.
 from __future__ import annotations
 
 import heapq
-import queue
 from dataclasses import dataclass, field
 
 from xce_lite.exec.agent.util import format_limit
-from xce_lite.exec.host import HostEvent, HostProbe, JobResult, LaunchReply, LaunchRequest, UnitFinished, \
+from xce_lite.exec.host import EventSink, HostEvent, HostProbe, JobResult, LaunchReply, LaunchRequest, UnitFinished, \
     UnitInfo, UnitsLaunched
 
 PROGRAM = "xce-sim-job"
@@ -100,9 +99,9 @@ class FakeHost:
         self.name = name
         self.cluster = cluster
         self.units: dict[str, _Unit] = {}
-        self.events: queue.Queue[HostEvent] | None = None
+        self.events: EventSink | None = None
 
-    def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
+    def connect(self, events: EventSink) -> HostProbe:
         self.events = events
         return HostProbe(hostname=self.name, cpus=0, mem=0, agent_version=0, extra={"fake": True})
 
@@ -125,7 +124,8 @@ class FakeHost:
         if len(argv) != 3 or argv[0] != PROGRAM:
             return LaunchReply(request.unit, "refused", error=f"exec failed: {argv[0] if argv else ''!r} is not "
                                                              f"a simulated job (expected {PROGRAM} RUNTIME EXIT)")
-        runtime, exit_code = float(argv[1]), int(argv[2])
+        runtime = float(argv[1])
+        exit_code: int | None = int(argv[2])
         begin = self.cluster.now if start is None else start
         signal, reason = None, None
         if request.run_limit is not None and runtime > request.run_limit:

@@ -23,7 +23,6 @@ Values crossing the seam are plain frozen dataclasses of JSON-able fields.
 
 from __future__ import annotations
 
-import queue
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -194,10 +193,16 @@ class FileChunk:
 HostEvent = UnitFinished | HostLost | UnitsLaunched | LaunchRequested | TaskFinished
 
 
+class EventSink(Protocol):
+    """Where a host's events go: a queue.Queue[HostEvent], or anything with its put()."""
+
+    def put(self, item: HostEvent, /) -> None: ...
+
+
 class Host(Protocol):
     name: str
 
-    def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
+    def connect(self, events: EventSink) -> HostProbe:
         """Start or reach the agent; events (finished units, a lost agent) go to `events`."""
         ...
 

@@ -23,7 +23,6 @@ it keeps:
 from __future__ import annotations
 
 import os
-import queue
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +31,9 @@ from xce_lite.errors import HostUnreachable
 from xce_lite.exec import bundle
 from xce_lite.exec.agent.journal import read_journal
 from xce_lite.exec.agent.util import boot_id, is_alive
-from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel, AgentOps
-from xce_lite.exec.host import HostEvent, HostProbe
+from xce_lite.exec.agentops import AgentOps
+from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel
+from xce_lite.exec.host import EventSink, HostProbe
 
 
 def supervisor_pids(spool_dir: str | os.PathLike) -> list[int]:
@@ -102,7 +102,7 @@ class LocalHost(AgentOps):
             self.mode,
         ]
 
-    def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
+    def connect(self, events: EventSink) -> HostProbe:
         """Start the agent and greet it. A previous agent of this LocalHost is closed first."""
         self.close()
         argv = self.agent_argv()
@@ -120,6 +120,7 @@ class LocalHost(AgentOps):
                 raise HostUnreachable(
                     f"host {self.name}: cannot start {self.python}: {exc.strerror}; check the python path"
                 ) from exc
+        assert self._proc.stdout is not None and self._proc.stdin is not None  # both are pipes
         self._channel = AgentChannel(self._proc.stdout, self._proc.stdin, events.put, self.name, self.timeout)
         try:
             return self.probe()
@@ -141,14 +142,15 @@ class LocalHost(AgentOps):
                 proc.wait(timeout=1)  # exiting (reaped here), or an orphan that outlives us: left alone
             except subprocess.TimeoutExpired:
                 pass
-            proc.stdout.close()
+            if proc.stdout is not None:
+                proc.stdout.close()
             return
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # a hung agent: it is ours, end it (its jobs go on)
             proc.kill()
             proc.wait()
-        if channel is not None and channel.join(10):
+        if channel is not None and channel.join(10) and proc.stdout is not None:
             proc.stdout.close()
 
 

@@ -13,7 +13,6 @@ a new agent, which adopts them from the spool's journal.
 from __future__ import annotations
 
 import os
-import queue
 import socket
 import sys
 from dataclasses import replace
@@ -24,7 +23,7 @@ from xce_lite.errors import HostUnreachable
 from xce_lite.exec.agent.journal import read_journal
 from xce_lite.exec.agent.keeper import TCP_FILE
 from xce_lite.exec.channel import result_from_json
-from xce_lite.exec.host import HostEvent, HostProbe, JobResult, LaunchReply, LaunchRequest
+from xce_lite.exec.host import EventSink, HostProbe, JobResult, LaunchReply, LaunchRequest
 from xce_lite.exec.local import LocalHost
 
 
@@ -70,7 +69,7 @@ class SlurmHost(LocalHost):
     def agent_pid(self) -> int | None:
         return None if self.direct else super().agent_pid
 
-    def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
+    def connect(self, events: EventSink) -> HostProbe:
         """Through `srun` (LocalHost's way, over the relay's pipes), or straight to the keeper's TCP
         port with TCP_NODELAY when `direct` (HostUnreachable, saying why, until the keeper is up)."""
         if not self.direct:

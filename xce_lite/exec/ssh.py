@@ -48,8 +48,9 @@ import paramiko
 
 from xce_lite.errors import HostUnreachable
 from xce_lite.exec.bundle import agent_copy
-from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel, AgentOps
-from xce_lite.exec.host import HostEvent, HostProbe
+from xce_lite.exec.agentops import AgentOps
+from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel
+from xce_lite.exec.host import EventSink, HostProbe
 from xce_lite.exec.sshroute import Deadline, Route
 from xce_lite.exec.sshtarget import SshTarget
 
@@ -277,7 +278,7 @@ class SshHost(AgentOps):
                                   "in the process that uses the host")
         return super()._chan()
 
-    def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
+    def connect(self, events: EventSink) -> HostProbe:
         """Open the route, start (or first copy) the agent and greet it. A previous connection of
         this host is closed first. Raises HostUnreachable, HostKeyError or ConfigError."""
         self.close()

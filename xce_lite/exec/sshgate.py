@@ -33,12 +33,16 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xce_lite import errors
-from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel, AgentOps
-from xce_lite.exec.host import HostEvent, HostProbe
+from xce_lite.exec.agentops import AgentOps
+from xce_lite.exec.channel import DEFAULT_TIMEOUT, AgentChannel
+from xce_lite.exec.host import EventSink, HostProbe
 from xce_lite.exec.sshtarget import SshTarget
+
+if TYPE_CHECKING:
+    from xce_lite.exec.ssh import AgentStream  # paramiko: imported by the gateway only
 
 MAX_MESSAGE = 1 << 16
 CONNECT_WAIT = 300.0  # the gateway bounds every step itself; this only catches a hung gateway
@@ -136,7 +140,7 @@ class GatewayHost(AgentOps):
         self._sock: socket.socket | None = None
         self._channel: AgentChannel | None = None
 
-    def connect(self, events: queue.Queue[HostEvent]) -> HostProbe:
+    def connect(self, events: EventSink) -> HostProbe:
         self.close()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -216,8 +220,9 @@ def _serve_one(control: socket.socket, send_lock: threading.Lock, request: dict,
     reply: dict[str, Any] = {"id": request.get("id")}
     try:
         log_path = Path(request["log_path"]) if request.get("log_path") else None
-        stream = open_agent(SshTarget.from_json(request["target"]), request["name"], request["spool"],
-                            request["mode"], bool(request.get("accept_new")), log_path)
+        stream: AgentStream | None = open_agent(SshTarget.from_json(request["target"]), request["name"],
+                                                request["spool"], request["mode"], bool(request.get("accept_new")),
+                                                log_path)
     except errors.XceError as exc:
         reply.update(ok=False, kind=type(exc).__name__, message=str(exc),
                      fingerprint=getattr(exc, "fingerprint", None), path=getattr(exc, "path", None),
@@ -227,6 +232,7 @@ def _serve_one(control: socket.socket, send_lock: threading.Lock, request: dict,
         reply.update(ok=False, kind="HostUnreachable", message=f"connecting failed unexpectedly: {exc!r}")
         stream = None
     else:
+        assert stream is not None  # open_agent() returned it
         reply.update(ok=True, deployed=stream.deployed)
     with send_lock:
         control.send(json.dumps(reply).encode())

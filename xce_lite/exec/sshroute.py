@@ -25,6 +25,7 @@ import os
 import socket
 import subprocess
 import threading
+from typing import Any
 
 import fabric
 import paramiko
@@ -47,16 +48,17 @@ class Deadline:
     takes too long it closes the route, which fails the wait, and remembers which step it was."""
 
     def __init__(self, close) -> None:
-        self._close, self._timer = close, None
+        self._close = close
+        self._timer: threading.Timer | None = None
         self.expired: str | None = None
         self.seconds = 0.0
 
     def arm(self, step: str, seconds: float) -> None:
         self.disarm()
         self.seconds = seconds
-        self._timer = threading.Timer(seconds, self._fire, (step,))
-        self._timer.daemon = True
-        self._timer.start()
+        self._timer = timer = threading.Timer(seconds, self._fire, (step,))
+        timer.daemon = True
+        timer.start()
 
     def disarm(self) -> None:
         if self._timer is not None:
@@ -95,7 +97,7 @@ class Route:
     def _make(self, spec: str, user: str | None = None, port: int | None = None,
               identity: str | None = None) -> fabric.Connection:
         t = self.target.connect_timeout
-        kwargs = {"timeout": t, "banner_timeout": t, "auth_timeout": t, "channel_timeout": t}
+        kwargs: dict[str, Any] = {"timeout": t, "banner_timeout": t, "auth_timeout": t, "channel_timeout": t}
         if identity:
             kwargs["key_filename"] = [identity]
         # gateway=False: this class opens jump hosts itself (see _links_to and open)

@@ -91,11 +91,12 @@ def remove_hosts(path: Path, names: Iterable[str]) -> list[str]:
         return removed
 
 
-def _read(path: Path) -> tuple[str, yaml.Node, dict]:
+def _read(path: Path) -> tuple[str, yaml.MappingNode, dict]:
     """The file's text, node tree and data; ConfigError (load_config's) unless it is a valid config now."""
     load_config(path)  # an edit starts from a file that loads: its errors say what to fix first
     text = path.read_text(encoding="utf-8")
     data, root = yamlfile.parse(text, str(path), exact_marks=True)
+    assert isinstance(root, yaml.MappingNode)  # load_config() found a mapping there
     return text, root, data
 
 
@@ -240,8 +241,9 @@ def add_known_hosts(path: Path, lines: Iterable[str], replace: bool = False) -> 
     changed, which needs a human), unless `replace`: then those older lines go (for hosts the
     caller itself just made, such as the practice cluster's, whose keys are new each time).
     """
-    wanted = [_fields(line) for line in lines]
-    if any(f is None for f in wanted):
+    parsed = [_fields(line) for line in lines]
+    wanted = [f for f in parsed if f is not None]
+    if len(wanted) != len(parsed):
         raise ConfigError("a known_hosts line needs HOSTS KEYTYPE KEY")
     with _locked(path):
         old = _read_lines(path)

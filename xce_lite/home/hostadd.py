@@ -62,7 +62,8 @@ def add_host(home: Home, name: str, fields: dict[str, Any], slots: int | None = 
     if given.get("launch") == "auto":
         del given["launch"]
     try:
-        draft = HostConfig(name=name, type="ssh", slots=slots or 1, mem=mem or 1, **given)  # validates the fields
+        # validates the fields (a dict: pydantic parses `mem`'s text, "8G", into bytes)
+        draft = HostConfig.model_validate({"name": name, "type": "ssh", "slots": slots or 1, "mem": mem or 1, **given})
     except ValidationError as err:
         wrong = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the host'}: {e['msg']}" for e in err.errors())
         raise SpecError(f"cannot add host {name!r}: {wrong}; nothing was written") from None

@@ -232,6 +232,7 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
             break
         policy = queues.get(job.queue, no_policy)
         request = job.request
+        reason: str | None
         if job.blocked is not None:
             reason, kind = job.blocked, BLOCKED
         elif holder is not None:
@@ -250,14 +251,14 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
             if reason is None:
                 result = session.place(request, policy.hosts)
                 amounts = held(result) if usage is not None and not isinstance(result, Refusal) else None
-                over = usage.over(job.project, amounts) if amounts is not None else None
+                over = usage.over(job.project, amounts) if usage is not None and amounts is not None else None
                 if over is not None:  # the placement itself passes a project limit (per-host amounts)
                     if observe is not None:
                         observe(Examined(job.id, LIMITED, request, over))
                     waiting.setdefault(over, []).append(job.id)
                     continue
                 if not isinstance(result, Refusal):
-                    if amounts is not None:
+                    if usage is not None and amounts is not None:
                         usage.add(job.project, amounts)
                     if ordering is not None:
                         ordering.dispatched(job, result.tasks)

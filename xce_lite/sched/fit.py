@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 from xce_lite.sched import resreq as rr
 from xce_lite.sched.reasons import HostAlloc
@@ -23,7 +23,7 @@ SLOTS, GPUS = "slots", "gpus"
 _PER_INDEX = {"task": 0, "host": 1, "job": 2}
 
 
-def is_number(x: object) -> bool:
+def is_number(x: object) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -99,7 +99,7 @@ def order_key(name: str, values: Mapping[str, object], keys: tuple[rr.OrderKey, 
     key: list[tuple[int, float]] = []
     for k in keys:
         v = values.get(k.name)
-        key.append((0, -v if k.descending else v) if is_number(v) else (1, 0))  # type: ignore[operator]
+        key.append((0, -v if k.descending else v) if is_number(v) else (1, 0))
     return (*key, name)
 
 

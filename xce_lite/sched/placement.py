@@ -50,7 +50,7 @@ at the cost of what changed rather than of every host. The arithmetic is in `fit
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -69,24 +69,30 @@ def _check(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class HostView:
     """One host as the placement sees it. Amounts in base units (bytes for mem). `free` defaults to
     `total` and must have the same keys; when `gpus` is a resource, `free["gpus"]` is the number of
     indices in `gpu_free`. `attrs` are strings or numbers (type, model); `tags` are bare names."""
 
     name: str
-    state: str = "ok"
-    total: Mapping[str, int | float] = NOTHING
-    free: Mapping[str, int | float] | None = None
-    gpu_free: tuple[int, ...] = ()
-    attrs: Mapping[str, str | int | float] = NOTHING
-    tags: frozenset[str] = frozenset()
+    state: str
+    total: Mapping[str, int | float]
+    free: Mapping[str, int | float]
+    gpu_free: tuple[int, ...]
+    attrs: Mapping[str, str | int | float]
+    tags: frozenset[str]
 
-    def __post_init__(self) -> None:
-        total = FrozenMap(self.total)
-        free = total if self.free is None else FrozenMap(self.free)
-        gpu_free = tuple(sorted(self.gpu_free))
+    # Written out, not generated: `free` may be given as None (then it is `total`), and the
+    # attribute is always a mapping.
+    def __init__(self, name: str, state: str = "ok", total: Mapping[str, int | float] = NOTHING,
+                 free: Mapping[str, int | float] | None = None, gpu_free: Iterable[int] = (),
+                 attrs: Mapping[str, str | int | float] = NOTHING, tags: Iterable[str] = frozenset()) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "state", state)
+        total = FrozenMap(total)
+        free = total if free is None else FrozenMap(free)
+        gpu_free = tuple(sorted(gpu_free))
         _check(self.state in HOST_STATES, f"host {self.name}: state {self.state!r} is not one of {HOST_STATES}")
         _check(all(is_number(v) for v in (*total.values(), *free.values())),
                f"host {self.name}: amounts must be finite numbers")
@@ -98,8 +104,8 @@ class HostView:
         object.__setattr__(self, "total", total)
         object.__setattr__(self, "free", free)
         object.__setattr__(self, "gpu_free", gpu_free)
-        object.__setattr__(self, "attrs", FrozenMap(self.attrs))
-        object.__setattr__(self, "tags", frozenset(self.tags))
+        object.__setattr__(self, "attrs", FrozenMap(attrs))
+        object.__setattr__(self, "tags", frozenset(tags))
 
     def with_free(self, free: Mapping[str, int | float], gpu_free: tuple[int, ...],
                   state: str | None = None) -> HostView:
@@ -124,18 +130,22 @@ class HostView:
         return replace(self, state="ok", free=self.total, gpu_free=tuple(range(int(self.total.get(GPUS, 0)))))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class JobRequest:
     """A job's effective request: `-n min_tasks,max_tasks` (max defaults to min) and the merged -R."""
 
     id: int
-    min_tasks: int = 1
-    max_tasks: int | None = None
-    resreq: rr.ResReq = _ANY
+    min_tasks: int
+    max_tasks: int
+    resreq: rr.ResReq
 
-    def __post_init__(self) -> None:
-        if self.max_tasks is None:
-            object.__setattr__(self, "max_tasks", self.min_tasks)
+    # Written out, not generated: `max_tasks` may be given as None (then it is `min_tasks`), and
+    # the attribute is always an int.
+    def __init__(self, id: int, min_tasks: int = 1, max_tasks: int | None = None, resreq: rr.ResReq = _ANY) -> None:
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "min_tasks", min_tasks)
+        object.__setattr__(self, "max_tasks", min_tasks if max_tasks is None else max_tasks)
+        object.__setattr__(self, "resreq", resreq)
         low, high = self.min_tasks, self.max_tasks
         if type(low) is not int or type(high) is not int or low < 1:
             raise SpecError(f"-n {low},{high}: task counts are whole numbers, at least 1")

@@ -42,6 +42,7 @@ class FrozenMap(Mapping[str, Any]):
     """An immutable, hashable, picklable mapping; keys kept sorted so equal maps print alike."""
 
     __slots__ = ("_d",)
+    _d: dict[str, Any]  # set once, by __init__ (through object.__setattr__: the map is immutable)
 
     def __init__(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()) -> None:
         object.__setattr__(self, "_d", dict(sorted(dict(items).items())))

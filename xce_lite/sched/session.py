@@ -9,47 +9,33 @@ places on, not every host. `placement.place` itself is a one-job Session.
 `Session.renew` carries all that to the next snapshot of the same hosts (core.SessionCache holds
 the Session between `schedule` calls): only the hosts taken from or with other free amounts are
 read again, and each shape catches up with them from a change log, as it does within a session.
+
+Its working state (hosts and shapes) is in session_state.py, the answers it builds in
+session_answers.py.
 """
 
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from xce_lite.sched import resreq as rr
-from xce_lite.sched.fit import (
-    GPUS,
-    SLOTS,
-    Demand,
-    Term,
-    attributes,
-    demand_of,
-    order_key,
-    shared_most,
-    solve_with_first,
-    taken,
-    tasks_fitting,
-)
+from xce_lite.sched.fit import demand_of, shared_most, solve_with_first, taken, tasks_fitting
 from xce_lite.sched.reasons import (
     NOTHING,
     FrozenMap,
-    HostAlloc,
-    HostDown,
     HostRefusal,
-    NoFirstHost,
     NoHosts,
     NoTaskCount,
     NoValue,
     Placement,
     Refusal,
     SelectFalse,
-    SharedShort,
     Short,
-    TooFewTasks,
-    format_amount,
 )
+from xce_lite.sched.session_answers import placement_of, refusal_of
+from xce_lite.sched.session_state import SessionHost, Shape, compare, host_name, units_of
 
 if TYPE_CHECKING:
     from xce_lite.sched.placement import HostView, JobRequest
@@ -60,180 +46,6 @@ MAX_SHAPES = 256
 MAX_ASKS = 64
 
 
-class _Host:
-    """A host during a session. What it IS (`view`: state, totals, attributes, tags) is fixed for the
-    session, and for as long as the Session keeps it (see `Session.renew`); what it has free (`free`,
-    a plain dict, and `gpu_free`) is replaced by `Session.take`, and by `reset` for a new snapshot."""
-
-    __slots__ = ("_names", "down", "free", "gpu_free", "name", "refusals", "view")
-
-    def __init__(self, view: HostView) -> None:
-        self._names: dict[str, object] | None = None
-        # Closed or unreachable: the one reason it takes nothing, whatever the job.
-        self.down = HostRefusal(view.name, (HostDown(view.state),)) if view.state != "ok" else None
-        # Why it cannot take one task, by what the reasons read (see _Shape.asks): shapes that ask
-        # the same share them. Emptied when the host is taken from.
-        self.refusals: dict[int, HostRefusal] = {}
-        self.adopt(view)
-
-    def adopt(self, view: HostView) -> None:
-        """Read the host from `view`: at first, or a view of the same host (state, totals,
-        attributes, tags) with the free amounts `self.view` has, in new objects (the Session reads
-        the snapshot it was given)."""
-        self.view, self.name = view, view.name
-        # Never changed in place (Session.take replaces it with `taken`'s new dict), so it may be
-        # the view's own: no copy per host per session.
-        free = view.free
-        self.free: dict[str, Any] = free.shared_dict() if isinstance(free, FrozenMap) else dict(free)
-        self.gpu_free = view.gpu_free
-
-    def reset(self, view: HostView) -> None:
-        """The host as `view` has it: the same host, with what `view` has free (which may differ from
-        what it had). Its reasons go: they name free amounts."""
-        self.adopt(view)
-        self.refusals.clear()
-
-    @property
-    def is_open(self) -> bool:
-        """It can take a task of some job: up, with a free slot (every task holds one)."""
-        return self.down is None and self.free.get(SLOTS, 0) >= 1
-
-    def names(self) -> dict[str, object]:
-        """`attributes(view)`: what select[], same[] and order[] read, built once per host."""
-        if self._names is None:
-            self._names = attributes(self.view)
-        return self._names
-
-    def order_key(self, keys: tuple[rr.OrderKey, ...]) -> tuple[object, ...]:
-        return order_key(self.name, {**self.names(), **self.free}, keys)
-
-
-class _Shape:
-    """One request shape (task range and -R) on one set of hosts (`hosts`, by name), kept current
-    through a session. Invariants, each checked against the unoptimised place() by the tests:
-
-    - `members` are exactly the hosts that can take one task of the shape now, in placement order
-      (order[] keys read on free amounts, then name), with their room in `caps`: (tasks as any
-      host, tasks as the first host). What a full scan of `hosts` would find, in its order.
-    - Every other host is refused: for good (closed, or select false, where `matching` says no), or
-      by what it has free now or the same[] attributes it lacks. Those reasons are built only
-      when a refusal needs them, and kept in `refused` until the host is taken from.
-    - Free amounts only shrink in a session, so room only shrinks: a host leaves `members` when its
-      room reaches 0 and comes back only with a new snapshot (`Session.renew`), where what is free
-      may grow. A host with no free slot can never take a task (every task holds a slot), so the
-      full hosts of a busy cluster are never members at all.
-    """
-
-    __slots__ = ("allowed", "answer", "asks", "caps", "demand", "generation", "group", "hosts", "keys", "matching",
-                 "members", "order", "refused", "same", "seen", "select", "shared_seen")
-
-    def __init__(self, demand: Demand, r: rr.ResReq, hosts: list[_Host], allowed: frozenset[str] | None,
-                 matching: set[_Host] | None, seen: int, generation: int, asks: int) -> None:
-        self.demand = demand
-        # The snapshot (Session.renew's count) `demand` was read in: it is read again from the first
-        # job met in each snapshot, so placements carry that job's own values (names included), as
-        # a fresh Session's would.
-        self.generation = generation
-        self.order = r.order
-        self.select = r.select
-        self.asks = asks  # what a refused host's reasons read (host terms, same[]), as a number
-        self.hosts = hosts
-        self.allowed = allowed  # the names of `hosts`; None: every host
-        self.matching = matching  # the open hosts the select is true on; None: no select
-        self.same = r.same
-        self.members: list[_Host] = []
-        self.caps: dict[_Host, tuple[int, int]] = {}
-        self.keys: dict[_Host, tuple[object, ...]] = {}  # order[] keys of the members, when order[] is given
-        self.group: dict[_Host, tuple[object, ...]] = {}  # same[] values, when same[] is given
-        self.refused: dict[_Host, HostRefusal] = {}
-        self.seen = seen  # the Session's clock when this shape last caught up with the hosts that changed
-        # The last refusal, while nothing it reads has changed: no member's room, no refused host's
-        # reasons, no shared counter it asks for (`shared_seen`: the session's count of placements
-        # that took from the counters, at the time).
-        self.answer: Refusal | None = None
-        self.shared_seen = 0
-
-    def refused_for_good(self, host: _Host) -> bool:
-        """Closed, unreachable or select false: nothing free has a say."""
-        return host.down is not None or (self.matching is not None and host not in self.matching)
-
-    def admits(self, host: _Host) -> bool:
-        """`host` is one of the shape's hosts, with every same[] attribute: it may be a member."""
-        return (self.allowed is None or host.name in self.allowed) and \
-            not (self.same and any(a not in host.names() for a in self.same))
-
-    def room(self, host: _Host) -> tuple[int, int]:
-        """(tasks `host` can take as any host, as the first host): the most up to the maximum."""
-        d = self.demand
-        other = tasks_fitting(host.free, d.host_terms, False, d.max_tasks)
-        return other, tasks_fitting(host.free, d.host_terms, True, d.max_tasks) if d.per_job and other else other
-
-
-def _name(host: _Host) -> str:
-    return host.name
-
-
-def _same_map(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    if a is b:
-        return True
-    if isinstance(a, FrozenMap) and isinstance(b, FrozenMap):
-        return a.shared_dict() == b.shared_dict()
-    return a == b
-
-
-def _same_host(a: HostView, b: HostView) -> bool:
-    """`a` and `b` are the same host, whatever each has free: name, state, totals, attributes, tags."""
-    return a.name == b.name and a.state == b.state and _same_map(a.total, b.total) and \
-        _same_map(a.attrs, b.attrs) and a.tags == b.tags
-
-
-def _compare(host: _Host, view: HostView, changed: dict[_Host, HostView]) -> bool:
-    """For `Session.renew`: False if `view` is not `host` any more (what it is changed); else True,
-    with `host` in `changed` if `view` has other free amounts, or adopting `view` if it has equal ones
-    and `host` is not to be read again anyway."""
-    old = host.view
-    if not _same_host(old, view):
-        return False
-    if host not in changed and view.gpu_free == old.gpu_free and _same_map(view.free, old.free):
-        host.adopt(view)  # an equal view: what the host holds stays true of it
-    else:
-        changed[host] = view
-    return True
-
-
-def _units(shape: _Shape, members: list[_Host], allowed: int) -> list[int]:
-    """The units each of `members` can take as any host, in order; when `shape.demand.looks_back`,
-    only as far as the first members that already hold `allowed` units.
-
-    That prefix is enough when the solver only looks back: with no host limit it fills hosts in
-    order, under hosts=1 it takes the first host that holds it all, under ptile=p it takes the first
-    full hosts and then the first host with room for the rest; in each case, once the hosts read so
-    far reach `allowed` (the most the job may get), later hosts cannot change the answer. A busy
-    session places small jobs on the first few of hundreds of hosts: this reads those few."""
-    d = shape.demand
-    if not d.looks_back:
-        return [shape.caps[h][0] // d.unit for h in members]
-    units: list[int] = []
-    total = full = partial = 0  # sum of units; under ptile: hosts with a full tile, the largest other
-    for host in members:
-        u = shape.caps[host][0] // d.unit
-        units.append(u)
-        if d.limit == 1:
-            reach = u
-        elif d.ptile is None:
-            total += u
-            reach = total
-        else:  # solve's bound: whole tiles on full hosts, plus the largest part on one other host
-            if u >= d.ptile:
-                full += 1
-            else:
-                partial = max(partial, u)
-            reach = d.ptile * full + (partial if full < len(units) else 0)
-        if reach >= allowed:
-            break
-    return units
-
-
 class Session:
     """Placement of many jobs, one after another, against one snapshot of hosts: `place` a job,
     `take` what it got, place the next. The same answers as `place` on the hosts with every earlier
@@ -242,7 +54,7 @@ class Session:
     What a host IS (state, totals, attributes, tags) is fixed for the session, so its attributes,
     its select verdicts and its same[] values are read once; what a host has free only shrinks, so a
     request shape's candidate hosts, sorted once, only lose members or move under order[] (see
-    `_Shape`). A shape is keyed by (host set, task range, -R): jobs of queues sharing their hosts
+    `Shape`). A shape is keyed by (host set, task range, -R): jobs of queues sharing their hosts
     share it.
 
     From one snapshot to the next: `renew` starts a session on a new snapshot of the same hosts and
@@ -258,24 +70,24 @@ class Session:
         if len({h.name for h in hosts}) != len(hosts):  # a programming error in building a snapshot
             raise ValueError("host names must be distinct")
         self._views = tuple(hosts)  # as given: `renew` compares the next snapshot's with them
-        self.hosts = [_Host(h) for h in sorted(hosts, key=lambda h: h.name)]
+        self.hosts = [SessionHost(h) for h in sorted(hosts, key=lambda h: h.name)]
         self._by_name = {h.name: h for h in self.hosts}
         self._open = [h for h in self.hosts if h.is_open]  # by name
         self.shared = shared  # sorted by name, as FrozenMap keeps it
-        self._shapes: dict[tuple[object, ...], _Shape] = {}
-        self._matching: dict[object, set[_Host]] = {}  # select -> the open hosts it is true on
-        self._unmatched: dict[object, dict[_Host, HostRefusal]] = {}  # select -> the others' reasons
+        self._shapes: dict[tuple[object, ...], Shape] = {}
+        self._matching: dict[object, set[SessionHost]] = {}  # select -> the open hosts it is true on
+        self._unmatched: dict[object, dict[SessionHost, HostRefusal]] = {}  # select -> the others' reasons
         self._false: dict[object, tuple[SelectFalse]] = {}
-        self._hosts_in: dict[frozenset[str], list[_Host]] = {}  # a queue's host set -> its hosts, by name
+        self._hosts_in: dict[frozenset[str], list[SessionHost]] = {}  # a queue's host set -> its hosts, by name
         # Every host whose free amounts changed, with the clock's value then, oldest change first:
         # a shape catches up with the hosts changed since it last looked, newest first, stopping at
         # the first it has seen. One entry per host, so it is bounded by the hosts.
-        self._changes: dict[_Host, int] = {}
+        self._changes: dict[SessionHost, int] = {}
         self._clock = 0
-        self._taken: list[_Host] = []  # the hosts taken from since the snapshot: `renew` resets them
+        self._taken: list[SessionHost] = []  # the hosts taken from since the snapshot: `renew` resets them
         self._generation = 0  # how many snapshots this Session has had (renew's count)
         self._shared_taken = 0  # how many times the shared counters changed
-        self._asks: dict[tuple[object, ...], int] = {}  # (host terms, same[]) -> a number, for _Host.refusals
+        self._asks: dict[tuple[object, ...], int] = {}  # (host terms, same[]) -> a number, for SessionHost.refusals
         self._asks_made = 0
 
     def renew(self, hosts: Sequence[HostView], shared_free: Mapping[str, int | float] = NOTHING) -> bool:
@@ -299,7 +111,7 @@ class Session:
                 if was_open:
                     self._open.remove(host)
                 else:
-                    bisect.insort(self._open, host, key=_name)
+                    bisect.insort(self._open, host, key=host_name)
         if shared != self.shared:
             self.shared = shared
             self._shared_taken += 1
@@ -309,20 +121,20 @@ class Session:
                 memo.clear()
         return True
 
-    def _reread(self, hosts: Sequence[HostView]) -> dict[_Host, HostView] | None:
+    def _reread(self, hosts: Sequence[HostView]) -> dict[SessionHost, HostView] | None:
         """The hosts to read again, with their new views: those taken from in the last session and
         those whose view has other free amounts (a view with equal ones is adopted on the spot).
         None if `hosts` are not the same hosts as the last snapshot's."""
         if len(hosts) != len(self._views):
             return None
-        changed: dict[_Host, HostView] = {host: host.view for host in self._taken}
+        changed: dict[SessionHost, HostView] = {host: host.view for host in self._taken}
         by_name = self._by_name
         for view, last in zip(hosts, self._views):  # in the last snapshot's order, as callers keep it
             if view is last:
                 continue
             if view.name != last.name:
                 break
-            if not _compare(by_name[view.name], view, changed):
+            if not compare(by_name[view.name], view, changed):
                 return None
         else:
             return changed
@@ -330,11 +142,11 @@ class Session:
             return None
         for view in hosts:  # in another order: by name (what is done is done alike again)
             host = by_name[view.name]
-            if view is not host.view and not _compare(host, view, changed):
+            if view is not host.view and not compare(host, view, changed):
                 return None
         return changed
 
-    def _changed(self, host: _Host) -> None:
+    def _changed(self, host: SessionHost) -> None:
         self._changes.pop(host, None)
         self._changes[host] = self._clock
         self._clock += 1
@@ -356,7 +168,7 @@ class Session:
         if got < d.umin:
             shape.answer, shape.shared_seen = self._refusal(job, shape, got * d.unit), self._shared_taken
             return shape.answer
-        return _placement(job, [(members[i], units * d.unit) for i, units in alloc], d.host_terms,
+        return placement_of(job, [(members[i], units * d.unit) for i, units in alloc], d.host_terms,
                           d.shared_terms)
 
     def take(self, placement: Placement) -> None:
@@ -376,27 +188,30 @@ class Session:
 
     # ---- shapes
 
-    def _shape(self, job: JobRequest, allowed: frozenset[str] | None) -> _Shape:
+    def _shape(self, job: JobRequest, allowed: frozenset[str] | None) -> Shape:
         key = (allowed, job.min_tasks, job.max_tasks, job.resreq)
         shape = self._shapes.pop(key, None)
         if shape is None:
             shape = self._new_shape(job, allowed)
             if len(self._shapes) >= MAX_SHAPES:  # drop the least recently met: it is rebuilt, as
                 del self._shapes[next(iter(self._shapes))]  # things then stand, if met again
-        elif shape.generation != self._generation:  # equal to what it was, read from this job (see _Shape)
+        elif shape.generation != self._generation:  # equal to what it was, read from this job (see Shape)
             shape.demand, shape.generation = demand_of(job, self.shared), self._generation
         self._shapes[key] = shape  # last: the most recently met
         return shape
 
-    def _new_shape(self, job: JobRequest, allowed: frozenset[str] | None) -> _Shape:
+    def _new_shape(self, job: JobRequest, allowed: frozenset[str] | None) -> Shape:
         r = job.resreq
         if allowed is None:
             hosts = self.hosts
-        elif (hosts := self._hosts_in.get(allowed)) is None:
-            hosts = self._hosts_in[allowed] = [h for h in self.hosts if h.name in allowed]
+        else:
+            known = self._hosts_in.get(allowed)
+            if known is None:
+                known = self._hosts_in[allowed] = [h for h in self.hosts if h.name in allowed]
+            hosts = known
         demand = demand_of(job, self.shared)
         asks = self._number_asks((tuple(demand.host_terms), r.same))
-        shape = _Shape(demand, r, hosts, allowed, self._select(r.select), self._clock, self._generation, asks)
+        shape = Shape(demand, r, hosts, allowed, self._select(r.select), self._clock, self._generation, asks)
         # Only open hosts with a free slot can take a task (every task holds a slot); the others'
         # reasons are built if a refusal needs them.
         for host in self._open if allowed is None else (h for h in self._open if h.name in allowed):
@@ -427,7 +242,7 @@ class Session:
             self._asks_made += 1
         return number
 
-    def _select(self, select: rr.Expr | None) -> set[_Host] | None:
+    def _select(self, select: rr.Expr | None) -> set[SessionHost] | None:
         """The open hosts `select` is true on (None: no select, every host), evaluated once per
         session: a select reads only what a host is."""
         if select is None:
@@ -438,7 +253,7 @@ class Session:
                                                  and rr.evaluate(select, h.names())}
         return matching
 
-    def _catch_up(self, shape: _Shape) -> None:
+    def _catch_up(self, shape: Shape) -> None:
         """Bring `shape` up to date with the hosts whose free amounts changed since it last looked
         (taken from, or read again by `renew`): their room is read again (a member whose room
         reaches 0 leaves; after a renew, a host with room joins, in order), their order[] keys too,
@@ -484,22 +299,22 @@ class Session:
                 if new != old:
                     shape.answer = None
         if moved:
-            shape.members.sort(key=shape.keys.__getitem__ if shape.order else _name)
+            shape.members.sort(key=shape.keys.__getitem__ if shape.order else host_name)
 
     # ---- solving and answering
 
-    def _best(self, shape: _Shape) -> tuple[int, list[tuple[int, int]], list[_Host]]:
+    def _best(self, shape: Shape) -> tuple[int, list[tuple[int, int]], list[SessionHost]]:
         """The most units on one group of members (all of them without same[]), where, and the group:
         groups in the order of their first member, ties to the earlier group."""
         d = shape.demand
         if shape.group:
-            by_value: dict[tuple[object, ...], list[_Host]] = {}
+            by_value: dict[tuple[object, ...], list[SessionHost]] = {}
             for host in shape.members:
                 by_value.setdefault(shape.group[host], []).append(host)
             groups = list(by_value.values())
         else:
             groups = [shape.members] if shape.members else []
-        best: tuple[int, list[tuple[int, int]], list[_Host]] = (0, [], [])
+        best: tuple[int, list[tuple[int, int]], list[SessionHost]] = (0, [], [])
         for members in groups:
             tops = [len(members) if d.limit is None else min(d.limit, len(members))]
             if d.per_host_shared:  # the count of hosts changes what the counters allow: try each, downwards
@@ -509,7 +324,7 @@ class Session:
             for top in tops:
                 allowed = shared_most(d.shared_terms, self.shared, top, d.umax * d.unit) // d.unit
                 if caps_other is None:  # what the hosts can take does not depend on `top`: read it once
-                    caps_other = _units(shape, members, allowed)
+                    caps_other = units_of(shape, members, allowed)
                     caps_first = [shape.caps[h][1] // d.unit for h in members] if d.per_job else caps_other
                 got, alloc = solve_with_first(caps_other, caps_first, allowed, d.ptile,
                                                top if d.per_host_shared else d.limit, d.per_job)
@@ -519,7 +334,7 @@ class Session:
                     break
         return best
 
-    def _refusal(self, job: JobRequest, shape: _Shape, most: int) -> Refusal:
+    def _refusal(self, job: JobRequest, shape: Shape, most: int) -> Refusal:
         refused: list[HostRefusal] = []
         capacity: list[tuple[str, int]] = []
         unmatched = self._unmatched.setdefault(shape.select, {}) if shape.matching is not None else {}
@@ -531,13 +346,14 @@ class Session:
             why = host.down or shape.refused.get(host) or unmatched.get(host)
             if why is None:
                 if shape.matching is not None and host not in shape.matching:
+                    assert shape.select is not None  # `matching` is the hosts a select[] holds on
                     why = unmatched[host] = HostRefusal(host.name, self._select_false(shape.select))
                 else:
                     why = shape.refused[host] = self._host_refusal(shape, host)
             refused.append(why)
         d = shape.demand
         no_first = d.per_job and bool(capacity) and not any(shape.caps[h][1] for h in shape.members)
-        return _refusal(job, refused, capacity, most, d, self.shared, no_first)
+        return refusal_of(job, refused, capacity, most, d, self.shared, no_first)
 
     def _select_false(self, select: rr.Expr) -> tuple[SelectFalse]:
         """The reason of a host `select` is false on, one value for the session."""
@@ -547,7 +363,7 @@ class Session:
         return why
 
     @staticmethod
-    def _host_refusal(shape: _Shape, host: _Host) -> HostRefusal:
+    def _host_refusal(shape: Shape, host: SessionHost) -> HostRefusal:
         """Why `host` (open, select true) cannot take one task: the same[] attributes it lacks, and
         when it has no room, every resource it is short of for one task."""
         why = host.refusals.get(shape.asks)
@@ -561,36 +377,3 @@ class Session:
                         reasons.append(Short(name, need, max(have, 0)))
             why = host.refusals[shape.asks] = HostRefusal(host.name, tuple(reasons))
         return why
-
-
-def _placement(job: JobRequest, chosen: list[tuple[_Host, int]], host_terms: list[Term],
-               shared_terms: list[Term]) -> Placement:
-    allocs = []
-    for position, (host, tasks) in enumerate(chosen):
-        first = position == 0
-        reserved = {name: amount for name, per_task, per_host, per_job in host_terms
-                    if (amount := per_task * tasks + (per_host + (per_job if first else 0)))}
-        gpus = host.gpu_free[:math.ceil(reserved.get(GPUS, 0))]
-        allocs.append(HostAlloc(host.name, tasks, FrozenMap(reserved), gpus))
-    tasks, count = sum(a.tasks for a in allocs), len(allocs)
-    shared = {name: amount for name, per_task, per_host, per_job in shared_terms
-              if (amount := per_task * tasks + (per_host * count + per_job))}
-    return Placement(job.id, tuple(allocs), FrozenMap(shared))
-
-
-def _refusal(job: JobRequest, refused: list[HostRefusal], capacity: list[tuple[str, int]], most: int,
-             demand: Demand, shared_free: Mapping[str, Any], no_first: bool) -> Refusal:
-    """The Refusal: `refused` and `capacity` (the hosts with room) by host name; `no_first`: hosts
-    have room but none for the per-job rusage too."""
-    reasons: list[Any] = []
-    if no_first:
-        reasons.append(NoFirstHost(", ".join(f"{name}={format_amount(name, j)}/job"
-                                             for name, _, _, j in demand.host_terms if j)))
-    for name, per_task, per_host, per_job_amount in demand.shared_terms:
-        need, have = per_task * job.min_tasks + (per_host * 1 + per_job_amount), shared_free.get(name, 0)
-        if need > have:
-            reasons.append(SharedShort(name, need, max(have, 0)))
-    if capacity:
-        span = rr.format_span(job.resreq.span) if job.resreq.span else ""
-        reasons.insert(0, TooFewTasks(job.min_tasks, most, span, job.resreq.same))
-    return Refusal(job.id, tuple(reasons), tuple(refused), tuple(capacity))

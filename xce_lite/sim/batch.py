@@ -56,10 +56,12 @@ def run_batch(sim: Simulator, config_hash: str, output: Path | None = None, veri
     except BaseException:
         if recorder is not None:
             recorder.close()
+            assert partial is not None  # made with the recorder
             os.unlink(partial)
         raise
     if recorder is not None:
         recorder.close()
+        assert partial is not None and output is not None  # made with the recorder
         os.replace(partial, output)
     if save is not None:
         save.write_text(snapshot_text(sim, head), encoding="utf-8")

@@ -32,6 +32,7 @@ def export_workload(store_path: Path, out: Path, since: float | None = None) -> 
     rows = []
     for j in jobs:
         s = j.spec
+        assert j.start_time is not None and j.end_time is not None  # only such jobs were kept
         row: dict = {"submit": round(j.submit_time - origin, 3), "user": j.user, "queue": j.queue,
                      "runtime": round(max(j.end_time - j.start_time, 0.0), 3),
                      "exit": j.exit_code if j.exit_code is not None else 1}

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from xce_lite.config.cluster import ClusterConfig
-from xce_lite.config.merge import Effective
+from xce_lite.config.merge_values import Effective
 from xce_lite.errors import SpecError
 from xce_lite.models import JobSpec
 from xce_lite.sched.fairshare import PROJECT, USER, Book, FairShareInput, QueueShare, usage_now

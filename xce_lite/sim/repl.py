@@ -267,12 +267,12 @@ class Repl:
         if not args or args[0] not in ("on", "off"):
             raise ValueError("usage: trace on [all | JOB...] [summary|full] [file PATH], or trace off [JOB...]")
         if args[0] == "off":
-            jobs = frozenset(self._job(a) for a in args[1:])
+            dropped = frozenset(self._job(a) for a in args[1:])
             old = self.settings
-            if not jobs or old is None or old.jobs is None:
-                self.settings = None if not jobs or old is None else old  # `trace off 5` under `all`: keep all
+            if not dropped or old is None or old.jobs is None:
+                self.settings = None if not dropped or old is None else old  # `trace off 5` under `all`: keep all
             else:
-                left = old.jobs - jobs
+                left = old.jobs - dropped
                 self.settings = TraceSettings(left, old.level, old.file) if left else None
             if old is not None and (self.settings is None or self.settings.file != old.file):
                 self.files.release(old.file)

@@ -59,7 +59,8 @@ class AccountingStore:
             names = list(_LIVE_FIELDS)  # jobs_archive has these columns, by these names
             columns = ", ".join(f"{expr} AS {name}" for name, expr in fields.items()) if fields else ", ".join(names)
             project_column = _LIVE_FIELDS["project"] if fields else "project"
-            where, args = [], []
+            where: list[str] = []
+            args: list[object] = []
             if ids or arrays or elements:
                 chosen = [" OR ".join(["(array_id = ? AND array_index = ?)"] * len(elements))] if elements else []
                 args.extend(n for pair in elements for n in pair)
@@ -74,9 +75,9 @@ class AccountingStore:
                 where.append("user = ?")
                 args.append(user)
             if project is not None:
-                sql, more = _under(project_column, project)
+                sql, under_args = _under(project_column, project)
                 where.append(sql)
-                args.extend(more)
+                args.extend(under_args)
             if until is not None:
                 where.append("submit_time < ?")
                 args.append(until)
@@ -154,7 +155,8 @@ class AccountingStore:
                                      f"AND start_time IS NOT NULL", args))
         if days is None:
             return sums, waits, []
-        key_filter, key_args = "", []
+        key_filter = ""
+        key_args: list = []
         if on_key.get(by):
             key_filter, key_args = _filters(user, project, "key", "key")
         return sums, waits, self._day_sums(by, days, key_filter, key_args)

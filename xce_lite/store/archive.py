@@ -18,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+from typing import Any
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -138,7 +139,7 @@ def _move(con: apsw.Connection, ids: list[int]) -> None:
     names = _ARCHIVE_COLUMNS.split(", ")
     archived = []
     for row in rows:
-        item = dict(zip(names, row))
+        item: dict[str, Any] = dict(zip(names, row))
         item["hosts"] = json.loads(item["hosts"]) if item["hosts"] else None
         item["command"] = json.loads(item["command"]) if item["command"] else None
         archived.append(item)

@@ -51,12 +51,18 @@ def latest_version() -> int:
     return len(migrations())
 
 
+def _one_int(con: apsw.Connection, sql: str) -> int:
+    value = con.execute(sql).fetchall()[0][0]
+    assert isinstance(value, int)  # these PRAGMAs and count(*) give integers
+    return value
+
+
 def _identify(con: apsw.Connection, path: Path) -> tuple[int, int, int]:
     """(application_id, user_version, number of schema objects) without writing anything."""
     try:
-        app_id = con.execute("PRAGMA application_id").fetchall()[0][0]
-        version = con.execute("PRAGMA user_version").fetchall()[0][0]
-        objects = con.execute("SELECT count(*) FROM sqlite_schema").fetchall()[0][0]
+        app_id = _one_int(con, "PRAGMA application_id")
+        version = _one_int(con, "PRAGMA user_version")
+        objects = _one_int(con, "SELECT count(*) FROM sqlite_schema")
     except (apsw.NotADBError, apsw.CorruptError) as err:
         raise HomeError(
             f"{path} is not an xce_lite job store ({err.__class__.__name__}: {err}); it was left "

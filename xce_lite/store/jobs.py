@@ -282,7 +282,8 @@ class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, Project
              project: str | None = None) -> list[Job]:
         """Jobs by id, or a user's (unfinished unless `include_finished`); `elements` False leaves
         out array elements (the listing shows their arrays instead); `project`: of that project only."""
-        where, args = [], []
+        where: list[str] = []
+        args: list[object] = []
         if ids:
             where.append(f"id IN ({', '.join('?' * len(ids))})")
             args.extend(ids)
@@ -393,7 +394,7 @@ def _finish(con: apsw.Connection, items: Sequence[tuple[Finish, str]], now: floa
              f.reason, f.job_id, f.from_state),
         )
         if con.changes() == 1:
-            data = {"state": f.state, "exit_code": f.exit_code, "signal": f.exit_signal,
+            data: dict[str, object] = {"state": f.state, "exit_code": f.exit_code, "signal": f.exit_signal,
                     "reason": f.reason, "cpu_time": f.cpu_time, "max_rss": f.max_rss}
             if f.hooks:
                 data["hooks"] = list(f.hooks)
@@ -415,7 +416,7 @@ def _requeue(con: apsw.Connection, items: Sequence[Requeue], now: float) -> tupl
             "(SELECT coalesce(max(d.seq), 0) FROM events d WHERE d.job_id = k.job_id AND d.kind = 'dispatched') "
             "ORDER BY k.seq DESC LIMIT 1", (r.job_id,)).fetchall()
         if kill:
-            reason = f"{kill_reason(kill[0][0])} (not requeued: {r.reason})"
+            reason = f"{kill_reason(text if isinstance(text := kill[0][0], str) else None)} (not requeued: {r.reason})"
             con.execute("UPDATE jobs SET state = 'EXIT', end_time = ?, reason = ? WHERE id = ? AND state = ?",
                         (now, reason, r.job_id, r.from_state))
             if con.changes() == 1:
@@ -431,7 +432,7 @@ def _requeue(con: apsw.Connection, items: Sequence[Requeue], now: float) -> tupl
             (state, r.reason, int(r.retry), r.job_id, r.from_state),
         )
         if con.changes() == 1:
-            data = {"from": r.from_state, "to": state, "reason": r.reason}
+            data: dict[str, object] = {"from": r.from_state, "to": state, "reason": r.reason}
             if r.retry:
                 data.update(retry=True, result=r.result)
             _event(con, r.job_id, now, "requeued", data)

@@ -121,6 +121,7 @@ def load(data: Any, sets: dict[str, str] | None = None, check: Check | None = No
     order = _order(steps, problems)  # a cycle is reported beside every other problem
     if problems:
         raise FlowError(problems)
+    assert isinstance(name, str)  # else it was a problem
     return Flow(name, tuple(steps[n] for n in order))
 
 

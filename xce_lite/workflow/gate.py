@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xce_lite.workflow import deps
+from xce_lite.workflow import deps, deps_eval
 
 MAX_REASON_LINES = 3
 
@@ -80,13 +80,13 @@ class Gate:
     def decide(self, facts: Callable[[deps.Target], deps.GroupFacts | None],
                active: Mapping[int, int]) -> Decision:
         """What to do with every waiter now; `active`: array id -> its elements dispatched or running."""
-        verdicts: dict[int, tuple[deps.Verdict, str]] = {}  # by id() of a shared expression
+        verdicts: dict[int, tuple[deps_eval.Verdict, str]] = {}  # by id() of a shared expression
 
-        def judge(expr: deps.Expr) -> tuple[deps.Verdict, str]:
+        def judge(expr: deps.Expr) -> tuple[deps_eval.Verdict, str]:
             key = id(expr)
             if key not in verdicts:
-                verdict = deps.evaluate(expr, facts)
-                lines = deps.unmet(expr, facts) if not verdict.value else []
+                verdict = deps_eval.evaluate(expr, facts)
+                lines = deps_eval.unmet(expr, facts) if not verdict.value else []
                 text = "; ".join(lines[:MAX_REASON_LINES]) + ("; ..." if len(lines) > MAX_REASON_LINES else "")
                 verdicts[key] = (verdict, text or deps.labelled(expr))
             return verdicts[key]

@@ -266,7 +266,8 @@ class Bus:
             for message in self.read():
                 if message.reply_to == serial and message.kind in (DBUS_RETURN, DBUS_ERROR):
                     if message.kind == DBUS_ERROR:
-                        raise DBusError(message.error, str(message.body[0]) if message.body else "")
+                        text = str(message.body[0]) if message.body else ""
+                        raise DBusError(message.error or "(no error name)", text)
                     return message.body
                 self.backlog.append(message)
             left = deadline - time.monotonic()

@@ -100,7 +100,7 @@ def run_hook(spec: dict, hook: dict, ended: dict | None, stoppable: bool) -> dic
         outcome.update(exit_code=None if code < 0 else code, signal=-code if code < 0 else None)
         outcome["ok"] = code == 0 and not outcome["timed_out"] and not outcome["stopped"]
         outcome["seconds"] = round(time.monotonic() - began, 3)
-        end = "ok" if outcome["ok"] else hook_failure(outcome).removeprefix(hook_name(outcome) + " ")
+        end = "ok" if outcome["ok"] else (hook_failure(outcome) or "").removeprefix(hook_name(outcome) + " ")
         os.write(out, f"[xce] {hook_name(hook)}: {end} ({outcome['seconds']:.1f} s)\n".encode())
         return outcome
     finally:

@@ -7,10 +7,14 @@ ASCII-only JSON, so that lone surrogates (undecodable bytes from os.environ) sur
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # true for mypy only: unit interpreters load these modules, and never typing
+if TYPE_CHECKING:
+    from typing import Any
+
 try:
     import _json
 except ImportError:  # pragma: no cover - other Pythons
-    _json = None
+    _json = None  # type: ignore[assignment]  # None: no C scanner here, which a module type cannot say
 
 
 class _JsonContext:
@@ -26,14 +30,16 @@ class _JsonContext:
 
 
 if _json is not None:
-    _scan, _quote = _json.make_scanner(_JsonContext()), _json.encode_basestring_ascii
+    # the C scanner reads its decoder's attributes (duck-typed); typeshed asks for a JSONDecoder
+    _scan = _json.make_scanner(_JsonContext())  # type: ignore[arg-type]
+    _quote = _json.encode_basestring_ascii
 else:  # pragma: no cover - other Pythons
     import json as _std_json
 
     _scan, _quote = _std_json.JSONDecoder().scan_once, _std_json.encoder.encode_basestring_ascii
 
 
-def loads(text: str | bytes) -> object:
+def loads(text: str | bytes | bytearray) -> Any:
     """json.loads, without importing json (see the module docstring)."""
     if not isinstance(text, str):
         text = bytes(text).decode("utf-8")

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 
+from .base import AgentBase
 from .jsonl import dumps, loads
 from .util import format_limit, read_text, write_file
 
@@ -56,7 +57,7 @@ def write_lease(spool: str, boot: str, until: float, renewed: float, seconds: fl
     write_file(os.path.join(spool, LEASE), dumps(data))
 
 
-class LeaseOps:
+class LeaseOps(AgentBase):
     """The Agent's `lease` request and its enforcement (the attributes are the Agent's): `lease` is
     (until, renewed) or None (never granted: nothing is enforced, as with a version 2 controller);
     `lease_acted` is set once the units were stopped for the current deadline."""
@@ -81,6 +82,7 @@ class LeaseOps:
                 raise Refused(f"lease: {name} must be a number, not {value!r}")
         if req.get("boot") != self.boot:
             raise Refused(f"lease: granted for boot {req.get('boot')!r}, this host runs boot {self.boot}")
+        assert isinstance(until, (int, float)) and isinstance(seconds, (int, float))  # checked above
         now = clock()
         if until > now:  # else it came too late to count: it renews nothing
             longest = max(float(until), self.lease[0] if self.lease is not None else until)
@@ -118,6 +120,7 @@ class LeaseOps:
             self.lease_retry_at = 0.0
         if not self.lease_retry or time.monotonic() < self.lease_retry_at:
             return
+        assert self.lease is not None  # lease_left() gave a number
         reason = expired_reason(self.lease[1])
         units, self.lease_retry, stopped = self.lease_retry, [], 0
         for unit in units:

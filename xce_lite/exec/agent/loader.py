@@ -47,22 +47,26 @@ class Bundle:
         if name == PACKAGE:
             return "__init__"
         short = name[len(PACKAGE) + 1 :] if name.startswith(PACKAGE + ".") else None
-        return short if short in (self.codes if self.codes is not None else self.sources) else None
+        table = self.codes if self.codes is not None else self.sources
+        return short if table is not None and short in table else None
 
     def find_spec(self, name: str, path=None, target=None):
         short = self.module(name)
         if short is None:
             return None
-        return ModuleSpec(name, self, origin=self.filename(short), is_package=short == "__init__")
+        # a finder and loader by protocol: importlib.abc would cost every unit's interpreter an import
+        return ModuleSpec(name, self, origin=self.filename(short), is_package=short == "__init__")  # type: ignore[arg-type]
 
     def create_module(self, spec):
         return None  # a plain module
 
     def exec_module(self, module) -> None:
         short = self.module(module.__name__)
+        assert short is not None  # find_spec() found it
         if self.codes is not None:
             code = marshal.loads(self.codes[short])
         else:
+            assert self.sources is not None  # exactly one of codes and sources is given
             code = compile(self.sources[short], self.filename(short), "exec", dont_inherit=True)
         exec(code, module.__dict__)
 
@@ -81,7 +85,7 @@ class Bundle:
             try:
                 with open(self.origin, encoding="utf-8") as f:
                     text = f.read()
-                shipped = {"__name__": "shipped"}  # not __main__: defines MODULES, runs nothing
+                shipped: dict = {"__name__": "shipped"}  # not __main__: defines MODULES, runs nothing
                 exec(compile(text, self.origin, "exec", dont_inherit=True), shipped)
                 self._shipped = dict(shipped["MODULES"])
             except (OSError, ValueError, SyntaxError, KeyError):
@@ -104,6 +108,7 @@ class Bundle:
         target = os.path.join(bin_dir, f"agent-{digest}.{sys.implementation.cache_tag}.pyc")
         if os.path.exists(target):
             return target
+        assert self.sources is not None  # exactly one of codes and sources is given
         codes = tuple((short, marshal.dumps(compile(text, self.filename(short), "exec", dont_inherit=True)))
                       for short, text in sorted(self.sources.items()))
         head = f"{self.loader}\nORIGIN = {self.origin!r}\nCODE = {codes!r}\n"

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 
+from .base import AgentBase
 from .dbus import DBUS_ERROR, DBUS_SIGNAL, DBUS_TIMEOUT, Bus, DBusMessage, manager_socket
 from .hooks import hooks_budget
 from .journal import Unit, record
@@ -23,36 +24,37 @@ from .util import format_limit, format_size, job_umask, make_result
 from .validate import ENV_NAME_CHARS, dbus_text_ok, normal_path
 
 
-class Manager:
+class Manager(AgentBase):
     """The Agent's methods that speak to systemd (the attributes are the Agent's)."""
 
-    def connect_bus(self, now: bool = False) -> bool:
+    def connect_bus(self, now: bool = False) -> Bus | None:
         """Reach the manager's private socket, unless connected (tried at most once a second while
-        it does not answer, unless `now`); True if connected."""
+        it does not answer, unless `now`); the connection (self.bus), or None if there is none."""
         if self.bus is not None:
-            return True
+            return self.bus
         if self.mode == "plain" or (time.monotonic() < self.next_connect and not now):
-            return False
+            return None
         path = manager_socket(self.mode, self.host.get("env", os.environ))
         try:
-            self.bus = Bus(path, timeout=2.0)
+            self.bus = bus = Bus(path, timeout=2.0)
         except OSError as exc:
             self.next_connect = time.monotonic() + 1.0
             print(f"agent: cannot reach the manager at {path} ({exc}); trying again", file=sys.stderr)
-            return False
+            return None
         if self.poller is not None:
-            self.poller.register(self.bus.fileno(), 1)  # POLLIN
-        return True
+            self.poller.register(bus.fileno(), 1)  # POLLIN
+        return bus
 
     def bus_lost(self, exc: Exception) -> None:
         """The manager closed the connection (as it does when it re-executes itself) or broke it:
         what it did not answer is unknown, and what it tracked is doubtful, until it is asked again
         (poll_watched does, reconnecting)."""
         print(f"agent: lost the connection to the manager ({exc}); reconnecting", file=sys.stderr)
-        if self.poller is not None:
-            self.poller.unregister(self.bus.fileno())
-        self.bus.close()
-        self.bus = None
+        bus, self.bus = self.bus, None
+        if bus is not None:
+            if self.poller is not None:
+                self.poller.unregister(bus.fileno())
+            bus.close()
         for what, unit, *extra in self.calls.values():
             if what == "start":
                 self.starting.discard(unit)
@@ -65,10 +67,13 @@ class Manager:
     def handle_bus(self) -> None:
         """Act on what the manager sent: replies to calls, and the UnitRemoved of known units (whose
         result is then in the journal, or they are lost)."""
+        bus = self.bus
+        if bus is None:  # not connected (callers check first): nothing to read
+            return
         try:
-            messages = self.bus.backlog + self.bus.read()
-            self.bus.backlog = []
-            self.bus.write()
+            messages = bus.backlog + bus.read()
+            bus.backlog = []
+            bus.write()
         except OSError as exc:
             self.bus_lost(exc)
             return
@@ -113,11 +118,12 @@ class Manager:
     def start_unit(self, spec: dict, direct: bool) -> None:
         """Ask the manager to start the unit's transient service (the reply comes to handle_bus)."""
         unit = spec["unit"]
-        if not self.connect_bus(now=True):
+        bus = self.connect_bus(now=True)
+        if bus is None:
             self.start_failed(unit, f"cannot reach systemd at {manager_socket(self.mode, self.host.get('env', {}))}")
             return
         props = self.unit_properties(spec, direct)
-        serial = self.bus.send("StartTransientUnit", "ssa(sv)a(sa(sv))", (f"{unit}.service", "fail", props, []))
+        serial = bus.send("StartTransientUnit", "ssa(sv)a(sa(sv))", (f"{unit}.service", "fail", props, []))
         self.calls[serial] = ("start", unit)
         self.starting.add(unit)
         if direct:
@@ -159,6 +165,7 @@ class Manager:
                 ("ExecStart", ("a(sasb)", [(self.python, [*tail, "exec", host_dir], False)])),
                 ("ExecStopPost", ("a(sasb)", [(post[0], post, True)])),
             ]
+        assert self.scripts is not None  # a direct unit: direct_unfit() found the scripts
         exec_script, stop_script = self.scripts
         limits = [format_limit(spec["run_limit"]) if spec.get("run_limit") else "-",
                   format_size(int(spec["mem_limit"])) if spec.get("mem_limit") else "-"]
@@ -216,7 +223,7 @@ class Manager:
         self.catch_up()
         u = self.units.get(unit)
         if u is not None and u.result is None:
-            result = make_result(u.start_time, why, mode=u.mode)
+            result = make_result(u.start_time or time.time(), why, mode=u.mode)
             self.append(record("finished", unit=unit, result=result), sync=True)
             remove_unit_dir(os.path.join(self.units_dir, unit))
 
@@ -236,6 +243,7 @@ class Manager:
         """Start the tasks just written to a direct unit's host directory: a supervisor for them is
         forked here, moved into the unit by systemd (AttachProcessesToUnit: its cgroup, so they
         are killed with it and count against its limits), and told to go on once it is there."""
+        assert u.direct is not None  # only direct units have a tasks' supervisor of their own
         host_dir = os.path.join(self.units_dir, unit)
         spec = {"unit": unit, "role": "tasks", "host_dir": host_dir, "mode": self.mode, **u.direct}
         old = os.umask(job_umask(spec))  # the tasks' supervisor, and the tasks, have the job's umask
@@ -244,10 +252,11 @@ class Manager:
         finally:
             os.umask(old)
         self.task_children[pid] = unit
-        if not self.connect_bus(now=True):
+        bus = self.connect_bus(now=True)
+        if bus is None:
             self.answer_tasks(go, "systemd does not answer")
             return
-        serial = self.bus.send("AttachProcessesToUnit", "ssau", (f"{unit}.service", "", [pid]))
+        serial = bus.send("AttachProcessesToUnit", "ssau", (f"{unit}.service", "", [pid]))
         self.calls[serial] = ("attach", unit, go)
 
     @staticmethod

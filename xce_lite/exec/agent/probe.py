@@ -3,6 +3,10 @@ a failing probe (no nvidia-smi, no manager) is a fact with the reason, never an 
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # true for mypy only: unit interpreters load these modules, and never typing
+if TYPE_CHECKING:
+    from typing import Any
+
 import os
 
 from .dbus import MANAGER, MANAGER_PATH, PROPERTIES, Bus, DBusError, manager_socket
@@ -109,7 +113,7 @@ def probe_modes(paths: dict[str, str], cgroup: str | None) -> tuple[dict, dict]:
         missing.insert(0, "/bin/sh")
     direct_why = f"{' and '.join(missing)} missing (in /usr/bin and /bin): jobs run under the supervisor" if (
         missing) else None
-    facts = {"systemd": None, "env": env, "tools": None if missing else tools}
+    facts: dict[str, Any] = {"systemd": None, "env": env, "tools": None if missing else tools}
     unsafe = unsafe_for_systemd(paths)
 
     def manager(mode: str) -> str | None:
@@ -126,6 +130,7 @@ def probe_modes(paths: dict[str, str], cgroup: str | None) -> tuple[dict, dict]:
         facts["systemd"] = facts["systemd"] or str(version[0][1]) or None
         return unsafe
 
+    why: str | None
     if uid != 0:
         why = f"system units need root, and this agent runs as {user} (uid {uid}): use mode user"
     elif not os.path.isdir("/run/systemd/system"):

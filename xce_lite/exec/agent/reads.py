@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from .base import AgentBase
 from .lease import clock
 from .probe import gpus, user_name
 from .runas import can_switch_user
@@ -16,7 +17,7 @@ from .validate import Refused
 READ_MAX = 1 << 20  # bytes a `read` may return at once
 
 
-class Reads:
+class Reads(AgentBase):
     """The Agent's hello, ping, list and read requests (the attributes are the Agent's)."""
 
     def op_hello(self, req: dict) -> dict:
@@ -58,7 +59,10 @@ class Reads:
         self.catch_up()
         units, known = [], self.ask_systemd(list(self.units))
         for unit in sorted(self.units):
-            state, start_time, result, _pid = self.unit_status(unit, known)
+            status = self.unit_status(unit, known)
+            if status is None:  # cannot be: it is in self.units
+                continue
+            state, start_time, result, _pid = status
             if state == "running" and unit not in self.child_units:
                 self.watched.add(unit)
             if result is not None:

@@ -85,7 +85,8 @@ class AsUser:
     the user's, opened with the user's permissions. No-op for None. Not for threads."""
 
     def __init__(self, user: dict | None):
-        self.user, self.saved = user, None
+        self.user = user
+        self.saved: tuple[int, list[int]] | None = None  # (egid, groups) to restore on exit
 
     def __enter__(self):
         if self.user is not None:

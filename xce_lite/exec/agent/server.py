@@ -107,7 +107,7 @@ class Agent(UnitState, Manager, UnitOps, TaskOps, Reads, LeaseOps, ZygoteOps):
         self.sync()  # whatever earlier agents and supervisors left is durable before it is reported
         self.news = []
 
-    def handle_line(self, line: bytes) -> None:
+    def handle_line(self, line: bytes | bytearray) -> None:
         try:
             req = loads(line)
             rid, op = req["id"], req["op"]

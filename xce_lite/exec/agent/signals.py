@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import os
 
-try:
-    import _signal as signal
-except ImportError:  # pragma: no cover - other Pythons
-    import signal
+TYPE_CHECKING = False  # true for mypy only: unit interpreters load these modules, and never typing
+if TYPE_CHECKING:
+    import signal  # _signal has no stub of its own; signal's names are a superset of its
+else:
+    try:
+        import _signal as signal
+    except ImportError:  # pragma: no cover - other Pythons
+        import signal
 
 
 # Names a `signal` request may use. The agent asks a supervisor to deliver signal NAME to its job by

@@ -29,7 +29,7 @@ def open_outputs(spec: dict, start_time: float) -> tuple[int, int]:
 
 
 def _open_outputs(spec: dict, start_time: float) -> tuple[int, int]:
-    fds = []
+    fds: list[int] = []
     for path in (spec["stdout"], spec.get("stderr") or None):
         if path is None:
             fds.append(fds[0])
@@ -81,7 +81,7 @@ def spawn_job(spec: dict, out: int, err: int, start_time: float, user: dict | No
             ],
         )
     except OSError as exc:
-        reason = f"exec failed: {os.strerror(exc.errno)}: {argv[0]}"
+        reason = f"exec failed: {os.strerror(exc.errno) if exc.errno is not None else exc}: {argv[0]}"
         raise JobEnded(make_result(start_time, reason, exit_code=127 if exc.errno == errno.ENOENT else 126))
 
 
@@ -177,8 +177,8 @@ def direct_start_problem(spec: dict) -> dict | None:
             why = f"cannot change directory to {spec['cwd']} as user {user['name']}: {os.strerror(errno.EACCES)}"
             return make_result(spec["start_time"], why)
     name = spec["argv"][0]
-    found, why = find_program(name, spec["env"].get("PATH"), spec["cwd"])
+    found, err = find_program(name, spec["env"].get("PATH"), spec["cwd"])
     if found is None:
-        reason = f"exec failed: {os.strerror(why)}: {name}"
-        return make_result(spec["start_time"], reason, exit_code=127 if why == errno.ENOENT else 126)
+        reason = f"exec failed: {os.strerror(err)}: {name}"
+        return make_result(spec["start_time"], reason, exit_code=127 if err == errno.ENOENT else 126)
     return None

@@ -8,11 +8,16 @@ it (no live supervisor, systemd does not know it, START_GRACE over).
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # true for mypy only: unit interpreters load these modules, and never typing
+if TYPE_CHECKING:
+    from typing import Any
+
 import fcntl
 import os
 import sys
 import time
 
+from .base import AgentBase
 from .dbus import DBusError
 from .journal import JOURNAL_VERSION, Unit, fold, record
 from .jsonl import dumps
@@ -28,7 +33,7 @@ START_GRACE = 10.0
 Status = tuple[str, float | None, dict | None, int | None]  # (status, start_time, result, supervisor pid)
 
 
-class UnitState:
+class UnitState(AgentBase):
     """The Agent's methods on its journal and its units' state (the attributes are the Agent's)."""
 
     # -- the journal
@@ -88,7 +93,9 @@ class UnitState:
                     remove_unit_dir(os.path.join(self.units_dir, unit))
                 if unit in self.watched:
                     self.watched.discard(unit)
-                    self.emit_finished(unit, self.units[unit].result)
+                    result = self.units[unit].result
+                    assert result is not None  # this `finished` record set it (fold)
+                    self.emit_finished(unit, result)
             elif event == "started":
                 for signum in self.pending.pop(unit, ()):
                     self.kill(rec["pid"], signum)
@@ -140,7 +147,7 @@ class UnitState:
     def live_records(self) -> bytes:
         parts = [record("journal", version=JOURNAL_VERSION)]
         for name, u in self.units.items():
-            mode = {} if u.mode == "plain" else {"mode": u.mode}
+            mode: dict[str, Any] = {} if u.mode == "plain" else {"mode": u.mode}
             if u.direct is not None:
                 mode["direct"] = u.direct
             if u.uid is not None:
@@ -193,6 +200,7 @@ class UnitState:
             self.catch_up()  # it may have ended since we looked
         if u.result is None:
             self.record_lost(unit, u)
+        assert u.result is not None  # record_lost's `finished` record, folded by append
         return "finished", u.result.get("start_time"), u.result, None
 
     def systemd_known(self, units: list[str]) -> dict[str, bool]:
@@ -201,10 +209,11 @@ class UnitState:
         units systemd was not asked about (it did not answer; another mode's) are left out. One
         ListUnitsByNames call for all of `units`; a unit it says is there is tracked from then on."""
         names = [u for u in units if self.units[u].mode == self.mode]
-        if not names or not self.connect_bus():
+        bus = self.connect_bus() if names else None
+        if bus is None:
             return {}
         try:
-            listed = self.bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in names],))[0]
+            listed = bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in names],))[0]
         except DBusError as exc:
             print(f"agent: ListUnitsByNames failed ({exc}); its units are not judged now", file=sys.stderr)
             return {}
@@ -251,7 +260,8 @@ class UnitState:
             reason = "supervisor lost: it was killed or crashed, so the job's exit status is unknown"
             fields = proc_stat(u.job) if u.job else None
             killed = kill_lost_session(u.pid, u.starttime) if u.pid else 0
-            if fields is not None and fields[2] == str(u.job).encode() and fields[3] == str(u.pid).encode():
+            if (u.job is not None and fields is not None and fields[2] == str(u.job).encode()
+                    and fields[3] == str(u.pid).encode()):
                 try:
                     os.killpg(u.job, signal.SIGKILL)
                     killed += 1
@@ -275,7 +285,7 @@ class UnitState:
     def report_if_finished(self, unit: str, known: dict | None = None) -> bool:
         """Emit `finished` for the unit if it has ended; True if it is no longer running."""
         status = self.unit_status(unit, known)
-        if status is not None and status[0] == "finished":
+        if status is not None and status[0] == "finished" and status[2] is not None:
             self.emit_finished(unit, status[2])
         return status is None or status[0] == "finished"
 

@@ -82,12 +82,15 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
     own_dir = spec.get("host_dir_by") == "supervisor"
     hooks = spec.get("hooks_by") == "supervisor" and bool(spec.get("hooks"))
     by_itself = True  # the job ended (or could not start) with no kill begun, nor a bug here
-    detached, outcomes = not detach, []
+    detached = not detach
+    outcomes: list[dict] = []
 
     def started(job: int) -> None:
         nonlocal detached
         pid = os.getpid()
-        recorder.started(pid, int(proc_stat(pid)[19]), start_time, job)
+        fields = proc_stat(pid)
+        assert fields is not None  # this very process
+        recorder.started(pid, int(fields[19]), start_time, job)
         if not detached:
             detached = True
             os.closerange(0, 1 << 20)  # close_range(2) underneath: cheap whatever the fd limit
@@ -107,7 +110,7 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
                 started(0)
                 outcomes, failure = run_hooks(spec, "pre")
                 if outcomes and outcomes[-1]["stopped"]:
-                    raise JobEnded(make_result(start_time, watch.kill_reason("killed")))
+                    raise JobEnded(make_result(start_time, watch.kill_reason() or "killed"))
                 if failure:
                     raise JobEnded(make_result(start_time, failure))
             watch.start()

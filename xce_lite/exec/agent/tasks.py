@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .base import AgentBase
 from .jsonl import dumps, loads
 from .runas import JOB_DIR, share_spool
 from .signals import TASKS_SIGNAL
@@ -27,7 +28,7 @@ class Client:
         self.uid = uid  # the caller's, as the kernel says (SO_PEERCRED)
 
 
-class TaskOps:
+class TaskOps(AgentBase):
     """The Agent's tasks, launch_done and agent.sock requests (the attributes are the Agent's)."""
 
     def op_tasks(self, req: dict) -> dict:
@@ -119,9 +120,12 @@ class TaskOps:
         import socket
         import struct
 
+        listener = self.listener
+        if listener is None:  # open_socket() failed: no job can call
+            return
         while True:
             try:
-                conn, _ = self.listener.accept()
+                conn, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # EMFILE and the like: the jobs retry, pokes are only hints
@@ -133,7 +137,8 @@ class TaskOps:
             except OSError:
                 uid = -1  # nobody: may neither launch nor poke with authority
             self.clients[conn.fileno()] = Client(conn, uid)
-            self.poller.register(conn.fileno(), 1)  # POLLIN
+            if self.poller is not None:  # serve() made it before it listens
+                self.poller.register(conn.fileno(), 1)  # POLLIN
 
     def read_client(self, fd: int) -> None:
         client = self.clients.get(fd)
@@ -155,7 +160,7 @@ class TaskOps:
             if line.strip() and fd in self.clients:
                 self.handle_client_line(fd, line)
 
-    def handle_client_line(self, fd: int, line: bytes) -> None:
+    def handle_client_line(self, fd: int, line: bytes | bytearray) -> None:
         try:
             msg = loads(line)
             op = msg["op"]
@@ -223,17 +228,20 @@ class TaskOps:
 
     def send_client(self, fd: int, msg: dict) -> bool:
         client = self.clients.get(fd)
+        if client is None:
+            return False
         try:
             client.sock.send(dumps(msg))  # a short line into an empty socket buffer: never blocks
             return True
-        except (OSError, AttributeError):
+        except OSError:
             return False
 
     def close_client(self, fd: int) -> None:
         client = self.clients.pop(fd, None)
         if client is None:
             return
-        self.poller.unregister(fd)
+        if self.poller is not None:
+            self.poller.unregister(fd)
         client.sock.close()
         for launch_id in [k for k, v in self.waiting.items() if v == fd]:
             del self.waiting[launch_id]  # its `xce launch` comes back with launch_wait

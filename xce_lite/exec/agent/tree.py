@@ -16,6 +16,10 @@ Standard library only: prctl is called through ctypes.
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # true for mypy only: unit interpreters load these modules, and never typing
+if TYPE_CHECKING:
+    from typing import Any
+
 import os
 import time
 
@@ -25,7 +29,7 @@ from .util import proc_stat
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 POLL = 0.1  # seconds between walks while leftovers die: a grandchild's end does not wake us
 GIVE_UP = 30.0  # seconds after KILL: a process stuck in the kernel (D state) must not hold the result
-_prctl = None
+_prctl: Any = None  # libc's prctl, False if it cannot be had, None before the first try
 
 
 def load_prctl():
@@ -61,7 +65,8 @@ def descendants(root: int, groups: frozenset[int] = frozenset()) -> dict[int, li
     """pid -> proc_stat fields of every live descendant of `root` (zombies left out), and of every
     process in one of `groups`, from one walk of /proc. A process that forks meanwhile may be
     missed: callers walk again until none is left."""
-    parent_of, stat_of = {}, {}
+    parent_of: dict[int, list[int]] = {}
+    stat_of: dict[int, list[bytes]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -90,7 +95,9 @@ def stop_leftovers(grace: float, reap, signalled: frozenset[int] = frozenset()) 
     counted. `reap()` collects ended children (the caller's, so that their usage is counted).
     A process that KILL has not ended GIVE_UP seconds later is left (stuck in the kernel).
     """
-    me, counted, termed = os.getpid(), set(), set()
+    me = os.getpid()
+    counted: set[int] = set()
+    termed: set[int] = set()
     kill_at = time.monotonic() + max(0.0, grace)
     while True:
         reap()

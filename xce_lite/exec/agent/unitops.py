@@ -7,10 +7,17 @@ to systemd, and a launch of a unit the journal knows is adopted (reported runnin
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # true for mypy only: unit interpreters load these modules, and never typing
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .state import Status
+
 import os
 import sys
 import time
 
+from .base import AgentBase
 from .dbus import manager_socket
 from .journal import record
 from .jsonl import dumps
@@ -25,7 +32,7 @@ from .validate import Refused, valid_unit_name, validate
 from .zygote import START_GRACE_PLAIN
 
 
-class UnitOps:
+class UnitOps(AgentBase):
     """The Agent's launch, signal and forget requests (the attributes are the Agent's)."""
 
     def job_env(self, env: dict, unit: str, host_dir: str, hostfile: bool) -> dict:
@@ -88,8 +95,11 @@ class UnitOps:
         except Refused as exc:
             reply["error"] = str(exc)
             return reply
+        unit: str = u["unit"]  # validate() checked it
         if unit in self.units:
-            return self.adopt(unit, reply, self.unit_status(unit))
+            status = self.unit_status(unit)
+            assert status is not None  # the journal knows it
+            return self.adopt(unit, reply, status)
         lapsed = self.lease_lapsed()
         if lapsed is not None:  # a launch that waited in a frozen channel: its job may run elsewhere now
             reply["error"] = lapsed
@@ -102,7 +112,7 @@ class UnitOps:
         start_time = time.time()
         keys = ("unit", "argv", "env", "cwd", "stdout", "stderr", "run_limit", "mem_limit", "grace", "hostfile",
                 "hooks", "profile_env", "post_failure", "starter", "umask")
-        spec = {k: u.get(k) for k in keys}
+        spec: dict[str, Any] = {k: u.get(k) for k in keys}
         host_dir = os.path.join(self.units_dir, unit)
         spec.update(role=u.get("role", "job"), start_time=start_time, spool=self.spool, mode=self.mode)
         spec["host_dir"] = host_dir
@@ -130,7 +140,7 @@ class UnitOps:
                 if user is not None:  # its tasks run as the job's user too
                     direct["user"] = user
         try:
-            mode = {} if self.mode == "plain" else {"mode": self.mode}
+            mode: dict[str, Any] = {} if self.mode == "plain" else {"mode": self.mode}
             if direct is not None:
                 mode["direct"] = direct
             if user is not None:  # whose `xce launch` may ask for tasks of it (tasks.py)
@@ -193,10 +203,11 @@ class UnitOps:
         reply.update(status="started", start_time=spec["start_time"])
         return reply
 
-    def adopt(self, unit: str, reply: dict, status: tuple) -> dict:
+    def adopt(self, unit: str, reply: dict, status: Status) -> dict:
         state, start_time, result, _pid = status
         reply.update(status=state, start_time=start_time)
         if state == "finished":
+            assert result is not None  # a finished unit has its result (unit_status)
             reply["result"] = self.reported(unit, result)
             self.emit_finished(unit, result)
         elif unit not in self.child_units:
@@ -239,15 +250,16 @@ class UnitOps:
                 write_file(os.path.join(host_dir, "signalled"), f"{name} ".encode() + dumps(reason[:1000] or None))
         except OSError as exc:
             print(f"agent: cannot note the reason for {unit} in {host_dir}: {exc}", file=sys.stderr)
-        if not self.connect_bus(now=True):
+        bus = self.connect_bus(now=True)
+        if bus is None:
             raise Refused(f"systemd does not answer at {manager_socket(self.mode, self.host.get('env', {}))}; "
                           "try again")
         service = f"{unit}.service"
         if name not in ("TERM", "INT", "HUP"):
             signum = getattr(signal, f"SIG{name}")
-            self.calls[self.bus.send("KillUnit", "ssi", (service, "all", signum))] = ("kill", unit)
+            self.calls[bus.send("KillUnit", "ssi", (service, "all", signum))] = ("kill", unit)
         if name in ("TERM", "INT", "HUP", "KILL"):
-            self.calls[self.bus.send("StopUnit", "ss", (service, "replace"))] = ("stop", unit)
+            self.calls[bus.send("StopUnit", "ss", (service, "replace"))] = ("stop", unit)
         return True
 
     def op_forget(self, req: dict) -> dict:

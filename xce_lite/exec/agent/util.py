@@ -4,6 +4,10 @@ docs/agent-protocol.md); imports stay cheap, for the unit interpreters that load
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # true for mypy only: unit interpreters load these modules, and never typing
+if TYPE_CHECKING:
+    from typing import Any
+
 import errno
 import os
 import time
@@ -55,8 +59,9 @@ def proc_stat(pid: int) -> list[bytes] | None:
     return data[data.rindex(b")") + 2 :].split()
 
 
-def is_alive(pid: int, starttime: int) -> bool:
-    """True if `pid` runs and is the same process as the one recorded with `starttime`.
+def is_alive(pid: int, starttime: int | None) -> bool:
+    """True if `pid` runs and is the same process as the one recorded with `starttime` (None, not
+    known: never the same).
 
     A zombie counts as dead: an orphan's zombie may linger where PID 1 is slow to reap.
     """
@@ -120,7 +125,8 @@ def read_text(path: str) -> str | None:
         return None
 
 
-def read_json(path: str) -> dict | None:
+def read_json(path: str) -> Any:
+    """The JSON value in the file, or None if it does not exist."""
     text = read_text(path)
     return None if text is None else loads(text)
 

@@ -3,6 +3,10 @@ a request this host cannot serve, with what to fix; nothing here changes anythin
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # true for mypy only: unit interpreters load these modules, and never typing
+if TYPE_CHECKING:
+    from typing import TypeGuard
+
 import os
 
 from .hooks import HOOK_POINTS
@@ -16,7 +20,7 @@ ENV_NAME_CHARS = frozenset(LETTERS_DIGITS + "_")  # what systemd 252 takes in En
 SYSTEMD_PATH_CHARS = frozenset(LETTERS_DIGITS + "/_.,:+=@-")
 
 
-def valid_unit_name(name: object) -> bool:
+def valid_unit_name(name: object) -> TypeGuard[str]:
     return (
         isinstance(name, str) and 0 < len(name) <= 200 and name[0] in UNIT_FIRST_CHARS and set(name) <= UNIT_CHARS
     )

@@ -76,8 +76,9 @@ class Watch:
     def wait(self) -> dict:
         """Wait for the unit to end, acting on limits and signals meanwhile; its result."""
         began = time.monotonic()
-        run_limit = self.spec.get("run_limit") if self.spec.get("watch_run_limit", True) else None
-        mem_limit = self.spec.get("mem_limit") if self.spec.get("watch_mem_limit", True) else None
+        # 0 or None: no limit to watch here
+        run_limit: float = (self.spec.get("run_limit") if self.spec.get("watch_run_limit", True) else None) or 0
+        mem_limit: int = (self.spec.get("mem_limit") if self.spec.get("watch_mem_limit", True) else None) or 0
         run_deadline = began + run_limit if run_limit else None
         next_sample = began + MEM_SAMPLE_INTERVAL if mem_limit else None
         left = self.lease_left()
@@ -162,6 +163,7 @@ class Watch:
     def result(self) -> dict:
         reason = self.reason
         if self.pid:
+            assert self.job_status is not None  # ended() said so
             status, usage = self.job_status
             exit_code = os.waitstatus_to_exitcode(status)
             cpu, rss = usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
@@ -169,7 +171,7 @@ class Watch:
             exit_code, cpu, rss = 0, 0.0, 0
         signum = -exit_code if exit_code < 0 else None
         if reason is None and signum is not None:
-            reason = self.kill_reason(None) if signum in self.forwarded else None
+            reason = self.kill_reason() if signum in self.forwarded else None
             reason = reason or f"killed by signal {signal_name(signum)}"
         note = leftovers_text(self.leftovers)
         return {
@@ -192,9 +194,9 @@ class Watch:
         if signum in REQUEST_SIGNALS:
             signum = getattr(signal, "SIG" + REQUEST_NAMES[signum - signal.SIGRTMIN])
         if signum in KILL_SIGNALS:
-            self.begin_kill(self.kill_reason("killed"))
+            self.begin_kill(self.kill_reason() or "killed")
         elif signum == signal.SIGKILL:
-            self.reason = self.reason or self.kill_reason("killed")
+            self.reason = self.reason or self.kill_reason() or "killed"
             self.termed_groups.update((self.pid, *self.tasks))
             self.kill_all(signal.SIGKILL)
             self.kill_at = None
@@ -221,9 +223,10 @@ class Watch:
         if self.kill_at is None:
             self.kill_at = time.monotonic() + self.grace()
 
-    def kill_reason(self, default: str | None) -> str | None:
+    def kill_reason(self) -> str | None:
+        """The reason of the kill requested (the agent's note), or None if none was given."""
         text = self.recorder.kill_reason()
-        return text.strip() if text and text.strip() else default
+        return text.strip() if text and text.strip() else None
 
     def kill_all(self, signum: int) -> None:
         for pid in (self.pid, *self.tasks):
@@ -241,10 +244,10 @@ class Watch:
         {"launch_id", "tasks": [{"index", "argv", "env", "cwd"}]}), each file once. Their output
         is appended to the unit's own stdout and stderr files. None starts once the unit is ending:
         each is reported finished at once, with why."""
-        host_dir = self.spec.get("host_dir")
         try:
+            host_dir = self.spec["host_dir"]
             names = sorted(n for n in os.listdir(host_dir) if n.startswith("tasks-") and n.endswith(".json"))
-        except (OSError, TypeError):
+        except (OSError, TypeError, KeyError):
             return
         for name in names:
             path = os.path.join(host_dir, name)

@@ -1,0 +1,111 @@
+"""bench/run.py's floors: what the machine itself does (`seq N | xargs -P2 -n1 true`) and what
+HyperQueue's LocalCluster does (bench/hq_floor.py, in a venv of its own), for scale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+from report import Report, section
+
+
+def bench_xargs(rep: Report, runs: int, n: int) -> None:
+    section(f"6a. floor: `seq {n} | xargs -P2 -n1 true`, {runs} runs")
+    walls = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(f"seq {n} | xargs -P2 -n1 true", shell=True, check=False)
+        walls.append(time.perf_counter() - t0)
+    rep.add(f"xargs -P2: {n} x true, wall", "s", walls, peers="performance.md: 1.77 s")
+    rep.add("xargs -P2: throughput", "jobs/s", [n / w for w in walls], peers="performance.md: 564 jobs/s",
+            key="tput_xargs")
+
+
+def hq_python(venv: Path, allow_install: bool) -> tuple[Path | None, str]:
+    python = venv / "bin" / "python"
+    if python.exists() and _hq_importable(python):
+        return python, f"HyperQueue from {venv}"
+    if not allow_install:
+        return None, f"no HyperQueue in {venv} and --no-hq-install given"
+    try:
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
+        r = subprocess.run([str(python), "-m", "pip", "install", "-q", "hyperqueue"], check=False, capture_output=True,
+                           text=True, timeout=240)
+        if r.returncode != 0:
+            return None, f"pip install hyperqueue failed: {r.stderr.strip()[-300:]}"
+    except (subprocess.SubprocessError, OSError) as err:
+        return None, f"could not make the venv {venv}: {err}"
+    if not _hq_importable(python):
+        return None, f"hyperqueue installed in {venv} but does not import"
+    return python, f"HyperQueue freshly installed in {venv}"
+
+
+def _hq_importable(python: Path) -> bool:
+    r = subprocess.run([str(python), "-c", "import hyperqueue"], check=False, capture_output=True, timeout=60)
+    return r.returncode == 0
+
+
+def bench_hq(rep: Report, runs: int, n: int, venv: Path, allow_install: bool) -> None:
+    section(f"6b. floor: HyperQueue LocalCluster (1 worker, 2 cores), {n} tasks, {runs} runs")
+    python, how = hq_python(venv, allow_install)
+    print(f"    {how}")
+    if python is None:
+        rep.note("HyperQueue", f"skipped: {how}")
+        rep.why_not["hq"] = how
+        return
+    tmp = tempfile.mkdtemp(prefix="xbhq-", dir="/tmp")  # HQ leaves sockets in $TMPDIR: keep them here
+    proc = subprocess.Popen([str(python), str(HERE / "hq_floor.py"), str(runs), str(n)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TMPDIR=tmp))
+    try:
+        out, err = proc.communicate(timeout=60 + 40 * runs)
+    except subprocess.TimeoutExpired:
+        _kill_with_children(proc.pid)
+        out, err = proc.communicate()
+        rep.note("HyperQueue", "timed out; its process was killed (by PID)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    results = []
+    for line in out.splitlines():
+        if line.startswith("{"):
+            results.append(json.loads(line))
+    if not results:
+        rep.note("HyperQueue", f"no result (exit {proc.returncode}): {err.strip()[-300:]}")
+        rep.why_not["hq"] = f"HyperQueue gave no result (exit {proc.returncode})"
+        return
+    rep.add(f"HQ {n}-task array job: submit", "s", [r["array_submit"] for r in results],
+            peers="performance.md: 21.7 ms")
+    rep.add(f"HQ {n}-task array job: throughput", "tasks/s", [n / r["array_wall"] for r in results],
+            peers="performance.md: 164 tasks/s", key="hq_array")
+    rep.add(f"HQ {n} one-task jobs: submit phase", "s", [r["jobs_submit"] for r in results],
+            peers="performance.md: 0.64 s")
+    rep.add(f"HQ {n} one-task jobs: throughput", "jobs/s", [n / r["jobs_wall"] for r in results],
+            peers="performance.md: 141 jobs/s", key="hq_jobs")
+    print("    (HQ's client polls about once a second: its wall times may be overstated by up to ~1 s)")
+
+
+def _kill_with_children(pid: int) -> None:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        victims = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for p in victims:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
