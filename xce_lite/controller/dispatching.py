@@ -9,7 +9,6 @@ changed) is declined: the job stays PEND and is scheduled again, never EXIT.
 
 from __future__ import annotations
 
-import time
 
 from xce_lite import errors
 from xce_lite.config.merge import Effective
@@ -112,7 +111,7 @@ class Dispatching:
                 holding = Holding.from_json(alloc, ())
                 units = job_units(self.cluster, job_id, attempt, len(hosts))
                 active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
-                                retries=self._retries.pop(job_id, 0), project=pending.project, since=time.time())
+                                retries=self._retries.pop(job_id, 0), project=pending.project, since=self._clock.time())
                 self._add_active(self._with_workflow(active, self._array_of.get(job_id), effective))
                 self._to_launch.extend(units)
             if record.finished or record.requeued or record.cancelled or record.started or record.killed:

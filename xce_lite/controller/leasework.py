@@ -48,7 +48,7 @@ class LeaseWork:
 
     def _init_leases(self) -> None:
         self._boot = boot_id()
-        self._started_clock = lease_clock()
+        self._started_clock = self._clock.lease()
         self._host_leases: dict[str, HostLease] = {}  # host -> its current connection's lease state
         self._down_clock: dict[str, float] = {}  # host -> since when (lease clock) it is out of reach
         # host -> when its lease surely ends (lease clock): from the store, then from every grant
@@ -61,21 +61,22 @@ class LeaseWork:
         self._down_clock.pop(name, None)
         clock, boot = probe.extra.get("clock"), probe.extra.get("boot_id")
         if isinstance(clock, (int, float)) and isinstance(boot, str):
-            self._host_leases[name] = HostLease(boot, (float(clock), lease_clock()))
+            self._host_leases[name] = HostLease(boot, (float(clock), self._clock.lease()))
         else:  # an agent (or a simulated host) without leases
             self._host_leases.pop(name, None)
 
     def _lease_host_down(self, name: str) -> None:
         """A host is out of reach (holds _mu): no grant goes to it; the loss clock starts."""
         self._host_leases.pop(name, None)
-        self._down_clock.setdefault(name, lease_clock())
+        self._down_clock.setdefault(name, self._clock.lease())
 
     def _lease_allows_loss(self, name: str) -> bool:
         """True once host `name`, out of reach, may be declared lost (leases.lost_at)."""
         c = self.config.controller
-        down = self._down_clock.setdefault(name, lease_clock())
+        down = self._down_clock.setdefault(name, self._clock.lease())
         ends_by = self._lease_ends.get(name, leases.NEVER)
-        return lease_clock() >= leases.lost_at(down, self._started_clock, c.host_lost_after, ends_by, c.lease_margin)
+        return self._clock.lease() >= leases.lost_at(down, self._started_clock, c.host_lost_after, ends_by,
+                                                     c.lease_margin)
 
     def _lease_wait(self) -> float:
         """The longest the tick may sleep without missing a renewal."""
@@ -86,14 +87,14 @@ class LeaseWork:
         first, then sent without waiting. The events are set as the hosts answer."""
         seconds = self.config.controller.lease if seconds is None else seconds
         interval = leases.renew_interval(self.config.controller.lease)
-        now = lease_clock()
+        now = self._clock.lease()
         with self._mu:
             due = [(name, self._hosts[name], hl) for name, hl in self._host_leases.items()
                    if name in self._hosts and (force or now - hl.sent >= interval)]
         if not due:
             return []
         grants = [(name, host, hl, leases.grant(*hl.latest, seconds)) for name, host, hl in due]
-        wall = time.time()
+        wall = self._clock.time()
         longer = {name: leases.stored_record(g, self._boot, wall) for name, _h, _hl, g in grants
                   if g.ends_by > self._lease_ends.get(name, leases.NEVER)}
         if longer:

@@ -19,7 +19,6 @@ stopped when their host lists them.
 from __future__ import annotations
 
 import queue
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -367,7 +366,7 @@ class UnitWork:
         job_ids = list(dict.fromkeys(job_id for (job_id, _i), _u in wanted))
         stored = {job.id: job for job in self.store.jobs(job_ids)} if job_ids else {}
         by_host: dict[str, list] = defaultdict(list)
-        now = time.time()
+        now = self._clock.time()
         with self._mu:
             for (job_id, index), _unit in wanted:
                 job, row = self._active.get(job_id), stored.get(job_id)
