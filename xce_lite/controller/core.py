@@ -79,7 +79,7 @@ from xce_lite.home.paths import PRIVATE_UMASK, Home
 from xce_lite.models import DISP, PEND, PSUSP, JobSpec
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
 from xce_lite.sched.placement import HostView
-from xce_lite.store.jobs import JobStore
+from xce_lite.store.jobs import JobStore, TickWrites
 
 LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
 
@@ -330,8 +330,9 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             decisions = self._pool_reasons(self._schedule(hosts, shared, now) if hosts is not None else None)
             plans = self._plans(decisions) if decisions is not None else []
             reasons = self._reasons_to_store(decisions, now)
-            if finishing or started or plans or reasons or requeues or cancels or events:
-                record = self.store.record_tick(finishing, started, plans, reasons, now, requeues, cancels, events)
+            writes = TickWrites(now, finishing, started, plans, reasons, requeues, cancels, events)
+            if writes:
+                record = self.store.record_tick(writes)
             else:
                 record = None
                 if self._store_problem is not None:
