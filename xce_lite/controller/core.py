@@ -63,7 +63,7 @@ from xce_lite.controller.handlers.jobs import ApiHandlers
 from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
 from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.kills import Kills
-from xce_lite.controller.leasework import LeaseWork
+from xce_lite.controller.leasework import HostLeases
 from xce_lite.controller.projects import ProjectWork
 from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.pools import PoolWork
@@ -97,7 +97,7 @@ class _WakingQueue(queue.Queue):
 
 
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching, Kills,
-                 Faults, MetricsHandlers, ProjectWork, LeaseWork, PoolWork):  # metrics: its routes
+                 Faults, MetricsHandlers, ProjectWork, PoolWork):  # metrics: its routes
     def __init__(self, home: Home, log=None, seams: Seams | None = None):
         """`seams`: the clock, store, hosts and scheduler to use (seams.py); None: the real ones."""
         self.home = home
@@ -127,7 +127,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._init_kills()
         self._init_faults()
         self._hostops = seams.hostops_factory(self._events)  # signals run on a worker per host, never on the tick
-        self._init_leases()
+        self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.config.controller)
         self._init_launches()
         self._init_workflows()
         self._init_projects()
@@ -163,7 +163,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 self.log(f"note: the previous run stopped on a fault: {self.previous_fault['why']}")
             while not self._stopping.is_set():
                 retry = self._store_wait()
-                wait = min(self.config.controller.tick, self._lease_wait())
+                wait = min(self.config.controller.tick, self.leases.wait())
                 self._wake.wait(wait if retry is None else min(wait, retry + 0.01))
                 self._wake.clear()
                 if not self._stopping.is_set():
@@ -178,6 +178,14 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                                   f"its log says why, and `xce controller status` shows it") from err
         finally:
             self._shutdown()
+
+    def _connected(self) -> dict:
+        """The connected hosts' handles, as of now."""
+        with self._mu:
+            return dict(self._hosts)
+
+    def _renew_leases(self) -> None:
+        self.leases.renew(self._connected())
 
     def _settle_local_hosts(self) -> None:
         """Before serving: tick until each local host's agent has answered (or failed), for at most
@@ -202,7 +210,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._server.server_close()
             self.home.socket.unlink(missing_ok=True)
         if self._stopping.is_set():  # a planned stop: the jobs may go on for the maintenance lease
-            self._grant_maintenance()
+            self.leases.grant_maintenance(self._connected())
         for link in self._links.values():
             link.close()  # the agents exit (or stay for the lease); the jobs go on under their supervisors
         self._scheduler.close()

@@ -103,6 +103,7 @@ class _Worker:
         return not trouble
 
     def _call(self, item: _Call) -> bool:
+        error: str | None
         if self.retired.is_set():
             error, trouble = "the connection was replaced before the request was sent", False
         else:

@@ -13,6 +13,7 @@ rule at once.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from xce_lite.controller.unitwork import ENDED, NEW, RUNNING, SENT
@@ -44,7 +45,7 @@ def problems(view: Any) -> list[str]:
     return found
 
 
-def check_invariants(view: Any, killed: set[int] = frozenset()) -> None:
+def check_invariants(view: Any, killed: AbstractSet[int] = frozenset()) -> None:
     """Raise InvariantBroken naming every broken rule. `killed`: jobs a test knows were killed
     while active or pending (the view keeps a kill only while the job is active)."""
     found = problems(view)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+from typing import Any
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
@@ -139,8 +140,8 @@ class SchedulerProcess:
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["xce_lite.sched.core", "xce_lite.controller.sched_worker"])
         self._timeout = timeout
-        self._proc = None
-        self._conn = None
+        self._proc: Any = None
+        self._conn: Any = None
         self._in_step = False  # False: the next session must send the whole pending set
 
     def _start(self) -> None:
