@@ -106,3 +106,29 @@ def test_check_invariants_names_a_job_both_pending_and_active(inproc):
     inproc.ctl._held[a] = "someone"  # a broken view, made by hand
     with pytest.raises(InvariantBroken, match=f"job {a} is both held and active"):
         check_invariants(inproc.ctl)
+
+
+def test_a_job_on_two_hosts_ends_with_its_first_unit_and_its_other_unit_is_stopped(inproc):
+    a = inproc.submit(runtime=4, slots=3)  # 2 slots per host: 2 + 1
+    run(inproc, 2)
+    job = inproc.job(a)
+    assert job.state == "RUN" and sorted(n for _h, n in job.hosts) == [1, 2]
+    assert sum(len(units) for units in inproc.live_units().values()) == 2
+    run(inproc, 5)
+    assert inproc.job(a).state == "DONE"
+    assert all(not units for units in inproc.live_units().values()), "the other host's unit is stopped"
+
+
+def test_a_job_on_two_hosts_loses_one_is_requeued_and_runs_once_both_are_back(inproc):
+    a = inproc.submit(runtime=30, slots=3)
+    run(inproc, 2)
+    first = inproc.job(a).hosts[0][0]
+    inproc.drop(first)
+    run(inproc, 50)  # lost: requeued; no host can take 3 tasks now
+    job = inproc.job(a)
+    assert (job.state, job.attempt) == ("PEND", 1)
+    assert all(not units for units in inproc.live_units().values()), "the other host's unit is stopped"
+    inproc.back(first)
+    run(inproc, 40)
+    job = inproc.job(a)
+    assert (job.state, job.attempt) == ("DONE", 2)

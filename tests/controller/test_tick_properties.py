@@ -1,6 +1,6 @@
 """The controller's promises under random sequences of requests and faults (hypothesis stateful
 testing), run in-process on fake hosts with a fake clock and a real store (tests/support/inproc.py):
-random submits (with retries, held), kills, holds and releases, hosts cut off and back, restarts
+random submits (with retries, on one host or two), kills, holds and releases, hosts cut off and back, restarts
 from the store, time passing. After every tick `check_invariants`; after every step:
 
 - an acknowledged job is never lost: it is in the store, and once every host is back and every
@@ -42,9 +42,11 @@ class TickMachine(RuleBasedStateMachine):
     # ---- requests --------------------------------------------------------------------------------
 
     @precondition(lambda self: len(self.acked) < 12)
-    @rule(runtime=st.sampled_from([3, 20, 60]), code=st.sampled_from([0, 0, 1]), retry=st.sampled_from([None, 1]))
-    def submit(self, runtime: int, code: int, retry: int | None) -> None:
-        self.acked.append(self.p.submit(runtime=runtime, exit_code=code, retry=retry))
+    @rule(runtime=st.sampled_from([3, 20, 60]), code=st.sampled_from([0, 0, 1]), retry=st.sampled_from([None, 1]),
+          tasks=st.sampled_from([1, 1, 3]))
+    def submit(self, runtime: int, code: int, retry: int | None, tasks: int) -> None:
+        # 3 tasks on hosts of 2 slots: a unit on each of two hosts
+        self.acked.append(self.p.submit(runtime=runtime, exit_code=code, retry=retry, slots=tasks))
 
     def _active(self) -> list[int]:
         return sorted(self.p.ctl._active)
