@@ -34,6 +34,11 @@ launch safe to repeat), stop stale copies, and mark lost what vanished. A job ac
 client is in the store before the reply. API handlers run on the server's threads; they take
 `self._mu` for the in-memory view, and the store serialises the writes.
 
+Seams (seams.py): the clock, the store, the hosts' links and connections, the signal workers and
+the scheduler are given; `tick(now)` takes its time, and only `serve`'s loop reads the real clock.
+A test (tests/support/inproc.py) runs this controller on fake hosts with a fake clock and no
+thread, and checks invariants.py after every tick. Host leases are a part of their own (leasework).
+
 Faults (faults.py): a commit the store cannot take (busy, full) is retried with backoff and loses
 nothing; a host that does not answer a signal (hostops.py: never on the tick's thread) is in
 trouble alone; only a fault that makes going on unsafe stops the controller, saying why.
@@ -46,7 +51,6 @@ import queue
 import sys
 import threading
 import time
-from typing import Any
 
 from xce_lite import errors
 from xce_lite.api.server import ApiServer
@@ -69,12 +73,11 @@ from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.pools import PoolWork
 from xce_lite.controller.retention import Retention
 from xce_lite.controller.sched_worker import PendingSet
-from xce_lite.controller.seams import Seams
+from xce_lite.controller.seams import Seams, WakingQueue, real_host_factory
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
 from xce_lite.exec.host import HostEvent
 from xce_lite.exec.link import HostLink
-from xce_lite.exec.local import LocalHost
 from xce_lite.home.paths import PRIVATE_UMASK, Home
 from xce_lite.models import DISP, PEND, PSUSP, JobSpec
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
@@ -82,18 +85,6 @@ from xce_lite.sched.placement import HostView
 from xce_lite.store.jobs import JobStore, TickWrites
 
 LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
-
-
-class _WakingQueue(queue.Queue):
-    """Host events wake the tick as they arrive."""
-
-    def __init__(self, wake: threading.Event):
-        super().__init__()
-        self._wake = wake
-
-    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        super().put(item, block, timeout)
-        self._wake.set()
 
 
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching, Kills,
@@ -122,7 +113,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._finished = threading.Condition(self._mu)
-        self._events: queue.Queue[HostEvent] = _WakingQueue(self._wake)
+        self._events: queue.Queue[HostEvent] = WakingQueue(self._wake)
         self._init_units()
         self._init_kills()
         self._init_faults()
@@ -251,19 +242,10 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self.log(f"hosts removed: {', '.join(removed)} (closed to new work; their running jobs go on)")
 
     def _host_factory(self, host: HostConfig):
-        """How the host's link makes a fresh connection to it."""
+        """How the host's link makes a fresh connection to it (the seams' own, or the real one)."""
         if self.seams.host_factory is not None:
             return self.seams.host_factory(host)
-        if host.type == "local":
-            return lambda: LocalHost(host.name, self.home.spool / host.name, mode=host.launch)
-        from xce_lite.exec.sshgate import GatewayHost  # paramiko lives in the gateway process, not here
-        from xce_lite.home.hostadd import ssh_target
-
-        target = ssh_target(host, self.config, self.home)
-        spool, log_path = host.agent_spool(self.cluster), self.home.root / f"agent-{host.name}.log"
-        heartbeat = self.config.ssh.keepalive
-        return lambda: GatewayHost(host.name, target, spool, mode=host.launch, heartbeat=heartbeat,
-                                   log_path=log_path)
+        return real_host_factory(host, self.config, self.home)
 
     def _load(self) -> None:
         """Rebuild the in-memory view from the store (the store is the truth)."""

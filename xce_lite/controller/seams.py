@@ -10,6 +10,8 @@ contract (events on the controller's queue, in the order the real one would put 
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,6 +53,33 @@ class FakeClock:
 
     def lease(self) -> float:
         return self.now
+
+
+class WakingQueue(queue.Queue):
+    """The controller's event queue: host events wake the tick as they arrive."""
+
+    def __init__(self, wake: threading.Event):
+        super().__init__()
+        self._wake = wake
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        super().put(item, block, timeout)
+        self._wake.set()
+
+
+def real_host_factory(host: Any, config: Any, home: Any) -> Callable[[], Any]:
+    """How a real host's link makes a fresh connection to it: the local agent, or the SSH gateway."""
+    if host.type == "local":
+        from xce_lite.exec.local import LocalHost
+
+        return lambda: LocalHost(host.name, home.spool / host.name, mode=host.launch)
+    from xce_lite.exec.sshgate import GatewayHost  # paramiko lives in the gateway process, not here
+    from xce_lite.home.hostadd import ssh_target
+
+    target = ssh_target(host, config, home)
+    spool, log_path = host.agent_spool(config.cluster), home.root / f"agent-{host.name}.log"
+    heartbeat = config.ssh.keepalive
+    return lambda: GatewayHost(host.name, target, spool, mode=host.launch, heartbeat=heartbeat, log_path=log_path)
 
 
 def _real_scheduler() -> Any:
