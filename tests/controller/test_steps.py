@@ -132,3 +132,12 @@ def test_a_job_on_two_hosts_loses_one_is_requeued_and_runs_once_both_are_back(in
     run(inproc, 40)
     job = inproc.job(a)
     assert (job.state, job.attempt) == ("DONE", 2)
+
+
+def test_a_dependent_job_waits_at_the_gate_until_its_dependency_is_done(inproc):
+    a = inproc.submit(runtime=5, name="first")
+    b = inproc.submit(runtime=2, depend="done(first)")
+    run(inproc, 3)
+    assert (inproc.job(a).state, inproc.job(b).state) == ("RUN", "PEND")
+    run(inproc, 8)
+    assert (inproc.job(a).state, inproc.job(b).state) == ("DONE", "DONE")

@@ -1,7 +1,7 @@
 """The controller's promises under random sequences of requests and faults (hypothesis stateful
 testing), run in-process on fake hosts with a fake clock and a real store (tests/support/inproc.py):
-random submits (with retries, on one host or two), kills, holds and releases, hosts cut off and back, restarts
-from the store, time passing. After every tick `check_invariants`; after every step:
+random submits (with retries, on one host or two, after another job), kills, holds and releases,
+hosts cut off and back, restarts from the store, time passing. After every tick `check_invariants`; after every step:
 
 - an acknowledged job is never lost: it is in the store, and once every host is back and every
   hold released, every job ends (DONE or EXIT) within bounded time;
@@ -47,6 +47,13 @@ class TickMachine(RuleBasedStateMachine):
     def submit(self, runtime: int, code: int, retry: int | None, tasks: int) -> None:
         # 3 tasks on hosts of 2 slots: a unit on each of two hosts
         self.acked.append(self.p.submit(runtime=runtime, exit_code=code, retry=retry, slots=tasks))
+
+    @precondition(lambda self: 0 < len(self.acked) < 12)
+    @rule(data=st.data())
+    def submit_after(self, data) -> None:
+        """A job that waits for another (cancelled if that one can never be DONE)."""
+        first = data.draw(st.sampled_from(self.acked))
+        self.acked.append(self.p.submit(runtime=3, depend=f"done({first})"))
 
     def _active(self) -> list[int]:
         return sorted(self.p.ctl._active)

@@ -2,7 +2,8 @@
 tests call `check_invariants` after every tick; it reads, never changes, and says every broken
 rule at once.
 
-- a job is in at most one of: pending (the scheduler's set), held (PSUSP), active (DISP/RUN);
+- a job is in at most one of: pending (the scheduler's set), held (PSUSP), active (DISP/RUN), and
+  one waiting at the gate (a dependency, an array's throttle) is not active;
 - every active job's units line up: one unit and one status per allocation, each unit indexed back
   to (job, index), results exactly for the ENDED units; no unit both active and draining;
 - no host has more of any resource reserved (active and draining units together) than it has,
@@ -33,6 +34,8 @@ def problems(view: Any) -> list[str]:
                        (held, active, "held and active")):
         for job_id in sorted(a & b):
             found.append(f"job {job_id} is both {what}")
+    for job_id in sorted(set(view._gate.waiters) & active):
+        found.append(f"job {job_id} waits at the gate for its dependency, yet it is active")
     for job in view._active.values():
         found.extend(_units_problems(view, job))
     for unit, drain in view._draining.items():
