@@ -151,6 +151,6 @@ class TickMachine(RuleBasedStateMachine):
             self.p.close()
 
 
-TickMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None,
+TickMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
                                          suppress_health_check=[HealthCheck.too_slow])
 test_tick_promises = TickMachine.TestCase
