@@ -61,8 +61,10 @@ class TickMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.acked)
     @rule(data=st.data())
     def kill(self, data) -> None:
-        # mostly jobs that run (where kills race hosts), sometimes any (pending, held, ended)
-        job_id = data.draw(st.sampled_from(self._active() or self.acked) | st.sampled_from(self.acked))
+        # mostly jobs that run, first those whose host is cut off (where a kill races the host's
+        # loss), sometimes any (pending, held, ended)
+        cut = [j for j in self._active() if self.p.ctl._active[j].host_of(0) in self.p.dropped]
+        job_id = data.draw(st.sampled_from(cut or self._active() or self.acked) | st.sampled_from(self.acked))
         attempt = self.p.job(job_id).attempt
         reply = self.p.kill(job_id)
         if reply["ok"]:
