@@ -157,13 +157,13 @@ def _group_commit(ctl, jobs) -> None:
 
     real_tick, real_launch, real_started = ctl.Controller.tick, ctl.Controller._launch, ctl.Controller._record_started
 
-    def tick(self):
+    def tick(self, now):
         begin(self.store)
         try:
             deferred, self._bench_deferred = getattr(self, "_bench_deferred", []), []
             for started, now in deferred:
                 real_started(self, started, now)
-            real_tick(self)
+            real_tick(self, now)
         except BaseException:
             if getattr(local, "open", False):
                 local.open = False

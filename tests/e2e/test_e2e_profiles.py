@@ -26,7 +26,7 @@ from xce_lite.controller.core import Controller
 from xce_lite.home.paths import Home
 from xce_lite.models import PEND
 from xce_lite.sched.core import HOST_OK, Snapshot, schedule
-from xce_lite.store.jobs import JobStore
+from xce_lite.store.jobs import JobStore, TickWrites
 
 CONFIG = """\
 cluster: tapp{pid}
@@ -224,8 +224,8 @@ def test_a_profile_changed_between_decision_and_dispatch_sends_the_job_back_to_p
             return
         again = decide()  # 4. the next session decides on the new profile, and that dispatch holds
         plans = controller._plans(again)
-        assert [plan[0] for plan in plans] == [job_id]
-        controller.store.record_tick([], [], plans, {}, time.time())
+        assert [plan.job_id for plan in plans] == [job_id]
+        controller.store.record_tick(TickWrites(time.time(), plans=plans))
         job = controller.store.get(job_id)
         assert job.state == "DISP" and job.effective["profile_env"]["SIM_HOME"] == "/opt/sim-v2"
         assert job.effective["profile_hash"] == controller.profiles["sim"].hash != old_hash

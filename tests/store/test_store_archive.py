@@ -16,7 +16,7 @@ import pytest
 from tests.support.store import DATA, T, V1_JOBS, raw, spec
 from xce_lite import accounting
 from xce_lite.models import DONE, EXIT, PEND, RUN
-from xce_lite.store.jobs import Finish, JobStore
+from xce_lite.store.jobs import Finish, JobStore, TickWrites
 from xce_lite.store.workflows import FlowRecord, FlowStep, NewJob
 
 DAY = 86400.0
@@ -105,8 +105,8 @@ def test_retention_is_bounded_by_batch_and_never_reuses_ids(store: JobStore) -> 
     (new,) = store.submit([(spec("true"), "normal")], "alice", T + 2 * DAY)
     assert new == ids[-1] + 1  # after the archived ones, though the live table was empty
     # a late event (a host's hooks) for an archived job joins its archived history
-    store.record_tick([], [], [], {}, T + 2 * DAY, events=[(ids[0], "host_hooks", {"host": "h2"}),
-                                                           (12345, "host_hooks", {"host": "h2"})])
+    store.record_tick(TickWrites(T + 2 * DAY, events=[(ids[0], "host_hooks", {"host": "h2"}),
+                                                      (12345, "host_hooks", {"host": "h2"})]))
     (job,), _more = store.history([ids[0]])
     assert [e[1] for e in job["events"]][-2:] == ["finished", "host_hooks"]
 

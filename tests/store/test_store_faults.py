@@ -12,14 +12,14 @@ from tests.support.faults import small_tmpfs, write_lock_held
 from tests.support.store import T, running, spec
 from xce_lite.errors import StoreError, StoreUnavailable
 from xce_lite.models import DISP, EXIT, PEND, RUN
-from xce_lite.store.jobs import JobStore, Requeue
+from xce_lite.store.jobs import JobStore, Requeue, TickWrites
 
 
 def test_a_requeue_of_a_killed_job_ends_it_exit_with_the_kill_reason(store: JobStore) -> None:
     a, b = running(store, count=2)
     store.record_event(a, "kill_requested", T + 3, {"by": "alice", "reason": "killed by alice"})
-    record = store.record_tick([], [], [], {}, T + 5, requeues=[Requeue(a, RUN, "host h1 lost: no agent for 5m"),
-                                                                Requeue(b, RUN, "host h1 lost: no agent for 5m")])
+    record = store.record_tick(TickWrites(T + 5, requeues=[Requeue(a, RUN, "host h1 lost: no agent for 5m"),
+                                                           Requeue(b, RUN, "host h1 lost: no agent for 5m")]))
     assert (record.requeued, record.killed) == ((b,), (a,))
     job = store.get(a)
     assert job.state == EXIT and job.reason == "killed by alice (not requeued: host h1 lost: no agent for 5m)"

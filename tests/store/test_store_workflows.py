@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.support.store import T, spec
 from xce_lite.models import DONE, EXIT, PEND, RUN
-from xce_lite.store.jobs import Finish, JobStore, Requeue
+from xce_lite.store.jobs import Finish, JobStore, Requeue, TickWrites
 from xce_lite.store.workflows import FlowRecord, FlowStep, NewJob
 from xce_lite.workflow import deps
 
@@ -69,8 +69,8 @@ def test_group_rows_are_what_dependencies_see(store: JobStore):
 def test_a_cancel_ends_a_pending_job_with_its_reason_and_event(store: JobStore):
     a, b = store.submit([(spec(), "q"), (spec(), "q")], "alice", T)
     store.dispatch([(b, 1, [["h", 1]], "u-b")], T)
-    record = store.record_tick([], [], [], {}, T + 1, cancels=[(a, PEND, "dependency done(5) can never hold"),
-                                                               (b, PEND, "stale")])
+    record = store.record_tick(TickWrites(T + 1, cancels=[(a, PEND, "dependency done(5) can never hold"),
+                                                          (b, PEND, "stale")]))
     assert record.cancelled == (a,)
     job = store.get(a)
     assert (job.state, job.reason, job.end_time, job.start_time) == (EXIT, "dependency done(5) can never hold",

@@ -34,6 +34,11 @@ launch safe to repeat), stop stale copies, and mark lost what vanished. A job ac
 client is in the store before the reply. API handlers run on the server's threads; they take
 `self._mu` for the in-memory view, and the store serialises the writes.
 
+Seams (seams.py): the clock, the store, the hosts' links and connections, the signal workers and
+the scheduler are given; `tick(now)` takes its time, and only `serve`'s loop reads the real clock.
+A test (tests/support/inproc.py) runs this controller on fake hosts with a fake clock and no
+thread, and checks invariants.py after every tick. Host leases are a part of their own (leasework).
+
 Faults (faults.py): a commit the store cannot take (busy, full) is retried with backoff and loses
 nothing; a host that does not answer a signal (hostops.py: never on the tick's thread) is in
 trouble alone; only a fault that makes going on unsafe stops the controller, saying why.
@@ -46,7 +51,6 @@ import queue
 import sys
 import threading
 import time
-from typing import Any
 
 from xce_lite import errors
 from xce_lite.api.server import ApiServer
@@ -61,71 +65,61 @@ from xce_lite.controller.handlers.config import ConfigHandlers
 from xce_lite.controller.handlers.flow import FlowHandlers
 from xce_lite.controller.handlers.jobs import ApiHandlers
 from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
-from xce_lite.controller.hostops import HostOps
 from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.kills import Kills
-from xce_lite.controller.leasework import LeaseWork
+from xce_lite.controller.leasework import HostLeases
 from xce_lite.controller.projects import ProjectWork
 from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.pools import PoolWork
 from xce_lite.controller.retention import Retention
-from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
+from xce_lite.controller.sched_worker import PendingSet
+from xce_lite.controller.seams import Seams, WakingQueue, real_host_factory
 from xce_lite.controller.shared import SharedWork, socket_mode
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
 from xce_lite.exec.host import HostEvent
 from xce_lite.exec.link import HostLink
-from xce_lite.exec.local import LocalHost
 from xce_lite.home.paths import PRIVATE_UMASK, Home
 from xce_lite.models import DISP, PEND, PSUSP, JobSpec
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
 from xce_lite.sched.placement import HostView
-from xce_lite.store.jobs import JobStore
+from xce_lite.store.jobs import JobStore, TickWrites
 
 LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
 
 
-class _WakingQueue(queue.Queue):
-    """Host events wake the tick as they arrive."""
-
-    def __init__(self, wake: threading.Event):
-        super().__init__()
-        self._wake = wake
-
-    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        super().put(item, block, timeout)
-        self._wake.set()
-
-
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching, Kills,
-                 Faults, MetricsHandlers, ProjectWork, LeaseWork, PoolWork, SharedWork):  # metrics: its routes
-    def __init__(self, home: Home, log=None):
+                 Faults, MetricsHandlers, ProjectWork, PoolWork, SharedWork):  # metrics: its routes
+    def __init__(self, home: Home, log=None, seams: Seams | None = None):
+        """`seams`: the clock, store, hosts and scheduler to use (seams.py); None: the real ones."""
         self.home = home
         self.log = log or _log
+        self.seams = seams = seams or Seams()
+        self._clock = seams.clock
         self.config: ClusterConfig
         self.profiles: dict[str, Profile]  # application profiles by name (profiles.py)
         config, profiles = load_cluster(home.config)
         self.cluster = config.cluster
         home.spool.mkdir(mode=0o700, exist_ok=True)
-        self.store = JobStore(home.store)
+        self.store = seams.store if seams.store is not None else JobStore(home.store)
         try:
             self._check_config(config, profiles)  # ConfigError: the controller does not start
         except errors.ConfigError:
             self.store.close()
             raise
         self._use_config(config, profiles)
-        self.started_at = time.time()
+        self.started_at = self._clock.time()
         self.metrics = Registry()  # metrics: counters and durations for /metrics
         self._mu = threading.RLock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._finished = threading.Condition(self._mu)
-        self._events: queue.Queue[HostEvent] = _WakingQueue(self._wake)
+        self._events: queue.Queue[HostEvent] = WakingQueue(self._wake)
         self._init_units()
         self._init_kills()
         self._init_faults()
-        self._hostops = HostOps(self._events)  # signals run on a worker per host, never on the tick
-        self._init_leases()
+        self._hostops = seams.hostops_factory(self._events)  # signals run on a worker per host, never on the tick
+        self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.config.controller)
         self._init_launches()
         self._init_workflows()
         self._init_projects()
@@ -139,7 +133,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._stored_reasons: dict[int, str | None] = {}  # what the store holds
         self._reasons_flushed_at = 0.0
         self._dirty = True  # something changed since the last scheduling session
-        self._scheduler = SchedulerProcess()
+        self._scheduler = seams.scheduler_factory()
         self._server: ApiServer | None = None
         self._retention = Retention(self.log, self._wake.set)  # step 8 of the tick
         self._failed = False  # stopped on a fault (faults.py): its record stays for the next start
@@ -162,12 +156,12 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 self.log(f"note: the previous run stopped on a fault: {self.previous_fault['why']}")
             while not self._stopping.is_set():
                 retry = self._store_wait()
-                wait = min(self.config.controller.tick, self._lease_wait())
+                wait = min(self.config.controller.tick, self.leases.wait())
                 self._wake.wait(wait if retry is None else min(wait, retry + 0.01))
                 self._wake.clear()
                 if not self._stopping.is_set():
                     try:
-                        self.tick()
+                        self.tick(self._clock.time())
                     except errors.StoreUnavailable as err:  # a read the store refused: the next tick tries again
                         self.log(f"tick skipped: {err}")
         except Exception as err:  # unsafe to go on: say why (faults.py); faults that are not are handled within
@@ -177,6 +171,14 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                                   f"its log says why, and `xce controller status` shows it") from err
         finally:
             self._shutdown()
+
+    def _connected(self) -> dict:
+        """The connected hosts' handles, as of now."""
+        with self._mu:
+            return dict(self._hosts)
+
+    def _renew_leases(self) -> None:
+        self.leases.renew(self._connected())
 
     def _settle_local_hosts(self) -> None:
         """Before serving: tick until each local host's agent has answered (or failed), for at most
@@ -189,7 +191,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 return
             self._wake.wait(0.05)
             self._wake.clear()
-            self.tick()
+            self.tick(self._clock.time())
 
     def stop(self) -> None:
         self._stopping.set()
@@ -201,7 +203,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._server.server_close()
             self.home.socket.unlink(missing_ok=True)
         if self._stopping.is_set():  # a planned stop: the jobs may go on for the maintenance lease
-            self._grant_maintenance()
+            self.leases.grant_maintenance(self._connected())
         for link in self._links.values():
             link.close()  # the agents exit (or stay for the lease); the jobs go on under their supervisors
         self._scheduler.close()
@@ -213,13 +215,13 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
 
     def _start_link(self, host: HostConfig) -> None:
         """Keep `host` connected from now on (hostlinks.py); until it answers it is unreachable."""
-        link = HostLink(host.name, self._host_factory(host), self._events, self.log,
-                        backoff_max=self.config.ssh.reconnect_max)
+        link = self.seams.link_factory(host.name, self._host_factory(host), self._events, self.log,
+                                       backoff_max=self.config.ssh.reconnect_max)
         with self._mu:
             self._links[host.name] = link
             self._host_state.setdefault(host.name, "unreachable")
             if self._host_state[host.name] != "ok":
-                self._down_since.setdefault(host.name, time.time())
+                self._down_since.setdefault(host.name, self._clock.time())
         link.start()
 
     def _hosts_changed(self, old: ClusterConfig, new: ClusterConfig) -> None:
@@ -242,17 +244,10 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self.log(f"hosts removed: {', '.join(removed)} (closed to new work; their running jobs go on)")
 
     def _host_factory(self, host: HostConfig):
-        """How the host's link makes a fresh connection to it."""
-        if host.type == "local":
-            return lambda: LocalHost(host.name, self.home.spool / host.name, mode=host.launch)
-        from xce_lite.exec.sshgate import GatewayHost  # paramiko lives in the gateway process, not here
-        from xce_lite.home.hostadd import ssh_target
-
-        target = ssh_target(host, self.config, self.home)
-        spool, log_path = host.agent_spool(self.cluster), self.home.root / f"agent-{host.name}.log"
-        heartbeat = self.config.ssh.keepalive
-        return lambda: GatewayHost(host.name, target, spool, mode=host.launch, heartbeat=heartbeat,
-                                   log_path=log_path)
+        """How the host's link makes a fresh connection to it (the seams' own, or the real one)."""
+        if self.seams.host_factory is not None:
+            return self.seams.host_factory(host)
+        return real_host_factory(host, self.config, self.home)
 
     def _load(self) -> None:
         """Rebuild the in-memory view from the store (the store is the truth)."""
@@ -278,7 +273,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 status = [RUNNING if i == 0 and job.state != DISP else NEW for i in range(len(units))]
                 active = Active(job.id, job.user, job.queue, job.state, job.attempt, holding, units, status,
                                 retries=job.retries, killed=killed.get(job.id), project=job.project,
-                                since=job.start_time or time.time())
+                                since=job.start_time or self._clock.time())
                 self._add_active(self._with_workflow(active, job.array_id, job.effective))
                 if active.killed:  # sent again: the first may never have reached the host (kills.py)
                     self._kill_marks[job.id] = active.killed
@@ -297,11 +292,11 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
 
     # ---- the tick ---------------------------------------------------------------------------
 
-    def tick(self) -> None:
-        """One pass; see the module docstring. Everything learned and decided in it is stored in
-        one durable commit, before any launch; launch replies are stored by the next pass. A store
-        that cannot take the commit (busy, full) loses nothing: faults.py puts it all back."""
-        now = time.time()
+    def tick(self, now: float) -> None:
+        """One pass at wall time `now`; see the module docstring. Everything learned and decided in
+        it is stored in one durable commit, before any launch; launch replies are stored by the next
+        pass. A store that cannot take the commit (busy, full) loses nothing: faults.py puts it all
+        back."""
         began = time.monotonic()  # metrics:
         self._collect_events(now)
         self._expire_lost_hosts(now)
@@ -324,11 +319,12 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         reasons: dict[int, str | None] = {}
         self._in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
-            decisions = self._pool_reasons(self._schedule(hosts, shared) if hosts is not None else None)
+            decisions = self._pool_reasons(self._schedule(hosts, shared, now) if hosts is not None else None)
             plans = self._plans(decisions) if decisions is not None else []
             reasons = self._reasons_to_store(decisions, now)
-            if finishing or started or plans or reasons or requeues or cancels or events:
-                record = self.store.record_tick(finishing, started, plans, reasons, now, requeues, cancels, events)
+            writes = TickWrites(now, finishing, started, plans, reasons, requeues, cancels, events)
+            if writes:
+                record = self.store.record_tick(writes)
             else:
                 record = None
                 if self._store_problem is not None:
@@ -363,12 +359,11 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
     def _shared_free(self, closing: set[int] = frozenset()):
         return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])
 
-    def _schedule(self, hosts: tuple[HostView, ...], shared) -> Decisions | None:
+    def _schedule(self, hosts: tuple[HostView, ...], shared, now: float) -> Decisions | None:
         """One session in the scheduler process, fed with what changed in the pending set."""
         try:
             with self._mu:  # the pending set's changes are taken under the lock; the wait is not
                 running = tuple((j.queue, j.user, sum(n for _, n in j.hosts)) for j in self._active.values())
-                now = time.time()
                 base = Snapshot(hosts, (), self.queue_policies, shared, running, now,
                                 self.config.controller.reserve_after, **self._project_inputs(now))
                 sent = time.monotonic()  # metrics:

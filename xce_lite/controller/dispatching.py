@@ -9,7 +9,6 @@ changed) is declined: the job stays PEND and is scheduled again, never EXIT.
 
 from __future__ import annotations
 
-import time
 
 from xce_lite import errors
 from xce_lite.config.merge import Effective
@@ -18,13 +17,13 @@ from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.unitwork import NEW, Active
 from xce_lite.models import DISP, PEND, Job, unit_name
 from xce_lite.sched.core import Decisions
-from xce_lite.store.jobs import Finish, Requeue, TickRecord
+from xce_lite.store.jobs import Finish, Plan, Requeue, TickRecord
 
 
 class Dispatching:
     """See the module docstring. Expects the controller's attributes (store, config, _mu, ...)."""
 
-    def _plans(self, decisions: Decisions) -> list[tuple[int, int, list, str, dict, dict]]:
+    def _plans(self, decisions: Decisions) -> list[Plan]:
         """The dispatches to record, each under the next attempt's unit names and with the effective
         values it will run with. A decision made on a profile that has changed or vanished since (a
         reconfig during the session), or whose task count the job's queue no longer allows, is
@@ -45,8 +44,8 @@ class Dispatching:
                 attempt = self._attempts.get(d.job_id, 0) + 1
                 self._retries[d.job_id] = job.retries  # the dispatched job's retry count so far
             unit = unit_name(self.cluster, d.job_id, attempt, 0)
-            plans.append((d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json(),
-                          declined.to_json()))
+            plans.append(Plan(d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json(),
+                              declined.to_json()))
         return plans
 
     def _stale(self, job: Job, decided_hash: str, tasks: int) -> Effective | str:
@@ -80,7 +79,7 @@ class Dispatching:
             return changed
 
     def _apply(self, record: TickRecord, finishing: list[tuple[Finish, str]], requeues: list[Requeue],
-               plans: list) -> None:
+               plans: list[Plan]) -> None:
         """Bring the in-memory view in line with what `record_tick` stored."""
         requeued = self.store.jobs(list(record.requeued)) if record.requeued else []
         self._count_applied(record, finishing)  # metrics:
@@ -103,17 +102,18 @@ class Dispatching:
             for job_id in record.killed:  # a requeue the store refused: the job was killed (kills.py)
                 self._ended_element(job_id)
             dispatched = set(record.dispatched)
-            for job_id, attempt, hosts, _unit, alloc, effective in plans:
+            for plan in plans:
+                job_id, attempt, hosts = plan.job_id, plan.attempt, plan.hosts
                 pending = self._pending.get(job_id)
                 if job_id not in dispatched or pending is None:
                     continue  # killed or held while the scheduler thought: it stays as it is now
                 self._dequeue(job_id)
                 self._attempts.pop(job_id, None)
-                holding = Holding.from_json(alloc, ())
+                holding = Holding.from_json(plan.alloc, ())
                 units = job_units(self.cluster, job_id, attempt, len(hosts))
                 active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
-                                retries=self._retries.pop(job_id, 0), project=pending.project, since=time.time())
-                self._add_active(self._with_workflow(active, self._array_of.get(job_id), effective))
+                                retries=self._retries.pop(job_id, 0), project=pending.project, since=self._clock.time())
+                self._add_active(self._with_workflow(active, self._array_of.get(job_id), plan.effective))
                 self._to_launch.extend(units)
             if record.finished or record.requeued or record.cancelled or record.started or record.killed:
                 self._gate_dirty = True

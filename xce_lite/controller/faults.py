@@ -19,7 +19,6 @@ A mixin of `Controller` (it shares the controller's lock and view). Three promis
 
 from __future__ import annotations
 
-import time
 import traceback
 from typing import TYPE_CHECKING
 
@@ -50,23 +49,23 @@ class Faults:
 
     def _store_due(self) -> bool:
         """Whether the tick may try its commit now (not while backing off after a failure)."""
-        return self._store_problem is None or time.monotonic() >= self._store_retry_at
+        return self._store_problem is None or self._clock.monotonic() >= self._store_retry_at
 
     def _store_wait(self) -> float | None:
         """Seconds until the next retry of a failed commit, or None when the store is fine."""
         if self._store_problem is None:
             return None
-        return max(0.0, self._store_retry_at - time.monotonic())
+        return max(0.0, self._store_retry_at - self._clock.monotonic())
 
     def _commit_failed(self, err: errors.StoreUnavailable, carried: tuple) -> None:
         """The tick's commit did not happen: put back what it carried, back off, say so once."""
         finishing, started, requeues, events, reasons = carried
         self._put_back(finishing, started, requeues, events, reasons)
-        now = time.time()
+        now = self._clock.time()
         first = self._store_problem is None
         self._store_failures += 1
         delay = min(STORE_RETRY_MAX, STORE_RETRY_FIRST * 2 ** (self._store_failures - 1))
-        self._store_retry_at = time.monotonic() + delay
+        self._store_retry_at = self._clock.monotonic() + delay
         if first or str(err) != self._store_problem:
             self.log(f"the job store cannot take the tick's commit: {err}; nothing of it was stored, "
                      f"{self._waiting_to_store()} report(s) wait; retrying by itself (every {STORE_RETRY_MAX:g} s "
@@ -79,7 +78,7 @@ class Faults:
     def _commit_done(self) -> None:
         if self._store_problem is not None:
             self.log(f"the job store takes writes again (after {self._store_failures} failed commit(s) in "
-                     f"{time.time() - (self._store_since or time.time()):.0f} s); carrying on")
+                     f"{self._clock.time() - (self._store_since or self._clock.time()):.0f} s); carrying on")
         self._store_problem, self._store_since, self._store_failures = None, None, 0
         self.store.impatient = False
 
@@ -108,7 +107,7 @@ class Faults:
         """A request to a connected host failed: it takes no new work until it answers. Holds _mu."""
         if name not in self._trouble:
             self.log(f"host {name} is in trouble: {why}; nothing new is placed there until it answers")
-            self._trouble[name] = (why, time.time())
+            self._trouble[name] = (why, self._clock.time())
             self._dirty = True
 
     def _host_out_of_trouble(self, name: str) -> None:

@@ -103,6 +103,7 @@ class _Worker:
         return not trouble
 
     def _call(self, item: _Call) -> bool:
+        error: str | None
         if self.retired.is_set():
             error, trouble = "the connection was replaced before the request was sent", False
         else:
@@ -173,3 +174,26 @@ def _attempt(fn: Any) -> tuple[Any, str | None, bool]:
         return None, str(err), False
     except Exception as err:  # a transport's bug must not end the worker: count it as the host's trouble
         return None, f"unexpected error from the host's connection: {err!r}", True
+
+
+class InlineHostOps:
+    """HostOps without workers (tests, the simulator): each request is carried out at once on the
+    caller's thread and its outcome put on the events queue, as a worker would report it."""
+
+    def __init__(self, events: Any):
+        self._events = events
+
+    def signal(self, name: str, generation: int, handle: Any, unit: str, signal: str, reason: str,
+               job_id: int | None = None) -> None:
+        found, error, trouble = _attempt(lambda: handle.signal(unit, signal, reason))
+        self._events.put(SignalDone(name, generation, unit, job_id, bool(found), error, trouble))
+
+    def call(self, name: str, generation: int, handle: Any, fn: Any, about: Any) -> None:
+        _result, error, trouble = _attempt(lambda: fn(handle))
+        self._events.put(CallDone(name, generation, about, error, trouble))
+
+    def retire(self, name: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

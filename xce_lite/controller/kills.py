@@ -20,7 +20,6 @@ as a `host_hooks` event at most, never as the job's outcome (unitwork `_unit_fin
 
 from __future__ import annotations
 
-import time
 
 from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
 from xce_lite.models import DISP, EXIT
@@ -46,7 +45,7 @@ class Kills:
 
     def _deliver_kill_marks(self) -> None:
         """Send each kill to its job's first host, unless one is on its way or its host cannot take it."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         sends = []
         with self._mu:
             for job_id, reason in self._kill_marks.items():
@@ -73,7 +72,7 @@ class Kills:
             if done.job_id is None:
                 self.log(f"host {done.host}: could not stop unit {done.unit}: {done.error}")
             elif not done.trouble:  # refused, not lost: try again shortly, as for a unit not there yet
-                self._kill_next[done.job_id] = time.monotonic() + KILL_RETRY
+                self._kill_next[done.job_id] = self._clock.monotonic() + KILL_RETRY
             return  # a kill stays marked: sent again once the host answers
         if current:
             self._host_out_of_trouble(done.host)
@@ -83,7 +82,7 @@ class Kills:
             self._kill_marks.pop(done.job_id, None)
             self._kill_next.pop(done.job_id, None)
         else:  # not there yet (its launch in flight) or ended meanwhile: try again shortly
-            self._kill_next[done.job_id] = time.monotonic() + KILL_RETRY
+            self._kill_next[done.job_id] = self._clock.monotonic() + KILL_RETRY
             self._wake.set()
 
     def _call_done(self, done: CallDone) -> None:

@@ -1,25 +1,28 @@
 """The controller's side of host leases: granting, renewing, storing, and when a host may be lost.
 
-A mixin of `Controller` (it shares the controller's lock, store and config). The arithmetic is
-pure, in leases.py; here are the clock readings and the effects:
+A part of the controller (`Controller.leases`), given what it needs; the arithmetic is pure, in
+leases.py; here are the clock readings and the effects:
 
 - each host whose agent gives its lease clock (hello, then every lease reply) gets a lease at
   once when it comes up, renewed every `renew_interval(lease)` from the tick, before the tick's
   launches (so on the channel a launch always follows a grant);
 - every grant is stored (meta rows `lease:HOST`) BEFORE it is sent, so that the next controller
   knows the longest lease any host may hold, whatever happened between;
-- a host out of reach is declared lost only when `leases.lost_at` says so (_lease_allows_loss);
-- a planned stop grants every connected host `maintenance_lease` first (_grant_maintenance).
+- a host out of reach is declared lost only when `leases.lost_at` says so (allows_loss);
+- a planned stop grants every connected host `maintenance_lease` first (grant_maintenance).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from xce_lite import errors
+from xce_lite.config.cluster import ControllerConfig
 from xce_lite.controller import leases
 from xce_lite.exec.agent.util import boot_id
 from xce_lite.store.jobs import Requeue
@@ -43,64 +46,69 @@ class HostLease:
     sent: float = leases.NEVER
 
 
-class LeaseWork:
-    """See the module docstring. Expects the controller's attributes (store, config, _mu, _hosts)."""
+class HostLeases:
+    """See the module docstring. A part of the controller with its dependencies given: the store
+    (where grants are kept), the clock, the log and the controller's settings of now (a reconfig
+    changes them). Called on the tick's thread only; the hosts it grants to are passed in."""
 
-    def _init_leases(self) -> None:
-        self._boot = boot_id()
-        self._started_clock = lease_clock()
-        self._host_leases: dict[str, HostLease] = {}  # host -> its current connection's lease state
-        self._down_clock: dict[str, float] = {}  # host -> since when (lease clock) it is out of reach
+    def __init__(self, store: Any, clock: Any, log: Callable[[str], None],
+                 settings: Callable[[], ControllerConfig]) -> None:
+        self.store, self.clock, self.log, self.settings = store, clock, log, settings
+        self.boot = boot_id()
+        self.started = clock.lease()
+        self.current: dict[str, HostLease] = {}  # host -> its current connection's lease state
+        self.down: dict[str, float] = {}  # host -> since when (lease clock) it is out of reach
         # host -> when its lease surely ends (lease clock): from the store, then from every grant
-        self._lease_ends: dict[str, float] = {
-            host: leases.stored_ends_by(stored, self._boot, self._started_clock)
-            for host, stored in self.store.host_leases().items()}
+        self.ends: dict[str, float] = {
+            host: leases.stored_ends_by(stored, self.boot, self.started)
+            for host, stored in store.host_leases().items()}
 
-    def _lease_host_up(self, name: str, probe) -> None:
-        """A host's agent answers (holds _mu): a lease is granted to it at the next renewal."""
-        self._down_clock.pop(name, None)
+    def host_up(self, name: str, probe: Any) -> None:
+        """A host's agent answers: a lease is granted to it at the next renewal."""
+        self.down.pop(name, None)
         clock, boot = probe.extra.get("clock"), probe.extra.get("boot_id")
         if isinstance(clock, (int, float)) and isinstance(boot, str):
-            self._host_leases[name] = HostLease(boot, (float(clock), lease_clock()))
+            self.current[name] = HostLease(boot, (float(clock), self.clock.lease()))
         else:  # an agent (or a simulated host) without leases
-            self._host_leases.pop(name, None)
+            self.current.pop(name, None)
 
-    def _lease_host_down(self, name: str) -> None:
-        """A host is out of reach (holds _mu): no grant goes to it; the loss clock starts."""
-        self._host_leases.pop(name, None)
-        self._down_clock.setdefault(name, lease_clock())
+    def host_down(self, name: str) -> None:
+        """A host is out of reach: no grant goes to it; the loss clock starts."""
+        self.current.pop(name, None)
+        self.down.setdefault(name, self.clock.lease())
 
-    def _lease_allows_loss(self, name: str) -> bool:
+    def allows_loss(self, name: str) -> bool:
         """True once host `name`, out of reach, may be declared lost (leases.lost_at)."""
-        c = self.config.controller
-        down = self._down_clock.setdefault(name, lease_clock())
-        ends_by = self._lease_ends.get(name, leases.NEVER)
-        return lease_clock() >= leases.lost_at(down, self._started_clock, c.host_lost_after, ends_by, c.lease_margin)
+        c = self.settings()
+        down = self.down.setdefault(name, self.clock.lease())
+        ends_by = self.ends.get(name, leases.NEVER)
+        return self.clock.lease() >= leases.lost_at(down, self.started, c.host_lost_after, ends_by, c.lease_margin)
 
-    def _lease_wait(self) -> float:
+    def wait(self) -> float:
         """The longest the tick may sleep without missing a renewal."""
-        return leases.renew_interval(self.config.controller.lease)
+        return leases.renew_interval(self.settings().lease)
 
-    def _renew_leases(self, seconds: float | None = None, force: bool = False) -> list[threading.Event]:
-        """Grant a lease to every connected host whose renewal is due (all with `force`): stored
-        first, then sent without waiting. The events are set as the hosts answer."""
-        seconds = self.config.controller.lease if seconds is None else seconds
-        interval = leases.renew_interval(self.config.controller.lease)
-        now = lease_clock()
-        with self._mu:
-            due = [(name, self._hosts[name], hl) for name, hl in self._host_leases.items()
-                   if name in self._hosts and (force or now - hl.sent >= interval)]
+    def renew(self, hosts: dict[str, Any], seconds: float | None = None,
+              force: bool = False) -> list[threading.Event]:
+        """Grant a lease to every connected host (`hosts`: name -> handle) whose renewal is due (all
+        with `force`): stored first, then sent without waiting. The events are set as the hosts
+        answer."""
+        c = self.settings()
+        seconds = c.lease if seconds is None else seconds
+        interval = leases.renew_interval(c.lease)
+        now = self.clock.lease()
+        due = [(name, hosts[name], hl) for name, hl in self.current.items()
+               if name in hosts and (force or now - hl.sent >= interval)]
         if not due:
             return []
         grants = [(name, host, hl, leases.grant(*hl.latest, seconds)) for name, host, hl in due]
-        wall = time.time()
-        longer = {name: leases.stored_record(g, self._boot, wall) for name, _h, _hl, g in grants
-                  if g.ends_by > self._lease_ends.get(name, leases.NEVER)}
+        wall = self.clock.time()
+        longer = {name: leases.stored_record(g, self.boot, wall) for name, _h, _hl, g in grants
+                  if g.ends_by > self.ends.get(name, leases.NEVER)}
         if longer:
             try:
                 self.store.set_host_leases(longer)
             except errors.StoreError as err:
-                c = self.config.controller
                 if seconds + c.lease_margin >= c.host_lost_after:  # only the store tells the next controller
                     self.log(f"cannot store the hosts' leases, not granting {seconds:g} s: {err}")
                     return []
@@ -108,7 +116,7 @@ class LeaseWork:
                 # grant: a busy or full store must not make the hosts stop their jobs
                 self.log(f"cannot store the hosts' leases ({err}); renewing them all the same")
             for name, record in longer.items():
-                self._lease_ends[name] = record["ends_by"]
+                self.ends[name] = record["ends_by"]
         answered = []
         for _name, host, hl, g in grants:
             hl.sent = now
@@ -120,19 +128,19 @@ class LeaseWork:
             answered.append(done)
         return answered
 
-    def _requeue_after_expiry(self, job, host: str, result) -> Requeue | None:
+    def requeue_after_expiry(self, job: Any, host: str, result: Any) -> Requeue | None:
         """The requeue of an attempt its host stopped when the lease ran out (the controller was
         away or cut off longer than the lease, but the host not long enough to be declared lost):
-        as for a lost host, it runs again (leases.requeue_after_expiry says when). Holds _mu."""
-        if not leases.requeue_after_expiry(result.reason, bool(job.killed), self.config.controller.on_host_lost):
+        as for a lost host, it runs again (leases.requeue_after_expiry says when)."""
+        if not leases.requeue_after_expiry(result.reason, bool(job.killed), self.settings().on_host_lost):
             return None
         return Requeue(job.id, job.state, f"host {host}: {result.reason}")
 
-    def _grant_maintenance(self) -> None:
+    def grant_maintenance(self, hosts: dict[str, Any]) -> None:
         """Before a planned stop: every connected host gets `maintenance_lease`, so that its jobs go
         on while the controller is away (up to that long); waits briefly for the hosts' answers."""
-        seconds = self.config.controller.maintenance_lease
-        answered = self._renew_leases(seconds, force=True)
+        seconds = self.settings().maintenance_lease
+        answered = self.renew(hosts, seconds, force=True)
         deadline = time.monotonic() + MAINTENANCE_WAIT
         for done in answered:
             done.wait(max(0.0, deadline - time.monotonic()))

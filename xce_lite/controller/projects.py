@@ -78,7 +78,7 @@ class ProjectWork:
     def _init_projects(self) -> None:
         self._books: dict[float, Book] = {}
         self._last_fair: FairShareInput | None = None  # reset by each configuration put in use
-        self._fair_books(time.time())
+        self._fair_books(self._clock.time())
 
     def _fair_books(self, now: float) -> None:
         """A book per half-life the queues use now, from the store for one not kept yet."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+from typing import Any
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
@@ -139,8 +140,8 @@ class SchedulerProcess:
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["xce_lite.sched.core", "xce_lite.controller.sched_worker"])
         self._timeout = timeout
-        self._proc = None
-        self._conn = None
+        self._proc: Any = None
+        self._conn: Any = None
         self._in_step = False  # False: the next session must send the whole pending set
 
     def _start(self) -> None:
@@ -196,3 +197,24 @@ class SchedulerProcess:
                 self._proc.kill()
                 self._proc.join(2)
             self._proc = None
+
+
+class InlineScheduler:
+    """The scheduler seam in-process (tests, the simulator): the same `schedule` on the same
+    snapshot the worker would build, on the caller's thread."""
+
+    def __init__(self) -> None:
+        self._cache = SessionCache()
+        self._session: Snapshot | None = None
+        self._budget = 0
+
+    def send(self, pending: PendingSet, base: Snapshot, budget: int) -> None:
+        pending.take_changes(False)  # the set is read whole: its changes are of no use here
+        self._session, self._budget = replace(base, jobs=tuple(pending.values())), budget
+
+    def receive(self) -> Decisions | None:
+        session, self._session = self._session, None
+        return None if session is None else schedule(session, self._budget, cache=self._cache)
+
+    def close(self) -> None:
+        pass

@@ -19,7 +19,6 @@ stopped when their host lists them.
 from __future__ import annotations
 
 import queue
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -178,7 +177,7 @@ class UnitWork:
         if index == 0 and not job.ending:
             job.ending = True
             finish = _finish_from_result(job, result)
-            retry = self._requeue_after_expiry(job, host, result) or _retry_of(job, finish)
+            retry = self.leases.requeue_after_expiry(job, host, result) or _retry_of(job, finish)
             if retry is not None:
                 self._unrecorded_requeues.append(retry)
             else:
@@ -239,7 +238,7 @@ class UnitWork:
         since = self._down_since.pop(name, None)
         self._down_why.pop(name, None)
         self._lost_hosts.discard(name)
-        self._lease_host_up(name, up.probe)
+        self.leases.host_up(name, up.probe)
         self._dirty = True
         if since is not None and now - since > 5:
             self.log(f"host {name}: back after {format_duration(now - since)}"
@@ -290,7 +289,7 @@ class UnitWork:
         self._kills_reset(name)
         self._hosts.pop(name, None)  # the link closes it
         self._down_since.setdefault(name, now)
-        self._lease_host_down(name)
+        self.leases.host_down(name)
         self._dirty = True
 
     # ---- 2. hosts lost ----------------------------------------------------------------------
@@ -302,7 +301,7 @@ class UnitWork:
         grace = self.config.controller.host_lost_after
         with self._mu:
             for name, since in self._down_since.items():
-                if name in self._lost_hosts or now - since < grace or not self._lease_allows_loss(name):
+                if name in self._lost_hosts or now - since < grace or not self.leases.allows_loss(name):
                     continue
                 self._lost_hosts.add(name)
                 victims = [j for j in self._active.values()
@@ -367,7 +366,7 @@ class UnitWork:
         job_ids = list(dict.fromkeys(job_id for (job_id, _i), _u in wanted))
         stored = {job.id: job for job in self.store.jobs(job_ids)} if job_ids else {}
         by_host: dict[str, list] = defaultdict(list)
-        now = time.time()
+        now = self._clock.time()
         with self._mu:
             for (job_id, index), _unit in wanted:
                 job, row = self._active.get(job_id), stored.get(job_id)

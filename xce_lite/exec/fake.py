@@ -4,6 +4,8 @@ The simulator runs the controller's scheduler on simulated hosts; these are they
 owns the simulated clock and one heap of unit ends for all its hosts; `FakeCluster.host(name)` is a
 `FakeHost`, which keeps the seam's promises as a real host would, only in simulated time:
 
+- A multi-host job's other units (role "host") run no program: they hold their share until
+  signalled, as the agent's do.
 - A unit's program is its argv: `("xce-sim-job", RUNTIME, EXIT_CODE)` "runs" RUNTIME seconds, then
   exits with EXIT_CODE (`sim_argv` builds it); any other argv is refused, as an exec failure would
   be. A `run_limit` shorter than the runtime ends the unit at the limit with TERM and the agent's
@@ -121,6 +123,12 @@ class FakeHost:
             status = "finished" if known.result is not None else "running"
             return LaunchReply(request.unit, status, known.start)
         argv = request.argv
+        if request.role == "host":  # a multi-host job's other unit: holds its share until signalled
+            self.cluster._seq += 1
+            begin = self.cluster.now if start is None else start
+            self.units[request.unit] = _Unit(self.name, request.unit, begin, float("inf"), 0, None, None,
+                                             self.cluster._seq)
+            return LaunchReply(request.unit, "started", begin)
         if len(argv) != 3 or argv[0] != PROGRAM:
             return LaunchReply(request.unit, "refused", error=f"exec failed: {argv[0] if argv else ''!r} is not "
                                                              f"a simulated job (expected {PROGRAM} RUNTIME EXIT)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import apsw
@@ -64,6 +64,39 @@ class Requeue:
     hold: bool = False  # back to PSUSP instead of PEND
     retry: bool = False  # a failed attempt retried (--retry): counted in the job's `retries`
     result: dict | None = None  # how the attempt ended (a retry's exit code, ...), for the history
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A dispatch to record: the job, its next attempt, [[host, tasks]], its first unit's name, and
+    the allocation and effective values (as in Job) it runs with."""
+
+    job_id: int
+    attempt: int
+    hosts: list
+    unit: str
+    alloc: dict | None = None
+    effective: dict | None = None
+
+
+@dataclass(frozen=True)
+class TickWrites:
+    """Everything one controller tick learned and decided, for `record_tick`'s one transaction.
+    `cancels`: (job id, its state, why) for pending jobs whose dependency can never hold; `events`:
+    (job id, kind, data) of jobs in any state, stored as they are (`host_hooks`)."""
+
+    now: float
+    finishes: Sequence[tuple[Finish, str]] = ()
+    started: Sequence[tuple[int, float]] = ()
+    plans: Sequence[Plan] = ()
+    reasons: dict[int, str | None] = field(default_factory=dict)
+    requeues: Sequence[Requeue] = ()
+    cancels: Sequence[tuple[int, str, str]] = ()
+    events: Sequence[tuple[int, str, dict | None]] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.finishes or self.started or self.plans or self.reasons or self.requeues or self.cancels
+                    or self.events)
 
 
 @dataclass(frozen=True)
@@ -213,7 +246,7 @@ class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, Project
                     moved.append(job_id)
         return moved
 
-    def dispatch(self, plans: Sequence[tuple], now: float) -> list[int]:
+    def dispatch(self, plans: Sequence[Plan | tuple], now: float) -> list[int]:
         """Record intent before acting: (job id, attempt, [[host, tasks]], unit) -> DISP."""
         with self._write() as con:
             return _dispatch(con, plans, now)
@@ -228,27 +261,23 @@ class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, Project
         with self._write() as con:
             return _finish(con, [(f, event) for f in items], now)
 
-    def record_tick(self, finishes: Sequence[tuple[Finish, str]], started: Sequence[tuple[int, float]],
-                    plans: Sequence[tuple], reasons: dict[int, str | None],
-                    now: float, requeues: Sequence[Requeue] = (),
-                    cancels: Sequence[tuple[int, str, str]] = (),
-                    events: Sequence[tuple[int, str, dict | None]] = ()) -> TickRecord:
-        """Everything one controller tick learned and decided, in ONE durable transaction.
+    def record_tick(self, w: TickWrites) -> TickRecord:
+        """Everything one controller tick learned and decided (TickWrites), in ONE durable transaction.
 
         Order matters: a job may have started and finished since the last tick (DISP -> RUN ->
         DONE), a requeued job is pending again before the dispatches are stored, and a dispatch may
-        use slots that a finish or a requeue freed. `cancels`: (job id, its state, why) for pending
-        jobs whose dependency can never be satisfied: EXIT, event `dependency_failed`. `events`:
-        (job id, kind, data) of jobs in any state, stored as they are (`host_hooks`).
+        use slots that a finish or a requeue freed. A cancel ends its pending job EXIT, with the
+        event `dependency_failed`.
         """
+        now = w.now
         with self._write() as con:
-            started_ids = _started(con, started, now)
-            finished_ids = _finish(con, finishes, now)
-            requeued_ids, killed_ids = _requeue(con, requeues, now)
-            cancelled_ids = _cancel(con, cancels, now)
-            dispatched_ids = _dispatch(con, plans, now)
-            _pend_reasons(con, reasons)
-            for job_id, kind, data in events:  # a finished job's: it may be archived meanwhile
+            started_ids = _started(con, w.started, now)
+            finished_ids = _finish(con, w.finishes, now)
+            requeued_ids, killed_ids = _requeue(con, w.requeues, now)
+            cancelled_ids = _cancel(con, w.cancels, now)
+            dispatched_ids = _dispatch(con, w.plans, now)
+            _pend_reasons(con, w.reasons)
+            for job_id, kind, data in w.events:  # a finished job's: it may be archived meanwhile
                 insert_event_anywhere(con, job_id, now, kind, data)
         return TickRecord(tuple(finished_ids), tuple(started_ids), tuple(dispatched_ids), tuple(requeued_ids),
                           tuple(cancelled_ids), tuple(killed_ids))
@@ -350,13 +379,14 @@ def _request(con: apsw.Connection, request_id: str, user: str) -> list[int] | No
     return json.loads(row[1])
 
 
-def _dispatch(con: apsw.Connection, plans: Sequence[tuple], now: float) -> list[int]:
-    """Plans are (job id, attempt, [[host, tasks]], unit[, alloc[, effective]]): alloc and effective as
-    in Job; the dispatched event carries the profile's name and hash from `effective`."""
+def _dispatch(con: apsw.Connection, plans: Sequence[Plan | tuple], now: float) -> list[int]:
+    """Plans, or tuples (job id, attempt, [[host, tasks]], unit[, alloc[, effective]]) in Plan's order;
+    the dispatched event carries the profile's name and hash from `effective`."""
     moved = []
-    for job_id, attempt, hosts, unit, *rest in plans:
-        alloc = json.dumps(rest[0], ensure_ascii=True) if rest and rest[0] is not None else None
-        effective = rest[1] if len(rest) > 1 else None
+    for plan in plans:
+        p = plan if isinstance(plan, Plan) else Plan(*plan)
+        job_id, attempt, hosts, unit, effective = p.job_id, p.attempt, p.hosts, p.unit, p.effective
+        alloc = json.dumps(p.alloc, ensure_ascii=True) if p.alloc is not None else None
         con.execute(
             "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, alloc = ?, effective = ?, "
             "pend_reason = NULL WHERE id = ? AND state = 'PEND'",
