@@ -76,6 +76,9 @@ DEFAULT_HOOK_TIMEOUT = 300.0  # seconds a hook without a timeout of its own may 
 class Hook:
     argv: tuple[str, ...]
     timeout: float | None = None  # seconds; None: DEFAULT_HOOK_TIMEOUT
+    # A profile's hook marked `as: root`: runs as root in a job run as its user (an admin's cleanup);
+    # a job's own hooks never are.
+    as_root: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ def _canonical(p: Profile) -> dict[str, Any]:
     retries = {"retry": [p.retry, list(p.retry_on) if p.retry_on else None]} if p.retry is not None else {}
     return {**retries,
         "kind": p.kind, "mode": p.mode, "launch": p.launch, "env": dict(p.env),
-        "hooks": {point: [list(h.argv), h.timeout] for point, h in p.hooks.items()},
+        "hooks": {point: [list(h.argv), h.timeout, *(["root"] if h.as_root else [])] for point, h in p.hooks.items()},
         "job_hooks": p.job_hooks, "post_failure": p.post_failure,
         "select": rr.format_expr(r.select) if r.select is not None else None,
         "rusage": [[e.name, e.per, None if e.default is None else

@@ -1,6 +1,6 @@
 """The Agent's shared state, declared once for the type checker: the attributes that Agent.__init__
 (server.py) sets and says the meaning of, and the methods one mixin (state, manager, unitops, tasks,
-reads, lease) calls on another. Every mixin derives from AgentBase, so that mypy checks each call
+reads, lease, zygote) calls on another. Every mixin derives from AgentBase, so that mypy checks each call
 across them against the one definition.
 
 Nothing here runs: the class body holds annotations only (strings, under `from __future__ import
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .journal import Unit
     from .state import Status
     from .tasks import Client
+    from .zygote import Zygote
 
 
 class AgentBase:
@@ -40,6 +41,8 @@ class AgentBase:
     boot_cs: int
     out: list[bytes]
     children: dict[int, str]
+    zygote: Zygote | None
+    doubtful: dict[str, float]
     child_units: dict[str, tuple[int, float]]
     task_children: dict[int, str]
     watched: set[str]
@@ -85,6 +88,7 @@ class AgentBase:
         def report_if_finished(self, unit: str, known: dict | None = None) -> bool: ...
         def ask_systemd(self, units: list[str]) -> dict[str, bool]: ...
         def deliver(self, unit: str, pid: int | None, signum: int) -> bool: ...
+        def reaped_children(self, ended: list[tuple[int, int]]) -> None: ...
 
         # manager.py
         def connect_bus(self, now: bool = False) -> Bus | None: ...
@@ -97,6 +101,12 @@ class AgentBase:
         def job_env(self, env: dict, unit: str, host_dir: str, hostfile: bool) -> dict: ...
         def op_signal(self, req: dict) -> dict: ...
         def signal_direct(self, unit: str, name: str, reason: str) -> bool: ...
+
+        # zygote.py
+        def spawn_supervisors(self, items: list[tuple[str, dict, float]]) -> list[tuple[int | None, str | None]]: ...
+        def take_exits(self) -> None: ...
+        def zygote_readable(self) -> None: ...
+        def zygote_lost(self, why: str) -> None: ...
 
         # tasks.py
         def share(self) -> None: ...

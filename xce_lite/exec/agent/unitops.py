@@ -88,8 +88,8 @@ class UnitOps(AgentBase):
     def launch_one(self, u: dict, forks: list | None = None) -> dict:
         """Start one unit, or adopt it if the journal knows it (a unit never runs twice). In plain
         mode with `forks`, the supervisor's fork is left there for fork_supervisors."""
-        unit = u.get("unit") if isinstance(u, dict) else None
-        reply = {"unit": unit, "status": "refused", "start_time": None, "error": None}
+        reply = {"unit": u.get("unit") if isinstance(u, dict) else None, "status": "refused", "start_time": None,
+                 "error": None}
         try:
             validate(u, self.mode)
         except Refused as exc:

@@ -25,6 +25,7 @@ import os
 import sys
 import time
 
+from .base import AgentBase
 from .jsonl import dumps, loads
 from .recorders import JournalRecorder
 from .signals import signal
@@ -221,7 +222,7 @@ def supervise(line: bytes, spool: str, boot: str) -> None:
     become_supervisor(JournalRecorder(spool, req["unit"], boot), req["spec"], req["start_time"], detach=True)
 
 
-class ZygoteOps:
+class ZygoteOps(AgentBase):
     """The Agent's side of its zygote (part of the Agent, server.py; the attributes are the Agent's:
     `zygote`, `children`, `child_units`, `doubtful`, `watched`, `poller`, `lock_fd`)."""
 
@@ -249,9 +250,11 @@ class ZygoteOps:
 
     def zygote_readable(self) -> None:
         """Its lines (supervisors' ends), or its EOF: read on the serve loop's poll()."""
+        zygote = self.zygote
+        assert zygote is not None  # its pipe is polled only while it is the agent's
         try:
-            for line in self.zygote.read():
-                self.zygote.note(line)
+            for line in zygote.read():
+                zygote.note(line)
         except OSError as exc:
             self.zygote_lost(str(exc))
         self.take_exits()
@@ -266,6 +269,8 @@ class ZygoteOps:
         """The zygote is gone: the supervisors it forked are no child of anyone we hear from. Their
         units are watched (journal, pid) from now on, and the next launch forks a new zygote."""
         zygote, self.zygote = self.zygote, None
+        if zygote is None:
+            return  # already judged lost
         print(f"agent: the zygote (pid {zygote.pid}) is gone ({why}); watching its supervisors", file=sys.stderr,
               flush=True)
         if self.poller is not None:
