@@ -8,13 +8,16 @@ it returns (exit status, stderr's first 8 KB).
 
 Invariants: the whole run is bounded: connecting by connect_timeout per step, the command by
 `timeout` (a watchdog closes the route, which fails every wait on it); a failure is a
-HostUnreachable, HostKeyError or ConfigError saying what to check. One connection per command:
-a login host that froze, rebooted or changed its key is met afresh each time, and nothing is
-left open between two polls (a few hundred ms of the gateway's CPU per command: `bench` has it).
+HostUnreachable, HostKeyError or ConfigError saying what to check. The connection to a target is
+kept open for the next command (a new one costs the login host a key exchange and a fork of
+sshd: ~0.6 s here, bench/slurm_via.py); any failure closes it, so a host that froze, rebooted or
+changed its key is met afresh by the next command. Commands to one target may run at once, each
+on a channel of its own.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 
@@ -32,10 +35,9 @@ CHUNK = 1 << 16
 def run_command(target: SshTarget, command: str, stdin: str | None, timeout: float,
                 out: socket.socket) -> tuple[int, str]:
     """See the module docstring. `out` is left open (the caller closes it)."""
-    route = Route(target, accept_new=False)
-    deadline = Deadline(route.close)
+    route, deadline = _route(target)
+    ok = False
     try:
-        route.open(deadline)
         chan = _exec(route, deadline, target, "starting the command", command)
         where = route.where(route.links[-1])
         errors: list[bytes] = []
@@ -56,10 +58,48 @@ def run_command(target: SshTarget, command: str, stdin: str | None, timeout: flo
             raise HostUnreachable(f"{where}: the command's channel failed: {exc or type(exc).__name__}") from exc
         if deadline.expired:  # the watchdog closed the channel: what came is not all there was
             raise HostUnreachable(f"{where}: the command did not end within {timeout:g} s")
+        chan.close()
+        ok = True
         return status, b"".join(errors).decode("utf-8", "replace")
     finally:
         deadline.disarm()
+        if not ok:
+            _drop(target, route)
+
+
+_routes: dict[str, Route] = {}
+_lock = threading.Lock()
+
+
+def _route(target: SshTarget) -> tuple[Route, Deadline]:
+    """The open connection to `target` (opened now if there is none, or it died), and a watchdog
+    over it for this command alone."""
+    key = json.dumps(target.to_json(), sort_keys=True)
+    with _lock:
+        route = _routes.get(key)
+    if route is not None and route.transport.is_active():
+        return route, Deadline(route.close)
+    route = Route(target, accept_new=False)
+    deadline = Deadline(route.close)
+    try:
+        route.open(deadline)
+    except BaseException:
+        deadline.disarm()
         route.close()
+        raise
+    with _lock:
+        old, _routes[key] = _routes.get(key), route
+    if old is not None:
+        old.close()
+    return route, deadline
+
+
+def _drop(target: SshTarget, route: Route) -> None:
+    key = json.dumps(target.to_json(), sort_keys=True)
+    with _lock:
+        if _routes.get(key) is route:
+            del _routes[key]
+    route.close()
 
 
 def _drain_stderr(chan: paramiko.Channel, kept: list[bytes]) -> None:
