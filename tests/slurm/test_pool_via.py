@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -37,6 +38,8 @@ from tests.support.slurm import WAIT_FOR, SlurmCluster, allocations, missing_pre
 from tests.support.testhosts_fixture import require_testhosts
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
+from xce_lite.exec import slurm as slurm_cmds
+from xce_lite.exec.sshtarget import SshTarget
 
 LOCAL_JOB_DEADLINE = 25  # well within the frozen sbatch's 30 s deadline: the tick does not wait for it
 COMMANDS = ("sbatch", "squeue", "scancel")
@@ -212,3 +215,34 @@ def test_a_pool_via_a_login_host_runs_slurm_there_and_outlives_its_frozen_sshd(l
         for pid in sshd_pids(login):
             os.kill(pid, signal.SIGCONT)
         c.close()
+
+
+def target_of(host: testhosts.TestHost, **more) -> SshTarget:
+    fields = dict(name=host.name, address=host.ip, user=host.user, identity=str(host.key_path), ssh_config=None,
+                  known_hosts=(str(host.known_hosts_path),))
+    return SshTarget(**{**fields, **more})
+
+
+def test_a_command_via_the_login_host_has_its_login_environment_and_any_amount_of_output(login, vslurm,
+                                                                                        shared: Path):
+    run = slurm_cmds.over_ssh(target_of(login))
+    assert run(["sh", "-c", 'echo "$SLURM_CONF"; hostname'], None, 30.0).split() == [str(vslurm.conf), login.name]
+    # squeue's JSON grows with the jobs: more than the gateway's 64 KB messages, streamed whole
+    big = run([sys.executable, "-c", "import sys; sys.stdout.write('x' * 300_000 + 'end')"], None, 30.0)
+    assert len(big) == 300_003 and big.endswith("end")
+    assert slurm_cmds.squeue(via=run) == {}  # the real squeue there, through the wrapper on its PATH
+    with pytest.raises(slurm_cmds.SlurmError, match=f"scancel on {login.name} failed: .*Invalid job id"):
+        slurm_cmds.scancel("nonsense", via=run)
+    with pytest.raises(slurm_cmds.SlurmError, match=f"no-such-command not found on {login.name}"):
+        run(["no-such-command"], None, 30.0)
+
+
+def test_an_unreachable_login_host_is_a_slurm_error_that_says_what_to_check(login):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = slurm_cmds.over_ssh(target_of(login, address="127.0.0.1", port=port))
+    with pytest.raises(slurm_cmds.SlurmError, match=f"squeue on {login.name}: connection refused on 127.0.0.1:{port}") \
+            as err:
+        slurm_cmds.squeue(via=run)
+    assert not slurm_cmds.unsure(str(err.value))  # it never reached the host: not an sbatch to look for
