@@ -28,7 +28,6 @@ def test_a_pool_gives_sbatch_its_shape_then_the_users_arguments() -> None:
     ({"type": "pbs"}, "type"),
     ({"via": "login.example.org", "connect": "direct"}, "via: login.example.org is not an ssh host of `hosts:`"),
     ({"via": "login", "connect": "direct"}, "via: login is not an ssh host"),  # a local host
-    ({"via": "gate"}, "via: gate needs `connect: direct`.*srun relay through the login host is not built"),
     ({"connect": "ssh"}, "connect"),
     ({"max_allocations": 0}, "max_allocations"),
     ({"attrs": {"type": "x"}}, "attrs.type is set by xce"),
@@ -49,5 +48,5 @@ def test_a_pool_and_a_host_may_not_share_a_name_and_queues_may_name_only_known_o
 def test_via_names_an_ssh_host_of_hosts() -> None:
     hosts = [*BASE["hosts"], {"name": "gate", "type": "ssh", "address": "10.0.0.5", "slots": 1, "mem": "1G"}]
     got = ClusterConfig.model_validate({**BASE, "hosts": hosts, "pools": [
-        {"name": "hpc", "type": "slurm", "via": "gate", "connect": "direct"}]})
-    assert got.pools[0].via == "gate"
+        {"name": "hpc", "type": "slurm", "via": "gate"}]})
+    assert (got.pools[0].via, got.pools[0].connect) == ("gate", "srun")  # the relays run through it too

@@ -13,9 +13,11 @@ there, by the sbatch wrapper, just before the real sbatch): the sbatch's answer 
 every squeue after it fails to connect; a local job starts and ends DONE meanwhile, and the pool
 shows Slurm's trouble. The test thaws sshd: the pool recovers, finds the allocation the frozen
 sbatch made by its name, and the job runs there and ends DONE. Then, while a job runs in the
-allocation, the test freezes sshd again: the job goes on and ends DONE (the node is reached over
-TCP, not through the login host), local work goes on, the pool shows the trouble and recovers
-after the thaw. Through it all: one allocation, one sbatch.
+allocation, the test freezes sshd again: the job goes on, local work goes on, the pool shows the
+trouble and recovers after the thaw. With `connect: direct` the job ends DONE while sshd is frozen
+(the node is reached over TCP); with `connect: srun` its relay runs through the login host (srun
+there), so its end is reported once sshd is thawed, and it is not run again. Through it all: one
+allocation, one sbatch.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.cluster import Cluster
 from tests.support.remote import sshd_pids
@@ -42,7 +45,7 @@ from xce_lite.exec import slurm as slurm_cmds
 from xce_lite.exec.sshtarget import SshTarget
 
 LOCAL_JOB_DEADLINE = 25  # well within the frozen sbatch's 30 s deadline: the tick does not wait for it
-COMMANDS = ("sbatch", "squeue", "scancel")
+COMMANDS = ("sbatch", "squeue", "scancel", "srun")
 
 
 @pytest.fixture(scope="module")
@@ -106,17 +109,17 @@ def login(shared: Path, vslurm: SlurmCluster) -> Iterator[testhosts.TestHost]:
 def refusing_commands(shared: Path) -> dict[str, str]:
     """The controller's PATH: Slurm's commands there refuse and log (`here.log`)."""
     bindir = shared / "controller-bin"
-    bindir.mkdir()
-    for name in COMMANDS + ("srun",):
+    bindir.mkdir(exist_ok=True)
+    for name in COMMANDS:
         (bindir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {shared / "here.log"}\n'
                                    f'echo "{name}: not on this machine" >&2\nexit 1\n')
         (bindir / name).chmod(0o755)
     return {"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
 
 
-def via_config(host: testhosts.TestHost, shared: Path) -> str:
+def via_config(host: testhosts.TestHost, shared: Path, connect: str) -> str:
     return f"""\
-        cluster: v{os.getpid()}
+        cluster: v{os.getpid()}{connect}
         hosts:
           - name: local
             slots: 1
@@ -139,7 +142,7 @@ def via_config(host: testhosts.TestHost, shared: Path) -> str:
             mem: 512M
             python: {sys.executable}
             via: {host.name}
-            connect: direct
+            connect: {connect}
             directory: {shared / 'pool'}
         ssh:
           config: /nonexistent
@@ -152,6 +155,10 @@ def via_config(host: testhosts.TestHost, shared: Path) -> str:
         """
 
 
+def cluster_name(c: Cluster) -> str:
+    return "xce-" + yaml.safe_load((c.home / "xce.yaml").read_text())["cluster"] + "-"
+
+
 def trouble(c: Cluster) -> str | None:
     return pools(c)["hpc"]["trouble"]
 
@@ -162,9 +169,12 @@ def commands_there(shared: Path, host: testhosts.TestHost) -> list[list[str]]:
     return [words[1:] for words in lines]
 
 
+@pytest.mark.parametrize("connect", ["direct", "srun"])
 def test_a_pool_via_a_login_host_runs_slurm_there_and_outlives_its_frozen_sshd(login, vslurm: SlurmCluster,
-                                                                               shared: Path):
-    c = Cluster(config=via_config(login, shared), work=shared / "work")
+                                                                               shared: Path, connect: str):
+    for made in ("froze", "login.log", "here.log"):  # a fresh start for each way of connecting
+        (shared / made).unlink(missing_ok=True)
+    c = Cluster(config=via_config(login, shared, connect), work=shared / f"work-{connect}")
     c.env.pop("SLURM_CONF", None)
     c.env.update(refusing_commands(shared))
     c.start()
@@ -187,7 +197,8 @@ def test_a_pool_via_a_login_host_runs_slurm_there_and_outlives_its_frozen_sshd(l
         [alloc] = allocations(c, "running")
         assert c.job(remote)["hosts"][0][0] == f"hpc-{alloc['job_id']}"
 
-        # sshd frozen again while a job runs in the allocation: the job and local work go on
+        # sshd frozen again while a job runs in the allocation: the job and local work go on (with
+        # `srun`, its relay runs through the frozen login host: its end is reported after the thaw)
         go2 = c.work / "go2"
         second = c.submit(sys.executable, "-c", WAIT_FOR, str(go2), options=("-q", "hpc"))
         c.wait_state(second, {"RUN"}, timeout=60)
@@ -197,24 +208,28 @@ def test_a_pool_via_a_login_host_runs_slurm_there_and_outlives_its_frozen_sshd(l
         local2 = c.submit("true")
         assert c.wait_state(local2, {"DONE", "EXIT"}, timeout=LOCAL_JOB_DEADLINE)["state"] == "DONE"
         go2.touch()
-        assert c.wait_state(second, {"DONE", "EXIT"}, timeout=60)["state"] == "DONE"
+        if connect == "direct":
+            assert c.wait_state(second, {"DONE", "EXIT"}, timeout=60)["state"] == "DONE"
         for pid in sshd_pids(login):
             os.kill(pid, signal.SIGCONT)
         wait_until(lambda: trouble(c) is None, 90, "the pool to recover after the second thaw")
+        assert c.wait_state(second, {"DONE", "EXIT"}, timeout=90)["state"] == "DONE"
+        assert c.job(second)["attempt"] == 1  # it ran once, in the same allocation
 
         # Slurm's commands ran on the login host only, the controller's machine used none of its own;
         # one sbatch, one allocation (the frozen sbatch's was found by its name, not submitted again)
         ran = commands_there(shared, login)
         assert [w[0] for w in ran].count("sbatch") == 1, ran
-        assert {w[0] for w in ran} >= {"sbatch", "squeue"}
+        assert {w[0] for w in ran} >= ({"sbatch", "squeue", "srun"} if connect == "srun" else {"sbatch", "squeue"})
         assert not (shared / "here.log").exists(), (shared / "here.log").read_text()
-        names = [j["name"] for j in vslurm.jobs().values()]
-        assert len(names) == 1 and names[0].startswith(f"xce-v{os.getpid()}-hpc-"), names
+        names = [j["name"] for j in vslurm.jobs().values() if j["name"].startswith(cluster_name(c))]
+        assert len(names) == 1, names
         assert [a["job_id"] for a in allocations(c)] == [alloc["job_id"]]
     finally:
         for pid in sshd_pids(login):
             os.kill(pid, signal.SIGCONT)
         c.close()
+        vslurm.cancel_all()
 
 
 def target_of(host: testhosts.TestHost, **more) -> SshTarget:
@@ -230,7 +245,8 @@ def test_a_command_via_the_login_host_has_its_login_environment_and_any_amount_o
     # squeue's JSON grows with the jobs: more than the gateway's 64 KB messages, streamed whole
     big = run([sys.executable, "-c", "import sys; sys.stdout.write('x' * 300_000 + 'end')"], None, 30.0)
     assert len(big) == 300_003 and big.endswith("end")
-    assert slurm_cmds.squeue(via=run) == {}  # the real squeue there, through the wrapper on its PATH
+    # the real squeue there (through the wrapper on its PATH) sees what this machine's does
+    assert set(slurm_cmds.squeue(via=run)) == set(vslurm.jobs())
     with pytest.raises(slurm_cmds.SlurmError, match=f"scancel on {login.name} failed: .*Invalid job id"):
         slurm_cmds.scancel("nonsense", via=run)
     with pytest.raises(slurm_cmds.SlurmError, match=f"no-such-command not found on {login.name}"):

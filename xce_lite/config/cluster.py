@@ -208,7 +208,7 @@ class PoolConfig(_Model):
     sbatch_args: list[str] = Field(default_factory=list)  # more sbatch options, as given
     # Where Slurm's commands run: `local` (this machine is a login node of the cluster), or the name
     # of an ssh host of `hosts:` (a login node: sbatch, squeue and scancel run there over SSH, in a
-    # login shell; needs `connect: direct`).
+    # login shell; with `connect: srun` the relays run there too).
     via: str = Field(default="local", min_length=1)
     # How the controller reaches an allocation's agent: `srun` (a relay step, `srun --overlap`: works
     # wherever srun does) or `direct` (a TCP connection to the node, ~40 ms less per launch of more
@@ -227,11 +227,6 @@ class PoolConfig(_Model):
     def _type_attr(self) -> PoolConfig:
         if "type" in self.attrs:
             raise ValueError(f"pool {self.name}: attrs.type is set by xce (slurm); choose another name")
-        if self.via != "local" and self.connect != "direct":
-            # the srun relay would run through the login host too (ssh HOST srun ...): not built
-            raise ValueError(f"pool {self.name}: via: {self.via} needs `connect: direct` (the controller reaches "
-                             "the nodes over TCP; an srun relay through the login host is not built); add "
-                             "connect: direct, or run the controller on a login node with via: local")
         return self
 
     def sbatch_options(self, job_name: str) -> list[str]:

@@ -235,7 +235,7 @@ class PoolWork(PoolViews):
         directory = self._pool_dir(pool) if pool is not None else None
         if directory is None:
             return  # the pool left the configuration: its allocations are only watched until they end
-        agent = bundle.install(directory)
+        agent, via = bundle.install(directory), self._via_target(pool.name)
         for name, node in zip(r.host_names(), r.nodes):
             if name in self._links:
                 continue
@@ -243,7 +243,7 @@ class PoolWork(PoolViews):
 
             def factory(name: str = name, node: str = node) -> SlurmHost:
                 return SlurmHost(name, r.job_id, node, directory, agent, python=pool.python, nodelist=r.nodelist,
-                                 direct=pool.connect == "direct")
+                                 direct=pool.connect == "direct", via=via)
 
             link = HostLink(name, factory, self._events, self.log, backoff_max=self.config.ssh.reconnect_max)
             with self._mu:
@@ -404,11 +404,16 @@ class PoolWork(PoolViews):
 
     def _slurm_via(self, name: str) -> slurm.Runner | None:
         """Where pool `name`'s Slurm commands run: here (None), or its `via:` login host over SSH."""
+        target = self._via_target(name)
+        return slurm.over_ssh(target) if target is not None else None
+
+    def _via_target(self, name: str):
+        """The SshTarget of pool `name`'s `via:` login host; None for `via: local`."""
         from xce_lite.home.hostadd import ssh_target
 
         pool = self._pool_config(name)
         host = next((h for h in self.config.hosts if pool is not None and h.name == pool.via), None)
-        return slurm.over_ssh(ssh_target(host, self.config, self.home)) if host is not None else None
+        return ssh_target(host, self.config, self.home) if host is not None else None
 
     def _pool_config(self, name: str) -> PoolConfig | None:
         return next((p for p in self.config.pools if p.name == name), None)

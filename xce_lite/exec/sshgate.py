@@ -14,6 +14,8 @@ message with the host's socket attached (SCM_RIGHTS): {"id", "op": "connect", "n
 "deployed"} or {"id", "ok": false, "kind", "message", ...}: the error as errors.py names it.
 Op "run" ({"target", "command", "stdin", "timeout"}: one command, sshrun.py) streams the command's
 stdout into the attached socket, closes it, then replies {"id", "ok": true, "status", "stderr"}.
+Op "stream" ({"target", "name", "command", "log_path"}) is "connect" with a command of the caller's
+(a Slurm pool's relay through its login host, slurmhost.py) in place of the agent's start.
 
 Invariants:
 - A host's connection lives as long as both ends do: EOF from the controller's end closes the
@@ -283,13 +285,17 @@ def _serve_one(control: socket.socket, send_lock: threading.Lock, request: dict,
     if request.get("op") == "run":
         _serve_run(control, send_lock, request, sock)
         return
-    from xce_lite.exec.ssh import open_agent  # paramiko: here, in the gateway
+    from xce_lite.exec.ssh import open_agent, open_command  # paramiko: here, in the gateway
 
     reply: dict[str, Any] = {"id": request.get("id")}
     try:
         log_path = Path(request["log_path"]) if request.get("log_path") else None
-        stream = open_agent(SshTarget.from_json(request["target"]), request["name"], request["spool"],
-                            request["mode"], bool(request.get("accept_new")), log_path)
+        if request.get("op") == "stream":  # a relay (srun through a login host): its stdio is the channel
+            stream = open_command(SshTarget.from_json(request["target"]), request["name"], request["command"],
+                                  log_path)
+        else:
+            stream = open_agent(SshTarget.from_json(request["target"]), request["name"], request["spool"],
+                                request["mode"], bool(request.get("accept_new")), log_path)
     except errors.XceError as exc:
         reply.update(ok=False, kind=type(exc).__name__, message=str(exc),
                      fingerprint=getattr(exc, "fingerprint", None), path=getattr(exc, "path", None),
