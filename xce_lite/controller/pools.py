@@ -412,8 +412,10 @@ class PoolWork(PoolViews):
         from xce_lite.home.hostadd import ssh_target
 
         pool = self._pool_config(name)
-        host = next((h for h in self.config.hosts if pool is not None and h.name == pool.via), None)
-        return ssh_target(host, self.config, self.home) if host is not None else None
+        if pool is None or pool.via == "local":  # `local` is this machine, even beside a host named so
+            return None
+        host = next(h for h in self.config.hosts if h.name == pool.via)  # an ssh host: config checked it
+        return ssh_target(host, self.config, self.home)
 
     def _pool_config(self, name: str) -> PoolConfig | None:
         return next((p for p in self.config.pools if p.name == name), None)
