@@ -187,7 +187,8 @@ def test_a_pool_via_a_login_host_runs_slurm_there_and_outlives_its_frozen_sshd(l
         assert c.wait_state(local, {"DONE", "EXIT"}, timeout=LOCAL_JOB_DEADLINE)["state"] == "DONE"
         said = wait_until(lambda: trouble(c), 90, "the pool to show that its login host does not answer")
         assert login.name in said, said
-        assert "Slurm in trouble" in c.ok("hosts", "-l")
+        listing = c.ok("hosts", "-l")
+        assert "Slurm in trouble" in listing and f"POOL hpc  (slurm, via {login.name}," in listing, listing
         assert c.job(remote)["state"] == "PEND"
         for pid in sshd_pids(login):
             os.kill(pid, signal.SIGCONT)
