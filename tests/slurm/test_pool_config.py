@@ -26,7 +26,8 @@ def test_a_pool_gives_sbatch_its_shape_then_the_users_arguments() -> None:
 
 @pytest.mark.parametrize("pool, words", [
     ({"type": "pbs"}, "type"),
-    ({"via": "login.example.org"}, "via: login.example.org: running Slurm.s commands on another machine is not built"),
+    ({"via": "login.example.org", "connect": "direct"}, "via: login.example.org is not an ssh host of `hosts:`"),
+    ({"via": "login", "connect": "direct"}, "via: login is not an ssh host"),  # a local host
     ({"connect": "ssh"}, "connect"),
     ({"max_allocations": 0}, "max_allocations"),
     ({"attrs": {"type": "x"}}, "attrs.type is set by xce"),
@@ -42,3 +43,10 @@ def test_a_pool_and_a_host_may_not_share_a_name_and_queues_may_name_only_known_o
         ClusterConfig.model_validate({**BASE, "pools": [{"name": "login", "type": "slurm"}]})
     with pytest.raises(ValidationError, match="unknown host"):
         ClusterConfig.model_validate({**BASE})  # the queue hpc names a pool that is not there
+
+
+def test_via_names_an_ssh_host_of_hosts() -> None:
+    hosts = [*BASE["hosts"], {"name": "gate", "type": "ssh", "address": "10.0.0.5", "slots": 1, "mem": "1G"}]
+    got = ClusterConfig.model_validate({**BASE, "hosts": hosts, "pools": [
+        {"name": "hpc", "type": "slurm", "via": "gate"}]})
+    assert (got.pools[0].via, got.pools[0].connect) == ("gate", "srun")  # the relays run through it too

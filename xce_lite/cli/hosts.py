@@ -92,7 +92,8 @@ def hosts(ctx, long, as_json) -> None:
 def pool_text(pool: dict) -> str:
     """A pool of Slurm allocations for `xce hosts -l`: its settings, then each allocation with its
     Slurm job id, state, time left or Slurm's reason, and its hosts."""
-    lines = [f"POOL {pool['name']}  ({pool['type']}, partition {pool['partition'] or 'default'}, "
+    via = f", via {pool['via']}" if pool.get("via", "local") != "local" else ""
+    lines = [f"POOL {pool['name']}  ({pool['type']}{via}, partition {pool['partition'] or 'default'}, "
              f"at most {pool['max_allocations']} allocation(s) of {format_duration(pool['time_limit'])}, "
              f"released after {format_duration(pool['idle_timeout'])} idle)"]
     if pool.get("trouble"):

@@ -211,8 +211,9 @@ class PoolConfig(_Model):
     time_limit: Seconds = Field(default=3600.0, gt=0)  # sbatch --time, per allocation
     idle_timeout: Seconds = Field(default=300.0, ge=0)  # an allocation with no job this long is released
     sbatch_args: list[str] = Field(default_factory=list)  # more sbatch options, as given
-    # Where Slurm's commands run: `local` (this machine is a login node of the cluster). Running them
-    # on another machine over ssh is not built yet.
+    # Where Slurm's commands run: `local` (this machine is a login node of the cluster), or the name
+    # of an ssh host of `hosts:` (a login node: sbatch, squeue and scancel run there over SSH, in a
+    # login shell; with `connect: srun` the relays run there too).
     via: str = Field(default="local", min_length=1)
     # How the controller reaches an allocation's agent: `srun` (a relay step, `srun --overlap`: works
     # wherever srun does) or `direct` (a TCP connection to the node, ~40 ms less per launch of more
@@ -231,9 +232,6 @@ class PoolConfig(_Model):
     def _type_attr(self) -> PoolConfig:
         if "type" in self.attrs:
             raise ValueError(f"pool {self.name}: attrs.type is set by xce (slurm); choose another name")
-        if self.via != "local":
-            raise ValueError(f"pool {self.name}: via: {self.via}: running Slurm's commands on another machine "
-                             "is not built yet; run the controller where sbatch works (a login node), with via: local")
         return self
 
     def sbatch_options(self, job_name: str) -> list[str]:
@@ -298,6 +296,11 @@ class ClusterConfig(_Model):
         clash = sorted(hosts & {p.name for p in self.pools})
         if clash:
             raise ValueError(f"{', '.join(clash)} names both a host and a pool; rename one")
+        for pool in self.pools:
+            via = next((h for h in self.hosts if h.name == pool.via), None)
+            if pool.via != "local" and (via is None or via.type != "ssh"):
+                raise ValueError(f"pool {pool.name}: via: {pool.via} is not an ssh host of `hosts:`; name the "
+                                 "login host there (type: ssh, its address, user, identity), or use via: local")
         hosts |= {p.name for p in self.pools}
         for queue in self.queues:
             unknown = sorted(set(queue.hosts or ()) - hosts)

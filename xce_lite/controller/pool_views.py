@@ -161,7 +161,7 @@ class PoolViews:
                                "hosts": r.host_names() if r.job_id and r.nodes else [], "time_left": left,
                                "submit_time": r.submit_time, "start_time": r.start_time, "release": r.release})
             trouble = self._pool_trouble.get(pool.name)
-            out.append({"name": pool.name, "type": pool.type, "partition": pool.partition,
+            out.append({"name": pool.name, "type": pool.type, "partition": pool.partition, "via": pool.via,
                         "trouble": trouble[0] if trouble else None, "trouble_since": trouble[1] if trouble else None,
                         "max_allocations": pool.max_allocations, "time_limit": pool.time_limit,
                         "idle_timeout": pool.idle_timeout, "allocations": allocs})

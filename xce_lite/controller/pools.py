@@ -1,8 +1,8 @@
 """Host pools of Slurm allocations, in the controller: a mixin whose `_pools_step` the tick runs.
 
 Every POLL seconds it hands each pool's worker an squeue (slurmwork.py: Slurm's commands never
-run on the tick, so a frozen or dead slurmctld stalls nothing); when the answer comes, it brings
-each record up to date and carries out the pure policy (sched/pools.py): sbatch what the backlog
+run on the tick, so a frozen or dead slurmctld, or `via:` login host, stalls nothing); when the
+answer comes, it brings each record up to date and carries out the pure policy (sched/pools.py): sbatch what the backlog
 needs, scancel what is idle or draining, both handed to the worker too. While squeue fails, the
 pool shows Slurm's trouble (`xce hosts -l`, pend reasons) and decides nothing.
 An allocation's node becomes a temporary host, POOL-JOBID (POOL-JOBID-N with
@@ -31,6 +31,7 @@ import json
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 from xce_lite.config.cluster import PoolConfig
@@ -121,7 +122,7 @@ class PoolWork(PoolViews):
         for name in sorted(names):
             if now - self._pool_polled.get(name, 0.0) >= POLL and not self._slurm.outstanding(name, "poll"):
                 self._pool_polled[name] = now
-                self._slurm.poll(name, slurm.squeue)
+                self._slurm.poll(name, partial(slurm.squeue, via=self._slurm_via(name)))
         with self._mu:
             self._refresh_pool_views(now)  # time_left, as of this tick
         if changed:
@@ -220,7 +221,7 @@ class PoolWork(PoolViews):
             r.release = r.release or f"Slurm requeued it ({job.state})"
             self._pool_end(r, f"Slurm job {r.job_id} {job.state} again after it ran", now)
             self._pool_cancel_at[r.job_id] = now
-            self._slurm.cancel(r.pool, r.job_id, lambda job_id=r.job_id: slurm.scancel(job_id))
+            self._slurm.cancel(r.pool, r.job_id, partial(slurm.scancel, r.job_id, self._slurm_via(r.pool)))
         elif job.state != "SUSPENDED":
             r.state, r.reason = "pending", job.reason if job.reason != "None" else job.state.lower()
         return asdict(r) != before
@@ -234,7 +235,7 @@ class PoolWork(PoolViews):
         directory = self._pool_dir(pool) if pool is not None else None
         if directory is None:
             return  # the pool left the configuration: its allocations are only watched until they end
-        agent = bundle.install(directory)
+        agent, via = bundle.install(directory), self._via_target(pool.name)
         for name, node in zip(r.host_names(), r.nodes):
             if name in self._links:
                 continue
@@ -242,7 +243,7 @@ class PoolWork(PoolViews):
 
             def factory(name: str = name, node: str = node) -> SlurmHost:
                 return SlurmHost(name, r.job_id, node, directory, agent, python=pool.python, nodelist=r.nodelist,
-                                 direct=pool.connect == "direct")
+                                 direct=pool.connect == "direct", via=via)
 
             link = HostLink(name, factory, self._events, self.log, backoff_max=self.config.ssh.reconnect_max)
             with self._mu:
@@ -343,7 +344,7 @@ class PoolWork(PoolViews):
             sent = self._pool_cancel_at.get(job_id)
             if sent is None or now - sent > SBATCH_BACKOFF:  # not sent, failed, or Slurm did not act on it
                 self._pool_cancel_at[job_id] = now
-                self._slurm.cancel(pool.name, job_id, lambda job_id=job_id: slurm.scancel(job_id))
+                self._slurm.cancel(pool.name, job_id, partial(slurm.scancel, job_id, self._slurm_via(pool.name)))
         for _ in range(decision.submit):
             self._pool_submit(pool, now)
             changed = True
@@ -386,7 +387,7 @@ class PoolWork(PoolViews):
         args = [*pool.sbatch_options(self._slurm_name(pool.name, r.seq)), f"--output={directory}/slurm-%j.out",
                 f"--chdir={directory}"]
         self._pool_sending.add((pool.name, r.seq))
-        self._slurm.submit(pool.name, r.seq, lambda: slurm.sbatch(script, args))
+        self._slurm.submit(pool.name, r.seq, partial(slurm.sbatch, script, args, self._slurm_via(pool.name)))
 
     def _save_pools(self) -> None:
         ended: dict[str, int] = {}
@@ -400,6 +401,21 @@ class PoolWork(PoolViews):
         self._allocs = keep[::-1]
         saved = {"seq": self._pool_seq, "allocations": [asdict(r) for r in self._allocs]}
         self.store.set_meta(META_KEY, json.dumps(saved))
+
+    def _slurm_via(self, name: str) -> slurm.Runner | None:
+        """Where pool `name`'s Slurm commands run: here (None), or its `via:` login host over SSH."""
+        target = self._via_target(name)
+        return slurm.over_ssh(target) if target is not None else None
+
+    def _via_target(self, name: str):
+        """The SshTarget of pool `name`'s `via:` login host; None for `via: local`."""
+        from xce_lite.home.hostadd import ssh_target
+
+        pool = self._pool_config(name)
+        if pool is None or pool.via == "local":  # `local` is this machine, even beside a host named so
+            return None
+        host = next(h for h in self.config.hosts if h.name == pool.via)  # an ssh host: config checked it
+        return ssh_target(host, self.config, self.home)
 
     def _pool_config(self, name: str) -> PoolConfig | None:
         return next((p for p in self.config.pools if p.name == name), None)

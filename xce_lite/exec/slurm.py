@@ -1,8 +1,10 @@
 """Slurm's commands, for a pool of allocations: sbatch, squeue, scancel, and the batch script.
 
 The commands run with the controller's environment, so `SLURM_CONF` and the user's Slurm defaults
-(SBATCH_* variables) hold as they do for `sbatch` by hand. Every call has a deadline (a hung
-slurmctld must not hang the controller) and a failure raises SlurmError with Slurm's own words.
+(SBATCH_* variables) hold as they do for `sbatch` by hand; or, for a pool with `via: HOST`, on that
+login host over SSH (`over_ssh`: through the SSH gateway, in a login shell there, so that host's
+profile sets them). Every call has a deadline (a hung slurmctld or login host must not hang the
+controller) and a failure raises SlurmError with Slurm's own words (or SSH's).
 
 An allocation's batch script (`batch_script`) execs the agent's `keep` command in the batch step
 (exec/agent/keeper.py): there, no `srun` client of the controller's carries it, so a controller
@@ -14,10 +16,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from xce_lite.errors import ExecError
+from xce_lite.errors import ExecError, XceError
+from xce_lite.exec.sshtarget import SshTarget
 
 TIMEOUT = 30.0  # seconds a Slurm command may take
 ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
@@ -51,8 +56,16 @@ class SlurmJob:
         return self.state in ENDED
 
 
-def run(argv: list[str], timeout: float = TIMEOUT, stdin: str | None = None) -> str:
-    """Run one Slurm command; its stdout. SlurmError when it cannot run, times out or fails."""
+# Where a command runs: (argv, stdin, timeout) -> its stdout; SlurmError when it cannot run or fails.
+Runner = Callable[[list[str], "str | None", float], str]
+NOT_FOUND = 127  # a login shell's exit status for a command not on its PATH
+
+
+def run(argv: list[str], timeout: float = TIMEOUT, stdin: str | None = None, via: Runner | None = None) -> str:
+    """Run one Slurm command (here, or through `via`); its stdout. SlurmError when it cannot run,
+    times out or fails."""
+    if via is not None:
+        return via(argv, stdin, timeout)
     try:
         r = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
@@ -60,10 +73,47 @@ def run(argv: list[str], timeout: float = TIMEOUT, stdin: str | None = None) -> 
                          "or put them on the controller's PATH") from None
     except subprocess.TimeoutExpired:
         raise SlurmError(f"{argv[0]} did not answer within {timeout:g} s; is slurmctld up (`scontrol ping`)?") from None
-    if r.returncode != 0:
-        words = " ".join(r.stderr.split()) or f"exit status {r.returncode}"
-        raise SlurmError(f"{argv[0]} failed: {words}")
-    return r.stdout
+    return _outcome(argv, r.returncode, r.stdout, r.stderr)
+
+
+def _outcome(argv: list[str], status: int, stdout: str, stderr: str, where: str = "") -> str:
+    if status != 0:
+        words = " ".join(stderr.split()) or f"exit status {status}"
+        raise SlurmError(f"{argv[0]}{where} failed: {words}")
+    return stdout
+
+
+def login_command(argv: list[str]) -> str:
+    """A remote command line that runs `argv` in a login shell of the user's (bash, zsh, ksh or sh;
+    another shell: /bin/sh), so the host's /etc/profile and ~/.profile set SLURM_CONF, PATH and the
+    SBATCH_* defaults, as for `sbatch` typed there. Every word is quoted: config values only."""
+    words = " ".join(shlex.quote(w) for w in argv)
+    script = ('case "${SHELL##*/}" in bash|zsh|ksh|mksh|dash|sh) s=$SHELL;; *) s=/bin/sh;; esac; '
+              f"exec \"$s\" -l -c 'exec \"$0\" \"$@\"' {words}")
+    return "exec /bin/sh -c " + shlex.quote(script)
+
+
+def over_ssh(target: SshTarget) -> Runner:
+    """A Runner for Slurm's commands on the login host `target`, through the SSH gateway (sshgate.py:
+    paramiko stays out of this process). A host that cannot be reached, or a command that outlives
+    its deadline, is a SlurmError that says so: the pool is in trouble, as with a dead slurmctld."""
+    from xce_lite.exec.sshgate import run_command
+
+    def run_there(argv: list[str], stdin: str | None, timeout: float) -> str:
+        where = f" on {target.name}"
+        try:
+            status, out, err = run_command(target, login_command(argv), stdin, timeout)
+        except XceError as exc:
+            if "did not end within" in str(exc) or "while starting the command" in str(exc):
+                # it may have reached slurmctld all the same: unsure() must say so
+                raise SlurmError(f"{argv[0]}{where} did not answer within {timeout:g} s: {exc}") from None
+            raise SlurmError(f"{argv[0]}{where}: {exc}") from None
+        if status == NOT_FOUND and not out:
+            raise SlurmError(f"{argv[0]} not found on {target.name} ({' '.join(err.split()) or 'not on the PATH'}); "
+                             f"install Slurm's client commands there, or set PATH in its ~/.profile")
+        return _outcome(argv, status, out, err, where)
+
+    return run_there
 
 
 def unsure(message: str) -> bool:
@@ -72,17 +122,17 @@ def unsure(message: str) -> bool:
     return "did not answer within" in message or "timed out" in message.lower()
 
 
-def sbatch(script: str, args: list[str]) -> str:
+def sbatch(script: str, args: list[str], via: Runner | None = None) -> str:
     """Submit `script` (its text, on sbatch's stdin) with `sbatch --parsable ARGS`; the job id."""
-    out = run(["sbatch", "--parsable", *args], stdin=script).strip()
+    out = run(["sbatch", "--parsable", *args], stdin=script, via=via).strip()
     job_id = out.split(";")[0]
     if not job_id.isdigit():
         raise SlurmError(f"sbatch printed {out!r}, not a job id")
     return job_id
 
 
-def scancel(job_id: str) -> None:
-    run(["scancel", str(job_id)])
+def scancel(job_id: str, via: Runner | None = None) -> None:
+    run(["scancel", str(job_id)], via=via)
 
 
 def _epoch(value) -> float | None:
@@ -120,12 +170,12 @@ def parse_squeue(text: str) -> dict[str, SlurmJob]:
     return jobs
 
 
-def squeue(job_ids: list[str] | None = None) -> dict[str, SlurmJob]:
+def squeue(job_ids: list[str] | None = None, via: Runner | None = None) -> dict[str, SlurmJob]:
     """The state of these jobs (None: every job of this user). A job slurmctld no longer knows is
     absent: it ended long enough ago (MinJobAge)."""
     if job_ids is not None and not job_ids:
         return {}
-    jobs = parse_squeue(run(["squeue", "--json", "--me"]))
+    jobs = parse_squeue(run(["squeue", "--json", "--me"], via=via))
     return jobs if job_ids is None else {k: v for k, v in jobs.items() if k in set(job_ids)}
 
 

@@ -5,6 +5,8 @@ each connection; this side starts a relay to it (`srun --overlap --jobid=ID`, ex
 speaks the agent's protocol over the relay's pipes, exactly as LocalHost does over the agent's own.
 With `direct`, the
 relay is a TCP connection to the keeper instead (TCP_NODELAY; see exec/agent/keeper.py for why).
+With `via` (a pool's login host), the same srun runs there, in a login shell, on an SSH channel
+the SSH gateway holds (sshgate.py op "stream"), pinged like a direct connection.
 Closing the relay, or losing it (a controller crash kills it with the controller), makes that
 agent exit and leaves the jobs running under the keeper; the next connect() starts a new relay and
 a new agent, which adopts them from the spool's journal.
@@ -25,6 +27,7 @@ from xce_lite.exec.agent.keeper import TCP_FILE
 from xce_lite.exec.channel import result_from_json
 from xce_lite.exec.host import EventSink, HostProbe, JobResult, LaunchReply, LaunchRequest
 from xce_lite.exec.local import LocalHost
+from xce_lite.exec.sshtarget import SshTarget
 
 
 HEARTBEAT = 15.0  # seconds between pings on a direct connection: a silent node is noticed
@@ -46,6 +49,7 @@ class SlurmHost(LocalHost):
         timeout: float = DEFAULT_TIMEOUT,
         nodelist: str | None = None,
         direct: bool = False,
+        via: SshTarget | None = None,
     ) -> None:
         node_dir = os.path.join(os.fspath(directory), str(job_id), node)
         super().__init__(name, os.path.join(node_dir, "spool"), python=python, timeout=timeout, mode="plain")
@@ -53,6 +57,7 @@ class SlurmHost(LocalHost):
         self.agent_file = os.fspath(agent_file)
         self.nodelist = nodelist  # the allocation's nodes, as Slurm writes them (SLURM_JOB_NODELIST)
         self.direct = direct  # connect to the keeper's TCP port (k.tcp), not through srun
+        self.via = via  # the login host the srun relay runs on (None: this machine)
         self._sock: socket.socket | None = None
 
     @property
@@ -67,14 +72,16 @@ class SlurmHost(LocalHost):
 
     @property
     def agent_pid(self) -> int | None:
-        return None if self.direct else super().agent_pid
+        return None if self.direct or self.via is not None else super().agent_pid
 
     def connect(self, events: EventSink) -> HostProbe:
         """Through `srun` (LocalHost's way, over the relay's pipes), or straight to the keeper's TCP
         port with TCP_NODELAY when `direct` (HostUnreachable, saying why, until the keeper is up)."""
-        if not self.direct:
+        if not self.direct and self.via is None:
             return super().connect(events)
         self.close()
+        if not self.direct:
+            return self._connect_via(events)
         path = self.spool_dir.parent / TCP_FILE
         try:
             host, port, token = path.read_text().split()
@@ -91,6 +98,31 @@ class SlurmHost(LocalHost):
         sock.sendall(token.encode() + b"\n")
         self._sock = sock
         return self._greet(sock.makefile("rb"), sock.makefile("wb"), events, self.timeout, HEARTBEAT)
+
+    def _connect_via(self, events: EventSink) -> HostProbe:
+        """The srun relay on the login host `via`, over a channel of the SSH gateway's."""
+        from xce_lite.exec.sshgate import Gateway, _error
+
+        via = self.via
+        assert via is not None  # connect() comes here only for a pool with a login host
+        command = slurm.login_command(self.agent_argv())
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            reply = Gateway.get().connect({"op": "stream", "name": self.name, "target": via.to_json(),
+                                           "command": command, "log_path": str(self.log_path)}, theirs.fileno())
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        if not reply.get("ok"):
+            ours.close()
+            raise _error(reply)
+        self._sock = ours
+        try:
+            return self._greet(ours.makefile("rb"), ours.makefile("wb"), events, self.timeout, HEARTBEAT)
+        except HostUnreachable as exc:
+            raise HostUnreachable(f"{exc}; srun's words, through {via.name}, are in {self.log_path}") from None
 
     def close(self) -> None:
         sock, self._sock = self._sock, None

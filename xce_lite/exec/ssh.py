@@ -148,6 +148,23 @@ def open_agent(target: SshTarget, name: str, spool: str, mode: str, accept_new: 
         raise
 
 
+def open_command(target: SshTarget, name: str, command: str, log_path: Path | None) -> AgentStream:
+    """Open the route to `target` and run `command` (a remote command line: fixed words and quoted
+    config values only) on one channel of it, its stderr drained into `log_path`: a relay to an
+    agent elsewhere (a Slurm node's, through the login host: exec/slurmhost.py). Bounded as
+    open_agent is; what the command says comes on the channel, hello first."""
+    route = Route(target, accept_new=False)
+    deadline = Deadline(route.close)
+    try:
+        route.open(deadline)
+        chan = _exec(route, deadline, target, "starting the relay", command)
+    except BaseException:
+        deadline.disarm()
+        route.close()
+        raise
+    return AgentStream(route, chan, None, _StderrDrain(chan, log_path, name), False)
+
+
 def _start_agent(route: Route, deadline: Deadline, target: SshTarget, name: str, spool: str, mode: str,
                  log_path: Path | None) -> AgentStream:
     """The start command prints READY once it has found the copy (else it exits AGENT_MISSING, or

@@ -12,6 +12,10 @@ Control protocol: a SOCK_SEQPACKET socket pair (message boundaries kept). Each r
 message with the host's socket attached (SCM_RIGHTS): {"id", "op": "connect", "name", "target",
 "spool", "mode", "accept_new", "log_path"}; each reply one JSON message: {"id", "ok": true,
 "deployed"} or {"id", "ok": false, "kind", "message", ...}: the error as errors.py names it.
+Op "run" ({"target", "command", "stdin", "timeout"}: one command, sshrun.py) streams the command's
+stdout into the attached socket, closes it, then replies {"id", "ok": true, "status", "stderr"}.
+Op "stream" ({"target", "name", "command", "log_path"}) is "connect" with a command of the caller's
+(a Slurm pool's relay through its login host, slurmhost.py) in place of the agent's start.
 
 Invariants:
 - A host's connection lives as long as both ends do: EOF from the controller's end closes the
@@ -78,6 +82,11 @@ class Gateway:
 
     def connect(self, request: dict, fd: int) -> dict:
         """Send one connect request with `fd`; its reply (raises HostUnreachable if the gateway died)."""
+        rid, waiter = self.send(request, fd)
+        return self.reply(rid, waiter, CONNECT_WAIT)
+
+    def send(self, request: dict, fd: int) -> tuple[int, queue.Queue]:
+        """Send one request with `fd`; what `reply` waits on."""
         with self._send_lock:
             if self._dead is not None:
                 raise errors.HostUnreachable(f"the SSH gateway is gone ({self._dead}); retrying")
@@ -86,10 +95,14 @@ class Gateway:
             waiter: queue.Queue = queue.Queue(1)
             self._replies[rid] = waiter
             socket.send_fds(self.sock, [json.dumps({"id": rid, **request}).encode()], [fd])
+        return rid, waiter
+
+    def reply(self, rid: int, waiter: queue.Queue, wait: float) -> dict:
+        """The reply to request `rid`, within `wait` seconds (HostUnreachable if none comes)."""
         try:
-            reply = waiter.get(timeout=CONNECT_WAIT)
+            reply = waiter.get(timeout=wait)
         except queue.Empty:
-            raise errors.HostUnreachable(f"the SSH gateway did not answer within {CONNECT_WAIT:g} s") from None
+            raise errors.HostUnreachable(f"the SSH gateway did not answer within {wait:g} s") from None
         finally:
             self._replies.pop(rid, None)
         if reply is None:
@@ -176,6 +189,37 @@ class GatewayHost(AgentOps):
             sock.close()
 
 
+def run_command(target: SshTarget, command: str, stdin: str | None, timeout: float) -> tuple[int, str, str]:
+    """Run `command` on `target` through the gateway (sshrun.py): (exit status, stdout, stderr).
+    Its stdout comes over a socket of its own, so its size has no limit. HostUnreachable (or
+    HostKeyError, ConfigError) when the host cannot be reached or the command did not end in time."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    gateway = Gateway.get()
+    try:
+        rid, waiter = gateway.send({"op": "run", "target": target.to_json(), "command": command, "stdin": stdin,
+                                    "timeout": timeout}, theirs.fileno())
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    # the gateway bounds connecting (4 steps of connect_timeout) and the command (timeout) itself
+    wait = timeout + 5 * target.connect_timeout + 5
+    chunks = []
+    try:
+        ours.settimeout(wait)
+        while data := ours.recv(MAX_MESSAGE):
+            chunks.append(data)
+    except OSError as exc:
+        raise errors.HostUnreachable(f"the SSH gateway's output for {target.name} failed: {exc}") from None
+    finally:
+        ours.close()
+    reply = gateway.reply(rid, waiter, wait)
+    if not reply.get("ok"):
+        raise _error(reply)
+    return int(reply["status"]), b"".join(chunks).decode("utf-8", "replace"), reply.get("stderr") or ""
+
+
 # ---------------------------------------------------------------- the gateway process
 
 
@@ -214,15 +258,48 @@ def _pump(name: str, sock: socket.socket, stream) -> None:
         sock.close()
 
 
+def _failed(reply: dict[str, Any], exc: Exception) -> None:
+    if isinstance(exc, errors.XceError):
+        reply.update(ok=False, kind=type(exc).__name__, message=str(exc),
+                     fingerprint=getattr(exc, "fingerprint", None), path=getattr(exc, "path", None),
+                     line=getattr(exc, "line", None))
+    else:  # a bug or an unexpected library error: say so; the caller retries
+        reply.update(ok=False, kind="HostUnreachable", message=f"failed unexpectedly: {exc!r}")
+
+
+def _serve_run(control: socket.socket, send_lock: threading.Lock, request: dict, sock: socket.socket) -> None:
+    """Op "run": one command, its stdout streamed into `sock`, closed before the reply is sent."""
+    from xce_lite.exec.sshrun import run_command as run  # paramiko: here, in the gateway
+
+    reply: dict[str, Any] = {"id": request.get("id")}
+    try:
+        status, stderr = run(SshTarget.from_json(request["target"]), request["command"], request.get("stdin"),
+                             float(request["timeout"]), sock)
+    except Exception as exc:
+        _failed(reply, exc)
+    else:
+        reply.update(ok=True, status=status, stderr=stderr)
+    finally:
+        sock.close()
+    with send_lock:
+        control.send(json.dumps(reply).encode())
+
+
 def _serve_one(control: socket.socket, send_lock: threading.Lock, request: dict, sock: socket.socket) -> None:
-    from xce_lite.exec.ssh import open_agent  # paramiko: here, in the gateway
+    if request.get("op") == "run":
+        _serve_run(control, send_lock, request, sock)
+        return
+    from xce_lite.exec.ssh import open_agent, open_command  # paramiko: here, in the gateway
 
     reply: dict[str, Any] = {"id": request.get("id")}
     try:
         log_path = Path(request["log_path"]) if request.get("log_path") else None
-        stream: AgentStream | None = open_agent(SshTarget.from_json(request["target"]), request["name"],
-                                                request["spool"], request["mode"], bool(request.get("accept_new")),
-                                                log_path)
+        if request.get("op") == "stream":  # a relay (srun through a login host): its stdio is the channel
+            stream: AgentStream | None = open_command(SshTarget.from_json(request["target"]), request["name"],
+                                                      request["command"], log_path)
+        else:
+            stream = open_agent(SshTarget.from_json(request["target"]), request["name"], request["spool"],
+                                request["mode"], bool(request.get("accept_new")), log_path)
     except errors.XceError as exc:
         reply.update(ok=False, kind=type(exc).__name__, message=str(exc),
                      fingerprint=getattr(exc, "fingerprint", None), path=getattr(exc, "path", None),
