@@ -49,7 +49,7 @@ controller: {{tick: 1s, grace: 1s}}
 def users():
     names = [ALICE, BOB, BOSS, CAROL]
     with shared_dir("homes-") as homes:
-        made = add_local_users(names, homes, group=GROUP)
+        made = add_local_users(names, homes, group=GROUP, members=[ALICE])
         try:
             yield {user.name: user for user in made}
         finally:

@@ -187,14 +187,17 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
-def add_local_users(names: list[str], dir: Path | str, group: str | None = None) -> list[LocalUser]:
+def add_local_users(names: list[str], dir: Path | str, group: str | None = None,
+                    members: list[str] | None = None) -> list[LocalUser]:
     """Make users `names` on this machine (root only), each with a home `dir`/NAME (0700, theirs) and,
-    if `group` is given, in that group (made too). The test hosts see them (they share /etc/passwd
-    and the file system; `dir` must lie outside /tmp and be reachable by them). A leftover user or
-    group of that name (a killed run) is removed first. Raises TestHostError, having removed what it made."""
+    if `group` is given, in that group (made too; only `members` of them if given). The test hosts
+    see them (they share /etc/passwd and the file system; `dir` must lie outside /tmp and be
+    reachable by them). A leftover user or group of that name (a killed run) is removed first.
+    Raises TestHostError, having removed what it made."""
     dir = _check_dir(dir)
     remove_local_users(names, group)
     made: list[str] = []
+    in_group = set(names if members is None else members)
     try:
         if group is not None:
             done = _run(["groupadd", "--system", group])
@@ -204,7 +207,7 @@ def add_local_users(names: list[str], dir: Path | str, group: str | None = None)
         for name in names:
             home = dir / name
             done = _run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", str(home),
-                         "--shell", "/bin/sh", *(["-G", group] if group else []), name])
+                         "--shell", "/bin/sh", *(["-G", group] if group and name in in_group else []), name])
             if done.returncode != 0:
                 raise TestHostError(f"useradd {name} failed: {done.stderr.strip()}")
             made.append(name)
