@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import Cluster, hosts_ok
-from tests.support.lab_users import local_users, own_dir, shared_work, xce_as
+from tests.support.localusers import shared_dir, xce_as
 from tests.support.remote import remote_config
 from tests.support.waiting import wait_until
+from xce_lite.testhosts import LocalUser, add_local_users, remove_local_users
 
 TAG = f"{os.getpid() % 100000}"
 ALICE, BOB, BOSS, CAROL = (f"xsa{TAG}", f"xsb{TAG}", f"xsc{TAG}", f"xsd{TAG}")
@@ -46,14 +47,33 @@ controller: {{tick: 1s, grace: 1s}}
 
 @pytest.fixture(scope="module")
 def users():
-    with local_users([ALICE, BOB, BOSS, CAROL], GROUP) as made:
-        yield made
+    names = [ALICE, BOB, BOSS, CAROL]
+    with shared_dir("homes-") as homes:
+        made = add_local_users(names, homes, group=GROUP, members=[ALICE])
+        try:
+            yield {user.name: user for user in made}
+        finally:
+            remove_local_users(names, GROUP)
 
 
 @pytest.fixture
 def work():
-    with shared_work() as path:
+    with shared_dir() as path:
         yield path
+
+
+def own_dir(base: Path, user: LocalUser) -> Path:
+    """`user`'s private directory under `base` (0700, theirs)."""
+    path = base / user.name
+    path.mkdir()
+    os.chown(path, user.uid, user.gid)
+    path.chmod(0o700)
+    return path
+
+
+def xce(user: LocalUser, home: Path, *args: str, cwd: Path | None = None):
+    """`xce ARGS` run as `user` against the cluster home `home`."""
+    return xce_as(user, list(args), cwd=cwd, XCE_HOME=str(home))
 
 
 def start(config: str, applications: str | None = None) -> Cluster:
@@ -88,7 +108,7 @@ def refused(result, *words: str) -> str:
 
 
 def submit(entry, c: Cluster, cwd: Path, *args: str) -> int:
-    return int(ok(xce_as(entry, c.home, "submit", "--parsable", *args, cwd=cwd)).strip())
+    return int(ok(xce(entry, c.home, "submit", "--parsable", *args, cwd=cwd)).strip())
 
 
 def job_of(c: Cluster, job_id: int) -> dict:
@@ -111,62 +131,62 @@ def test_users_act_on_their_own_jobs_admins_and_project_admins_on_all(users, wor
             c.wait_state(job_id, {"RUN"})
             out = where / f"xce-{job_id}.out"
             wait_until(lambda out=out: out.exists() and out.read_text().strip(), 30, f"job {job_id}'s output")
-            assert out.read_text().splitlines()[0] == entry.pw_name
-            assert (out.stat().st_uid, out.stat().st_gid) == (entry.pw_uid, entry.pw_gid)
+            assert out.read_text().splitlines()[0] == entry.name
+            assert (out.stat().st_uid, out.stat().st_gid) == (entry.uid, entry.gid)
         wait_until(lambda: f"scratch={ALICE}" in (a_dir / f"xce-{ja}.out").read_text(), 30,
                    "A's job to write in its XCE_JOB_HOST_DIR on the local host")
         # B may not kill, hold, peek or ask why of A's job: each refusal names who may
         for action in (["kill", str(ja)], ["hold", str(ja)], ["peek", str(ja)], ["suspend", str(ja)],
                        ["requeue", str(ja)]):
-            refused(xce_as(b, c.home, *action), f"{BOB} may not", f"belongs to {ALICE}", f"its owner {ALICE}",
+            refused(xce(b, c.home, *action), f"{BOB} may not", f"belongs to {ALICE}", f"its owner {ALICE}",
                     BOSS, f"the admins of project lab ({CAROL})")
         assert job_of(c, ja)["state"] == "RUN"
         # everyone's jobs with -u all; by default one's own; A's command hidden from B (visibility: summary)
-        mine = json.loads(ok(xce_as(b, c.home, "jobs", "--json")))["jobs"]
+        mine = json.loads(ok(xce(b, c.home, "jobs", "--json")))["jobs"]
         assert [j["id"] for j in mine] == [jb]
-        listed = {j["id"]: j for j in json.loads(ok(xce_as(b, c.home, "jobs", "--json", "-u", "all")))["jobs"]}
+        listed = {j["id"]: j for j in json.loads(ok(xce(b, c.home, "jobs", "--json", "-u", "all")))["jobs"]}
         assert set(listed) == {ja, jb}
         assert "command" not in listed[ja] and "cwd" not in listed[ja] and "command" in listed[jb]
         assert listed[ja]["user"] == ALICE and listed[ja]["state"] == "RUN"
-        long_text = ok(xce_as(b, c.home, "jobs", "-l", "-u", "all"))
+        long_text = ok(xce(b, c.home, "jobs", "-l", "-u", "all"))
         assert "id -un" in long_text and long_text.count("id -un") == 1  # B's own command only
         assert "shown to its owner" in long_text
-        history = {j["id"]: j for j in json.loads(ok(xce_as(b, c.home, "hist", "-u", "all", "--json")))["jobs"]}
+        history = {j["id"]: j for j in json.loads(ok(xce(b, c.home, "hist", "-u", "all", "--json")))["jobs"]}
         assert "command" not in history[ja] and history[jb]["command"][0] == "sh"
-        assert "id -un" not in ok(xce_as(b, c.home, "hist", str(ja)))
-        assert "id -un" in ok(xce_as(a, c.home, "hist", str(ja)))  # the owner sees it all
+        assert "id -un" not in ok(xce(b, c.home, "hist", str(ja)))
+        assert "id -un" in ok(xce(a, c.home, "hist", str(ja)))  # the owner sees it all
         # a project admin acts on the jobs of the project's subtree (lab/vision under lab)
-        ok(xce_as(carol, c.home, "suspend", str(ja)))
+        ok(xce(carol, c.home, "suspend", str(ja)))
         c.wait_state(ja, {"USUSP"})
-        ok(xce_as(carol, c.home, "resume", str(ja)))
+        ok(xce(carol, c.home, "resume", str(ja)))
         c.wait_state(ja, {"RUN"})
-        ok(xce_as(carol, c.home, "kill", str(jb)))
+        ok(xce(carol, c.home, "kill", str(jb)))
         c.wait_state(jb, {"EXIT"})
         # an admin acts on any job; the owner on their own
-        ok(xce_as(boss, c.home, "peek", str(ja)))
-        ok(xce_as(a, c.home, "kill", str(ja)))
+        ok(xce(boss, c.home, "peek", str(ja)))
+        ok(xce(a, c.home, "kill", str(ja)))
         assert c.wait_state(ja, {"EXIT"})["reason"] == f"killed by {ALICE}"
         # queue ACLs: gpu takes jobs from group GROUP (A) and admins only
-        refused(xce_as(b, c.home, "submit", "-q", "gpu", "--", "true", cwd=b_dir),
+        refused(xce(b, c.home, "submit", "-q", "gpu", "--", "true", cwd=b_dir),
                 "queue gpu takes jobs only from members of group(s) " + GROUP, f"{BOB} is not one of them")
-        assert f"(for @{GROUP})" in ok(xce_as(b, c.home, "queues"))
+        assert f"(for @{GROUP})" in ok(xce(b, c.home, "queues"))
         jg = submit(a, c, a_dir, "-q", "gpu", "--", "true")
         assert c.wait_state(jg, {"DONE", "EXIT"})["state"] == "DONE"
         # the job's directories are checked with the submitter's own permissions
-        refused(xce_as(b, c.home, "submit", "--cwd", str(a_dir), "--", "true", cwd=b_dir),
+        refused(xce(b, c.home, "submit", "--cwd", str(a_dir), "--", "true", cwd=b_dir),
                 f"working directory {a_dir}", f"user {BOB} cannot read and enter it")
-        refused(xce_as(b, c.home, "submit", "-o", f"{a_dir}/stolen.out", "--", "true", cwd=b_dir),
+        refused(xce(b, c.home, "submit", "-o", f"{a_dir}/stolen.out", "--", "true", cwd=b_dir),
                 f"output directory {a_dir}", f"user {BOB} cannot write there")
         assert not (a_dir / "stolen.out").exists()
         # usage (visibility: summary): one's own; a project's for its admins (project:view); anyone's for admins
-        own = json.loads(ok(xce_as(b, c.home, "acct", "--json")))
+        own = json.loads(ok(xce(b, c.home, "acct", "--json")))
         assert own["user"] == BOB and [r["key"] for r in own["rows"]] == [BOB]
-        refused(xce_as(b, c.home, "acct", "-u", "all"), f"{BOB} may not see the usage of everyone",
+        refused(xce(b, c.home, "acct", "-u", "all"), f"{BOB} may not see the usage of everyone",
                 f"xce acct -u {BOB}")
-        refused(xce_as(b, c.home, "acct", "-P", "lab", "-u", ALICE), f"the admins of project lab ({CAROL})")
-        by_user = json.loads(ok(xce_as(carol, c.home, "acct", "-P", "lab", "--json")))
+        refused(xce(b, c.home, "acct", "-P", "lab", "-u", ALICE), f"the admins of project lab ({CAROL})")
+        by_user = json.loads(ok(xce(carol, c.home, "acct", "-P", "lab", "--json")))
         assert {r["key"] for r in by_user["rows"]} == {ALICE, BOB}
-        assert {r["key"] for r in json.loads(ok(xce_as(boss, c.home, "acct", "--json")))["rows"]} == {ALICE, BOB}
+        assert {r["key"] for r in json.loads(ok(xce(boss, c.home, "acct", "--json")))["rows"]} == {ALICE, BOB}
     finally:
         finish(c)
 
@@ -188,15 +208,15 @@ def test_on_a_plain_test_host_a_job_runs_as_its_submitter_across_a_restart_and_a
         wait_until(lambda: ledger.exists() and ledger.read_text().strip(), 60, "the first attempt to start")
         c.kill9_controller()
         c.start()
-        refused(xce_as(b, c.home, "kill", str(job)), f"{BOB} may not kill", f"its owner {ALICE}")
-        ok(xce_as(boss, c.home, "requeue", str(job)))
+        refused(xce(b, c.home, "kill", str(job)), f"{BOB} may not kill", f"its owner {ALICE}")
+        ok(xce(boss, c.home, "requeue", str(job)))
         wait_until(lambda: len(ledger.read_text().splitlines()) == 2, 60, "the second attempt to start")
         (a_dir / "go").touch()
         assert c.wait_state(job, {"DONE", "EXIT"}, timeout=60)["state"] == "DONE"
         host = plain_hosts[0].name
         assert ledger.read_text().splitlines() == [f"{ALICE} {host} 1", f"{ALICE} {host} 2"]
         for path in (ledger, a_dir / f"xce-{job}.out"):
-            assert path.stat().st_uid == a.pw_uid, f"{path} is not {ALICE}'s"
+            assert path.stat().st_uid == a.uid, f"{path} is not {ALICE}'s"
     finally:
         finish(c)
 
@@ -206,9 +226,9 @@ def test_a_shared_homes_controller_refuses_to_start_as_anyone_but_root(users, wo
     home = own_dir(work, b) / "home"
     home.mkdir()
     (home / "xce.yaml").write_text(shared_config("  - {name: local, slots: 1, mem: 1G}\n"))
-    os.chown(home, b.pw_uid, b.pw_gid)
-    os.chown(home / "xce.yaml", b.pw_uid, b.pw_gid)
-    refused(xce_as(b, home, "controller", "start"), "this home is shared", "its controller runs as root",
+    os.chown(home, b.uid, b.gid)
+    os.chown(home / "xce.yaml", b.uid, b.gid)
+    refused(xce(b, home, "controller", "start"), "this home is shared", "its controller runs as root",
             "sudo xce controller start")
 
 

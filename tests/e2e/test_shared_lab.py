@@ -16,17 +16,15 @@ group, the caller's identity in the launch, permissions) is in the two tests mar
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.support import readme
-from tests.support.localusers import user_env, user_pythonpath, user_shims, xce_as
+from tests.support.localusers import shared_dir, user_env, user_shims, xce_as
 from tests.support.waiting import wait_until
 from xce_lite import testhosts
 from xce_lite.config.cluster import load_config
@@ -34,8 +32,6 @@ from xce_lite.home import lab
 from xce_lite.home.paths import Home
 
 pytest_plugins = ["tests.support.testhosts_fixture"]
-
-PARENT = Path("/var/lib/xce-tests")
 
 
 def root_env(base: Path) -> dict[str, str]:
@@ -57,11 +53,10 @@ class Lab:
         self.base, self.group = base, group
         self.home = base / "lab"
         self.teacher, self.ann, self.bob = users
-        self.pythonpath = user_pythonpath(base)
 
     def xce(self, user: testhosts.LocalUser, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         """`xce ARGS` as `user`, with no home named: the machine's default (the registered file) is used."""
-        done = xce_as(user, list(args), self.pythonpath, timeout=timeout,
+        done = xce_as(user, list(args), timeout=timeout,
                       XCE_DEFAULT_HOME_FILE=str(self.base / "etc" / "home"))
         assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
         return done
@@ -74,15 +69,8 @@ class Lab:
 
 @pytest.fixture
 def base():
-    PARENT.mkdir(mode=0o711, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="lab-", dir=PARENT))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-    try:
-        PARENT.rmdir()
-    except OSError:
-        pass  # another test's directory is still there
+    with shared_dir("lab-") as path:
+        yield path
 
 
 @pytest.fixture
@@ -277,13 +265,12 @@ def test_the_readme_shared_lab_runs_as_printed(base, systemd_hosts):
         wrong = readme.problems(readme.run(SHARED_BLOCKS["unit"], root_home, env, rewrite=rewrite,
                                            wrap=host.nsenter_argv([])), root_home, rewrite=rewrite)
         assert not wrong, "\n\n".join(wrong)
-        pythonpath = user_pythonpath(base)
-        shims = user_shims(base / "user-bin", pythonpath)
+        shims = user_shims(base / "user-bin")
         for student in (alice, bob):
             out = student.home / ".readme-test"
             out.mkdir()
             os.chown(out, student.uid, student.gid)
-            student_env = {**user_env(student, pythonpath), "PATH": f"{shims}:/usr/bin:/bin",
+            student_env = {**user_env(student), "PATH": f"{shims}:/usr/bin:/bin",
                            "XCE_DEFAULT_HOME_FILE": str(default)}
             wrong = readme.problems(readme.run(SHARED_BLOCKS["student"], student.home, student_env,
                                                rewrite=rewrite, wrap=student.argv([])), student.home,

@@ -15,32 +15,21 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.support.localusers import user_pythonpath, xce_as
+from tests.support.localusers import shared_dir, xce_as
 from xce_lite.config.cluster import load_config
 from xce_lite.home.paths import Home, resolve_home
 from xce_lite.testhosts import LocalUser
 
-PARENT = Path("/var/lib/xce-tests")
-
-
 @pytest.fixture
 def base():
     """A directory others may pass through (0711), with its own HOME, state dir and default file."""
-    PARENT.mkdir(mode=0o711, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="shared-home-", dir=PARENT))
-    path.chmod(0o711)
-    (path / "me").mkdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-    try:
-        PARENT.rmdir()
-    except OSError:
-        pass  # another test's directory is still there
+    with shared_dir("shared-home-") as path:
+        (path / "me").mkdir()
+        yield path
 
 
 def env_for(base: Path, **extra: str) -> dict[str, str]:
@@ -163,8 +152,7 @@ def test_init_shared_refuses_a_home_users_could_not_reach(base):
 
 def test_init_shared_is_for_root_and_the_shared_options_for_shared_homes(base):
     nobody = LocalUser("nobody", 65534, 65534, base / "me")
-    user = xce_as(nobody, ["init", "--shared", str(base / "lab"), "--admin", "nobody"], user_pythonpath(base),
-                  cwd=base)
+    user = xce_as(nobody, ["init", "--shared", str(base / "lab"), "--admin", "nobody"], cwd=base)
     assert user.returncode != 0 and "sudo xce init --shared" in user.stderr, user.stderr
     personal = xce(base, "init", str(base / "p"), "--admin", "root", "--register")
     assert personal.returncode == 2 and "--admin, --register go with --shared" in personal.stderr

@@ -60,10 +60,18 @@ from xce_lite.testhosts.boot import _sshd_argv
 from xce_lite.testhosts.claims import _claims_dir, claim_ips, release_ips
 from xce_lite.testhosts.cluster import up
 from xce_lite.testhosts.records import down, hosts, status
-from xce_lite.testhosts.users import HostUser, LocalUser, add_lingering_user, add_local_users, remove_local_users
+from xce_lite.testhosts.users import (
+    PACKAGE_ROOT,
+    HostUser,
+    LocalUser,
+    add_lingering_user,
+    add_local_users,
+    remove_local_users,
+)
 
 __all__ = [
-    "DEFAULT_DIR", "SSH_PORT", "STATE", "HostStatus", "HostUser", "LocalUser", "TestHost", "TestHostError",
+    "DEFAULT_DIR", "PACKAGE_ROOT", "SSH_PORT", "STATE", "HostStatus", "HostUser", "LocalUser", "TestHost",
+    "TestHostError",
     "_alive", "_check_dir", "_claims_dir", "_comm", "_sshd_argv", "_start_time", "add_lingering_user",
     "add_local_users", "claim_ips", "down", "hosts", "missing_prerequisites", "namespace_pids", "release_ips",
     "remove_local_users", "status", "up",

@@ -1,5 +1,11 @@
 """Users for tests: a non-root user with lingering inside one systemd test host (in the host's mount
-namespace only), and users of this machine, whom every test host knows (`add_local_users`)."""
+namespace only), and users of this machine, whom every test host knows (`add_local_users`).
+
+A command run as a user of this machine (`LocalUser.argv`, the one way tests do it) sees the
+interpreter and the tree under test even where they lie under a directory others may not enter
+(pyenv and a clone under /root, 0700): it runs in a private mount namespace where a tmpfs covers
+that directory and only those paths are bound back. Nothing else changes (/etc/passwd, /tmp, homes).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import os
 import pwd
 import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -128,22 +135,69 @@ class LocalUser:
     home: Path  # theirs, 0700: their jobs' cwd and outputs
 
     def argv(self, argv: list[str]) -> list[str]:
-        """argv running `argv` as this user, with their groups (setpriv --init-groups)."""
-        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups", *argv]
+        """argv running `argv` as this user, with their groups (setpriv --init-groups), able to run this
+        interpreter on the tree under test (PYTHONPATH=`PACKAGE_ROOT`). The caller's environment and
+        cwd pass through unchanged."""
+        setpriv = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups"]
+        script = _reach_script()
+        if not script:
+            return [*setpriv, *argv]
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                "\n".join(["set -e", *script, 'exec "$@"']), "sh", *setpriv, *argv]
+
+
+# The directory holding the package under test: what PYTHONPATH needs for `python -m xce_lite`.
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_STAGE = "/srv"  # an empty directory to stage the bind mounts in (covered by a tmpfs, in the namespace only)
+
+
+def _closed_ancestor(path: Path) -> Path | None:
+    """The topmost directory above `path` that others may not pass through (no o+x), if any."""
+    for parent in reversed(path.parents):
+        if parent != Path("/") and not parent.stat().st_mode & 0o001:
+            return parent
+    return None
+
+
+def _reach_script() -> list[str]:
+    """Shell lines (run as root in a private mount namespace) making this interpreter and the tree
+    under test reachable by any user: each closed directory above them becomes a tmpfs (0755) into
+    which just they are bound back, at their own paths. Empty when nothing is out of reach."""
+    needed = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, PACKAGE_ROOT)}
+    covers: dict[Path, list[Path]] = {}
+    for path in sorted(needed):
+        closed = _closed_ancestor(path)
+        if closed is not None:
+            covers.setdefault(closed, []).append(path)
+    if not covers:
+        return []
+    q = shlex.quote
+    staged = [path for paths in covers.values() for path in paths]
+    lines = [f"mount -t tmpfs -o mode=755 tmpfs {_STAGE}"]
+    for i, path in enumerate(staged):
+        lines += [f"mkdir {_STAGE}/{i}", f"mount --bind {q(str(path))} {_STAGE}/{i}"]
+    for closed in covers:
+        lines.append(f"mount -t tmpfs -o mode=755 tmpfs {q(str(closed))}")
+    for i, path in enumerate(staged):
+        lines += [f"mkdir -p {q(str(path))}", f"mount --bind {_STAGE}/{i} {q(str(path))}"]
+    return lines
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
-def add_local_users(names: list[str], dir: Path | str, group: str | None = None) -> list[LocalUser]:
+def add_local_users(names: list[str], dir: Path | str, group: str | None = None,
+                    members: list[str] | None = None) -> list[LocalUser]:
     """Make users `names` on this machine (root only), each with a home `dir`/NAME (0700, theirs) and,
-    if `group` is given, in that group (made too). The test hosts see them (they share /etc/passwd
-    and the file system; `dir` must lie outside /tmp and be reachable by them). A leftover user or
-    group of that name (a killed run) is removed first. Raises TestHostError, having removed what it made."""
+    if `group` is given, in that group (made too; only `members` of them if given). The test hosts
+    see them (they share /etc/passwd and the file system; `dir` must lie outside /tmp and be
+    reachable by them). A leftover user or group of that name (a killed run) is removed first.
+    Raises TestHostError, having removed what it made."""
     dir = _check_dir(dir)
     remove_local_users(names, group)
     made: list[str] = []
+    in_group = set(names if members is None else members)
     try:
         if group is not None:
             done = _run(["groupadd", "--system", group])
@@ -153,7 +207,7 @@ def add_local_users(names: list[str], dir: Path | str, group: str | None = None)
         for name in names:
             home = dir / name
             done = _run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", str(home),
-                         "--shell", "/bin/sh", *(["-G", group] if group else []), name])
+                         "--shell", "/bin/sh", *(["-G", group] if group and name in in_group else []), name])
             if done.returncode != 0:
                 raise TestHostError(f"useradd {name} failed: {done.stderr.strip()}")
             made.append(name)
