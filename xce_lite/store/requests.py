@@ -60,7 +60,7 @@ class RequestStore:
         id was seen before, storing nothing."""
         with self._write() as con:
             found = _request(con, request_id, user, FLOW)
-            if found is not None:
+            if found is not None and found[1] is not None:  # a flow's row always has its reply
                 return found[1], False
             ids = self._insert(con, jobs, user, now, depends, flow)
             answer = reply(ids)
