@@ -106,7 +106,7 @@ class Cluster:
 
         path = Path(file).expanduser()
         loaded = load_file(path, {k: str(v) for k, v in variables.items()})
-        return self._client.post("/flows", submission(path, loaded))
+        return self._client.submit(submission(path, loaded), "/flows")  # a lost reply is asked again
 
     # ---- looking -------------------------------------------------------------------------------------
 
@@ -179,7 +179,7 @@ class Cluster:
 
     def rescue_flow(self, name: str) -> dict:
         """Submit again what did not end DONE in your flow of that name (`xce flow rescue`)."""
-        return self._client.post("/flows/rescue", {"name": name})
+        return self._client.submit({"name": name}, "/flows/rescue")  # with a request id, as submit_flow
 
     def _act(self, path: str, ids: Sequence[int | str]) -> list[str]:
         """The controller's messages; TransitionError naming each job it refused (the others were

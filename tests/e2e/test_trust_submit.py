@@ -163,3 +163,95 @@ def test_xce_jobs_never_crashes_on_what_a_store_holds(idle_cluster: Cluster):
         assert b"internal error" not in result.stderr and b"\\ud800" in result.stdout
     listed = json.loads(c.ok("jobs", "--json", str(job_id)))["jobs"][0]
     assert listed["command"] == ["printf", "x\ud800y", "raw\udcff"]  # JSON escapes decode back to the text
+
+
+# ---- flows: `xce flow submit` and `xce flow rescue` are as safe to repeat as `xce submit` ----------------
+
+def _flow(c: Cluster, name: str, first: list[str] | None = None) -> dict:
+    return {"name": name, "steps": [{"step": "a", "spec": _spec(c, f"{name}-a", argv=first or ["true"])},
+                                    {"step": "b", "spec": _spec(c, f"{name}-b", depend="done(a)")}]}
+
+
+def _flows_named(c: Cluster, name: str) -> list[dict]:
+    api = Client(c.home / "xce.sock")
+    try:
+        return [f for f in api.get("/flows/list")["flows"] if f["name"] == name]
+    finally:
+        api.close()
+
+
+def test_a_flow_repeated_with_its_request_id_is_stored_once_and_a_rescue_too(cluster: Cluster):
+    c = cluster
+    api = Client(c.home / "xce.sock")
+    body = {**_flow(c, "twice", first=["false"]), "request_id": "test-flow-0001"}
+    first, again = api.post("/flows", body), api.post("/flows", body)
+    assert again.pop("repeated") is True and again == first
+    assert len(_flows_named(c, "twice")) == 1 and len(_named(c, "twice-a")) == 1 and len(_named(c, "twice-b")) == 1
+    a, b = (s["id"] for s in first["steps"])
+    assert c.xce("wait", str(a), str(b)).returncode == 1  # a fails, so b can never run: the flow can be rescued
+    rescue = {"name": "twice", "request_id": "test-rescue-0001"}
+    rescued = api.post("/flows/rescue", rescue)
+    # the repeat comes while the rescued steps are unfinished, which a new rescue would refuse
+    assert api.post("/flows/rescue", rescue) == {**rescued, "repeated": True}
+    assert len(_flows_named(c, "twice")) == 2 and len(_named(c, "twice-a")) == 2
+    # a request id names one kind of submission: a job's is not a flow's, nor the other way round
+    with pytest.raises(errors.SpecError, match="was used for a flow submission"):
+        api.post("/jobs", {"jobs": [_spec(c, "x")], "request_id": "test-flow-0001"})
+    api.post("/jobs", {"jobs": [_spec(c, "y")], "request_id": "test-jobs-0002"})
+    with pytest.raises(errors.SpecError, match="was used for a job submission"):
+        api.post("/flows", {**_flow(c, "other"), "request_id": "test-jobs-0002"})
+    api.close()
+    assert _named(c, "x") == [] and _flows_named(c, "other") == []
+
+
+def test_a_flow_reply_lost_after_the_flow_was_stored_is_answered_with_that_flow(cluster: Cluster):
+    """As for a job (above): the controller frozen while the flow is in flight, the client gives up
+    waiting, the thawed controller stores the flow, the retry gets its steps, and there is one."""
+    pid = cluster.controller_pid
+    notes: list[str] = []
+
+    def thaw_and_let_it_store(note: str) -> None:
+        notes.append(note)
+        os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: _named(cluster, "frozen-b"), 30, "the first request's flow to be stored")
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        api = Client(cluster.home / "xce.sock", timeout=2)
+        reply = api.submit(_flow(cluster, "frozen"), "/flows", on_retry=thaw_and_let_it_store)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    api.close()
+    assert len(notes) == 1 and "same request id" in notes[0]
+    assert reply.get("repeated") is True and [s["step"] for s in reply["steps"]] == ["a", "b"]
+    assert [j["id"] for j in _named(cluster, "frozen-a") + _named(cluster, "frozen-b")] == \
+        [s["id"] for s in reply["steps"]]
+    assert len(_flows_named(cluster, "frozen")) == 1
+
+
+def test_xce_flow_submit_cut_off_then_killed_then_restarted_leaves_exactly_one_flow(cluster: Cluster):
+    """In sequence: the controller frozen with `xce flow submit`'s request unread, killed (-9),
+    restarted: the CLI says its reply was lost, asks again, prints the steps; one flow, and it runs."""
+    c = cluster
+    (c.work / "cut.yaml").write_text("name: cutflow\nsteps:\n  a: {command: [\"true\"]}\n"
+                                     "  b: {command: [\"true\"], after: [a]}\n")
+    pid = c.controller_pid
+    os.kill(pid, signal.SIGSTOP)
+    cli = subprocess.Popen([sys.executable, "-m", "xce_lite", "flow", "submit", "cut.yaml"],
+                           cwd=c.work, env=c.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: _blocked_in_a_read(cli.pid), 30, "xce flow submit to send its request")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: c.controller_pid is None, 10, "the controller to die")
+        c.start()
+        out, err = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 0, err
+    assert "reply was lost" in err and "same request id" in err and "Traceback" not in err
+    assert len(_flows_named(c, "cutflow")) == 1
+    steps = json.loads(c.ok("flow", "status", "--json", "cutflow"))["flow"]["steps"]
+    assert out.startswith(f"Flow <cutflow> is submitted: a <{steps[0]['id']}>, b <{steps[1]['id']}>.")
+    assert c.xce("wait", str(steps[0]["id"]), str(steps[1]["id"])).returncode == 0
+    assert len(json.loads(c.ok("jobs", "-a", "--json"))["jobs"]) == 2

@@ -43,7 +43,7 @@ def flow_submit(ctx, file: Path, sets: tuple[str, ...], check: bool) -> None:
         for step in loaded.steps:
             click.echo(f"{step.name}{step.array or ''}" + (f"  after {step.depend}" if step.depend else ""))
         return
-    reply = client(ctx).post("/flows", body)
+    reply = client(ctx).submit(body, "/flows", on_retry=lambda note: click.echo(f"xce: {note}", err=True))
     jobs = ", ".join(f"{s['step']} <{s['id']}{'[]' if s['array'] else ''}>" for s in reply["steps"])
     click.echo(f"Flow <{reply['flow']}> is submitted: {jobs}.")
 
@@ -189,7 +189,8 @@ def flow_rescue(ctx, name: str) -> None:
 
     Example: xce flow rescue pipeline
     """
-    reply = client(ctx).post("/flows/rescue", {"name": name})
+    reply = client(ctx).submit({"name": name}, "/flows/rescue",
+                               on_retry=lambda note: click.echo(f"xce: {note}", err=True))
     jobs = ", ".join(f"{s['step']} <{s['id']}{'[]' if s['array'] else ''}>" for s in reply["steps"])
     kept = f"; kept (DONE): {', '.join(reply['kept'])}" if reply["kept"] else ""
     click.echo(f"Flow <{reply['flow']}> is rescued: {jobs}{kept}.")

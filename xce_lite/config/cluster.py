@@ -147,6 +147,9 @@ class ControllerConfig(_Model):
     # and fair share), so the store stops growing.
     keep_finished: Seconds = Field(default=30 * 86400.0, gt=0)
     keep_archived: Seconds = Field(default=365 * 86400.0, gt=0)
+    # A submission's request id is remembered this long, so that a client's retry after a lost
+    # reply is answered with what the first try stored (clients retry for seconds, a minute at most).
+    keep_requests: Seconds = Field(default=86400.0, gt=0)
 
     @model_validator(mode="after")
     def _archive_outlives_live(self) -> ControllerConfig:

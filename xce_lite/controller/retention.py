@@ -1,5 +1,6 @@
 """The tick's retention step: finished jobs older than `controller.keep_finished` go to the archive,
-archived ones older than `controller.keep_archived` keep only their day sums (store/archive.py).
+archived ones older than `controller.keep_archived` keep only their day sums (store/archive.py);
+submit request ids older than `controller.keep_requests` are forgotten (store/requests.py).
 
 Invariants: at most one batch per tick, never while the tick had other work to commit unless the
 last look is a look's interval old (a quarter of keep_finished, at most RETAIN_EVERY); a backlog
@@ -45,13 +46,15 @@ class Retention:
         try:
             done = store.retain(now - config.keep_finished, self.batch)
             pruned = store.prune_archive(now - config.keep_archived, self.batch) if not done.more else 0
+            # request ids (store/requests.py) are cheap rows: a batch of them beside the jobs' batch
+            forgot = store.prune_requests(now - config.keep_requests, self.batch) if not done.more else 0
         except Exception as err:  # a failing batch (busy store, a bug) must not stop the tick
             what = str(err) if isinstance(err, errors.XceError) else f"{type(err).__name__}: {err}"
             self.log(f"retention: {what}; trying again in {every:g} s")
             self.next_at = began + every
             return
         took = time.monotonic() - began
-        more = done.more or pruned == self.batch
+        more = done.more or pruned == self.batch or forgot == self.batch
         if done.jobs or pruned:
             # size the next batch to what a job has cost lately (a moving average: one batch slowed
             # by a busy disk neither collapses nor bloats the next), growing by doubling at most

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import apsw
 
-from xce_lite.errors import SpecError
 from xce_lite.models import FINISHED_STATES, Job, JobSpec
 from xce_lite.store.accounting import AccountingStore  # hist and acct: live and archived jobs
 from xce_lite.store.archive import ArchiveStore, insert_event_anywhere  # retention
 from xce_lite.store.db import connect, write
 from xce_lite.store.db import insert_event as _event
 from xce_lite.store.projects import ProjectStore
+from xce_lite.store.requests import RequestStore  # request ids: idempotent submission
 from xce_lite.store.usage import UsageStore  # metrics: the web's reads over time
 from xce_lite.store.workflows import (ELEMENT_SPEC, FlowRecord, NewJob, WorkflowStore, insert_flow, insert_job,
                                       kill_reason)
@@ -111,7 +111,8 @@ class TickRecord:
     killed: tuple[int, ...] = ()  # requeues refused because someone killed the job: they ended EXIT
 
 
-class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, ProjectStore):  # metrics: UsageStore
+# metrics: UsageStore; idempotent submission: RequestStore
+class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, ProjectStore, RequestStore):
     def __init__(self, path: Path, readonly: bool = False):
         """readonly: for tools beside a running controller (`xceadmin check`): reads only."""
         self.path = path
@@ -212,24 +213,6 @@ class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, Project
         if flow is not None:
             insert_flow(con, flow, ids, user, now)
         return ids
-
-    def submit_once(self, jobs: Sequence[NewJob], user: str, now: float, request_id: str,
-                    depends=None) -> tuple[list[int], bool]:
-        """`submit`, remembering `request_id` in the same transaction: (ids, True) when stored now;
-        (the ids stored the first time, False) when the request id was seen before, storing nothing.
-        StoreError if another user sent that request id."""
-        with self._write() as con:
-            found = _request(con, request_id, user)
-            if found is not None:
-                return found, False
-            ids = self._insert(con, jobs, user, now, depends, None)
-            con.execute("INSERT INTO submit_requests(request_id, user, job_ids, submit_time) VALUES (?, ?, ?, ?)",
-                        (request_id, user, json.dumps(ids), now))
-        return ids, True
-
-    def submitted(self, request_id: str, user: str) -> list[int] | None:
-        """The ids a submission with this request id stored, or None if none did."""
-        return _request(self._reader(), request_id, user)
 
     def change_state(self, ids: Iterable[int], from_state: str, to_state: str, event: str, now: float,
                      reason: str | None = None, data: dict | None = None, **columns) -> list[int]:
@@ -368,15 +351,6 @@ class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, Project
         """"ok", or what SQLite found wrong; `full` runs integrity_check (indexes against their
         tables too, slower) instead of quick_check."""
         return self._reader().execute("PRAGMA integrity_check" if full else "PRAGMA quick_check").get
-
-
-def _request(con: apsw.Connection, request_id: str, user: str) -> list[int] | None:
-    row = con.execute("SELECT user, job_ids FROM submit_requests WHERE request_id = ?", (request_id,)).fetchone()
-    if row is None:
-        return None
-    if row[0] != user:
-        raise SpecError(f"request id {request_id!r} was used by another user's submission; send a new one")
-    return json.loads(row[1])
 
 
 def _dispatch(con: apsw.Connection, plans: Sequence[Plan | tuple], now: float) -> list[int]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from xce_lite import errors
 from xce_lite.api.server import Caller
-from xce_lite.controller.handlers.jobs import _refs_of
+from xce_lite.controller.handlers.jobs import _refs_of, _request_id
 from xce_lite.models import ACTIVE_STATES, DONE, EXIT, FINISHED_STATES, PEND, PSUSP, Job, JobSpec
 from xce_lite.store.jobs import Requeue
 from xce_lite.store.workflows import FlowRecord, FlowStep, NewJob
@@ -123,10 +123,14 @@ class FlowHandlers:
 
     def api_flow_submit(self, caller: Caller, query: dict, body: Any) -> dict:
         """{"name": N, "steps": [{"step": S, "spec": {...}}, ...]}: steps in dependency order, each
-        spec's `depend` on step names; all stored at once, or nothing."""
+        spec's `depend` on step names; all stored at once, or nothing. With a `request_id`, as for
+        `xce submit`: a repeat after a lost reply gets the first reply and stores nothing."""
         if not isinstance(body, dict) or not isinstance(body.get("name"), str) or not isinstance(
                 body.get("steps"), list) or not body["steps"]:
             raise errors.SpecError('send {"name": FLOW, "steps": [{"step": NAME, "spec": {...}}, ...]}')
+        request_id = _request_id(body)
+        if request_id is not None and (first := self.store.flow_submitted(request_id, caller.user)) is not None:
+            return {**first, "repeated": True}
         if len(body["steps"]) > MAX_STEPS:
             raise errors.SpecError(f"a flow has at most {MAX_STEPS} steps")
         steps = []
@@ -139,12 +143,13 @@ class FlowHandlers:
                 raise errors.SpecError(f"step {raw['step']}: {err}") from None
         if len({s for s, _spec, _q in steps}) < len(steps):
             raise errors.SpecError("two steps have the same name")
-        return self._submit_flow(caller.user, body["name"], steps)
+        return self._submit_flow(caller.user, body["name"], steps, request_id=request_id)
 
-    def _submit_flow(self, user: str, name: str, steps: list[tuple[str, JobSpec, str]], rescue_of=None) -> dict:
+    def _submit_flow(self, user: str, name: str, steps: list[tuple[str, JobSpec, str]], rescue_of=None,
+                     request_id: str | None = None) -> dict:
         """Resolve every step's condition (names: earlier steps, or a rescued flow's kept ones), store
         it all in one transaction, admit the jobs. `rescue_of`: the FlowView rescued, and the steps
-        of it kept ({step: target})."""
+        of it kept ({step: target}); `request_id`: remembered with the reply in that transaction."""
         view, kept = rescue_of if rescue_of is not None else (None, {})
         known: dict[str, deps.Target] = dict(kept)
         items, records = [], []
@@ -170,16 +175,25 @@ class FlowHandlers:
             ordered = tuple(records)
         flow = FlowRecord(name, ordered, view.id if view is not None else None,
                           tuple((s, t.id) for s, t in kept.items()))
+        def reply(ids: list[int]) -> dict:
+            return {"flow": name, "steps": [{"step": s.step, "id": i, "array": s.is_array}
+                                            for s, i in zip(records, ids)], "kept": sorted(kept)}
+
         now = time.time()
-        ids = self.store.submit(items, user, now, depends=depends, flow=flow)
+        if request_id is None:
+            ids = self.store.submit(items, user, now, depends=depends, flow=flow)
+        else:
+            answer, new = self.store.submit_flow_once(items, user, now, request_id, depends, flow, reply)
+            if not new:  # the same request, sent again meanwhile: it stored them
+                return {**answer, "repeated": True}
+            ids = [s["id"] for s in answer["steps"]]
         self.metrics.inc("submits", sum(len(item.indices) or 1 for item in items))  # metrics:
         with self._mu:
             for job_id, item in zip(ids, items):
                 self._admit(job_id, replace(item, depend=_placed(item.depend, ids)), user, now)
             self._dirty = True
         self._wake.set()
-        return {"flow": name, "steps": [{"step": s.step, "id": i, "array": s.is_array} for s, i in zip(records, ids)],
-                "kept": sorted(kept)}
+        return reply(ids)
 
     def api_flow_status(self, caller: Caller, query: dict, body: Any) -> dict:
         view = self._flow_view(caller, query.get("name"))
@@ -198,6 +212,9 @@ class FlowHandlers:
                                       "submit_time": view.submit_time, "rescue_of": view.rescue_of, "steps": steps}}
 
     def api_flow_rescue(self, caller: Caller, query: dict, body: Any) -> dict:
+        request_id = _request_id(body) if isinstance(body, dict) else None
+        if request_id is not None and (first := self.store.flow_submitted(request_id, caller.user)) is not None:
+            return {**first, "repeated": True}  # before the checks: the first try made the flow busy again
         view = self._flow_view(caller, body.get("name") if isinstance(body, dict) else None)
         states = self._step_states(view)
         busy = [s.step for s, job_id in view.steps
@@ -214,7 +231,7 @@ class FlowHandlers:
             again.append((step.step, spec, queue))
         if not again:
             raise errors.TransitionError(f"flow {view.name}: every step ended DONE; there is nothing to rescue")
-        return self._submit_flow(caller.user, view.name, again, (view, kept))
+        return self._submit_flow(caller.user, view.name, again, (view, kept), request_id)
 
     def _rescued_spec(self, step: FlowStep, job_id: int) -> tuple[JobSpec, str]:
         """The step's spec to submit again: an array with only its elements that did not end DONE."""

@@ -1,0 +1,106 @@
+"""Idempotent submission: the store's side of request ids (sql/0008, sql/0011). JobStore inherits it.
+
+A client sends a request id with a submission; the ids of the jobs it stored are written under it in
+the SAME transaction as the jobs, so a repeat after a lost reply finds them and stores nothing. A
+job submission's reply is rebuilt from its ids; a flow's (submit or rescue) is kept whole in `reply`,
+because its steps' names may be archived with the flow before the request is forgotten.
+
+Invariants: a request id names one user's one submission of one kind (jobs, or a flow); a repeat of
+another kind or by another user is refused, never answered with someone else's ids. Rows older than
+`controller.keep_requests` are deleted oldest first, in bounded batches (`prune_requests`), so the
+table holds about that window's submissions; a client retries for seconds, so a far shorter window
+would do, and a repeat inside it is still answered.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+import apsw
+
+from xce_lite.errors import SpecError
+from xce_lite.store.workflows import FlowRecord, NewJob
+
+JOBS, FLOW = "jobs", "flow"  # what a request id was used for: a reply is stored for a flow only
+
+
+class RequestStore:
+    def _write(self):  # provided by JobStore
+        raise NotImplementedError
+
+    def _reader(self) -> apsw.Connection:  # provided by JobStore
+        raise NotImplementedError
+
+    def _insert(self, con, jobs, user, now, depends, flow) -> list[int]:  # provided by JobStore
+        raise NotImplementedError
+
+    def submit_once(self, jobs: Sequence[NewJob], user: str, now: float, request_id: str,
+                    depends=None) -> tuple[list[int], bool]:
+        """`submit`, remembering `request_id` in the same transaction: (ids, True) when stored now;
+        (the ids stored the first time, False) when the request id was seen before, storing nothing.
+        SpecError if another user sent that request id, or sent it with a flow."""
+        with self._write() as con:
+            found = _request(con, request_id, user, JOBS)
+            if found is not None:
+                return found[0], False
+            ids = self._insert(con, jobs, user, now, depends, None)
+            _remember(con, request_id, user, ids, now, None)
+        return ids, True
+
+    def submitted(self, request_id: str, user: str) -> list[int] | None:
+        """The ids a job submission with this request id stored, or None if none did."""
+        found = _request(self._reader(), request_id, user, JOBS)
+        return found[0] if found is not None else None
+
+    def submit_flow_once(self, jobs: Sequence[NewJob], user: str, now: float, request_id: str, depends,
+                         flow: FlowRecord, reply: Callable[[list[int]], dict]) -> tuple[dict, bool]:
+        """`submit` of a flow, remembering `request_id` and the reply (`reply(ids)`) in the same
+        transaction: (that reply, True) when stored now; (the first reply, False) when the request
+        id was seen before, storing nothing."""
+        with self._write() as con:
+            found = _request(con, request_id, user, FLOW)
+            if found is not None and found[1] is not None:  # a flow's row always has its reply
+                return found[1], False
+            ids = self._insert(con, jobs, user, now, depends, flow)
+            answer = reply(ids)
+            _remember(con, request_id, user, ids, now, answer)
+        return answer, True
+
+    def flow_submitted(self, request_id: str, user: str) -> dict | None:
+        """The reply a flow submission with this request id got, or None if there was none."""
+        found = _request(self._reader(), request_id, user, FLOW)
+        return found[1] if found is not None else None
+
+    def prune_requests(self, cutoff: float, batch: int) -> int:
+        """Forget at most `batch` request ids sent before `cutoff`, oldest first (one transaction);
+        how many went. A full batch means more may be waiting."""
+        with self._write() as con:
+            con.execute("DELETE FROM submit_requests WHERE request_id IN (SELECT request_id FROM submit_requests "
+                        "WHERE submit_time < ? ORDER BY submit_time LIMIT ?)", (cutoff, batch))
+            return con.changes()
+
+    def request_count(self) -> int:
+        """Request ids remembered now (for tests and `xceadmin`-style checks)."""
+        return self._reader().execute("SELECT count(*) FROM submit_requests").get
+
+
+def _request(con: apsw.Connection, request_id: str, user: str, kind: str) -> tuple[list[int], dict | None] | None:
+    row = con.execute("SELECT user, job_ids, reply FROM submit_requests WHERE request_id = ?",
+                      (request_id,)).fetchone()
+    if row is None:
+        return None
+    if row[0] != user:
+        raise SpecError(f"request id {request_id!r} was used by another user's submission; send a new one")
+    used = FLOW if row[2] is not None else JOBS
+    if used != kind:
+        raise SpecError(f"request id {request_id!r} was used for a {'flow' if used == FLOW else 'job'} submission, "
+                        f"not this {'flow' if kind == FLOW else 'job'} submission; send a new one")
+    return json.loads(row[1]), (json.loads(row[2]) if row[2] is not None else None)
+
+
+def _remember(con: apsw.Connection, request_id: str, user: str, ids: list[int], now: float,
+              reply: dict | None) -> None:
+    con.execute("INSERT INTO submit_requests(request_id, user, job_ids, submit_time, reply) VALUES (?, ?, ?, ?, ?)",
+                (request_id, user, json.dumps(ids), now,
+                 json.dumps(reply, ensure_ascii=True) if reply is not None else None))
