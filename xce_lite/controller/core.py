@@ -155,7 +155,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             if self.previous_fault is not None:
                 self.log(f"note: the previous run stopped on a fault: {self.previous_fault['why']}")
             while not self._stopping.is_set():
-                retry = self._store_wait()
+                retry = self.commits.wait()
                 wait = min(self.config.controller.tick, self.leases.wait())
                 self._wake.wait(wait if retry is None else min(wait, retry + 0.01))
                 self._wake.clear()
@@ -300,7 +300,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         began = time.monotonic()  # metrics:
         self._collect_events(now)
         self._expire_lost_hosts(now)
-        if not self._store_due():
+        if not self.commits.due():
             self._deliver_kill_marks()  # recorded before: they need no commit of this tick
             self._renew_leases()  # nor do the leases: a store that refuses commits must not stop the jobs
             return
@@ -317,7 +317,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             hosts = self._hosts_now(closing) if dirty and self._pending else None
             shared = self._shared_free(closing) if hosts is not None else None
         reasons: dict[int, str | None] = {}
-        self._in_commit = len(finishing) + len(started) + len(requeues) + len(events)
+        self.commits.in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
             decisions = self._pool_reasons(self._schedule(hosts, shared, now) if hosts is not None else None)
             plans = self._plans(decisions) if decisions is not None else []
@@ -327,16 +327,16 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 record = self.store.record_tick(writes)
             else:
                 record = None
-                if self._store_problem is not None:
+                if self.commits.problem is not None:
                     self.store.set_meta("write_probe", str(now))  # does the store take writes again?
         except errors.StoreUnavailable as err:
-            self._in_commit = 0
+            self.commits.in_commit = 0
             self._commit_failed(err, (finishing, started, requeues, events, reasons))
             self._deliver_kill_marks()
             self._renew_leases()  # a busy or full store must not make the hosts stop their jobs
             return
-        self._in_commit = 0
-        self._commit_done()
+        self.commits.in_commit = 0
+        self.commits.done()
         if record is not None:
             self._apply(record, finishing, requeues, plans)
         self._renew_leases()  # before any launch: on each host's channel a launch follows a grant

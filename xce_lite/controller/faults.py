@@ -1,7 +1,8 @@
 """How the controller outlives faults: a store that cannot take the tick's commit, hosts in trouble,
 and the one kind of fault it does not go on after.
 
-A mixin of `Controller` (it shares the controller's lock and view). Three promises:
+A mixin of `Controller` (it shares the controller's lock and view); the store-commit retry state is a
+part of its own (store_retry.StoreRetry, `Controller.commits`). Three promises:
 
 - A store that is busy (another process holds the write lock past the busy timeout) or full: the
   tick's commit fails as a whole (nothing of it is stored), everything it carried goes back to the
@@ -24,63 +25,28 @@ from typing import TYPE_CHECKING
 
 from xce_lite import errors
 from xce_lite.controller.daemon import clear_fault, read_fault, write_fault
+from xce_lite.controller.store_retry import StoreRetry
 from xce_lite.store.db import damaged
 
 if TYPE_CHECKING:
     from xce_lite.store.jobs import Finish, Requeue
-
-STORE_RETRY_FIRST = 0.5  # seconds before the first retry of a failed commit
-STORE_RETRY_MAX = 15.0  # the longest wait between two retries
 
 
 class Faults:
     """See the module docstring. Expects the controller's attributes (home, log, _mu, ...)."""
 
     def _init_faults(self) -> None:
-        self._store_problem: str | None = None  # why the last commit failed; None: the store takes writes
-        self._store_since: float | None = None  # wall clock of the first failure in a row
-        self._store_failures = 0
-        self._store_retry_at = 0.0  # monotonic: no commit before then
-        self._in_commit = 0  # how many reports the commit being tried carries (for status)
+        self.commits = StoreRetry(self.store, self._clock, self.log)  # the store-commit retry state
         self._trouble: dict[str, tuple[str, float]] = {}  # host -> (why its last operation failed, since)
         self.previous_fault = self._read_fault()
 
     # ---- the store ----------------------------------------------------------------------------
 
-    def _store_due(self) -> bool:
-        """Whether the tick may try its commit now (not while backing off after a failure)."""
-        return self._store_problem is None or self._clock.monotonic() >= self._store_retry_at
-
-    def _store_wait(self) -> float | None:
-        """Seconds until the next retry of a failed commit, or None when the store is fine."""
-        if self._store_problem is None:
-            return None
-        return max(0.0, self._store_retry_at - self._clock.monotonic())
-
     def _commit_failed(self, err: errors.StoreUnavailable, carried: tuple) -> None:
         """The tick's commit did not happen: put back what it carried, back off, say so once."""
         finishing, started, requeues, events, reasons = carried
         self._put_back(finishing, started, requeues, events, reasons)
-        now = self._clock.time()
-        first = self._store_problem is None
-        self._store_failures += 1
-        delay = min(STORE_RETRY_MAX, STORE_RETRY_FIRST * 2 ** (self._store_failures - 1))
-        self._store_retry_at = self._clock.monotonic() + delay
-        if first or str(err) != self._store_problem:
-            self.log(f"the job store cannot take the tick's commit: {err}; nothing of it was stored, "
-                     f"{self._waiting_to_store()} report(s) wait; retrying by itself (every {STORE_RETRY_MAX:g} s "
-                     "at most)")
-        self._store_problem = str(err)
-        self.store.impatient = True  # submits meanwhile are refused at once, not after 10 s more
-        if first:
-            self._store_since = now
-
-    def _commit_done(self) -> None:
-        if self._store_problem is not None:
-            self.log(f"the job store takes writes again (after {self._store_failures} failed commit(s) in "
-                     f"{self._clock.time() - (self._store_since or self._clock.time()):.0f} s); carrying on")
-        self._store_problem, self._store_since, self._store_failures = None, None, 0
-        self.store.impatient = False
+        self.commits.failed(err, self._waiting_to_store)
 
     def _put_back(self, finishing: list[tuple[Finish, str]], started: list[tuple[int, float]],
                   requeues: list[Requeue], events: list[tuple[int, str, dict]], reasons: dict) -> None:
@@ -99,7 +65,7 @@ class Faults:
     def _waiting_to_store(self) -> int:
         """Host reports and decisions not stored yet: waiting, or in the commit being tried."""
         return (len(self._unrecorded) + len(self._unrecorded_started) + len(self._unrecorded_requeues)
-                + len(self._host_hook_events) + self._in_commit)
+                + len(self._host_hook_events) + self.commits.in_commit)
 
     # ---- hosts in trouble ---------------------------------------------------------------------
 
@@ -132,13 +98,9 @@ class Faults:
         """The problems the controller lives with now, and why its previous run stopped (if it was a
         fault). Holds _mu."""
         problems = []
-        if self._store_problem is not None:
-            problems.append({"what": "store", "since": self._store_since, "why": self._store_problem,
-                             "waiting": self._waiting_to_store(),
-                             "message": f"the job store cannot be written: {self._store_problem}; new jobs and "
-                                        f"changes are refused (exit 4), reads go on; "
-                                        f"{self._waiting_to_store()} host report(s) wait to be stored, "
-                                        "and the controller retries by itself"})
+        store = self.commits.status(self._waiting_to_store())
+        if store is not None:
+            problems.append(store)
         for name, (why, since) in sorted(self._trouble.items()):
             problems.append({"what": "host", "host": name, "since": since, "why": why,
                              "message": f"host {name} is in trouble: {why}"})
