@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from xce_lite import errors
 from xce_lite.controller.daemon import clear_fault, read_fault, write_fault
+from xce_lite.controller.host_trouble import HostTrouble
 from xce_lite.controller.store_retry import StoreRetry
 from xce_lite.store.db import damaged
 
@@ -37,7 +38,7 @@ class Faults:
 
     def _init_faults(self) -> None:
         self.commits = StoreRetry(self.store, self._clock, self.log)  # the store-commit retry state
-        self._trouble: dict[str, tuple[str, float]] = {}  # host -> (why its last operation failed, since)
+        self.trouble = HostTrouble(self._clock, self.log, self._replan)  # hosts in trouble
         self.previous_fault = self._read_fault()
 
     # ---- the store ----------------------------------------------------------------------------
@@ -69,27 +70,19 @@ class Faults:
 
     # ---- hosts in trouble ---------------------------------------------------------------------
 
-    def _host_in_trouble(self, name: str, why: str) -> None:
-        """A request to a connected host failed: it takes no new work until it answers. Holds _mu."""
-        if name not in self._trouble:
-            self.log(f"host {name} is in trouble: {why}; nothing new is placed there until it answers")
-            self._trouble[name] = (why, self._clock.time())
-            self._dirty = True
-
-    def _host_out_of_trouble(self, name: str) -> None:
-        """Holds _mu."""
-        if self._trouble.pop(name, None) is not None:
-            self.log(f"host {name} answers again: out of trouble")
-            self._dirty = True
+    def _replan(self, wake: bool) -> None:
+        """What the scheduler may use changed (a host in or out of trouble); `wake`: tick at once. Holds _mu."""
+        self._dirty = True
+        if wake:
             self._wake.set()
 
     def _scheduler_states(self) -> dict[str, str]:
         """Host states as the scheduler reads them: a host in trouble takes no new work, nor one a
         shared cluster refuses (shared.py). Holds _mu."""
         refused = self._refused_hosts()
-        if not self._trouble and not refused:
+        if not self.trouble and not refused:
             return self._host_state
-        return {**self._host_state, **{name: "unreachable" for name in self._trouble},
+        return {**self._host_state, **{name: "unreachable" for name in self.trouble},
                 **{name: "closed" for name in refused}}
 
     # ---- what `controller status` shows ------------------------------------------------------
@@ -101,7 +94,7 @@ class Faults:
         store = self.commits.status(self._waiting_to_store())
         if store is not None:
             problems.append(store)
-        for name, (why, since) in sorted(self._trouble.items()):
+        for name, (why, since) in sorted(self.trouble.copy().items()):
             problems.append({"what": "host", "host": name, "since": since, "why": why,
                              "message": f"host {name} is in trouble: {why}"})
         return {"problems": problems, "previous_fault": self.previous_fault}

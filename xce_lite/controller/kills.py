@@ -54,7 +54,7 @@ class Kills:
                     continue
                 name = job.host_of(0)
                 host = self._hosts.get(name)
-                if host is None or name in self._trouble:
+                if host is None or name in self.trouble:
                     continue  # delivered when the host answers again (or the job ends when it is lost)
                 self._kill_inflight.add(job_id)
                 sends.append((name, self._generation.get(name, 0), host, job.units[0], reason, job_id))
@@ -68,14 +68,14 @@ class Kills:
             self._kill_inflight.discard(done.job_id)
         if done.error is not None:
             if current and done.trouble:
-                self._host_in_trouble(done.host, done.error)
+                self.trouble.enter(done.host, done.error)
             if done.job_id is None:
                 self.log(f"host {done.host}: could not stop unit {done.unit}: {done.error}")
             elif not done.trouble:  # refused, not lost: try again shortly, as for a unit not there yet
                 self._kill_next[done.job_id] = self._clock.monotonic() + KILL_RETRY
             return  # a kill stays marked: sent again once the host answers
         if current:
-            self._host_out_of_trouble(done.host)
+            self.trouble.leave(done.host)
         if done.job_id is None:
             return
         if done.found:
@@ -89,22 +89,22 @@ class Kills:
         """Another round trip's outcome (task_launches.py sends them): trouble, or out of it. Holds _mu."""
         current = done.generation == self._generation.get(done.host) and done.host in self._hosts
         if current and done.trouble:
-            self._host_in_trouble(done.host, done.error or "no answer")
+            self.trouble.enter(done.host, done.error or "no answer")
         elif current and done.error is None:
-            self._host_out_of_trouble(done.host)
+            self.trouble.leave(done.host)
         if done.error is not None:
             self._task_call_failed(done.host, done.about, done.error)
 
     def _host_answers(self, answer: HostAnswers) -> None:
         """Holds _mu."""
         if answer.generation == self._generation.get(answer.host) and answer.host in self._hosts:
-            self._host_out_of_trouble(answer.host)
+            self.trouble.leave(answer.host)
 
     def _kills_reset(self, name: str) -> None:
         """Host `name` connected again or went away: its kills in flight are sent again when it
         answers (their worker is retired with its connection). Holds _mu."""
         self._hostops.retire(name)
-        self._trouble.pop(name, None)
+        self.trouble.reset(name)
         for job_id in list(self._kill_inflight):
             job = self._active.get(job_id)
             if job is None or job.host_of(0) == name:
