@@ -152,8 +152,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._server = ApiServer(self.home.socket, self.routes(), self.log, mode=mode, group=group)
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
             self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
-            if self.previous_fault is not None:
-                self.log(f"note: the previous run stopped on a fault: {self.previous_fault['why']}")
+            if self.fault_record.previous is not None:
+                self.log(f"note: the previous run stopped on a fault: {self.fault_record.previous['why']}")
             while not self._stopping.is_set():
                 retry = self.commits.wait()
                 wait = min(self.config.controller.tick, self.leases.wait())
@@ -165,7 +165,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                     except errors.StoreUnavailable as err:  # a read the store refused: the next tick tries again
                         self.log(f"tick skipped: {err}")
         except Exception as err:  # unsafe to go on: say why (faults.py); faults that are not are handled within
-            self._fatal(err)
+            self.fault_record.fatal(err)
             self._failed = True
             raise errors.XceError(f"the controller stopped on a fault ({err.__class__.__name__}: {err}); "
                                   f"its log says why, and `xce controller status` shows it") from err
@@ -210,7 +210,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._hostops.close()
         self.store.close()
         if not self._failed:
-            self._clear_fault()
+            self.fault_record.clear()
         self.log("controller stopped")
 
     def _start_link(self, host: HostConfig) -> None:

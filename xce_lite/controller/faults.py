@@ -2,7 +2,10 @@
 and the one kind of fault it does not go on after.
 
 A mixin of `Controller` (it shares the controller's lock and view); the store-commit retry state is a
-part of its own (store_retry.StoreRetry, `Controller.commits`). Three promises:
+part of its own (store_retry.StoreRetry, `Controller.commits`), as are hosts in trouble
+(host_trouble.HostTrouble, `Controller.trouble`) and the record of a fatal fault
+(fault_record.FaultRecord, `Controller.fault_record`); this mixin joins them to the controller's
+queues and view. Three promises:
 
 - A store that is busy (another process holds the write lock past the busy timeout) or full: the
   tick's commit fails as a whole (nothing of it is stored), everything it carried goes back to the
@@ -20,14 +23,12 @@ part of its own (store_retry.StoreRetry, `Controller.commits`). Three promises:
 
 from __future__ import annotations
 
-import traceback
 from typing import TYPE_CHECKING
 
 from xce_lite import errors
-from xce_lite.controller.daemon import clear_fault, read_fault, write_fault
+from xce_lite.controller.fault_record import FaultRecord
 from xce_lite.controller.host_trouble import HostTrouble
 from xce_lite.controller.store_retry import StoreRetry
-from xce_lite.store.db import damaged
 
 if TYPE_CHECKING:
     from xce_lite.store.jobs import Finish, Requeue
@@ -39,7 +40,7 @@ class Faults:
     def _init_faults(self) -> None:
         self.commits = StoreRetry(self.store, self._clock, self.log)  # the store-commit retry state
         self.trouble = HostTrouble(self._clock, self.log, self._replan)  # hosts in trouble
-        self.previous_fault = self._read_fault()
+        self.fault_record = FaultRecord(self.home, self.log)  # why the previous run stopped, if on a fault
 
     # ---- the store ----------------------------------------------------------------------------
 
@@ -97,32 +98,4 @@ class Faults:
         for name, (why, since) in sorted(self.trouble.copy().items()):
             problems.append({"what": "host", "host": name, "since": since, "why": why,
                              "message": f"host {name} is in trouble: {why}"})
-        return {"problems": problems, "previous_fault": self.previous_fault}
-
-    # ---- the faults it does not go on after ----------------------------------------------------
-
-    def _fatal(self, err: BaseException) -> None:
-        """Going on is unsafe: say why in the log and in the home's fault file (best effort: the
-        disk may be what failed), for `controller status` after the next start."""
-        known = isinstance(err, errors.StoreError) or damaged(err)
-        if known:
-            what = str(err) if isinstance(err, errors.StoreError) else f"the job store is damaged ({err})"
-            why = f"{what}; restore it from a backup (or move it away), then start the controller again"
-        else:
-            why = f"unexpected {err.__class__.__name__}: {err}"
-        self.log(f"controller stopping: it is not safe to go on: {why}")
-        if not known:  # a bug: where it happened is what its report needs
-            for line in traceback.format_exception(err):
-                for part in line.rstrip().splitlines():
-                    self.log(f"  {part}")
-        problem = write_fault(self.home, why)
-        if problem is not None:
-            self.log(problem)
-
-    def _read_fault(self) -> dict | None:
-        """Why the previous run stopped on a fault (shown until a clean stop)."""
-        return read_fault(self.home)
-
-    def _clear_fault(self) -> None:
-        """A clean stop: the fault it started after is history."""
-        clear_fault(self.home)
+        return {"problems": problems, "previous_fault": self.fault_record.previous}
