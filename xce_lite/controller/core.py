@@ -66,7 +66,8 @@ from xce_lite.controller.handlers.flow import FlowHandlers
 from xce_lite.controller.handlers.jobs import ApiHandlers
 from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
 from xce_lite.controller.jobunits import job_units
-from xce_lite.controller.kills import Kills
+from xce_lite.controller.kill_marks import KillMarks
+from xce_lite.controller.kills import kill_wins
 from xce_lite.controller.leasework import HostLeases
 from xce_lite.controller.projects import ProjectWork
 from xce_lite.controller.metrics import Registry  # metrics:
@@ -88,7 +89,7 @@ from xce_lite.store.jobs import JobStore, TickWrites
 LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
 
 
-class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching, Kills,
+class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching,
                  Faults, MetricsHandlers, ProjectWork, PoolWork, SharedWork):  # metrics: its routes
     def __init__(self, home: Home, log=None, seams: Seams | None = None):
         """`seams`: the clock, store, hosts and scheduler to use (seams.py); None: the real ones."""
@@ -116,9 +117,10 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._finished = threading.Condition(self._mu)
         self._events: queue.Queue[HostEvent] = WakingQueue(self._wake)
         self._init_units()
-        self._init_kills()
         self._init_faults()
         self._hostops = seams.hostops_factory(self._events)  # signals run on a worker per host, never on the tick
+        self.kills = KillMarks(self._hostops, self._clock, self.trouble, self._mu, self._wake.set,
+                               self._active, self._hosts, self._generation)  # kill delivery (kill_marks.py)
         self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.config.controller)
         self._init_launches()
         self._init_workflows()
@@ -276,7 +278,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                                 since=job.start_time or self._clock.time())
                 self._add_active(self._with_workflow(active, job.array_id, job.effective))
                 if active.killed:  # sent again: the first may never have reached the host (kills.py)
-                    self._kill_marks[job.id] = active.killed
+                    self.kills.mark(job.id, active.killed)
         if self._active:
             self.log(f"recovering {len(self._active)} dispatched or running jobs")
 
@@ -301,7 +303,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._collect_events(now)
         self._expire_lost_hosts(now)
         if not self.commits.due():
-            self._deliver_kill_marks()  # recorded before: they need no commit of this tick
+            self.kills.deliver()  # recorded before: they need no commit of this tick
             self._renew_leases()  # nor do the leases: a store that refuses commits must not stop the jobs
             return
         self._pools_step(now)
@@ -309,7 +311,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         with self._mu:
             finishing, self._unrecorded = self._unrecorded, []
             started, self._unrecorded_started = self._unrecorded_started, []
-            requeues = self._kill_wins(self._unrecorded_requeues, finishing, now)
+            requeues = kill_wins(self._active, self._unrecorded_requeues, finishing, now)
             self._unrecorded_requeues = []
             events, self._host_hook_events = self._host_hook_events, []
             closing = {f.job_id for f, _event in finishing} | {r.job_id for r in requeues}
@@ -332,7 +334,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         except errors.StoreUnavailable as err:
             self.commits.in_commit = 0
             self._commit_failed(err, (finishing, started, requeues, events, reasons))
-            self._deliver_kill_marks()
+            self.kills.deliver()
             self._renew_leases()  # a busy or full store must not make the hosts stop their jobs
             return
         self.commits.in_commit = 0

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from xce_lite import errors
 from xce_lite.controller.fault_record import FaultRecord
+from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
 from xce_lite.controller.host_trouble import HostTrouble
 from xce_lite.controller.store_retry import StoreRetry
 
@@ -85,6 +86,40 @@ class Faults:
             return self._host_state
         return {**self._host_state, **{name: "unreachable" for name in self.trouble},
                 **{name: "closed" for name in refused}}
+
+    def _signal_done(self, done: SignalDone) -> None:
+        """A signal's outcome (a kill's or a stop's). Holds _mu."""
+        current = done.generation == self._generation.get(done.host) and done.host in self._hosts
+        if done.error is not None:
+            if current and done.trouble:
+                self.trouble.enter(done.host, done.error)
+            if done.job_id is None:
+                self.log(f"host {done.host}: could not stop unit {done.unit}: {done.error}")
+        elif current:
+            self.trouble.leave(done.host)
+        if done.job_id is not None:
+            self.kills.done(done)  # a kill's: landed, or sent again (kill_marks.py)
+
+    def _call_done(self, done: CallDone) -> None:
+        """Another round trip's outcome (task_launches.py sends them): trouble, or out of it. Holds _mu."""
+        current = done.generation == self._generation.get(done.host) and done.host in self._hosts
+        if current and done.trouble:
+            self.trouble.enter(done.host, done.error or "no answer")
+        elif current and done.error is None:
+            self.trouble.leave(done.host)
+        if done.error is not None:
+            self._task_call_failed(done.host, done.about, done.error)
+
+    def _host_answers(self, answer: HostAnswers) -> None:
+        """Holds _mu."""
+        if answer.generation == self._generation.get(answer.host) and answer.host in self._hosts:
+            self.trouble.leave(answer.host)
+
+    def _host_reset(self, name: str) -> None:
+        """Host `name` connected again or went away: its kills in flight are sent again when it
+        answers (their worker is retired with its connection), and it is judged afresh. Holds _mu."""
+        self.kills.reset(name)
+        self.trouble.reset(name)
 
     # ---- what `controller status` shows ------------------------------------------------------
 

@@ -241,7 +241,7 @@ class ApiHandlers:
             self.store.record_event(job.id, "kill_requested", now, {"by": caller.user, "reason": reason})
             first = job.hosts[0][0]
             with self._mu:
-                self._mark_killed(job.id, reason)
+                self.kills.mark(job.id, reason)
                 reachable = first in self._hosts and first not in self.trouble
             self._wake.set()
             if reachable:
