@@ -17,6 +17,8 @@ from xce_lite.config.merge import Effective, Hook, QueueLimits, merge
 from xce_lite.config.profiles import load_cluster
 from xce_lite.controller.jobunits import run_as, unit_hooks
 from xce_lite.controller.faults import Faults
+from xce_lite.controller.host_trouble import HostTrouble
+from xce_lite.controller.seams import FakeClock
 from xce_lite.controller.shared import SharedWork, mode_change_problem, policy_of, shared_problem, socket_mode
 from xce_lite.errors import ConfigError, SpecError
 from xce_lite.exec.host import HostProbe
@@ -116,7 +118,8 @@ class _HostsSeen(SharedWork, Faults):
 
     def __init__(self, config, probes):
         self.config, self._probes = config, probes
-        self._trouble, self._host_state = {}, {name: "ok" for name in probes}
+        self.trouble = HostTrouble(FakeClock(), print, lambda wake: None)
+        self._host_state = {name: "ok" for name in probes}
 
 
 def test_a_shared_cluster_gives_no_work_to_a_host_whose_agent_cannot_run_jobs_as_their_users(tmp_path: Path):

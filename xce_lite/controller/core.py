@@ -66,7 +66,8 @@ from xce_lite.controller.handlers.flow import FlowHandlers
 from xce_lite.controller.handlers.jobs import ApiHandlers
 from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
 from xce_lite.controller.jobunits import job_units
-from xce_lite.controller.kills import Kills
+from xce_lite.controller.kill_marks import KillMarks
+from xce_lite.controller.kills import kill_wins
 from xce_lite.controller.leasework import HostLeases
 from xce_lite.controller.projects import ProjectWork
 from xce_lite.controller.metrics import Registry  # metrics:
@@ -88,7 +89,7 @@ from xce_lite.store.jobs import JobStore, TickWrites
 LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
 
 
-class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching, Kills,
+class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching,
                  Faults, MetricsHandlers, ProjectWork, PoolWork, SharedWork):  # metrics: its routes
     def __init__(self, home: Home, log=None, seams: Seams | None = None):
         """`seams`: the clock, store, hosts and scheduler to use (seams.py); None: the real ones."""
@@ -116,9 +117,10 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._finished = threading.Condition(self._mu)
         self._events: queue.Queue[HostEvent] = WakingQueue(self._wake)
         self._init_units()
-        self._init_kills()
         self._init_faults()
         self._hostops = seams.hostops_factory(self._events)  # signals run on a worker per host, never on the tick
+        self.kills = KillMarks(self._hostops, self._clock, self.trouble, self._mu, self._wake.set,
+                               self._active, self._hosts, self._generation)  # kill delivery (kill_marks.py)
         self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.config.controller)
         self._init_launches()
         self._init_workflows()
@@ -152,10 +154,10 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._server = ApiServer(self.home.socket, self.routes(), self.log, mode=mode, group=group)
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
             self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
-            if self.previous_fault is not None:
-                self.log(f"note: the previous run stopped on a fault: {self.previous_fault['why']}")
+            if self.fault_record.previous is not None:
+                self.log(f"note: the previous run stopped on a fault: {self.fault_record.previous['why']}")
             while not self._stopping.is_set():
-                retry = self._store_wait()
+                retry = self.commits.wait()
                 wait = min(self.config.controller.tick, self.leases.wait())
                 self._wake.wait(wait if retry is None else min(wait, retry + 0.01))
                 self._wake.clear()
@@ -165,7 +167,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                     except errors.StoreUnavailable as err:  # a read the store refused: the next tick tries again
                         self.log(f"tick skipped: {err}")
         except Exception as err:  # unsafe to go on: say why (faults.py); faults that are not are handled within
-            self._fatal(err)
+            self.fault_record.fatal(err)
             self._failed = True
             raise errors.XceError(f"the controller stopped on a fault ({err.__class__.__name__}: {err}); "
                                   f"its log says why, and `xce controller status` shows it") from err
@@ -210,7 +212,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._hostops.close()
         self.store.close()
         if not self._failed:
-            self._clear_fault()
+            self.fault_record.clear()
         self.log("controller stopped")
 
     def _start_link(self, host: HostConfig) -> None:
@@ -276,7 +278,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                                 since=job.start_time or self._clock.time())
                 self._add_active(self._with_workflow(active, job.array_id, job.effective))
                 if active.killed:  # sent again: the first may never have reached the host (kills.py)
-                    self._kill_marks[job.id] = active.killed
+                    self.kills.mark(job.id, active.killed)
         if self._active:
             self.log(f"recovering {len(self._active)} dispatched or running jobs")
 
@@ -300,8 +302,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         began = time.monotonic()  # metrics:
         self._collect_events(now)
         self._expire_lost_hosts(now)
-        if not self._store_due():
-            self._deliver_kill_marks()  # recorded before: they need no commit of this tick
+        if not self.commits.due():
+            self.kills.deliver()  # recorded before: they need no commit of this tick
             self._renew_leases()  # nor do the leases: a store that refuses commits must not stop the jobs
             return
         self._pools_step(now)
@@ -309,7 +311,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         with self._mu:
             finishing, self._unrecorded = self._unrecorded, []
             started, self._unrecorded_started = self._unrecorded_started, []
-            requeues = self._kill_wins(self._unrecorded_requeues, finishing, now)
+            requeues = kill_wins(self._active, self._unrecorded_requeues, finishing, now)
             self._unrecorded_requeues = []
             events, self._host_hook_events = self._host_hook_events, []
             closing = {f.job_id for f, _event in finishing} | {r.job_id for r in requeues}
@@ -317,7 +319,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             hosts = self._hosts_now(closing) if dirty and self._pending else None
             shared = self._shared_free(closing) if hosts is not None else None
         reasons: dict[int, str | None] = {}
-        self._in_commit = len(finishing) + len(started) + len(requeues) + len(events)
+        self.commits.in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
             decisions = self._pool_reasons(self._schedule(hosts, shared, now) if hosts is not None else None)
             plans = self._plans(decisions) if decisions is not None else []
@@ -327,16 +329,16 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                 record = self.store.record_tick(writes)
             else:
                 record = None
-                if self._store_problem is not None:
+                if self.commits.problem is not None:
                     self.store.set_meta("write_probe", str(now))  # does the store take writes again?
         except errors.StoreUnavailable as err:
-            self._in_commit = 0
+            self.commits.in_commit = 0
             self._commit_failed(err, (finishing, started, requeues, events, reasons))
-            self._deliver_kill_marks()
+            self.kills.deliver()
             self._renew_leases()  # a busy or full store must not make the hosts stop their jobs
             return
-        self._in_commit = 0
-        self._commit_done()
+        self.commits.in_commit = 0
+        self.commits.done()
         if record is not None:
             self._apply(record, finishing, requeues, plans)
         self._renew_leases()  # before any launch: on each host's channel a launch follows a grant

@@ -1,7 +1,11 @@
 """How the controller outlives faults: a store that cannot take the tick's commit, hosts in trouble,
 and the one kind of fault it does not go on after.
 
-A mixin of `Controller` (it shares the controller's lock and view). Three promises:
+A mixin of `Controller` (it shares the controller's lock and view); the store-commit retry state is a
+part of its own (store_retry.StoreRetry, `Controller.commits`), as are hosts in trouble
+(host_trouble.HostTrouble, `Controller.trouble`) and the record of a fatal fault
+(fault_record.FaultRecord, `Controller.fault_record`); this mixin joins them to the controller's
+queues and view. Three promises:
 
 - A store that is busy (another process holds the write lock past the busy timeout) or full: the
   tick's commit fails as a whole (nothing of it is stored), everything it carried goes back to the
@@ -19,68 +23,33 @@ A mixin of `Controller` (it shares the controller's lock and view). Three promis
 
 from __future__ import annotations
 
-import traceback
 from typing import TYPE_CHECKING
 
 from xce_lite import errors
-from xce_lite.controller.daemon import clear_fault, read_fault, write_fault
-from xce_lite.store.db import damaged
+from xce_lite.controller.fault_record import FaultRecord
+from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
+from xce_lite.controller.host_trouble import HostTrouble
+from xce_lite.controller.store_retry import StoreRetry
 
 if TYPE_CHECKING:
     from xce_lite.store.jobs import Finish, Requeue
-
-STORE_RETRY_FIRST = 0.5  # seconds before the first retry of a failed commit
-STORE_RETRY_MAX = 15.0  # the longest wait between two retries
 
 
 class Faults:
     """See the module docstring. Expects the controller's attributes (home, log, _mu, ...)."""
 
     def _init_faults(self) -> None:
-        self._store_problem: str | None = None  # why the last commit failed; None: the store takes writes
-        self._store_since: float | None = None  # wall clock of the first failure in a row
-        self._store_failures = 0
-        self._store_retry_at = 0.0  # monotonic: no commit before then
-        self._in_commit = 0  # how many reports the commit being tried carries (for status)
-        self._trouble: dict[str, tuple[str, float]] = {}  # host -> (why its last operation failed, since)
-        self.previous_fault = self._read_fault()
+        self.commits = StoreRetry(self.store, self._clock, self.log)  # the store-commit retry state
+        self.trouble = HostTrouble(self._clock, self.log, self._replan)  # hosts in trouble
+        self.fault_record = FaultRecord(self.home, self.log)  # why the previous run stopped, if on a fault
 
     # ---- the store ----------------------------------------------------------------------------
-
-    def _store_due(self) -> bool:
-        """Whether the tick may try its commit now (not while backing off after a failure)."""
-        return self._store_problem is None or self._clock.monotonic() >= self._store_retry_at
-
-    def _store_wait(self) -> float | None:
-        """Seconds until the next retry of a failed commit, or None when the store is fine."""
-        if self._store_problem is None:
-            return None
-        return max(0.0, self._store_retry_at - self._clock.monotonic())
 
     def _commit_failed(self, err: errors.StoreUnavailable, carried: tuple) -> None:
         """The tick's commit did not happen: put back what it carried, back off, say so once."""
         finishing, started, requeues, events, reasons = carried
         self._put_back(finishing, started, requeues, events, reasons)
-        now = self._clock.time()
-        first = self._store_problem is None
-        self._store_failures += 1
-        delay = min(STORE_RETRY_MAX, STORE_RETRY_FIRST * 2 ** (self._store_failures - 1))
-        self._store_retry_at = self._clock.monotonic() + delay
-        if first or str(err) != self._store_problem:
-            self.log(f"the job store cannot take the tick's commit: {err}; nothing of it was stored, "
-                     f"{self._waiting_to_store()} report(s) wait; retrying by itself (every {STORE_RETRY_MAX:g} s "
-                     "at most)")
-        self._store_problem = str(err)
-        self.store.impatient = True  # submits meanwhile are refused at once, not after 10 s more
-        if first:
-            self._store_since = now
-
-    def _commit_done(self) -> None:
-        if self._store_problem is not None:
-            self.log(f"the job store takes writes again (after {self._store_failures} failed commit(s) in "
-                     f"{self._clock.time() - (self._store_since or self._clock.time()):.0f} s); carrying on")
-        self._store_problem, self._store_since, self._store_failures = None, None, 0
-        self.store.impatient = False
+        self.commits.failed(err, self._waiting_to_store)
 
     def _put_back(self, finishing: list[tuple[Finish, str]], started: list[tuple[int, float]],
                   requeues: list[Requeue], events: list[tuple[int, str, dict]], reasons: dict) -> None:
@@ -99,32 +68,58 @@ class Faults:
     def _waiting_to_store(self) -> int:
         """Host reports and decisions not stored yet: waiting, or in the commit being tried."""
         return (len(self._unrecorded) + len(self._unrecorded_started) + len(self._unrecorded_requeues)
-                + len(self._host_hook_events) + self._in_commit)
+                + len(self._host_hook_events) + self.commits.in_commit)
 
     # ---- hosts in trouble ---------------------------------------------------------------------
 
-    def _host_in_trouble(self, name: str, why: str) -> None:
-        """A request to a connected host failed: it takes no new work until it answers. Holds _mu."""
-        if name not in self._trouble:
-            self.log(f"host {name} is in trouble: {why}; nothing new is placed there until it answers")
-            self._trouble[name] = (why, self._clock.time())
-            self._dirty = True
-
-    def _host_out_of_trouble(self, name: str) -> None:
-        """Holds _mu."""
-        if self._trouble.pop(name, None) is not None:
-            self.log(f"host {name} answers again: out of trouble")
-            self._dirty = True
+    def _replan(self, wake: bool) -> None:
+        """What the scheduler may use changed (a host in or out of trouble); `wake`: tick at once. Holds _mu."""
+        self._dirty = True
+        if wake:
             self._wake.set()
 
     def _scheduler_states(self) -> dict[str, str]:
         """Host states as the scheduler reads them: a host in trouble takes no new work, nor one a
         shared cluster refuses (shared.py). Holds _mu."""
         refused = self._refused_hosts()
-        if not self._trouble and not refused:
+        if not self.trouble and not refused:
             return self._host_state
-        return {**self._host_state, **{name: "unreachable" for name in self._trouble},
+        return {**self._host_state, **{name: "unreachable" for name in self.trouble},
                 **{name: "closed" for name in refused}}
+
+    def _signal_done(self, done: SignalDone) -> None:
+        """A signal's outcome (a kill's or a stop's). Holds _mu."""
+        current = done.generation == self._generation.get(done.host) and done.host in self._hosts
+        if done.error is not None:
+            if current and done.trouble:
+                self.trouble.enter(done.host, done.error)
+            if done.job_id is None:
+                self.log(f"host {done.host}: could not stop unit {done.unit}: {done.error}")
+        elif current:
+            self.trouble.leave(done.host)
+        if done.job_id is not None:
+            self.kills.done(done)  # a kill's: landed, or sent again (kill_marks.py)
+
+    def _call_done(self, done: CallDone) -> None:
+        """Another round trip's outcome (task_launches.py sends them): trouble, or out of it. Holds _mu."""
+        current = done.generation == self._generation.get(done.host) and done.host in self._hosts
+        if current and done.trouble:
+            self.trouble.enter(done.host, done.error or "no answer")
+        elif current and done.error is None:
+            self.trouble.leave(done.host)
+        if done.error is not None:
+            self._task_call_failed(done.host, done.about, done.error)
+
+    def _host_answers(self, answer: HostAnswers) -> None:
+        """Holds _mu."""
+        if answer.generation == self._generation.get(answer.host) and answer.host in self._hosts:
+            self.trouble.leave(answer.host)
+
+    def _host_reset(self, name: str) -> None:
+        """Host `name` connected again or went away: its kills in flight are sent again when it
+        answers (their worker is retired with its connection), and it is judged afresh. Holds _mu."""
+        self.kills.reset(name)
+        self.trouble.reset(name)
 
     # ---- what `controller status` shows ------------------------------------------------------
 
@@ -132,42 +127,10 @@ class Faults:
         """The problems the controller lives with now, and why its previous run stopped (if it was a
         fault). Holds _mu."""
         problems = []
-        if self._store_problem is not None:
-            problems.append({"what": "store", "since": self._store_since, "why": self._store_problem,
-                             "waiting": self._waiting_to_store(),
-                             "message": f"the job store cannot be written: {self._store_problem}; new jobs and "
-                                        f"changes are refused (exit 4), reads go on; "
-                                        f"{self._waiting_to_store()} host report(s) wait to be stored, "
-                                        "and the controller retries by itself"})
-        for name, (why, since) in sorted(self._trouble.items()):
+        store = self.commits.status(self._waiting_to_store())
+        if store is not None:
+            problems.append(store)
+        for name, (why, since) in sorted(self.trouble.copy().items()):
             problems.append({"what": "host", "host": name, "since": since, "why": why,
                              "message": f"host {name} is in trouble: {why}"})
-        return {"problems": problems, "previous_fault": self.previous_fault}
-
-    # ---- the faults it does not go on after ----------------------------------------------------
-
-    def _fatal(self, err: BaseException) -> None:
-        """Going on is unsafe: say why in the log and in the home's fault file (best effort: the
-        disk may be what failed), for `controller status` after the next start."""
-        known = isinstance(err, errors.StoreError) or damaged(err)
-        if known:
-            what = str(err) if isinstance(err, errors.StoreError) else f"the job store is damaged ({err})"
-            why = f"{what}; restore it from a backup (or move it away), then start the controller again"
-        else:
-            why = f"unexpected {err.__class__.__name__}: {err}"
-        self.log(f"controller stopping: it is not safe to go on: {why}")
-        if not known:  # a bug: where it happened is what its report needs
-            for line in traceback.format_exception(err):
-                for part in line.rstrip().splitlines():
-                    self.log(f"  {part}")
-        problem = write_fault(self.home, why)
-        if problem is not None:
-            self.log(problem)
-
-    def _read_fault(self) -> dict | None:
-        """Why the previous run stopped on a fault (shown until a clean stop)."""
-        return read_fault(self.home)
-
-    def _clear_fault(self) -> None:
-        """A clean stop: the fault it started after is history."""
-        clear_fault(self.home)
+        return {"problems": problems, "previous_fault": self.fault_record.previous}

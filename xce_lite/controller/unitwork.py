@@ -26,6 +26,7 @@ from xce_lite import errors
 from xce_lite.config.sched_view import Holding
 from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
 from xce_lite.controller.jobunits import Expected, launch_requests, reconcile
+from xce_lite.controller.kills import on_lost
 from xce_lite.exec.host import JobResult, LaunchRequested, TaskFinished, UnitFinished, UnitsLaunched
 from xce_lite.exec.link import HostDown, HostUp
 from xce_lite.models import DISP, EXIT, RUN
@@ -97,7 +98,6 @@ class UnitWork:
         self._to_launch: list[str] = []  # units to send to their hosts
         self._stops: list[tuple[str, str, str]] = []  # (host, unit, reason) to signal TERM
         self._forgets: dict[str, list[str]] = defaultdict(list)  # host -> units it may drop
-        self._kill_marks: dict[int, str] = {}  # job id -> reason, for kills that raced a launch
         # Learned since the last commit, stored by the next tick.
         self._unrecorded: list[tuple[Finish, str]] = []  # (finish, event kind)
         self._unrecorded_started: list[tuple[int, float]] = []
@@ -185,7 +185,7 @@ class UnitWork:
         elif index != 0 and not job.ending and (failed := failed_pre_hook(result)) is not None:
             # the job's other host could not get ready: end the job (a kill, delivered as kills
             # that race a launch are), with the hook's failure as its reason
-            self._kill_marks.setdefault(job.id, f"{failed} on host {host}")
+            self.kills.mark_once(job.id, f"{failed} on host {host}")
 
     def _launched(self, event: UnitsLaunched, now: float) -> None:
         """A host's replies to a launch: running units, and refusals that end their job."""
@@ -229,7 +229,7 @@ class UnitWork:
     def _host_up(self, up: HostUp, now: float) -> None:
         """A host's agent answers: match what it lists with what we expect there."""
         name = up.host
-        self._kills_reset(name)  # kills in flight on the old connection go again on this one
+        self._host_reset(name)  # kills in flight on the old connection go again on this one
         self._hosts[name] = up.handle
         self._host_state[name] = HOST_OK
         self._generation[name] = up.generation
@@ -286,7 +286,7 @@ class UnitWork:
             self.log(f"host {name} is unreachable: {down.why}")
         self._down_why[name] = down.why
         self._host_state[name] = UNREACH
-        self._kills_reset(name)
+        self._host_reset(name)
         self._hosts.pop(name, None)  # the link closes it
         self._down_since.setdefault(name, now)
         self.leases.host_down(name)
@@ -309,14 +309,21 @@ class UnitWork:
                 why = f"host {name} lost: no agent for {format_duration(now - since)}"
                 self.log(f"{why}; {len(victims)} job(s) {self.config.controller.on_host_lost}")
                 for job in victims:
-                    self._lost_victim(job, why, now)  # kill wins (kills.py)
+                    outcome = on_lost(job, why, self.config.controller.on_host_lost)  # kill wins (kills.py)
+                    if isinstance(outcome, Requeue):
+                        job.ending = True
+                        self._unrecorded_requeues.append(outcome)
+                    else:
+                        if job.killed:
+                            self.kills.forget(job.id)
+                        self._end_job(job, EXIT, outcome, "lost", now)
 
     # ---- 6. act -----------------------------------------------------------------------------
 
     def _end_active(self, job_id: int, why: str) -> None:
         """The job's end (or requeue) is stored: forget its ended units, drain the others. Holds _mu."""
         job = self._active.pop(job_id, None)
-        self._kill_marks.pop(job_id, None)
+        self.kills.forget(job_id)
         if job is None:
             return
         self._unit_tasks_ended(job_id)
@@ -355,8 +362,8 @@ class UnitWork:
         if launch:
             self._launch(launch)
         self._send_tasks()
-        if self._kill_marks:
-            self._deliver_kill_marks()
+        if self.kills:
+            self.kills.deliver()
 
     def _launch(self, units: list[str]) -> None:
         """Send each unit to its host (one batch per host); a host out of reach gets them when it
@@ -372,9 +379,9 @@ class UnitWork:
                 job, row = self._active.get(job_id), stored.get(job_id)
                 if job is None or row is None or job.ending or row.state not in (DISP, RUN) or not row.hosts:
                     continue
-                kill_reason = self._kill_marks.get(job_id)
+                kill_reason = self.kills.get(job_id)
                 if kill_reason is not None and job.state == DISP:
-                    self._kill_marks.pop(job_id)  # killed before it reached its host: it never starts
+                    self.kills.forget(job_id)  # killed before it reached its host: it never starts
                     self._end_job(job, EXIT, kill_reason + " before it started", "launch_failed", now)
                     continue
                 queue = self.config.queue(row.queue)

@@ -241,8 +241,8 @@ class ApiHandlers:
             self.store.record_event(job.id, "kill_requested", now, {"by": caller.user, "reason": reason})
             first = job.hosts[0][0]
             with self._mu:
-                self._mark_killed(job.id, reason)
-                reachable = first in self._hosts and first not in self._trouble
+                self.kills.mark(job.id, reason)
+                reachable = first in self._hosts and first not in self.trouble
             self._wake.set()
             if reachable:
                 return {"ok": True, "message": f"Job <{name}> is being terminated"}
@@ -351,7 +351,7 @@ class ApiHandlers:
                 for host, _tasks in job.hosts:
                     running[host] += 1
             probes, since, why = dict(self._probes), dict(self._down_since), dict(self._down_why)
-            lost, trouble, states = set(self._lost_hosts), dict(self._trouble), dict(self._host_state)
+            lost, trouble, states = set(self._lost_hosts), self.trouble.copy(), dict(self._host_state)
             refused = self._refused_hosts()  # shared.py: cannot run jobs as their users
         pools = self._pools_wire(time.time())
         templates = {p["name"] for p in pools}  # the pools' own entries, never up: see pools.py
