@@ -96,7 +96,7 @@ class ApiHandlers:
                 raise errors.SpecError(f"job {index + 1}: {err}" if many else str(err)) from None
             indices = arrays.parse(spec.array).indices if spec.array else ()
             accepted.append(NewJob(spec, queue_name, indices, depend))
-        now = time.time()
+        now = self._clock.time()  # the seam: a simulation submits at its own time
         if request_id is None:
             ids = self.store.submit(accepted, caller.user, now)  # on disk before the reply
         else:
