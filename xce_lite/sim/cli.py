@@ -45,9 +45,11 @@ def sim() -> None:
 @click.option("--load", "load", type=EXISTING, help="Start from a snapshot saved by --save or the REPL.")
 @click.option("--stop-at", type=Seconds(min=0), help="Stop once the clock reaches this many seconds.")
 @click.option("--save", type=OUTPUT, help="Save a snapshot of the state where the run stops.")
+@click.option("--tick", is_flag=True, help="Run the controller's own tick (the default for a workload with "
+              "`retry` or host events).")
 @JSON_OPTION
 def run(config: Path, workload: Path, output: Path | None, verify: Path | None, interval: float | None,
-        load: Path | None, stop_at: float | None, save: Path | None, as_json: bool) -> None:
+        load: Path | None, stop_at: float | None, save: Path | None, tick: bool, as_json: bool) -> None:
     """Run a workload on a cluster config to the end (or --stop-at) and print the summary:
     makespan, wait time percentiles per queue, utilisation per resource. Exit 1 if --verify
     finds a difference.
@@ -56,7 +58,14 @@ def run(config: Path, workload: Path, output: Path | None, verify: Path | None, 
     """
     from xce_lite.sim.batch import run_batch
     from xce_lite.sim.report import summary_json
+    from xce_lite.sim.workload import load_workload
 
+    loaded = load_workload(workload)
+    if tick or loaded.needs_tick:
+        _run_tick(config, loaded, interval, stop_at, as_json,
+                  [name for name, given in (("--output", output), ("--verify", verify), ("--load", load),
+                                            ("--save", save)) if given])
+        return
     sim_, config_hash = _setup(config, workload, interval)
     text, ok = run_batch(sim_, config_hash, output=output, verify=verify, load=load, stop_at=stop_at, save=save)
     if as_json:
@@ -67,6 +76,30 @@ def run(config: Path, workload: Path, output: Path | None, verify: Path | None, 
         click.echo(text)
     if not ok:
         sys.exit(1)
+
+
+def _run_tick(config: Path, workload, interval: float | None, stop_at: float | None, as_json: bool,
+              refused: list[str]) -> None:
+    """`run` by the controller's own tick (sim/ticked.py)."""
+    from xce_lite.errors import SpecError
+    from xce_lite.sim.report import summary_text
+    from xce_lite.sim.ticked import TickSimulation
+
+    if refused:
+        why = ("; this workload has `retry` or host events, which only that tick simulates" if workload.needs_tick
+               else "")
+        raise SpecError(f"{', '.join(refused)}: recordings and snapshots are not made by the controller's tick yet"
+                        f"{why}; run without {', '.join(refused)}")
+    simulation = TickSimulation(config, workload, interval)
+    try:
+        simulation.run_to_end(stop_at)
+        figures = simulation.summary_json()
+    finally:
+        simulation.close()
+    if as_json:
+        echo_json({**figures, "verify": None})
+    else:
+        click.echo(summary_text(figures))
 
 
 @sim.command()

@@ -53,10 +53,12 @@ class Controlled:
     """See the module docstring. `durable=False`: the store commits without fsync (a simulation's
     throwaway store; the controller's tests keep the real setting)."""
 
-    def __init__(self, root: Path, start: float, log: Any = None, durable: bool = True) -> None:
+    def __init__(self, root: Path, start: float, log: Any = None, durable: bool = True,
+                 scheduler_factory: Any = InlineScheduler) -> None:
         self.root = Path(root)
         self.home = Home(self.root)
         self.durable = durable
+        self.scheduler_factory = scheduler_factory
         self.clock = FakeClock(start)
         self.cluster = FakeCluster(now=start)
         self.dropped: dict[str, float] = {}  # host -> when its channel was cut
@@ -71,7 +73,7 @@ class Controlled:
         seams = Seams(clock=self.clock, store=store,
                       host_factory=lambda config: (lambda: self.cluster.host(config.name)),
                       link_factory=lambda *a, **kw: _Link(self, *a, **kw), hostops_factory=InlineHostOps,
-                      scheduler_factory=InlineScheduler)
+                      scheduler_factory=self.scheduler_factory)
         ctl = Controller(self.home, log=self.log, seams=seams)
         ctl._load()
         ctl._hold_outside_projects(ctl.store.unfinished())
