@@ -21,6 +21,7 @@ Deterministic: the same config and workload give the same decisions.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -73,8 +74,11 @@ class Outcome:
 
 
 class TickSimulation:
-    def __init__(self, config_path: Path, workload: Workload, interval: float | None = None) -> None:
+    def __init__(self, config_path: Path, workload: Workload, interval: float | None = None,
+                 after_tick: Callable[[TickSimulation], None] | None = None) -> None:
+        """`after_tick`: called after each of the controller's ticks (tests check its invariants)."""
         self.workload = workload
+        self.after_tick = after_tick
         self.logs: list[str] = []
         self.sessions = 0
         self._root = Path(tempfile.mkdtemp(prefix="xce-sim-"))
@@ -163,6 +167,8 @@ class TickSimulation:
             self._submit(self.entries[self._next])
             self._next += 1
         self.run.advance(clock)
+        if self.after_tick is not None:
+            self.after_tick(self)
         return True
 
     def run_to_end(self, stop_at: float | None = None) -> None:
