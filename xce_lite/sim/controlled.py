@@ -115,6 +115,10 @@ class Controlled:
     def submit_spec(self, spec: JobSpec, user: str | None = None) -> int:
         return self.ctl.api_submit(self.caller(user), {}, {"jobs": [spec.to_wire()]})["ids"][0]
 
+    def submit_specs(self, specs: list[JobSpec], user: str | None = None) -> list[int]:
+        """One request of several jobs (all or nothing, one commit), as `xce flow submit` sends."""
+        return self.ctl.api_submit(self.caller(user), {}, {"jobs": [s.to_wire() for s in specs]})["ids"]
+
     def kill(self, job_id: int) -> dict:
         return self.ctl.api_kill(self.caller(), {}, {"ids": [str(job_id)]})["results"][0]
 

@@ -163,9 +163,19 @@ class TickSimulation:
                 self.run.drop(host)
             else:
                 self.run.back(host)
+        batch: list[WorkloadJob] = []
         while self._next < len(self.entries) and self.entries[self._next].submit <= t:
-            self._submit(self.entries[self._next])
+            entry = self.entries[self._next]
             self._next += 1
+            if batch and (entry.user != batch[0].user or entry.after is not None):
+                self._submit(batch)
+                batch = []
+            batch.append(entry)
+            if entry.after is not None:  # it may name a job of the same instant: that one is stored first
+                self._submit(batch)
+                batch = []
+        if batch:
+            self._submit(batch)
         self.run.advance(clock)
         if self.after_tick is not None:
             self.after_tick(self)
@@ -178,20 +188,38 @@ class TickSimulation:
                 return
             self.step()
 
-    def _submit(self, entry: WorkloadJob) -> None:
-        spec = JobSpec(argv=sim_argv(entry.runtime, entry.exit_code), cwd=str(self._root / "work"),
+    def _submit(self, entries: list[WorkloadJob]) -> None:
+        """One user's jobs due at one instant, in one request (one commit, ids in order); if the
+        controller refuses the request, each job alone, so that only the wrong ones are rejected."""
+        specs = [self._spec(e) for e in entries]
+        if len(entries) > 1:
+            try:
+                ids = self.run.submit_specs(specs, entries[0].user)
+            except SpecError:
+                pass
+            else:
+                for entry, first in zip(entries, ids):
+                    self._number(entry, first)
+                return
+        for entry, spec in zip(entries, specs):
+            try:
+                first = self.run.submit_spec(spec, entry.user)
+            except SpecError as err:
+                self.rejected.append((entry.row, str(err)))
+                continue
+            self._number(entry, first)
+
+    def _number(self, entry: WorkloadJob, first: int) -> None:
+        for i in range(len(entry.array[1]) if entry.array else 1):
+            self.rows[first + i] = entry.row
+
+    def _spec(self, entry: WorkloadJob) -> JobSpec:
+        return JobSpec(argv=sim_argv(entry.runtime, entry.exit_code), cwd=str(self._root / "work"),
                        stdout=str(self._root / "work" / "out-%J"), name=entry.name, queue=entry.queue,
                        slots=entry.slots, max_slots=entry.max_slots, resreq=entry.resreq, run_limit=entry.run_limit,
                        mem_limit=entry.mem_limit, priority=entry.priority, app=entry.app, project=entry.project,
                        depend=entry.after, retry=entry.retry,
                        array=ArraySpec(entry.array[1], entry.array[2]).text() if entry.array else None)
-        try:
-            first = self.run.submit_spec(spec, entry.user)
-        except SpecError as err:
-            self.rejected.append((entry.row, str(err)))
-            return
-        for i in range(len(entry.array[1]) if entry.array else 1):
-            self.rows[first + i] = entry.row
 
     # ---- the outcome
 
