@@ -267,7 +267,7 @@ def test_10000_traced_decisions_stay_under_the_memory_bound_keeping_the_newest()
 
 def test_every_example_scenario_runs_as_written():
     scenarios = sorted(p for p in EXAMPLES.iterdir() if p.is_dir())
-    assert [p.name for p in scenarios] == ["fairshare", "gpu", "ptile", "starving"]
+    assert [p.name for p in scenarios] == ["fairshare", "gpu", "lossy", "ptile", "starving"]
     for folder in scenarios:
         result = xce_sim("run", folder / "xce.yaml", folder / "workload.yaml")
         assert result.returncode == 0 and "makespan:" in result.stdout, (folder, result.stderr)
