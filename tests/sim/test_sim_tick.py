@@ -158,3 +158,25 @@ def test_a_controllers_exported_history_replays_to_the_same_decisions(tmp_path):
         p.close()
     assert len(real) == len(shapes) and all(hosts for _, hosts in real)
     assert replayed == real
+
+
+def test_a_controller_restart_in_the_middle_of_a_host_loss_runs_nothing_twice(tmp_path):
+    """Faults in sequence: a retry, n1 cut off at 200, the controller restarted at 250 (before it
+    could declare n1 lost), n1 back at 600, n2 lost for good at 1500; then to the end."""
+    config, workload = files(tmp_path)
+    sim = TickSimulation(config, load_workload(workload), after_tick=checked)
+    try:
+        sim.run_to_end(stop_at=250)
+        assert "n1" in sim.run.dropped and sim.now <= 250
+        sim.run.restart()
+        sim.run_to_end()
+        jobs = {o.name: o for o in sim.outcomes()}
+        order = sim.dispatch_order()
+        logs = list(sim.logs)
+    finally:
+        sim.close()
+    attempts = [(job, attempt) for job, attempt, _ in order]
+    assert len(attempts) == len(set(attempts)), "an attempt was dispatched twice"
+    assert (jobs["flaky"].state, jobs["flaky"].attempt) == ("EXIT", 3)
+    assert {o.state for o in jobs.values()} <= {"DONE", "EXIT"} and jobs["late"].state == "DONE"
+    assert any("host n1 lost" in line for line in logs), logs
