@@ -90,7 +90,7 @@ def dispatch_time(outcome, attempt: int) -> float | None:
     return outcome.start if outcome.attempt == attempt else None
 
 
-def test_the_cli_runs_the_tick_for_such_a_workload_and_refuses_what_it_cannot_record(tmp_path):
+def test_the_cli_runs_the_tick_for_such_a_workload_records_verifies_and_refuses_snapshots(tmp_path):
     config, workload = files(tmp_path)
     result = xce_sim("run", config, workload, "--json")
     assert result.returncode == 0, result.stderr
@@ -98,9 +98,28 @@ def test_the_cli_runs_the_tick_for_such_a_workload_and_refuses_what_it_cannot_re
     assert figures["engine"] == "tick" and figures["retried"] >= 3 and figures["states"].get("EXIT", 0) >= 1
     text = xce_sim("run", config, workload).stdout
     assert "(the controller's tick)" in text and "host event: host n1 lost" in text
-    refused = xce_sim("run", config, workload, "--output", tmp_path / "run.rec")
+    rec = tmp_path / "run.rec"
+    assert xce_sim("run", config, workload, "--output", rec).returncode == 0
+    lines = [json.loads(line) for line in rec.read_text().splitlines()]
+    assert lines[0]["engine"] == "tick"
+    dispatched = [d for line in lines[1:] for d in line["dispatched"]]
+    assert [d[1] for d in dispatched if d[0] == 1] == [1, 2, 3]  # flaky's three attempts, recorded
+    assert any(r for line in lines[1:] for r in line["requeued"])  # the host loss's requeues
+    same = xce_sim("run", config, workload, "--verify", rec)
+    assert same.returncode == 0 and "verify: no difference" in same.stdout, same.stdout + same.stderr
+    changed = rec.read_text().replace('"dispatched":[[1,1,[["n1"', '"dispatched":[[1,1,[["n2"', 1)
+    assert changed != rec.read_text()
+    (tmp_path / "changed.rec").write_text(changed)
+    differs = xce_sim("run", config, workload, "--verify", tmp_path / "changed.rec")
+    assert differs.returncode == 1 and "differs in dispatched" in differs.stdout, differs.stdout
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("jobs:\n  - {submit: 0, runtime: 5}\n")
+    assert xce_sim("run", config, plain, "--tick", "--output", tmp_path / "plain.rec").returncode == 0
+    core = xce_sim("run", config, plain, "--verify", tmp_path / "plain.rec")  # the core alone: another engine
+    assert core.returncode != 0 and "made with engine tick, this run has core" in core.stderr, core.stderr
+    refused = xce_sim("run", config, workload, "--save", tmp_path / "run.snap")
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
-    assert "--output" in refused.stderr and "retry" in refused.stderr and not (tmp_path / "run.rec").exists()
+    assert "--save" in refused.stderr and "retry" in refused.stderr and not (tmp_path / "run.snap").exists()
 
 
 def test_the_core_only_engine_refuses_retries_and_host_events_naming_the_tick(tmp_path):

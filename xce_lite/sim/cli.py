@@ -62,9 +62,8 @@ def run(config: Path, workload: Path, output: Path | None, verify: Path | None, 
 
     loaded = load_workload(workload)
     if tick or loaded.needs_tick:
-        _run_tick(config, loaded, interval, stop_at, as_json,
-                  [name for name, given in (("--output", output), ("--verify", verify), ("--load", load),
-                                            ("--save", save)) if given])
+        _run_tick(config, loaded, interval, stop_at, as_json, output, verify,
+                  [name for name, given in (("--load", load), ("--save", save)) if given])
         return
     sim_, config_hash = _setup(config, workload, interval)
     text, ok = run_batch(sim_, config_hash, output=output, verify=verify, load=load, stop_at=stop_at, save=save)
@@ -79,27 +78,58 @@ def run(config: Path, workload: Path, output: Path | None, verify: Path | None, 
 
 
 def _run_tick(config: Path, workload, interval: float | None, stop_at: float | None, as_json: bool,
-              refused: list[str]) -> None:
-    """`run` by the controller's own tick (sim/ticked.py)."""
+              output: Path | None, verify: Path | None, refused: list[str]) -> None:
+    """`run` by the controller's own tick (sim/ticked.py), recorded and verified as the core's run is."""
+    import os
+
     from xce_lite.errors import SpecError
+    from xce_lite.sim.record import Recorder, Verifier, config_digest, header
     from xce_lite.sim.report import summary_text
     from xce_lite.sim.ticked import TickSimulation
 
     if refused:
         why = ("; this workload has `retry` or host events, which only that tick simulates" if workload.needs_tick
                else "")
-        raise SpecError(f"{', '.join(refused)}: recordings and snapshots are not made by the controller's tick yet"
-                        f"{why}; run without {', '.join(refused)}")
+        raise SpecError(f"{', '.join(refused)}: snapshots are not made by the controller's tick yet{why}; run "
+                        f"without {', '.join(refused)}")
     simulation = TickSimulation(config, workload, interval)
+    recorder = partial = None
     try:
-        simulation.run_to_end(stop_at)
+        head = {**header(config_digest(simulation.config), workload.digest, simulation.interval), "engine": "tick"}
+        verifier = Verifier(verify, head) if verify is not None else None
+        if output is not None:
+            partial = output.with_name(output.name + ".partial")
+            recorder = Recorder(open(partial, "w", encoding="utf-8"), head)
+        while (t := simulation.next_instant()) is not None and (stop_at is None or t <= stop_at):
+            simulation.step()
+            assert simulation.last is not None  # set by every step
+            if recorder is not None:
+                recorder.write(simulation.last)
+            if verifier is not None and not verifier.check(simulation.last):
+                break
+        if recorder is not None:
+            recorder.close()
+            recorder = None
+            assert partial is not None and output is not None
+            os.replace(partial, output)
         figures = simulation.summary_json()
     finally:
+        if recorder is not None:  # failed midway: no half-written recording
+            recorder.close()
+            os.unlink(partial)
         simulation.close()
+    ok = True
+    report = None
+    if verifier is not None:
+        ok = verifier.done(simulation.steps) if stop_at is None else verifier.difference is None
+        report = (f"verify: {'no difference' if ok else 'DIFFERENCE'} against {verify} ({verifier.checked} steps "
+                  f"matched)" + ("" if ok else f"\n{verifier.difference}"))
     if as_json:
-        echo_json({**figures, "verify": None})
+        echo_json({**figures, "verify": None if verify is None else {"file": str(verify), "ok": ok, "report": report}})
     else:
-        click.echo(summary_text(figures))
+        click.echo(summary_text(figures) + ("" if report is None else "\n" + report))
+    if not ok:
+        sys.exit(1)
 
 
 @sim.command()

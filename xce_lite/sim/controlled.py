@@ -54,11 +54,11 @@ class Controlled:
     throwaway store; the controller's tests keep the real setting)."""
 
     def __init__(self, root: Path, start: float, log: Any = None, durable: bool = True,
-                 scheduler_factory: Any = InlineScheduler) -> None:
+                 scheduler_factory: Any = InlineScheduler, store_class: type[JobStore] = JobStore) -> None:
         self.root = Path(root)
         self.home = Home(self.root)
         self.durable = durable
-        self.scheduler_factory = scheduler_factory
+        self.scheduler_factory, self.store_class = scheduler_factory, store_class
         self.clock = FakeClock(start)
         self.cluster = FakeCluster(now=start)
         self.dropped: dict[str, float] = {}  # host -> when its channel was cut
@@ -69,7 +69,7 @@ class Controlled:
 
     def _controller(self) -> Controller:
         self.home.spool.mkdir(mode=0o700, exist_ok=True)
-        store = JobStore(self.home.store, durable=self.durable)
+        store = self.store_class(self.home.store, durable=self.durable)
         seams = Seams(clock=self.clock, store=store,
                       host_factory=lambda config: (lambda: self.cluster.host(config.name)),
                       link_factory=lambda *a, **kw: _Link(self, *a, **kw), hostops_factory=InlineHostOps,

@@ -34,6 +34,7 @@ from xce_lite.exec.fake import sim_argv
 from xce_lite.models import JobSpec
 from xce_lite.sim.controlled import Controlled
 from xce_lite.sim.workload import Workload, WorkloadJob
+from xce_lite.store.jobs import JobStore, TickWrites
 from xce_lite.workflow.arrays import ArraySpec
 
 START = 1_700_000_000.0  # what the controller's clock reads at the simulation's second 0
@@ -73,6 +74,18 @@ class Outcome:
     alloc: dict | None = field(default=None, repr=False)
 
 
+class _RecordingStore(JobStore):
+    """The controller's store, keeping what each tick wrote: the simulation's record of decisions."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.writes: list[TickWrites] = []
+
+    def record_tick(self, writes: TickWrites):
+        self.writes.append(writes)
+        return super().record_tick(writes)
+
+
 class TickSimulation:
     def __init__(self, config_path: Path, workload: Workload, interval: float | None = None,
                  after_tick: Callable[[TickSimulation], None] | None = None) -> None:
@@ -89,7 +102,7 @@ class TickSimulation:
                 shutil.copyfile(apps, self._root / "applications.yaml")
             (self._root / "work").mkdir()
             self.run = Controlled(self._root, START, log=self._log, durable=False,
-                                  scheduler_factory=lambda: _Counting(self))
+                                  scheduler_factory=lambda: _Counting(self), store_class=_RecordingStore)
         except BaseException:
             shutil.rmtree(self._root, ignore_errors=True)
             raise
@@ -114,6 +127,9 @@ class TickSimulation:
         self.steps = self.sessions = 0
         self.rows: dict[int, int] = {}  # job id -> its workload row
         self.rejected: list[tuple[int, str]] = []  # (row, why)
+        self._submitted: list[int] = []  # ids submitted at this instant
+        self._rejected_now: list[tuple[int, str]] = []
+        self.last: dict | None = None  # the last instant's record (step_json)
 
     def _log(self, message: str) -> None:
         self.logs.append(message)
@@ -177,9 +193,28 @@ class TickSimulation:
         if batch:
             self._submit(batch)
         self.run.advance(clock)
+        self.last = self._step_json()
         if self.after_tick is not None:
             self.after_tick(self)
         return True
+
+    def _step_json(self) -> dict:
+        """What this instant submitted, and what the controller's tick stored: every decision
+        (dispatches with hosts and task counts, ends, requeues, cancels, changed pend reasons)."""
+        store = self.run.ctl.store
+        writes, store.writes = store.writes, []
+        submitted, self._submitted = self._submitted, []
+        rejected, self._rejected_now = self._rejected_now, []
+        reasons: dict[str, list[int]] = {}
+        for w in writes:
+            for job_id, reason in sorted(w.reasons.items()):
+                reasons.setdefault(reason or "", []).append(job_id)
+        return {"step": self.steps, "t": self.now, "submitted": submitted, "rejected": [list(r) for r in rejected],
+                "dispatched": [[p.job_id, p.attempt, [list(h) for h in p.hosts]] for w in writes for p in w.plans],
+                "finished": [[f.job_id, state, f.exit_code] for w in writes for f, state in w.finishes],
+                "requeued": [[r.job_id, r.reason] for w in writes for r in w.requeues],
+                "cancelled": [[job_id, why] for w in writes for job_id, _state, why in w.cancels],
+                "reasons": [[r, ids] for r, ids in reasons.items()]}
 
     def run_to_end(self, stop_at: float | None = None) -> None:
         while True:
@@ -200,14 +235,17 @@ class TickSimulation:
             else:
                 for entry, first in zip(entries, ids):
                     self._number(entry, first)
+                self._submitted.extend(ids)
                 return
         for entry, spec in zip(entries, specs):
             try:
                 first = self.run.submit_spec(spec, entry.user)
             except SpecError as err:
                 self.rejected.append((entry.row, str(err)))
+                self._rejected_now.append((entry.row, str(err)))
                 continue
             self._number(entry, first)
+            self._submitted.append(first)
 
     def _number(self, entry: WorkloadJob, first: int) -> None:
         for i in range(len(entry.array[1]) if entry.array else 1):
