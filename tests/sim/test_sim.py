@@ -287,6 +287,14 @@ def test_export_turns_a_controller_history_into_a_workload_that_runs(cluster, tm
     assert exported[0].runtime >= 1 and exported[0].submit == 0
     result = xce_sim("run", cluster.home / "xce.yaml", out)
     assert result.returncode == 0 and "jobs: 2 DONE, 1 EXIT" in result.stdout, result.stdout + result.stderr
+    # the controller's own tick replays it: the same jobs, in the same order, on the same hosts, same ends
+    rec = tmp_path / "tick.rec"
+    ticked = xce_sim("run", "--tick", cluster.home / "xce.yaml", out, "--output", rec)
+    assert ticked.returncode == 0 and "jobs: 2 DONE, 1 EXIT" in ticked.stdout, ticked.stdout + ticked.stderr
+    steps = [json.loads(line) for line in rec.read_text().splitlines()[1:]]
+    replayed = [(d[0], [h for h, _ in d[2]]) for step in steps for d in step["dispatched"]]
+    real = sorted((cluster.job(j)["start_time"], j, [h[0] for h in cluster.job(j)["hosts"]]) for j in ids)
+    assert replayed == [(j, hosts) for _, j, hosts in real], (replayed, real)  # ids: the same submit order
 
 
 def test_a_workload_with_many_mistakes_gets_them_all_at_once_each_with_its_job_and_line(tmp_path):
