@@ -289,7 +289,7 @@ def test_export_turns_a_controller_history_into_a_workload_that_runs(cluster, tm
     assert result.returncode == 0 and "jobs: 2 DONE, 1 EXIT" in result.stdout, result.stdout + result.stderr
     # the controller's own tick replays it: the same jobs, in the same order, on the same hosts, same ends
     rec = tmp_path / "tick.rec"
-    ticked = xce_sim("run", "--tick", cluster.home / "xce.yaml", out, "--output", rec)
+    ticked = xce_sim("run", "--tick", "--interval", "0", cluster.home / "xce.yaml", out, "--output", rec)
     assert ticked.returncode == 0 and "jobs: 2 DONE, 1 EXIT" in ticked.stdout, ticked.stdout + ticked.stderr
     steps = [json.loads(line) for line in rec.read_text().splitlines()[1:]]
     replayed = [(d[0], [h for h, _ in d[2]]) for step in steps for d in step["dispatched"]]
