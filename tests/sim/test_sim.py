@@ -275,7 +275,9 @@ def test_every_example_scenario_runs_as_written():
 
 
 def test_export_turns_a_controller_history_into_a_workload_that_runs(cluster, tmp_path):
-    ids = [cluster.submit("sleep", "1"), cluster.submit("sh", "-c", "exit 4", options=("-n", "2")),
+    # sleep 3: the others are submitted while it runs, however slow the launch (the export keeps no
+    # launch delay), so that the high-priority job overtakes the 2-task one in the replay too
+    ids = [cluster.submit("sleep", "3"), cluster.submit("sh", "-c", "exit 4", options=("-n", "2")),
            cluster.submit("true", options=("-q", "high", "-J", "quick"))]
     for job_id in ids:
         wait_until(lambda j=job_id: cluster.job(j)["state"] in ("DONE", "EXIT"), 60, f"job {job_id} to end")
@@ -294,7 +296,8 @@ def test_export_turns_a_controller_history_into_a_workload_that_runs(cluster, tm
     steps = [json.loads(line) for line in rec.read_text().splitlines()[1:]]
     replayed = [(d[0], [h for h, _ in d[2]]) for step in steps for d in step["dispatched"]]
     real = sorted((cluster.job(j)["start_time"], j, [h[0] for h in cluster.job(j)["hosts"]]) for j in ids)
-    assert replayed == [(j, hosts) for _, j, hosts in real], (replayed, real)  # ids: the same submit order
+    assert replayed == [(j, hosts) for _, j, hosts in real] == [(1, ["local"]), (3, ["local"]), (2, ["local"])], (
+        replayed, real, out.read_text())  # ids: the same submit order
 
 
 def test_a_workload_with_many_mistakes_gets_them_all_at_once_each_with_its_job_and_line(tmp_path):

@@ -209,9 +209,9 @@ class TickSimulation:
         for w in writes:
             for job_id, reason in sorted(w.reasons.items()):
                 reasons.setdefault(reason or "", []).append(job_id)
-        return {"step": self.steps, "t": self.now, "submitted": submitted, "rejected": [list(r) for r in rejected],
+        return {"step": self.steps, "t": round(self.now, 6), "submitted": submitted, "rejected": [list(r) for r in rejected],
                 "dispatched": [[p.job_id, p.attempt, [list(h) for h in p.hosts]] for w in writes for p in w.plans],
-                "finished": [[f.job_id, state, f.exit_code] for w in writes for f, state in w.finishes],
+                "finished": [[f.job_id, f.state, f.exit_code] for w in writes for f, _event in w.finishes],
                 "requeued": [[r.job_id, r.reason] for w in writes for r in w.requeues],
                 "cancelled": [[job_id, why] for w in writes for job_id, _state, why in w.cancels],
                 "reasons": [[r, ids] for r, ids in reasons.items()]}
