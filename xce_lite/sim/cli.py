@@ -114,7 +114,7 @@ def _run_tick(config: Path, workload, interval: float | None, stop_at: float | N
             os.replace(partial, output)
         figures = simulation.summary_json()
     finally:
-        if recorder is not None:  # failed midway: no half-written recording
+        if recorder is not None and partial is not None:  # failed midway: no half-written recording
             recorder.close()
             os.unlink(partial)
         simulation.close()

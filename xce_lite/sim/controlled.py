@@ -135,11 +135,16 @@ class Controlled:
             return
         self.dropped[host] = self.clock.now
         self.cluster.host(host).events = None  # what it says now is lost, as on a dead channel
-        self.ctl._links[host].drop()
+        self._link(host).drop()
 
     def back(self, host: str) -> None:
         if self.dropped.pop(host, None) is not None:
-            self.ctl._links[host].back()
+            self._link(host).back()
+
+    def _link(self, host: str) -> InlineLink:
+        link = self.ctl._links[host]
+        assert isinstance(link, InlineLink)  # the seams this class gave the controller
+        return link
 
     def restart(self) -> None:
         """The controller stops (no maintenance lease: as after a crash) and a new one starts."""

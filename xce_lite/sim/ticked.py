@@ -202,6 +202,7 @@ class TickSimulation:
         """What this instant submitted, and what the controller's tick stored: every decision
         (dispatches with hosts and task counts, ends, requeues, cancels, changed pend reasons)."""
         store = self.run.ctl.store
+        assert isinstance(store, _RecordingStore)  # the store this class gave the controller
         writes, store.writes = store.writes, []
         submitted, self._submitted = self._submitted, []
         rejected, self._rejected_now = self._rejected_now, []
@@ -209,7 +210,8 @@ class TickSimulation:
         for w in writes:
             for job_id, reason in sorted(w.reasons.items()):
                 reasons.setdefault(reason or "", []).append(job_id)
-        return {"step": self.steps, "t": round(self.now, 6), "submitted": submitted, "rejected": [list(r) for r in rejected],
+        return {"step": self.steps, "t": round(self.now, 6), "submitted": submitted,
+                "rejected": [list(r) for r in rejected],
                 "dispatched": [[p.job_id, p.attempt, [list(h) for h in p.hosts]] for w in writes for p in w.plans],
                 "finished": [[f.job_id, f.state, f.exit_code] for w in writes for f, _event in w.finishes],
                 "requeued": [[r.job_id, r.reason] for w in writes for r in w.requeues],
