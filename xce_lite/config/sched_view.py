@@ -9,6 +9,7 @@ checks, `xce why` and the simulator, so all of them see a job, a queue and a hos
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import cached_property
 from dataclasses import dataclass, replace
 
 from xce_lite.config.cluster import ClusterConfig
@@ -32,6 +33,11 @@ class Holding:
     @property
     def hosts(self) -> tuple[tuple[str, int], ...]:
         return tuple((a.host, a.tasks) for a in self.allocs)
+
+    @cached_property
+    def tasks(self) -> int:
+        """Its tasks on all its hosts (read for every running job at every session: kept once made)."""
+        return sum(a.tasks for a in self.allocs)
 
     def to_json(self) -> dict:
         return {"allocs": [[a.host, a.tasks, dict(a.reserved), list(a.gpus)] for a in self.allocs],

@@ -364,7 +364,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         """One session in the scheduler process, fed with what changed in the pending set."""
         try:
             with self._mu:  # the pending set's changes are taken under the lock; the wait is not
-                running = tuple((j.queue, j.user, sum(n for _, n in j.hosts)) for j in self._active.values())
+                running = tuple((j.queue, j.user, j.holding.tasks) for j in self._active.values())
                 base = Snapshot(hosts, (), self.queue_policies, shared, running, now,
                                 self.config.controller.reserve_after, **self._project_inputs(now))
                 sent = time.monotonic()  # metrics:
