@@ -119,6 +119,27 @@ def run_once(config: Path, workload: Path, traced: frozenset[int] | None, interv
             "left": sum(j.state not in ("DONE", "EXIT") for j in sim.jobs)}
 
 
+def run_tick(config: Path, workload: Path, interval: float | None) -> dict:
+    """The same run by the controller's own tick (sim/ticked.py): its wall time, and what it decided."""
+    from xce_lite.sim.ticked import TickSimulation
+
+    t0 = time.perf_counter()
+    load = load_workload(workload)
+    t1, c1 = time.perf_counter(), time.process_time()
+    sim = TickSimulation(config, load, interval)
+    try:
+        sim.run_to_end()
+        t2, c2 = time.perf_counter(), time.process_time()
+        order = sim.dispatch_order()
+        figures = sim.summary_json()
+    finally:
+        sim.close()
+    digest = hashlib.sha256(canonical([[j, a, list(h)] for j, a, h in order]).encode()).hexdigest()[:16]
+    return {"load": t1 - t0, "run": t2 - t1, "cpu": c2 - c1, "steps": figures["steps"],
+            "sessions": figures["sessions"], "simulated": figures["clock"], "hash": digest,
+            "states": figures["states"], "makespan": figures["makespan"]}
+
+
 def stats(values: list[float]) -> str:
     return (f"median {statistics.median(values):.2f} s (min {min(values):.2f}, max {max(values):.2f}, "
             f"{len(values)} runs)")
@@ -132,6 +153,8 @@ def main() -> None:
     ap.add_argument("--traced", type=int, default=50, help="jobs traced at full level in figure 3 (0: skip it)")
     ap.add_argument("--interval", type=float, default=None, help="seconds between scheduling instants "
                     "(default: the config's controller.tick, 1 s)")
+    ap.add_argument("--tick", action="store_true", help="also run the controller's own tick (xce sim run --tick) "
+                    "on the same inputs, after the core-only engine, in the same hour")
     args = ap.parse_args()
     print(f"python {sys.version.split()[0]}, xce_lite from {ROOT / 'xce_lite'}, seed {SEED}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -158,6 +181,15 @@ def main() -> None:
             print(f"  3 run, {args.traced} jobs traced at full level: {t['run']:.2f} s ({change:+.1f}% "
                   f"against trace off), {t['trace_lines']} trace lines; decisions hash {t['hash']} "
                   f"({'identical' if t['hash'] == first['hash'] else 'DIFFERENT'})")
+        if args.tick:
+            ticked = [run_tick(config, workload, args.interval) for _ in range(args.runs)]
+            tw = [r["run"] for r in ticked]
+            t = ticked[0]
+            ratio = statistics.median(tw) / statistics.median(wall)
+            print(f"  4 run by the controller's tick: {stats(tw)}; {ratio:.2f}x the core-only engine (goal <= 1.5x)")
+            print(f"    CPU time: {stats([r['cpu'] for r in ticked])}; {t['steps']} instants, {t['sessions']} "
+                  f"sessions, simulated {t['simulated']:.0f} s, makespan {t['makespan']:.0f} s; jobs: {t['states']}; "
+                  f"dispatch order hash {t['hash']}")
 
 
 if __name__ == "__main__":

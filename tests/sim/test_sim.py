@@ -267,7 +267,7 @@ def test_10000_traced_decisions_stay_under_the_memory_bound_keeping_the_newest()
 
 def test_every_example_scenario_runs_as_written():
     scenarios = sorted(p for p in EXAMPLES.iterdir() if p.is_dir())
-    assert [p.name for p in scenarios] == ["fairshare", "gpu", "ptile", "starving"]
+    assert [p.name for p in scenarios] == ["fairshare", "gpu", "lossy", "ptile", "starving"]
     for folder in scenarios:
         result = xce_sim("run", folder / "xce.yaml", folder / "workload.yaml")
         assert result.returncode == 0 and "makespan:" in result.stdout, (folder, result.stderr)
@@ -275,7 +275,9 @@ def test_every_example_scenario_runs_as_written():
 
 
 def test_export_turns_a_controller_history_into_a_workload_that_runs(cluster, tmp_path):
-    ids = [cluster.submit("sleep", "1"), cluster.submit("sh", "-c", "exit 4", options=("-n", "2")),
+    # sleep 3: the others are submitted while it runs, however slow the launch (the export keeps no
+    # launch delay), so that the high-priority job overtakes the 2-task one in the replay too
+    ids = [cluster.submit("sleep", "3"), cluster.submit("sh", "-c", "exit 4", options=("-n", "2")),
            cluster.submit("true", options=("-q", "high", "-J", "quick"))]
     for job_id in ids:
         wait_until(lambda j=job_id: cluster.job(j)["state"] in ("DONE", "EXIT"), 60, f"job {job_id} to end")
@@ -287,6 +289,15 @@ def test_export_turns_a_controller_history_into_a_workload_that_runs(cluster, tm
     assert exported[0].runtime >= 1 and exported[0].submit == 0
     result = xce_sim("run", cluster.home / "xce.yaml", out)
     assert result.returncode == 0 and "jobs: 2 DONE, 1 EXIT" in result.stdout, result.stdout + result.stderr
+    # the controller's own tick replays it: the same jobs, in the same order, on the same hosts, same ends
+    rec = tmp_path / "tick.rec"
+    ticked = xce_sim("run", "--tick", "--interval", "0", cluster.home / "xce.yaml", out, "--output", rec)
+    assert ticked.returncode == 0 and "jobs: 2 DONE, 1 EXIT" in ticked.stdout, ticked.stdout + ticked.stderr
+    steps = [json.loads(line) for line in rec.read_text().splitlines()[1:]]
+    replayed = [(d[0], [h for h, _ in d[2]]) for step in steps for d in step["dispatched"]]
+    real = sorted((cluster.job(j)["start_time"], j, [h[0] for h in cluster.job(j)["hosts"]]) for j in ids)
+    assert replayed == [(j, hosts) for _, j, hosts in real] == [(1, ["local"]), (3, ["local"]), (2, ["local"])], (
+        replayed, real, out.read_text())  # ids: the same submit order
 
 
 def test_a_workload_with_many_mistakes_gets_them_all_at_once_each_with_its_job_and_line(tmp_path):

@@ -9,6 +9,7 @@ checks, `xce why` and the simulator, so all of them see a job, a queue and a hos
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import cached_property
 from dataclasses import dataclass, replace
 
 from xce_lite.config.cluster import ClusterConfig
@@ -32,6 +33,11 @@ class Holding:
     @property
     def hosts(self) -> tuple[tuple[str, int], ...]:
         return tuple((a.host, a.tasks) for a in self.allocs)
+
+    @cached_property
+    def tasks(self) -> int:
+        """Its tasks on all its hosts (read for every running job at every session: kept once made)."""
+        return sum(a.tasks for a in self.allocs)
 
     def to_json(self) -> dict:
         return {"allocs": [[a.host, a.tasks, dict(a.reserved), list(a.gpus)] for a in self.allocs],
@@ -71,6 +77,35 @@ def hosts_now(totals: tuple[HostView, ...], states: dict[str, str],
             if alloc.host in allocs:  # else a host removed from the config while a job still held it
                 allocs[alloc.host].append(alloc)
     return tuple(host_now(host, states.get(host.name, "unreachable"), allocs[host.name]) for host in totals)
+
+
+class HostsNow:
+    """`hosts_now` that rebuilds only the hosts whose view, state or allocations changed since its
+    last call, handing back the same HostView object for the others: a cache (the same inputs give
+    equal views), never a decision. 1,000 hosts rebuilt per session cost ~0.1 s; a session after a
+    few ends touches a few hosts."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[HostView, str, tuple[HostAlloc, ...], HostView]] = {}
+
+    def __call__(self, totals: tuple[HostView, ...], states: dict[str, str],
+                 holdings: Iterable[Holding]) -> tuple[HostView, ...]:
+        allocs: dict[str, list[HostAlloc]] = {h.name: [] for h in totals}
+        for holding in holdings:
+            for alloc in holding.allocs:
+                if alloc.host in allocs:  # else a host removed from the config while a job still held it
+                    allocs[alloc.host].append(alloc)
+        views = []
+        for host in totals:
+            state, mine = states.get(host.name, "unreachable"), tuple(allocs[host.name])
+            last = self._last.get(host.name)
+            if last is not None and last[0] is host and last[1] == state and last[2] == mine:
+                views.append(last[3])
+                continue
+            view = host_now(host, state, mine)
+            self._last[host.name] = (host, state, mine, view)
+            views.append(view)
+        return tuple(views)
 
 
 def host_now(total: HostView, state: str, allocs: Iterable[HostAlloc]) -> HostView:

@@ -57,7 +57,7 @@ from xce_lite.api.server import ApiServer
 from xce_lite.config.cluster import ClusterConfig, HostConfig
 from xce_lite.config.merge import Effective, Profile
 from xce_lite.config.profiles import load_cluster
-from xce_lite.config.sched_view import Holding, hosts_now, pending_job, shared_free
+from xce_lite.config.sched_view import Holding, HostsNow, pending_job, shared_free
 from xce_lite.controller.dispatching import Dispatching
 from xce_lite.controller.faults import Faults
 from xce_lite.controller.gating import Workflows
@@ -128,6 +128,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._init_pools()
         self._links: dict[str, HostLink] = {}
         self._pending = PendingSet()
+        self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed
         self._held: dict[int, str] = {}  # PSUSP job id -> user
         self._attempts: dict[int, int] = {}  # pending job id -> its last attempt, if it ran before
         self._retries: dict[int, int] = {}  # job id -> its retries so far, from a plan to its dispatch
@@ -356,7 +357,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
         still run hold anything (they drain: stopped, holding their resources until they end)."""
-        return hosts_now(self.host_totals, self._scheduler_states(), self._holdings(closing))
+        return self._hosts_view(self.host_totals, self._scheduler_states(), self._holdings(closing))
 
     def _shared_free(self, closing: set[int] = frozenset()):
         return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])
@@ -365,7 +366,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         """One session in the scheduler process, fed with what changed in the pending set."""
         try:
             with self._mu:  # the pending set's changes are taken under the lock; the wait is not
-                running = tuple((j.queue, j.user, sum(n for _, n in j.hosts)) for j in self._active.values())
+                running = tuple((j.queue, j.user, j.holding.tasks) for j in self._active.values())
                 base = Snapshot(hosts, (), self.queue_policies, shared, running, now,
                                 self.config.controller.reserve_after, **self._project_inputs(now))
                 sent = time.monotonic()  # metrics:

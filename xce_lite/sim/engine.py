@@ -102,6 +102,9 @@ class Simulator:
     def __init__(self, config: ClusterConfig, profiles: dict[str, Profile], workload: Workload,
                  interval: float | None = None) -> None:
         self.config, self.profiles, self.workload = config, profiles, workload
+        if workload.needs_tick:
+            raise SpecError(f"workload {workload.source} has `retry` or host events: only the controller's own tick "
+                            f"simulates them (`xce sim run --tick`; the REPL does not run it yet)")
         self.interval = config.controller.tick if interval is None else interval
         if self.interval < 0:
             raise SpecError(f"interval {self.interval}: give 0 (every instant) or a positive number of seconds")

@@ -74,10 +74,11 @@ class Verifier:
     def __init__(self, path: Path, head: dict) -> None:
         self.recorded_head, self.lines = read_recording(path)
         self.path = path
-        for key in ("config", "workload", "interval"):
-            if self.recorded_head.get(key) != head[key]:
-                raise SpecError(f"recording {path} was made with {key} {self.recorded_head.get(key)}, this run has "
-                                f"{head[key]}; verify against a recording of the same {key}")
+        for key in ("config", "workload", "interval", "engine"):
+            made, now = self.recorded_head.get(key, "core" if key == "engine" else None), head.get(key, "core")
+            if made != now:
+                raise SpecError(f"recording {path} was made with {key} {made}, this run has {now}; verify against "
+                                f"a recording of the same {key}" + (" (`--tick` or not)" if key == "engine" else ""))
         self.first = self.recorded_head.get("first_step", 1)  # `set output` in the REPL starts mid-run
         self.difference: str | None = None
         self.checked = 0

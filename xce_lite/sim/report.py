@@ -50,14 +50,20 @@ def summary_json(sim: Simulator) -> dict:
 
 
 def summary(sim: Simulator) -> str:
-    figures = summary_json(sim)
+    return summary_text(summary_json(sim))
+
+
+def summary_text(figures: dict) -> str:
+    """The summary's text from its figures (`summary_json`, or sim/ticked.py's)."""
     makespan, waits = figures["makespan"], figures["wait"]
     lines = [f"simulated {figures['jobs']} jobs on {figures['hosts']} hosts: {figures['steps']} steps, "
-             f"{figures['sessions']} scheduling sessions, clock at {figures['clock']:g} s",
+             f"{figures['sessions']} scheduling sessions, clock at {figures['clock']:g} s"
+             + (" (the controller's tick)" if figures.get("engine") == "tick" else ""),
              "jobs: " + ", ".join(f"{n} {state}" for state, n in figures["states"].items())]
     rejected = figures["rejected"]
     for job in rejected[:MAX_REJECTED]:
-        lines.append(f"  rejected: job {job['id']} (workload row {job['row']}): {_one_line(job['reason'])}")
+        which = f"job {job['id']} (workload row {job['row']})" if "id" in job else f"workload row {job['row']}"
+        lines.append(f"  rejected: {which}: {_one_line(job['reason'])}")
     if len(rejected) > MAX_REJECTED:
         lines.append(f"  ... and {len(rejected) - MAX_REJECTED} more rejected (`info job ID` in `xce sim repl`)")
     lines.append(f"makespan: {makespan:g} s ({format_duration(makespan)})")
@@ -70,6 +76,9 @@ def summary(sim: Simulator) -> str:
             lines.append(f"  {queue:<12} {w['jobs']:>7} {cells} {w['max']:>9g}")
     parts = [f"{name} {100 * share:.1f}%" for name, share in figures["utilisation"].items()]
     lines.append("utilisation: " + (", ".join(parts) if parts else "nothing ran"))
+    if figures.get("retried"):
+        lines.append(f"retried: {figures['retried']} job(s) ran more than once (retry, or requeued after a host loss)")
+    lines.extend(f"host event: {line}" for line in figures.get("host_events", ()))
     return "\n".join(lines)
 
 

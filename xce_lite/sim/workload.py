@@ -13,6 +13,16 @@ job, with its defaults:
     project   its project (-P): checked and defaulted as the controller does, for the user in no group
     array     `name[1-100]%10`: that many elements, at most 10 running at once (`name` is then the
               array's name; the elements are name[1], name[2], ...)
+    retry     a failed attempt is requeued up to this many times (--retry; 0..the controller's maximum)
+
+A YAML workload may also list host events (`hosts:` a list of mappings; not in CSV):
+
+    host      the host's name in the config; required      lost      when its channel is cut; required
+    back      when it connects again (never, if not given)
+
+A lost host's units stop by themselves once the lease runs out; the controller declares it lost after
+`host_lost_after`, as it would with a real host. Host events and `retry` need the controller's own
+tick (sim/ticked.py): the older engine refuses them.
 
 Dependencies and arrays are the controller's own (deps.py, arrays.py, gate.py): see sim/gating.py.
 
@@ -33,11 +43,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from xce_lite.errors import SpecError
+from xce_lite.models import MAX_RETRIES
 from xce_lite.quantities import parse_duration, parse_size
 from xce_lite.workflow import arrays, deps
 
 FIELDS = ("submit", "user", "queue", "app", "n", "R", "runtime", "exit", "name", "priority", "W", "M", "after",
-          "array", "project")
+          "array", "project", "retry")
+HOST_FIELDS = ("host", "lost", "back")
 _NUMBER = re.compile(r"^\d+(\.\d+)?$")
 
 
@@ -63,17 +75,36 @@ class WorkloadJob:
     after: str | None = None
     array: tuple[str, tuple[int, ...], int | None] | None = None  # (name, indices, at most running)
     project: str | None = None  # -P
+    retry: int | None = None  # --retry
+
+
+@dataclass(frozen=True)
+class HostEvent:
+    """A host's channel cut at `lost` (seconds), connected again at `back` (None: never)."""
+
+    host: str
+    lost: float
+    back: float | None = None
 
 
 @dataclass(frozen=True)
 class Workload:
     jobs: tuple[WorkloadJob, ...]
     source: str  # the file, for messages
+    hosts: tuple[HostEvent, ...] = ()
+
+    @property
+    def needs_tick(self) -> bool:
+        """Whether only the controller's own tick can simulate it (retries, host events)."""
+        return bool(self.hosts) or any(j.retry for j in self.jobs)
 
     @property
     def digest(self) -> str:
         # a field added later counts only when given, so that a workload's digest stays what it was
-        rows = [{k: v for k, v in asdict(j).items() if k != "project" or v is not None} for j in self.jobs]
+        rows: list = [{k: v for k, v in asdict(j).items() if k not in ("project", "retry") or v is not None}
+                      for j in self.jobs]
+        if self.hosts:
+            rows.append({"hosts": [asdict(h) for h in self.hosts]})
         text = json.dumps(rows, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -91,6 +122,7 @@ def load_workload(path: Path) -> Workload:
     except UnicodeDecodeError as err:
         raise SpecError(f"workload {path}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8")
     lines: list[int | None]
+    host_events: tuple[HostEvent, ...] = ()
     if path.suffix.lower() == ".csv":
         rows = list(csv.DictReader(text.splitlines()))
         unknown = sorted(set(rows[0]) - set(FIELDS)) if rows else []
@@ -107,6 +139,11 @@ def load_workload(path: Path) -> Workload:
             raise SpecError(f"workload {path}: expected a mapping with `jobs:` a list of jobs")
         rows = data["jobs"]
         lines = _yaml_lines(root, len(rows))
+        unknown_top = sorted(set(data) - {"jobs", "hosts"}, key=str)
+        if unknown_top:
+            raise SpecError(f"workload {path}: unknown key(s) {', '.join(map(str, unknown_top))}; a workload has "
+                            f"`jobs:` and, optionally, `hosts:` (host events)")
+        host_events = _host_events(data.get("hosts"), str(path))
     else:
         raise SpecError(f"workload {path}: name a .yaml, .yml or .csv file")
     jobs, problems = [], []
@@ -122,7 +159,43 @@ def load_workload(path: Path) -> Workload:
                         "run again")
     if not jobs:
         raise SpecError(f"workload {path}: it has no jobs; add at least one")
-    return Workload(tuple(jobs), str(path))
+    return Workload(tuple(jobs), str(path), host_events)
+
+
+def _host_events(value: object, source: str) -> tuple[HostEvent, ...]:
+    """`hosts:`: each {host, lost, back?}; SpecError lists every mistake."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise SpecError(f"workload {source}: `hosts:` must be a list of host events ({', '.join(HOST_FIELDS)})")
+    events, problems = [], []
+    for i, row in enumerate(value, 1):
+        where = f"workload {source}, host event {i}"
+        if not isinstance(row, dict):
+            problems.append(f"{where}: expected a mapping of fields ({', '.join(HOST_FIELDS)})")
+            continue
+        unknown = sorted(set(row) - set(HOST_FIELDS), key=str)
+        missing = [k for k in ("host", "lost") if k not in row]
+        if unknown or missing:
+            problems.append(f"{where}: " + "; ".join(
+                ([f"unknown field(s) {', '.join(map(str, unknown))}"] if unknown else [])
+                + [f"`{k}` is missing" for k in missing]) + f"; the fields are {', '.join(HOST_FIELDS)}")
+            continue
+        try:
+            host = _text(row, "host", where)
+            lost = _seconds(row["lost"], "lost", where)
+            back = _seconds(row["back"], "back", where) if row.get("back") is not None else None
+        except SpecError as err:
+            problems.append(str(err))
+            continue
+        if back is not None and back <= lost:
+            problems.append(f"{where}: `back` ({back:g}) must come after `lost` ({lost:g})")
+            continue
+        assert host is not None  # required above
+        events.append(HostEvent(host, lost, back))
+    if problems:
+        raise SpecError("\n".join(problems) + "\nnothing was simulated; fix the workload and run again")
+    return tuple(events)
 
 
 def _yaml_lines(root, count: int) -> list[int | None]:
@@ -176,7 +249,8 @@ def parse_job(row: object, index: int, source: str, problems: list[str] | None =
         priority=field(_int, row.get("priority", 0), "priority", where, 0, 100),
         run_limit=field(_seconds, row["W"], "W", where) if "W" in row else None,
         mem_limit=field(_size, row["M"], where) if "M" in row else None,
-        after=field(_after, row, where), project=field(_text, row, "project", where))
+        after=field(_after, row, where), project=field(_text, row, "project", where),
+        retry=field(_int, row["retry"], "retry", where, 0, MAX_RETRIES) if "retry" in row else None)
     if found:
         return _done(None, found, problems)
     return WorkloadJob(
@@ -185,7 +259,7 @@ def parse_job(row: object, index: int, source: str, problems: list[str] | None =
         slots=slots, max_slots=max_slots, resreq=values["resreq"], exit_code=values["exit_code"],
         name=name if array is None else array[0], priority=values["priority"], run_limit=values["run_limit"],
         mem_limit=values["mem_limit"], after=values["after"], array=array,
-        project=values["project"])
+        project=values["project"], retry=values["retry"])
 
 
 def _done(job: WorkloadJob | None, found: list[str], problems: list[str] | None) -> WorkloadJob | None:

@@ -71,8 +71,9 @@ def _identify(con: apsw.Connection, path: Path) -> tuple[int, int, int]:
     return app_id, version, objects
 
 
-def connect(path: Path, create: bool = True, readonly: bool = False) -> apsw.Connection:
-    """An open, checked, migrated connection to the store at `path`."""
+def connect(path: Path, create: bool = True, readonly: bool = False, durable: bool = True) -> apsw.Connection:
+    """An open, checked, migrated connection to the store at `path`. `durable=False` (the simulator's
+    throwaway store only) commits without fsync: a power loss may lose it, which it may."""
     if readonly:
         flags = apsw.SQLITE_OPEN_READONLY
     elif create:
@@ -110,7 +111,7 @@ def connect(path: Path, create: bool = True, readonly: bool = False) -> apsw.Con
     if not readonly:
         _close_to_others(path)
         con.execute("PRAGMA journal_mode=WAL")
-        con.execute("PRAGMA synchronous=FULL")
+        con.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=OFF")
     con.execute("PRAGMA foreign_keys=ON")
     if not readonly and version < latest:
         _migrate(con, version)

@@ -113,10 +113,11 @@ class TickRecord:
 
 # metrics: UsageStore; idempotent submission: RequestStore
 class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, ProjectStore, RequestStore):
-    def __init__(self, path: Path, readonly: bool = False):
-        """readonly: for tools beside a running controller (`xceadmin check`): reads only."""
+    def __init__(self, path: Path, readonly: bool = False, durable: bool = True):
+        """readonly: for tools beside a running controller (`xceadmin check`): reads only.
+        durable=False: no fsync per commit, for the simulator's throwaway store (db.connect)."""
         self.path = path
-        self._con = connect(path, create=not readonly, readonly=readonly)
+        self._con = connect(path, create=not readonly, readonly=readonly, durable=durable)
         self._lock = threading.Lock()
         # Set by the controller while the store refuses its commits (busy): writers then wait
         # IMPATIENT_MS for another process's lock, not the full busy timeout, so that a submit is
