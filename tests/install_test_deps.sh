@@ -46,6 +46,7 @@ need /usr/sbin/slurmctld slurmctld
 need /usr/sbin/slurmd slurmd
 need sbatch slurm-client
 need /usr/sbin/munged munge
+need strace strace
 
 if [[ ${#missing[@]} == 0 ]]; then
   echo "install_test_deps.sh: nothing to install"

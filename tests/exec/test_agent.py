@@ -524,10 +524,6 @@ def test_exec_mode_supervises_a_prepared_unit_dir(tmp_path):
 # ---------------------------------------------------------------- the journal
 
 
-def strace_works() -> bool:
-    if shutil.which("strace") is None:
-        return False
-    return subprocess.run(["strace", "-qq", "-o", os.devnull, "true"], check=False).returncode == 0
 
 
 def counted(counter: Path, *wait_args: str) -> list[str]:
@@ -555,8 +551,9 @@ def test_the_result_is_in_the_journal_when_the_finished_event_is_sent(agent, spo
         assert seen[f"r{i}"] == agent.finished(f"r{i}")
 
 
-@pytest.mark.skipif(not strace_works(), reason="needs a working strace")
 def test_the_result_is_fdatasynced_before_the_finished_event_is_written(agents, spool, tmp_path):
+    # strace comes with the test dependencies (tests/install_test_deps.sh): its absence is a failure
+    assert shutil.which("strace"), "strace is missing: run tests/install_test_deps.sh"
     log = tmp_path / "strace.log"
     agent = agents(prefix=("strace", "-f", "-qq", "-s", "300", "-e", "trace=write,fdatasync", "-o", str(log)))
     agent.launch(unit("synced", py("raise SystemExit(9)"), tmp_path))
