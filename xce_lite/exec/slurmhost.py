@@ -101,23 +101,13 @@ class SlurmHost(LocalHost):
 
     def _connect_via(self, events: EventSink) -> HostProbe:
         """The srun relay on the login host `via`, over a channel of the SSH gateway's."""
-        from xce_lite.exec.sshgate import Gateway, _error
+        from xce_lite.exec.sshgate import open_channel
 
         via = self.via
         assert via is not None  # connect() comes here only for a pool with a login host
         command = slurm.login_command(self.agent_argv())
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            reply = Gateway.get().connect({"op": "stream", "name": self.name, "target": via.to_json(),
-                                           "command": command, "log_path": str(self.log_path)}, theirs.fileno())
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        if not reply.get("ok"):
-            ours.close()
-            raise _error(reply)
+        _reply, ours = open_channel({"op": "stream", "name": self.name, "target": via.to_json(),
+                                     "command": command, "log_path": str(self.log_path)})
         self._sock = ours
         try:
             return self._greet(ours.makefile("rb"), ours.makefile("wb"), events, self.timeout, HEARTBEAT)

@@ -127,6 +127,23 @@ class Gateway:
         self.proc.wait()
 
 
+def open_channel(request: dict) -> tuple[dict, socket.socket]:
+    """Ask the gateway for a channel (`request`: a connect or stream op) over one end of a socket
+    pair; (its reply, our end). A refusal raises its error, with nothing left open."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        reply = Gateway.get().connect(request, theirs.fileno())
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    if not reply.get("ok"):
+        ours.close()
+        raise _error(reply)
+    return reply, ours
+
+
 def _error(reply: dict) -> errors.XceError:
     """The gateway's refusal as the error kind it was."""
     kind = getattr(errors, reply.get("kind") or "", None)
@@ -155,19 +172,9 @@ class GatewayHost(AgentOps):
 
     def connect(self, events: EventSink) -> HostProbe:
         self.close()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            reply = Gateway.get().connect({"op": "connect", "name": self.name, "target": self.target.to_json(),
-                                           "spool": self.spool, "mode": self.mode, "accept_new": self.accept_new,
-                                           "log_path": self.log_path}, theirs.fileno())
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        if not reply.get("ok"):
-            ours.close()
-            raise _error(reply)
+        reply, ours = open_channel({"op": "connect", "name": self.name, "target": self.target.to_json(),
+                                    "spool": self.spool, "mode": self.mode, "accept_new": self.accept_new,
+                                    "log_path": self.log_path})
         self.deployed, self._sock = bool(reply.get("deployed")), ours
         hello = self._greet(ours.makefile("rb"), ours.makefile("wb"), events, self.timeout, self.heartbeat)
         self.agent_pid = hello.extra.get("pid")
