@@ -32,4 +32,14 @@ def cluster(idle_cluster: Cluster):
     return idle_cluster
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the controller logs of its clusters (CI keeps only the output)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        for c in Cluster.live:
+            report.sections.append((f"controller log of {c.home} (its last lines)", c.log_tail()))
+
+
 pytest_plugins = ["tests.support.testhosts_fixture", "tests.support.fixtures"]

@@ -86,7 +86,7 @@ def test_a_frozen_then_dead_slurmctld_stalls_nothing_and_the_pool_recovers(pool_
         go2 = c.work / "go2"
         second = c.submit(sys.executable, "-c", WAIT_FOR, str(go2), options=("-q", "hpc"))
         c.wait_state(second, {"RUN"}, timeout=60)
-        slurm.wait_state_saved(alloc["start_time"])  # its start is on disk: a restart knows it runs
+        slurm.save_state(alloc["job_id"])  # its start is on disk: a restart knows it runs
         slurm.kill_ctld()
         local2 = c.submit("true")
         assert c.wait_state(local2, {"DONE", "EXIT"}, timeout=LOCAL_JOB_DEADLINE)["state"] == "DONE"

@@ -21,6 +21,7 @@ import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import ClassVar
 
 
 from tests.support.procs import zombie
@@ -30,6 +31,8 @@ from xce_lite.exec.local import supervisor_pids
 
 
 class Cluster:
+    live: ClassVar[list[Cluster]] = []  # the clusters not yet closed: a failed test's report shows their logs
+
     def __init__(self, slots: int = 2, grace: str = "2s", config: str | None = None, work: Path | None = None):
         """`work`: where jobs run and write (default: beside the home, under /tmp); jobs on test hosts
         need a directory outside /tmp, which each host has a private copy of."""
@@ -55,6 +58,7 @@ class Cluster:
               grace: {grace}
             """))
         self.env = dict(os.environ, XCE_HOME=str(self.home))
+        Cluster.live.append(self)
 
     # ---- the CLI --------------------------------------------------------------------------------
 
@@ -108,7 +112,17 @@ class Cluster:
         spools = (self.home / "spool").glob("*/") if (self.home / "spool").is_dir() else []
         return [pid for spool in spools for pid in supervisor_pids(spool)]
 
+    def log_tail(self, lines: int = 200) -> str:
+        """The last `lines` of the controller's log (what a failed test's report shows)."""
+        try:
+            text = (self.home / "controller.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no controller log)"
+        return "\n".join(text.splitlines()[-lines:])
+
     def close(self) -> None:
+        if self in Cluster.live:
+            Cluster.live.remove(self)
         pid = self.controller_pid
         if pid is not None:
             self.xce("controller", "stop", timeout=40)

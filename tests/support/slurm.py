@@ -183,12 +183,16 @@ class SlurmCluster:
         """The slurmctld this cluster started (for a test that freezes, kills or restarts it)."""
         return next(d.proc for d in self.daemons if d.name == "slurmctld")
 
-    def wait_state_saved(self, since: float, timeout: float = 30.0) -> None:
-        """Until slurmctld has saved its jobs' state after `since` (epoch). Observed: it saves ~1 s
-        after a change; one killed -9 before that recovers a running job as PENDING and runs its
-        batch script again (a fault of its own, tested apart)."""
+    def save_state(self, job_id: str, timeout: float = 30.0) -> None:
+        """Until slurmctld has saved its jobs' state with job `job_id` as it is now. Observed: it
+        saves ~1 s after a change; one killed -9 before that recovers a running job as PENDING and
+        runs its batch script again (a fault of its own, tested apart). A save later than the job's
+        start time is not proof: Slurm's times are whole seconds, and a save of the same second may
+        precede the start. So the job is changed now (its comment), and a save after that awaited."""
         path = self.dir / "state" / "job_state"
-        wait_until(lambda: path.exists() and path.stat().st_mtime > since, timeout, "slurmctld to save its state")
+        asked = time.time()
+        self.run("scontrol", "update", f"JobId={job_id}", f"Comment=saved-{asked:.3f}")
+        wait_until(lambda: path.exists() and path.stat().st_mtime > asked, timeout, "slurmctld to save its state")
 
     def kill_ctld(self) -> None:
         """kill -9 of slurmctld (by its PID); the nodes and their jobs go on without it."""
