@@ -29,7 +29,6 @@ EXCEPTIONS: dict[str, str] = {
     "tests/exec/test_agent_systemd.py": _NOT_YET,
     "tests/sched/test_placement.py": _NOT_YET,
     "tests/sched/test_sched_core.py": _NOT_YET,
-    "tests/store/test_store.py": _NOT_YET,
 }
 
 
