@@ -27,7 +27,6 @@ EXCEPTIONS: dict[str, str] = {
     "tests/exec/test_agent.py": _NOT_YET,
     "tests/exec/test_agent_systemd.py": _NOT_YET,
     "tests/sched/test_placement.py": _NOT_YET,
-    "tests/sched/test_sched_core.py": _NOT_YET,
 }
 
 
