@@ -26,7 +26,6 @@ EXCEPTIONS: dict[str, str] = {
     "xce_lite/sim/engine.py": _SPLITTING,
     "tests/exec/test_agent.py": _NOT_YET,
     "tests/exec/test_agent_systemd.py": _NOT_YET,
-    "tests/sched/test_placement.py": _NOT_YET,
 }
 
 
