@@ -24,7 +24,6 @@ EXCEPTIONS: dict[str, str] = {
     "xce_lite/controller/unitwork.py": _SPLITTING,
     "xce_lite/controller/handlers/jobs.py": _SPLITTING,
     "xce_lite/sim/engine.py": _SPLITTING,
-    "tests/exec/test_agent.py": _NOT_YET,
     "tests/exec/test_agent_systemd.py": _NOT_YET,
 }
 
