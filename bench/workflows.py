@@ -45,7 +45,7 @@ from xce_lite.config.sched_view import job_request
 from xce_lite.models import JobSpec
 from xce_lite.sched import core
 from xce_lite.sched.placement import GPUS, SLOTS, HostView
-from xce_lite.workflow import deps, flow
+from xce_lite.workflow import deps, deps_eval, flow
 from xce_lite.workflow.gate import Gate, Waiter
 
 G = 1024**3
@@ -130,7 +130,7 @@ def bench_schedule(runs: int, size: int) -> None:
         shared = deps.resolve(deps.parse("done(1)"), lambda ref: [deps.Target(1)])
         for i in range(2, size + 2):
             gate.add(Waiter(i, shared, array_id=2, throttle=10))
-        done = deps.group_facts([("DONE", 0, True)])
+        done = deps_eval.group_facts([("DONE", 0, True)])
         start = time.perf_counter()
         decision = gate.decide(lambda _t, facts=done: facts, {2: 5})
         samples.append(time.perf_counter() - start)

@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_until
-from xce_lite.api.server import Caller
+from xce_lite.api.caller import Caller
 from xce_lite.config.checks import RUNNING_CONFIG_META
 from xce_lite.config.sched_view import hosts_now, shared_free
 from xce_lite.controller.core import Controller

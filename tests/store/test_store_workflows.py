@@ -10,7 +10,7 @@ from tests.support.store import T, spec
 from xce_lite.models import DONE, EXIT, PEND, RUN
 from xce_lite.store.jobs import Finish, JobStore, Requeue, TickWrites
 from xce_lite.store.workflows import FlowRecord, FlowStep, NewJob
-from xce_lite.workflow import deps
+from xce_lite.workflow import deps_eval
 
 BIG_ENV = {f"VAR{i}": "x" * 100 for i in range(30)}
 
@@ -61,9 +61,9 @@ def test_group_rows_are_what_dependencies_see(store: JobStore):
     store.finish([Finish(a, RUN, EXIT, T, T + 1, 3, None, None, None, None),
                   Finish(arr, RUN, DONE, T, T + 1, 0, None, None, None, None)], T + 1)
     rows = store.group_rows([a], [arr])
-    facts = {key: deps.group_facts(value) for key, value in rows.items()}
-    assert facts[(a, False)] == deps.GroupFacts(1, ((EXIT, 1),), 1, 0, ((3, 1),))
-    assert facts[(arr, True)] == deps.GroupFacts(3, ((DONE, 1), (PEND, 2)), 1, 0, ())
+    facts = {key: deps_eval.group_facts(value) for key, value in rows.items()}
+    assert facts[(a, False)] == deps_eval.GroupFacts(1, ((EXIT, 1),), 1, 0, ((3, 1),))
+    assert facts[(arr, True)] == deps_eval.GroupFacts(3, ((DONE, 1), (PEND, 2)), 1, 0, ())
 
 
 def test_a_cancel_ends_a_pending_job_with_its_reason_and_event(store: JobStore):

@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.configs import config_file
-from xce_lite.config.cluster import ClusterConfig, default_config_text, load_config
+from xce_lite.config.cluster import ClusterConfig, load_config
+from xce_lite.config.init_file import default_config_text
 from xce_lite.errors import ConfigError, SpecError
 
 MiB, GiB = 1024**2, 1024**3

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from xce_lite.errors import SpecError
 from xce_lite.workflow import deps, deps_eval
-from xce_lite.workflow.deps import And, Cond, GroupFacts, Not, Or, Ref, Target, group_facts
-from xce_lite.workflow.deps_eval import Verdict
+from xce_lite.workflow.deps import And, Cond, Not, Or, Ref, Target
+from xce_lite.workflow.deps_eval import GroupFacts, Verdict, group_facts
 
 # ---- parsing ---------------------------------------------------------------------------------------
 

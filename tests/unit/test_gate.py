@@ -4,7 +4,8 @@ throttle of an array, against facts given by hand (the controller reads them fro
 from __future__ import annotations
 
 from xce_lite.workflow import deps
-from xce_lite.workflow.deps import Target, group_facts
+from xce_lite.workflow.deps import Target
+from xce_lite.workflow.deps_eval import group_facts
 from xce_lite.workflow.gate import Gate, Waiter
 
 

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from xce_lite.api.server import Caller
+from xce_lite.api.caller import Caller
 from xce_lite.controller.projects import caller_groups, user_groups
 
 

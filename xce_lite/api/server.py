@@ -1,8 +1,8 @@
 """The controller's REST JSON API under /xce/v1/ on a Unix socket, with bounded resources.
 
-Who calls is taken from the kernel (SO_PEERCRED on the connection), never from the request: a
-client cannot claim to be someone else. Handlers are the controller's methods; this module maps
-routes to them and turns XceError into an HTTP status with `{"error", "kind"}`.
+Who calls is taken from the kernel (SO_PEERCRED on the connection, caller.py), never from the
+request: a client cannot claim to be someone else. Handlers are the controller's methods; routing.py
+maps routes to them and turns XceError into an HTTP status with `{"error", "kind"}`.
 
 Bounded (observed before: a thread and a store connection per client connection, kept forever;
 1,000 idle connections made 1,004 threads). Invariants:
@@ -21,54 +21,19 @@ Bounded (observed before: a thread and a store connection per client connection,
 
 from __future__ import annotations
 
-import json
 import os
-import pwd
 import selectors
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from xce_lite import errors
 from xce_lite.api import http1
+from xce_lite.api.caller import Caller, Callers
 from xce_lite.api.limits import LIMITS_ENV, Limits
 from xce_lite.api.pool import WorkerPool
-
-PREFIX = "/xce/v1"
-USER_CACHE = 60.0  # seconds a uid's name and groups are kept
-LONG_POLLS = {PREFIX + "/jobs/wait"}  # handlers that wait up to the `timeout` their query gives
-_STATUS = {errors.SpecError: 400, errors.ConfigError: 400, errors.HomeError: 400,
-           errors.NotFound: 404, errors.TransitionError: 409}
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who calls, as the kernel said (SO_PEERCRED: uid, gid, pid) and the passwd and group
-    databases add (the name, the supplementary groups of that name)."""
-
-    uid: int
-    pid: int
-    user: str
-    gid: int = -1  # the caller's effective group (projects: group membership and defaults)
-    groups: tuple[int, ...] = ()  # supplementary gids, from the group database (initgroups' list)
-    # Set per request by the controller's route table (permissions.py, from the configuration in
-    # use); None: root or the controller's own user, as in personal mode.
-    admin: bool | None = None
-
-    @property
-    def is_admin(self) -> bool:
-        if self.admin is not None:
-            return self.admin
-        return self.uid == 0 or self.uid == os.getuid()
-
-
-# (method, path) -> handler(caller, query, body) -> JSON-able reply
-Routes = dict[tuple[str, str], Callable[[Caller, dict[str, str], Any], Any]]
+from xce_lite.api.routing import LONG_POLLS, Routes, call, short_timeout
 
 
 class _Conn:
@@ -115,7 +80,7 @@ class ApiServer:
         self._returned: list[_Conn] = []  # handed back by workers, for the serving thread to watch again
         self._mu = threading.Lock()
         self._pool = WorkerPool(self.limits.workers, self._work)
-        self._users: dict[int, tuple[str, tuple[int, ...], float]] = {}  # uid -> name, gids, when read
+        self._callers = Callers()
         self._accept_error_logged = -1e9
         self._long_polls = 0  # long polls being held at their full length
         self._stop = threading.Event()
@@ -216,7 +181,7 @@ class ApiServer:
                 self.counts["evicted"] += 1
                 self._close(victim)
             try:
-                caller = self._caller(sock)
+                caller = self._callers.of(sock)
             except OSError:
                 sock.close()
                 continue
@@ -330,23 +295,6 @@ class ApiServer:
         except OSError:
             pass  # already full of wake-ups, or closed at shutdown
 
-    def _caller(self, sock: socket.socket) -> Caller:
-        pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                            struct.calcsize("3i")))
-        now = time.monotonic()
-        known = self._users.get(uid)
-        if known is None or now - known[2] > USER_CACHE:  # a user added to a group is seen within a minute
-            try:
-                entry = pwd.getpwuid(uid)
-                user, groups = entry.pw_name, tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
-            except KeyError:
-                user, groups = str(uid), ()
-            known = (user, groups, now)
-            if len(self._users) >= 4096:
-                self._users.clear()
-            self._users[uid] = known
-        return Caller(uid=uid, pid=pid, user=known[0], gid=gid, groups=known[1])
-
     # ---- the workers --------------------------------------------------------------------------------
 
     def _work(self, item: tuple[_Conn, http1.Request]) -> None:
@@ -373,40 +321,13 @@ class ApiServer:
                 held = self._long_polls < self.limits.long_polls
                 self._long_polls += held
             try:
-                query = request.query if held else {**request.query, "timeout": _short(request.query.get("timeout"))}
-                return self._call(caller, request, query)
+                query = request.query if held else {**request.query,
+                                                    "timeout": short_timeout(request.query.get("timeout"))}
+                return call(self.routes, caller, request, query, self.log)
             finally:
                 with self._mu:
                     self._long_polls -= held
-        return self._call(caller, request, request.query)
-
-    def _call(self, caller: Caller, request: http1.Request, query: dict[str, str]) -> tuple[int, bytes]:
-        method, path = request.method, request.path
-        handler = self.routes.get((method, path.removeprefix(PREFIX)))
-        try:
-            if not path.startswith(PREFIX + "/") or handler is None:
-                raise errors.NotFound(f"no such API call: {method} {path}")
-            try:
-                body = http1.decode_body(request.body)
-            except http1.Malformed as err:
-                raise errors.SpecError(str(err)) from None
-            status, reply = 200, handler(caller, query, body)
-        except errors.XceError as err:
-            status = next((code for kind, code in _STATUS.items() if isinstance(err, kind)), 500)
-            reply = {"error": str(err), "kind": type(err).__name__}
-        except Exception as err:  # a bug: answer, and keep serving others
-            self.log(f"internal error on {method} {path}: {err!r}")
-            status, reply = 500, {"error": f"internal error in the controller: {err!r}; see its log",
-                                  "kind": "XceError"}
-        return status, json.dumps(reply, ensure_ascii=True).encode()
-
-
-def _short(timeout: str | None) -> str:
-    """A long poll's timeout cut to a short poll's (1 s): the client polls again, as it would anyway."""
-    try:
-        return str(min(float(timeout if timeout is not None else 30), 1.0))
-    except ValueError:
-        return timeout or "1"  # the handler says what is wrong with it
+        return call(self.routes, caller, request, request.query, self.log)
 
 
 def _send_and_close(sock: socket.socket, reply: bytes) -> None:

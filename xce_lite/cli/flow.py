@@ -105,7 +105,7 @@ def load_file(path: Path, sets: dict[str, str], known: tuple[list[str], list[str
     """The file's Flow; ConfigError listing every problem as `FILE: steps.x.after (line N): ...`.
     `known`: the cluster's (queues, profiles), when the steps are to be checked against them."""
     from xce_lite.config import yamlfile
-    from xce_lite.config.cluster import problem
+    from xce_lite.config.yamlmodel import problem
     from xce_lite.workflow import flow as flows
 
     try:

@@ -70,7 +70,8 @@ def init(ctx: click.Context, dir: Path | None, cluster: str | None, shared: bool
 
 
 def init_home(home: Home, cluster: str | None, shared_block: str | None = None) -> None:
-    from xce_lite.config.cluster import default_config_text, detect_memory, load_config
+    from xce_lite.config.cluster import load_config
+    from xce_lite.config.init_file import default_config_text, detect_memory
     from xce_lite.home import clusters
     from xce_lite.home.shared import with_shared_block
 

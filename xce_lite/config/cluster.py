@@ -7,67 +7,21 @@ The controller imports this; the CLI's hot path (`xce submit`) does not (pydanti
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
-import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_validator
 
 from xce_lite.config import projects as proj
-from xce_lite.config import yamlfile
-from xce_lite.errors import ConfigError, SpecError
-from xce_lite.quantities import parse_duration, parse_size
-
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
-_WHO = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$"  # a user or group name, as useradd allows
-_M = TypeVar("_M", bound=BaseModel)
-
-
-def _size(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError("expected a size such as 512M or 4G")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError("must be more than zero, e.g. 512M or 4G")
-        return value * 1024**2  # a bare number is megabytes, as on the command line
-    try:
-        return parse_size(str(value))
-    except SpecError as err:
-        raise ValueError(str(err)) from None
-
-
-def _duration(value: Any) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)  # in the file a bare number is seconds: it reads as such next to its key
-    try:
-        return parse_duration(str(value))
-    except SpecError as err:
-        raise ValueError(str(err)) from None
-
-
-Size = Annotated[int, BeforeValidator(_size)]
-Seconds = Annotated[float, BeforeValidator(_duration)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+from xce_lite.config.fields import NAME, WHO, Seconds, Size, StrictModel, size_value
+from xce_lite.config.yamlmodel import load_yaml
+from xce_lite.errors import SpecError
 
 _SSH_ONLY = ("address", "port", "user", "identity", "python", "spool")
 
 
-class HostConfig(_Model):
-    name: str = Field(pattern=_NAME)
+class HostConfig(StrictModel):
+    name: str = Field(pattern=NAME)
     slots: int = Field(ge=1, le=100_000)
     mem: Size
     # `local`: the machine the controller runs on, through a local agent. `ssh`: another machine,
@@ -90,7 +44,7 @@ class HostConfig(_Model):
     resources: dict[str, int | float | str] = Field(default_factory=dict)
     # String attributes for select[...] (`model: EPYC`), and tags (`select[avx512]`).
     attrs: dict[str, str] = Field(default_factory=dict)
-    tags: list[Annotated[str, Field(pattern=_NAME)]] = Field(default_factory=list)
+    tags: list[Annotated[str, Field(pattern=NAME)]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _ssh_fields_on_ssh_hosts(self) -> HostConfig:
@@ -106,8 +60,8 @@ class HostConfig(_Model):
         return self.spool or f"~/.xce-agent/{cluster}-{self.name}"
 
 
-class QueueConfig(_Model):
-    name: str = Field(pattern=_NAME)
+class QueueConfig(StrictModel):
+    name: str = Field(pattern=NAME)
     priority: int = Field(default=30, ge=0, le=10_000)
     default: bool = False
     description: str = ""
@@ -124,11 +78,11 @@ class QueueConfig(_Model):
     fairshare: proj.FairshareConfig | None = None
     # Who may submit to it (LSF's USERS): these users, and members of these groups; neither given:
     # everyone. An admin of the cluster may always submit.
-    users: list[Annotated[str, Field(pattern=_WHO)]] | None = None
-    groups: list[Annotated[str, Field(pattern=_WHO)]] | None = None
+    users: list[Annotated[str, Field(pattern=WHO)]] | None = None
+    groups: list[Annotated[str, Field(pattern=WHO)]] | None = None
 
 
-class ControllerConfig(_Model):
+class ControllerConfig(StrictModel):
     # How often the controller looks again when nothing woke it (a finished job or a submit does).
     tick: Seconds = 1.0
     # Between TERM and KILL when a job is killed or reaches a limit.
@@ -177,7 +131,7 @@ class ControllerConfig(_Model):
         return self
 
 
-class SshConfig(_Model):
+class SshConfig(StrictModel):
     """How the controller reaches ssh hosts (all hosts share these)."""
 
     # OpenSSH client config to read per host (HostName, Port, User, IdentityFile, ProxyJump).
@@ -193,7 +147,7 @@ class SshConfig(_Model):
 BUILTIN_RESOURCES = ("slots", "mem", "gpus")
 
 
-class ResourceConfig(_Model):
+class ResourceConfig(StrictModel):
     """A custom numeric resource: `size` amounts take K/M/G/T (stored in bytes), `count` ones don't."""
 
     kind: str = Field(default="count", pattern=r"^(count|size)$")
@@ -204,8 +158,8 @@ class ResourceConfig(_Model):
 # temporary hosts (one per allocated node) are named POOL-JOBID (POOL-JOBID-N with several nodes per
 # allocation); each offers `slots` and `mem`, which is what an allocation asks Slurm for per node.
 # A queue's `hosts:` may name a pool, meaning all its temporary hosts (controller/pools.py).
-class PoolConfig(_Model):
-    name: str = Field(pattern=_NAME)
+class PoolConfig(StrictModel):
+    name: str = Field(pattern=NAME)
     type: str = Field(pattern=r"^slurm$")
     partition: str | None = Field(default=None, min_length=1)  # sbatch --partition; None: Slurm's default
     account: str | None = Field(default=None, min_length=1)  # sbatch --account
@@ -229,7 +183,7 @@ class PoolConfig(_Model):
     # with this machine. Default: the controller's home, <home>/slurm/<pool>.
     directory: str | None = Field(default=None, min_length=1)
     attrs: dict[str, str] = Field(default_factory=dict)
-    tags: list[Annotated[str, Field(pattern=_NAME)]] = Field(default_factory=list)
+    tags: list[Annotated[str, Field(pattern=NAME)]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _type_attr(self) -> PoolConfig:
@@ -249,16 +203,16 @@ class PoolConfig(_Model):
         return opts + list(self.sbatch_args)
 
 
-class ClusterConfig(_Model):
-    cluster: str = Field(pattern=_NAME)
+class ClusterConfig(StrictModel):
+    cluster: str = Field(pattern=NAME)
     # personal: one user's cluster (jobs run as the controller's user). shared: a lab's one controller,
     # run as root; each job runs as its submitter, who acts on their own jobs only (README "A shared lab").
     mode: str = Field(default="personal", pattern=r"^(personal|shared)$")
     # Shared mode: who may act on every job, change the configuration and stop the controller:
     # user names, and groups as "@group". root always may.
-    admins: list[Annotated[str, Field(pattern=r"^@?" + _WHO[1:])]] = Field(default_factory=list)
+    admins: list[Annotated[str, Field(pattern=r"^@?" + WHO[1:])]] = Field(default_factory=list)
     # Shared mode: the socket is open to this group only (0660); none: to every local user (0666).
-    socket_group: str | None = Field(default=None, pattern=_WHO)
+    socket_group: str | None = Field(default=None, pattern=WHO)
     # What a user sees of others' jobs: full, or summary (no command line, environment, cwd, output paths).
     visibility: str = Field(default="full", pattern=r"^(full|summary)$")
     hosts: list[HostConfig] = Field(min_length=1)
@@ -267,15 +221,15 @@ class ClusterConfig(_Model):
     controller: ControllerConfig = ControllerConfig()
     ssh: SshConfig = SshConfig()
     # Custom numeric resources hosts may offer (declared once, so a typo on a host is an error).
-    resources: dict[Annotated[str, Field(pattern=_NAME)], ResourceConfig] = Field(default_factory=dict)
+    resources: dict[Annotated[str, Field(pattern=NAME)], ResourceConfig] = Field(default_factory=dict)
     # Cluster-wide counters such as licenses (`lic_matlab: 4`): a job's `/job` rusage takes from them.
-    shared: dict[Annotated[str, Field(pattern=_NAME)], Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    shared: dict[Annotated[str, Field(pattern=NAME)], Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     # The application profile (applications.yaml beside this file) of jobs submitted without -app;
     # "" for none. It must name a profile (`default` is built in), or the config is refused.
-    default_application: str = Field(default="default", pattern=r"^$|" + _NAME)
+    default_application: str = Field(default="default", pattern=r"^$|" + NAME)
     # Projects (config/projects.py): none defined is open mode (any project name, no limits).
     projects: list[proj.ProjectConfig] = Field(default_factory=list)
-    groups: dict[Annotated[str, Field(pattern=_NAME)], proj.GroupConfig] = Field(default_factory=dict)
+    groups: dict[Annotated[str, Field(pattern=NAME)], proj.GroupConfig] = Field(default_factory=dict)
     default_project: str | None = Field(default=None, pattern="^" + proj.PROJECT_RE.pattern + "$")
 
     @field_validator("resources")
@@ -334,7 +288,7 @@ class ClusterConfig(_Model):
     def limit_amount(self, resource: str, amount: int | float | str, where: str) -> float:
         """A project limit in base units (a bare number of `mem` is megabytes, as on hosts)."""
         if resource == "mem":
-            return float(_size(amount))
+            return float(size_value(amount))
         if resource in self.resources:
             return self.resource_amount(resource, amount, where)
         if resource in ("slots", "gpus", "jobs") or resource in self.shared:
@@ -352,7 +306,7 @@ class ClusterConfig(_Model):
         """A host's amount of a custom resource in base units (bytes for sizes)."""
         kind = self.resources[name].kind
         if kind == "size":
-            return float(_size(amount))
+            return float(size_value(amount))
         if isinstance(amount, (str, bool)) or amount < 0:
             raise ValueError(f"{where}: {name} is a count: give a number of 0 or more, not {amount!r}")
         return float(amount)
@@ -399,87 +353,3 @@ def load_config(path: Path) -> ClusterConfig:
     """Read and validate `path`; ConfigError names the file, the field, the line and the fix."""
     return load_yaml(path, ClusterConfig, "create it with `xce init`",
                      "a mapping with `cluster`, `hosts` and `queues`")[0]
-
-
-def load_yaml(path: Path, model: type[_M], missing: str, expected: str) -> tuple[_M, yaml.Node | None]:
-    """`path` validated as `model`, with its YAML node tree (for the lines of later checks).
-
-    ConfigError names the file, the field and its line; `missing` says what to do when the file does
-    not exist, `expected` what its top level should be."""
-    try:
-        data, root = yamlfile.read(path)  # UTF-8, valid YAML, no key twice: or ConfigError
-    except FileNotFoundError:
-        raise ConfigError(f"{path} does not exist; {missing}") from None
-    except OSError as err:
-        raise ConfigError(f"cannot read {path}: {err.strerror}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected {expected}")
-    try:
-        return model.model_validate(data), root
-    except ValidationError as err:
-        problems = [problem(path, root, tuple(item["loc"]), item["msg"]) for item in err.errors()]
-        raise ConfigError("\n".join(problems) + "\nfix the file, then run the command again") from None
-
-
-def problem(path: Path, root: yaml.Node | None, loc: tuple, message: str) -> str:
-    """`FILE: field.path (line N): message`, the form every config error takes."""
-    where = ".".join(str(p) for p in loc) or "(top level)"
-    line = _line_of(root, loc)
-    return f"{path}: {where}{f' (line {line})' if line else ''}: {message}"
-
-
-def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
-    """1-based line of the YAML node at `loc`, or of the deepest ancestor that exists."""
-    line = node.start_mark.line + 1 if node is not None else None
-    for part in loc:
-        child = None
-        if isinstance(node, yaml.MappingNode):
-            pair = next(((k, v) for k, v in node.value if k.value == str(part)), None)
-            if pair is not None:  # the key's line: a block value starts on the line below it
-                child, line = pair[1], pair[0].start_mark.line + 1
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            child = node.value[part]
-            line = child.start_mark.line + 1
-        if child is None:
-            break
-        node = child
-    return line
-
-
-def detect_memory() -> int:
-    """Total memory of this machine in bytes (sysconf; no psutil on this path)."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def default_config_text(cluster: str, host: str, slots: int, mem: int) -> str:
-    """The commented xce.yaml that `xce init` writes for a one-host cluster on this machine."""
-    mem_text = f"{mem // 1024**2}M"
-    host = host if re.match(_NAME, host) else "localhost"
-    return f"""\
-# xce.yaml: the configuration of this xce_lite cluster.
-# Edit it, then restart the controller (`xce controller stop; xce controller start`).
-
-# The cluster's name: part of every unit name and agent directory on the hosts. `xce init` chose one
-# no other cluster home on this machine uses; two clusters of one name would collide on their hosts.
-cluster: '{cluster}'
-
-# The machines that run jobs. `local` is the machine the controller runs on.
-# slots: how many tasks run at once (one per CPU by default); mem: memory to hand out (512M, 4G, ...).
-hosts:
-  - name: '{host}'
-    type: local
-    slots: {slots}
-    mem: {mem_text}
-
-# Queues order the work: higher priority is scheduled first; `default: true` takes jobs that name none.
-queues:
-  - name: normal
-    priority: 30
-    default: true
-    description: the default queue
-
-# The controller's own settings (these are the defaults).
-controller:
-  tick: 1s      # how often it looks again when nothing woke it
-  grace: 10s    # between TERM and KILL when a job is killed or reaches its run limit
-"""

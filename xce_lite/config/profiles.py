@@ -41,17 +41,8 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from xce_lite.config import yamlfile
-from xce_lite.config.cluster import (
-    _NAME,
-    BUILTIN_RESOURCES,
-    ClusterConfig,
-    Seconds,
-    Size,
-    _Model,
-    load_config,
-    load_yaml,
-    problem,
-)
+from xce_lite.config.cluster import BUILTIN_RESOURCES, ClusterConfig, load_config
+from xce_lite.config.fields import NAME, Seconds, Size, StrictModel
 from xce_lite.config.merge_values import (
     HOOK_POINTS,
     Hook,
@@ -63,6 +54,7 @@ from xce_lite.config.merge_values import (
     param_env_name,
 )
 from xce_lite.config.sched_view import check_units, size_resources
+from xce_lite.config.yamlmodel import load_yaml, problem
 from xce_lite.errors import ConfigError, SpecError
 from xce_lite.models import MAX_PARAM_VALUE, PARAM_NAME_RE
 from xce_lite.sched import resreq as rr
@@ -91,7 +83,7 @@ def _argv(value: list[str], what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-class HookConfig(_Model):
+class HookConfig(StrictModel):
     argv: list[str]
     timeout: Seconds | None = None  # how long the hook may run (default merge.DEFAULT_HOOK_TIMEOUT), then TERM, KILL
     # Whom it runs as in a job run as its submitter (shared mode): `user` (the default), or `root`
@@ -112,7 +104,7 @@ def _hook(value: object) -> object:
 HookValue = Annotated[HookConfig, BeforeValidator(_hook)]
 
 
-class HooksConfig(_Model):
+class HooksConfig(StrictModel):
     """Outer-layer hooks: job ones run once on the first host, host ones once on each host. A job's
     own -E/-Ep (the inner layer) are allowed unless `job_hooks: false`; a post hook that fails is
     recorded, and ends a DONE job EXIT only with `post_failure: exit`."""
@@ -133,7 +125,7 @@ def _section(name: str, text: str) -> rr.ResReq:
         raise ValueError(str(err)) from None
 
 
-class RusageEntryConfig(_Model):
+class RusageEntryConfig(StrictModel):
     default: int | float | str | None = None  # the reservation when the job names none; None: it must
     per: str = Field(default="task", pattern=r"^(task|host|job)$")
 
@@ -156,7 +148,7 @@ def _rusage_entry(value: object) -> object:
     return {} if value is None else value
 
 
-class ResourcesConfig(_Model):
+class ResourcesConfig(StrictModel):
     """The profile's resource requirements, by `-R` section; texts as inside the brackets."""
 
     select: str | None = None
@@ -183,12 +175,12 @@ class ResourcesConfig(_Model):
                                 section("order", self.order).order)
 
 
-class LimitsConfig(_Model):
+class LimitsConfig(StrictModel):
     run_limit: Seconds | None = Field(default=None, gt=0)  # a maximum: a job's -W may be lower
     mem_limit: Size | None = None  # a maximum: a job's -M may be lower
 
 
-class TasksConfig(_Model):
+class TasksConfig(StrictModel):
     min: int | None = Field(default=None, ge=1)
     max: int | None = Field(default=None, ge=1, le=100_000)
     default: int | None = Field(default=None, ge=1)  # without -n; else min, else 1
@@ -203,7 +195,7 @@ class TasksConfig(_Model):
         return self
 
 
-class ParamConfig(_Model):
+class ParamConfig(StrictModel):
     default: str | None = Field(default=None, max_length=MAX_PARAM_VALUE)
     description: str = ""
 
@@ -214,13 +206,13 @@ def _param(value: object) -> object:
     return value
 
 
-class RetryConfig(_Model):
+class RetryConfig(StrictModel):
     count: int = Field(ge=0, le=100)  # retries of a failed attempt: the default and the maximum
     # only these exit codes (default: any failure); not `on:`, which YAML reads as true
     exit_codes: list[Annotated[int, Field(ge=1, le=255)]] | None = None
 
 
-class ProfileConfig(_Model):
+class ProfileConfig(StrictModel):
     description: str = ""
     # batch (every job today) or service (rejected for batch jobs; services come later)
     kind: str = Field(default="batch", pattern=r"^(batch|service)$")
@@ -300,8 +292,8 @@ def _unique_env_names(names, convert, what: str) -> None:
                              f"environment; rename one")
 
 
-class ApplicationsFile(_Model):
-    applications: dict[Annotated[str, Field(pattern=_NAME)], ProfileConfig] = Field(default_factory=dict)
+class ApplicationsFile(StrictModel):
+    applications: dict[Annotated[str, Field(pattern=NAME)], ProfileConfig] = Field(default_factory=dict)
 
 
 def applications_path(config_path: Path) -> Path:

@@ -10,7 +10,7 @@ the first one silently dropped). Here, whatever the file:
 
 The error is the caller's kind (ConfigError for the cluster's files, SpecError for a user's flow
 or workload), so that the CLI exits 2 with the message. Returns the data and the node tree, for the
-lines of later checks (cluster.problem). `where` is how the file is named in messages.
+lines of later checks (yamlmodel.problem). `where` is how the file is named in messages.
 """
 
 from __future__ import annotations

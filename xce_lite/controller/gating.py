@@ -27,7 +27,7 @@ from dataclasses import replace
 from xce_lite import errors
 from xce_lite.models import PEND, JobSpec
 from xce_lite.sched.core import PendingJob
-from xce_lite.workflow import arrays, deps
+from xce_lite.workflow import arrays, deps, deps_eval
 from xce_lite.workflow.gate import Waiter
 
 _REF = re.compile(r"\s*(\d+)(?:\[(\d+)\])?\s*")
@@ -131,7 +131,7 @@ class Workflows:
             targets = self._gate.targets()
         rows = self.store.group_rows([t.id for t in targets if not t.array],
                                      [t.id for t in targets if t.array]) if targets else {}
-        facts = {key: deps.group_facts(value) for key, value in rows.items()}
+        facts = {key: deps_eval.group_facts(value) for key, value in rows.items()}
         with self._mu:
             active = Counter(self._array_of[j] for j in self._active if j in self._array_of)
             decision = self._gate.decide(lambda t: facts.get((t.id, t.array)), active)

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from xce_lite import errors
-from xce_lite.api.server import Caller
+from xce_lite.api.caller import Caller
 from xce_lite.config.merge import Effective
 from xce_lite.models import PEND, PSUSP, Job, JobSpec
 from xce_lite.sched.fairshare import PROJECT, USER, Book, FairShareInput, QueueShare, entity_of, standing, usage_now

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from xce_lite import errors
-from xce_lite.api.server import Caller
+from xce_lite.api.caller import Caller
 from xce_lite.config.cluster import ClusterConfig
 from xce_lite.controller import permissions, useraccess
 from xce_lite.models import Job, JobSpec

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from xce_lite.api.server import Caller
+from xce_lite.api.caller import Caller
 from xce_lite.controller.core import Controller
 from xce_lite.controller.hostops import InlineHostOps
 from xce_lite.controller.sched_worker import InlineScheduler

@@ -17,7 +17,7 @@ from __future__ import annotations
 import fnmatch
 
 from xce_lite.errors import SpecError
-from xce_lite.workflow import deps
+from xce_lite.workflow import deps, deps_eval
 from xce_lite.workflow.gate import Decision, Gate, Waiter
 
 
@@ -71,13 +71,13 @@ class Workflows:
         if not self.dirty or not len(self.gate):
             return None
         self.dirty = False
-        memo: dict[deps.Target, deps.GroupFacts | None] = {}
+        memo: dict[deps.Target, deps_eval.GroupFacts | None] = {}
 
-        def facts(target: deps.Target) -> deps.GroupFacts | None:
+        def facts(target: deps.Target) -> deps_eval.GroupFacts | None:
             if target not in memo:
                 members = self.elements(target.id) if target.array else \
                     [self.jobs[target.id - 1]] if 1 <= target.id <= len(self.jobs) else []
-                memo[target] = deps.group_facts((j.state, j.exit_code, j.start is not None) for j in members) \
+                memo[target] = deps_eval.group_facts((j.state, j.exit_code, j.start is not None) for j in members) \
                     if members else None
             return memo[target]
 

@@ -156,7 +156,7 @@ class WorkflowStore:
 
     def group_rows(self, job_ids: Sequence[int], array_ids: Sequence[int]
                    ) -> dict[tuple[int, bool], list[tuple[str, int | None, bool, int]]]:
-        """(id, is array) -> [(state, exit code, has started, how many)], for deps.group_facts."""
+        """(id, is array) -> [(state, exit code, has started, how many)], for deps_eval.group_facts."""
         con = self._reader()
         found: dict[tuple[int, bool], list] = {}
         for chunk in _chunks(list(job_ids)):

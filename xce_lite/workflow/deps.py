@@ -7,7 +7,8 @@ the simulator share it. Three steps, each a function:
 2. `resolve(expr, lookup) -> Expr`: every `Ref` (a job as written: id, name, `name[7]`, a wildcard)
    becomes the `Target`s the caller's `lookup` finds for it; a ref that matches several jobs (a
    wildcard) becomes their AND: each of them must meet the condition.
-3. `deps_eval.evaluate(expr, facts) -> Verdict`: true now or not, and whether that can still change.
+3. `deps_eval.evaluate(expr, facts) -> Verdict`: true now or not, and whether that can still change
+   (the facts: `deps_eval.group_facts`, what a target's jobs are now).
 
     expr  := and ('||' and)*
     and   := unary ('&&' unary)*
@@ -34,7 +35,7 @@ pended) makes `started` false for good.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn
 
@@ -381,42 +382,3 @@ def from_json(data: Mapping) -> Expr:
     if "and" in data:
         return And(tuple(from_json(i) for i in data["and"]))
     return Or(tuple(from_json(i) for i in data["or"]))
-
-
-# ---- what a target's jobs are (deps_eval.py judges conditions on it) -----------------------------
-
-
-@dataclass(frozen=True)
-class GroupFacts:
-    """What a target's jobs are now: their count by state, how many ever started, how many ended
-    without starting, and the exit codes of those that ended EXIT (None: killed by a signal)."""
-
-    total: int
-    states: tuple[tuple[str, int], ...]
-    started: int = 0
-    ended_unstarted: int = 0
-    exit_codes: tuple[tuple[int | None, int], ...] = ()
-
-    def count(self, state: str) -> int:
-        return dict(self.states).get(state, 0)
-
-    def summary(self) -> str:
-        return ", ".join(f"{n} {state}" for state, n in self.states if n)
-
-
-def group_facts(rows: Iterable[tuple]) -> GroupFacts:
-    """From (state, exit code, has started[, how many]) rows, one (or `how many`) per job of a group."""
-    states: dict[str, int] = {}
-    codes: dict[int | None, int] = {}
-    total = started = unstarted = 0
-    for state, code, has_started, *count in rows:
-        n = count[0] if count else 1
-        total += n
-        states[state] = states.get(state, 0) + n
-        started += n if has_started else 0
-        if state in ("DONE", "EXIT") and not has_started:
-            unstarted += n
-        if state == "EXIT":
-            codes[code] = codes.get(code, 0) + n
-    return GroupFacts(total, tuple(sorted(states.items())), started, unstarted,
-                      tuple(sorted(codes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))))

@@ -1,14 +1,53 @@
 """Job dependencies (`-w`), judged: whether a resolved expression (deps.py) holds now, given what
-its targets' jobs are (deps.GroupFacts), and whether that can still change; and the lines that
+its targets' jobs are (GroupFacts), and whether that can still change; and the lines that
 say which conditions do not hold. Pure: see deps.py's docstring for the rules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from xce_lite.workflow.deps import And, Cond, Expr, GroupFacts, Not, Target, labelled
+from xce_lite.workflow.deps import And, Cond, Expr, Not, Target, labelled
+
+
+# ---- what a target's jobs are ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupFacts:
+    """What a target's jobs are now: their count by state, how many ever started, how many ended
+    without starting, and the exit codes of those that ended EXIT (None: killed by a signal)."""
+
+    total: int
+    states: tuple[tuple[str, int], ...]
+    started: int = 0
+    ended_unstarted: int = 0
+    exit_codes: tuple[tuple[int | None, int], ...] = ()
+
+    def count(self, state: str) -> int:
+        return dict(self.states).get(state, 0)
+
+    def summary(self) -> str:
+        return ", ".join(f"{n} {state}" for state, n in self.states if n)
+
+
+def group_facts(rows: Iterable[tuple]) -> GroupFacts:
+    """From (state, exit code, has started[, how many]) rows, one (or `how many`) per job of a group."""
+    states: dict[str, int] = {}
+    codes: dict[int | None, int] = {}
+    total = started = unstarted = 0
+    for state, code, has_started, *count in rows:
+        n = count[0] if count else 1
+        total += n
+        states[state] = states.get(state, 0) + n
+        started += n if has_started else 0
+        if state in ("DONE", "EXIT") and not has_started:
+            unstarted += n
+        if state == "EXIT":
+            codes[code] = codes.get(code, 0) + n
+    return GroupFacts(total, tuple(sorted(states.items())), started, unstarted,
+                      tuple(sorted(codes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))))
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ class Gate:
                 found |= deps.targets(w.depend)
         return found
 
-    def decide(self, facts: Callable[[deps.Target], deps.GroupFacts | None],
+    def decide(self, facts: Callable[[deps.Target], deps_eval.GroupFacts | None],
                active: Mapping[int, int]) -> Decision:
         """What to do with every waiter now; `active`: array id -> its elements dispatched or running."""
         verdicts: dict[int, tuple[deps_eval.Verdict, str]] = {}  # by id() of a shared expression

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from xce_lite import accounting, errors
-from xce_lite.api.server import Caller
+from xce_lite.api.caller import Caller
 from xce_lite.store.accounting import BY
 
 HISTORY_LIMIT = 1000  # jobs in one reply; more: the newest, and `truncated`

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from xce_lite import errors
-from xce_lite.api.server import Caller
+from xce_lite.api.caller import Caller
 from xce_lite.config.checks import RUNNING_CONFIG_META, review
 from xce_lite.config.cluster import ClusterConfig
 from xce_lite.config.merge import Profile

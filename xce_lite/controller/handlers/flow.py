@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from xce_lite import errors
-from xce_lite.api.server import Caller
+from xce_lite.api.caller import Caller
 from xce_lite.controller.handlers.jobs import _refs_of, _request_id
 from xce_lite.models import ACTIVE_STATES, DONE, EXIT, FINISHED_STATES, PEND, PSUSP, Job, JobSpec
 from xce_lite.store.jobs import Requeue

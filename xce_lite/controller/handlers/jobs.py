@@ -15,7 +15,7 @@ from typing import Any
 
 from xce_lite import errors
 from xce_lite.api.hygiene import unencodable
-from xce_lite.api.server import Caller
+from xce_lite.api.caller import Caller
 from xce_lite.api.wire import job_to_wire
 from xce_lite.config.merge import Effective
 from xce_lite.config.merge_view import describe

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from xce_lite import errors
-from xce_lite.api.server import Caller
+from xce_lite.api.caller import Caller
 from xce_lite.controller.handlers.accounting import AccountingHandlers
 from xce_lite.controller.metrics import REASON_KINDS, Registry, reason_kind
 from xce_lite.models import FINISHED_STATES, PEND, STATES
