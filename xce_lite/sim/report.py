@@ -147,8 +147,9 @@ def job_detail(sim: TickSimulation, job_id: int) -> str:
                      + (f" after {e.after}" if e.after else "") + (f" retry {e.retry}" if e.retry else ""))
     if job.effective is not None:
         eff = job.effective
+        limit = eff.get("run_limit")
         lines.append(f"  effective: app {eff.get('app') or '(none)'}, tasks {eff.get('min_tasks')}.."
-                     f"{eff.get('max_tasks')}, run limit {eff.get('run_limit') if eff.get('run_limit') is not None else 'none'}")
+                     f"{eff.get('max_tasks')}, run limit {limit if limit is not None else 'none'}")
     if job.attempt > 1:
         lines.append(f"  attempt {job.attempt}")
     reason = sim.run.live_reason(job.id) if job.state == PEND else job.reason

@@ -301,7 +301,6 @@ class TickSimulation:
             else:
                 for entry, first in zip(entries, ids):
                     self._number(entry, first)
-                self._submitted.extend(ids)
                 return
         for entry, spec in zip(entries, specs):
             try:
@@ -311,11 +310,12 @@ class TickSimulation:
                 self._rejected_now.append((entry.row, str(err)))
                 continue
             self._number(entry, first)
-            self._submitted.append(first)
 
     def _number(self, entry: WorkloadJob, first: int) -> None:
+        """The ids of an entry's jobs (an array's elements are consecutive from its first)."""
         for i in range(len(entry.array[1]) if entry.array else 1):
             self.rows[first + i] = entry.row
+            self._submitted.append(first + i)
 
     def _spec(self, entry: WorkloadJob) -> JobSpec:
         return JobSpec(argv=sim_argv(entry.runtime, entry.exit_code), cwd=str(self._root / "work"),
