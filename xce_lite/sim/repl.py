@@ -187,10 +187,10 @@ class Repl:
                        + f"; {step.pending} pending, {step.running} running\n")
         for row, why in step.rejected:
             self.out.write(f"  rejected workload row {row}: {why}\n")
-        for job_id, why in step.requeued:
-            self.out.write(f"  requeued {job_id}: {why}\n")
-        for job_id, why in step.cancelled:
-            self.out.write(f"  cancelled {job_id}: {why}\n")
+        for job_id, requeued_why in step.requeued:
+            self.out.write(f"  requeued {job_id}: {requeued_why}\n")
+        for job_id, cancelled_why in step.cancelled:
+            self.out.write(f"  cancelled {job_id}: {cancelled_why}\n")
         for reason, ids in step.reasons:
             self.out.write(f"  pend [{' '.join(map(str, ids))}]: {reason}\n")
 
