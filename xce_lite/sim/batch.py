@@ -54,6 +54,8 @@ def load_state(path: Path, head: dict) -> dict:
         if data.get(key) != head[key]:
             raise SpecError(f"snapshot {path} is of another {key} ({data.get(key)}; this run has {head[key]}): "
                             f"load it with the config and workload it was saved from")
+    if not isinstance(data.get("state"), dict):
+        raise SpecError(f"snapshot {path}: it has no state; give a file `snapshot save` or --save wrote")
     return data["state"]
 
 

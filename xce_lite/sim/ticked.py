@@ -380,7 +380,9 @@ class TickSimulation:
         while self.steps < step and self.step() is not None:
             pass
         if self.steps != step or self.digest() != state.get("digest"):
-            raise SpecError(f"the snapshot does not replay to the state it saved (step {step}, t={state.get('now')}): "
+            now = state.get("now")
+            at = f"{now:g}" if isinstance(now, (int, float)) else "?"
+            raise SpecError(f"the snapshot does not replay to the state it saved (step {step}, t={at}): "
                             f"it was saved by another version of xce_lite; run from the start instead")
 
     def close(self) -> None:
