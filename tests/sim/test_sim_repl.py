@@ -132,3 +132,27 @@ def test_a_snapshot_loaded_in_the_repl_goes_on_as_the_run_it_was_saved_from(tmp_
     assert after_break(first) == after_break(second.split("(xce-sim) snapshot load nothing.snap")[0])
     assert "     7 sweep[5]       PEND" in second  # the state as saved, before it went on
     assert "error: snapshot nothing.snap: cannot read it" in text
+
+
+def test_the_repl_shows_a_host_loss_requeue_and_retry_and_a_snapshot_taken_then_goes_on_the_same(tmp_path):
+    """examples/sim/lossy: n1 is cut off at 200 and declared lost at 320 (its jobs requeued), flaky is
+    retried; a snapshot saved just after the loss goes on as the run it was saved from."""
+    lossy = paths.EXAMPLES / "sim" / "lossy"
+    out = subprocess.run([sys.executable, "-m", "xce_lite", "sim", "repl", str(lossy / "xce.yaml"),
+                          str(lossy / "workload.yaml")], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         input="break at 319\ncontinue\nstep 2\ninfo hosts\ninfo job 2\nsnapshot save mid.snap\n"
+                               "continue\ninfo summary\nsnapshot load mid.snap\ninfo job 2\ncontinue\ninfo summary\n")
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert ("step 128 t=320 session 7: requeued 2, 3; 3 pending, 0 running\n"
+            "  requeued 2: host n1 lost: no agent for 0:02:00\n  requeued 3: host n1 lost: no agent for 0:02:00\n"
+            "step 129 t=321 session 8: dispatched 1 on n2*1 (attempt 2); 2 pending, 1 running\n") in text
+    assert "n1               0  mem 4G/4G, slots 0/2  (unreachable)" in text
+    assert "     2 wide           PEND" in text and "why it waits: needs at least 2 tasks, at most 1 fit; n1: " \
+                                                    "unreachable" in text
+    assert "saved the state at step 129 t=321 to mid.snap" in text and "loaded the state at step 129 t=321" in text
+    first, second = text.split("(xce-sim) snapshot load mid.snap")
+    def after(part: str) -> list[str]:
+        return [line for line in part.split("(xce-sim) continue\n")[-1].splitlines() if not line.startswith("(xce")]
+    assert after(first) == after(second) and "step 133 t=600: 0 submitted, 0 finished, 1 dispatched" in second
+    assert "retried: 3 job(s) ran more than once" in second and "jobs: 1 EXIT, 3 DONE" in second
