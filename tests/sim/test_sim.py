@@ -23,8 +23,8 @@ from xce_lite.errors import SpecError
 from xce_lite.exec.fake import FakeCluster, sim_argv
 from xce_lite.exec.host import LaunchRequest, UnitFinished
 from xce_lite.sched import core
-from xce_lite.sim import trace
-from xce_lite.sim.ticked import Outcome, Step, TickSimulation
+from xce_lite.sim import report, trace
+from xce_lite.sim.ticked import START, Outcome, Step, TickSimulation
 from xce_lite.sim.workload import load_workload
 
 EXAMPLES = paths.EXAMPLES / "sim"
@@ -358,3 +358,22 @@ def test_a_run_that_could_not_go_as_asked_is_refused_before_it_runs(tmp_path, op
     assert result.returncode == 2 and result.stdout == ""
     first, usage, _hint = result.stderr.splitlines()
     assert first.startswith("xce: Invalid value for ") and words in first and usage.startswith("Usage: xce sim run")
+
+
+def test_a_run_longer_than_keep_finished_still_sums_up_every_job(tmp_path):
+    """The controller's retention (paced by real time, so it may fall at any simulated instant) would
+    archive the first job long before the last ends; the simulation's store archives nothing, so the
+    summary counts both, whenever retention runs."""
+    config, workload = files(tmp_path, config=CONFIG.replace("controller: {tick: 1s}",
+                                                             "controller: {tick: 1s, keep_finished: 60s}"),
+                             workload="jobs:\n  - {submit: 0, runtime: 10}\n  - {submit: 5000, runtime: 10, exit: 2}\n")
+    sim = TickSimulation(config, load_workload(workload), after_tick=checked)
+    try:
+        sim.run_to_end()
+        store = sim.run.ctl.store
+        assert store.retain(START + sim.now - 60, 100).jobs == 0  # what retention asks at the end
+        assert store.prune_archive(START + sim.now, 100) == 0
+        figures = report.summary_json(sim)
+    finally:
+        sim.close()
+    assert figures["states"] == {"DONE": 1, "EXIT": 1} and figures["makespan"] == 5010

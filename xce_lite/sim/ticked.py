@@ -43,6 +43,7 @@ from xce_lite.sched.core import Decisions, SessionCache, Snapshot, schedule
 from xce_lite.sim.controlled import Controlled
 from xce_lite.sim.record import canonical
 from xce_lite.sim.workload import Workload, WorkloadJob
+from xce_lite.store.archive import Retained
 from xce_lite.store.jobs import JobStore, TickWrites
 from xce_lite.workflow.arrays import ArraySpec
 
@@ -132,7 +133,9 @@ class Outcome:
 
 
 class _RecordingStore(JobStore):
-    """The controller's store, keeping what each tick wrote: the simulation's record of decisions."""
+    """The controller's store, keeping what each tick wrote: the simulation's record of decisions.
+    It archives nothing: a simulation longer than `keep_finished` still sums up every job (retention
+    is what an operator keeps on disk, not a scheduling decision)."""
 
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
@@ -141,6 +144,12 @@ class _RecordingStore(JobStore):
     def record_tick(self, writes: TickWrites):
         self.writes.append(writes)
         return super().record_tick(writes)
+
+    def retain(self, cutoff: float, batch: int) -> Retained:
+        return Retained(0, 0, False)
+
+    def prune_archive(self, cutoff: float, batch: int) -> int:
+        return 0
 
 
 class TickSimulation:
