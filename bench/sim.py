@@ -1,8 +1,10 @@
-"""Simulator benchmark: 100,000 jobs on 1,000 hosts through `xce sim`'s engine, trace off and on.
+"""Simulator benchmark: 100,000 jobs on 1,000 hosts through `xce sim`'s engine (the controller's own
+tick, sim/ticked.py), trace off and on.
 
     python bench/sim.py                    # the goal size, 3 runs trace off + 1 run with a traced subset
-    python bench/sim.py --jobs 10000       # a smaller size (quick look)
+    python bench/sim.py --jobs 20000       # a smaller size (minutes, not a quarter of an hour)
     python bench/sim.py --runs 5 --traced 100
+    python bench/sim.py --jobs 20000 --runs 1 --traced 0 --profile 15   # where the time goes
 
 Prints figures and asserts nothing. The cluster and workload are synthetic, from a fixed seed, and
 written as the files a user would give (`xce.yaml`, a CSV workload) into a temporary directory:
@@ -13,11 +15,15 @@ end EXIT; 16-48 task parallel jobs with span[ptile=16]; a task range 1..8; GPU j
 bursts by 50 users at whole seconds, offering 85% of the cluster's slot-seconds.
 
 Figures (medians of --runs runs, with min and max):
-  1. loading the config and the 100,000-job workload (CSV parse, validation);
-  2. the whole run, trace off: wall time, steps, sessions, simulated seconds per wall second;
+  1. loading the 100,000-job workload (CSV parse, validation);
+  2. the whole run, trace off: wall and CPU time, steps, sessions, simulated seconds per wall second,
+     and a hash of every recorded step (runs must agree);
   3. the same run with `--traced` jobs traced at full level (rendered as the REPL does): its wall
-     time against 2, and the decisions' hash, which must equal trace off's.
-Goal: the whole 100,000-job run in under 2 minutes on this machine, trace off.
+     time against 2, and the decisions' hash, which must equal trace off's;
+  4. with --profile N: one more run under cProfile, its N costliest functions by cumulative and by
+     own time.
+Goals: the whole 100,000-job run in under 2 minutes on this machine, trace off; at most 1.5x the
+core-only engine's time (the tree before it went: run this file there, same hour).
 """
 
 from __future__ import annotations
@@ -35,10 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # measure the tree this file is in, not whatever is installed
 
-from xce_lite.config.profiles import load_cluster
 from xce_lite.sim import trace
-from xce_lite.sim.engine import Simulator
 from xce_lite.sim.record import canonical
+from xce_lite.sim.ticked import TickSimulation
 from xce_lite.sim.workload import load_workload
 
 SEED = 20261201
@@ -101,43 +106,43 @@ def write_inputs(folder: Path, n_jobs: int, n_hosts: int) -> tuple[Path, Path]:
 
 def run_once(config: Path, workload: Path, traced: frozenset[int] | None, interval: float | None) -> dict:
     t0 = time.perf_counter()
-    cluster, profiles = load_cluster(config)
-    load = load_workload(workload)
-    t1, c1 = time.perf_counter(), time.process_time()
-    sim = Simulator(cluster, profiles, load, interval)
-    digest = hashlib.sha256()
-    lines = 0
-    wants = traced.__contains__ if traced is not None else None
-    while (step := sim.step(wants)) is not None:
-        digest.update(canonical(step.to_json()).encode())
-        for examined in step.examined:
-            lines += len(trace.render(examined, step.number, step.time, step.session, trace.FULL))
-    t2, c2 = time.perf_counter(), time.process_time()
-    return {"load": t1 - t0, "run": t2 - t1, "cpu": c2 - c1, "steps": sim.step_number, "sessions": sim.sessions,
-            "simulated": sim.now, "hash": digest.hexdigest()[:16], "trace_lines": lines,
-            "done": sum(j.state == "DONE" for j in sim.jobs), "exit": sum(j.state == "EXIT" for j in sim.jobs),
-            "left": sum(j.state not in ("DONE", "EXIT") for j in sim.jobs)}
-
-
-def run_tick(config: Path, workload: Path, interval: float | None) -> dict:
-    """The same run by the controller's own tick (sim/ticked.py): its wall time, and what it decided."""
-    from xce_lite.sim.ticked import TickSimulation
-
-    t0 = time.perf_counter()
     load = load_workload(workload)
     t1, c1 = time.perf_counter(), time.process_time()
     sim = TickSimulation(config, load, interval)
     try:
-        sim.run_to_end()
+        digest = hashlib.sha256()
+        lines = 0
+        wants = traced.__contains__ if traced is not None else None
+        while (step := sim.step(wants)) is not None:
+            digest.update(canonical(step.to_json()).encode())
+            for examined in step.examined:
+                lines += len(trace.render(examined, step.number, step.time, step.session, trace.FULL))
         t2, c2 = time.perf_counter(), time.process_time()
-        order = sim.dispatch_order()
-        figures = sim.summary_json()
+        states: dict[str, int] = {}
+        for outcome in sim.outcomes():
+            states[outcome.state] = states.get(outcome.state, 0) + 1
+        return {"load": t1 - t0, "run": t2 - t1, "cpu": c2 - c1, "steps": sim.steps, "sessions": sim.sessions,
+                "simulated": sim.now, "hash": digest.hexdigest()[:16], "trace_lines": lines, "states": states,
+                "rejected": len(sim.rejected)}
     finally:
         sim.close()
-    digest = hashlib.sha256(canonical([[j, a, list(h)] for j, a, h in order]).encode()).hexdigest()[:16]
-    return {"load": t1 - t0, "run": t2 - t1, "cpu": c2 - c1, "steps": figures["steps"],
-            "sessions": figures["sessions"], "simulated": figures["clock"], "hash": digest,
-            "states": figures["states"], "makespan": figures["makespan"]}
+
+
+def profile(config: Path, workload: Path, interval: float | None, top: int) -> None:
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    run_once(config, workload, None, interval)
+    profiler.disable()
+    for key in ("cumulative", "tottime"):
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats(key).print_stats(top)
+        body = out.getvalue()
+        print(f"  4 cProfile, top {top} by {key}:")
+        print("\n".join("    " + line for line in body[body.index("ncalls"):].rstrip().splitlines()))
 
 
 def stats(values: list[float]) -> str:
@@ -153,25 +158,26 @@ def main() -> None:
     ap.add_argument("--traced", type=int, default=50, help="jobs traced at full level in figure 3 (0: skip it)")
     ap.add_argument("--interval", type=float, default=None, help="seconds between scheduling instants "
                     "(default: the config's controller.tick, 1 s)")
-    ap.add_argument("--tick", action="store_true", help="also run the controller's own tick (xce sim run --tick) "
-                    "on the same inputs, after the core-only engine, in the same hour")
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="one more run under cProfile: print its "
+                    "N costliest functions")
     args = ap.parse_args()
-    print(f"python {sys.version.split()[0]}, xce_lite from {ROOT / 'xce_lite'}, seed {SEED}")
+    print(f"python {sys.version.split()[0]}, xce_lite from {ROOT / 'xce_lite'}, seed {SEED}; engine: the "
+          f"controller's tick")
     with tempfile.TemporaryDirectory() as tmp:
         config, workload = write_inputs(Path(tmp), args.jobs, args.hosts)
         print(f"input: {args.hosts} hosts, {args.jobs} jobs ({workload.stat().st_size / 1e6:.1f} MB of CSV)")
         runs = [run_once(config, workload, None, args.interval) for _ in range(args.runs)]
         first = runs[0]
         assert all(r["hash"] == first["hash"] for r in runs), "runs differ: the simulator is not deterministic"
-        print(f"  1 load config + workload: {stats([r['load'] for r in runs])}")
+        print(f"  1 load workload: {stats([r['load'] for r in runs])}")
         wall = [r["run"] for r in runs]
         print(f"  2 run, trace off:          {stats(wall)}  goal < 120 s: "
               f"{'met' if statistics.median(wall) < 120 else 'MISSED'}")
         print(f"    CPU time of this process: {stats([r['cpu'] for r in runs])} (the machine is shared: wall "
               f"time includes waiting for a core)")
         print(f"    {first['steps']} steps, {first['sessions']} sessions, simulated {first['simulated']:.0f} s = "
-              f"{first['simulated'] / statistics.median(wall):.0f} simulated s per wall s; jobs: {first['done']} DONE, "
-              f"{first['exit']} EXIT, {first['left']} not ended; decisions hash {first['hash']}")
+              f"{first['simulated'] / statistics.median(wall):.0f} simulated s per wall s; jobs: {first['states']}, "
+              f"{first['rejected']} rejected; decisions hash {first['hash']}")
         if args.traced:
             rng = random.Random(SEED)
             traced = frozenset(rng.sample(range(1, args.jobs + 1), args.traced))
@@ -181,15 +187,8 @@ def main() -> None:
             print(f"  3 run, {args.traced} jobs traced at full level: {t['run']:.2f} s ({change:+.1f}% "
                   f"against trace off), {t['trace_lines']} trace lines; decisions hash {t['hash']} "
                   f"({'identical' if t['hash'] == first['hash'] else 'DIFFERENT'})")
-        if args.tick:
-            ticked = [run_tick(config, workload, args.interval) for _ in range(args.runs)]
-            tw = [r["run"] for r in ticked]
-            t = ticked[0]
-            ratio = statistics.median(tw) / statistics.median(wall)
-            print(f"  4 run by the controller's tick: {stats(tw)}; {ratio:.2f}x the core-only engine (goal <= 1.5x)")
-            print(f"    CPU time: {stats([r['cpu'] for r in ticked])}; {t['steps']} instants, {t['sessions']} "
-                  f"sessions, simulated {t['simulated']:.0f} s, makespan {t['makespan']:.0f} s; jobs: {t['states']}; "
-                  f"dispatch order hash {t['hash']}")
+        if args.profile:
+            profile(config, workload, args.interval, args.profile)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ EXCEPTIONS: dict[str, str] = {
     "xce_lite/controller/pools.py": _SPLITTING,
     "xce_lite/controller/unitwork.py": _SPLITTING,
     "xce_lite/controller/handlers/jobs.py": _SPLITTING,
-    "xce_lite/sim/engine.py": _SPLITTING,
 }
 
 

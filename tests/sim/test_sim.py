@@ -1,8 +1,9 @@
-"""The simulator's engine, recordings, verify, snapshots, the trace's bounds, and export.
+"""The simulator (the controller's own tick), recordings, verify, snapshots, the trace's bounds, and
+export.
 
-Real parts: real config and workload files in tmp_path, the real core and merge, the fake hosts
-behind the exec seam (the simulated world is the thing under test), and for export a real
-controller's store.
+Real parts: real config and workload files in tmp_path, the real controller with its store, core and
+merge, the fake hosts behind the exec seam (the simulated world), and for export a real controller's
+store.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import pytest
 
 from tests.support import paths
 from tests.support.waiting import wait_until
-from xce_lite.config.profiles import load_cluster
+from xce_lite.controller.invariants import check_invariants
 from xce_lite.errors import SpecError
 from xce_lite.exec.fake import FakeCluster, sim_argv
 from xce_lite.exec.host import LaunchRequest, UnitFinished
 from xce_lite.sched import core
-from xce_lite.sim import trace
-from xce_lite.sim.engine import Simulator
+from xce_lite.sim import report, trace
+from xce_lite.sim.ticked import START, Outcome, Step, TickSimulation
 from xce_lite.sim.workload import load_workload
 
 EXAMPLES = paths.EXAMPLES / "sim"
@@ -58,9 +59,21 @@ def files(tmp_path: Path, config: str = CONFIG, workload: str = WORKLOAD, suffix
     return c, w
 
 
-def simulator(config: Path, workload: Path) -> Simulator:
-    cluster, profiles = load_cluster(config)
-    return Simulator(cluster, profiles, load_workload(workload))
+def checked(sim: TickSimulation) -> None:
+    check_invariants(sim.run.ctl, set())
+
+
+def simulate(config: Path, workload: Path) -> tuple[dict[int, Outcome], list[Step], list[tuple[int, str]]]:
+    """The whole run, the controller's invariants checked after every tick: (jobs by id, steps,
+    rejected (row, why))."""
+    sim = TickSimulation(config, load_workload(workload), after_tick=checked)
+    try:
+        steps = []
+        while (step := sim.step()) is not None:
+            steps.append(step)
+        return {o.id: o for o in sim.outcomes()}, steps, sim.rejected
+    finally:
+        sim.close()
 
 
 def xce_sim(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -68,25 +81,23 @@ def xce_sim(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
                           capture_output=True, text=True, timeout=120)
 
 
-def test_a_run_follows_the_workload_through_the_real_core(tmp_path):
-    sim = simulator(*files(tmp_path))
-    steps = []
-    while (step := sim.step()) is not None:
-        steps.append(step)
-    jobs = {j.id: j for j in sim.jobs}
-    assert [steps[0].time, [(d.job_id, d.hosts) for d in steps[0].dispatched]] == [
+def test_a_run_follows_the_workload_through_the_controllers_tick(tmp_path):
+    jobs, steps, rejected = simulate(*files(tmp_path))
+    assert [steps[0].time, [(j, hosts) for j, _attempt, hosts in steps[0].dispatched]] == [
         0.0, [(1, (("a1", 4),)), (2, (("b1", 8),))]]
-    assert jobs[13].state == "REJECTED" and "needs at least 64 tasks" in jobs[13].reason  # after 5 elements
+    assert [(row, "needs at least 64 tasks" in why) for row, why in rejected] == [(9, True)]  # no id: refused
+    assert len(jobs) == 12  # the 64-task job was never stored
     assert (jobs[4].state, jobs[4].reason, jobs[4].end - jobs[4].start) == ("EXIT", "run limit 00:01:40 reached", 100)
     assert (jobs[5].state, jobs[5].exit_code) == ("EXIT", 3)
     assert jobs[7].start >= max(jobs[1].end, jobs[2].end)  # done(first) && ended(second)
-    elements = [j for j in sim.jobs if j.array == "arr"]
+    elements = [j for j in jobs.values() if j.array_id is not None]
     assert [j.name for j in elements] == [f"arr[{i}]" for i in range(1, 6)]
     for j in elements:  # at most 2 elements run at once
         assert sum(1 for k in elements if k.start <= j.start < k.end) <= 2
-    assert all(j.state in ("DONE", "EXIT", "REJECTED") for j in sim.jobs)
+    assert all(j.state in ("DONE", "EXIT") for j in jobs.values())
     waits = [r for s in steps for r in s.reasons if 6 in r[1]]
     assert waits and waits[0][0].startswith("needs at least 2 tasks, at most 1 fit; ")
+    assert len({(j, a) for s in steps for j, a, _ in s.dispatched}) == sum(len(s.dispatched) for s in steps)
 
 
 def test_same_inputs_give_the_same_bytes_and_verify_catches_a_changed_decision(tmp_path):
@@ -101,13 +112,13 @@ def test_same_inputs_give_the_same_bytes_and_verify_catches_a_changed_decision(t
     assert same.returncode == 0 and "verify: no difference" in same.stdout
     lines = one.read_text().splitlines()
     changed = json.loads(lines[1])
-    changed["dispatched"][0][1][0][0] = "a2"  # job 1 "was" placed on a2
+    changed["dispatched"][0][2][0][0] = "a2"  # job 1 "was" placed on a2
     lines[1] = json.dumps(changed, sort_keys=True, separators=(",", ":"))
     one.write_text("\n".join(lines) + "\n")
     caught = xce_sim("run", config, workload, "--verify", one)
     assert caught.returncode == 1
     assert "step 1 (t=0) differs in dispatched" in caught.stdout
-    assert 'recorded [1,[["a2",4]]]' in caught.stdout and 'now      [1,[["a1",4]]]' in caught.stdout
+    assert 'recorded [1,1,[["a2",4]]]' in caught.stdout and 'now      [1,1,[["a1",4]]]' in caught.stdout
 
 
 def test_verify_refuses_a_recording_of_another_workload(tmp_path):
@@ -148,14 +159,12 @@ def test_csv_workloads_and_bad_input_say_where_and_what_to_do(tmp_path):
         w = tmp_path / "bad.yaml"
         w.write_text(text)
         with pytest.raises(SpecError, match=expected.replace("(", r"\(").replace(")", r"\)")):
-            simulator(config, w)
+            simulate(config, w)
     w = tmp_path / "later.yaml"  # a name resolves when its dependant is submitted, as in the controller
     w.write_text("jobs:\n  - {submit: 0, runtime: 5, after: 'done(later)'}\n  - {submit: 1, runtime: 5, name: later}\n")
-    sim = simulator(config, w)
-    while sim.step():
-        pass
-    first = sim.jobs[0]
-    assert first.state == "REJECTED" and "has no job named 'later' submitted before this one" in first.reason
+    jobs, _steps, rejected = simulate(config, w)
+    assert [row for row, _why in rejected] == [1] and "you have no job named 'later'" in rejected[0][1]
+    assert [(j.name, j.state) for j in jobs.values()] == [("later", "DONE")]
 
 
 def test_dependencies_and_arrays_go_through_the_controllers_gate(tmp_path):
@@ -166,14 +175,12 @@ def test_dependencies_and_arrays_go_through_the_controllers_gate(tmp_path):
   - {submit: 0, name: cleanup, runtime: 1, after: "exit(prep, 1) && numended(sweep, == *)"}
   - {submit: 0, name: watch, runtime: 1, after: "started(sweep[9])"}
 """)
-    sim = simulator(config, workload)
-    while sim.step():
-        pass
-    jobs = {j.name: j for j in sim.jobs}
+    by_id, _steps, _rejected = simulate(config, workload)
+    jobs = {j.name: j for j in by_id.values()}
     assert jobs["main"].state == "EXIT" and jobs["main"].start is None
     assert jobs["main"].reason == ("dependency can never be satisfied: done(prep): prep (job 1) is EXIT (exit code 1) "
                                    "(can never hold)")
-    sweep = [j for j in sim.jobs if j.array == "sweep"]
+    sweep = [j for j in by_id.values() if j.array_id is not None]
     assert [j.name for j in sweep] == ["sweep[1]", "sweep[3]", "sweep[5]", "sweep[9]"]
     assert all(j.state == "DONE" for j in sweep) and jobs["cleanup"].state == "DONE"
     assert jobs["cleanup"].start >= max(j.end for j in sweep)
@@ -289,9 +296,9 @@ def test_export_turns_a_controller_history_into_a_workload_that_runs(cluster, tm
     assert exported[0].runtime >= 1 and exported[0].submit == 0
     result = xce_sim("run", cluster.home / "xce.yaml", out)
     assert result.returncode == 0 and "jobs: 2 DONE, 1 EXIT" in result.stdout, result.stdout + result.stderr
-    # the controller's own tick replays it: the same jobs, in the same order, on the same hosts, same ends
+    # instants at every event, not on the tick's grid: the same jobs, in the same order, on the same hosts, same ends
     rec = tmp_path / "tick.rec"
-    ticked = xce_sim("run", "--tick", "--interval", "0", cluster.home / "xce.yaml", out, "--output", rec)
+    ticked = xce_sim("run", "--interval", "0", cluster.home / "xce.yaml", out, "--output", rec)
     assert ticked.returncode == 0 and "jobs: 2 DONE, 1 EXIT" in ticked.stdout, ticked.stdout + ticked.stderr
     steps = [json.loads(line) for line in rec.read_text().splitlines()[1:]]
     replayed = [(d[0], [h for h, _ in d[2]]) for step in steps for d in step["dispatched"]]
@@ -330,11 +337,11 @@ def test_the_summary_says_why_each_rejected_job_was_rejected(tmp_path):
     config, workload = files(tmp_path)
     result = xce_sim("run", config, workload)
     assert result.returncode == 0
-    assert ("  rejected: job 13 (workload row 9): can never start, even on an empty cluster: needs at least 64 "
+    assert ("  rejected: workload row 9: can never start, even on an empty cluster: needs at least 64 "
             "tasks, at most 16 fit") in result.stdout
     doc = json.loads(xce_sim("run", config, workload, "--json").stdout)
     assert doc["states"] == {"DONE": 10, "EXIT": 2, "REJECTED": 1} and doc["verify"] is None
-    assert doc["rejected"] == [{"id": 13, "row": 9, "reason": doc["rejected"][0]["reason"]}]
+    assert doc["rejected"] == [{"row": 9, "reason": doc["rejected"][0]["reason"]}]
     assert "needs at least 64 tasks" in doc["rejected"][0]["reason"]
 
 
@@ -351,3 +358,22 @@ def test_a_run_that_could_not_go_as_asked_is_refused_before_it_runs(tmp_path, op
     assert result.returncode == 2 and result.stdout == ""
     first, usage, _hint = result.stderr.splitlines()
     assert first.startswith("xce: Invalid value for ") and words in first and usage.startswith("Usage: xce sim run")
+
+
+def test_a_run_longer_than_keep_finished_still_sums_up_every_job(tmp_path):
+    """The controller's retention (paced by real time, so it may fall at any simulated instant) would
+    archive the first job long before the last ends; the simulation's store archives nothing, so the
+    summary counts both, whenever retention runs."""
+    config, workload = files(tmp_path, config=CONFIG.replace("controller: {tick: 1s}",
+                                                             "controller: {tick: 1s, keep_finished: 60s}"),
+                             workload="jobs:\n  - {submit: 0, runtime: 10}\n  - {submit: 5000, runtime: 10, exit: 2}\n")
+    sim = TickSimulation(config, load_workload(workload), after_tick=checked)
+    try:
+        sim.run_to_end()
+        store = sim.run.ctl.store
+        assert store.retain(START + sim.now - 60, 100).jobs == 0  # what retention asks at the end
+        assert store.prune_archive(START + sim.now, 100) == 0
+        figures = report.summary_json(sim)
+    finally:
+        sim.close()
+    assert figures["states"] == {"DONE": 1, "EXIT": 1} and figures["makespan"] == 5010

@@ -1,4 +1,4 @@
-"""Projects and fair share in the simulator: the controller's policy on a simulated clock.
+"""Projects and fair share in the simulator: the controller's own policy (its tick) on a simulated clock.
 
 The example under examples/sim/fairshare shows two users evened out; the same workload without the
 queue's fair share runs in submit order. Project limits pend with the controller's reasons, and a
@@ -12,38 +12,48 @@ import subprocess
 import sys
 
 from tests.support import paths
-from xce_lite.config.profiles import load_cluster
-from xce_lite.sim.engine import Simulator
+from xce_lite.controller.invariants import check_invariants
+from xce_lite.sim.ticked import TickSimulation
 from xce_lite.sim.workload import load_workload
 
 EXAMPLE = paths.EXAMPLES / "sim" / "fairshare"
 
 
-def run_until(sim: Simulator, t: float) -> None:
-    while sim.next_instant() is not None and sim.next_instant() <= t:
-        sim.step()
+def simulation(config, workload) -> TickSimulation:
+    return TickSimulation(config, workload, after_tick=lambda sim: check_invariants(sim.run.ctl, set()))
 
 
-def running_by_user(sim: Simulator) -> dict[str, int]:
+def run_until(sim: TickSimulation, t: float) -> None:
+    sim.run_to_end(stop_at=t)
+
+
+def running_by_user(sim: TickSimulation) -> dict[str, int]:
+    """Jobs holding hosts now (dispatched or running), by user."""
     counts: dict[str, int] = {}
-    for job in sim.running.values():
-        counts[job.entry.user] = counts.get(job.entry.user, 0) + 1
+    for job in sim.outcomes(include_finished=False):
+        if job.state in ("DISP", "RUN"):
+            counts[job.user] = counts.get(job.user, 0) + 1
     return counts
 
 
 def test_fair_share_evens_out_two_users_where_submit_order_would_not(tmp_path):
-    config, profiles = load_cluster(EXAMPLE / "xce.yaml")
     workload = load_workload(EXAMPLE / "workload.yaml")
-    fair = Simulator(config, profiles, workload)
-    run_until(fair, 600)  # alice's first four ended at 600; the next four started then
-    assert running_by_user(fair) == {"alice": 2, "bob": 2}
-    run_until(fair, 1200)
-    assert running_by_user(fair) == {"alice": 2, "bob": 2}  # each half the cluster while both wait
+    fair = simulation(EXAMPLE / "xce.yaml", workload)
+    try:
+        run_until(fair, 601)  # alice's first four ended at 600; the next four were dispatched then
+        assert running_by_user(fair) == {"alice": 2, "bob": 2}
+        run_until(fair, 1201)
+        assert running_by_user(fair) == {"alice": 2, "bob": 2}  # each half the cluster while both wait
+    finally:
+        fair.close()
     plain_text = (EXAMPLE / "xce.yaml").read_text().replace("    fairshare:", "    # fairshare:")
     (tmp_path / "xce.yaml").write_text(plain_text)
-    plain = Simulator(*load_cluster(tmp_path / "xce.yaml"), workload)
-    run_until(plain, 1200)
-    assert running_by_user(plain) == {"alice": 4}
+    plain = simulation(tmp_path / "xce.yaml", workload)
+    try:
+        run_until(plain, 1201)
+        assert running_by_user(plain) == {"alice": 4}
+    finally:
+        plain.close()
 
 
 def test_a_fair_share_run_saved_midway_goes_on_exactly_as_the_whole_run(tmp_path):
@@ -58,7 +68,7 @@ def test_a_fair_share_run_saved_midway_goes_on_exactly_as_the_whole_run(tmp_path
     assert resumed.returncode == 0, resumed.stderr
     tail = rest.read_text().splitlines()[1:]
     assert tail and tail == whole.read_text().splitlines()[-len(tail):]
-    assert json.loads(snap.read_text())["state"]["fairshare"]
+    assert json.loads(snap.read_text())["state"]["states"].get("RUN")  # taken up midway, with jobs running
 
 
 CONFIG = """cluster: simproj
@@ -83,14 +93,18 @@ WORKLOAD = """jobs:
 def test_project_limits_roll_up_and_refuse_in_the_simulator_as_in_the_controller(tmp_path):
     (tmp_path / "xce.yaml").write_text(CONFIG)
     (tmp_path / "w.yaml").write_text(WORKLOAD)
-    sim = Simulator(*load_cluster(tmp_path / "xce.yaml"), load_workload(tmp_path / "w.yaml"))
-    run_until(sim, 5)
-    jobs = {j.id: j for j in sim.jobs}
-    assert jobs[1].state == "RUN"
-    assert jobs[2].reason == "project lab/vision: running jobs 1 of 1 in use"
-    assert jobs[3].reason == "project lab: gpus 2 of 3 in use, the job needs 2"  # lab/vision's GPUs count in lab
-    assert jobs[4].state == "REJECTED" and "not a member of project lab/vision" in jobs[4].reason
-    assert jobs[5].state == "REJECTED" and "project lab allows at most 3 gpus" in jobs[5].reason
-    while sim.step() is not None:
-        pass
-    assert {j.id: j.state for j in sim.jobs} == {1: "DONE", 2: "DONE", 3: "DONE", 4: "REJECTED", 5: "REJECTED"}
+    sim = simulation(tmp_path / "xce.yaml", load_workload(tmp_path / "w.yaml"))
+    try:
+        run_until(sim, 5)
+        jobs = {j.id: j for j in sim.outcomes()}
+        assert jobs[1].state == "RUN"
+        assert sim.run.live_reason(2) == "project lab/vision: running jobs 1 of 1 in use"
+        assert sim.run.live_reason(3) == "project lab: gpus 2 of 3 in use, the job needs 2"  # lab/vision's count in lab
+        rejected = dict(sim.rejected)  # workload row -> why: the controller refused them at submit
+        assert sorted(rejected) == [4, 5] and set(jobs) == {1, 2, 3}
+        assert "not a member of project lab/vision" in rejected[4]
+        assert "project lab allows at most 3 gpus" in rejected[5]
+        sim.run_to_end()
+        assert {j.id: j.state for j in sim.outcomes()} == {1: "DONE", 2: "DONE", 3: "DONE"}
+    finally:
+        sim.close()

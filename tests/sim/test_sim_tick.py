@@ -14,7 +14,6 @@ import pytest
 
 from tests.support.inproc import InProc
 from xce_lite.controller.invariants import check_invariants
-from xce_lite.errors import SpecError
 from xce_lite.sim.export import export_workload
 from xce_lite.sim.ticked import TickSimulation
 from xce_lite.sim.workload import load_workload
@@ -90,18 +89,18 @@ def dispatch_time(outcome, attempt: int) -> float | None:
     return outcome.start if outcome.attempt == attempt else None
 
 
-def test_the_cli_runs_the_tick_for_such_a_workload_records_verifies_and_refuses_snapshots(tmp_path):
+def test_the_cli_runs_the_tick_records_verifies_and_snapshots_such_a_workload(tmp_path):
     config, workload = files(tmp_path)
     result = xce_sim("run", config, workload, "--json")
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout)
     assert figures["engine"] == "tick" and figures["retried"] >= 3 and figures["states"].get("EXIT", 0) >= 1
     text = xce_sim("run", config, workload).stdout
-    assert "(the controller's tick)" in text and "host event: host n1 lost" in text
+    assert "host event: host n1 lost" in text
     rec = tmp_path / "run.rec"
     assert xce_sim("run", config, workload, "--output", rec).returncode == 0
     lines = [json.loads(line) for line in rec.read_text().splitlines()]
-    assert lines[0]["engine"] == "tick"
+    assert lines[0]["engine"] == "tick" and lines[0]["xce_sim_recording"] == 2
     dispatched = [d for line in lines[1:] for d in line["dispatched"]]
     assert [d[1] for d in dispatched if d[0] == 1] == [1, 2, 3]  # flaky's three attempts, recorded
     assert any(r for line in lines[1:] for r in line["requeued"])  # the host loss's requeues
@@ -112,24 +111,39 @@ def test_the_cli_runs_the_tick_for_such_a_workload_records_verifies_and_refuses_
     (tmp_path / "changed.rec").write_text(changed)
     differs = xce_sim("run", config, workload, "--verify", tmp_path / "changed.rec")
     assert differs.returncode == 1 and "differs in dispatched" in differs.stdout, differs.stdout
-    plain = tmp_path / "plain.yaml"
-    plain.write_text("jobs:\n  - {submit: 0, runtime: 5}\n")
-    assert xce_sim("run", config, plain, "--tick", "--output", tmp_path / "plain.rec").returncode == 0
-    core = xce_sim("run", config, plain, "--verify", tmp_path / "plain.rec")  # the core alone: another engine
-    assert core.returncode != 0 and "made with engine tick, this run has core" in core.stderr, core.stderr
-    refused = xce_sim("run", config, workload, "--save", tmp_path / "run.snap")
-    assert refused.returncode != 0 and "Traceback" not in refused.stderr
-    assert "--save" in refused.stderr and "retry" in refused.stderr and not (tmp_path / "run.snap").exists()
+    # `--tick` is accepted and changes nothing (it says it is no longer needed)
+    ticked = xce_sim("run", config, workload, "--tick", "--verify", rec)
+    assert ticked.returncode == 0 and "verify: no difference" in ticked.stdout
+    assert "--tick is no longer needed" in ticked.stderr
+    # a recording of the older format (the core-only engine) is refused, saying what to do
+    old = tmp_path / "old.rec"
+    old.write_text('{"config":"x","interval":1.0,"workload":"y","xce_sim_recording":1}\n')
+    refused = xce_sim("run", config, workload, "--verify", old)
+    assert refused.returncode == 2 and "format 1" in refused.stderr and "record it again" in refused.stderr
 
 
-def test_the_core_only_engine_refuses_retries_and_host_events_naming_the_tick(tmp_path):
-    from xce_lite.config.profiles import load_cluster
-    from xce_lite.sim.engine import Simulator
-
+def test_a_snapshot_of_a_run_with_retries_and_a_host_loss_goes_on_exactly_as_the_whole_run(tmp_path):
+    """Saved at 400 (n1 lost and its jobs requeued, flaky on its retries), taken up again: the rest of
+    the recording is the whole run's, byte for byte, and so is the summary."""
     config, workload = files(tmp_path)
-    cluster, profiles = load_cluster(config)
-    with pytest.raises(SpecError, match="--tick"):
-        Simulator(cluster, profiles, load_workload(workload))
+    whole, rest, snap = tmp_path / "whole.rec", tmp_path / "rest.rec", tmp_path / "mid.snap"
+    full = xce_sim("run", config, workload, "--output", whole)
+    assert full.returncode == 0, full.stderr
+    half = xce_sim("run", config, workload, "--stop-at", "400", "--save", snap)
+    assert half.returncode == 0, half.stderr
+    state = json.loads(snap.read_text())["state"]
+    assert state["now"] <= 400 and state["states"].get("RUN") and not (tmp_path / "mid.snap.partial").exists()
+    resumed = xce_sim("run", config, workload, "--load", snap, "--output", rest)
+    assert resumed.returncode == 0, resumed.stderr
+    tail = rest.read_text().splitlines()[1:]
+    assert tail and tail == whole.read_text().splitlines()[-len(tail):]
+    assert json.loads(tail[0])["step"] == state["step"] + 1
+    assert any(json.loads(line)["requeued"] for line in whole.read_text().splitlines()[1:-len(tail)])
+    assert resumed.stdout == full.stdout
+    other = tmp_path / "other.yaml"
+    other.write_text(WORKLOAD.replace("runtime: 30", "runtime: 31"))
+    wrong = xce_sim("run", config, other, "--load", snap)
+    assert wrong.returncode == 2 and "is of another workload" in wrong.stderr
 
 
 @pytest.mark.parametrize("hosts, words", [

@@ -322,7 +322,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         reasons: dict[int, str | None] = {}
         self.commits.in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
-            decisions = self._pool_reasons(self._schedule(hosts, shared, now) if hosts is not None else None)
+            decisions = self._pool_reasons(self._schedule(hosts, shared, now, closing) if hosts is not None else None)
             plans = self._plans(decisions) if decisions is not None else []
             reasons = self._reasons_to_store(decisions, now)
             writes = TickWrites(now, finishing, started, plans, reasons, requeues, cancels, events)
@@ -362,13 +362,17 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
     def _shared_free(self, closing: set[int] = frozenset()):
         return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])
 
-    def _schedule(self, hosts: tuple[HostView, ...], shared, now: float) -> Decisions | None:
-        """One session in the scheduler process, fed with what changed in the pending set."""
+    def _schedule(self, hosts: tuple[HostView, ...], shared, now: float,
+                  closing: set[int] = frozenset()) -> Decisions | None:
+        """One session in the scheduler process, fed with what changed in the pending set; `closing`:
+        jobs ending in this tick, which hold nothing in it, as in the host views (queue and project
+        limits, fair share's running slots; fair share still counts their use)."""
         try:
             with self._mu:  # the pending set's changes are taken under the lock; the wait is not
-                running = tuple((j.queue, j.user, j.holding.tasks) for j in self._active.values())
+                running = tuple((j.queue, j.user, j.holding.tasks) for j in self._active.values()
+                                if j.id not in closing)
                 base = Snapshot(hosts, (), self.queue_policies, shared, running, now,
-                                self.config.controller.reserve_after, **self._project_inputs(now))
+                                self.config.controller.reserve_after, **self._project_inputs(now, closing))
                 sent = time.monotonic()  # metrics:
                 self._scheduler.send(self._pending, base, self.config.controller.sched_budget)
             decisions = self._scheduler.receive()

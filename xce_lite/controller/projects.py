@@ -21,6 +21,7 @@ import os
 import pwd
 import time
 from dataclasses import replace
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from xce_lite import errors
@@ -108,27 +109,34 @@ class ProjectWork:
 
     # ---- each session ----------------------------------------------------------------------------
 
-    def _held_by_project(self) -> list[tuple[str | None, FrozenMap]]:
-        return [(job.project, held(job.holding)) for job in self._active.values()]
+    def _held_by_project(self, closing: AbstractSet[int] = frozenset()) -> list[tuple[str | None, FrozenMap]]:
+        """What each active job holds, by its project; jobs ending in this tick (`closing`) hold nothing."""
+        return [(job.project, held(job.holding)) for job in self._active.values() if job.id not in closing]
 
-    def _project_inputs(self, now: float) -> dict[str, Any]:
-        """What a Snapshot reads of projects and fair share (sched/core.py). Holds _mu."""
+    def _project_inputs(self, now: float, closing: AbstractSet[int] = frozenset()) -> dict[str, Any]:
+        """What a Snapshot reads of projects and fair share (sched/core.py); `closing`: jobs ending in
+        this tick. Holds _mu."""
         inputs: dict[str, Any] = {}
         view = self.project_view
         if not view.open:
             inputs["projects"] = view
-            inputs["project_held"] = summed(self._held_by_project())
+            inputs["project_held"] = summed(self._held_by_project(closing))
         fair = [q for q in self.config.queues if q.fairshare is not None]
         if fair:
-            inputs["fairshare"] = self._last_fair = self._fair_input(fair, now)
+            inputs["fairshare"] = self._last_fair = self._fair_input(fair, now, closing)
         return inputs
 
-    def _fair_input(self, queues: list, now: float) -> FairShareInput:
+    def _fair_input(self, queues: list, now: float, closing: AbstractSet[int] = frozenset()) -> FairShareInput:
+        """Usage: the books plus every active job's time so far (a job ending in this tick joins the
+        books only after the commit, so its run counts here); running slots: only jobs that go on,
+        as the host views free a closing job's (an ending user would otherwise count twice)."""
         jobs = list(self._active.values())
         running = [(j.user, j.project, j.since, sum(n for _, n in j.hosts), sum(len(a.gpus) for a in j.holding.allocs))
                    for j in jobs]
         slots: dict[str, dict[str, float]] = {USER: {}, PROJECT: {}}
-        for user, project, _since, n, _gpus in running:
+        for job, (user, project, _since, n, _gpus) in zip(jobs, running):
+            if job.id in closing:
+                continue
             for by, entity in ((USER, user), (PROJECT, project or "")):
                 slots[by][entity] = slots[by].get(entity, 0) + n
         shares = []

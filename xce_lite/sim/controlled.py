@@ -160,6 +160,36 @@ class Controlled:
     def job(self, job_id: int):
         return self.ctl.store.get(job_id)
 
+    def counts(self) -> tuple[int, int]:
+        """(pending, running): PEND jobs (the scheduler's set and those waiting at the gate), and
+        jobs dispatched or running."""
+        ctl = self.ctl
+        return len(ctl._pending) + len(ctl._gate) - len(ctl._gate.fed), len(ctl._active)
+
+    def live_reason(self, job_id: int) -> str | None:
+        """The pend reason the controller holds now (the API's; the store gets it at most once a second)."""
+        return self.ctl._reasons.get(job_id)
+
+    def host_views(self) -> list:
+        """Every host as the scheduler sees it now (sched.placement.HostView: free and total amounts)."""
+        with self.ctl._mu:
+            return list(self.ctl._hosts_now())
+
+    def jobs_on(self) -> dict[str, int]:
+        """host -> the dispatched or running jobs holding something there."""
+        found: dict[str, int] = {}
+        for job in self.ctl._active.values():
+            for host in {a.host for a in job.holding.allocs}:
+                found[host] = found.get(host, 0) + 1
+        return found
+
+    def loss_to_come(self) -> bool:
+        """A host is out of reach and the controller has not yet declared it lost while it holds jobs."""
+        ctl = self.ctl
+        return any(name not in ctl._lost_hosts and any(a.host == name for j in ctl._active.values()
+                                                       for a in j.holding.allocs)
+                   for name in self.dropped)
+
     def live_units(self) -> dict[str, list[str]]:
         """host -> units running there now."""
         return {name: [u.name for u in h.units.values() if u.result is None] for name, h in self.hosts.items()}

@@ -1,9 +1,9 @@
 """Recordings: every decision of a simulation, one JSON line per step, and verifying a run against one.
 
-A recording starts with a header line (`{"xce_sim_recording": 1, "config": ..., "workload": ...,
-"interval": ...}`: what it was made from), then one line per step: `Step.to_json()`, i.e. what
-finished, was submitted or rejected, every dispatch with its hosts and task counts, every pend
-reason that changed (full text), and the step's accounting (pending, running, what is in use).
+A recording starts with a header line (`{"xce_sim_recording": 2, "config": ..., "workload": ...,
+"interval": ...}`: what it was made from), then one line per step: `Step.to_json()` (sim/ticked.py), i.e. what
+was submitted or rejected, every dispatch with its attempt, hosts and task counts, what finished, was
+requeued or cancelled, every pend reason that changed (full text), and the jobs pending and running.
 Lines are canonical JSON (sorted keys, no spaces), so equal runs give equal bytes.
 
 `Verifier` replays: it is fed each new step and compares it with the recorded line of the same
@@ -21,7 +21,7 @@ from typing import IO
 
 from xce_lite.errors import SpecError
 
-FORMAT = 1
+FORMAT = 2  # 1: the core-only engine's steps, and the first tick's (no session, no counts)
 
 
 def canonical(data: object) -> str:
@@ -61,6 +61,9 @@ def read_recording(path: Path) -> tuple[dict, list[str]]:
         head = json.loads(lines[0]) if lines else None
     except ValueError:
         head = None
+    if isinstance(head, dict) and head.get("xce_sim_recording") == 1:
+        raise SpecError(f"recording {path} is of format 1, made by an older simulator (the core-only engine's, or "
+                        f"the first tick's steps); record it again with `xce sim run CONFIG WORKLOAD --output FILE`")
     if not isinstance(head, dict) or head.get("xce_sim_recording") != FORMAT:
         raise SpecError(f"recording {path}: not a simulator recording (format {FORMAT}); "
                         f"make one with `xce sim run CONFIG WORKLOAD --output FILE`")
@@ -74,11 +77,11 @@ class Verifier:
     def __init__(self, path: Path, head: dict) -> None:
         self.recorded_head, self.lines = read_recording(path)
         self.path = path
-        for key in ("config", "workload", "interval", "engine"):
-            made, now = self.recorded_head.get(key, "core" if key == "engine" else None), head.get(key, "core")
+        for key in ("config", "workload", "interval"):
+            made, now = self.recorded_head.get(key), head.get(key)
             if made != now:
                 raise SpecError(f"recording {path} was made with {key} {made}, this run has {now}; verify against "
-                                f"a recording of the same {key}" + (" (`--tick` or not)" if key == "engine" else ""))
+                                f"a recording of the same {key}")
         self.first = self.recorded_head.get("first_step", 1)  # `set output` in the REPL starts mid-run
         self.difference: str | None = None
         self.checked = 0

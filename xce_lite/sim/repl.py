@@ -1,4 +1,4 @@
-"""The simulator's REPL: step through the scheduler's decisions, stop where it matters, trace jobs.
+"""The simulator's REPL: step through the controller's decisions, stop where it matters, trace jobs.
 
 Commands are read one a line (stdin or a script); what they print goes to `out`. See HELP for the
 commands. The contract the tests hold it to:
@@ -26,9 +26,9 @@ from typing import IO
 
 from xce_lite.errors import SpecError
 from xce_lite.sim import report, trace
-from xce_lite.sim.batch import load_state, snapshot_text
-from xce_lite.sim.engine import Simulator, Step
-from xce_lite.sim.record import Recorder, header
+from xce_lite.sim.batch import head_of, load_state, save_snapshot
+from xce_lite.sim.record import Recorder
+from xce_lite.sim.ticked import Step, TickSimulation
 from xce_lite.sim.trace import TraceFiles, TraceSettings, TraceStore
 
 HELP = """commands:
@@ -70,9 +70,9 @@ class Breakpoint:
 
 
 class Repl:
-    def __init__(self, sim: Simulator, out: IO[str], config_hash: str, log_path: str | None = None) -> None:
+    def __init__(self, sim: TickSimulation, out: IO[str], config_hash: str, log_path: str | None = None) -> None:
         self.sim, self.out = sim, out
-        self.head = header(config_hash, sim.workload.digest, sim.interval)
+        self.head = head_of(sim, config_hash)
         self.recorder: Recorder | None = None
         self.output_path: str | None = None
         self.log_path = log_path
@@ -157,7 +157,7 @@ class Repl:
     def _one(self) -> Step | None:
         step = self.sim.step(self.settings.wants if self.settings else None)
         if step is None:
-            self.out.write(f"the simulation is over at t={self.sim.now:g} (step {self.sim.step_number}); "
+            self.out.write(f"the simulation is over at t={self.sim.now:g} (step {self.sim.steps}); "
                            f"`info summary` sums it up\n")
             return None
         if self.recorder is not None:
@@ -174,14 +174,23 @@ class Repl:
         if step.finished:
             parts.append("finished " + ", ".join(f"{i} {s}" + (f"({c})" if s == "EXIT" else "")
                                                  for i, s, c in step.finished))
+        if step.requeued:
+            parts.append("requeued " + ", ".join(str(i) for i, _why in step.requeued))
+        if step.cancelled:
+            parts.append("cancelled " + ", ".join(str(i) for i, _why in step.cancelled))
         if step.dispatched:
-            parts.append("dispatched " + ", ".join(f"{d.job_id} on " + " ".join(f"{h}*{n}" for h, n in d.hosts)
-                                                   for d in step.dispatched))
+            parts.append("dispatched " + ", ".join(f"{j} on " + " ".join(f"{h}*{n}" for h, n in hosts)
+                                                   + (f" (attempt {a})" if a > 1 else "")
+                                                   for j, a, hosts in step.dispatched))
         session = f" session {step.session}" if step.session else ""
         self.out.write(f"step {step.number} t={step.time:g}{session}: " + ("; ".join(parts) or "nothing new")
                        + f"; {step.pending} pending, {step.running} running\n")
-        for job_id, why in step.rejected:
-            self.out.write(f"  rejected {job_id}: {why}\n")
+        for row, why in step.rejected:
+            self.out.write(f"  rejected workload row {row}: {why}\n")
+        for job_id, requeued_why in step.requeued:
+            self.out.write(f"  requeued {job_id}: {requeued_why}\n")
+        for job_id, cancelled_why in step.cancelled:
+            self.out.write(f"  cancelled {job_id}: {cancelled_why}\n")
         for reason, ids in step.reasons:
             self.out.write(f"  pend [{' '.join(map(str, ids))}]: {reason}\n")
 
@@ -201,7 +210,7 @@ class Repl:
 
     def _hit(self, step: Step) -> bool:
         """Report every breakpoint this step meets; True if any did."""
-        dispatched = {d.job_id for d in step.dispatched}
+        dispatched = {j for j, _a, _hosts in step.dispatched}
         hit = [b for b in self.breaks if (b.kind == "at" and step.time >= b.value)
                or (b.kind == "dispatch" and b.job in dispatched) or (b.kind == "pending" and self._pending_longer(b))]
         for b in hit:
@@ -212,8 +221,8 @@ class Repl:
 
     def _pending_longer(self, b: Breakpoint) -> bool:
         now = self.sim.now
-        jobs = [self.sim.jobs[b.job - 1]] if b.job else self.sim.jobs[:self.sim.submitted_count]
-        return any(j.state == "PEND" and now - j.entry.submit > b.value for j in jobs)
+        jobs = self.sim.outcomes([b.job]) if b.job else self.sim.outcomes(include_finished=False)
+        return any(j.state == "PEND" and now - j.submit > b.value for j in jobs)
 
     # ---- breakpoints, info, settings
 
@@ -330,34 +339,41 @@ class Repl:
         out = open(path, "w", encoding="utf-8")  # the recorder holds it
         if self.recorder is not None:
             self.recorder.close()
-        self.recorder = Recorder(out, {**self.head, "first_step": self.sim.step_number + 1})
+        self.recorder = Recorder(out, {**self.head, "first_step": self.sim.steps + 1})
         self.output_path = path
-        self.out.write(f"recording from step {self.sim.step_number + 1} to {path}\n")
+        self.out.write(f"recording from step {self.sim.steps + 1} to {path}\n")
 
     def do_snapshot(self, args: list[str]) -> None:
         if len(args) != 2 or args[0] not in ("save", "load"):
             raise ValueError("usage: snapshot save PATH | snapshot load PATH")
         path = Path(args[1])
         if args[0] == "save":
-            path.write_text(snapshot_text(self.sim, self.head), encoding="utf-8")
-            self.out.write(f"saved the state at step {self.sim.step_number} t={self.sim.now:g} to {path}\n")
+            save_snapshot(self.sim, self.head, path)
+            self.out.write(f"saved the state at step {self.sim.steps} t={self.sim.now:g} to {path}\n")
             return
         self.sim = load_snapshot(path, self.sim, self.head)
-        self.out.write(f"loaded the state at step {self.sim.step_number} t={self.sim.now:g} from {path}\n")
+        self.out.write(f"loaded the state at step {self.sim.steps} t={self.sim.now:g} from {path}\n")
 
     def do_help(self, args: list[str]) -> None:
         self.out.write(HELP + "\n")
 
     def _job(self, text: str) -> int:
-        if not text.isdigit() or not 1 <= int(text) <= len(self.sim.jobs):
-            raise ValueError(f"{text!r} is not a job: give an id from 1 to {len(self.sim.jobs)}")
+        if not text.isdigit() or not 1 <= int(text) <= self.sim.job_count:
+            raise ValueError(f"{text!r} is not a job: give an id from 1 to {self.sim.job_count}")
         return int(text)
 
 
-def load_snapshot(path: Path, sim: Simulator, head: dict) -> Simulator:
-    """A new Simulator of `sim`'s config and workload in the state saved at `path`."""
-    fresh = Simulator(sim.config, sim.profiles, sim.workload, sim.interval)
-    fresh.restore(load_state(path, head))
+def load_snapshot(path: Path, sim: TickSimulation, head: dict) -> TickSimulation:
+    """A new simulation of `sim`'s config and workload in the state saved at `path` (replayed to it);
+    `sim` is closed once the new one stands, and kept if the snapshot cannot be taken up."""
+    state = load_state(path, head)
+    fresh = TickSimulation(sim.config_path, sim.workload, sim.interval)
+    try:
+        fresh.restore(state)
+    except BaseException:
+        fresh.close()
+        raise
+    sim.close()
     return fresh
 
 

@@ -21,10 +21,10 @@ A YAML workload may also list host events (`hosts:` a list of mappings; not in C
     back      when it connects again (never, if not given)
 
 A lost host's units stop by themselves once the lease runs out; the controller declares it lost after
-`host_lost_after`, as it would with a real host. Host events and `retry` need the controller's own
-tick (sim/ticked.py): the older engine refuses them.
+`host_lost_after`, as it would with a real host (sim/ticked.py runs the controller's own tick).
 
-Dependencies and arrays are the controller's own (deps.py, arrays.py, gate.py): see sim/gating.py.
+Dependencies and arrays are the controller's own (deps.py, arrays.py, gate.py): a job's `after` is
+resolved when it is submitted, by the controller, as `-w` is.
 
 Times are seconds; a string with a unit goes through units.parse_duration, a plain number string
 (CSV) is seconds. Bad input raises SpecError listing every mistake at once, each naming the file,
@@ -92,11 +92,6 @@ class Workload:
     jobs: tuple[WorkloadJob, ...]
     source: str  # the file, for messages
     hosts: tuple[HostEvent, ...] = ()
-
-    @property
-    def needs_tick(self) -> bool:
-        """Whether only the controller's own tick can simulate it (retries, host events)."""
-        return bool(self.hosts) or any(j.retry for j in self.jobs)
 
     @property
     def digest(self) -> str:
