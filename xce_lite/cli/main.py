@@ -73,7 +73,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "resume": ("xce_lite.cli.actions", "resume",
                "Resume suspended jobs (USUSP -> RUN, LSF's bresume): their processes get SIGCONT."),
     "sim": ("xce_lite.sim.cli", "sim",
-            "The simulator: the real scheduler on a simulated clock and hosts."),
+            "The simulator: the controller's own tick on a simulated clock and hosts."),
     "submit": ("xce_lite.cli.submit", "submit",
                "Submit CMD as a batch job."),
     "suspend": ("xce_lite.cli.actions", "suspend",
