@@ -77,6 +77,10 @@ class PendingSet:
     def values(self) -> Iterable[PendingJob]:
         return self._jobs.values()
 
+    def missing(self, ids: Iterable[int]) -> set[int]:
+        """Those of `ids` not in the set (a set operation: no Python step per id)."""
+        return set(ids).difference(self._jobs)
+
     def take_changes(self, full: bool) -> tuple[tuple[PendingJob, ...], tuple[int, ...], tuple[int, int]]:
         """(added, removed, checksum) since the last call; everything as added when `full`."""
         added = tuple(self._jobs.values()) if full else tuple(self._added.values())
