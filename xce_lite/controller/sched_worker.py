@@ -115,6 +115,7 @@ def _serve(conn) -> None:
         if session.full:
             jobs, count, total = {}, 0, 0
             backlog.clear()
+            backlog.rank_by({q.name: q.priority for q in session.base.queues})  # before the adds: ranked once
         for job_id in session.removed:
             if jobs.pop(job_id, None) is not None:
                 count, total = count - 1, (total - job_id * _MIX) & _MASK
@@ -224,6 +225,7 @@ class InlineScheduler:
         added, removed, _checksum = pending.take_changes(self._full)
         if self._full:
             self._backlog.clear()
+            self._backlog.rank_by({q.name: q.priority for q in base.queues})  # before the adds: ranked once
             self._full = False
         for job_id in removed:
             self._backlog.discard(job_id)

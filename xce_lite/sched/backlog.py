@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from xce_lite.sched.core import PendingJob
 
 Rank = tuple[int, int, int]
+CUTS_FREE, CUTS_PER_JOB = 64, 4  # see Backlog.walk
 
 
 def class_of(job: PendingJob) -> tuple:
@@ -98,7 +99,8 @@ class Backlog:
             self.add(job)
 
     def walk(self, examine: Callable[[PendingJob], str | None], changed: Callable[[], int],
-             waiting: dict[str, list[int]], may_reserve: Callable[[Callable[[], float]], bool]) -> None:
+             waiting: dict[str, list[int]], may_reserve: Callable[[Callable[[], float]], bool],
+             lasting: Callable[[], bool]) -> None:
         """Examine the jobs in rank order, as `schedule` does one by one, but give a class's jobs
         the reason of the first of them that waits, at once, until the state changes.
 
@@ -106,7 +108,11 @@ class Backlog:
         appends the job to `waiting` itself); `changed()`: a counter of dispatches and
         reservations so far; `may_reserve(oldest)`: whether a job of the class waiting as the
         last one examined could come to hold a reservation (`oldest()`: the class's earliest
-        submit time)."""
+        submit time); `lasting()`: whether the last wait holds whatever else changes (blocked).
+
+        Each change sends the frozen classes back to be examined; a session of many changes over
+        many small classes would pay that again and again, so past CUTS_PER_JOB such returns per
+        job (and CUTS_FREE in all) the rest is examined one job at a time, as without classes."""
         heap: list[tuple[Rank, int, tuple]] = [(cls.ranks[0], 0, key) for key, cls in self._classes.items()]
         heapify(heap)
         frozen: dict[tuple, tuple[int, str]] = {}  # class -> (from which of its jobs, the reason they get)
@@ -119,6 +125,8 @@ class Backlog:
                 unordered.add(reason)
             ids.extend(cls.ids[start:end])
 
+        kept: dict[tuple, tuple[int, str]] = {}  # frozen for good: blocked, whatever changes
+        cuts_left = CUTS_FREE + len(self._jobs) // CUTS_PER_JOB
         while heap:
             rank, pos, key = heappop(heap)
             cls = classes[key]
@@ -126,6 +134,7 @@ class Backlog:
             before = changed()
             reason = examine(job)
             if changed() != before and frozen:  # jobs after this one may now wait for other reasons
+                cuts_left -= len(frozen)
                 for fkey, (fpos, freason) in frozen.items():
                     fcls = classes[fkey]
                     end = bisect_left(fcls.ranks, rank, fpos)
@@ -137,11 +146,13 @@ class Backlog:
             nxt = pos + 1
             if nxt == len(cls.ranks):
                 continue
-            if reason is not None and not may_reserve(cls.oldest_submit):
+            if reason is not None and lasting():
+                kept[key] = (nxt, reason)
+            elif reason is not None and cuts_left > 0 and not may_reserve(cls.oldest_submit):
                 frozen[key] = (nxt, reason)
             else:
                 heappush(heap, (cls.ranks[nxt], nxt, key))
-        for fkey, (fpos, freason) in frozen.items():
+        for fkey, (fpos, freason) in (*frozen.items(), *kept.items()):
             give(classes[fkey], fpos, None, freason)
         for reason in unordered:  # a reason several classes met: their ids in rank order, as one by one
             waiting[reason].sort(key=lambda job_id: entries[job_id][2])

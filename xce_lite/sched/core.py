@@ -308,7 +308,7 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000, observe: Callable[[Exa
     if backlog is not None and ordering is None and observe is None and len(backlog) == len(snapshot.jobs) \
             and len(snapshot.jobs) <= budget:  # (fair share orders jobs as it goes; observing wants each)
         backlog.rank_by({q.name: q.priority for q in snapshot.queues})
-        backlog.walk(examine, lambda: changes, waiting, may_reserve)
+        backlog.walk(examine, lambda: changes, waiting, may_reserve, lambda: kind == BLOCKED)
     else:
         for examined, job in enumerate(order if order is not None else sorted(snapshot.jobs, key=rank)):
             if examined >= budget:
