@@ -100,7 +100,9 @@ class Snapshot:
     jobs: tuple[PendingJob, ...]  # PEND jobs only; held ones are not candidates
     queues: tuple[QueuePolicy, ...]  # a job of a queue not listed gets priority 0 and no limits
     shared_free: FrozenMap = NOTHING  # cluster-wide counters (licenses) still free
-    running: tuple[tuple[str, str, int], ...] = ()  # (queue, user, slots) held by dispatched jobs
+    # (queue, user, slots) held by dispatched jobs: one per job, or summed per queue and user (the
+    # controller's index keeps the sums: controller/active.py); the core only adds them up.
+    running: tuple[tuple[str, str, int], ...] = ()
     now: float = 0.0  # time is an argument: the starvation guard compares it with submit times
     reserve_after: float = 0.0  # seconds; 0: no reservations
     # Projects and their limits (sched/projects.py); None or open mode: no project limits. And what
