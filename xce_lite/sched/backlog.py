@@ -39,10 +39,10 @@ class _Class:
         self.ranks: list[Rank] = []  # its jobs' ranks, in order; then the jobs and their ids alike
         self.jobs: list[PendingJob] = []
         self.ids: list[int] = []
-        self.times: list[tuple[float, int]] = []  # (submit time, id), earliest first
+        self.times: list[float] = []  # its jobs' submit times (the jobs' own float objects), earliest first
 
     def oldest_submit(self) -> float:
-        return self.times[0][0]
+        return self.times[0]
 
 
 class Backlog:
@@ -69,8 +69,7 @@ class Backlog:
         cls.ranks.insert(i, rank)
         cls.jobs.insert(i, job)
         cls.ids.insert(i, job.id)
-        stamp = (job.submit_time, job.id)
-        cls.times.insert(bisect_left(cls.times, stamp), stamp)
+        cls.times.insert(bisect_left(cls.times, job.submit_time), job.submit_time)
         self._jobs[job.id] = (job, key, rank)
 
     def discard(self, job_id: int) -> None:
@@ -81,7 +80,7 @@ class Backlog:
         cls = self._classes[key]
         i = bisect_left(cls.ranks, rank)
         del cls.ranks[i], cls.jobs[i], cls.ids[i]
-        del cls.times[bisect_left(cls.times, (job.submit_time, job_id))]
+        del cls.times[bisect_left(cls.times, job.submit_time)]  # one of the equal times: all alike
         if not cls.ranks:
             del self._classes[key]
 
