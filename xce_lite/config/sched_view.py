@@ -8,7 +8,7 @@ checks, `xce why` and the simulator, so all of them see a job, a queue and a hos
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from dataclasses import dataclass, replace
 
@@ -95,11 +95,17 @@ class HostsNow:
             for alloc in holding.allocs:
                 if alloc.host in allocs:  # else a host removed from the config while a job still held it
                     allocs[alloc.host].append(alloc)
+        return self.of(totals, states, {name: tuple(mine) for name, mine in allocs.items()})
+
+    def of(self, totals: tuple[HostView, ...], states: dict[str, str],
+           allocs: Mapping[str, tuple[HostAlloc, ...]]) -> tuple[HostView, ...]:
+        """The same from the allocations already grouped by host (controller/active.py keeps them:
+        the same tuple object for a host nothing changed on makes its test an identity test)."""
         views = []
         for host in totals:
-            state, mine = states.get(host.name, "unreachable"), tuple(allocs[host.name])
+            state, mine = states.get(host.name, "unreachable"), allocs.get(host.name, ())
             last = self._last.get(host.name)
-            if last is not None and last[0] is host and last[1] == state and last[2] == mine:
+            if last is not None and last[0] is host and last[1] == state and (last[2] is mine or last[2] == mine):
                 views.append(last[3])
                 continue
             view = host_now(host, state, mine)
@@ -124,7 +130,13 @@ def host_now(total: HostView, state: str, allocs: Iterable[HostAlloc]) -> HostVi
 
 
 def shared_free(config: ClusterConfig, holdings: Iterable[Holding]) -> FrozenMap:
-    free = dict(config.shared)
+    """The cluster's shared counters less what `holdings` hold."""
+    return less_shared(config.shared, holdings)
+
+
+def less_shared(shared: Mapping[str, float], holdings: Iterable[Holding]) -> FrozenMap:
+    """`shared` less what `holdings` hold, subtracted in their order."""
+    free = dict(shared)
     for holding in holdings:
         for name, amount in holding.shared.items():
             free[name] = free.get(name, 0) - amount

@@ -57,7 +57,7 @@ from xce_lite.api.server import ApiServer
 from xce_lite.config.cluster import ClusterConfig, HostConfig
 from xce_lite.config.merge import Effective, Profile
 from xce_lite.config.profiles import load_cluster
-from xce_lite.config.sched_view import Holding, HostsNow, pending_job, shared_free
+from xce_lite.config.sched_view import Holding, HostsNow, pending_job
 from xce_lite.controller.dispatching import Dispatching
 from xce_lite.controller.faults import Faults
 from xce_lite.controller.gating import Workflows
@@ -77,7 +77,7 @@ from xce_lite.controller.sched_worker import PendingSet
 from xce_lite.controller.seams import Seams, WakingQueue, real_host_factory
 from xce_lite.controller.shared import SharedWork, socket_mode
 from xce_lite.controller.task_launches import TaskLaunches
-from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
+from xce_lite.controller.unitwork import NEW, RUNNING, SENT, Active, UnitWork
 from xce_lite.exec.host import HostEvent
 from xce_lite.exec.link import HostLink
 from xce_lite.home.paths import PRIVATE_UMASK, Home
@@ -357,10 +357,12 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
         still run hold anything (they drain: stopped, holding their resources until they end)."""
-        return self._hosts_view(self.host_totals, self._scheduler_states(), self._holdings(closing))
+        draining = ((d.job_id, d.alloc) for d in self._draining.values())
+        allocs = self._active.allocs_by_host(closing, _still_runs, draining)  # kept as jobs come and go
+        return self._hosts_view.of(self.host_totals, self._scheduler_states(), allocs)
 
     def _shared_free(self, closing: set[int] = frozenset()):
-        return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])
+        return self._active.shared_free(self.config.shared, closing)
 
     def _schedule(self, hosts: tuple[HostView, ...], shared, now: float,
                   closing: set[int] = frozenset()) -> Decisions | None:
@@ -369,8 +371,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         limits, fair share's running slots; fair share still counts their use)."""
         try:
             with self._mu:  # the pending set's changes are taken under the lock; the wait is not
-                running = tuple((j.queue, j.user, j.holding.tasks) for j in self._active.values()
-                                if j.id not in closing)
+                running = self._active.running(closing)  # summed per (queue, user), kept as jobs come and go
                 base = Snapshot(hosts, (), self.queue_policies, shared, running, now,
                                 self.config.controller.reserve_after, **self._project_inputs(now, closing))
                 sent = time.monotonic()  # metrics:
@@ -388,6 +389,11 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
     def _forget_reason(self, job_id: int) -> None:
         self._reasons.pop(job_id, None)
         self._stored_reasons.pop(job_id, None)
+
+
+def _still_runs(job: Active, index: int) -> bool:
+    """Of a job ending in this tick, whether its unit `index` may still run (it holds its share)."""
+    return job.status[index] in (SENT, RUNNING)
 
 
 def _connection(host: HostConfig) -> tuple:

@@ -66,10 +66,9 @@ class Dispatching:
         second, so a busy queue costs no write per job per tick (the API reads the live ones)."""
         with self._mu:
             if decisions is not None:
-                for reason, ids in decisions.waiting:
-                    for job_id in ids:
-                        if job_id in self._pending:
-                            self._reasons[job_id] = reason
+                for reason, ids in decisions.waiting:  # whole groups at C speed: a backlog has 10,000s
+                    gone = self._pending.missing(ids)  # killed or held while the scheduler thought
+                    self._reasons.update(dict.fromkeys(ids if not gone else [i for i in ids if i not in gone], reason))
             if now - self._reasons_flushed_at < 1.0:
                 return {}
             self._reasons_flushed_at = now

@@ -8,7 +8,9 @@ rule at once.
   to (job, index), results exactly for the ENDED units; no unit both active and draining;
 - no host has more of any resource reserved (active and draining units together) than it has,
   and no GPU is given twice;
-- a job someone killed is never pending or held again.
+- a job someone killed is never pending or held again;
+- the active jobs' index (active.py: allocations per host, tasks per queue and user, shared
+  counters) equals its computation from scratch.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def problems(view: Any) -> list[str]:
         if job_id not in view._active:
             found.append(f"unit {where} is indexed to job {job_id}, which is not active")
     found.extend(_over_allocated(view))
+    found.extend(view._active.problems())  # what sessions read of the active jobs, kept as they change
     return found
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
+from xce_lite.sched.backlog import Backlog
 from xce_lite.sched.core import Decisions, PendingJob, SessionCache, Snapshot, schedule
 
 # The pending set's checksum: (count, sum of id * _MIX mod 2**61), kept incrementally on both sides.
@@ -76,6 +77,10 @@ class PendingSet:
     def values(self) -> Iterable[PendingJob]:
         return self._jobs.values()
 
+    def missing(self, ids: Iterable[int]) -> set[int]:
+        """Those of `ids` not in the set (a set operation: no Python step per id)."""
+        return set(ids).difference(self._jobs)
+
     def take_changes(self, full: bool) -> tuple[tuple[PendingJob, ...], tuple[int, ...], tuple[int, int]]:
         """(added, removed, checksum) since the last call; everything as added when `full`."""
         added = tuple(self._jobs.values()) if full else tuple(self._added.values())
@@ -97,6 +102,7 @@ class _Session:
 def _serve(conn) -> None:
     """The worker's loop: apply the changes, check the set, schedule, reply. Ends on None or EOF."""
     jobs: dict[int, PendingJob] = {}
+    backlog = Backlog()  # the same jobs by class (sched/backlog.py): a session costs what can change
     count = total = 0  # the checksum of `jobs`, kept as they change
     cache = SessionCache()  # kept through full resends too: it holds what hosts are, no job
     while True:
@@ -108,27 +114,32 @@ def _serve(conn) -> None:
             return
         if session.full:
             jobs, count, total = {}, 0, 0
+            backlog.clear()
+            backlog.rank_by({q.name: q.priority for q in session.base.queues})  # before the adds: ranked once
         for job_id in session.removed:
             if jobs.pop(job_id, None) is not None:
                 count, total = count - 1, (total - job_id * _MIX) & _MASK
+                backlog.discard(job_id)
         for job in session.added:
             if job.id not in jobs:
                 count, total = count + 1, (total + job.id * _MIX) & _MASK
             jobs[job.id] = job
+            backlog.add(job)
         if (count, total) != session.checksum:
             conn.send(None)  # out of step: ask for everything
             continue
-        conn.send(_schedule_without_gc(replace(session.base, jobs=tuple(jobs.values())), session.budget, cache))
+        conn.send(_schedule_without_gc(replace(session.base, jobs=tuple(jobs.values())), session.budget, cache,
+                                       backlog))
 
 
-def _schedule_without_gc(snapshot: Snapshot, budget: int, cache: SessionCache) -> Decisions:
+def _schedule_without_gc(snapshot: Snapshot, budget: int, cache: SessionCache, backlog: Backlog) -> Decisions:
     """A session allocates many small objects and frees them by reference counting alone (it makes
     no cycles), so the cycle collector's passes over this process's heap (10,000s of pending jobs)
     would find nothing: paused for the call. Here, not in the core: the core stays a pure function
     with no effect on the interpreter."""
     gc.disable()
     try:
-        return schedule(snapshot, budget, cache=cache)
+        return schedule(snapshot, budget, cache=cache, backlog=backlog)
     finally:
         gc.enable()
 
@@ -205,16 +216,27 @@ class InlineScheduler:
 
     def __init__(self) -> None:
         self._cache = SessionCache()
+        self._backlog = Backlog()  # fed with the set's changes, as the worker's is
+        self._full = True
         self._session: Snapshot | None = None
         self._budget = 0
 
     def send(self, pending: PendingSet, base: Snapshot, budget: int) -> None:
-        pending.take_changes(False)  # the set is read whole: its changes are of no use here
+        added, removed, _checksum = pending.take_changes(self._full)
+        if self._full:
+            self._backlog.clear()
+            self._backlog.rank_by({q.name: q.priority for q in base.queues})  # before the adds: ranked once
+            self._full = False
+        for job_id in removed:
+            self._backlog.discard(job_id)
+        for job in added:
+            self._backlog.add(job)
         self._session, self._budget = replace(base, jobs=tuple(pending.values())), budget
 
     def receive(self) -> Decisions | None:
         session, self._session = self._session, None
-        return None if session is None else schedule(session, self._budget, cache=self._cache)
+        return None if session is None else schedule(session, self._budget, cache=self._cache,
+                                                     backlog=self._backlog)
 
     def close(self) -> None:
         pass

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from xce_lite import errors
 from xce_lite.config.sched_view import Holding
+from xce_lite.controller.active import ActiveJobs
 from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
 from xce_lite.controller.jobunits import Expected, launch_requests, reconcile
 from xce_lite.controller.kills import on_lost
@@ -92,7 +93,7 @@ class UnitWork:
         self._down_why: dict[str, str] = {}  # host -> why it is out of reach (the link's last word)
         self._lost_hosts: set[str] = set()  # out of reach past the grace: their jobs were handled
         self._probes: dict = {}  # host -> its last HostProbe
-        self._active: dict[int, Active] = {}
+        self._active: ActiveJobs = ActiveJobs()  # a dict that keeps what sessions read of it (active.py)
         self._by_unit: dict[str, tuple[int, int]] = {}  # unit -> (job id, index)
         self._draining: dict[str, Draining] = {}
         self._to_launch: list[str] = []  # units to send to their hosts

@@ -35,6 +35,10 @@ again only the hosts whose free amounts changed: a session costs what changed, n
 A cache never changes a decision: the same snapshot gives the same decisions, byte for byte, with
 a cache or without, warm or cold (the tests compare them after random changes).
 
+A backlog (`schedule(..., backlog=)`, backlog.py): the same pending jobs grouped by class, kept by
+the caller from one call to the next, so a session over a large backlog gives a class's waiting
+jobs their common reason at once instead of examining each; the same decisions, byte for byte.
+
 Observing (the simulator's trace): `schedule(..., observe=f)` calls `f(Examined(...))` for every job
 it examines, in order, with what it found: the plan, the search's full `Refusal` (per-host reasons
 and the hosts with room), the job whose identical request proved unsatisfiable earlier this session
@@ -47,6 +51,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from xce_lite.sched.backlog import Backlog
 from xce_lite.sched.fairshare import FairShareInput, Ordering
 from xce_lite.sched.fit import taken
 from xce_lite.sched.placement import HostView, JobRequest
@@ -95,7 +100,9 @@ class Snapshot:
     jobs: tuple[PendingJob, ...]  # PEND jobs only; held ones are not candidates
     queues: tuple[QueuePolicy, ...]  # a job of a queue not listed gets priority 0 and no limits
     shared_free: FrozenMap = NOTHING  # cluster-wide counters (licenses) still free
-    running: tuple[tuple[str, str, int], ...] = ()  # (queue, user, slots) held by dispatched jobs
+    # (queue, user, slots) held by dispatched jobs: one per job, or summed per queue and user (the
+    # controller's index keeps the sums: controller/active.py); the core only adds them up.
+    running: tuple[tuple[str, str, int], ...] = ()
     now: float = 0.0  # time is an argument: the starvation guard compares it with submit times
     reserve_after: float = 0.0  # seconds; 0: no reservations
     # Projects and their limits (sched/projects.py); None or open mode: no project limits. And what
@@ -178,15 +185,17 @@ class Decisions:
         return tuple((job_id, reason) for reason, ids in self.waiting for job_id in ids)
 
 
-def schedule(snapshot: Snapshot, budget: int = 1_000_000,
-             observe: Callable[[Examined], None] | None = None, cache: SessionCache | None = None) -> Decisions:
+def schedule(snapshot: Snapshot, budget: int = 1_000_000, observe: Callable[[Examined], None] | None = None,
+             cache: SessionCache | None = None, backlog: Backlog | None = None) -> Decisions:
     """Decide which pending jobs start now and why the others wait.
 
     `budget` bounds the jobs examined in this session; the rest keep their previous reasons and
     `complete` says so, so a huge backlog can never stall the controller's tick. `observe`, if
     given, is told what was found for each job examined (module docstring); it cannot change a
     decision. `cache`, if given, carries what this call reads from the last call that had it to
-    the next (module docstring, Carrying over); it cannot change a decision either.
+    the next (module docstring, Carrying over); it cannot change a decision either. `backlog`, if
+    given, holds the same jobs as `snapshot.jobs`, by class (backlog.py), so that a class's jobs
+    that all wait for one reason are given it at once; it cannot change a decision either.
     """
     queues = {q.name: q for q in snapshot.queues}
     no_policy = QueuePolicy("", priority=0)
@@ -197,9 +206,9 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
     ordering = None
     if snapshot.fairshare is not None and snapshot.fairshare.queues:
         ordering = Ordering(snapshot.jobs, lambda q: queues.get(q, no_policy).priority, snapshot.fairshare)
-        order: Iterable[PendingJob] = ordering
-    else:  # Timsort: the controller sends jobs in id order, so this is close to linear.
-        order = sorted(snapshot.jobs, key=rank)
+        order: Iterable[PendingJob] | None = ordering
+    else:  # Timsort: the controller sends jobs in id order, so this is close to linear (a backlog needs none).
+        order = None
     usage = Usage(snapshot.projects, snapshot.project_held) \
         if snapshot.projects is not None and not snapshot.projects.open else None
     queue_used: dict[str, int] = {}
@@ -225,11 +234,12 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
     dispatches: list[Dispatch] = []
     waiting: dict[str, list[int]] = {}
     holder: PendingJob | None = None  # the job holding a reservation, once one does
-    complete = True
-    for examined, job in enumerate(order):
-        if examined >= budget:
-            complete = False
-            break
+    kind = ""  # the last job's outcome (see Examined.kind)
+    changes = 0  # dispatches and reservations so far: what may change a later job's outcome
+
+    def examine(job: PendingJob) -> str | None:
+        """One job: None if it is dispatched, else why it waits (and it is added to `waiting`)."""
+        nonlocal holder, kind, changes
         policy = queues.get(job.queue, no_policy)
         request = job.request
         reason: str | None
@@ -253,10 +263,11 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
                 amounts = held(result) if usage is not None and not isinstance(result, Refusal) else None
                 over = usage.over(job.project, amounts) if usage is not None and amounts is not None else None
                 if over is not None:  # the placement itself passes a project limit (per-host amounts)
+                    kind = LIMITED
                     if observe is not None:
                         observe(Examined(job.id, LIMITED, request, over))
                     waiting.setdefault(over, []).append(job.id)
-                    continue
+                    return over
                 if not isinstance(result, Refusal):
                     if usage is not None and amounts is not None:
                         usage.add(job.project, amounts)
@@ -267,10 +278,11 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
                     queue_used[job.queue] = queue_used.get(job.queue, 0) + result.tasks
                     user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + result.tasks
                     dispatches.append(Dispatch(job.id, result, job.profile_hash))
+                    kind, changes = DISPATCHED, changes + 1
                     if observe is not None:
                         provers.clear()
                         observe(Examined(job.id, DISPATCHED, request, outcome=result))
-                    continue
+                    return None
                 reason = refused[shape] = _summary(result, shape, summaries)
                 kind = REFUSED
                 if observe is not None:
@@ -278,6 +290,7 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
             if snapshot.reserve_after > 0 and snapshot.now - job.submit_time >= snapshot.reserve_after:
                 holder = job
                 reserved = True
+                changes += 1
                 reason += "; it has waited long enough to hold a reservation: later jobs wait for it"
             if observe is not None:
                 observe(Examined(job.id, kind, request, reason, result,
@@ -285,6 +298,25 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000,
         elif observe is not None:
             observe(Examined(job.id, kind, request, reason))
         waiting.setdefault(reason, []).append(job.id)
+        return reason
+
+    def may_reserve(oldest: Callable[[], float]) -> bool:
+        """Whether a job of the class of the last job examined (`oldest()`: the class's earliest
+        submit time), waiting as it does, could come to hold a reservation."""
+        return kind in (REFUSED, KNOWN_UNSAT) and snapshot.reserve_after > 0 \
+            and snapshot.now - oldest() >= snapshot.reserve_after
+
+    complete = True
+    if backlog is not None and ordering is None and observe is None and len(backlog) == len(snapshot.jobs) \
+            and len(snapshot.jobs) <= budget:  # (fair share orders jobs as it goes; observing wants each)
+        backlog.rank_by({q.name: q.priority for q in snapshot.queues})
+        backlog.walk(examine, lambda: changes, waiting, may_reserve, lambda: kind == BLOCKED)
+    else:
+        for examined, job in enumerate(order if order is not None else sorted(snapshot.jobs, key=rank)):
+            if examined >= budget:
+                complete = False
+                break
+            examine(job)
     if cache is not None:
         cache.end()
     return Decisions(tuple(dispatches), tuple((r, tuple(ids)) for r, ids in waiting.items()), complete)
