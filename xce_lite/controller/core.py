@@ -51,11 +51,12 @@ import queue
 import sys
 import threading
 import time
+from typing import Any
 
 from xce_lite import errors
 from xce_lite.api.server import ApiServer
 from xce_lite.config.cluster import ClusterConfig, HostConfig
-from xce_lite.config.merge import Effective, Profile
+from xce_lite.config.merge import Effective
 from xce_lite.config.profiles import load_cluster
 from xce_lite.config.sched_view import Holding, HostsNow, pending_job, shared_free
 from xce_lite.controller.dispatching import Dispatching
@@ -73,13 +74,12 @@ from xce_lite.controller.projects import ProjectWork
 from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.pools import PoolWork
 from xce_lite.controller.retention import Retention
-from xce_lite.controller.sched_worker import PendingSet
 from xce_lite.controller.seams import Seams, WakingQueue, real_host_factory
+from xce_lite.controller.state import ControllerState
 from xce_lite.controller.shared import SharedWork, socket_mode
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
 from xce_lite.exec.host import HostEvent
-from xce_lite.exec.link import HostLink
 from xce_lite.home.paths import PRIVATE_UMASK, Home
 from xce_lite.models import DISP, PEND, PSUSP, JobSpec
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
@@ -89,18 +89,59 @@ from xce_lite.store.jobs import JobStore, TickWrites
 LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
 
 
+def _shared(name: str) -> Any:
+    """Transitional (issue 15): `Controller._x` is the shared state's `x` for the mixins left."""
+    return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
+
+
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching,
                  Faults, MetricsHandlers, ProjectWork, PoolWork, SharedWork):  # metrics: its routes
+    # Transitional: the mixins not yet made parts read the shared state under their old names.
+    config = _shared("config")
+    profiles = _shared("profiles")
+    host_totals = _shared("host_totals")
+    addresses = _shared("addresses")
+    queue_policies = _shared("queue_policies")
+    permission_policy = _shared("permission_policy")
+    project_view = _shared("project_view")
+    _mu = _shared("mu")
+    _wake = _shared("wake")
+    _active = _shared("active")
+    _by_unit = _shared("by_unit")
+    _draining = _shared("draining")
+    _links = _shared("links")
+    _hosts = _shared("hosts")
+    _host_state = _shared("host_state")
+    _generation = _shared("generation")
+    _down_since = _shared("down_since")
+    _down_why = _shared("down_why")
+    _lost_hosts = _shared("lost_hosts")
+    _probes = _shared("probes")
+    _pending = _shared("pending")
+    _held = _shared("held")
+    _attempts = _shared("attempts")
+    _retries = _shared("retries")
+    _reasons = _shared("reasons")
+    _stored_reasons = _shared("stored_reasons")
+    _unrecorded = _shared("unrecorded")
+    _unrecorded_started = _shared("unrecorded_started")
+    _unrecorded_requeues = _shared("unrecorded_requeues")
+    _host_hook_events = _shared("host_hook_events")
+    _dirty = _shared("dirty")
+    _gate_dirty = _shared("gate_dirty")
+
+    @property
+    def cluster(self) -> str:
+        return self.state.config.cluster
+
     def __init__(self, home: Home, log=None, seams: Seams | None = None):
         """`seams`: the clock, store, hosts and scheduler to use (seams.py); None: the real ones."""
         self.home = home
         self.log = log or _log
         self.seams = seams = seams or Seams()
         self._clock = seams.clock
-        self.config: ClusterConfig
-        self.profiles: dict[str, Profile]  # application profiles by name (profiles.py)
         config, profiles = load_cluster(home.config)
-        self.cluster = config.cluster
+        self.state = ControllerState(config, profiles)  # what the parts share in memory (state.py)
         home.spool.mkdir(mode=0o700, exist_ok=True)
         self.store = seams.store if seams.store is not None else JobStore(home.store)
         try:
@@ -111,8 +152,6 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._use_config(config, profiles)
         self.started_at = self._clock.time()
         self.metrics = Registry()  # metrics: counters and durations for /metrics
-        self._mu = threading.RLock()
-        self._wake = threading.Event()
         self._stopping = threading.Event()
         self._finished = threading.Condition(self._mu)
         self._events: queue.Queue[HostEvent] = WakingQueue(self._wake)
@@ -126,16 +165,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._init_workflows()
         self._init_projects()
         self._init_pools()
-        self._links: dict[str, HostLink] = {}
-        self._pending = PendingSet()
         self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed
-        self._held: dict[int, str] = {}  # PSUSP job id -> user
-        self._attempts: dict[int, int] = {}  # pending job id -> its last attempt, if it ran before
-        self._retries: dict[int, int] = {}  # job id -> its retries so far, from a plan to its dispatch
-        self._reasons: dict[int, str | None] = {}  # live pend reasons (the API shows these)
-        self._stored_reasons: dict[int, str | None] = {}  # what the store holds
         self._reasons_flushed_at = 0.0
-        self._dirty = True  # something changed since the last scheduling session
         self._scheduler = seams.scheduler_factory()
         self._server: ApiServer | None = None
         self._retention = Retention(self.log, self._wake.set)  # step 8 of the tick

@@ -20,91 +20,30 @@ from __future__ import annotations
 
 import queue
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 from xce_lite import errors
 from xce_lite.config.sched_view import Holding
 from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
 from xce_lite.controller.jobunits import Expected, launch_requests, reconcile
 from xce_lite.controller.kills import on_lost
+from xce_lite.controller.state import ENDED, NEW, RUNNING, SENT, Active, Draining
 from xce_lite.exec.host import JobResult, LaunchRequested, TaskFinished, UnitFinished, UnitsLaunched
 from xce_lite.exec.link import HostDown, HostUp
 from xce_lite.models import DISP, EXIT, RUN
 from xce_lite.quantities import format_duration
 from xce_lite.sched.core import HOST_OK
-from xce_lite.sched.reasons import HostAlloc
 from xce_lite.store.jobs import Finish, Requeue
 
-NEW, SENT, RUNNING, ENDED = "new", "sent", "running", "ended"
 UNREACH = "unreachable"
-
-
-@dataclass
-class Active:
-    """A job that holds resources on hosts: DISP or RUN (or suspended), with its units."""
-
-    id: int
-    user: str
-    queue: str
-    state: str
-    attempt: int
-    holding: Holding
-    units: tuple[str, ...]  # one per host of holding.allocs, first host first
-    status: list[str]  # per unit: NEW, SENT, RUNNING, ENDED
-    results: dict[int, JobResult] = field(default_factory=dict)  # of the units that ENDED
-    ending: bool = False  # its finish or requeue is on its way to the store
-    array_id: int | None = None  # an array's element
-    retry: int = 0  # --retry: a failed attempt is requeued while retries < retry
-    retry_on: tuple[int, ...] | None = None  # only for these exit codes (None: any failure)
-    retries: int = 0
-    killed: str | None = None  # the kill's reason once someone killed it: never retried nor requeued (kills.py)
-    project: str | None = None  # its project (limits, fair share by project)
-    since: float = 0.0  # when it was dispatched or started: fair share counts its time from then
-
-    @property
-    def hosts(self) -> tuple[tuple[str, int], ...]:
-        return self.holding.hosts
-
-    def host_of(self, index: int) -> str:
-        return self.holding.allocs[index].host
-
-
-@dataclass(frozen=True)
-class Draining:
-    """A unit of a job that ended or was requeued, asked to stop, still holding `alloc`."""
-
-    job_id: int
-    alloc: HostAlloc
-
-    @property
-    def host(self) -> str:
-        return self.alloc.host
 
 
 class UnitWork:
     """See the module docstring. Expects the controller's attributes (store, config, _mu, ...)."""
 
     def _init_units(self) -> None:
-        self._hosts: dict = {}  # host name -> its connected Host
-        self._host_state: dict[str, str] = {}  # "ok" or "unreachable" (what the scheduler reads)
-        self._generation: dict[str, int] = {}  # host -> the link generation of its HostUp
-        self._down_since: dict[str, float] = {}  # host -> since when it is out of reach
-        self._down_why: dict[str, str] = {}  # host -> why it is out of reach (the link's last word)
-        self._lost_hosts: set[str] = set()  # out of reach past the grace: their jobs were handled
-        self._probes: dict = {}  # host -> its last HostProbe
-        self._active: dict[int, Active] = {}
-        self._by_unit: dict[str, tuple[int, int]] = {}  # unit -> (job id, index)
-        self._draining: dict[str, Draining] = {}
         self._to_launch: list[str] = []  # units to send to their hosts
         self._stops: list[tuple[str, str, str]] = []  # (host, unit, reason) to signal TERM
         self._forgets: dict[str, list[str]] = defaultdict(list)  # host -> units it may drop
-        # Learned since the last commit, stored by the next tick.
-        self._unrecorded: list[tuple[Finish, str]] = []  # (finish, event kind)
-        self._unrecorded_started: list[tuple[int, float]] = []
-        self._unrecorded_requeues: list[Requeue] = []
-        # (job id, kind, data) of units that ended after their job: stored by the tick's commit,
-        # before `_act` lets their hosts forget them
-        self._host_hook_events: list[tuple[int, str, dict]] = []
 
     def _add_active(self, job: Active) -> None:
         self._active[job.id] = job
