@@ -76,7 +76,7 @@ from xce_lite.controller.pools import PoolWork
 from xce_lite.controller.retention import Retention
 from xce_lite.controller.seams import Seams, WakingQueue, real_host_factory
 from xce_lite.controller.state import ControllerState
-from xce_lite.controller.shared import SharedWork, socket_mode
+from xce_lite.controller.shared import Access, socket_mode
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
 from xce_lite.exec.host import HostEvent
@@ -95,7 +95,7 @@ def _shared(name: str) -> Any:
 
 
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching,
-                 Faults, MetricsHandlers, ProjectWork, PoolWork, SharedWork):  # metrics: its routes
+                 Faults, MetricsHandlers, ProjectWork, PoolWork):  # metrics: its routes
     # Transitional: the mixins not yet made parts read the shared state under their old names.
     config = _shared("config")
     profiles = _shared("profiles")
@@ -156,6 +156,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._finished = threading.Condition(self._mu)
         self._events: queue.Queue[HostEvent] = WakingQueue(self._wake)
         self._init_units()
+        self.access = Access(self.state, self.store, lambda refs: self._expand_refs(refs))  # shared.py
         self._init_faults()
         self._hostops = seams.hostops_factory(self._events)  # signals run on a worker per host, never on the tick
         self.kills = KillMarks(self._hostops, self._clock, self.trouble, self._mu, self._wake.set,

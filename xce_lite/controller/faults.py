@@ -81,7 +81,7 @@ class Faults:
     def _scheduler_states(self) -> dict[str, str]:
         """Host states as the scheduler reads them: a host in trouble takes no new work, nor one a
         shared cluster refuses (shared.py). Holds _mu."""
-        refused = self._refused_hosts()
+        refused = self.access.refused_hosts()
         if not self.trouble and not refused:
             return self._host_state
         return {**self._host_state, **{name: "unreachable" for name in self.trouble},

@@ -12,16 +12,20 @@ still holding what it held until its host says it ended, is `Draining`.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from xce_lite.config.cluster import ClusterConfig
 from xce_lite.config.merge import Profile
-from xce_lite.config.sched_view import Holding
+from xce_lite.config.sched_view import Holding, host_totals, queue_policies
+from xce_lite.controller import permissions
 from xce_lite.controller.sched_worker import PendingSet
 from xce_lite.exec.host import JobResult
+from xce_lite.sched.core import QueuePolicy
 from xce_lite.sched.placement import HostView
+from xce_lite.sched.projects import Projects
 from xce_lite.sched.reasons import HostAlloc
 from xce_lite.store.jobs import Finish, Requeue
 
@@ -75,14 +79,14 @@ class ControllerState:
     """See the module docstring. The configuration's fields are replaced together by
     `Controller._use_config` (a reconfig), holding `mu`."""
 
-    # the configuration in use, and what is derived from it
+    # the configuration in use, and what is derived from it (`use`)
     config: ClusterConfig
     profiles: dict[str, Profile]  # application profiles by name (profiles.py)
-    host_totals: tuple[HostView, ...] = ()  # each host's totals (pool hosts included: pool_views.py)
-    addresses: dict[str, str] = field(default_factory=dict)  # how a hostfile names a host
-    queue_policies: tuple[Any, ...] = ()  # sched_view.queue_policies (a pool stands for its hosts)
-    permission_policy: Any = None  # permissions.Policy: who may act on which job (shared.py)
-    project_view: Any = None  # sched/projects.ProjectView: projects, defaults and limits
+    host_totals: tuple[HostView, ...] = field(init=False)  # each host's totals (pool hosts too: pool_views.py)
+    addresses: dict[str, str] = field(init=False)  # how a hostfile names a host
+    queue_policies: tuple[QueuePolicy, ...] = field(init=False)  # a pool stands for its hosts (pool_views.py)
+    permission_policy: permissions.Policy = field(init=False)  # who may act on which job (shared.py)
+    project_view: Projects = field(init=False)  # projects, defaults and limits (sched/projects.py)
     # the lock of everything here, and the tick's wake-up
     mu: threading.RLock = field(default_factory=threading.RLock)
     wake: threading.Event = field(default_factory=threading.Event)
@@ -116,6 +120,19 @@ class ControllerState:
     dirty: bool = True  # something changed since the last scheduling session
     gate_dirty: bool = True  # a state changed since the gate last decided (gating.py)
 
+    def __post_init__(self) -> None:
+        self.use(self.config, self.profiles)
+
     @property
     def cluster(self) -> str:
         return self.config.cluster
+
+    def use(self, config: ClusterConfig, profiles: dict[str, Profile]) -> None:
+        """Make `config` the one in use, with what is derived from it (holding `mu` once the
+        controller runs). The pools' hosts are added to it by pool_views.py."""
+        self.config, self.profiles = config, profiles
+        self.host_totals = host_totals(config)
+        self.addresses = {h.name: h.address for h in config.hosts if h.address}
+        self.queue_policies = queue_policies(config)
+        self.permission_policy = permissions.policy_of(config, os.geteuid())
+        self.project_view = config.project_view()

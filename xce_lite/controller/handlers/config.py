@@ -30,8 +30,7 @@ from xce_lite.config.merge import Profile
 from xce_lite.config.merge_view import describe_profile
 from xce_lite.config.presets import PresetDir
 from xce_lite.config.profiles import applications_path, load_cluster
-from xce_lite.config.sched_view import host_totals, queue_policies
-from xce_lite.controller.shared import mode_change_problem, policy_of, shared_problem
+from xce_lite.controller.shared import mode_change_problem, shared_problem
 from xce_lite.models import PEND
 
 
@@ -58,12 +57,7 @@ class ConfigHandlers:
     def _use_config(self, config: ClusterConfig, profiles: dict[str, Profile]) -> None:
         """Make `config` the one in use, with all that is derived from it (the caller holds _mu once
         the controller runs)."""
-        self.config, self.profiles = config, profiles
-        self.host_totals = host_totals(config)
-        self.addresses = {h.name: h.address for h in config.hosts if h.address}  # how a hostfile names hosts
-        self.queue_policies = queue_policies(config)
-        self.permission_policy = policy_of(config, os.geteuid())  # shared.py: who may act on which job
-        self.project_view = config.project_view()  # projects, defaults and limits (sched/projects.py)
+        self.state.use(config, profiles)  # state.py: totals, addresses, policies, projects
         self._last_fair = None  # fair share as the last session saw it: none yet under this configuration
         self._refresh_pool_views(time.time())  # pools.py: the pools' hosts, which come and go
         if not hasattr(self, "_presets"):

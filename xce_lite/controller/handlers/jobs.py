@@ -32,7 +32,8 @@ class ApiHandlers:
     def routes(self) -> dict:
         """Every route behind the permission rules (shared.py: who may act on which job, what others
         see of a job) and the store's refusal."""
-        return {route: _store_refusal(self._permitted(route, handler)) for route, handler in self._routes().items()}
+        return {route: _store_refusal(self.access.permitted(route, handler))
+                for route, handler in self._routes().items()}
 
     def _routes(self) -> dict:
         return {
@@ -133,7 +134,7 @@ class ApiHandlers:
         for option, path in (("-o", spec.stdout), ("-e", spec.stderr)):
             if path is not None and not os.path.isdir(os.path.dirname(path) or "/"):
                 raise errors.SpecError(f"{option} {path}: its directory does not exist; create it first")
-        return self._as_submitter(spec, queue_name, caller), queue_name  # shared.py: queue ACL, run as whom
+        return self.access.as_submitter(spec, queue_name, caller), queue_name  # shared.py: queue ACL, run as whom
 
     def _why_never(self, request: JobRequest) -> str | None:
         """`why_never` on the cluster's totals, memoised by request shape while those totals are the
@@ -217,9 +218,9 @@ class ApiHandlers:
         missing = [i for i in ids if i not in jobs]
         if missing:
             raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
-        foreign = [i for i in ids if not caller.is_admin and not self._may_act(caller, jobs[i])]
+        foreign = [i for i in ids if not caller.is_admin and not self.access.may_act(caller, jobs[i])]
         if foreign:  # the route table checked the action already (shared.py); this is the last guard
-            raise errors.TransitionError(self._act_refusal(caller, jobs[foreign[0]], "act on"))
+            raise errors.TransitionError(self.access.act_refusal(caller, jobs[foreign[0]], "act on"))
         return [jobs[i] for i in ids]
 
     def api_kill(self, caller: Caller, query: dict, body: Any) -> dict:
@@ -365,7 +366,7 @@ class ApiHandlers:
                     running[host] += 1
             probes, since, why = dict(self._probes), dict(self._down_since), dict(self._down_why)
             lost, trouble, states = set(self._lost_hosts), self.trouble.copy(), dict(self._host_state)
-            refused = self._refused_hosts()  # shared.py: cannot run jobs as their users
+            refused = self.access.refused_hosts()  # shared.py: cannot run jobs as their users
         pools = self._pools_wire(time.time())
         templates = {p["name"] for p in pools}  # the pools' own entries, never up: see pools.py
         return {"schema": 1, "pools": pools, "hosts": [
