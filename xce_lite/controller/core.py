@@ -70,7 +70,7 @@ from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.kill_marks import KillMarks
 from xce_lite.controller.kills import kill_wins
 from xce_lite.controller.leasework import HostLeases
-from xce_lite.controller.projects import ProjectWork
+from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.pools import PoolWork
 from xce_lite.controller.retention import Retention
@@ -81,7 +81,7 @@ from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
 from xce_lite.exec.host import HostEvent
 from xce_lite.home.paths import PRIVATE_UMASK, Home
-from xce_lite.models import DISP, PEND, PSUSP, JobSpec
+from xce_lite.models import DISP, PEND, PSUSP, Job, JobSpec
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
 from xce_lite.sched.placement import HostView
 from xce_lite.store.jobs import JobStore, TickWrites
@@ -95,7 +95,7 @@ def _shared(name: str) -> Any:
 
 
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching,
-                 Faults, MetricsHandlers, ProjectWork, PoolWork):  # metrics: its routes
+                 Faults, MetricsHandlers, PoolWork):  # metrics: its routes
     # Transitional: the mixins not yet made parts read the shared state under their old names.
     config = _shared("config")
     profiles = _shared("profiles")
@@ -164,7 +164,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.config.controller)
         self._init_launches()
         self._init_workflows()
-        self._init_projects()
+        self.projects = ProjectShares(self.state, self.store, self._clock, self.log,
+                                      lambda moves, verb, why: self._move_pending(moves, verb, why))
         self._init_pools()
         self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed
         self._reasons_flushed_at = 0.0
@@ -179,7 +180,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         """Run until stopped: load, start the host links, serve the API, tick."""
         try:
             self._load()
-            self._hold_outside_projects(self.store.unfinished())  # the configuration may have changed while stopped
+            self.projects.hold_outside(self.store.unfinished())  # the configuration may have changed while stopped
             for host_config in self.config.hosts:
                 self._start_link(host_config)
             self._settle_local_hosts()
@@ -382,6 +383,10 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
         self.metrics.observe("tick", time.monotonic() - began)  # metrics:
 
+    def _hold_outside_projects(self, jobs: list[Job]) -> list[int]:
+        """At a start (serve, the simulator's): pending jobs the configuration put outside their project are held."""
+        return self.projects.hold_outside(jobs)
+
     def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
         """The scheduler's view of a pending job (snapshot.pending_job, which the simulator shares)."""
         return self._with_pool_time(*pending_job(job_id, user, queue, spec, submit_time, self.config, self.profiles))
@@ -400,7 +405,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             with self._mu:  # the pending set's changes are taken under the lock; the wait is not
                 running = tuple((j.queue, j.user, j.holding.tasks) for j in self._active.values())
                 base = Snapshot(hosts, (), self.queue_policies, shared, running, now,
-                                self.config.controller.reserve_after, **self._project_inputs(now))
+                                self.config.controller.reserve_after, **self.projects.inputs(now))
                 sent = time.monotonic()  # metrics:
                 self._scheduler.send(self._pending, base, self.config.controller.sched_budget)
             decisions = self._scheduler.receive()

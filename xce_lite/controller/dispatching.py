@@ -85,7 +85,7 @@ class Dispatching:
         self._count_applied(record, finishing)  # metrics:
         with self._mu:
             for f, _event in finishing:  # the other hosts' post hooks see it as XCE_JOB_REASON
-                self._fairshare_finished(f.job_id, f.start_time, f.end_time)
+                self.projects.finished(f.job_id, f.start_time, f.end_time)
                 self._end_active(f.job_id, f"job {f.job_id} ended {f.state}" + (f": {f.reason}" if f.reason else ""))
                 self._ended_element(f.job_id)
             for r in requeues:

@@ -58,7 +58,6 @@ class ConfigHandlers:
         """Make `config` the one in use, with all that is derived from it (the caller holds _mu once
         the controller runs)."""
         self.state.use(config, profiles)  # state.py: totals, addresses, policies, projects
-        self._last_fair = None  # fair share as the last session saw it: none yet under this configuration
         self._refresh_pool_views(time.time())  # pools.py: the pools' hosts, which come and go
         if not hasattr(self, "_presets"):
             self._presets = PresetDir(self.home.presets)
@@ -94,9 +93,9 @@ class ConfigHandlers:
                 for job in jobs:
                     if job.state == PEND and job.id in self._pending:
                         self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time))
-                self._fair_books(time.time())
+                self.projects.fair_books(time.time())
                 self._dirty = True
-            self._hold_outside_projects(jobs)
+            self.projects.hold_outside(jobs)
             self._hosts_changed(running[0], new[0])
             self._wake.set()
             self.log(f"reconfigured: {len(result.changes)} pending job(s) see new effective values")

@@ -55,7 +55,7 @@ class ApiHandlers:
             **self.config_routes(),
             **self.flow_routes(),
             **self.metrics_routes(),  # metrics:
-            **self.project_routes(),
+            **self.projects.routes(),
         }
 
     def api_status(self, caller: Caller, query: dict, body: Any) -> dict:
@@ -125,7 +125,7 @@ class ApiHandlers:
         project refuses it (projects.py)."""
         spec, queue_name, eff = admit(JobSpec.from_wire(raw), self.config, self.profiles, self.host_totals,
                                       self._why_never)
-        spec = self._project_of(spec, eff, caller)
+        spec = self.projects.project_of(spec, eff, caller)
         self._pool_admit(queue_name, eff)  # pools.py: a -W no allocation of the queue's pools can hold
         if not os.path.isdir(spec.cwd):
             raise errors.SpecError(f"working directory {spec.cwd} does not exist or is not a directory")
@@ -192,7 +192,7 @@ class ApiHandlers:
             if with_effective:
                 job["effective"] = describe(eff) if isinstance(eff, Effective) else []
                 job["effective_problem"] = eff if isinstance(eff, str) else None
-                job["fairshare"] = self.fair_standing(j) if j.state in PENDING_STATES else None
+                job["fairshare"] = self.projects.fair_standing(j) if j.state in PENDING_STATES else None
             wired.append(job)
         with self._mu:
             for job in wired:
@@ -279,7 +279,7 @@ class ApiHandlers:
             refused: list[dict] = []
             movable = [(job, target) for job in jobs if (target := _next_or_refuse(job, event, refused)) is not None]
             if event == "released":  # a job outside its project stays held (projects.py)
-                movable = self._releasable(movable, refused)
+                movable = self.projects.releasable(movable, refused)
             moved = self._move_pending(movable, event, reason)
             if whole:
                 results.append({"id": label, "ok": bool(moved) or not movable,
@@ -416,9 +416,9 @@ class ApiHandlers:
         if not isinstance(eff, Effective):
             return {"id": job.id, "state": job.state, "effective": rows,
                     "summary": f"cannot run as configured now: {eff}", "lines": []}
-        fair = self.fair_standing(job)
+        fair = self.projects.fair_standing(job)
         extra = {"fairshare": fair} if fair is not None else {}
-        limited = self.project_room(job, eff)
+        limited = self.projects.project_room(job, eff)
         if limited is not None:
             return {"id": job.id, "state": job.state, "effective": rows, "summary": limited, "lines": [], **extra}
         request = JobRequest(job.id, eff.min_tasks, eff.max_tasks, eff.resreq)
