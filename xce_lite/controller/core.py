@@ -72,7 +72,8 @@ from xce_lite.controller.kills import kill_wins
 from xce_lite.controller.leasework import HostLeases
 from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.metrics import Registry  # metrics:
-from xce_lite.controller.pools import PoolWork
+from xce_lite.controller.pool_views import PoolViews
+from xce_lite.controller.pools import Pools, load_records
 from xce_lite.controller.retention import Retention
 from xce_lite.controller.seams import Seams, WakingQueue, real_host_factory
 from xce_lite.controller.state import ControllerState
@@ -95,7 +96,7 @@ def _shared(name: str) -> Any:
 
 
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching,
-                 Faults, MetricsHandlers, PoolWork):  # metrics: its routes
+                 Faults, MetricsHandlers):  # metrics: its routes
     # Transitional: the mixins not yet made parts read the shared state under their old names.
     config = _shared("config")
     profiles = _shared("profiles")
@@ -149,6 +150,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         except errors.ConfigError:
             self.store.close()
             raise
+        self.pool_records = load_records(self.store)  # the pools' allocations (pool_views.py, pools.py)
+        self.pool_views = PoolViews(self.state, self.pool_records, self._clock)
         self._use_config(config, profiles)
         self.started_at = self._clock.time()
         self.metrics = Registry()  # metrics: counters and durations for /metrics
@@ -166,7 +169,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._init_workflows()
         self.projects = ProjectShares(self.state, self.store, self._clock, self.log,
                                       lambda moves, verb, why: self._move_pending(moves, verb, why))
-        self._init_pools()
+        self.pools = Pools(self.state, self.pool_records, self.pool_views, self.store, home, self._clock, self.log,
+                           self._events, self._hosts_now, self._unit_finished, self._end_job)
         self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed
         self._reasons_flushed_at = 0.0
         self._scheduler = seams.scheduler_factory()
@@ -340,7 +344,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self.kills.deliver()  # recorded before: they need no commit of this tick
             self._renew_leases()  # nor do the leases: a store that refuses commits must not stop the jobs
             return
-        self._pools_step(now)
+        self.pools.step(now)
         cancels = self._gate_step()
         with self._mu:
             finishing, self._unrecorded = self._unrecorded, []
@@ -355,7 +359,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         reasons: dict[int, str | None] = {}
         self.commits.in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
-            decisions = self._pool_reasons(self._schedule(hosts, shared, now) if hosts is not None else None)
+            decisions = self.pool_views.reasons(self._schedule(hosts, shared, now) if hosts is not None else None)
             plans = self._plans(decisions) if decisions is not None else []
             reasons = self._reasons_to_store(decisions, now)
             writes = TickWrites(now, finishing, started, plans, reasons, requeues, cancels, events)
@@ -389,7 +393,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
 
     def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
         """The scheduler's view of a pending job (snapshot.pending_job, which the simulator shares)."""
-        return self._with_pool_time(*pending_job(job_id, user, queue, spec, submit_time, self.config, self.profiles))
+        return self.pool_views.with_pool_time(
+            *pending_job(job_id, user, queue, spec, submit_time, self.config, self.profiles))
 
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that

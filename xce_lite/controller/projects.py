@@ -81,7 +81,7 @@ class ProjectShares:
     """See the module docstring. `move_pending(moves, verb, why)` holds pending jobs (the ids moved)."""
 
     def __init__(self, state: ControllerState, store: Any, clock: Clock, log: Callable[[str], None],
-                 move_pending: Callable[[list[tuple[Job, str]], str, str], list[int]]) -> None:
+                 move_pending: Callable[[list[tuple[Job, str]], str, str], set[int]]) -> None:
         self.state, self.store, self.clock, self.log, self.move_pending = state, store, clock, log, move_pending
         self.books: dict[float, Book] = {}
         # fair share as the last session saw it, and under which configuration (none yet under another)

@@ -58,7 +58,7 @@ class ConfigHandlers:
         """Make `config` the one in use, with all that is derived from it (the caller holds _mu once
         the controller runs)."""
         self.state.use(config, profiles)  # state.py: totals, addresses, policies, projects
-        self._refresh_pool_views(time.time())  # pools.py: the pools' hosts, which come and go
+        self.pool_views.refresh(time.time())  # pools.py: the pools' hosts, which come and go
         if not hasattr(self, "_presets"):
             self._presets = PresetDir(self.home.presets)
         self._record_running_config()

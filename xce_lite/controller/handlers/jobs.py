@@ -126,7 +126,7 @@ class ApiHandlers:
         spec, queue_name, eff = admit(JobSpec.from_wire(raw), self.config, self.profiles, self.host_totals,
                                       self._why_never)
         spec = self.projects.project_of(spec, eff, caller)
-        self._pool_admit(queue_name, eff)  # pools.py: a -W no allocation of the queue's pools can hold
+        self.pool_views.admit(queue_name, eff)  # pools.py: a -W no allocation of the queue's pools can hold
         if not os.path.isdir(spec.cwd):
             raise errors.SpecError(f"working directory {spec.cwd} does not exist or is not a directory")
         if not os.access(spec.cwd, os.R_OK | os.X_OK):
@@ -367,7 +367,7 @@ class ApiHandlers:
             probes, since, why = dict(self._probes), dict(self._down_since), dict(self._down_why)
             lost, trouble, states = set(self._lost_hosts), self.trouble.copy(), dict(self._host_state)
             refused = self.access.refused_hosts()  # shared.py: cannot run jobs as their users
-        pools = self._pools_wire(time.time())
+        pools = self.pool_views.wire(time.time())
         templates = {p["name"] for p in pools}  # the pools' own entries, never up: see pools.py
         return {"schema": 1, "pools": pools, "hosts": [
             {"name": v.name, "type": v.attrs.get("type"), "state": "ok" if states.get(v.name) == "ok" else "unreach",
@@ -422,14 +422,14 @@ class ApiHandlers:
         if limited is not None:
             return {"id": job.id, "state": job.state, "effective": rows, "summary": limited, "lines": [], **extra}
         request = JobRequest(job.id, eff.min_tasks, eff.max_tasks, eff.resreq)
-        hosts, request = self._pool_why(job.queue, hosts, request, eff.run_limit)  # pools.py
+        hosts, request = self.pool_views.why(job.queue, hosts, request, eff.run_limit)  # pools.py
         result = place(request, hosts, shared)
         if not isinstance(result, Refusal):
             where = " ".join(f"{n}*{h}" for h, n in result.hosts)
             return {"id": job.id, "state": job.state, "effective": rows,
                     "lines": [f"it fits now ({where}); the scheduler will start it at its next session"], **extra}
-        return {"id": job.id, "state": job.state, "effective": rows, "summary": self._pool_words(result.summary()),
-                "lines": [self._pool_words(line) for line in result.details()], **extra}
+        return {"id": job.id, "state": job.state, "effective": rows, "summary": self.pool_views.words(result.summary()),
+                "lines": [self.pool_views.words(line) for line in result.details()], **extra}
 
     def api_peek(self, caller: Caller, query: dict, body: Any) -> dict:
         """A piece of a job's output file, read on its first host through the agent (shared file
