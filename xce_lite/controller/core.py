@@ -61,7 +61,7 @@ from xce_lite.config.profiles import load_cluster
 from xce_lite.config.sched_view import Holding, HostsNow, pending_job, shared_free
 from xce_lite.controller.dispatching import Dispatching
 from xce_lite.controller.faults import Faults
-from xce_lite.controller.gating import Workflows
+from xce_lite.controller.gating import Gating
 from xce_lite.controller.handlers.config import ConfigHandlers
 from xce_lite.controller.handlers.flow import FlowHandlers
 from xce_lite.controller.handlers.jobs import ApiHandlers
@@ -95,7 +95,7 @@ def _shared(name: str) -> Any:
     return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
 
 
-class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching,
+class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Dispatching,
                  Faults, MetricsHandlers):  # metrics: its routes
     # Transitional: the mixins not yet made parts read the shared state under their old names.
     config = _shared("config")
@@ -159,14 +159,14 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self._finished = threading.Condition(self._mu)
         self._events: queue.Queue[HostEvent] = WakingQueue(self._wake)
         self._init_units()
-        self.access = Access(self.state, self.store, lambda refs: self._expand_refs(refs))  # shared.py
+        self.gating = Gating(self.state, self.store, self.pending_job)  # dependencies, arrays, job references
+        self.access = Access(self.state, self.store, self.gating.expand_refs)  # shared.py: who may do what
         self._init_faults()
         self._hostops = seams.hostops_factory(self._events)  # signals run on a worker per host, never on the tick
         self.kills = KillMarks(self._hostops, self._clock, self.trouble, self._mu, self._wake.set,
                                self._active, self._hosts, self._generation)  # kill delivery (kill_marks.py)
         self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.config.controller)
         self._init_launches()
-        self._init_workflows()
         self.projects = ProjectShares(self.state, self.store, self._clock, self.log,
                                       lambda moves, verb, why: self._move_pending(moves, verb, why))
         self.pools = Pools(self.state, self.pool_records, self.pool_views, self.store, home, self._clock, self.log,
@@ -295,14 +295,14 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         killed = self.store.kill_requested([j.id for j in jobs if j.state not in (PEND, PSUSP)])
         for job in jobs:
             if job.state == PEND:
-                self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
+                self.gating.enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
                 self._reasons[job.id] = self._stored_reasons[job.id] = job.pend_reason
                 if job.attempt:
                     self._attempts[job.id] = job.attempt
             elif job.state == PSUSP:
                 self._held[job.id] = job.user
                 if job.array_id is not None:
-                    self._note_element(job.id, job.array_id)
+                    self.gating.note_element(job.id, job.array_id)
                 if job.attempt:
                     self._attempts[job.id] = job.attempt
             else:
@@ -323,7 +323,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
     def _with_workflow(self, active: Active, array_id: int | None, effective: dict | None) -> Active:
         """The active job with its array and its retry rule (from the effective values it runs with)."""
         if array_id is not None:
-            self._note_element(active.id, array_id)
+            self.gating.note_element(active.id, array_id)
         active.array_id = array_id
         if effective:
             eff = Effective.from_json(effective)
@@ -345,7 +345,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._renew_leases()  # nor do the leases: a store that refuses commits must not stop the jobs
             return
         self.pools.step(now)
-        cancels = self._gate_step()
+        cancels = self.gating.step()
         with self._mu:
             finishing, self._unrecorded = self._unrecorded, []
             started, self._unrecorded_started = self._unrecorded_started, []
@@ -422,10 +422,6 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self._dirty = True
             self._wake.set()
         return decisions
-
-    def _forget_reason(self, job_id: int) -> None:
-        self._reasons.pop(job_id, None)
-        self._stored_reasons.pop(job_id, None)
 
 
 def _connection(host: HostConfig) -> tuple:

@@ -87,37 +87,38 @@ class Dispatching:
             for f, _event in finishing:  # the other hosts' post hooks see it as XCE_JOB_REASON
                 self.projects.finished(f.job_id, f.start_time, f.end_time)
                 self._end_active(f.job_id, f"job {f.job_id} ended {f.state}" + (f": {f.reason}" if f.reason else ""))
-                self._ended_element(f.job_id)
+                self.gating.ended_element(f.job_id)
             for r in requeues:
                 self._end_active(r.job_id, f"job {r.job_id} was requeued: {r.reason}")
             for job in requeued:
                 self._attempts[job.id] = job.attempt
                 if job.state == PEND:
-                    self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
+                    self.gating.enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id,
+                                        job.depend)
                 else:
                     self._held[job.id] = job.user
             for job_id in record.cancelled:
-                self._dequeue(job_id)
-                self._ended_element(job_id)
+                self.gating.dequeue(job_id)
+                self.gating.ended_element(job_id)
             for job_id in record.killed:  # a requeue the store refused: the job was killed (kills.py)
-                self._ended_element(job_id)
+                self.gating.ended_element(job_id)
             dispatched = set(record.dispatched)
             for plan in plans:
                 job_id, attempt, hosts = plan.job_id, plan.attempt, plan.hosts
                 pending = self._pending.get(job_id)
                 if job_id not in dispatched or pending is None:
                     continue  # killed or held while the scheduler thought: it stays as it is now
-                self._dequeue(job_id)
+                self.gating.dequeue(job_id)
                 self._attempts.pop(job_id, None)
                 holding = Holding.from_json(plan.alloc, ())
                 units = job_units(self.cluster, job_id, attempt, len(hosts))
                 active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
                                 retries=self._retries.pop(job_id, 0), project=pending.project, since=self._clock.time())
-                self._add_active(self._with_workflow(active, self._array_of.get(job_id), plan.effective))
+                self._add_active(self._with_workflow(active, self.gating.array_of.get(job_id), plan.effective))
                 self._to_launch.extend(units)
             if record.finished or record.requeued or record.cancelled or record.started or record.killed:
                 self._gate_dirty = True
-                if len(self._gate):
+                if len(self.gating.gate):
                     self._wake.set()  # a dependant may go now, or be cancelled: do not wait a tick
             if record.finished or record.requeued or record.cancelled or record.killed:
                 self._dirty = True

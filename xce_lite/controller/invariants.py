@@ -34,7 +34,7 @@ def problems(view: Any) -> list[str]:
                        (held, active, "held and active")):
         for job_id in sorted(a & b):
             found.append(f"job {job_id} is both {what}")
-    for job_id in sorted(set(view._gate.waiters) & active):
+    for job_id in sorted(set(view.gating.gate.waiters) & active):
         found.append(f"job {job_id} waits at the gate for its dependency, yet it is active")
     for job in view._active.values():
         found.extend(_units_problems(view, job))

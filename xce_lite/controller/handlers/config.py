@@ -89,7 +89,7 @@ class ConfigHandlers:
         if not dry_run:
             with self._mu:
                 self._use_config(*new)
-                self._templates.clear()  # an array's merge is made again with the new configuration
+                self.gating.templates.clear()  # an array's merge is made again with the new configuration
                 for job in jobs:
                     if job.state == PEND and job.id in self._pending:
                         self._pending.add(self.pending_job(job.id, job.user, job.queue, job.spec, job.submit_time))

@@ -47,7 +47,7 @@ class FlowHandlers:
 
     def _owned_refs(self, caller: Caller, body: Any) -> list[tuple[str, list[Job], bool]]:
         """(as named, its jobs, is a whole array) for each job, array or element the request names."""
-        refs = self._expand_refs(_refs_of(body))
+        refs = self.gating.expand_refs(_refs_of(body))
         owned = {j.id: j for j in self._owned(caller, list(dict.fromkeys(i for _l, ids, _w in refs for i in ids)))}
         return [(label, [owned[i] for i in ids], whole) for label, ids, whole in refs]
 
@@ -63,9 +63,9 @@ class FlowHandlers:
                                                reason=f"killed by {caller.user} while pending", end_time=now)
                 self.metrics.inc("finished", len(done), state="EXIT")  # metrics:
                 for job_id in done:
-                    self._dequeue(job_id)
+                    self.gating.dequeue(job_id)
                     self._held.pop(job_id, None)
-                    self._ended_element(job_id)
+                    self.gating.ended_element(job_id)
                 self._dirty = True
                 self._finished.notify_all()
             moved.update(done)
@@ -85,11 +85,11 @@ class FlowHandlers:
                     if job.id not in done:
                         continue
                     if target == PSUSP:
-                        self._dequeue(job.id)
+                        self.gating.dequeue(job.id)
                         self._held[job.id] = job.user
                     else:
                         self._held.pop(job.id, None)
-                        self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id,
+                        self.gating.enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id,
                                       job.depend)
                 self._dirty = True
             moved |= done
@@ -155,7 +155,7 @@ class FlowHandlers:
         items, records = [], []
         for position, (step, spec, queue) in enumerate(steps):
             try:
-                depend = self._resolve_depend(spec, user, known)
+                depend = self.gating.resolve_depend(spec, user, known)
             except errors.SpecError as err:
                 raise errors.SpecError(f"step {step}: {err}") from None
             indices = arrays.parse(spec.array).indices if spec.array else ()
@@ -190,7 +190,7 @@ class FlowHandlers:
         self.metrics.inc("submits", sum(len(item.indices) or 1 for item in items))  # metrics:
         with self._mu:
             for job_id, item in zip(ids, items):
-                self._admit(job_id, replace(item, depend=_placed(item.depend, ids)), user, now)
+                self.gating.admit(job_id, replace(item, depend=_placed(item.depend, ids)), user, now)
             self._dirty = True
         self._wake.set()
         return reply(ids)

@@ -60,7 +60,7 @@ class ApiHandlers:
 
     def api_status(self, caller: Caller, query: dict, body: Any) -> dict:
         with self._mu:
-            waiting = len(self._gate) - len(self._gate.fed)  # pending, not yet the scheduler's to place
+            waiting = len(self.gating.gate) - len(self.gating.gate.fed)  # pending, not yet the scheduler's to place
             counts = {"pending": len(self._pending) + waiting, "held": len(self._held), "active": len(self._active)}
             faults = self.fault_status()
         server = getattr(self, "_server", None)
@@ -92,7 +92,7 @@ class ApiHandlers:
                         f"reach the job; fix what produced it (undecodable bytes arrive as \\udc80-\\udcff, "
                         f"which are accepted)")
                 spec, queue_name = self._validate(raw, caller)
-                depend = self._resolve_depend(spec, caller.user)
+                depend = self.gating.resolve_depend(spec, caller.user)
             except errors.SpecError as err:
                 raise errors.SpecError(f"job {index + 1}: {err}" if many else str(err)) from None
             indices = arrays.parse(spec.array).indices if spec.array else ()
@@ -107,7 +107,7 @@ class ApiHandlers:
         self.metrics.inc("submits", sum(len(item.indices) or 1 for item in accepted))  # metrics:
         with self._mu:
             for job_id, item in zip(ids, accepted):
-                self._admit(job_id, item, caller.user, now)
+                self.gating.admit(job_id, item, caller.user, now)
             self._dirty = True
         self._wake.set()
         return {"ids": ids, "queues": [item.queue for item in accepted],
@@ -151,7 +151,7 @@ class ApiHandlers:
     def api_jobs(self, caller: Caller, query: dict, body: Any) -> dict:
         """Jobs, and arrays summed up (one entry each, with their elements' count by state); an
         array's elements too with `elements`. `ids`: jobs, arrays (42) and elements (42[7])."""
-        refs = self._expand_refs([part for part in query.get("ids", "").split(",") if part.strip()])
+        refs = self.gating.expand_refs([part for part in query.get("ids", "").split(",") if part.strip()])
         user = query.get("user")
         if user == "all":
             user = None
@@ -334,7 +334,7 @@ class ApiHandlers:
 
     def api_wait(self, caller: Caller, query: dict, body: Any) -> dict:
         """Block until every job named has finished, or `timeout` seconds; long-poll for `xce wait`."""
-        refs = self._expand_refs([part for part in query.get("ids", "").split(",") if part.strip()])
+        refs = self.gating.expand_refs([part for part in query.get("ids", "").split(",") if part.strip()])
         ids = [i for _label, job_ids, _whole in refs for i in job_ids]
         if not ids:
             raise errors.SpecError("name at least one job id to wait for")
@@ -346,7 +346,7 @@ class ApiHandlers:
             raise errors.SpecError("timeout must be a number of seconds, not NaN")
         deadline = time.monotonic() + timeout
         with self._mu:
-            while any(i in self._pending or i in self._gate or i in self._held or i in self._active for i in ids):
+            while any(i in self._pending or i in self.gating.gate or i in self._held or i in self._active for i in ids):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -397,7 +397,7 @@ class ApiHandlers:
 
     def api_why(self, caller: Caller, query: dict, body: Any) -> dict:
         """Why a pending job waits: the placement tried now, per host and per resource."""
-        refs = self._expand_refs([query["id"]]) if query.get("id") else []
+        refs = self.gating.expand_refs([query["id"]]) if query.get("id") else []
         if not refs or len(refs[0][1]) != 1:
             raise errors.SpecError("name a job or an array element: /jobs/why?id=JOBID (or 42[7])")
         job = self._owned(caller, refs[0][1])[0]
@@ -405,7 +405,7 @@ class ApiHandlers:
             return {"id": job.id, "state": job.state, "lines": [f"Job <{job.display_id}> is {job.state}, not pending"
                                                                 + (f": {job.reason}" if job.reason else "")]}
         with self._mu:
-            gated = job.id in self._gate and job.id not in self._gate.fed
+            gated = job.id in self.gating.gate and job.id not in self.gating.gate.fed
             reason = self._reasons.get(job.id)
         if gated:  # it is not the scheduler's to place yet
             return {"id": job.id, "state": job.state, "summary": reason or "waiting for its dependency", "lines": []}

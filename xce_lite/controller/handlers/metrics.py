@@ -44,12 +44,12 @@ class MetricsHandlers(AccountingHandlers):  # the accounting routes (xce hist, x
             views = self._hosts_now()
             state = dict(self._host_state)
             lost = set(self._lost_hosts)
-            gated = len(self._gate) - len(self._gate.fed)
+            gated = len(self.gating.gate) - len(self.gating.gate.fed)
             waiting = len(self._pending) + gated
             kinds = dict.fromkeys(REASON_KINDS, 0)
             known = 0
             for job_id, reason in self._reasons.items():
-                if job_id in self._pending or job_id in self._gate:
+                if job_id in self._pending or job_id in self.gating.gate:
                     kinds[reason_kind(PEND, reason)] += 1
                     known += 1
             kinds["new"] += max(0, waiting - known)
