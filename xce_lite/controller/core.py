@@ -95,7 +95,7 @@ def _shared(name: str) -> Any:
     return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
 
 
-class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Dispatching,
+class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatching,
                  Faults, MetricsHandlers):  # metrics: its routes
     # Transitional: the mixins not yet made parts read the shared state under their old names.
     config = _shared("config")
@@ -166,7 +166,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         self.kills = KillMarks(self._hostops, self._clock, self.trouble, self._mu, self._wake.set,
                                self._active, self._hosts, self._generation)  # kill delivery (kill_marks.py)
         self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.config.controller)
-        self._init_launches()
+        self.launches = TaskLaunches(self.state, self._hostops, self.log)  # `xce launch` (task_launches.py)
         self.projects = ProjectShares(self.state, self.store, self._clock, self.log,
                                       lambda moves, verb, why: self._move_pending(moves, verb, why))
         self.pools = Pools(self.state, self.pool_records, self.pool_views, self.store, home, self._clock, self.log,

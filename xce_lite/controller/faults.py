@@ -108,7 +108,7 @@ class Faults:
         elif current and done.error is None:
             self.trouble.leave(done.host)
         if done.error is not None:
-            self._task_call_failed(done.host, done.about, done.error)
+            self.launches.call_failed(done.host, done.about, done.error)
 
     def _host_answers(self, answer: HostAnswers) -> None:
         """Holds _mu."""

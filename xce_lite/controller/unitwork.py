@@ -82,9 +82,9 @@ class UnitWork:
                 elif isinstance(event, HostDown):
                     self._host_down(event, now)
                 elif isinstance(event, LaunchRequested):
-                    self._launch_requested(event)
+                    self.launches.requested(event)
                 elif isinstance(event, TaskFinished):
-                    self._task_finished(event)
+                    self.launches.finished(event)
                 elif isinstance(event, SignalDone):
                     self._signal_done(event)
                 elif isinstance(event, HostAnswers):
@@ -112,7 +112,7 @@ class UnitWork:
             return  # a unit's finished event may come twice (adoption, relaunch)
         job.status[index] = ENDED
         job.results[index] = result
-        self._unit_tasks_ended(job.id, index)
+        self.launches.unit_tasks_ended(job.id, index)
         if index == 0 and not job.ending:
             job.ending = True
             finish = _finish_from_result(job, result)
@@ -265,7 +265,7 @@ class UnitWork:
         self.kills.forget(job_id)
         if job is None:
             return
-        self._unit_tasks_ended(job_id)
+        self.launches.unit_tasks_ended(job_id)
         for index, unit in enumerate(job.units):
             self._by_unit.pop(unit, None)
             host = job.host_of(index)
@@ -300,7 +300,7 @@ class UnitWork:
             self._hostops.signal(name, self._generation.get(name, 0), host, unit, "TERM", reason)
         if launch:
             self._launch(launch)
-        self._send_tasks()
+        self.launches.send()
         if self.kills:
             self.kills.deliver()
 
