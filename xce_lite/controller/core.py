@@ -65,7 +65,7 @@ from xce_lite.controller.gating import Gating
 from xce_lite.controller.handlers.config import ConfigHandlers
 from xce_lite.controller.handlers.flow import FlowHandlers
 from xce_lite.controller.handlers.jobs import ApiHandlers
-from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
+from xce_lite.controller.handlers.metrics import MetricsRoutes  # metrics:
 from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.kill_marks import KillMarks
 from xce_lite.controller.kills import kill_wins
@@ -96,7 +96,7 @@ def _shared(name: str) -> Any:
 
 
 class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatching,
-                 Faults, MetricsHandlers):  # metrics: its routes
+                 Faults):
     # Transitional: the mixins not yet made parts read the shared state under their old names.
     config = _shared("config")
     profiles = _shared("profiles")
@@ -171,6 +171,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatchin
                                       lambda moves, verb, why: self._move_pending(moves, verb, why))
         self.pools = Pools(self.state, self.pool_records, self.pool_views, self.store, home, self._clock, self.log,
                            self._events, self._hosts_now, self._unit_finished, self._end_job)
+        self.metrics_api = MetricsRoutes(self.state, self.store, self._clock, self.metrics, self.gating.gate,
+                                         self._hosts_now)  # metrics: its routes
         self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed
         self._reasons_flushed_at = 0.0
         self._scheduler = seams.scheduler_factory()

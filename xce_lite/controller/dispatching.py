@@ -14,6 +14,7 @@ from xce_lite import errors
 from xce_lite.config.merge import Effective
 from xce_lite.config.sched_view import Holding, effective
 from xce_lite.controller.jobunits import job_units
+from xce_lite.controller.metrics import count_applied
 from xce_lite.controller.unitwork import NEW, Active
 from xce_lite.models import DISP, PEND, Job, unit_name
 from xce_lite.sched.core import Decisions
@@ -82,7 +83,7 @@ class Dispatching:
                plans: list[Plan]) -> None:
         """Bring the in-memory view in line with what `record_tick` stored."""
         requeued = self.store.jobs(list(record.requeued)) if record.requeued else []
-        self._count_applied(record, finishing)  # metrics:
+        count_applied(self.metrics, record, finishing)  # metrics:
         with self._mu:
             for f, _event in finishing:  # the other hosts' post hooks see it as XCE_JOB_REASON
                 self.projects.finished(f.job_id, f.start_time, f.end_time)

@@ -54,7 +54,7 @@ class ApiHandlers:
             ("POST", "/controller/stop"): self.api_stop,
             **self.config_routes(),
             **self.flow_routes(),
-            **self.metrics_routes(),  # metrics:
+            **self.metrics_api.routes(),  # metrics:
             **self.projects.routes(),
         }
 
