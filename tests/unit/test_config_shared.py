@@ -113,16 +113,15 @@ def test_the_stamped_submitter_is_the_launchs_user():
     assert run_as(JobSpec(argv=("x",), cwd="/")) is None
 
 
-class _HostsSeen(Faults):
+def _hosts_seen(config, probes) -> Faults:
     """The controller's host states as shared.py and faults.py read them, from a configuration and
     what each host's agent said of itself when it connected."""
-
-    def __init__(self, config, probes):
-        state = ControllerState(config, {})
-        state.probes.update(probes)
-        self.access = Access(state, None, lambda refs: [])
-        self.trouble = HostTrouble(FakeClock(), print, lambda wake: None)
-        self._host_state = {name: "ok" for name in probes}
+    state = ControllerState(config, {})
+    state.probes.update(probes)
+    state.host_state.update({name: "ok" for name in probes})
+    access = Access(state, None, lambda refs: [])
+    trouble = HostTrouble(FakeClock(), print, lambda wake: None)
+    return Faults(state, None, trouble, None, None, None, access, print)
 
 
 def test_a_shared_cluster_gives_no_work_to_a_host_whose_agent_cannot_run_jobs_as_their_users(tmp_path: Path):
@@ -130,13 +129,13 @@ def test_a_shared_cluster_gives_no_work_to_a_host_whose_agent_cannot_run_jobs_as
     probes = {"h1": HostProbe("h1", 2, 1 << 30, 3, {"can_switch_user": True}),
               "h2": HostProbe("h2", 2, 1 << 30, 3, {"can_switch_user": False,
                                                     "can_switch_user_why": "the agent runs as uid 1000, not root"})}
-    shared = _HostsSeen(load_config(config_file(tmp_path, f"cluster: lab\nmode: shared\n{hosts}")), probes)
+    shared = _hosts_seen(load_config(config_file(tmp_path, f"cluster: lab\nmode: shared\n{hosts}")), probes)
     refused = shared.access.refused_hosts()
     assert list(refused) == ["h2"]
     assert "the agent runs as uid 1000, not root" in refused["h2"] and "user: root" in refused["h2"]
-    assert shared._scheduler_states() == {"h1": "ok", "h2": "closed"}
-    personal = _HostsSeen(load_config(config_file(tmp_path, f"cluster: lab\n{hosts}")), probes)
-    assert personal.access.refused_hosts() == {} and personal._scheduler_states() == {"h1": "ok", "h2": "ok"}
+    assert shared.scheduler_states() == {"h1": "ok", "h2": "closed"}
+    personal = _hosts_seen(load_config(config_file(tmp_path, f"cluster: lab\n{hosts}")), probes)
+    assert personal.access.refused_hosts() == {} and personal.scheduler_states() == {"h1": "ok", "h2": "ok"}
 
 
 def test_mode_and_socket_group_change_only_with_a_restart(tmp_path: Path):

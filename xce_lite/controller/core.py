@@ -51,6 +51,7 @@ import queue
 import sys
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from xce_lite import errors
@@ -60,7 +61,10 @@ from xce_lite.config.merge import Effective
 from xce_lite.config.profiles import load_cluster
 from xce_lite.config.sched_view import Holding, HostsNow, pending_job, shared_free
 from xce_lite.controller.dispatching import Dispatching
-from xce_lite.controller.faults import Faults
+from xce_lite.controller.fault_record import FaultRecord
+from xce_lite.controller.faults import Faults, replan
+from xce_lite.controller.host_trouble import HostTrouble
+from xce_lite.controller.store_retry import StoreRetry
 from xce_lite.controller.gating import Gating
 from xce_lite.controller.handlers.config import ConfigHandlers
 from xce_lite.controller.handlers.flow import FlowHandlers
@@ -95,8 +99,7 @@ def _shared(name: str) -> Any:
     return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
 
 
-class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatching,
-                 Faults):
+class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatching):
     # Transitional: the mixins not yet made parts read the shared state under their old names.
     config = _shared("config")
     profiles = _shared("profiles")
@@ -161,12 +164,16 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatchin
         self._init_units()
         self.gating = Gating(self.state, self.store, self.pending_job)  # dependencies, arrays, job references
         self.access = Access(self.state, self.store, self.gating.expand_refs)  # shared.py: who may do what
-        self._init_faults()
+        self.commits = StoreRetry(self.store, self._clock, self.log)  # the store-commit retry state
+        self.trouble = HostTrouble(self._clock, self.log, partial(replan, self.state))  # hosts in trouble
+        self.fault_record = FaultRecord(home, self.log)  # why the previous run stopped, if on a fault
         self._hostops = seams.hostops_factory(self._events)  # signals run on a worker per host, never on the tick
         self.kills = KillMarks(self._hostops, self._clock, self.trouble, self._mu, self._wake.set,
                                self._active, self._hosts, self._generation)  # kill delivery (kill_marks.py)
         self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.config.controller)
         self.launches = TaskLaunches(self.state, self._hostops, self.log)  # `xce launch` (task_launches.py)
+        self.faults = Faults(self.state, self.commits, self.trouble, self.fault_record, self.kills, self.launches,
+                             self.access, self.log)  # faults.py
         self.projects = ProjectShares(self.state, self.store, self._clock, self.log,
                                       lambda moves, verb, why: self._move_pending(moves, verb, why))
         self.pools = Pools(self.state, self.pool_records, self.pool_views, self.store, home, self._clock, self.log,
@@ -373,7 +380,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatchin
                     self.store.set_meta("write_probe", str(now))  # does the store take writes again?
         except errors.StoreUnavailable as err:
             self.commits.in_commit = 0
-            self._commit_failed(err, (finishing, started, requeues, events, reasons))
+            self.faults.commit_failed(err, (finishing, started, requeues, events, reasons))
             self.kills.deliver()
             self._renew_leases()  # a busy or full store must not make the hosts stop their jobs
             return
@@ -401,7 +408,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatchin
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
         still run hold anything (they drain: stopped, holding their resources until they end)."""
-        return self._hosts_view(self.host_totals, self._scheduler_states(), self._holdings(closing))
+        return self._hosts_view(self.host_totals, self.faults.scheduler_states(), self._holdings(closing))
 
     def _shared_free(self, closing: set[int] = frozenset()):
         return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])

@@ -86,11 +86,11 @@ class UnitWork:
                 elif isinstance(event, TaskFinished):
                     self.launches.finished(event)
                 elif isinstance(event, SignalDone):
-                    self._signal_done(event)
+                    self.faults.signal_done(event)
                 elif isinstance(event, HostAnswers):
-                    self._host_answers(event)
+                    self.faults.host_answers(event)
                 elif isinstance(event, CallDone):
-                    self._call_done(event)
+                    self.faults.call_done(event)
 
     def _unit_finished(self, host: str, unit: str, result: JobResult, now: float) -> None:
         """A unit ended (the result is durable on its host until we forget it)."""
@@ -168,7 +168,7 @@ class UnitWork:
     def _host_up(self, up: HostUp, now: float) -> None:
         """A host's agent answers: match what it lists with what we expect there."""
         name = up.host
-        self._host_reset(name)  # kills in flight on the old connection go again on this one
+        self.faults.host_reset(name)  # kills in flight on the old connection go again on this one
         self._hosts[name] = up.handle
         self._host_state[name] = HOST_OK
         self._generation[name] = up.generation
@@ -225,7 +225,7 @@ class UnitWork:
             self.log(f"host {name} is unreachable: {down.why}")
         self._down_why[name] = down.why
         self._host_state[name] = UNREACH
-        self._host_reset(name)
+        self.faults.host_reset(name)
         self._hosts.pop(name, None)  # the link closes it
         self._down_since.setdefault(name, now)
         self.leases.host_down(name)

@@ -62,7 +62,7 @@ class ApiHandlers:
         with self._mu:
             waiting = len(self.gating.gate) - len(self.gating.gate.fed)  # pending, not yet the scheduler's to place
             counts = {"pending": len(self._pending) + waiting, "held": len(self._held), "active": len(self._active)}
-            faults = self.fault_status()
+            faults = self.faults.status()
         server = getattr(self, "_server", None)
         return {"cluster": self.cluster, "pid": os.getpid(), "home": str(self.home.root),
                 "started_at": self.started_at, "jobs": counts, "you": caller.user, **faults,
