@@ -212,7 +212,7 @@ def test_a_profile_changed_between_decision_and_dispatch_sends_the_job_back_to_p
         if change == "vanished":
             (root / "xce.yaml").write_text(CONFIG.format(pid=os.getpid()).replace("default_application: sim\n", ""))
         controller.reconfigure()
-        assert controller._plans(decided) == []  # 3. the dispatch of that decision is declined
+        assert controller.dispatching.plans(decided) == []  # 3. the dispatch of that decision is declined
         job = controller.store.get(job_id)
         assert job.state == PEND and job.effective is None
         kinds = [(kind, data) for _t, kind, data in controller.store.events(job_id)]
@@ -223,7 +223,7 @@ def test_a_profile_changed_between_decision_and_dispatch_sends_the_job_back_to_p
             assert decide().dispatches == ()
             return
         again = decide()  # 4. the next session decides on the new profile, and that dispatch holds
-        plans = controller._plans(again)
+        plans = controller.dispatching.plans(again)
         assert [plan.job_id for plan in plans] == [job_id]
         controller.store.record_tick(TickWrites(time.time(), plans=plans))
         job = controller.store.get(job_id)

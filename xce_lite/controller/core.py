@@ -57,7 +57,6 @@ from typing import Any
 from xce_lite import errors
 from xce_lite.api.server import ApiServer
 from xce_lite.config.cluster import ClusterConfig, HostConfig
-from xce_lite.config.merge import Effective
 from xce_lite.config.profiles import load_cluster
 from xce_lite.config.sched_view import Holding, HostsNow, pending_job, shared_free
 from xce_lite.controller.dispatching import Dispatching
@@ -99,7 +98,7 @@ def _shared(name: str) -> Any:
     return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
 
 
-class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatching):
+class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork):
     # Transitional: the mixins not yet made parts read the shared state under their old names.
     config = _shared("config")
     profiles = _shared("profiles")
@@ -133,6 +132,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatchin
     _host_hook_events = _shared("host_hook_events")
     _dirty = _shared("dirty")
     _gate_dirty = _shared("gate_dirty")
+    _finished = _shared("finished")
 
     @property
     def cluster(self) -> str:
@@ -159,7 +159,6 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatchin
         self.started_at = self._clock.time()
         self.metrics = Registry()  # metrics: counters and durations for /metrics
         self._stopping = threading.Event()
-        self._finished = threading.Condition(self._mu)
         self._events: queue.Queue[HostEvent] = WakingQueue(self._wake)
         self._init_units()
         self.gating = Gating(self.state, self.store, self.pending_job)  # dependencies, arrays, job references
@@ -178,10 +177,12 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatchin
                                       lambda moves, verb, why: self._move_pending(moves, verb, why))
         self.pools = Pools(self.state, self.pool_records, self.pool_views, self.store, home, self._clock, self.log,
                            self._events, self._hosts_now, self._unit_finished, self._end_job)
+        self.dispatching = Dispatching(self.state, self.store, self._clock, self.log, self.gating, self.projects,
+                                       self.metrics, self._end_active, self._add_active,
+                                       lambda units: self._to_launch.extend(units))  # plans, reasons, apply
         self.metrics_api = MetricsRoutes(self.state, self.store, self._clock, self.metrics, self.gating.gate,
                                          self._hosts_now)  # metrics: its routes
         self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed
-        self._reasons_flushed_at = 0.0
         self._scheduler = seams.scheduler_factory()
         self._server: ApiServer | None = None
         self._retention = Retention(self.log, self._wake.set)  # step 8 of the tick
@@ -323,21 +324,11 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatchin
                 active = Active(job.id, job.user, job.queue, job.state, job.attempt, holding, units, status,
                                 retries=job.retries, killed=killed.get(job.id), project=job.project,
                                 since=job.start_time or self._clock.time())
-                self._add_active(self._with_workflow(active, job.array_id, job.effective))
+                self._add_active(self.dispatching.with_workflow(active, job.array_id, job.effective))
                 if active.killed:  # sent again: the first may never have reached the host (kills.py)
                     self.kills.mark(job.id, active.killed)
         if self._active:
             self.log(f"recovering {len(self._active)} dispatched or running jobs")
-
-    def _with_workflow(self, active: Active, array_id: int | None, effective: dict | None) -> Active:
-        """The active job with its array and its retry rule (from the effective values it runs with)."""
-        if array_id is not None:
-            self.gating.note_element(active.id, array_id)
-        active.array_id = array_id
-        if effective:
-            eff = Effective.from_json(effective)
-            active.retry, active.retry_on = eff.retry, eff.retry_on
-        return active
 
     # ---- the tick ---------------------------------------------------------------------------
 
@@ -369,8 +360,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatchin
         self.commits.in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
             decisions = self.pool_views.reasons(self._schedule(hosts, shared, now) if hosts is not None else None)
-            plans = self._plans(decisions) if decisions is not None else []
-            reasons = self._reasons_to_store(decisions, now)
+            plans = self.dispatching.plans(decisions) if decisions is not None else []
+            reasons = self.dispatching.reasons_to_store(decisions, now)
             writes = TickWrites(now, finishing, started, plans, reasons, requeues, cancels, events)
             if writes:
                 record = self.store.record_tick(writes)
@@ -387,7 +378,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, Dispatchin
         self.commits.in_commit = 0
         self.commits.done()
         if record is not None:
-            self._apply(record, finishing, requeues, plans)
+            self.dispatching.apply(record, finishing, requeues, plans)
         self._renew_leases()  # before any launch: on each host's channel a launch follows a grant
         self._act()
         busy = bool(finishing or started or plans or requeues or cancels)

@@ -119,9 +119,11 @@ class ControllerState:
     host_hook_events: list[tuple[int, str, dict]] = field(default_factory=list)
     dirty: bool = True  # something changed since the last scheduling session
     gate_dirty: bool = True  # a state changed since the gate last decided (gating.py)
+    finished: threading.Condition = field(init=False)  # on `mu`
 
     def __post_init__(self) -> None:
         self.use(self.config, self.profiles)
+        self.finished = threading.Condition(self.mu)  # notified when jobs end (`xce wait`, flows)
 
     @property
     def cluster(self) -> str:

@@ -6,7 +6,7 @@ A mixin of `Controller`, like handlers.py. What a reconfig keeps:
   still has jobs, a renamed cluster) is refused whole: nothing changes.
 - Pending jobs are merged again at once (their effective values are live); dispatched and running
   jobs keep the effective values stored at their dispatch. A scheduling session already under way
-  may decide on the old values: `_plans` then declines the dispatch and the job stays PEND.
+  may decide on the old values: dispatching.py then declines the dispatch and the job stays PEND.
 - Queues, profiles, defaults, the controller's settings and hosts' totals, attributes and tags
   apply at once. A host removed is closed to new work (its running jobs go on); a host added is
   connected, and one whose connection settings changed is reconnected (the controller's
@@ -100,16 +100,6 @@ class ConfigHandlers:
             self._wake.set()
             self.log(f"reconfigured: {len(result.changes)} pending job(s) see new effective values")
         return {**result.to_json(), "applied": not dry_run}
-
-    def _decline(self, job_id: int, decided_hash: str, why: str) -> None:
-        """A dispatch the configuration no longer allows: the job stays PEND (retryable), never EXIT."""
-        self.log(f"job {job_id}: dispatch declined: {why}")
-        self.store.record_event(job_id, "dispatch_declined", time.time(),
-                                {"reason": why, "decided_profile_hash": decided_hash})
-        with self._mu:
-            if job_id in self._pending:
-                self._reasons[job_id] = f"dispatch declined: {why}; it is scheduled again"
-            self._dirty = True
 
     # ---- the routes -------------------------------------------------------------------------
 
