@@ -82,7 +82,8 @@ from xce_lite.controller.seams import Seams, WakingQueue, real_host_factory
 from xce_lite.controller.state import ControllerState
 from xce_lite.controller.shared import Access, socket_mode
 from xce_lite.controller.task_launches import TaskLaunches
-from xce_lite.controller.unitwork import NEW, RUNNING, Active, UnitWork
+from xce_lite.controller.state import NEW, RUNNING, Active
+from xce_lite.controller.unitwork import Units
 from xce_lite.exec.host import HostEvent
 from xce_lite.home.paths import PRIVATE_UMASK, Home
 from xce_lite.models import DISP, PEND, PSUSP, Job, JobSpec
@@ -98,7 +99,7 @@ def _shared(name: str) -> Any:
     return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
 
 
-class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork):
+class Controller(ApiHandlers, ConfigHandlers, FlowHandlers):
     # Transitional: the mixins not yet made parts read the shared state under their old names.
     config = _shared("config")
     profiles = _shared("profiles")
@@ -160,26 +161,28 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork):
         self.metrics = Registry()  # metrics: counters and durations for /metrics
         self._stopping = threading.Event()
         self._events: queue.Queue[HostEvent] = WakingQueue(self._wake)
-        self._init_units()
         self.gating = Gating(self.state, self.store, self.pending_job)  # dependencies, arrays, job references
         self.access = Access(self.state, self.store, self.gating.expand_refs)  # shared.py: who may do what
         self.commits = StoreRetry(self.store, self._clock, self.log)  # the store-commit retry state
         self.trouble = HostTrouble(self._clock, self.log, partial(replan, self.state))  # hosts in trouble
         self.fault_record = FaultRecord(home, self.log)  # why the previous run stopped, if on a fault
         self._hostops = seams.hostops_factory(self._events)  # signals run on a worker per host, never on the tick
-        self.kills = KillMarks(self._hostops, self._clock, self.trouble, self._mu, self._wake.set,
-                               self._active, self._hosts, self._generation)  # kill delivery (kill_marks.py)
+        state = self.state
+        self.kills = KillMarks(self._hostops, self._clock, self.trouble, state.mu, state.wake.set,
+                               state.active, state.hosts, state.generation)  # kill delivery (kill_marks.py)
         self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.config.controller)
         self.launches = TaskLaunches(self.state, self._hostops, self.log)  # `xce launch` (task_launches.py)
         self.faults = Faults(self.state, self.commits, self.trouble, self.fault_record, self.kills, self.launches,
                              self.access, self.log)  # faults.py
         self.projects = ProjectShares(self.state, self.store, self._clock, self.log,
                                       lambda moves, verb, why: self._move_pending(moves, verb, why))
-        self.pools = Pools(self.state, self.pool_records, self.pool_views, self.store, home, self._clock, self.log,
-                           self._events, self._hosts_now, self._unit_finished, self._end_job)
-        self.dispatching = Dispatching(self.state, self.store, self._clock, self.log, self.gating, self.projects,
-                                       self.metrics, self._end_active, self._add_active,
-                                       lambda units: self._to_launch.extend(units))  # plans, reasons, apply
+        self.units = Units(state, self.store, self._clock, self.log, self._events, self._hostops, self.kills,
+                           self.leases, self.launches, self.faults)  # what runs where (unitwork.py)
+        self.pools = Pools(state, self.pool_records, self.pool_views, self.store, home, self._clock, self.log,
+                           self._events, self._hosts_now, self.units.unit_finished, self.units.end_job)
+        self.dispatching = Dispatching(state, self.store, self._clock, self.log, self.gating, self.projects,
+                                       self.metrics, self.units.end_active, self.units.add_active,
+                                       self.units.launch_later)  # plans, reasons, apply
         self.metrics_api = MetricsRoutes(self.state, self.store, self._clock, self.metrics, self.gating.gate,
                                          self._hosts_now)  # metrics: its routes
         self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed
@@ -324,7 +327,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork):
                 active = Active(job.id, job.user, job.queue, job.state, job.attempt, holding, units, status,
                                 retries=job.retries, killed=killed.get(job.id), project=job.project,
                                 since=job.start_time or self._clock.time())
-                self._add_active(self.dispatching.with_workflow(active, job.array_id, job.effective))
+                self.units.add_active(self.dispatching.with_workflow(active, job.array_id, job.effective))
                 if active.killed:  # sent again: the first may never have reached the host (kills.py)
                     self.kills.mark(job.id, active.killed)
         if self._active:
@@ -338,8 +341,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork):
         pass. A store that cannot take the commit (busy, full) loses nothing: faults.py puts it all
         back."""
         began = time.monotonic()  # metrics:
-        self._collect_events(now)
-        self._expire_lost_hosts(now)
+        self.units.collect(now)
+        self.units.expire_lost_hosts(now)
         if not self.commits.due():
             self.kills.deliver()  # recorded before: they need no commit of this tick
             self._renew_leases()  # nor do the leases: a store that refuses commits must not stop the jobs
@@ -380,7 +383,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork):
         if record is not None:
             self.dispatching.apply(record, finishing, requeues, plans)
         self._renew_leases()  # before any launch: on each host's channel a launch follows a grant
-        self._act()
+        self.units.act()
         busy = bool(finishing or started or plans or requeues or cancels)
         self._retention.step(self.store, self.config.controller, now, busy)
         if self._unrecorded or self._unrecorded_started or self._unrecorded_requeues:
@@ -399,7 +402,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork):
     def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
         still run hold anything (they drain: stopped, holding their resources until they end)."""
-        return self._hosts_view(self.host_totals, self.faults.scheduler_states(), self._holdings(closing))
+        return self._hosts_view(self.host_totals, self.faults.scheduler_states(), self.units.holdings(closing))
 
     def _shared_free(self, closing: set[int] = frozenset()):
         return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])
