@@ -211,7 +211,7 @@ def test_a_profile_changed_between_decision_and_dispatch_sends_the_job_back_to_p
         (root / "applications.yaml").write_text(INTERLEAVINGS[change])  # 2. the profile changes
         if change == "vanished":
             (root / "xce.yaml").write_text(CONFIG.format(pid=os.getpid()).replace("default_application: sim\n", ""))
-        controller.reconfigure()
+        controller.config_api.reconfigure()
         assert controller.dispatching.plans(decided) == []  # 3. the dispatch of that decision is declined
         job = controller.store.get(job_id)
         assert job.state == PEND and job.effective is None

@@ -65,7 +65,7 @@ from xce_lite.controller.faults import Faults, replan
 from xce_lite.controller.host_trouble import HostTrouble
 from xce_lite.controller.store_retry import StoreRetry
 from xce_lite.controller.gating import Gating
-from xce_lite.controller.handlers.config import ConfigHandlers
+from xce_lite.controller.handlers.config import ConfigRoutes, check_config, use_config
 from xce_lite.controller.handlers.flow import FlowHandlers
 from xce_lite.controller.handlers.jobs import ApiHandlers
 from xce_lite.controller.handlers.metrics import MetricsRoutes  # metrics:
@@ -99,7 +99,7 @@ def _shared(name: str) -> Any:
     return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
 
 
-class Controller(ApiHandlers, ConfigHandlers, FlowHandlers):
+class Controller(ApiHandlers, FlowHandlers):
     # Transitional: the mixins not yet made parts read the shared state under their old names.
     config = _shared("config")
     profiles = _shared("profiles")
@@ -150,13 +150,13 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers):
         home.spool.mkdir(mode=0o700, exist_ok=True)
         self.store = seams.store if seams.store is not None else JobStore(home.store)
         try:
-            self._check_config(config, profiles)  # ConfigError: the controller does not start
+            check_config(config, profiles, self.store, self.log)  # ConfigError: the controller does not start
         except errors.ConfigError:
             self.store.close()
             raise
         self.pool_records = load_records(self.store)  # the pools' allocations (pool_views.py, pools.py)
         self.pool_views = PoolViews(self.state, self.pool_records, self._clock)
-        self._use_config(config, profiles)
+        use_config(self.state, self.pool_views, self.store, home, config, profiles, self._clock.time())
         self.started_at = self._clock.time()
         self.metrics = Registry()  # metrics: counters and durations for /metrics
         self._stopping = threading.Event()
@@ -183,6 +183,8 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers):
         self.dispatching = Dispatching(state, self.store, self._clock, self.log, self.gating, self.projects,
                                        self.metrics, self.units.end_active, self.units.add_active,
                                        self.units.launch_later)  # plans, reasons, apply
+        self.config_api = ConfigRoutes(state, self.store, home, self._clock, self.log, self.pool_views, self.gating,
+                                       self.projects, self._hosts_changed)  # the configuration's routes, reconfig
         self.metrics_api = MetricsRoutes(self.state, self.store, self._clock, self.metrics, self.gating.gate,
                                          self._hosts_now)  # metrics: its routes
         self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed

@@ -77,7 +77,7 @@ class Draining:
 @dataclass
 class ControllerState:
     """See the module docstring. The configuration's fields are replaced together by
-    `Controller._use_config` (a reconfig), holding `mu`."""
+    handlers/config.use_config (at start, and by a reconfig), holding `mu`."""
 
     # the configuration in use, and what is derived from it (`use`)
     config: ClusterConfig

@@ -52,7 +52,7 @@ class ApiHandlers:
             ("GET", "/jobs/peek"): self.api_peek,
             ("GET", "/queues"): self.api_queues,
             ("POST", "/controller/stop"): self.api_stop,
-            **self.config_routes(),
+            **self.config_api.routes(),
             **self.flow_routes(),
             **self.metrics_api.routes(),  # metrics:
             **self.projects.routes(),
