@@ -51,11 +51,12 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import Any
 
 from xce_lite import errors
-from xce_lite.api.server import ApiServer
+from xce_lite.api.server import ApiServer, Caller
 from xce_lite.config.cluster import ClusterConfig, HostConfig
 from xce_lite.config.profiles import load_cluster
 from xce_lite.config.sched_view import Holding, HostsNow, pending_job, shared_free
@@ -66,8 +67,10 @@ from xce_lite.controller.host_trouble import HostTrouble
 from xce_lite.controller.store_retry import StoreRetry
 from xce_lite.controller.gating import Gating
 from xce_lite.controller.handlers.config import ConfigRoutes, check_config, use_config
-from xce_lite.controller.handlers.flow import FlowHandlers
-from xce_lite.controller.handlers.jobs import ApiHandlers
+from xce_lite.controller.handlers.flow import FlowRoutes
+from xce_lite.controller.handlers.jobs import JobActions
+from xce_lite.controller.handlers.submit import Submitting
+from xce_lite.controller.handlers.views import JobViews
 from xce_lite.controller.handlers.metrics import MetricsRoutes  # metrics:
 from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.kill_marks import KillMarks
@@ -80,7 +83,7 @@ from xce_lite.controller.pools import Pools, load_records
 from xce_lite.controller.retention import Retention
 from xce_lite.controller.seams import Seams, WakingQueue, real_host_factory
 from xce_lite.controller.state import ControllerState
-from xce_lite.controller.shared import Access, socket_mode
+from xce_lite.controller.shared import Access, Handler, socket_mode, store_refusal
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.state import NEW, RUNNING, Active
 from xce_lite.controller.unitwork import Units
@@ -89,6 +92,7 @@ from xce_lite.home.paths import PRIVATE_UMASK, Home
 from xce_lite.models import DISP, PEND, PSUSP, Job, JobSpec
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
 from xce_lite.sched.placement import HostView
+from xce_lite.sched.reasons import FrozenMap
 from xce_lite.store.jobs import JobStore, TickWrites
 
 LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
@@ -99,7 +103,7 @@ def _shared(name: str) -> Any:
     return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
 
 
-class Controller(ApiHandlers, FlowHandlers):
+class Controller:
     # Transitional: the mixins not yet made parts read the shared state under their old names.
     config = _shared("config")
     profiles = _shared("profiles")
@@ -175,7 +179,7 @@ class Controller(ApiHandlers, FlowHandlers):
         self.faults = Faults(self.state, self.commits, self.trouble, self.fault_record, self.kills, self.launches,
                              self.access, self.log)  # faults.py
         self.projects = ProjectShares(self.state, self.store, self._clock, self.log,
-                                      lambda moves, verb, why: self._move_pending(moves, verb, why))
+                                      lambda moves, verb, why: self.actions.move_pending(moves, verb, why))
         self.units = Units(state, self.store, self._clock, self.log, self._events, self._hostops, self.kills,
                            self.leases, self.launches, self.faults)  # what runs where (unitwork.py)
         self.pools = Pools(state, self.pool_records, self.pool_views, self.store, home, self._clock, self.log,
@@ -187,11 +191,44 @@ class Controller(ApiHandlers, FlowHandlers):
                                        self.projects, self._hosts_changed)  # the configuration's routes, reconfig
         self.metrics_api = MetricsRoutes(self.state, self.store, self._clock, self.metrics, self.gating.gate,
                                          self._hosts_now)  # metrics: its routes
+        # the API's routes (the server's threads): each turns a request into calls on the parts
+        self.submitting = Submitting(state, self.store, self._clock, self.metrics, self.gating, self.projects,
+                                     self.pool_views, self.access)
+        self.actions = JobActions(state, self.store, self._clock, self.metrics, self.gating, self.projects,
+                                  self.access, self.kills, self.trouble)
+        self.views = JobViews(state, self.store, home, self.started_at, self.gating, self.projects, self.pool_views,
+                              self.faults, self.access, self.trouble, self._hosts_now, self._shared_free, self.stop,
+                              self._server_stats)
+        self.flows = FlowRoutes(state, self.store, self._clock, self.metrics, self.gating, self.submitting)
         self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed
         self._scheduler = seams.scheduler_factory()
         self._server: ApiServer | None = None
         self._retention = Retention(self.log, self._wake.set)  # step 8 of the tick
         self._failed = False  # stopped on a fault (faults.py): its record stays for the next start
+
+    def routes(self) -> dict[tuple[str, str], Handler]:
+        """Every route behind the permission rules (shared.py: who may act on which job, what others
+        see of a job) and the store's refusal."""
+        table = {**self.views.routes(), **self.submitting.routes(), **self.actions.routes(),
+                 **self.config_api.routes(), **self.flows.routes(), **self.metrics_api.routes(),
+                 **self.projects.routes()}
+        return {route: store_refusal(self.access.permitted(route, handler)) for route, handler in table.items()}
+
+    # the handlers the simulator calls by name (sim/controlled.py)
+    def api_submit(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self.submitting.api_submit(caller, query, body)
+
+    def api_kill(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self.actions.api_kill(caller, query, body)
+
+    def api_hold(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self.actions.api_hold(caller, query, body)
+
+    def api_release(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self.actions.api_release(caller, query, body)
+
+    def _server_stats(self) -> dict | None:
+        return self._server.stats() if self._server is not None else None
 
     # ---- running ----------------------------------------------------------------------------
 
@@ -401,12 +438,12 @@ class Controller(ApiHandlers, FlowHandlers):
         return self.pool_views.with_pool_time(
             *pending_job(job_id, user, queue, spec, submit_time, self.config, self.profiles))
 
-    def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
+    def _hosts_now(self, closing: AbstractSet[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
         still run hold anything (they drain: stopped, holding their resources until they end)."""
         return self._hosts_view(self.host_totals, self.faults.scheduler_states(), self.units.holdings(closing))
 
-    def _shared_free(self, closing: set[int] = frozenset()):
+    def _shared_free(self, closing: AbstractSet[int] = frozenset()) -> FrozenMap:
         return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])
 
     def _schedule(self, hosts: tuple[HostView, ...], shared, now: float) -> Decisions | None:

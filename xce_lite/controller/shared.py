@@ -156,6 +156,19 @@ class Access:
         ids = list(dict.fromkeys(i for _label, job_ids, _whole in expanded for i in job_ids))
         return self.store.jobs(ids) if ids else []
 
+    def owned(self, caller: Caller, ids: list[int]) -> list[Job]:
+        """The jobs `ids` (all of them, or NotFound), each one the caller may act on (or TransitionError)."""
+        if not ids:
+            raise errors.SpecError("name at least one job id")
+        jobs = {j.id: j for j in self.store.jobs(ids)}
+        missing = [i for i in ids if i not in jobs]
+        if missing:
+            raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
+        foreign = [i for i in ids if not caller.is_admin and not self.may_act(caller, jobs[i])]
+        if foreign:  # the route table checked the action already (shared.py); this is the last guard
+            raise errors.TransitionError(self.act_refusal(caller, jobs[foreign[0]], "act on"))
+        return [jobs[i] for i in ids]
+
     # ---- submit ---------------------------------------------------------------------------------
 
     def as_submitter(self, spec: JobSpec, queue_name: str, caller: Caller | None) -> JobSpec:
@@ -203,6 +216,19 @@ class Access:
                                  "a shared cluster's agents run as root: set the host's `user: root` in xce.yaml "
                                  "(and root's SSH key there), then `xce reconfig`")
         return refused
+
+
+def store_refusal(handler: Handler) -> Handler:
+    """The handler, with a store that cannot take its write turned into a plain refusal: exit 4 at
+    the client (errors.StoreError), saying what is wrong and that the request was not carried out."""
+    def guarded(caller: Caller, query: dict, body: Any) -> Any:
+        try:
+            return handler(caller, query, body)
+        except errors.StoreUnavailable as err:
+            raise errors.StoreError(f"{err}; the request was not carried out (nothing of it was stored); "
+                                    "the controller runs on and retries by itself: try again when "
+                                    "`xce controller status` shows no store problem") from None
+    return guarded
 
 
 def _group_names(caller: Caller) -> list[str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import queue
 from collections import defaultdict
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from xce_lite import errors
@@ -66,7 +67,7 @@ class Units:
         for index, unit in enumerate(job.units):
             self.state.by_unit[unit] = (job.id, index)
 
-    def holdings(self, closing: set[int]) -> list[Holding]:
+    def holdings(self, closing: AbstractSet[int]) -> list[Holding]:
         """What active and draining units hold; of a job in `closing`, only its units still running."""
         held = []
         for job in self.state.active.values():
