@@ -98,50 +98,36 @@ from xce_lite.store.jobs import JobStore, TickWrites
 LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
 
 
-def _shared(name: str) -> Any:
-    """Transitional (issue 15): `Controller._x` is the shared state's `x` for the mixins left."""
-    return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
-
-
 class Controller:
-    # Transitional: the mixins not yet made parts read the shared state under their old names.
-    config = _shared("config")
-    profiles = _shared("profiles")
-    host_totals = _shared("host_totals")
-    addresses = _shared("addresses")
-    queue_policies = _shared("queue_policies")
-    permission_policy = _shared("permission_policy")
-    project_view = _shared("project_view")
-    _mu = _shared("mu")
-    _wake = _shared("wake")
-    _active = _shared("active")
-    _by_unit = _shared("by_unit")
-    _draining = _shared("draining")
-    _links = _shared("links")
-    _hosts = _shared("hosts")
-    _host_state = _shared("host_state")
-    _generation = _shared("generation")
-    _down_since = _shared("down_since")
-    _down_why = _shared("down_why")
-    _lost_hosts = _shared("lost_hosts")
-    _probes = _shared("probes")
-    _pending = _shared("pending")
-    _held = _shared("held")
-    _attempts = _shared("attempts")
-    _retries = _shared("retries")
-    _reasons = _shared("reasons")
-    _stored_reasons = _shared("stored_reasons")
-    _unrecorded = _shared("unrecorded")
-    _unrecorded_started = _shared("unrecorded_started")
-    _unrecorded_requeues = _shared("unrecorded_requeues")
-    _host_hook_events = _shared("host_hook_events")
-    _dirty = _shared("dirty")
-    _gate_dirty = _shared("gate_dirty")
-    _finished = _shared("finished")
+    @property
+    def config(self) -> ClusterConfig:
+        """The configuration in use (the state's)."""
+        return self.state.config
 
     @property
     def cluster(self) -> str:
         return self.state.config.cluster
+
+    # what the simulator (sim/controlled.py) reads by these names
+    @property
+    def _wake(self) -> threading.Event:
+        return self.state.wake
+
+    @property
+    def _links(self) -> dict[str, Any]:
+        return self.state.links
+
+    @property
+    def _active(self) -> dict[int, Active]:
+        return self.state.active
+
+    @property
+    def _lost_hosts(self) -> set[str]:
+        return self.state.lost_hosts
+
+    @property
+    def host_totals(self) -> tuple[HostView, ...]:
+        return self.state.host_totals
 
     def __init__(self, home: Home, log=None, seams: Seams | None = None):
         """`seams`: the clock, store, hosts and scheduler to use (seams.py); None: the real ones."""
@@ -164,7 +150,7 @@ class Controller:
         self.started_at = self._clock.time()
         self.metrics = Registry()  # metrics: counters and durations for /metrics
         self._stopping = threading.Event()
-        self._events: queue.Queue[HostEvent] = WakingQueue(self._wake)
+        self._events: queue.Queue[HostEvent] = WakingQueue(self.state.wake)
         self.gating = Gating(self.state, self.store, self.pending_job)  # dependencies, arrays, job references
         self.access = Access(self.state, self.store, self.gating.expand_refs)  # shared.py: who may do what
         self.commits = StoreRetry(self.store, self._clock, self.log)  # the store-commit retry state
@@ -174,7 +160,7 @@ class Controller:
         state = self.state
         self.kills = KillMarks(self._hostops, self._clock, self.trouble, state.mu, state.wake.set,
                                state.active, state.hosts, state.generation)  # kill delivery (kill_marks.py)
-        self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.config.controller)
+        self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.state.config.controller)
         self.launches = TaskLaunches(self.state, self._hostops, self.log)  # `xce launch` (task_launches.py)
         self.faults = Faults(self.state, self.commits, self.trouble, self.fault_record, self.kills, self.launches,
                              self.access, self.log)  # faults.py
@@ -203,7 +189,7 @@ class Controller:
         self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed
         self._scheduler = seams.scheduler_factory()
         self._server: ApiServer | None = None
-        self._retention = Retention(self.log, self._wake.set)  # step 8 of the tick
+        self._retention = Retention(self.log, self.state.wake.set)  # step 8 of the tick
         self._failed = False  # stopped on a fault (faults.py): its record stays for the next start
 
     def routes(self) -> dict[tuple[str, str], Handler]:
@@ -237,20 +223,20 @@ class Controller:
         try:
             self._load()
             self.projects.hold_outside(self.store.unfinished())  # the configuration may have changed while stopped
-            for host_config in self.config.hosts:
+            for host_config in self.state.config.hosts:
                 self._start_link(host_config)
             self._settle_local_hosts()
-            mode, group = socket_mode(self.config)  # shared.py: 0600, or open to the lab's users
+            mode, group = socket_mode(self.state.config)  # shared.py: 0600, or open to the lab's users
             self._server = ApiServer(self.home.socket, self.routes(), self.log, mode=mode, group=group)
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
-            self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
+            self.log(f"controller for cluster {self.state.cluster!r} serving at {self.home.socket}")
             if self.fault_record.previous is not None:
                 self.log(f"note: the previous run stopped on a fault: {self.fault_record.previous['why']}")
             while not self._stopping.is_set():
                 retry = self.commits.wait()
-                wait = min(self.config.controller.tick, self.leases.wait())
-                self._wake.wait(wait if retry is None else min(wait, retry + 0.01))
-                self._wake.clear()
+                wait = min(self.state.config.controller.tick, self.leases.wait())
+                self.state.wake.wait(wait if retry is None else min(wait, retry + 0.01))
+                self.state.wake.clear()
                 if not self._stopping.is_set():
                     try:
                         self.tick(self._clock.time())
@@ -266,8 +252,8 @@ class Controller:
 
     def _connected(self) -> dict:
         """The connected hosts' handles, as of now."""
-        with self._mu:
-            return dict(self._hosts)
+        with self.state.mu:
+            return dict(self.state.hosts)
 
     def _renew_leases(self) -> None:
         self.leases.renew(self._connected())
@@ -276,18 +262,18 @@ class Controller:
         """Before serving: tick until each local host's agent has answered (or failed), for at most
         LOCAL_SETTLE seconds, so that `xce controller start; xce hosts` shows this machine ok. Remote
         hosts are never waited for: they connect in the background."""
-        local = [h.name for h in self.config.hosts if h.type == "local"]
+        local = [h.name for h in self.state.config.hosts if h.type == "local"]
         deadline = time.monotonic() + LOCAL_SETTLE
         while time.monotonic() < deadline and not self._stopping.is_set():
-            if all(self._host_state.get(n) == "ok" or n in self._down_why for n in local):
+            if all(self.state.host_state.get(n) == "ok" or n in self.state.down_why for n in local):
                 return
-            self._wake.wait(0.05)
-            self._wake.clear()
+            self.state.wake.wait(0.05)
+            self.state.wake.clear()
             self.tick(self._clock.time())
 
     def stop(self) -> None:
         self._stopping.set()
-        self._wake.set()
+        self.state.wake.set()
 
     def _shutdown(self) -> None:
         if self._server is not None:
@@ -296,7 +282,7 @@ class Controller:
             self.home.socket.unlink(missing_ok=True)
         if self._stopping.is_set():  # a planned stop: the jobs may go on for the maintenance lease
             self.leases.grant_maintenance(self._connected())
-        for link in self._links.values():
+        for link in self.state.links.values():
             link.close()  # the agents exit (or stay for the lease); the jobs go on under their supervisors
         self._scheduler.close()
         self._hostops.close()
@@ -308,12 +294,12 @@ class Controller:
     def _start_link(self, host: HostConfig) -> None:
         """Keep `host` connected from now on (hostlinks.py); until it answers it is unreachable."""
         link = self.seams.link_factory(host.name, self._host_factory(host), self._events, self.log,
-                                       backoff_max=self.config.ssh.reconnect_max)
-        with self._mu:
-            self._links[host.name] = link
-            self._host_state.setdefault(host.name, "unreachable")
-            if self._host_state[host.name] != "ok":
-                self._down_since.setdefault(host.name, self._clock.time())
+                                       backoff_max=self.state.config.ssh.reconnect_max)
+        with self.state.mu:
+            self.state.links[host.name] = link
+            self.state.host_state.setdefault(host.name, "unreachable")
+            if self.state.host_state[host.name] != "ok":
+                self.state.down_since.setdefault(host.name, self._clock.time())
         link.start()
 
     def _hosts_changed(self, old: ClusterConfig, new: ClusterConfig) -> None:
@@ -326,7 +312,7 @@ class Controller:
             was = before.get(host.name)
             if was is not None and (_connection(was) == _connection(host) and old.ssh == new.ssh):
                 continue
-            link = self._links.pop(host.name, None)
+            link = self.state.links.pop(host.name, None)
             if link is not None:
                 link.close()
             self.log(f"host {host.name}: {'added' if was is None else 'connection settings changed'}; connecting")
@@ -339,7 +325,7 @@ class Controller:
         """How the host's link makes a fresh connection to it (the seams' own, or the real one)."""
         if self.seams.host_factory is not None:
             return self.seams.host_factory(host)
-        return real_host_factory(host, self.config, self.home)
+        return real_host_factory(host, self.state.config, self.home)
 
     def _load(self) -> None:
         """Rebuild the in-memory view from the store (the store is the truth)."""
@@ -348,18 +334,18 @@ class Controller:
         for job in jobs:
             if job.state == PEND:
                 self.gating.enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
-                self._reasons[job.id] = self._stored_reasons[job.id] = job.pend_reason
+                self.state.reasons[job.id] = self.state.stored_reasons[job.id] = job.pend_reason
                 if job.attempt:
-                    self._attempts[job.id] = job.attempt
+                    self.state.attempts[job.id] = job.attempt
             elif job.state == PSUSP:
-                self._held[job.id] = job.user
+                self.state.held[job.id] = job.user
                 if job.array_id is not None:
                     self.gating.note_element(job.id, job.array_id)
                 if job.attempt:
-                    self._attempts[job.id] = job.attempt
+                    self.state.attempts[job.id] = job.attempt
             else:
                 holding = Holding.from_json(job.alloc, job.hosts)
-                units = job_units(self.cluster, job.id, job.attempt, len(holding.allocs))
+                units = job_units(self.state.cluster, job.id, job.attempt, len(holding.allocs))
                 # Unit 0 of a job stored RUN is known to have run; the others are matched as their
                 # hosts list them (a unit of a job that runs may not have reached its host yet).
                 status = [RUNNING if i == 0 and job.state != DISP else NEW for i in range(len(units))]
@@ -369,8 +355,8 @@ class Controller:
                 self.units.add_active(self.dispatching.with_workflow(active, job.array_id, job.effective))
                 if active.killed:  # sent again: the first may never have reached the host (kills.py)
                     self.kills.mark(job.id, active.killed)
-        if self._active:
-            self.log(f"recovering {len(self._active)} dispatched or running jobs")
+        if self.state.active:
+            self.log(f"recovering {len(self.state.active)} dispatched or running jobs")
 
     # ---- the tick ---------------------------------------------------------------------------
 
@@ -388,15 +374,15 @@ class Controller:
             return
         self.pools.step(now)
         cancels = self.gating.step()
-        with self._mu:
-            finishing, self._unrecorded = self._unrecorded, []
-            started, self._unrecorded_started = self._unrecorded_started, []
-            requeues = kill_wins(self._active, self._unrecorded_requeues, finishing, now)
-            self._unrecorded_requeues = []
-            events, self._host_hook_events = self._host_hook_events, []
+        with self.state.mu:
+            finishing, self.state.unrecorded = self.state.unrecorded, []
+            started, self.state.unrecorded_started = self.state.unrecorded_started, []
+            requeues = kill_wins(self.state.active, self.state.unrecorded_requeues, finishing, now)
+            self.state.unrecorded_requeues = []
+            events, self.state.host_hook_events = self.state.host_hook_events, []
             closing = {f.job_id for f, _event in finishing} | {r.job_id for r in requeues}
-            dirty, self._dirty = self._dirty or bool(closing), False
-            hosts = self._hosts_now(closing) if dirty and self._pending else None
+            dirty, self.state.dirty = self.state.dirty or bool(closing), False
+            hosts = self._hosts_now(closing) if dirty and self.state.pending else None
             shared = self._shared_free(closing) if hosts is not None else None
         reasons: dict[int, str | None] = {}
         self.commits.in_commit = len(finishing) + len(started) + len(requeues) + len(events)
@@ -424,9 +410,9 @@ class Controller:
         self._renew_leases()  # before any launch: on each host's channel a launch follows a grant
         self.units.act()
         busy = bool(finishing or started or plans or requeues or cancels)
-        self._retention.step(self.store, self.config.controller, now, busy)
-        if self._unrecorded or self._unrecorded_started or self._unrecorded_requeues:
-            self._wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
+        self._retention.step(self.store, self.state.config.controller, now, busy)
+        if self.state.unrecorded or self.state.unrecorded_started or self.state.unrecorded_requeues:
+            self.state.wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
         self.metrics.observe("tick", time.monotonic() - began)  # metrics:
 
     def _hold_outside_projects(self, jobs: list[Job]) -> list[int]:
@@ -436,33 +422,33 @@ class Controller:
     def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
         """The scheduler's view of a pending job (snapshot.pending_job, which the simulator shares)."""
         return self.pool_views.with_pool_time(
-            *pending_job(job_id, user, queue, spec, submit_time, self.config, self.profiles))
+            *pending_job(job_id, user, queue, spec, submit_time, self.state.config, self.state.profiles))
 
     def _hosts_now(self, closing: AbstractSet[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
         still run hold anything (they drain: stopped, holding their resources until they end)."""
-        return self._hosts_view(self.host_totals, self.faults.scheduler_states(), self.units.holdings(closing))
+        return self._hosts_view(self.state.host_totals, self.faults.scheduler_states(), self.units.holdings(closing))
 
     def _shared_free(self, closing: AbstractSet[int] = frozenset()) -> FrozenMap:
-        return shared_free(self.config, [j.holding for j in self._active.values() if j.id not in closing])
+        return shared_free(self.state.config, [j.holding for j in self.state.active.values() if j.id not in closing])
 
     def _schedule(self, hosts: tuple[HostView, ...], shared, now: float) -> Decisions | None:
         """One session in the scheduler process, fed with what changed in the pending set."""
         try:
-            with self._mu:  # the pending set's changes are taken under the lock; the wait is not
-                running = tuple((j.queue, j.user, j.holding.tasks) for j in self._active.values())
-                base = Snapshot(hosts, (), self.queue_policies, shared, running, now,
-                                self.config.controller.reserve_after, **self.projects.inputs(now))
+            with self.state.mu:  # the pending set's changes are taken under the lock; the wait is not
+                running = tuple((j.queue, j.user, j.holding.tasks) for j in self.state.active.values())
+                base = Snapshot(hosts, (), self.state.queue_policies, shared, running, now,
+                                self.state.config.controller.reserve_after, **self.projects.inputs(now))
                 sent = time.monotonic()  # metrics:
-                self._scheduler.send(self._pending, base, self.config.controller.sched_budget)
+                self._scheduler.send(self.state.pending, base, self.state.config.controller.sched_budget)
             decisions = self._scheduler.receive()
             self.metrics.observe("session", time.monotonic() - sent)  # metrics:
         except TimeoutError as err:
             self.log(f"{err}; it will be restarted")
             decisions = None
         if decisions is None:  # out of step or restarted: the next session sends the whole set
-            self._dirty = True
-            self._wake.set()
+            self.state.dirty = True
+            self.state.wake.set()
         return decisions
 
 
