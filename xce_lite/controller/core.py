@@ -10,9 +10,9 @@ Its tick is a short list of named steps, with one commit at most (and retention'
                someone killed always ends EXIT with the kill's reason, kills.py), and a copy that
                runs there when it comes back is stopped;
 3. gate      - pending jobs with a dependency, or in an array with a throttle, go to the scheduler
-               when they may start; a dependency that can never hold cancels its job (depwork.py);
+               when they may start; a dependency that can never hold cancels its job (gating.py);
 4. snapshot  - hosts with what is free on them, pending jobs, queue priorities (memory only);
-5. schedule  - run the pure scheduler core in its worker process (sched_process.py: forkserver,
+5. schedule  - run the pure scheduler core in its worker process (sched_worker.py: forkserver,
                fed with what changed in the pending set since the last session);
 6. intent    - ONE durable commit of everything learned and decided: starts, finishes, requeues
                (a failed attempt with retries left is requeued, not finished), cancels, each
@@ -27,21 +27,23 @@ Its tick is a short list of named steps, with one commit at most (and retention'
 A job placed on several hosts has a unit on each (jobunits.py): the first runs its command, the
 others hold its allocation and run its `xce launch` tasks; its outcome is the first unit's.
 
-Hosts connect in the background (hostlinks.py), so a slow or dead host never stalls a tick. A
-restart is the same code: load the unfinished jobs; as each host comes up, adopt what runs, record
-what ended, launch what was recorded DISP but never reached its host (the unit name makes that
-launch safe to repeat), stop stale copies, and mark lost what vanished. A job acknowledged to a
-client is in the store before the reply. API handlers run on the server's threads; they take
-`self._mu` for the in-memory view, and the store serialises the writes.
+The Controller is the composition root: it builds the shared state (state.py) and the parts, each
+given what it reads and calls (no part holds the Controller): units (unitwork.py), gating,
+dispatching, faults, kills (kill_marks.py), leases (leasework.py), pools, projects, task launches,
+host links (links.py), and the API's routes (handlers/), which run on the server's threads and
+turn requests into calls on the parts under the state's lock (a kill is marked for the tick to
+deliver; suspend, resume and peek ask the job's host directly). A restart is the same code:
+recovery.py loads the unfinished jobs; as each host comes up, what runs is adopted, what ended is
+recorded, what was recorded DISP but never reached its host is launched (its unit name makes that
+safe to repeat), stale copies are stopped, and what vanished is lost. A job acknowledged to a
+client is in the store before the reply.
 
 Seams (seams.py): the clock, the store, the hosts' links and connections, the signal workers and
 the scheduler are given; `tick(now)` takes its time, and only `serve`'s loop reads the real clock.
-A test (tests/support/inproc.py) runs this controller on fake hosts with a fake clock and no
-thread, and checks invariants.py after every tick. Host leases are a part of their own (leasework).
-
-Faults (faults.py): a commit the store cannot take (busy, full) is retried with backoff and loses
-nothing; a host that does not answer a signal (hostops.py: never on the tick's thread) is in
-trouble alone; only a fault that makes going on unsafe stops the controller, saying why.
+tests/support/inproc.py runs it on fake hosts with a fake clock and no thread, checking
+invariants.py after every tick. Faults (faults.py): a commit the store cannot take is retried with
+backoff and loses nothing; a host that does not answer a signal is in trouble alone; only a fault
+that makes going on unsafe stops the controller, saying why.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from xce_lite import errors
 from xce_lite.api.server import ApiServer, Caller
 from xce_lite.config.cluster import ClusterConfig, HostConfig
 from xce_lite.config.profiles import load_cluster
-from xce_lite.config.sched_view import Holding, HostsNow, pending_job, shared_free
+from xce_lite.config.sched_view import HostsNow, pending_job, shared_free
 from xce_lite.controller.dispatching import Dispatching
 from xce_lite.controller.fault_record import FaultRecord
 from xce_lite.controller.faults import Faults, replan
@@ -72,31 +74,29 @@ from xce_lite.controller.handlers.jobs import JobActions
 from xce_lite.controller.handlers.submit import Submitting
 from xce_lite.controller.handlers.views import JobViews
 from xce_lite.controller.handlers.metrics import MetricsRoutes  # metrics:
-from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.kill_marks import KillMarks
 from xce_lite.controller.kills import kill_wins
 from xce_lite.controller.leasework import HostLeases
+from xce_lite.controller.links import HostLinks
 from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.pool_views import PoolViews
 from xce_lite.controller.pools import Pools, load_records
+from xce_lite.controller.recovery import load
 from xce_lite.controller.retention import Retention
-from xce_lite.controller.seams import Seams, WakingQueue, real_host_factory
+from xce_lite.controller.seams import Seams, WakingQueue
 from xce_lite.controller.state import ControllerState
 from xce_lite.controller.shared import Access, Handler, socket_mode, store_refusal
 from xce_lite.controller.task_launches import TaskLaunches
-from xce_lite.controller.state import NEW, RUNNING, Active
+from xce_lite.controller.state import Active
 from xce_lite.controller.unitwork import Units
 from xce_lite.exec.host import HostEvent
 from xce_lite.home.paths import PRIVATE_UMASK, Home
-from xce_lite.models import DISP, PEND, PSUSP, Job, JobSpec
+from xce_lite.models import Job, JobSpec
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
 from xce_lite.sched.placement import HostView
 from xce_lite.sched.reasons import FrozenMap
 from xce_lite.store.jobs import JobStore, TickWrites
-
-LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
-
 
 class Controller:
     @property
@@ -108,26 +108,17 @@ class Controller:
     def cluster(self) -> str:
         return self.state.config.cluster
 
-    # what the simulator (sim/controlled.py) reads by these names
+    # what the simulator (sim/controlled.py, sim/ticked.py) reads by these names
     @property
-    def _wake(self) -> threading.Event:
-        return self.state.wake
-
+    def _wake(self) -> threading.Event: return self.state.wake
     @property
-    def _links(self) -> dict[str, Any]:
-        return self.state.links
-
+    def _links(self) -> dict[str, Any]: return self.state.links
     @property
-    def _active(self) -> dict[int, Active]:
-        return self.state.active
-
+    def _active(self) -> dict[int, Active]: return self.state.active
     @property
-    def _lost_hosts(self) -> set[str]:
-        return self.state.lost_hosts
-
+    def _lost_hosts(self) -> set[str]: return self.state.lost_hosts
     @property
-    def host_totals(self) -> tuple[HostView, ...]:
-        return self.state.host_totals
+    def host_totals(self) -> tuple[HostView, ...]: return self.state.host_totals
 
     def __init__(self, home: Home, log=None, seams: Seams | None = None):
         """`seams`: the clock, store, hosts and scheduler to use (seams.py); None: the real ones."""
@@ -173,8 +164,9 @@ class Controller:
         self.dispatching = Dispatching(state, self.store, self._clock, self.log, self.gating, self.projects,
                                        self.metrics, self.units.end_active, self.units.add_active,
                                        self.units.launch_later)  # plans, reasons, apply
+        self.links = HostLinks(state, seams, home, self._clock, self.log, self._events)  # links.py
         self.config_api = ConfigRoutes(state, self.store, home, self._clock, self.log, self.pool_views, self.gating,
-                                       self.projects, self._hosts_changed)  # the configuration's routes, reconfig
+                                       self.projects, self.links.hosts_changed)  # the configuration's routes, reconfig
         self.metrics_api = MetricsRoutes(self.state, self.store, self._clock, self.metrics, self.gating.gate,
                                          self._hosts_now)  # metrics: its routes
         # the API's routes (the server's threads): each turns a request into calls on the parts
@@ -184,7 +176,7 @@ class Controller:
                                   self.access, self.kills, self.trouble)
         self.views = JobViews(state, self.store, home, self.started_at, self.gating, self.projects, self.pool_views,
                               self.faults, self.access, self.trouble, self._hosts_now, self._shared_free, self.stop,
-                              self._server_stats)
+                              lambda: self._server.stats() if self._server is not None else None)
         self.flows = FlowRoutes(state, self.store, self._clock, self.metrics, self.gating, self.submitting)
         self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed
         self._scheduler = seams.scheduler_factory()
@@ -213,9 +205,6 @@ class Controller:
     def api_release(self, caller: Caller, query: dict, body: Any) -> dict:
         return self.actions.api_release(caller, query, body)
 
-    def _server_stats(self) -> dict | None:
-        return self._server.stats() if self._server is not None else None
-
     # ---- running ----------------------------------------------------------------------------
 
     def serve(self) -> None:
@@ -225,7 +214,7 @@ class Controller:
             self.projects.hold_outside(self.store.unfinished())  # the configuration may have changed while stopped
             for host_config in self.state.config.hosts:
                 self._start_link(host_config)
-            self._settle_local_hosts()
+            self.links.settle_local(lambda: self.tick(self._clock.time()), self._stopping)
             mode, group = socket_mode(self.state.config)  # shared.py: 0600, or open to the lab's users
             self._server = ApiServer(self.home.socket, self.routes(), self.log, mode=mode, group=group)
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
@@ -258,19 +247,6 @@ class Controller:
     def _renew_leases(self) -> None:
         self.leases.renew(self._connected())
 
-    def _settle_local_hosts(self) -> None:
-        """Before serving: tick until each local host's agent has answered (or failed), for at most
-        LOCAL_SETTLE seconds, so that `xce controller start; xce hosts` shows this machine ok. Remote
-        hosts are never waited for: they connect in the background."""
-        local = [h.name for h in self.state.config.hosts if h.type == "local"]
-        deadline = time.monotonic() + LOCAL_SETTLE
-        while time.monotonic() < deadline and not self._stopping.is_set():
-            if all(self.state.host_state.get(n) == "ok" or n in self.state.down_why for n in local):
-                return
-            self.state.wake.wait(0.05)
-            self.state.wake.clear()
-            self.tick(self._clock.time())
-
     def stop(self) -> None:
         self._stopping.set()
         self.state.wake.set()
@@ -291,72 +267,13 @@ class Controller:
             self.fault_record.clear()
         self.log("controller stopped")
 
-    def _start_link(self, host: HostConfig) -> None:
-        """Keep `host` connected from now on (hostlinks.py); until it answers it is unreachable."""
-        link = self.seams.link_factory(host.name, self._host_factory(host), self._events, self.log,
-                                       backoff_max=self.state.config.ssh.reconnect_max)
-        with self.state.mu:
-            self.state.links[host.name] = link
-            self.state.host_state.setdefault(host.name, "unreachable")
-            if self.state.host_state[host.name] != "ok":
-                self.state.down_since.setdefault(host.name, self._clock.time())
-        link.start()
-
-    def _hosts_changed(self, old: ClusterConfig, new: ClusterConfig) -> None:
-        """After a reconfig: connect added hosts, and reconnect hosts whose connection settings (or
-        the cluster's ssh settings) changed; the new connection lists the host's units and the jobs
-        on it go on. A removed host is closed to new work already (it is not in the scheduler's
-        view); its link stays, so the results of the jobs still running there come back."""
-        before = {h.name: h for h in old.hosts}
-        for host in new.hosts:
-            was = before.get(host.name)
-            if was is not None and (_connection(was) == _connection(host) and old.ssh == new.ssh):
-                continue
-            link = self.state.links.pop(host.name, None)
-            if link is not None:
-                link.close()
-            self.log(f"host {host.name}: {'added' if was is None else 'connection settings changed'}; connecting")
-            self._start_link(host)
-        removed = sorted(before.keys() - {h.name for h in new.hosts})
-        if removed:
-            self.log(f"hosts removed: {', '.join(removed)} (closed to new work; their running jobs go on)")
-
-    def _host_factory(self, host: HostConfig):
-        """How the host's link makes a fresh connection to it (the seams' own, or the real one)."""
-        if self.seams.host_factory is not None:
-            return self.seams.host_factory(host)
-        return real_host_factory(host, self.state.config, self.home)
-
     def _load(self) -> None:
-        """Rebuild the in-memory view from the store (the store is the truth)."""
-        jobs = self.store.unfinished()
-        killed = self.store.kill_requested([j.id for j in jobs if j.state not in (PEND, PSUSP)])
-        for job in jobs:
-            if job.state == PEND:
-                self.gating.enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
-                self.state.reasons[job.id] = self.state.stored_reasons[job.id] = job.pend_reason
-                if job.attempt:
-                    self.state.attempts[job.id] = job.attempt
-            elif job.state == PSUSP:
-                self.state.held[job.id] = job.user
-                if job.array_id is not None:
-                    self.gating.note_element(job.id, job.array_id)
-                if job.attempt:
-                    self.state.attempts[job.id] = job.attempt
-            else:
-                holding = Holding.from_json(job.alloc, job.hosts)
-                units = job_units(self.state.cluster, job.id, job.attempt, len(holding.allocs))
-                # Unit 0 of a job stored RUN is known to have run; the others are matched as their
-                # hosts list them (a unit of a job that runs may not have reached its host yet).
-                status = [RUNNING if i == 0 and job.state != DISP else NEW for i in range(len(units))]
-                active = Active(job.id, job.user, job.queue, job.state, job.attempt, holding, units, status,
-                                retries=job.retries, killed=killed.get(job.id), project=job.project,
-                                since=job.start_time or self._clock.time())
-                self.units.add_active(self.dispatching.with_workflow(active, job.array_id, job.effective))
-                if active.killed:  # sent again: the first may never have reached the host (kills.py)
-                    self.kills.mark(job.id, active.killed)
-        if self.state.active:
-            self.log(f"recovering {len(self.state.active)} dispatched or running jobs")
+        """Rebuild the shared state from the store (recovery.py)."""
+        load(self.state, self.store, self._clock, self.log, self.gating, self.dispatching, self.units, self.kills)
+
+    def _start_link(self, host: HostConfig) -> None:
+        """Keep `host` connected from now on (links.py); until it answers it is unreachable."""
+        self.links.start(host)
 
     # ---- the tick ---------------------------------------------------------------------------
 
@@ -450,11 +367,6 @@ class Controller:
             self.state.dirty = True
             self.state.wake.set()
         return decisions
-
-
-def _connection(host: HostConfig) -> tuple:
-    """What a host's connection depends on (its resources and tags apply without reconnecting)."""
-    return (host.type, host.address, host.port, host.user, host.identity, host.python, host.spool, host.launch)
 
 
 def _log(message: str) -> None:
