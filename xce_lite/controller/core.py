@@ -99,6 +99,8 @@ from xce_lite.sched.reasons import FrozenMap
 from xce_lite.store.jobs import JobStore, TickWrites
 
 class Controller:
+    """The composition root (module docstring): the state, the parts, `serve` and `tick(now)`."""
+
     @property
     def config(self) -> ClusterConfig:
         """The configuration in use (the state's)."""
