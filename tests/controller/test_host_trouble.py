@@ -48,7 +48,7 @@ def test_a_host_that_does_not_answer_a_kill_takes_no_work_through_a_restart_unti
         assert p.kill(a)["ok"]
         run(p, 2, killed={a})
         assert first in p.ctl.trouble
-        problems = p.ctl.fault_status()["problems"]
+        problems = p.ctl.faults.status()["problems"]
         assert [(x["what"], x["host"]) for x in problems] == [("host", first)]
         b, c = p.submit(runtime=200), p.submit(runtime=200)
         run(p, 2, killed={a})
@@ -60,7 +60,7 @@ def test_a_host_that_does_not_answer_a_kill_takes_no_work_through_a_restart_unti
         p.drop(first)
         p.back(first)
         run(p, 3, killed={a})
-        assert first not in p.ctl.trouble and p.ctl.fault_status()["problems"] == []
+        assert first not in p.ctl.trouble and p.ctl.faults.status()["problems"] == []
         job = p.job(a)
         assert job.state == "EXIT" and job.reason.startswith("killed by"), job.reason
         assert sum(1 for _t, kind, _d in p.ctl.store.events(a) if kind == "dispatched") == 1

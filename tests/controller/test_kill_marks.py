@@ -18,7 +18,7 @@ def test_a_kill_stays_marked_while_its_host_is_cut_off_and_through_a_restart_the
         p.drop(first)
         p.step(1.0)
         assert p.kill(a)["ok"]
-        assert p.ctl.kills.get(a) is not None and p.ctl._active[a].killed
+        assert p.ctl.kills.get(a) is not None and p.ctl.state.active[a].killed
         for _ in range(3):
             p.step(1.0)
             check_invariants(p.ctl, {a})

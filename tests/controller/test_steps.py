@@ -103,7 +103,7 @@ def test_held_job_waits_and_runs_once_released(inproc):
 def test_check_invariants_names_a_job_both_pending_and_active(inproc):
     a = inproc.submit(runtime=50)
     run(inproc, 2)
-    inproc.ctl._held[a] = "someone"  # a broken view, made by hand
+    inproc.ctl.state.held[a] = "someone"  # a broken view, made by hand
     with pytest.raises(InvariantBroken, match=f"job {a} is both held and active"):
         check_invariants(inproc.ctl)
 

@@ -59,7 +59,7 @@ def test_a_store_locked_while_a_job_ends_loses_nothing_then_the_host_is_lost_the
         for _ in range(2):
             p.step(1.0)  # a ends; the tick's commit fails (after the busy timeout), then backs off
             check_invariants(p.ctl)
-        problem = p.ctl.fault_status()["problems"][0]
+        problem = p.ctl.faults.status()["problems"][0]
         assert problem["what"] == "store" and problem["waiting"] >= 1
         assert p.job(a).state == "RUN", "nothing of the failed commit is stored"
         assert not p.ctl.commits.due()
@@ -67,7 +67,7 @@ def test_a_store_locked_while_a_job_ends_loses_nothing_then_the_host_is_lost_the
         other.close()
         p.step(STORE_RETRY_MAX)
         check_invariants(p.ctl)
-        assert p.job(a).state == "DONE" and p.ctl.fault_status()["problems"] == []
+        assert p.job(a).state == "DONE" and p.ctl.faults.status()["problems"] == []
         host = p.job(b).hosts[0][0]
         p.drop(host)  # then b's host is lost: b runs elsewhere
         for _ in range(60):

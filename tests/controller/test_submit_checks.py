@@ -18,7 +18,7 @@ def test_a_request_no_host_could_run_is_refused_until_a_reconfig_adds_room():
                 p.submit(slots=4, resreq=("span[hosts=1]",))
         config = p.root / "xce.yaml"
         config.write_text(config.read_text().replace("slots: 2", "slots: 4"))
-        p.ctl.reconfigure()
+        p.ctl.config_api.reconfigure()
         job = p.submit(slots=4, resreq=("span[hosts=1]",))
         for _ in range(3):
             p.step(1.0)

@@ -56,14 +56,14 @@ class TickMachine(RuleBasedStateMachine):
         self.acked.append(self.p.submit(runtime=3, depend=f"done({first})"))
 
     def _active(self) -> list[int]:
-        return sorted(self.p.ctl._active)
+        return sorted(self.p.ctl.state.active)
 
     @precondition(lambda self: self.acked)
     @rule(data=st.data())
     def kill(self, data) -> None:
         # mostly jobs that run, first those whose host is cut off (where a kill races the host's
         # loss), sometimes any (pending, held, ended)
-        cut = [j for j in self._active() if self.p.ctl._active[j].host_of(0) in self.p.dropped]
+        cut = [j for j in self._active() if self.p.ctl.state.active[j].host_of(0) in self.p.dropped]
         job_id = data.draw(st.sampled_from(cut or self._active() or self.acked) | st.sampled_from(self.acked))
         attempt = self.p.job(job_id).attempt
         reply = self.p.kill(job_id)
@@ -80,7 +80,7 @@ class TickMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def cut_off(self, data) -> None:
-        busy = sorted({self.p.ctl._active[j].host_of(0) for j in self._active()} - set(self.p.dropped))
+        busy = sorted({self.p.ctl.state.active[j].host_of(0) for j in self._active()} - set(self.p.dropped))
         host = data.draw(st.sampled_from(busy or HOSTS))
         if host not in self.p.dropped:
             self.p.drop(host)

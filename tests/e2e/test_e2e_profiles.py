@@ -202,7 +202,7 @@ def test_a_profile_changed_between_decision_and_dispatch_sends_the_job_back_to_p
 
         def decide():
             hosts = hosts_now(controller.host_totals, {"local": HOST_OK}, [])
-            return schedule(Snapshot(hosts, tuple(controller._pending.values()), controller.queue_policies,
+            return schedule(Snapshot(hosts, tuple(controller.state.pending.values()), controller.state.queue_policies,
                                      shared_free(controller.config, [])))
 
         decided = decide()  # 1. the scheduler decides on the profile as it was
@@ -211,19 +211,19 @@ def test_a_profile_changed_between_decision_and_dispatch_sends_the_job_back_to_p
         (root / "applications.yaml").write_text(INTERLEAVINGS[change])  # 2. the profile changes
         if change == "vanished":
             (root / "xce.yaml").write_text(CONFIG.format(pid=os.getpid()).replace("default_application: sim\n", ""))
-        controller.reconfigure()
-        assert controller._plans(decided) == []  # 3. the dispatch of that decision is declined
+        controller.config_api.reconfigure()
+        assert controller.dispatching.plans(decided) == []  # 3. the dispatch of that decision is declined
         job = controller.store.get(job_id)
         assert job.state == PEND and job.effective is None
         kinds = [(kind, data) for _t, kind, data in controller.store.events(job_id)]
         assert kinds[-1][0] == "dispatch_declined" and kinds[-1][1]["decided_profile_hash"] == old_hash
         if change == "vanished":  # 4. it waits, with the reason, until the profile comes back
-            assert controller._pending.get(job_id).blocked.endswith("application 'sim' is not defined; the "
+            assert controller.state.pending.get(job_id).blocked.endswith("application 'sim' is not defined; the "
                                                                     "applications are: default, other (see `xce apps`)")
             assert decide().dispatches == ()
             return
         again = decide()  # 4. the next session decides on the new profile, and that dispatch holds
-        plans = controller._plans(again)
+        plans = controller.dispatching.plans(again)
         assert [plan.job_id for plan in plans] == [job_id]
         controller.store.record_tick(TickWrites(time.time(), plans=plans))
         job = controller.store.get(job_id)

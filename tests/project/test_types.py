@@ -1,5 +1,5 @@
 """The type checker is part of the one test command: mypy over xce_lite/ (its configuration is
-pyproject.toml's [tool.mypy]) reports no error, but in the modules NOT_YET_CHECKED.
+pyproject.toml's [tool.mypy]) reports no error, in any module.
 
 mypy keeps its incremental cache in the repository's .mypy_cache (its default, which a developer's
 own `mypy` run shares; git ignores it): a cold run checks everything (seconds), a warm one only what
@@ -17,11 +17,6 @@ from tests.support import paths
 
 ROOT = paths.ROOT
 
-# Issue 15's controller work restates these (the controller as state and steps, the simulator running
-# the same tick) and makes them type-clean; their errors are left out here until it lands. Remove the
-# entries then: nothing else may be added here.
-NOT_YET_CHECKED = ("xce_lite/controller/",)
-
 ERROR = re.compile(r"^(?P<path>[^:\s]+\.py):\d+(?::\d+)?: error: ", re.M)
 
 
@@ -32,12 +27,5 @@ def test_mypy_finds_no_type_error_in_xce_lite():
     output = result.stdout + result.stderr
     assert result.returncode in (0, 1) and re.search(r"^(Success|Found \d+ errors?)", output, re.M), \
         f"mypy did not run to its end (exit {result.returncode}):\n{output}"
-    errors = [m.group(0) + output[m.end():].split("\n", 1)[0] for m in ERROR.finditer(output)
-              if not m.group("path").startswith(NOT_YET_CHECKED)]
+    errors = [m.group(0) + output[m.end():].split("\n", 1)[0] for m in ERROR.finditer(output)]
     assert errors == [], f"{len(errors)} type error(s) (run `mypy` in the repository):\n" + "\n".join(errors)
-
-
-def test_the_modules_left_out_exist():
-    """An entry of NOT_YET_CHECKED that names nothing would hide nothing, and would go unnoticed."""
-    for entry in NOT_YET_CHECKED:
-        assert (ROOT / entry).exists(), f"{entry} is gone: remove it from NOT_YET_CHECKED"

@@ -19,7 +19,8 @@ from xce_lite.controller.jobunits import run_as, unit_hooks
 from xce_lite.controller.faults import Faults
 from xce_lite.controller.host_trouble import HostTrouble
 from xce_lite.controller.seams import FakeClock
-from xce_lite.controller.shared import SharedWork, mode_change_problem, policy_of, shared_problem, socket_mode
+from xce_lite.controller.shared import Access, mode_change_problem, policy_of, shared_problem, socket_mode
+from xce_lite.controller.state import ControllerState
 from xce_lite.errors import ConfigError, SpecError
 from xce_lite.exec.host import HostProbe
 from xce_lite.models import JobSpec
@@ -112,14 +113,15 @@ def test_the_stamped_submitter_is_the_launchs_user():
     assert run_as(JobSpec(argv=("x",), cwd="/")) is None
 
 
-class _HostsSeen(SharedWork, Faults):
+def _hosts_seen(config, probes) -> Faults:
     """The controller's host states as shared.py and faults.py read them, from a configuration and
     what each host's agent said of itself when it connected."""
-
-    def __init__(self, config, probes):
-        self.config, self._probes = config, probes
-        self.trouble = HostTrouble(FakeClock(), print, lambda wake: None)
-        self._host_state = {name: "ok" for name in probes}
+    state = ControllerState(config, {})
+    state.probes.update(probes)
+    state.host_state.update({name: "ok" for name in probes})
+    access = Access(state, None, lambda refs: [])
+    trouble = HostTrouble(FakeClock(), print, lambda wake: None)
+    return Faults(state, None, trouble, None, None, None, access, print)
 
 
 def test_a_shared_cluster_gives_no_work_to_a_host_whose_agent_cannot_run_jobs_as_their_users(tmp_path: Path):
@@ -127,13 +129,13 @@ def test_a_shared_cluster_gives_no_work_to_a_host_whose_agent_cannot_run_jobs_as
     probes = {"h1": HostProbe("h1", 2, 1 << 30, 3, {"can_switch_user": True}),
               "h2": HostProbe("h2", 2, 1 << 30, 3, {"can_switch_user": False,
                                                     "can_switch_user_why": "the agent runs as uid 1000, not root"})}
-    shared = _HostsSeen(load_config(config_file(tmp_path, f"cluster: lab\nmode: shared\n{hosts}")), probes)
-    refused = shared._refused_hosts()
+    shared = _hosts_seen(load_config(config_file(tmp_path, f"cluster: lab\nmode: shared\n{hosts}")), probes)
+    refused = shared.access.refused_hosts()
     assert list(refused) == ["h2"]
     assert "the agent runs as uid 1000, not root" in refused["h2"] and "user: root" in refused["h2"]
-    assert shared._scheduler_states() == {"h1": "ok", "h2": "closed"}
-    personal = _HostsSeen(load_config(config_file(tmp_path, f"cluster: lab\n{hosts}")), probes)
-    assert personal._refused_hosts() == {} and personal._scheduler_states() == {"h1": "ok", "h2": "ok"}
+    assert shared.scheduler_states() == {"h1": "ok", "h2": "closed"}
+    personal = _hosts_seen(load_config(config_file(tmp_path, f"cluster: lab\n{hosts}")), probes)
+    assert personal.access.refused_hosts() == {} and personal.scheduler_states() == {"h1": "ok", "h2": "ok"}
 
 
 def test_mode_and_socket_group_change_only_with_a_restart(tmp_path: Path):

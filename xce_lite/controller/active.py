@@ -16,7 +16,7 @@ through `rehold`. Callers hold the controller's lock, as for any of its state.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
-from typing import Any
+from typing import Any, Self
 
 from xce_lite.config.sched_view import Holding, less_shared
 from xce_lite.sched.reasons import FrozenMap, HostAlloc
@@ -24,7 +24,7 @@ from xce_lite.sched.reasons import FrozenMap, HostAlloc
 _NONE: tuple = ()
 
 
-class ActiveJobs(dict):
+class ActiveJobs(dict[int, Any]):
     """See the module docstring. A dict (reads at C speed); every way to change it is overridden."""
 
     def __init__(self) -> None:
@@ -82,7 +82,8 @@ class ActiveJobs(dict):
         for job_id, job in dict(*args, **kw).items():
             self[job_id] = job
 
-    def __ior__(self, other: Any) -> ActiveJobs:
+    # dict's `|` makes a plain dict; `|=` must keep the index (mypy wants the two alike)
+    def __ior__(self, other: Any) -> Self:  # type: ignore[override, misc]
         self.update(other)
         return self
 

@@ -10,9 +10,9 @@ Its tick is a short list of named steps, with one commit at most (and retention'
                someone killed always ends EXIT with the kill's reason, kills.py), and a copy that
                runs there when it comes back is stopped;
 3. gate      - pending jobs with a dependency, or in an array with a throttle, go to the scheduler
-               when they may start; a dependency that can never hold cancels its job (depwork.py);
+               when they may start; a dependency that can never hold cancels its job (gating.py);
 4. snapshot  - hosts with what is free on them, pending jobs, queue priorities (memory only);
-5. schedule  - run the pure scheduler core in its worker process (sched_process.py: forkserver,
+5. schedule  - run the pure scheduler core in its worker process (sched_worker.py: forkserver,
                fed with what changed in the pending set since the last session);
 6. intent    - ONE durable commit of everything learned and decided: starts, finishes, requeues
                (a failed attempt with retries left is requeued, not finished), cancels, each
@@ -27,21 +27,23 @@ Its tick is a short list of named steps, with one commit at most (and retention'
 A job placed on several hosts has a unit on each (jobunits.py): the first runs its command, the
 others hold its allocation and run its `xce launch` tasks; its outcome is the first unit's.
 
-Hosts connect in the background (hostlinks.py), so a slow or dead host never stalls a tick. A
-restart is the same code: load the unfinished jobs; as each host comes up, adopt what runs, record
-what ended, launch what was recorded DISP but never reached its host (the unit name makes that
-launch safe to repeat), stop stale copies, and mark lost what vanished. A job acknowledged to a
-client is in the store before the reply. API handlers run on the server's threads; they take
-`self._mu` for the in-memory view, and the store serialises the writes.
+The Controller is the composition root: it builds the shared state (state.py) and the parts, each
+given what it reads and calls (no part holds the Controller): units (unitwork.py), gating,
+dispatching, faults, kills (kill_marks.py), leases (leasework.py), pools, projects, task launches,
+host links (links.py), and the API's routes (handlers/), which run on the server's threads and
+turn requests into calls on the parts under the state's lock (a kill is marked for the tick to
+deliver; suspend, resume and peek ask the job's host directly). A restart is the same code:
+recovery.py loads the unfinished jobs; as each host comes up, what runs is adopted, what ended is
+recorded, what was recorded DISP but never reached its host is launched (its unit name makes that
+safe to repeat), stale copies are stopped, and what vanished is lost. A job acknowledged to a
+client is in the store before the reply.
 
 Seams (seams.py): the clock, the store, the hosts' links and connections, the signal workers and
 the scheduler are given; `tick(now)` takes its time, and only `serve`'s loop reads the real clock.
-A test (tests/support/inproc.py) runs this controller on fake hosts with a fake clock and no
-thread, and checks invariants.py after every tick. Host leases are a part of their own (leasework).
-
-Faults (faults.py): a commit the store cannot take (busy, full) is retried with backoff and loses
-nothing; a host that does not answer a signal (hostops.py: never on the tick's thread) is in
-trouble alone; only a fault that makes going on unsafe stops the controller, saying why.
+tests/support/inproc.py runs it on fake hosts with a fake clock and no thread, checking
+invariants.py after every tick. Faults (faults.py): a commit the store cannot take is retried with
+backoff and loses nothing; a host that does not answer a signal is in trouble alone; only a fault
+that makes going on unsafe stops the controller, saying why.
 """
 
 from __future__ import annotations
@@ -51,95 +53,148 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Set as AbstractSet
+from functools import partial
+from typing import Any
 
 from xce_lite import errors
-from xce_lite.api.server import ApiServer
+from xce_lite.api.server import ApiServer, Caller
 from xce_lite.config.cluster import ClusterConfig, HostConfig
-from xce_lite.config.merge import Effective, Profile
 from xce_lite.config.profiles import load_cluster
-from xce_lite.config.sched_view import Holding, HostsNow, pending_job
+from xce_lite.config.sched_view import HostsNow, pending_job
 from xce_lite.controller.dispatching import Dispatching
-from xce_lite.controller.faults import Faults
-from xce_lite.controller.gating import Workflows
-from xce_lite.controller.handlers.config import ConfigHandlers
-from xce_lite.controller.handlers.flow import FlowHandlers
-from xce_lite.controller.handlers.jobs import ApiHandlers
-from xce_lite.controller.handlers.metrics import MetricsHandlers  # metrics:
-from xce_lite.controller.jobunits import job_units
+from xce_lite.controller.fault_record import FaultRecord
+from xce_lite.controller.faults import Faults, replan
+from xce_lite.controller.host_trouble import HostTrouble
+from xce_lite.controller.store_retry import StoreRetry
+from xce_lite.controller.gating import Gating
+from xce_lite.controller.handlers.config import ConfigRoutes, check_config, use_config
+from xce_lite.controller.handlers.flow import FlowRoutes
+from xce_lite.controller.handlers.jobs import JobActions
+from xce_lite.controller.handlers.submit import Submitting
+from xce_lite.controller.handlers.views import JobViews
+from xce_lite.controller.handlers.metrics import MetricsRoutes  # metrics:
 from xce_lite.controller.kill_marks import KillMarks
 from xce_lite.controller.kills import kill_wins
 from xce_lite.controller.leasework import HostLeases
-from xce_lite.controller.projects import ProjectWork
+from xce_lite.controller.links import HostLinks
+from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.metrics import Registry  # metrics:
-from xce_lite.controller.pools import PoolWork
+from xce_lite.controller.pool_views import PoolViews
+from xce_lite.controller.pools import Pools, load_records
+from xce_lite.controller.recovery import load
 from xce_lite.controller.retention import Retention
-from xce_lite.controller.sched_worker import PendingSet
-from xce_lite.controller.seams import Seams, WakingQueue, real_host_factory
-from xce_lite.controller.shared import SharedWork, socket_mode
+from xce_lite.controller.seams import Seams, WakingQueue
+from xce_lite.controller.state import ControllerState
+from xce_lite.controller.shared import Access, Handler, socket_mode, store_refusal
 from xce_lite.controller.task_launches import TaskLaunches
-from xce_lite.controller.unitwork import NEW, RUNNING, SENT, Active, UnitWork
+from xce_lite.controller.state import RUNNING, SENT, Active
+from xce_lite.controller.unitwork import Units
 from xce_lite.exec.host import HostEvent
-from xce_lite.exec.link import HostLink
 from xce_lite.home.paths import PRIVATE_UMASK, Home
-from xce_lite.models import DISP, PEND, PSUSP, JobSpec
+from xce_lite.models import Job, JobSpec
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
 from xce_lite.sched.placement import HostView
+from xce_lite.sched.reasons import FrozenMap
 from xce_lite.store.jobs import JobStore, TickWrites
 
-LOCAL_SETTLE = 10.0  # seconds the controller waits for its local hosts' agents before it serves
 
+class Controller:
+    """The composition root (module docstring): the state, the parts, `serve` and `tick(now)`."""
 
-class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunches, Workflows, Dispatching,
-                 Faults, MetricsHandlers, ProjectWork, PoolWork, SharedWork):  # metrics: its routes
+    @property
+    def config(self) -> ClusterConfig:
+        """The configuration in use (the state's)."""
+        return self.state.config
+
+    @property
+    def cluster(self) -> str:
+        return self.state.config.cluster
+
     def __init__(self, home: Home, log=None, seams: Seams | None = None):
         """`seams`: the clock, store, hosts and scheduler to use (seams.py); None: the real ones."""
         self.home = home
         self.log = log or _log
         self.seams = seams = seams or Seams()
         self._clock = seams.clock
-        self.config: ClusterConfig
-        self.profiles: dict[str, Profile]  # application profiles by name (profiles.py)
         config, profiles = load_cluster(home.config)
-        self.cluster = config.cluster
+        self.state = ControllerState(config, profiles)  # what the parts share in memory (state.py)
         home.spool.mkdir(mode=0o700, exist_ok=True)
         self.store = seams.store if seams.store is not None else JobStore(home.store)
         try:
-            self._check_config(config, profiles)  # ConfigError: the controller does not start
+            check_config(config, profiles, self.store, self.log)  # ConfigError: the controller does not start
         except errors.ConfigError:
             self.store.close()
             raise
-        self._use_config(config, profiles)
+        self.pool_records = load_records(self.store)  # the pools' allocations (pool_views.py, pools.py)
+        self.pool_views = PoolViews(self.state, self.pool_records, self._clock)
+        use_config(self.state, self.pool_views, self.store, home, config, profiles, self._clock.time())
         self.started_at = self._clock.time()
         self.metrics = Registry()  # metrics: counters and durations for /metrics
-        self._mu = threading.RLock()
-        self._wake = threading.Event()
         self._stopping = threading.Event()
-        self._finished = threading.Condition(self._mu)
-        self._events: queue.Queue[HostEvent] = WakingQueue(self._wake)
-        self._init_units()
-        self._init_faults()
+        self._events: queue.Queue[HostEvent] = WakingQueue(self.state.wake)
+        self.gating = Gating(self.state, self.store, self.pending_job)  # dependencies, arrays, job references
+        self.access = Access(self.state, self.store, self.gating.expand_refs)  # shared.py: who may do what
+        self.commits = StoreRetry(self.store, self._clock, self.log)  # the store-commit retry state
+        self.trouble = HostTrouble(self._clock, self.log, partial(replan, self.state))  # hosts in trouble
+        self.fault_record = FaultRecord(home, self.log)  # why the previous run stopped, if on a fault
         self._hostops = seams.hostops_factory(self._events)  # signals run on a worker per host, never on the tick
-        self.kills = KillMarks(self._hostops, self._clock, self.trouble, self._mu, self._wake.set,
-                               self._active, self._hosts, self._generation)  # kill delivery (kill_marks.py)
-        self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.config.controller)
-        self._init_launches()
-        self._init_workflows()
-        self._init_projects()
-        self._init_pools()
-        self._links: dict[str, HostLink] = {}
-        self._pending = PendingSet()
+        state = self.state
+        self.kills = KillMarks(self._hostops, self._clock, self.trouble, state.mu, state.wake.set,
+                               state.active, state.hosts, state.generation)  # kill delivery (kill_marks.py)
+        self.leases = HostLeases(self.store, self._clock, self.log, lambda: self.state.config.controller)
+        self.launches = TaskLaunches(self.state, self._hostops, self.log)  # `xce launch` (task_launches.py)
+        self.faults = Faults(self.state, self.commits, self.trouble, self.fault_record, self.kills, self.launches,
+                             self.access, self.log)  # faults.py
+        self.projects = ProjectShares(self.state, self.store, self._clock, self.log,
+                                      lambda moves, verb, why: self.actions.move_pending(moves, verb, why))
+        self.units = Units(state, self.store, self._clock, self.log, self._events, self._hostops, self.kills,
+                           self.leases, self.launches, self.faults)  # what runs where (unitwork.py)
+        self.pools = Pools(state, self.pool_records, self.pool_views, self.store, home, self._clock, self.log,
+                           self._events, self._hosts_now, self.units.unit_finished, self.units.end_job)
+        self.dispatching = Dispatching(state, self.store, self._clock, self.log, self.gating, self.projects,
+                                       self.metrics, self.units.end_active, self.units.add_active,
+                                       self.units.launch_later)  # plans, reasons, apply
+        self.links = HostLinks(state, seams, home, self._clock, self.log, self._events)  # links.py
+        self.config_api = ConfigRoutes(state, self.store, home, self._clock, self.log, self.pool_views, self.gating,
+                                       self.projects, self.links.hosts_changed)  # the configuration's routes, reconfig
+        self.metrics_api = MetricsRoutes(self.state, self.store, self._clock, self.metrics, self.gating.gate,
+                                         self._hosts_now)  # metrics: its routes
+        # the API's routes (the server's threads): each turns a request into calls on the parts
+        self.submitting = Submitting(state, self.store, self._clock, self.metrics, self.gating, self.projects,
+                                     self.pool_views, self.access)
+        self.actions = JobActions(state, self.store, self._clock, self.metrics, self.gating, self.projects,
+                                  self.access, self.kills, self.trouble)
+        self.views = JobViews(state, self.store, home, self.started_at, self.gating, self.projects, self.pool_views,
+                              self.faults, self.access, self.trouble, self._hosts_now, self._shared_free, self.stop,
+                              lambda: self._server.stats() if self._server is not None else None)
+        self.flows = FlowRoutes(state, self.store, self._clock, self.metrics, self.gating, self.submitting)
         self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed
-        self._held: dict[int, str] = {}  # PSUSP job id -> user
-        self._attempts: dict[int, int] = {}  # pending job id -> its last attempt, if it ran before
-        self._retries: dict[int, int] = {}  # job id -> its retries so far, from a plan to its dispatch
-        self._reasons: dict[int, str | None] = {}  # live pend reasons (the API shows these)
-        self._stored_reasons: dict[int, str | None] = {}  # what the store holds
-        self._reasons_flushed_at = 0.0
-        self._dirty = True  # something changed since the last scheduling session
         self._scheduler = seams.scheduler_factory()
         self._server: ApiServer | None = None
-        self._retention = Retention(self.log, self._wake.set)  # step 8 of the tick
+        self._retention = Retention(self.log, self.state.wake.set)  # step 8 of the tick
         self._failed = False  # stopped on a fault (faults.py): its record stays for the next start
+
+    def routes(self) -> dict[tuple[str, str], Handler]:
+        """Every route behind the permission rules (shared.py: who may act on which job, what others
+        see of a job) and the store's refusal."""
+        table = {**self.views.routes(), **self.submitting.routes(), **self.actions.routes(),
+                 **self.config_api.routes(), **self.flows.routes(), **self.metrics_api.routes(),
+                 **self.projects.routes()}
+        return {route: store_refusal(self.access.permitted(route, handler)) for route, handler in table.items()}
+
+    # the handlers the simulator calls by name (sim/controlled.py)
+    def api_submit(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self.submitting.api_submit(caller, query, body)
+
+    def api_kill(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self.actions.api_kill(caller, query, body)
+
+    def api_hold(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self.actions.api_hold(caller, query, body)
+
+    def api_release(self, caller: Caller, query: dict, body: Any) -> dict:
+        return self.actions.api_release(caller, query, body)
 
     # ---- running ----------------------------------------------------------------------------
 
@@ -147,21 +202,21 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         """Run until stopped: load, start the host links, serve the API, tick."""
         try:
             self._load()
-            self._hold_outside_projects(self.store.unfinished())  # the configuration may have changed while stopped
-            for host_config in self.config.hosts:
+            self.projects.hold_outside(self.store.unfinished())  # the configuration may have changed while stopped
+            for host_config in self.state.config.hosts:
                 self._start_link(host_config)
-            self._settle_local_hosts()
-            mode, group = socket_mode(self.config)  # shared.py: 0600, or open to the lab's users
+            self.links.settle_local(lambda: self.tick(self._clock.time()), self._stopping)
+            mode, group = socket_mode(self.state.config)  # shared.py: 0600, or open to the lab's users
             self._server = ApiServer(self.home.socket, self.routes(), self.log, mode=mode, group=group)
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
-            self.log(f"controller for cluster {self.cluster!r} serving at {self.home.socket}")
+            self.log(f"controller for cluster {self.state.cluster!r} serving at {self.home.socket}")
             if self.fault_record.previous is not None:
                 self.log(f"note: the previous run stopped on a fault: {self.fault_record.previous['why']}")
             while not self._stopping.is_set():
                 retry = self.commits.wait()
-                wait = min(self.config.controller.tick, self.leases.wait())
-                self._wake.wait(wait if retry is None else min(wait, retry + 0.01))
-                self._wake.clear()
+                wait = min(self.state.config.controller.tick, self.leases.wait())
+                self.state.wake.wait(wait if retry is None else min(wait, retry + 0.01))
+                self.state.wake.clear()
                 if not self._stopping.is_set():
                     try:
                         self.tick(self._clock.time())
@@ -177,28 +232,15 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
 
     def _connected(self) -> dict:
         """The connected hosts' handles, as of now."""
-        with self._mu:
-            return dict(self._hosts)
+        with self.state.mu:
+            return dict(self.state.hosts)
 
     def _renew_leases(self) -> None:
         self.leases.renew(self._connected())
 
-    def _settle_local_hosts(self) -> None:
-        """Before serving: tick until each local host's agent has answered (or failed), for at most
-        LOCAL_SETTLE seconds, so that `xce controller start; xce hosts` shows this machine ok. Remote
-        hosts are never waited for: they connect in the background."""
-        local = [h.name for h in self.config.hosts if h.type == "local"]
-        deadline = time.monotonic() + LOCAL_SETTLE
-        while time.monotonic() < deadline and not self._stopping.is_set():
-            if all(self._host_state.get(n) == "ok" or n in self._down_why for n in local):
-                return
-            self._wake.wait(0.05)
-            self._wake.clear()
-            self.tick(self._clock.time())
-
     def stop(self) -> None:
         self._stopping.set()
-        self._wake.set()
+        self.state.wake.set()
 
     def _shutdown(self) -> None:
         if self._server is not None:
@@ -207,7 +249,7 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self.home.socket.unlink(missing_ok=True)
         if self._stopping.is_set():  # a planned stop: the jobs may go on for the maintenance lease
             self.leases.grant_maintenance(self._connected())
-        for link in self._links.values():
+        for link in self.state.links.values():
             link.close()  # the agents exit (or stay for the lease); the jobs go on under their supervisors
         self._scheduler.close()
         self._hostops.close()
@@ -216,82 +258,13 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
             self.fault_record.clear()
         self.log("controller stopped")
 
-    def _start_link(self, host: HostConfig) -> None:
-        """Keep `host` connected from now on (hostlinks.py); until it answers it is unreachable."""
-        link = self.seams.link_factory(host.name, self._host_factory(host), self._events, self.log,
-                                       backoff_max=self.config.ssh.reconnect_max)
-        with self._mu:
-            self._links[host.name] = link
-            self._host_state.setdefault(host.name, "unreachable")
-            if self._host_state[host.name] != "ok":
-                self._down_since.setdefault(host.name, self._clock.time())
-        link.start()
-
-    def _hosts_changed(self, old: ClusterConfig, new: ClusterConfig) -> None:
-        """After a reconfig: connect added hosts, and reconnect hosts whose connection settings (or
-        the cluster's ssh settings) changed; the new connection lists the host's units and the jobs
-        on it go on. A removed host is closed to new work already (it is not in the scheduler's
-        view); its link stays, so the results of the jobs still running there come back."""
-        before = {h.name: h for h in old.hosts}
-        for host in new.hosts:
-            was = before.get(host.name)
-            if was is not None and (_connection(was) == _connection(host) and old.ssh == new.ssh):
-                continue
-            link = self._links.pop(host.name, None)
-            if link is not None:
-                link.close()
-            self.log(f"host {host.name}: {'added' if was is None else 'connection settings changed'}; connecting")
-            self._start_link(host)
-        removed = sorted(before.keys() - {h.name for h in new.hosts})
-        if removed:
-            self.log(f"hosts removed: {', '.join(removed)} (closed to new work; their running jobs go on)")
-
-    def _host_factory(self, host: HostConfig):
-        """How the host's link makes a fresh connection to it (the seams' own, or the real one)."""
-        if self.seams.host_factory is not None:
-            return self.seams.host_factory(host)
-        return real_host_factory(host, self.config, self.home)
-
     def _load(self) -> None:
-        """Rebuild the in-memory view from the store (the store is the truth)."""
-        jobs = self.store.unfinished()
-        killed = self.store.kill_requested([j.id for j in jobs if j.state not in (PEND, PSUSP)])
-        for job in jobs:
-            if job.state == PEND:
-                self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
-                self._reasons[job.id] = self._stored_reasons[job.id] = job.pend_reason
-                if job.attempt:
-                    self._attempts[job.id] = job.attempt
-            elif job.state == PSUSP:
-                self._held[job.id] = job.user
-                if job.array_id is not None:
-                    self._note_element(job.id, job.array_id)
-                if job.attempt:
-                    self._attempts[job.id] = job.attempt
-            else:
-                holding = Holding.from_json(job.alloc, job.hosts)
-                units = job_units(self.cluster, job.id, job.attempt, len(holding.allocs))
-                # Unit 0 of a job stored RUN is known to have run; the others are matched as their
-                # hosts list them (a unit of a job that runs may not have reached its host yet).
-                status = [RUNNING if i == 0 and job.state != DISP else NEW for i in range(len(units))]
-                active = Active(job.id, job.user, job.queue, job.state, job.attempt, holding, units, status,
-                                retries=job.retries, killed=killed.get(job.id), project=job.project,
-                                since=job.start_time or self._clock.time())
-                self._add_active(self._with_workflow(active, job.array_id, job.effective))
-                if active.killed:  # sent again: the first may never have reached the host (kills.py)
-                    self.kills.mark(job.id, active.killed)
-        if self._active:
-            self.log(f"recovering {len(self._active)} dispatched or running jobs")
+        """Rebuild the shared state from the store (recovery.py)."""
+        load(self.state, self.store, self._clock, self.log, self.gating, self.dispatching, self.units, self.kills)
 
-    def _with_workflow(self, active: Active, array_id: int | None, effective: dict | None) -> Active:
-        """The active job with its array and its retry rule (from the effective values it runs with)."""
-        if array_id is not None:
-            self._note_element(active.id, array_id)
-        active.array_id = array_id
-        if effective:
-            eff = Effective.from_json(effective)
-            active.retry, active.retry_on = eff.retry, eff.retry_on
-        return active
+    def _start_link(self, host: HostConfig) -> None:
+        """Keep `host` connected from now on (links.py); until it answers it is unreachable."""
+        self.links.start(host)
 
     # ---- the tick ---------------------------------------------------------------------------
 
@@ -301,30 +274,31 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
         pass. A store that cannot take the commit (busy, full) loses nothing: faults.py puts it all
         back."""
         began = time.monotonic()  # metrics:
-        self._collect_events(now)
-        self._expire_lost_hosts(now)
+        self.units.collect(now)
+        self.units.expire_lost_hosts(now)
         if not self.commits.due():
             self.kills.deliver()  # recorded before: they need no commit of this tick
             self._renew_leases()  # nor do the leases: a store that refuses commits must not stop the jobs
             return
-        self._pools_step(now)
-        cancels = self._gate_step()
-        with self._mu:
-            finishing, self._unrecorded = self._unrecorded, []
-            started, self._unrecorded_started = self._unrecorded_started, []
-            requeues = kill_wins(self._active, self._unrecorded_requeues, finishing, now)
-            self._unrecorded_requeues = []
-            events, self._host_hook_events = self._host_hook_events, []
+        self.pools.step(now)
+        cancels = self.gating.step()
+        with self.state.mu:
+            finishing, self.state.unrecorded = self.state.unrecorded, []
+            started, self.state.unrecorded_started = self.state.unrecorded_started, []
+            requeues = kill_wins(self.state.active, self.state.unrecorded_requeues, finishing, now)
+            self.state.unrecorded_requeues = []
+            events, self.state.host_hook_events = self.state.host_hook_events, []
             closing = {f.job_id for f, _event in finishing} | {r.job_id for r in requeues}
-            dirty, self._dirty = self._dirty or bool(closing), False
-            hosts = self._hosts_now(closing) if dirty and self._pending else None
+            dirty, self.state.dirty = self.state.dirty or bool(closing), False
+            hosts = self._hosts_now(closing) if dirty and self.state.pending else None
             shared = self._shared_free(closing) if hosts is not None else None
         reasons: dict[int, str | None] = {}
         self.commits.in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
-            decisions = self._pool_reasons(self._schedule(hosts, shared, now, closing) if hosts is not None else None)
-            plans = self._plans(decisions) if decisions is not None else []
-            reasons = self._reasons_to_store(decisions, now)
+            session = self._schedule(hosts, shared, now, closing) if hosts is not None else None
+            decisions = self.pool_views.reasons(session)
+            plans = self.dispatching.plans(decisions) if decisions is not None else []
+            reasons = self.dispatching.reasons_to_store(decisions, now)
             writes = TickWrites(now, finishing, started, plans, reasons, requeues, cancels, events)
             if writes:
                 record = self.store.record_tick(writes)
@@ -334,71 +308,67 @@ class Controller(ApiHandlers, ConfigHandlers, FlowHandlers, UnitWork, TaskLaunch
                     self.store.set_meta("write_probe", str(now))  # does the store take writes again?
         except errors.StoreUnavailable as err:
             self.commits.in_commit = 0
-            self._commit_failed(err, (finishing, started, requeues, events, reasons))
+            self.faults.commit_failed(err, (finishing, started, requeues, events, reasons))
             self.kills.deliver()
             self._renew_leases()  # a busy or full store must not make the hosts stop their jobs
             return
         self.commits.in_commit = 0
         self.commits.done()
         if record is not None:
-            self._apply(record, finishing, requeues, plans)
+            self.dispatching.apply(record, finishing, requeues, plans)
         self._renew_leases()  # before any launch: on each host's channel a launch follows a grant
-        self._act()
+        self.units.act()
         busy = bool(finishing or started or plans or requeues or cancels)
-        self._retention.step(self.store, self.config.controller, now, busy)
-        if self._unrecorded or self._unrecorded_started or self._unrecorded_requeues:
-            self._wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
+        self._retention.step(self.store, self.state.config.controller, now, busy)
+        if self.state.unrecorded or self.state.unrecorded_started or self.state.unrecorded_requeues:
+            self.state.wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
         self.metrics.observe("tick", time.monotonic() - began)  # metrics:
+
+    def _hold_outside_projects(self, jobs: list[Job]) -> list[int]:
+        """At a start (serve, the simulator's): pending jobs the configuration put outside their project are held."""
+        return self.projects.hold_outside(jobs)
 
     def pending_job(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float) -> PendingJob:
         """The scheduler's view of a pending job (snapshot.pending_job, which the simulator shares)."""
-        return self._with_pool_time(*pending_job(job_id, user, queue, spec, submit_time, self.config, self.profiles))
+        return self.pool_views.with_pool_time(
+            *pending_job(job_id, user, queue, spec, submit_time, self.state.config, self.state.profiles))
 
-    def _hosts_now(self, closing: set[int] = frozenset()) -> tuple[HostView, ...]:
+    def _hosts_now(self, closing: AbstractSet[int] = frozenset()) -> tuple[HostView, ...]:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
         still run hold anything (they drain: stopped, holding their resources until they end)."""
-        draining = ((d.job_id, d.alloc) for d in self._draining.values())
-        allocs = self._active.allocs_by_host(closing, _still_runs, draining)  # kept as jobs come and go
-        return self._hosts_view.of(self.host_totals, self._scheduler_states(), allocs)
+        draining = ((d.job_id, d.alloc) for d in self.state.draining.values())
+        allocs = self.state.active.allocs_by_host(closing, _still_runs, draining)  # kept as jobs come and go
+        return self._hosts_view.of(self.state.host_totals, self.faults.scheduler_states(), allocs)
 
-    def _shared_free(self, closing: set[int] = frozenset()):
-        return self._active.shared_free(self.config.shared, closing)
+    def _shared_free(self, closing: AbstractSet[int] = frozenset()) -> FrozenMap:
+        return self.state.active.shared_free(self.state.config.shared, closing)
 
     def _schedule(self, hosts: tuple[HostView, ...], shared, now: float,
-                  closing: set[int] = frozenset()) -> Decisions | None:
+                  closing: AbstractSet[int] = frozenset()) -> Decisions | None:
         """One session in the scheduler process, fed with what changed in the pending set; `closing`:
         jobs ending in this tick, which hold nothing in it, as in the host views (queue and project
         limits, fair share's running slots; fair share still counts their use)."""
         try:
-            with self._mu:  # the pending set's changes are taken under the lock; the wait is not
-                running = self._active.running(closing)  # summed per (queue, user), kept as jobs come and go
-                base = Snapshot(hosts, (), self.queue_policies, shared, running, now,
-                                self.config.controller.reserve_after, **self._project_inputs(now, closing))
+            with self.state.mu:  # the pending set's changes are taken under the lock; the wait is not
+                running = self.state.active.running(closing)  # summed per (queue, user), kept as jobs come and go
+                base = Snapshot(hosts, (), self.state.queue_policies, shared, running, now,
+                                self.state.config.controller.reserve_after, **self.projects.inputs(now, closing))
                 sent = time.monotonic()  # metrics:
-                self._scheduler.send(self._pending, base, self.config.controller.sched_budget)
+                self._scheduler.send(self.state.pending, base, self.state.config.controller.sched_budget)
             decisions = self._scheduler.receive()
             self.metrics.observe("session", time.monotonic() - sent)  # metrics:
         except TimeoutError as err:
             self.log(f"{err}; it will be restarted")
             decisions = None
         if decisions is None:  # out of step or restarted: the next session sends the whole set
-            self._dirty = True
-            self._wake.set()
+            self.state.dirty = True
+            self.state.wake.set()
         return decisions
-
-    def _forget_reason(self, job_id: int) -> None:
-        self._reasons.pop(job_id, None)
-        self._stored_reasons.pop(job_id, None)
 
 
 def _still_runs(job: Active, index: int) -> bool:
     """Of a job ending in this tick, whether its unit `index` may still run (it holds its share)."""
     return job.status[index] in (SENT, RUNNING)
-
-
-def _connection(host: HostConfig) -> tuple:
-    """What a host's connection depends on (its resources and tags apply without reconnecting)."""
-    return (host.type, host.address, host.port, host.user, host.identity, host.python, host.spool, host.launch)
 
 
 def _log(message: str) -> None:

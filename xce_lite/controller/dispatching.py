@@ -1,29 +1,45 @@
 """The tick's decisions turned into what it stores (dispatch plans checked against the store and the
 configuration of now, the pend reasons worth a write), and the in-memory view brought in line with
-what the commit stored (`_apply`).
+what the commit stored (`apply`).
 
-A mixin of `Controller` (it shares the controller's lock and view), kept apart so the tick reads on
-its own. A decision that no longer holds (the job was killed or held meanwhile, its profile
-changed) is declined: the job stays PEND and is scheduled again, never EXIT.
+A part of the controller (`Controller.dispatching`), given the shared state, the store, the clock,
+the log, the gate's part, the projects' part, the counters, and how the units' part ends an active
+job, adds one and queues units to launch. A decision that no longer holds (the job was killed or
+held meanwhile, its profile changed) is declined: the job stays PEND and is scheduled again, never EXIT.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
 
 from xce_lite import errors
 from xce_lite.config.merge import Effective
 from xce_lite.config.sched_view import Holding, effective
 from xce_lite.controller.jobunits import job_units
-from xce_lite.controller.unitwork import NEW, Active
+from xce_lite.controller.gating import Gating
+from xce_lite.controller.metrics import Registry, count_applied
+from xce_lite.controller.projects import ProjectShares
+from xce_lite.controller.seams import Clock
+from xce_lite.controller.state import NEW, Active, ControllerState
 from xce_lite.models import DISP, PEND, Job, unit_name
 from xce_lite.sched.core import Decisions
 from xce_lite.store.jobs import Finish, Plan, Requeue, TickRecord
 
 
 class Dispatching:
-    """See the module docstring. Expects the controller's attributes (store, config, _mu, ...)."""
+    """See the module docstring. `end_active(job_id, why)` and `add_active(active)` are called
+    holding the lock; `launch_later(units)` too."""
 
-    def _plans(self, decisions: Decisions) -> list[Plan]:
+    def __init__(self, state: ControllerState, store: Any, clock: Clock, log: Callable[[str], None], gating: Gating,
+                 projects: ProjectShares, metrics: Registry, end_active: Callable[[int, str], None],
+                 add_active: Callable[[Active], None], launch_later: Callable[[tuple[str, ...]], None]) -> None:
+        self.state, self.store, self.clock, self.log, self.gating = state, store, clock, log, gating
+        self.projects, self.metrics = projects, metrics
+        self.end_active, self.add_active, self.launch_later = end_active, add_active, launch_later
+        self.reasons_flushed_at = 0.0
+
+    def plans(self, decisions: Decisions) -> list[Plan]:
         """The dispatches to record, each under the next attempt's unit names and with the effective
         values it will run with. A decision made on a profile that has changed or vanished since (a
         reconfig during the session), or whose task count the job's queue no longer allows, is
@@ -38,12 +54,12 @@ class Dispatching:
                 continue  # killed or held meanwhile: the store's guarded update would refuse it anyway
             declined = self._stale(job, d.profile_hash, sum(n for _, n in d.hosts))
             if isinstance(declined, str):
-                self._decline(job.id, d.profile_hash, declined)
+                self.decline(job.id, d.profile_hash, declined)
                 continue
-            with self._mu:
-                attempt = self._attempts.get(d.job_id, 0) + 1
-                self._retries[d.job_id] = job.retries  # the dispatched job's retry count so far
-            unit = unit_name(self.cluster, d.job_id, attempt, 0)
+            with self.state.mu:
+                attempt = self.state.attempts.get(d.job_id, 0) + 1
+                self.state.retries[d.job_id] = job.retries  # the dispatched job's retry count so far
+            unit = unit_name(self.state.cluster, d.job_id, attempt, 0)
             plans.append(Plan(d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json(),
                               declined.to_json()))
         return plans
@@ -51,7 +67,7 @@ class Dispatching:
     def _stale(self, job: Job, decided_hash: str, tasks: int) -> Effective | str:
         """The job's effective values now, or why the decision taken for it no longer holds."""
         try:
-            eff = effective(job.spec, job.queue, self.config, self.profiles)
+            eff = effective(job.spec, job.queue, self.state.config, self.state.profiles)
         except errors.SpecError as err:
             return f"its configuration changed since the scheduler's decision: {err}"
         if eff.profile_hash != decided_hash:
@@ -61,63 +77,86 @@ class Dispatching:
             return f"its task range is now {eff.min_tasks}..{eff.max_tasks}, the decision gave it {tasks} tasks"
         return eff
 
-    def _reasons_to_store(self, decisions: Decisions | None, now: float) -> dict[int, str | None]:
+    def decline(self, job_id: int, decided_hash: str, why: str) -> None:
+        """A dispatch the configuration no longer allows: the job stays PEND (retryable), never EXIT."""
+        self.log(f"job {job_id}: dispatch declined: {why}")
+        self.store.record_event(job_id, "dispatch_declined", self.clock.time(),
+                                {"reason": why, "decided_profile_hash": decided_hash})
+        with self.state.mu:
+            if job_id in self.state.pending:
+                self.state.reasons[job_id] = f"dispatch declined: {why}; it is scheduled again"
+            self.state.dirty = True
+
+    def with_workflow(self, active: Active, array_id: int | None, effective: dict | None) -> Active:
+        """The active job with its array and its retry rule (from the effective values it runs with)."""
+        if array_id is not None:
+            self.gating.note_element(active.id, array_id)
+        active.array_id = array_id
+        if effective:
+            eff = Effective.from_json(effective)
+            active.retry, active.retry_on = eff.retry, eff.retry_on
+        return active
+
+    def reasons_to_store(self, decisions: Decisions | None, now: float) -> dict[int, str | None]:
         """Keep every pend reason live in memory; hand the store the changed ones at most once a
         second, so a busy queue costs no write per job per tick (the API reads the live ones)."""
-        with self._mu:
+        with self.state.mu:
             if decisions is not None:
                 for reason, ids in decisions.waiting:  # whole groups at C speed: a backlog has 10,000s
-                    gone = self._pending.missing(ids)  # killed or held while the scheduler thought
-                    self._reasons.update(dict.fromkeys(ids if not gone else [i for i in ids if i not in gone], reason))
-            if now - self._reasons_flushed_at < 1.0:
+                    gone = self.state.pending.missing(ids)  # killed or held while the scheduler thought
+                    still = ids if not gone else [i for i in ids if i not in gone]
+                    self.state.reasons.update(dict.fromkeys(still, reason))
+            if now - self.reasons_flushed_at < 1.0:
                 return {}
-            self._reasons_flushed_at = now
-            changed = {job_id: reason for job_id, reason in self._reasons.items()
-                       if self._stored_reasons.get(job_id) != reason}
-            self._stored_reasons.update(changed)
+            self.reasons_flushed_at = now
+            changed = {job_id: reason for job_id, reason in self.state.reasons.items()
+                       if self.state.stored_reasons.get(job_id) != reason}
+            self.state.stored_reasons.update(changed)
             return changed
 
-    def _apply(self, record: TickRecord, finishing: list[tuple[Finish, str]], requeues: list[Requeue],
+    def apply(self, record: TickRecord, finishing: list[tuple[Finish, str]], requeues: list[Requeue],
                plans: list[Plan]) -> None:
         """Bring the in-memory view in line with what `record_tick` stored."""
         requeued = self.store.jobs(list(record.requeued)) if record.requeued else []
-        self._count_applied(record, finishing)  # metrics:
-        with self._mu:
+        count_applied(self.metrics, record, finishing)  # metrics:
+        with self.state.mu:
             for f, _event in finishing:  # the other hosts' post hooks see it as XCE_JOB_REASON
-                self._fairshare_finished(f.job_id, f.start_time, f.end_time)
-                self._end_active(f.job_id, f"job {f.job_id} ended {f.state}" + (f": {f.reason}" if f.reason else ""))
-                self._ended_element(f.job_id)
+                self.projects.finished(f.job_id, f.start_time, f.end_time)
+                self.end_active(f.job_id, f"job {f.job_id} ended {f.state}" + (f": {f.reason}" if f.reason else ""))
+                self.gating.ended_element(f.job_id)
             for r in requeues:
-                self._end_active(r.job_id, f"job {r.job_id} was requeued: {r.reason}")
+                self.end_active(r.job_id, f"job {r.job_id} was requeued: {r.reason}")
             for job in requeued:
-                self._attempts[job.id] = job.attempt
+                self.state.attempts[job.id] = job.attempt
                 if job.state == PEND:
-                    self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id, job.depend)
+                    self.gating.enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id,
+                                        job.depend)
                 else:
-                    self._held[job.id] = job.user
+                    self.state.held[job.id] = job.user
             for job_id in record.cancelled:
-                self._dequeue(job_id)
-                self._ended_element(job_id)
+                self.gating.dequeue(job_id)
+                self.gating.ended_element(job_id)
             for job_id in record.killed:  # a requeue the store refused: the job was killed (kills.py)
-                self._ended_element(job_id)
+                self.gating.ended_element(job_id)
             dispatched = set(record.dispatched)
             for plan in plans:
                 job_id, attempt, hosts = plan.job_id, plan.attempt, plan.hosts
-                pending = self._pending.get(job_id)
+                pending = self.state.pending.get(job_id)
                 if job_id not in dispatched or pending is None:
                     continue  # killed or held while the scheduler thought: it stays as it is now
-                self._dequeue(job_id)
-                self._attempts.pop(job_id, None)
+                self.gating.dequeue(job_id)
+                self.state.attempts.pop(job_id, None)
                 holding = Holding.from_json(plan.alloc, ())
-                units = job_units(self.cluster, job_id, attempt, len(hosts))
+                units = job_units(self.state.cluster, job_id, attempt, len(hosts))
                 active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
-                                retries=self._retries.pop(job_id, 0), project=pending.project, since=self._clock.time())
-                self._add_active(self._with_workflow(active, self._array_of.get(job_id), plan.effective))
-                self._to_launch.extend(units)
+                                retries=self.state.retries.pop(job_id, 0), project=pending.project,
+                                since=self.clock.time())
+                self.add_active(self.with_workflow(active, self.gating.array_of.get(job_id), plan.effective))
+                self.launch_later(units)
             if record.finished or record.requeued or record.cancelled or record.started or record.killed:
-                self._gate_dirty = True
-                if len(self._gate):
-                    self._wake.set()  # a dependant may go now, or be cancelled: do not wait a tick
+                self.state.gate_dirty = True
+                if len(self.gating.gate):
+                    self.state.wake.set()  # a dependant may go now, or be cancelled: do not wait a tick
             if record.finished or record.requeued or record.cancelled or record.killed:
-                self._dirty = True
-                self._finished.notify_all()
+                self.state.dirty = True
+                self.state.finished.notify_all()

@@ -1,11 +1,11 @@
 """How the controller outlives faults: a store that cannot take the tick's commit, hosts in trouble,
 and the one kind of fault it does not go on after.
 
-A mixin of `Controller` (it shares the controller's lock and view); the store-commit retry state is a
-part of its own (store_retry.StoreRetry, `Controller.commits`), as are hosts in trouble
-(host_trouble.HostTrouble, `Controller.trouble`) and the record of a fatal fault
-(fault_record.FaultRecord, `Controller.fault_record`); this mixin joins them to the controller's
-queues and view. Three promises:
+A part of the controller (`Controller.faults`); the store-commit retry state is a part of its own
+(store_retry.StoreRetry, `Controller.commits`), as are hosts in trouble (host_trouble.HostTrouble,
+`Controller.trouble`) and the record of a fatal fault (fault_record.FaultRecord,
+`Controller.fault_record`); this one joins them to the shared state, the kills and the task
+launches. Three promises:
 
 - A store that is busy (another process holds the write lock past the busy timeout) or full: the
   tick's commit fails as a whole (nothing of it is stored), everything it carried goes back to the
@@ -23,73 +23,77 @@ queues and view. Three promises:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from xce_lite import errors
 from xce_lite.controller.fault_record import FaultRecord
 from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
 from xce_lite.controller.host_trouble import HostTrouble
+from xce_lite.controller.kill_marks import KillMarks
+from xce_lite.controller.shared import Access
+from xce_lite.controller.state import ControllerState
 from xce_lite.controller.store_retry import StoreRetry
+from xce_lite.controller.task_launches import TaskLaunches
+from xce_lite.store.jobs import Finish, Requeue
 
-if TYPE_CHECKING:
-    from xce_lite.store.jobs import Finish, Requeue
+
+def replan(state: ControllerState, wake: bool) -> None:
+    """What the scheduler may use changed (a host in or out of trouble); `wake`: tick at once. Holds the lock."""
+    state.dirty = True
+    if wake:
+        state.wake.set()
 
 
 class Faults:
-    """See the module docstring. Expects the controller's attributes (home, log, _mu, ...)."""
+    """See the module docstring. Given the shared state, the commit retry, the hosts in trouble, the
+    fault record, the kills, the task launches, the access rules and the log."""
 
-    def _init_faults(self) -> None:
-        self.commits = StoreRetry(self.store, self._clock, self.log)  # the store-commit retry state
-        self.trouble = HostTrouble(self._clock, self.log, self._replan)  # hosts in trouble
-        self.fault_record = FaultRecord(self.home, self.log)  # why the previous run stopped, if on a fault
+    def __init__(self, state: ControllerState, commits: StoreRetry, trouble: HostTrouble, fault_record: FaultRecord,
+                 kills: KillMarks, launches: TaskLaunches, access: Access, log: Callable[[str], None]) -> None:
+        self.state, self.commits, self.trouble, self.fault_record = state, commits, trouble, fault_record
+        self.kills, self.launches, self.access, self.log = kills, launches, access, log
 
     # ---- the store ----------------------------------------------------------------------------
 
-    def _commit_failed(self, err: errors.StoreUnavailable, carried: tuple) -> None:
+    def commit_failed(self, err: errors.StoreUnavailable, carried: tuple) -> None:
         """The tick's commit did not happen: put back what it carried, back off, say so once."""
         finishing, started, requeues, events, reasons = carried
-        self._put_back(finishing, started, requeues, events, reasons)
-        self.commits.failed(err, self._waiting_to_store)
+        self.put_back(finishing, started, requeues, events, reasons)
+        self.commits.failed(err, self.waiting_to_store)
 
-    def _put_back(self, finishing: list[tuple[Finish, str]], started: list[tuple[int, float]],
+    def put_back(self, finishing: list[tuple[Finish, str]], started: list[tuple[int, float]],
                   requeues: list[Requeue], events: list[tuple[int, str, dict]], reasons: dict) -> None:
         """Everything a failed commit carried waits again, ahead of what came meanwhile."""
-        with self._mu:
-            self._unrecorded[:0] = finishing
-            self._unrecorded_started[:0] = started
-            self._unrecorded_requeues[:0] = requeues
-            self._host_hook_events[:0] = events
+        with self.state.mu:
+            self.state.unrecorded[:0] = finishing
+            self.state.unrecorded_started[:0] = started
+            self.state.unrecorded_requeues[:0] = requeues
+            self.state.host_hook_events[:0] = events
             for job_id in reasons:  # stored with the next flush
-                self._stored_reasons.pop(job_id, None)
-            self._gate_dirty = True  # the gate's cancels are decided again
-            self._dirty = True  # and the dispatches
-            self._wake.set()
+                self.state.stored_reasons.pop(job_id, None)
+            self.state.gate_dirty = True  # the gate's cancels are decided again
+            self.state.dirty = True  # and the dispatches
+            self.state.wake.set()
 
-    def _waiting_to_store(self) -> int:
+    def waiting_to_store(self) -> int:
         """Host reports and decisions not stored yet: waiting, or in the commit being tried."""
-        return (len(self._unrecorded) + len(self._unrecorded_started) + len(self._unrecorded_requeues)
-                + len(self._host_hook_events) + self.commits.in_commit)
+        return (len(self.state.unrecorded) + len(self.state.unrecorded_started) + len(self.state.unrecorded_requeues)
+                + len(self.state.host_hook_events) + self.commits.in_commit)
 
     # ---- hosts in trouble ---------------------------------------------------------------------
 
-    def _replan(self, wake: bool) -> None:
-        """What the scheduler may use changed (a host in or out of trouble); `wake`: tick at once. Holds _mu."""
-        self._dirty = True
-        if wake:
-            self._wake.set()
-
-    def _scheduler_states(self) -> dict[str, str]:
+    def scheduler_states(self) -> dict[str, str]:
         """Host states as the scheduler reads them: a host in trouble takes no new work, nor one a
-        shared cluster refuses (shared.py). Holds _mu."""
-        refused = self._refused_hosts()
+        shared cluster refuses (shared.py). Holds the lock."""
+        refused = self.access.refused_hosts()
         if not self.trouble and not refused:
-            return self._host_state
-        return {**self._host_state, **{name: "unreachable" for name in self.trouble},
+            return self.state.host_state
+        return {**self.state.host_state, **{name: "unreachable" for name in self.trouble},
                 **{name: "closed" for name in refused}}
 
-    def _signal_done(self, done: SignalDone) -> None:
-        """A signal's outcome (a kill's or a stop's). Holds _mu."""
-        current = done.generation == self._generation.get(done.host) and done.host in self._hosts
+    def signal_done(self, done: SignalDone) -> None:
+        """A signal's outcome (a kill's or a stop's). Holds the lock."""
+        current = done.generation == self.state.generation.get(done.host) and done.host in self.state.hosts
         if done.error is not None:
             if current and done.trouble:
                 self.trouble.enter(done.host, done.error)
@@ -100,34 +104,34 @@ class Faults:
         if done.job_id is not None:
             self.kills.done(done)  # a kill's: landed, or sent again (kill_marks.py)
 
-    def _call_done(self, done: CallDone) -> None:
-        """Another round trip's outcome (task_launches.py sends them): trouble, or out of it. Holds _mu."""
-        current = done.generation == self._generation.get(done.host) and done.host in self._hosts
+    def call_done(self, done: CallDone) -> None:
+        """Another round trip's outcome (task_launches.py sends them): trouble, or out of it. Holds the lock."""
+        current = done.generation == self.state.generation.get(done.host) and done.host in self.state.hosts
         if current and done.trouble:
             self.trouble.enter(done.host, done.error or "no answer")
         elif current and done.error is None:
             self.trouble.leave(done.host)
         if done.error is not None:
-            self._task_call_failed(done.host, done.about, done.error)
+            self.launches.call_failed(done.host, done.about, done.error)
 
-    def _host_answers(self, answer: HostAnswers) -> None:
-        """Holds _mu."""
-        if answer.generation == self._generation.get(answer.host) and answer.host in self._hosts:
+    def host_answers(self, answer: HostAnswers) -> None:
+        """Holds the lock."""
+        if answer.generation == self.state.generation.get(answer.host) and answer.host in self.state.hosts:
             self.trouble.leave(answer.host)
 
-    def _host_reset(self, name: str) -> None:
+    def host_reset(self, name: str) -> None:
         """Host `name` connected again or went away: its kills in flight are sent again when it
-        answers (their worker is retired with its connection), and it is judged afresh. Holds _mu."""
+        answers (their worker is retired with its connection), and it is judged afresh. Holds the lock."""
         self.kills.reset(name)
         self.trouble.reset(name)
 
     # ---- what `controller status` shows ------------------------------------------------------
 
-    def fault_status(self) -> dict:
+    def status(self) -> dict:
         """The problems the controller lives with now, and why its previous run stopped (if it was a
-        fault). Holds _mu."""
+        fault). Holds the lock."""
         problems = []
-        store = self.commits.status(self._waiting_to_store())
+        store = self.commits.status(self.waiting_to_store())
         if store is not None:
             problems.append(store)
         for name, (why, since) in sorted(self.trouble.copy().items()):

@@ -2,8 +2,9 @@
 dependencies and array throttles, gate.py), resolving `-w` when a job is submitted, and naming
 jobs and array elements in requests (`42`, `42[7]`).
 
-A mixin of `Controller` (it shares the controller's lock and view). Every job that becomes PEND
-(submitted, released, requeued, loaded at start) goes through `_enqueue`: straight into the
+A part of the controller (`Controller.gating`), given the shared state, the store and how a pending
+job is seen by the scheduler (`pending_job`). Every job that becomes PEND
+(submitted, released, requeued, loaded at start) goes through `enqueue`: straight into the
 scheduler's pending set, or, with a dependency or a throttled array, into the gate, which feeds it
 when it may start. The gate step of the tick reads the facts its dependencies need from the store
 (what the store committed: a job that ended in the tick before counts at once, since every commit
@@ -22,133 +23,137 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from xce_lite import errors
+from xce_lite.controller.state import ControllerState
 from xce_lite.models import PEND, JobSpec
 from xce_lite.sched.core import PendingJob
 from xce_lite.workflow import arrays, deps, deps_eval
-from xce_lite.workflow.gate import Waiter
+from xce_lite.workflow.gate import Gate, Waiter
 
 _REF = re.compile(r"\s*(\d+)(?:\[(\d+)\])?\s*")
 
 
-class Workflows:
-    """See the module docstring. Expects the controller's attributes (store, _mu, _pending, ...)."""
+class Gating:
+    """See the module docstring. `pending_job(id, user, queue, spec, submit_time)`: the scheduler's
+    view of a pending job (the Controller's, with the pools' time-left term)."""
 
-    def _init_workflows(self) -> None:
-        from xce_lite.workflow.gate import Gate
-
-        self._gate = Gate()
-        self._gate_dirty = True  # a state changed since the gate last decided
-        self._array_of: dict[int, int] = {}  # unfinished element -> its array
-        self._array_left: Counter[int] = Counter()  # array -> its elements in _array_of
-        self._exprs: dict[int, deps.Expr] = {}  # array id -> the dependency its elements share
-        self._templates: dict[tuple[int, str], tuple[JobSpec, PendingJob]] = {}  # (array, queue) -> merged once
+    def __init__(self, state: ControllerState, store: Any,
+                 pending_job: Callable[[int, str, str, JobSpec, float], PendingJob]) -> None:
+        self.state, self.store, self.pending_job = state, store, pending_job
+        self.gate = Gate()
+        self.array_of: dict[int, int] = {}  # unfinished element -> its array
+        self.array_left: Counter[int] = Counter()  # array -> its elements in array_of
+        self.exprs: dict[int, deps.Expr] = {}  # array id -> the dependency its elements share
+        self.templates: dict[tuple[int, str], tuple[JobSpec, PendingJob]] = {}  # (array, queue) -> merged once
 
     # ---- the pending path ---------------------------------------------------------------------------
 
-    def _enqueue(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float,
+    def enqueue(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float,
                  array_id: int | None = None, depend: dict | None = None) -> None:
         """A job is PEND now: to the scheduler's pending set, or to the gate. Holds _mu."""
         throttle = None
         if array_id is not None:
-            self._note_element(job_id, array_id)
+            self.note_element(job_id, array_id)
             throttle = arrays.throttle_of(spec.array) if spec.array else None
         if depend is None and throttle is None:
-            self._pending.add(self._pending_of(job_id, user, queue, spec, submit_time, array_id))
+            self.state.pending.add(self._pending_of(job_id, user, queue, spec, submit_time, array_id))
             return
         expr = None
         if depend is not None:
-            expr = self._exprs.get(array_id) if array_id is not None else None
+            expr = self.exprs.get(array_id) if array_id is not None else None
             if expr is None:
                 expr = deps.from_json(depend)
                 if array_id is not None:
-                    self._exprs[array_id] = expr
-        self._gate.add(Waiter(job_id, expr, spec.on_dep_fail, array_id, throttle,
+                    self.exprs[array_id] = expr
+        self.gate.add(Waiter(job_id, expr, spec.on_dep_fail, array_id, throttle,
                               (user, queue, spec, submit_time)))
-        self._gate_dirty = True
+        self.state.gate_dirty = True
 
-    def _admit(self, job_id: int, item, user: str, now: float) -> None:
+    def admit(self, job_id: int, item: Any, user: str, now: float) -> None:
         """A job (or an array: its elements) just stored: held, or on the pending path. Holds _mu."""
         spec, queue = item.spec, item.queue
         ids = range(job_id, job_id + len(item.indices)) if item.indices else (job_id,)
         array_id = job_id if item.indices else None
         for element in ids:
             if spec.hold:
-                self._held[element] = user
+                self.state.held[element] = user
                 if array_id is not None:
-                    self._note_element(element, array_id)
+                    self.note_element(element, array_id)
             else:
-                self._enqueue(element, user, queue, spec, now, array_id, item.depend)
+                self.enqueue(element, user, queue, spec, now, array_id, item.depend)
 
-    def _dequeue(self, job_id: int) -> None:
+    def dequeue(self, job_id: int) -> None:
         """A pending job is no longer PEND (held, killed, dispatched, cancelled). Holds _mu."""
-        self._pending.discard(job_id)
-        self._gate.remove(job_id)
-        self._forget_reason(job_id)
-        self._gate_dirty = True
+        self.state.pending.discard(job_id)
+        self.gate.remove(job_id)
+        self.state.reasons.pop(job_id, None)
+        self.state.stored_reasons.pop(job_id, None)
+        self.state.gate_dirty = True
 
     def _pending_of(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float,
                     array_id: int | None) -> PendingJob:
         """`pending_job`, merged once per array (its elements share one spec object)."""
         if array_id is None:
             return self.pending_job(job_id, user, queue, spec, submit_time)
-        cached = self._templates.get((array_id, queue))
+        cached = self.templates.get((array_id, queue))
         if cached is None or cached[0] is not spec:
             cached = (spec, self.pending_job(job_id, user, queue, spec, submit_time))
-            self._templates[(array_id, queue)] = cached
+            self.templates[(array_id, queue)] = cached
         template = cached[1]
         return replace(template, id=job_id, submit_time=submit_time, request=replace(template.request, id=job_id))
 
-    def _note_element(self, job_id: int, array_id: int) -> None:
-        if job_id not in self._array_of:
-            self._array_of[job_id] = array_id
-            self._array_left[array_id] += 1
+    def note_element(self, job_id: int, array_id: int) -> None:
+        if job_id not in self.array_of:
+            self.array_of[job_id] = array_id
+            self.array_left[array_id] += 1
 
-    def _ended_element(self, job_id: int) -> None:
+    def ended_element(self, job_id: int) -> None:
         """An element finished: forget it (and its array's merge when none is left). Holds _mu."""
-        array_id = self._array_of.pop(job_id, None)
+        array_id = self.array_of.pop(job_id, None)
         if array_id is None:
             return
-        self._array_left[array_id] -= 1
-        if self._array_left[array_id] <= 0:
-            del self._array_left[array_id]
-            self._exprs.pop(array_id, None)
-            for key in [k for k in self._templates if k[0] == array_id]:
-                del self._templates[key]
+        self.array_left[array_id] -= 1
+        if self.array_left[array_id] <= 0:
+            del self.array_left[array_id]
+            self.exprs.pop(array_id, None)
+            for key in [k for k in self.templates if k[0] == array_id]:
+                del self.templates[key]
 
     # ---- 3. gate (a tick step) --------------------------------------------------------------------
 
-    def _gate_step(self) -> list[tuple[int, str, str]]:
+    def step(self) -> list[tuple[int, str, str]]:
         """Decide the gate's jobs against what the store says now: feed the scheduler those that may
         start, take back those whose dependency stopped holding, and return the cancels
         (job id, PEND, why) for the tick's commit."""
-        with self._mu:
-            if not self._gate_dirty or not len(self._gate):
+        with self.state.mu:
+            if not self.state.gate_dirty or not len(self.gate):
                 return []
-            self._gate_dirty = False
-            targets = self._gate.targets()
+            self.state.gate_dirty = False
+            targets = self.gate.targets()
         rows = self.store.group_rows([t.id for t in targets if not t.array],
                                      [t.id for t in targets if t.array]) if targets else {}
         facts = {key: deps_eval.group_facts(value) for key, value in rows.items()}
-        with self._mu:
-            active = Counter(self._array_of[j] for j in self._active if j in self._array_of)
-            decision = self._gate.decide(lambda t: facts.get((t.id, t.array)), active)
+        with self.state.mu:
+            active = Counter(self.array_of[j] for j in self.state.active if j in self.array_of)
+            decision = self.gate.decide(lambda t: facts.get((t.id, t.array)), active)
             for job_id in decision.feed:
-                user, queue, spec, submit_time = self._gate.waiters[job_id].payload
-                self._pending.add(self._pending_of(job_id, user, queue, spec, submit_time,
-                                                   self._array_of.get(job_id)))
+                user, queue, spec, submit_time = self.gate.waiters[job_id].payload
+                self.state.pending.add(self._pending_of(job_id, user, queue, spec, submit_time,
+                                                   self.array_of.get(job_id)))
             for job_id in decision.unfeed:
-                self._pending.discard(job_id)
-            self._reasons.update(decision.reasons)
+                self.state.pending.discard(job_id)
+            self.state.reasons.update(decision.reasons)
             if decision.feed or decision.unfeed:
-                self._dirty = True
+                self.state.dirty = True
         return [(job_id, PEND, reason) for job_id, reason in decision.cancel]
 
     # ---- resolving -w at submit ------------------------------------------------------------------------
 
-    def _resolve_depend(self, spec: JobSpec, user: str, steps: dict[str, deps.Target] | None = None) -> dict | None:
+    def resolve_depend(self, spec: JobSpec, user: str, steps: dict[str, deps.Target] | None = None) -> dict | None:
         """The job's dependency with every job it names resolved (module docstring); SpecError
         naming the job that does not exist. `steps`: in a flow, names are its steps."""
         if spec.depend is None:
@@ -157,15 +162,16 @@ class Workflows:
 
         def lookup(ref: deps.Ref) -> list[deps.Target]:
             if ref.id is not None:
-                return [self._target_of_id(ref)]
+                return [self._target_of_id(ref, ref.id)]
             if steps is not None:
                 return _steps_matching(ref, steps, spec.depend or "")
             return self._targets_named(ref, user, spec.depend or "")
 
         return deps.to_json(deps.resolve(expr, lookup))
 
-    def _target_of_id(self, ref: deps.Ref) -> deps.Target:
-        owner = self.store.owner(ref.id)
+    def _target_of_id(self, ref: deps.Ref, job_id: int) -> deps.Target:
+        """`ref`, which names job `job_id` (ref.id), as a target."""
+        owner = self.store.owner(job_id)
         if owner is None:
             raise errors.SpecError(f"-w: there is no job {ref.id} (see `xce jobs -a`)")
         _user, array_id, _index = owner
@@ -176,7 +182,7 @@ class Workflows:
             if element is None:
                 raise errors.SpecError(f"-w: array {ref.id} has no element {ref.index}")
             return deps.Target(element, False, ref.text())
-        return deps.Target(ref.id, array_id == ref.id, ref.text())
+        return deps.Target(job_id, array_id == job_id, ref.text())
 
     def _targets_named(self, ref: deps.Ref, user: str, text: str) -> list[deps.Target]:
         name = ref.name or ""
@@ -204,7 +210,7 @@ class Workflows:
 
     # ---- naming jobs in requests -------------------------------------------------------------------
 
-    def _expand_refs(self, values: list) -> list[tuple[str, list[int], bool]]:
+    def expand_refs(self, values: list) -> list[tuple[str, list[int], bool]]:
         """`42` (a job, or a whole array), `42[7]` (an element) -> (as named, job ids, is a whole array);
         NotFound for one that names nothing."""
         expanded = []

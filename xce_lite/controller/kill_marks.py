@@ -75,16 +75,19 @@ class KillMarks:
 
     def done(self, done: SignalDone) -> None:
         """A kill's outcome (`done.job_id` is set); the host's trouble is the caller's to judge."""
-        self.inflight.discard(done.job_id)
+        job_id = done.job_id
+        if job_id is None:  # a stop's outcome: faults.py never hands those here
+            return
+        self.inflight.discard(job_id)
         if done.error is not None:
             if not done.trouble:  # refused, not lost: try again shortly, as for a unit not there yet
-                self.next[done.job_id] = self.clock.monotonic() + KILL_RETRY
+                self.next[job_id] = self.clock.monotonic() + KILL_RETRY
             return  # a kill stays marked: sent again once the host answers
         if done.found:
-            self.marks.pop(done.job_id, None)
-            self.next.pop(done.job_id, None)
+            self.marks.pop(job_id, None)
+            self.next.pop(job_id, None)
         else:  # not there yet (its launch in flight) or ended meanwhile: try again shortly
-            self.next[done.job_id] = self.clock.monotonic() + KILL_RETRY
+            self.next[job_id] = self.clock.monotonic() + KILL_RETRY
             self.wake()
 
     def reset(self, name: str) -> None:

@@ -14,7 +14,7 @@ survives a restart; the store itself refuses to requeue such a job (store/jobs.p
 Here are the two decisions, pure (the controller carries them out). Copies on lost hosts: a job
 handled as lost leaves its units draining; a copy that still runs when its host answers again is
 stopped, and the result of a copy the controller gave up on is recorded as a `host_hooks` event at
-most, never as the job's outcome (unitwork `_unit_finished`).
+most, never as the job's outcome (unitwork `Units.unit_finished`).
 """
 
 from __future__ import annotations

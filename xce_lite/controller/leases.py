@@ -74,4 +74,4 @@ def requeue_after_expiry(reason: str | None, killed: bool, on_host_lost: str) ->
     """Whether an attempt that ended with `reason` goes back to PEND as a job on a lost host would:
     its host stopped it for want of the controller, not for anything the job did. A job someone
     killed still ends EXIT (kill wins); `on_host_lost: exit` ends it EXIT with the reason."""
-    return bool(reason) and reason.startswith(EXPIRED) and not killed and on_host_lost == "requeue"
+    return reason is not None and reason.startswith(EXPIRED) and not killed and on_host_lost == "requeue"

@@ -109,3 +109,16 @@ def reason_kind(state: str, reason: str | None) -> str:
         if reason.startswith(prefix):
             return kind
     return "resources"
+
+
+def count_applied(registry: Registry, record: Any, finishing: list) -> None:
+    """What a tick's commit did (the store's TickRecord; `finishing`: its (Finish, event) pairs),
+    for the counters."""
+    ended = set(record.finished)
+    for f, _event in finishing:
+        if f.job_id in ended:
+            registry.inc("finished", state=f.state)
+    if record.cancelled:
+        registry.inc("finished", len(record.cancelled), state="EXIT")
+    if record.dispatched:
+        registry.inc("dispatches", len(record.dispatched))

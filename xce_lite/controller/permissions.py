@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 ACTIONS = ("kill", "hold", "release", "requeue", "suspend", "resume", "peek", "why", "details")
 PROJECT_VIEW = "project:view"
@@ -52,6 +53,12 @@ class Policy:
         return cls(owner_uid, shared, frozenset(a for a in names if not a.startswith("@")),
                    frozenset(a[1:] for a in names if a.startswith("@")),
                    {path: frozenset(who) for path, who in projects.items() if who}, visibility)
+
+
+def policy_of(config: Any, owner_uid: int) -> Policy:
+    """The policy of a cluster's configuration (config/cluster.ClusterConfig)."""
+    return Policy.of(owner_uid, config.mode == "shared", config.admins,
+                     {p.name: p.admins for p in config.projects}, config.visibility)
 
 
 def is_admin(who: Who, policy: Policy) -> bool:

@@ -2,7 +2,8 @@
 scheduler reads of projects and past usage (each session), holding pending jobs a reconfig put
 outside their project, and the `/projects` route.
 
-A mixin of `Controller`, like handlers/*.py. The policy itself is pure and shared with the
+A part of the controller (`Controller.projects`), given the shared state, the store, the clock,
+the log and how pending jobs are held (handlers/flow.py). The policy itself is pure and shared with the
 simulator: sched/projects.py (membership, defaults, limits that roll up) and sched/fairshare.py
 (decayed usage, dynamic priority, the session's order). What is kept here:
 - a `fairshare.Book` per half-life in use, built from the store at start and at a reconfig
@@ -19,14 +20,18 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import time
 from dataclasses import replace
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
 from xce_lite import errors
 from xce_lite.api.caller import Caller
+from xce_lite.config.cluster import ClusterConfig, QueueConfig
 from xce_lite.config.merge import Effective
+from xce_lite.controller.seams import Clock
+from xce_lite.controller.shared import Handler
+from xce_lite.controller.state import ControllerState
 from xce_lite.models import PEND, PSUSP, Job, JobSpec
 from xce_lite.sched.fairshare import PROJECT, USER, Book, FairShareInput, QueueShare, entity_of, standing, usage_now
 from xce_lite.sched.placement import JobRequest
@@ -73,34 +78,37 @@ def _names(gids: list[int]) -> tuple[str, ...]:
     return tuple(names)
 
 
-class ProjectWork:
-    """See the module docstring. Expects the controller's attributes (config, store, _mu, _active, ...)."""
+class ProjectShares:
+    """See the module docstring. `move_pending(moves, verb, why)` holds pending jobs (the ids moved)."""
 
-    def _init_projects(self) -> None:
-        self._books: dict[float, Book] = {}
-        self._last_fair: FairShareInput | None = None  # reset by each configuration put in use
-        self._fair_books(self._clock.time())
+    def __init__(self, state: ControllerState, store: Any, clock: Clock, log: Callable[[str], None],
+                 move_pending: Callable[[list[tuple[Job, str]], str, str], set[int]]) -> None:
+        self.state, self.store, self.clock, self.log, self.move_pending = state, store, clock, log, move_pending
+        self.books: dict[float, Book] = {}
+        # fair share as the last session saw it, and under which configuration (none yet under another)
+        self.last_fair: tuple[ClusterConfig, FairShareInput] | None = None
+        self.fair_books(clock.time())
 
-    def _fair_books(self, now: float) -> None:
+    def fair_books(self, now: float) -> None:
         """A book per half-life the queues use now, from the store for one not kept yet."""
-        wanted = {q.fairshare.half_life for q in self.config.queues if q.fairshare is not None}
-        for half_life in list(self._books):
+        wanted = {q.fairshare.half_life for q in self.state.config.queues if q.fairshare is not None}
+        for half_life in list(self.books):
             if half_life not in wanted:
-                del self._books[half_life]
-        for half_life in wanted - set(self._books):
+                del self.books[half_life]
+        for half_life in wanted - set(self.books):
             book = Book(half_life, now)
             for row in self.store.fairshare_usage(now - BOOK_SPAN * half_life):
                 book.add(*row)
-            self._books[half_life] = book
+            self.books[half_life] = book
 
     # ---- submit ----------------------------------------------------------------------------------
 
-    def _project_of(self, spec: JobSpec, eff: Effective, caller: Caller | None) -> JobSpec:
+    def project_of(self, spec: JobSpec, eff: Effective, caller: Caller | None) -> JobSpec:
         """The spec with its project resolved (-P, the caller's group default, the cluster's);
         SpecError if the caller may not submit there or no project limit could ever allow it."""
         if caller is None:
             return spec
-        view = self.project_view
+        view = self.state.project_view
         path = view.resolve(caller.user, caller_groups(caller), spec.project)
         why = view.never(JobRequest(0, eff.min_tasks, eff.max_tasks, eff.resreq), path)
         if why is not None:
@@ -109,28 +117,30 @@ class ProjectWork:
 
     # ---- each session ----------------------------------------------------------------------------
 
-    def _held_by_project(self, closing: AbstractSet[int] = frozenset()) -> list[tuple[str | None, FrozenMap]]:
+    def held_by_project(self, closing: AbstractSet[int] = frozenset()) -> list[tuple[str | None, FrozenMap]]:
         """What each active job holds, by its project; jobs ending in this tick (`closing`) hold nothing."""
-        return [(job.project, held(job.holding)) for job in self._active.values() if job.id not in closing]
+        return [(job.project, held(job.holding)) for job in self.state.active.values() if job.id not in closing]
 
-    def _project_inputs(self, now: float, closing: AbstractSet[int] = frozenset()) -> dict[str, Any]:
+    def inputs(self, now: float, closing: AbstractSet[int] = frozenset()) -> dict[str, Any]:
         """What a Snapshot reads of projects and fair share (sched/core.py); `closing`: jobs ending in
         this tick. Holds _mu."""
         inputs: dict[str, Any] = {}
-        view = self.project_view
+        view = self.state.project_view
         if not view.open:
             inputs["projects"] = view
-            inputs["project_held"] = summed(self._held_by_project(closing))
-        fair = [q for q in self.config.queues if q.fairshare is not None]
+            inputs["project_held"] = summed(self.held_by_project(closing))
+        fair = [q for q in self.state.config.queues if q.fairshare is not None]
         if fair:
-            inputs["fairshare"] = self._last_fair = self._fair_input(fair, now, closing)
+            inputs["fairshare"] = fair_now = self.fair_input(fair, now, closing)
+            self.last_fair = (self.state.config, fair_now)
         return inputs
 
-    def _fair_input(self, queues: list, now: float, closing: AbstractSet[int] = frozenset()) -> FairShareInput:
+    def fair_input(self, queues: list[QueueConfig], now: float,
+                   closing: AbstractSet[int] = frozenset()) -> FairShareInput:
         """Usage: the books plus every active job's time so far (a job ending in this tick joins the
         books only after the commit, so its run counts here); running slots: only jobs that go on,
         as the host views free a closing job's (an ending user would otherwise count twice)."""
-        jobs = list(self._active.values())
+        jobs = list(self.state.active.values())
         running = [(j.user, j.project, j.since, sum(n for _, n in j.hosts), sum(len(a.gpus) for a in j.holding.allocs))
                    for j in jobs]
         slots: dict[str, dict[str, float]] = {USER: {}, PROJECT: {}}
@@ -141,33 +151,36 @@ class ProjectWork:
                 slots[by][entity] = slots[by].get(entity, 0) + n
         shares = []
         for q in queues:
+            assert q.fairshare is not None  # the callers pass the fair-share queues only
             policy = q.fairshare.policy()
-            book = self._books.get(policy.half_life)
+            book = self.books.get(policy.half_life)
             if book is None:  # a reconfig added the half-life a moment ago
-                self._fair_books(now)
-                book = self._books[policy.half_life]
+                self.fair_books(now)
+                book = self.books[policy.half_life]
             shares.append(QueueShare(q.name, policy, usage_now(policy, book.at(now), running, now)))
         return FairShareInput(tuple(shares), FrozenMap({by: FrozenMap(m) for by, m in slots.items()}))
 
-    def _fairshare_finished(self, job_id: int, start: float | None, end: float) -> None:
+    def finished(self, job_id: int, start: float | None, end: float) -> None:
         """A job ended: its run joins every book. Holds _mu (before the job leaves `_active`)."""
-        job = self._active.get(job_id)
-        if job is None or start is None or not self._books:
+        job = self.state.active.get(job_id)
+        if job is None or start is None or not self.books:
             return
         slots = sum(n for _, n in job.hosts)
         gpus = sum(len(a.gpus) for a in job.holding.allocs)
-        for book in self._books.values():
+        for book in self.books.values():
             book.add(job.user, job.project, start, end, slots, gpus)
 
     def fair_standing(self, job: Job) -> dict | None:
         """Fair share as the last session saw it, for a job of a fair-share queue (`xce why`, `jobs -l`)."""
-        with self._mu:
-            fair = self._last_fair
-            if fair is None:
-                queues = [q for q in self.config.queues if q.fairshare is not None and q.name == job.queue]
+        with self.state.mu:
+            last = self.last_fair
+            if last is not None and last[0] is self.state.config:
+                fair = last[1]
+            else:
+                queues = [q for q in self.state.config.queues if q.fairshare is not None and q.name == job.queue]
                 if not queues:
                     return None
-                fair = self._fair_input(queues, time.time())
+                fair = self.fair_input(queues, self.clock.time())
         share = next((q for q in fair.queues if q.queue == job.queue), None)
         if share is None:
             return None
@@ -176,19 +189,19 @@ class ProjectWork:
 
     def project_room(self, job: Job, eff: Effective) -> str | None:
         """Why the job's projects are too full for it now (`xce why`), or None."""
-        with self._mu:
-            view = self.project_view
+        with self.state.mu:
+            view = self.state.project_view
             if view.open:
                 return None
-            usage = Usage(view, self._held_by_project())
+            usage = Usage(view, self.held_by_project())
         return usage.room(job.project, JobRequest(job.id, eff.min_tasks, eff.max_tasks, eff.resreq))[0]
 
     # ---- a reconfig --------------------------------------------------------------------------------
 
-    def _hold_outside_projects(self, jobs: list[Job]) -> list[int]:
+    def hold_outside(self, jobs: list[Job]) -> list[int]:
         """Pending jobs whose project is gone, or whose owner left it, are held (PSUSP) with the
         reason, never killed: release them once the configuration lets them run."""
-        view = self.project_view
+        view = self.state.project_view
         if view.open:
             return []
         groups: dict[str, tuple[str, ...]] = {}
@@ -203,15 +216,15 @@ class ProjectWork:
                 by_reason.setdefault(why, []).append(job)
         held_ids: list[int] = []
         for why, group in by_reason.items():
-            held_ids += self._move_pending([(job, PSUSP) for job in group], "held", why)
+            held_ids += self.move_pending([(job, PSUSP) for job in group], "held", why)
         if held_ids:
             self.log(f"held {len(held_ids)} pending job(s) outside their project after a configuration change")
         return held_ids
 
-    def _releasable(self, movable: list[tuple[Job, str]], refused: list[dict]) -> list[tuple[Job, str]]:
+    def releasable(self, movable: list[tuple[Job, str]], refused: list[dict]) -> list[tuple[Job, str]]:
         """Of the held jobs asked to be released, those whose owner may still use their project; the
         others get a refusal saying why (they stay held)."""
-        view = self.project_view
+        view = self.state.project_view
         kept = []
         for job, target in movable:
             why = view.why_not(job.user, user_groups(job.user), job.project)
@@ -223,16 +236,16 @@ class ProjectWork:
 
     # ---- the route ---------------------------------------------------------------------------------
 
-    def project_routes(self) -> dict:
+    def routes(self) -> dict[tuple[str, str], Handler]:
         return {("GET", "/projects"): self.api_projects}
 
     def api_projects(self, caller: Caller, query: dict, body: Any) -> dict:
         """The project tree: members, groups, admins, limits and what the subtree's running jobs
         hold now (rolled up); jobs pending and running per project (its own)."""
         counts = self.store.counts_by_project()
-        with self._mu:
-            view = self.project_view
-            held_now = self._held_by_project()
+        with self.state.mu:
+            view = self.state.project_view
+            held_now = self.held_by_project()
             seen = {p.path for p in view.projects} | {p for p, _state in counts if p is not None} | \
                 {p for p, _amounts in held_now if p is not None}
             use = describe_use(view, held_now, seen)

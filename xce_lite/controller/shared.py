@@ -1,6 +1,7 @@
 """The controller's side of shared mode (issue 16) and of the permissions of every mode.
 
-A mixin of `Controller`, like handlers/*.py. What it keeps:
+A part of the controller (`Controller.access`), given the shared state, the store and how job
+references expand (gating.py). What it keeps:
 - every route sees its caller with `admin` decided by the configuration in use (permissions.py);
   the routes that act on jobs check, before their handler runs, that the caller may do that to
   every job named (its owner, an admin, an admin of its project or an ancestor); the listings
@@ -22,12 +23,15 @@ import grp
 import pwd
 import time
 from dataclasses import replace
+from collections.abc import Callable
 from typing import Any
 
 from xce_lite import errors
 from xce_lite.api.caller import Caller
 from xce_lite.config.cluster import ClusterConfig
 from xce_lite.controller import permissions, useraccess
+from xce_lite.controller.permissions import policy_of  # noqa: F401 (its old home)
+from xce_lite.controller.state import ControllerState
 from xce_lite.models import Job, JobSpec
 
 # Routes that act on jobs named in their body ("ids") or query ("id"), and the action each is.
@@ -38,12 +42,8 @@ ACTIONS = {
 }
 USAGE = ("GET", "/accounting/summary")  # usage: its own user's, or project:view (`_usage_query`)
 ACCESS_KEPT = 5.0  # seconds a passed directory check is trusted for the same user and directories
+Handler = Callable[[Caller, dict, Any], Any]  # a route's handler: (caller, query, body) -> reply
 LISTINGS = {("GET", "/jobs"), ("GET", "/jobs/wait"), ("GET", "/jobs/history")}  # jobs shown per `visibility`
-
-
-def policy_of(config: ClusterConfig, owner_uid: int) -> permissions.Policy:
-    return permissions.Policy.of(owner_uid, config.mode == "shared", config.admins,
-                                 {p.name: p.admins for p in config.projects}, config.visibility)
 
 
 def shared_problem(config: ClusterConfig, euid: int) -> str | None:
@@ -74,55 +74,61 @@ def socket_mode(config: ClusterConfig) -> tuple[int, int | None]:
     return 0o660, grp.getgrnam(config.socket_group).gr_gid
 
 
-class SharedWork:
-    """See the module docstring. Expects the controller's config, store, _expand_refs, _probes, _mu."""
+class Access:
+    """See the module docstring. The configuration, its permission policy and the hosts' probes are
+    read from `state`; `expand_refs` turns a request's job references into (label, ids, whole)."""
+
+    def __init__(self, state: ControllerState, store: Any,
+                 expand_refs: Callable[[list], list[tuple[str, list[int], bool]]]) -> None:
+        self.state, self.store, self.expand_refs = state, store, expand_refs
+        self.access_checked: dict[tuple, float] = {}  # (who, directories) -> when its check passed
 
     # ---- who calls ------------------------------------------------------------------------------
 
-    def _who(self, caller: Caller) -> permissions.Who:
+    def who(self, caller: Caller) -> permissions.Who:
         return permissions.Who(caller.user, caller.uid, frozenset(_group_names(caller)))
 
-    def _identified(self, caller: Caller) -> Caller:
-        return replace(caller, admin=permissions.is_admin(self._who(caller), self.permission_policy))
+    def identified(self, caller: Caller) -> Caller:
+        return replace(caller, admin=permissions.is_admin(self.who(caller), self.state.permission_policy))
 
-    def _may_act(self, caller: Caller, job: Job, action: str = "details") -> bool:
-        return permissions.may(action, self._who(caller), job.user, job.project, self.permission_policy)
+    def may_act(self, caller: Caller, job: Job, action: str = "details") -> bool:
+        return permissions.may(action, self.who(caller), job.user, job.project, self.state.permission_policy)
 
-    def _act_refusal(self, caller: Caller, job: Job, action: str) -> str:
-        return permissions.refusal(action, self._who(caller), job.display_id, job.user, job.project,
-                                   self.permission_policy)
+    def act_refusal(self, caller: Caller, job: Job, action: str) -> str:
+        return permissions.refusal(action, self.who(caller), job.display_id, job.user, job.project,
+                                   self.state.permission_policy)
 
     # ---- the route table ------------------------------------------------------------------------
 
-    def _permitted(self, route: tuple[str, str], handler):
+    def permitted(self, route: tuple[str, str], handler: Handler) -> Handler:
         """`handler` behind the permission rules of its route (see the module docstring)."""
         action = ACTIONS.get(route)
         listing = route in LISTINGS
 
         def guarded(caller: Caller, query: dict, body: Any) -> Any:
-            caller = self._identified(caller)
+            caller = self.identified(caller)
             if action is not None and not caller.is_admin:
-                for job in self._named_jobs(query, body):
-                    if not self._may_act(caller, job, action):
-                        raise errors.TransitionError(self._act_refusal(caller, job, action))
+                for job in self.named_jobs(query, body):
+                    if not self.may_act(caller, job, action):
+                        raise errors.TransitionError(self.act_refusal(caller, job, action))
             if route == USAGE and not caller.is_admin:
-                query = self._usage_query(caller, query)
+                query = self.usage_query(caller, query)
             reply = handler(caller, query, body)
-            if listing and not caller.is_admin and self.permission_policy.visibility != "full":
-                who, policy = self._who(caller), self.permission_policy
+            if listing and not caller.is_admin and self.state.permission_policy.visibility != "full":
+                who, policy = self.who(caller), self.state.permission_policy
                 reply["jobs"] = [job if permissions.sees_in_full(who, job["user"], job.get("project"), policy)
                                  else permissions.redact(job) for job in reply["jobs"]]
             return reply
         return guarded
 
-    def _usage_query(self, caller: Caller, query: dict) -> dict:
+    def usage_query(self, caller: Caller, query: dict) -> dict:
         """`xce acct` on a shared cluster with `visibility: summary`: one's own usage (the default
         then, as LSF's bacct), or with -P a project one holds `project:view` on (its admins and
         their ancestors'); anyone's for the admins. Elsewhere: everyone's, as before."""
-        policy = self.permission_policy
+        policy = self.state.permission_policy
         if not policy.shared or policy.visibility == "full":
             return query
-        who, project, user = self._who(caller), query.get("project") or None, query.get("user") or None
+        who, project, user = self.who(caller), query.get("project") or None, query.get("user") or None
         if project is not None and permissions.may(permissions.PROJECT_VIEW, who, "", project, policy):
             return query
         if user is None:
@@ -134,7 +140,7 @@ class SharedWork:
             f"usage to its own user, to {permissions.who_may(None, project, policy)} (project:view); "
             f"see yours with `xce acct -u {caller.user}`")
 
-    def _named_jobs(self, query: dict, body: Any) -> list[Job]:
+    def named_jobs(self, query: dict, body: Any) -> list[Job]:
         """The jobs a request names (an array's elements for an array); none if it names them badly
         (the handler then says what is wrong)."""
         refs = body.get("ids") if isinstance(body, dict) else None
@@ -144,26 +150,39 @@ class SharedWork:
                                                  for r in refs):
             return []
         try:
-            expanded = self._expand_refs(refs)
+            expanded = self.expand_refs(refs)
         except errors.XceError:
             return []
         ids = list(dict.fromkeys(i for _label, job_ids, _whole in expanded for i in job_ids))
         return self.store.jobs(ids) if ids else []
 
+    def owned(self, caller: Caller, ids: list[int]) -> list[Job]:
+        """The jobs `ids` (all of them, or NotFound), each one the caller may act on (or TransitionError)."""
+        if not ids:
+            raise errors.SpecError("name at least one job id")
+        jobs = {j.id: j for j in self.store.jobs(ids)}
+        missing = [i for i in ids if i not in jobs]
+        if missing:
+            raise errors.NotFound(f"no such job: {', '.join(map(str, missing))}")
+        foreign = [i for i in ids if not caller.is_admin and not self.may_act(caller, jobs[i])]
+        if foreign:  # the route table checked the action already (shared.py); this is the last guard
+            raise errors.TransitionError(self.act_refusal(caller, jobs[foreign[0]], "act on"))
+        return [jobs[i] for i in ids]
+
     # ---- submit ---------------------------------------------------------------------------------
 
-    def _as_submitter(self, spec: JobSpec, queue_name: str, caller: Caller | None) -> JobSpec:
+    def as_submitter(self, spec: JobSpec, queue_name: str, caller: Caller | None) -> JobSpec:
         """The spec as the caller may submit it: its queue's ACL checked; in shared mode its paths
         checked with the caller's own permissions and `run_as` set from the caller's identity.
         SpecError naming the queue or the path and the user otherwise."""
         if caller is None:
             return spec
-        queue = self.config.queue(queue_name)
-        why = permissions.may_submit(self._who(caller), queue.name, queue.users, queue.groups,
-                                     self.permission_policy)
+        queue = self.state.config.queue(queue_name)
+        why = permissions.may_submit(self.who(caller), queue.name, queue.users, queue.groups,
+                                     self.state.permission_policy)
         if why is not None:
             raise errors.SpecError(why)
-        if self.config.mode != "shared":
+        if self.state.config.mode != "shared":
             return spec
         try:
             pwd.getpwnam(caller.user)
@@ -174,7 +193,7 @@ class SharedWork:
         run_as = {"name": caller.user, "uid": caller.uid, "gid": caller.gid, "groups": list(caller.groups)}
         key = (caller.uid, caller.gid, caller.groups, spec.cwd, *useraccess.output_dirs(spec))
         now = time.monotonic()
-        checked = self.__dict__.setdefault("_access_checked", {})  # key -> when it passed
+        checked = self.access_checked
         if now - checked.get(key, -ACCESS_KEPT) >= ACCESS_KEPT:  # a flow's or a burst's steps: checked once
             useraccess.check_paths(spec, caller.user, caller.uid, caller.gid, caller.groups)
             if len(checked) > 1024:
@@ -184,12 +203,12 @@ class SharedWork:
 
     # ---- hosts ----------------------------------------------------------------------------------
 
-    def _refused_hosts(self) -> dict[str, str]:
+    def refused_hosts(self) -> dict[str, str]:
         """Hosts shared mode gives no work: their agent cannot run jobs as other users. Holds _mu."""
-        if self.config.mode != "shared":
+        if self.state.config.mode != "shared":
             return {}
         refused = {}
-        for name, probe in self._probes.items():
+        for name, probe in self.state.probes.items():
             extra = getattr(probe, "extra", None) or {}
             if extra.get("can_switch_user") is False:
                 why = extra.get("can_switch_user_why") or "not root"
@@ -197,6 +216,19 @@ class SharedWork:
                                  "a shared cluster's agents run as root: set the host's `user: root` in xce.yaml "
                                  "(and root's SSH key there), then `xce reconfig`")
         return refused
+
+
+def store_refusal(handler: Handler) -> Handler:
+    """The handler, with a store that cannot take its write turned into a plain refusal: exit 4 at
+    the client (errors.StoreError), saying what is wrong and that the request was not carried out."""
+    def guarded(caller: Caller, query: dict, body: Any) -> Any:
+        try:
+            return handler(caller, query, body)
+        except errors.StoreUnavailable as err:
+            raise errors.StoreError(f"{err}; the request was not carried out (nothing of it was stored); "
+                                    "the controller runs on and retries by itself: try again when "
+                                    "`xce controller status` shows no store problem") from None
+    return guarded
 
 
 def _group_names(caller: Caller) -> list[str]:

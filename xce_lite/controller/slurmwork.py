@@ -18,9 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from xce_lite.config.cluster import ClusterConfig, PoolConfig
 from xce_lite.exec import slurm
+from xce_lite.home.paths import Home
 
 
 @dataclass(frozen=True)
@@ -142,3 +145,31 @@ def _carry_out(pool: str, request: _Request) -> Polled | Submitted | Cancelled:
     if request.kind == "submit":
         return Submitted(pool, request.seq, None, error, unsure=slurm.unsure(error), ended=time.time())
     return Cancelled(pool, request.job_id, error)
+
+
+def slurm_via(config: ClusterConfig, home: Home, name: str) -> slurm.Runner | None:
+    """Where pool `name`'s Slurm commands run: here (None), or its `via:` login host over SSH."""
+    target = via_target(config, home, name)
+    return slurm.over_ssh(target) if target is not None else None
+
+
+def via_target(config: ClusterConfig, home: Home, name: str) -> Any:
+    """The SshTarget of pool `name`'s `via:` login host; None for `via: local`."""
+    from xce_lite.home.hostadd import ssh_target
+
+    pool = pool_config(config, name)
+    if pool is None or pool.via == "local":  # `local` is this machine, even beside a host named so
+        return None
+    host = next(h for h in config.hosts if h.name == pool.via)  # an ssh host: config checked it
+    return ssh_target(host, config, home)
+
+
+def pool_config(config: ClusterConfig, name: str) -> PoolConfig | None:
+    return next((p for p in config.pools if p.name == name), None)
+
+
+def pool_dir(home: Home, pool: PoolConfig) -> Path:
+    """The pool's directory (its agent, the nodes' journals, Slurm's output), made if missing."""
+    d = Path(pool.directory).expanduser() if pool.directory else home.root / "slurm" / pool.name
+    d.mkdir(parents=True, exist_ok=True)
+    return d

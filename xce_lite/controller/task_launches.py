@@ -2,7 +2,8 @@
 task, on every host it holds; the controller fans the tasks out to its units and answers the job
 when they have all ended.
 
-A mixin of `Controller`, beside unitwork.py (whose lock and view it shares). The path:
+A part of the controller (`Controller.launches`), given the shared state, the hosts' workers
+(hostops.py) and the log; the units' part (unitwork.py) tells it what it hears. The path:
 
 1. a job runs `xce launch -- CMD` in its unit; the host's agent reports LaunchRequested;
 2. the controller sends each host of the job its tasks (`Host.tasks`), task i of the job being the
@@ -19,8 +20,11 @@ Launches live in memory: a controller restart forgets them, and the waiting `xce
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from xce_lite.controller.state import Active, ControllerState
 from xce_lite.exec.host import LaunchRequested, Task, TaskFinished
 
 FAILED = 255  # what a task that could not run, or was ended with its unit, counts as
@@ -42,17 +46,19 @@ class Launch:
 
 
 class TaskLaunches:
-    """See the module docstring. Expects the controller's attributes (_mu, _active, _hosts, ...)."""
+    """See the module docstring. Every method but `send` is called holding the state's lock."""
 
-    def _init_launches(self) -> None:
+    def __init__(self, state: ControllerState, hostops: Any, log: Callable[[str], None]) -> None:
+        self.state, self.hostops, self.log = state, hostops, log
         self._launches: dict[tuple[str, str], Launch] = {}  # (asking host, launch id) -> Launch
         self._task_sends: list[tuple[str, str, tuple[str, str], list[Task]]] = []  # host, unit, key, tasks
         self._launch_answers: list[tuple[str, str, int]] = []  # host, launch id, exit code
 
-    def _launch_requested(self, ask: LaunchRequested) -> None:
-        """Split the launch into each host's tasks (sent by `_send_tasks`). Holds _mu."""
+    def requested(self, ask: LaunchRequested) -> None:
+        """Split the launch into each host's tasks (sent by `send`). Holds the lock."""
         key = (ask.host, ask.launch_id)
-        job, _index = self._unit(ask.unit)
+        where = self.state.by_unit.get(ask.unit)
+        job = self.state.active.get(where[0]) if where is not None else None
         if job is None or job.ending:
             self._launch_answers.append((ask.host, ask.launch_id, FAILED))
             self.log(f"xce launch from unit {ask.unit}: its job is not running; answered {FAILED}")
@@ -71,7 +77,7 @@ class TaskLaunches:
             first += alloc.tasks
             self._task_sends.append((alloc.host, job.units[unit_index], key, tasks))
 
-    def _host_environments(self, job) -> list[dict[str, str]]:
+    def _host_environments(self, job: Active) -> list[dict[str, str]]:
         """Per unit of `job`, the variables that differ from host to host."""
         envs, first = [], 0
         for alloc in job.holding.allocs:
@@ -82,8 +88,8 @@ class TaskLaunches:
             first += alloc.tasks
         return envs
 
-    def _task_finished(self, done: TaskFinished) -> None:
-        """One task ended; the launch is answered when it was the last. Holds _mu."""
+    def finished(self, done: TaskFinished) -> None:
+        """One task ended; the launch is answered when it was the last. Holds the lock."""
         for key, launch in self._launches.items():
             if key[1] == done.launch_id and done.index in launch.waiting:
                 if done.error is not None:
@@ -96,8 +102,8 @@ class TaskLaunches:
                 self._answer_if_done(key)
                 return
 
-    def _unit_tasks_ended(self, job_id: int, unit_index: int | None = None) -> None:
-        """The job's unit `unit_index` ended (or, with None, the whole job): its tasks with it. Holds _mu."""
+    def unit_tasks_ended(self, job_id: int, unit_index: int | None = None) -> None:
+        """The job's unit `unit_index` ended (or, with None, the whole job): its tasks with it. Holds the lock."""
         for key, launch in list(self._launches.items()):
             if launch.job_id != job_id:
                 continue
@@ -115,35 +121,35 @@ class TaskLaunches:
             del self._launches[key]
             self._launch_answers.append((launch.host, launch.launch_id, launch.worst))
 
-    def _send_tasks(self) -> None:
+    def send(self) -> None:
         """After the commit, outside the lock: start the tasks, and answer the launches that ended.
         Both go on the host's worker (hostops.py), never on the tick; a failure comes back to
-        `_task_call_failed`."""
-        with self._mu:
+        `call_failed`."""
+        with self.state.mu:
             sends, self._task_sends = self._task_sends, []
             answers, self._launch_answers = self._launch_answers, []
-            hosts = {name: (self._hosts.get(name), self._generation.get(name, 0))
+            hosts = {name: (self.state.hosts.get(name), self.state.generation.get(name, 0))
                      for name in {s[0] for s in sends} | {a[0] for a in answers}}
         for name, unit, key, tasks in sends:
             host, generation = hosts[name]
             about = ("tasks", key, tuple(t.index for t in tasks))
             if host is None:
-                with self._mu:
-                    self._task_call_failed(name, about, f"host {name} is out of reach")
+                with self.state.mu:
+                    self.call_failed(name, about, f"host {name} is out of reach")
                 continue
-            self._hostops.call(name, generation, host,
+            self.hostops.call(name, generation, host,
                                lambda h, unit=unit, key=key, tasks=tasks: h.tasks(unit, key[1], tasks), about)
         for name, launch_id, code in answers:
             host, generation = hosts[name]
             if host is None:
                 continue  # the job's own host is out of reach: its `xce launch` waits, then says so
-            self._hostops.call(name, generation, host,
+            self.hostops.call(name, generation, host,
                                lambda h, launch_id=launch_id, code=code: h.launch_done(launch_id, code),
                                ("answer", launch_id))
 
-    def _task_call_failed(self, name: str, about: tuple, error: str) -> None:
-        """A round trip of `_send_tasks` failed: tasks that could not start count as ended with
-        FAILED. Holds _mu."""
+    def call_failed(self, name: str, about: tuple, error: str) -> None:
+        """A round trip of `send` failed: tasks that could not start count as ended with
+        FAILED. Holds the lock."""
         if about[0] == "answer":
             self.log(f"xce launch {about[1]}: could not answer host {name}: {error}")
             return
@@ -155,4 +161,4 @@ class TaskLaunches:
                 launch.ended(index, FAILED)
             self._answer_if_done(key)
             if self._launch_answers:
-                self._wake.set()  # its answer goes with the next tick's act
+                self.state.wake.set()  # its answer goes with the next tick's act

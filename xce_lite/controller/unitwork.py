@@ -1,15 +1,16 @@
 """The controller's side of the units on its hosts: what each active job's units are doing, what the
 hosts report about them, launching, stopping and forgetting them, and hosts coming and going.
 
-A mixin of `Controller` (it shares the controller's lock and view), kept apart so the tick reads on
-its own. Everything here that touches the in-memory view runs under `self._mu`; round trips to a
-host (launch, forget) run outside it, from the tick's `_act` step, and signals (stops, kills) on
+A part of the controller (`Controller.units`), given the shared state, the store, the clock, the log,
+the controller's event queue, the hosts' workers, the kills, the leases, the task launches and the
+faults' part. Everything here that touches the shared state runs under its lock; round trips to a
+host (launch, forget) run outside it, from the tick's `act` step, and signals (stops, kills) on
 the host's own worker (hostops.py), whose outcomes come back as events.
 
 Per unit of an active job, a status: NEW (not sent to its host yet, or not known to be there),
 SENT (a launch is on its way), RUNNING (its host said so), ENDED (its result is in `results`).
 A job's outcome is unit 0's result. When a job ends or is requeued, its units that may still run
-"drain": they are asked to stop and keep their resources (in `_draining`) until their host
+"drain": they are asked to stop and keep their resources (in the state's `draining`) until their host
 reports them ended, so no new job is placed on what they still use. A unit nobody expects that
 runs on a host (a copy from before its host was declared lost) is stopped; one that ended is
 forgotten. Draining lives in memory only: after a controller restart such units are stale copies,
@@ -20,123 +21,77 @@ from __future__ import annotations
 
 import queue
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
+from typing import Any
 
 from xce_lite import errors
 from xce_lite.config.sched_view import Holding
-from xce_lite.controller.active import ActiveJobs
+from xce_lite.controller.faults import Faults
 from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
 from xce_lite.controller.jobunits import Expected, launch_requests, reconcile
+from xce_lite.controller.kill_marks import KillMarks
 from xce_lite.controller.kills import on_lost
+from xce_lite.controller.leasework import HostLeases
+from xce_lite.controller.seams import Clock
+from xce_lite.controller.state import ENDED, NEW, RUNNING, SENT, Active, ControllerState, Draining
+from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.exec.host import JobResult, LaunchRequested, TaskFinished, UnitFinished, UnitsLaunched
 from xce_lite.exec.link import HostDown, HostUp
 from xce_lite.models import DISP, EXIT, RUN
 from xce_lite.quantities import format_duration
 from xce_lite.sched.core import HOST_OK
-from xce_lite.sched.reasons import HostAlloc
 from xce_lite.store.jobs import Finish, Requeue
 
-NEW, SENT, RUNNING, ENDED = "new", "sent", "running", "ended"
 UNREACH = "unreachable"
 
 
-@dataclass
-class Active:
-    """A job that holds resources on hosts: DISP or RUN (or suspended), with its units."""
+class Units:
+    """See the module docstring."""
 
-    id: int
-    user: str
-    queue: str
-    state: str
-    attempt: int
-    holding: Holding
-    units: tuple[str, ...]  # one per host of holding.allocs, first host first
-    status: list[str]  # per unit: NEW, SENT, RUNNING, ENDED
-    results: dict[int, JobResult] = field(default_factory=dict)  # of the units that ENDED
-    ending: bool = False  # its finish or requeue is on its way to the store
-    array_id: int | None = None  # an array's element
-    retry: int = 0  # --retry: a failed attempt is requeued while retries < retry
-    retry_on: tuple[int, ...] | None = None  # only for these exit codes (None: any failure)
-    retries: int = 0
-    killed: str | None = None  # the kill's reason once someone killed it: never retried nor requeued (kills.py)
-    project: str | None = None  # its project (limits, fair share by project)
-    since: float = 0.0  # when it was dispatched or started: fair share counts its time from then
+    def __init__(self, state: ControllerState, store: Any, clock: Clock, log: Callable[[str], None],
+                 events: queue.Queue, hostops: Any, kills: KillMarks, leases: HostLeases, launches: TaskLaunches,
+                 faults: Faults) -> None:
+        self.state, self.store, self.clock, self.log, self.events = state, store, clock, log, events
+        self.hostops, self.kills, self.leases, self.launches, self.faults = hostops, kills, leases, launches, faults
+        self.to_launch: list[str] = []  # units to send to their hosts
+        self.stops: list[tuple[str, str, str]] = []  # (host, unit, reason) to signal TERM
+        self.forgets: dict[str, list[str]] = defaultdict(list)  # host -> units it may drop
 
-    @property
-    def hosts(self) -> tuple[tuple[str, int], ...]:
-        return self.holding.hosts
+    def launch_later(self, units: tuple[str, ...]) -> None:
+        """Dispatched units, sent to their hosts by the next `act`. Holds the lock."""
+        self.to_launch.extend(units)
 
-    def host_of(self, index: int) -> str:
-        return self.holding.allocs[index].host
-
-
-@dataclass(frozen=True)
-class Draining:
-    """A unit of a job that ended or was requeued, asked to stop, still holding `alloc`."""
-
-    job_id: int
-    alloc: HostAlloc
-
-    @property
-    def host(self) -> str:
-        return self.alloc.host
-
-
-class UnitWork:
-    """See the module docstring. Expects the controller's attributes (store, config, _mu, ...)."""
-
-    def _init_units(self) -> None:
-        self._hosts: dict = {}  # host name -> its connected Host
-        self._host_state: dict[str, str] = {}  # "ok" or "unreachable" (what the scheduler reads)
-        self._generation: dict[str, int] = {}  # host -> the link generation of its HostUp
-        self._down_since: dict[str, float] = {}  # host -> since when it is out of reach
-        self._down_why: dict[str, str] = {}  # host -> why it is out of reach (the link's last word)
-        self._lost_hosts: set[str] = set()  # out of reach past the grace: their jobs were handled
-        self._probes: dict = {}  # host -> its last HostProbe
-        self._active: ActiveJobs = ActiveJobs()  # a dict that keeps what sessions read of it (active.py)
-        self._by_unit: dict[str, tuple[int, int]] = {}  # unit -> (job id, index)
-        self._draining: dict[str, Draining] = {}
-        self._to_launch: list[str] = []  # units to send to their hosts
-        self._stops: list[tuple[str, str, str]] = []  # (host, unit, reason) to signal TERM
-        self._forgets: dict[str, list[str]] = defaultdict(list)  # host -> units it may drop
-        # Learned since the last commit, stored by the next tick.
-        self._unrecorded: list[tuple[Finish, str]] = []  # (finish, event kind)
-        self._unrecorded_started: list[tuple[int, float]] = []
-        self._unrecorded_requeues: list[Requeue] = []
-        # (job id, kind, data) of units that ended after their job: stored by the tick's commit,
-        # before `_act` lets their hosts forget them
-        self._host_hook_events: list[tuple[int, str, dict]] = []
-
-    def _add_active(self, job: Active) -> None:
-        self._active[job.id] = job
+    def add_active(self, job: Active) -> None:
+        self.state.active[job.id] = job
         for index, unit in enumerate(job.units):
-            self._by_unit[unit] = (job.id, index)
+            self.state.by_unit[unit] = (job.id, index)
 
-    def _holdings(self, closing: set[int]) -> list[Holding]:
+    def holdings(self, closing: AbstractSet[int]) -> list[Holding]:
         """What active and draining units hold; of a job in `closing`, only its units still running."""
         held = []
-        for job in self._active.values():
+        for job in self.state.active.values():
             if job.id not in closing:
                 held.append(job.holding)
             else:
                 live = tuple(a for i, a in enumerate(job.holding.allocs) if job.status[i] in (SENT, RUNNING))
                 if live:
                     held.append(Holding(live))
-        held.extend(Holding((d.alloc,)) for d in self._draining.values())
+        held.extend(Holding((d.alloc,)) for d in self.state.draining.values())
         return held
 
     # ---- 1. collect -------------------------------------------------------------------------
 
-    def _collect_events(self, now: float) -> None:
+    def collect(self, now: float) -> None:
         """Drain host events into the in-memory view; what must be stored waits in _unrecorded*."""
         while True:
             try:
-                event = self._events.get_nowait()
+                event = self.events.get_nowait()
             except queue.Empty:
                 return
-            with self._mu:
+            with self.state.mu:
                 if isinstance(event, UnitFinished):
-                    self._unit_finished(event.host, event.unit, event.result, now)
+                    self.unit_finished(event.host, event.unit, event.result, now)
                 elif isinstance(event, UnitsLaunched):
                     self._launched(event, now)
                 elif isinstance(event, HostUp):
@@ -144,45 +99,43 @@ class UnitWork:
                 elif isinstance(event, HostDown):
                     self._host_down(event, now)
                 elif isinstance(event, LaunchRequested):
-                    self._launch_requested(event)
+                    self.launches.requested(event)
                 elif isinstance(event, TaskFinished):
-                    self._task_finished(event)
+                    self.launches.finished(event)
                 elif isinstance(event, SignalDone):
-                    self._signal_done(event)
+                    self.faults.signal_done(event)
                 elif isinstance(event, HostAnswers):
-                    self._host_answers(event)
+                    self.faults.host_answers(event)
                 elif isinstance(event, CallDone):
-                    self._call_done(event)
+                    self.faults.call_done(event)
 
-    def _unit_finished(self, host: str, unit: str, result: JobResult, now: float) -> None:
+    def unit_finished(self, host: str, unit: str, result: JobResult, now: float) -> None:
         """A unit ended (the result is durable on its host until we forget it)."""
-        drain = self._draining.pop(unit, None)
+        drain = self.state.draining.pop(unit, None)
         if drain is not None:
             if result.hooks:  # a host the job ended before: what its host hooks did is the job's too
-                self._host_hook_events.append((drain.job_id, "host_hooks", {
+                self.state.host_hook_events.append((drain.job_id, "host_hooks", {
                     "host": host, "unit": unit, "hooks": list(result.hooks), "note": result.note}))
-            self._forgets[host].append(unit)
-            self._dirty = True  # what it held is free
+            self.forgets[host].append(unit)
+            self.state.dirty = True  # what it held is free
             return
-        where = self._by_unit.get(unit)
-        job = self._active.get(where[0]) if where is not None else None
+        job, index = self._unit(unit)
         if job is None:
-            self._forgets[host].append(unit)  # recorded already (a repeated event, or a stale copy's)
+            self.forgets[host].append(unit)  # recorded already (a repeated event, or a stale copy's)
             return
-        index = where[1]
         if job.status[index] == ENDED:
             return  # a unit's finished event may come twice (adoption, relaunch)
         job.status[index] = ENDED
         job.results[index] = result
-        self._unit_tasks_ended(job.id, index)
+        self.launches.unit_tasks_ended(job.id, index)
         if index == 0 and not job.ending:
             job.ending = True
             finish = _finish_from_result(job, result)
             retry = self.leases.requeue_after_expiry(job, host, result) or _retry_of(job, finish)
             if retry is not None:
-                self._unrecorded_requeues.append(retry)
+                self.state.unrecorded_requeues.append(retry)
             else:
-                self._unrecorded.append((finish, "finished"))
+                self.state.unrecorded.append((finish, "finished"))
         elif index != 0 and not job.ending and (failed := failed_pre_hook(result)) is not None:
             # the job's other host could not get ready: end the job (a kill, delivered as kills
             # that race a launch are), with the hook's failure as its reason
@@ -195,20 +148,20 @@ class UnitWork:
             if job is None or job.status[index] not in (NEW, SENT):
                 continue
             if reply.status == "refused":
-                self._end_job(job, EXIT, f"launch refused by host {event.host}: {reply.error}", "launch_failed", now)
+                self.end_job(job, EXIT, f"launch refused by host {event.host}: {reply.error}", "launch_failed", now)
             elif reply.status in ("started", "running"):
                 self._mark_running(job, index, reply.start_time or now)
             # "finished": an adopted unit that already ended; its finished event follows
         for unit in event.failed:
             job, index = self._unit(unit)
             if job is not None and job.status[index] in (NEW, SENT):
-                self._end_job(job, EXIT, f"launch failed on host {event.host}: {event.error}", "launch_failed", now)
+                self.end_job(job, EXIT, f"launch failed on host {event.host}: {event.error}", "launch_failed", now)
 
     def _unit(self, unit: str) -> tuple[Active | None, int]:
-        where = self._by_unit.get(unit)
+        where = self.state.by_unit.get(unit)
         if where is None:
             return None, -1
-        return self._active.get(where[0]), where[1]
+        return self.state.active.get(where[0]), where[1]
 
     def _mark_running(self, job: Active, index: int, start_time: float) -> None:
         """The unit runs: the job is RUN in memory once its first unit runs, in the store with the
@@ -216,45 +169,45 @@ class UnitWork:
         job.status[index] = RUNNING
         if index == 0 and job.state == DISP and not job.ending:
             job.state = RUN
-            self._unrecorded_started.append((job.id, start_time))
+            self.state.unrecorded_started.append((job.id, start_time))
 
-    def _end_job(self, job: Active, state: str, reason: str, event: str, now: float) -> None:
+    def end_job(self, job: Active, state: str, reason: str, event: str, now: float) -> None:
         """End an active job now, with no result from its first unit (refused, lost, vanished)."""
         if job.ending:
             return
         job.ending = True
         start = None if job.state == DISP else now
-        self._unrecorded.append((Finish(job.id, job.state, state, start, now, None, None, None, None, reason),
+        self.state.unrecorded.append((Finish(job.id, job.state, state, start, now, None, None, None, None, reason),
                                  event))
 
     def _host_up(self, up: HostUp, now: float) -> None:
         """A host's agent answers: match what it lists with what we expect there."""
         name = up.host
-        self._host_reset(name)  # kills in flight on the old connection go again on this one
-        self._hosts[name] = up.handle
-        self._host_state[name] = HOST_OK
-        self._generation[name] = up.generation
-        self._probes[name] = up.probe
-        was_lost = name in self._lost_hosts
-        since = self._down_since.pop(name, None)
-        self._down_why.pop(name, None)
-        self._lost_hosts.discard(name)
+        self.faults.host_reset(name)  # kills in flight on the old connection go again on this one
+        self.state.hosts[name] = up.handle
+        self.state.host_state[name] = HOST_OK
+        self.state.generation[name] = up.generation
+        self.state.probes[name] = up.probe
+        was_lost = name in self.state.lost_hosts
+        since = self.state.down_since.pop(name, None)
+        self.state.down_why.pop(name, None)
+        self.state.lost_hosts.discard(name)
         self.leases.host_up(name, up.probe)
-        self._dirty = True
+        self.state.dirty = True
         if since is not None and now - since > 5:
             self.log(f"host {name}: back after {format_duration(now - since)}"
                      + (" (its jobs were handled as lost)" if was_lost else ""))
         expected: dict[str, Expected] = {}
-        for job in self._active.values():
-            for index, unit in enumerate(job.units):
-                if job.host_of(index) == name and job.status[index] != ENDED:
-                    expected[unit] = Expected(job.id, index, started=job.status[index] == RUNNING)
-        for unit, drain in self._draining.items():
+        for active in self.state.active.values():
+            for index, unit in enumerate(active.units):
+                if active.host_of(index) == name and active.status[index] != ENDED:
+                    expected[unit] = Expected(active.id, index, started=active.status[index] == RUNNING)
+        for unit, drain in self.state.draining.items():
             if drain.host == name:
                 expected[unit] = Expected(drain.job_id, -1, started=True, draining=True)
         seen = reconcile(up.units, expected)
         for unit, result in seen.finished:
-            self._unit_finished(name, unit, result, now)
+            self.unit_finished(name, unit, result, now)
         for unit, start_time in seen.running:
             job, index = self._unit(unit)
             if job is not None:
@@ -263,145 +216,145 @@ class UnitWork:
             job, index = self._unit(unit)
             if job is not None and not job.ending:
                 job.status[index] = NEW
-                self._to_launch.append(unit)
+                self.to_launch.append(unit)
         for unit in seen.vanished:
             job, _index = self._unit(unit)
             if job is not None:
-                self._end_job(job, EXIT, (f"{job.killed}; " if job.killed else "")
+                self.end_job(job, EXIT, (f"{job.killed}; " if job.killed else "")
                               + f"lost: unit {unit} vanished from host {name}", "lost", now)
         for unit in seen.stale:
-            self._stops.append((name, unit, "stale copy: its job ended or was requeued meanwhile"))
+            self.stops.append((name, unit, "stale copy: its job ended or was requeued meanwhile"))
         for unit in seen.gone:
-            self._draining.pop(unit, None)
-        self._forgets[name].extend(seen.forget)
+            self.state.draining.pop(unit, None)
+        self.forgets[name].extend(seen.forget)
         self.log(f"host {name}: agent up ({up.probe.cpus} cpus, {len(up.units)} units listed"
                  + (f", {len(seen.stale)} stale stopped" if seen.stale else "") + ")")
 
     def _host_down(self, down: HostDown, now: float) -> None:
-        if down.generation < self._generation.get(down.host, 0):
+        if down.generation < self.state.generation.get(down.host, 0):
             return  # about a connection older than the one that is up
         name = down.host
-        if self._host_state.get(name) == HOST_OK:
+        if self.state.host_state.get(name) == HOST_OK:
             self.log(f"host {name}: agent lost ({down.why}); reconnecting")
-        elif self._down_why.get(name) != down.why:
+        elif self.state.down_why.get(name) != down.why:
             self.log(f"host {name} is unreachable: {down.why}")
-        self._down_why[name] = down.why
-        self._host_state[name] = UNREACH
-        self._host_reset(name)
-        self._hosts.pop(name, None)  # the link closes it
-        self._down_since.setdefault(name, now)
+        self.state.down_why[name] = down.why
+        self.state.host_state[name] = UNREACH
+        self.faults.host_reset(name)
+        self.state.hosts.pop(name, None)  # the link closes it
+        self.state.down_since.setdefault(name, now)
         self.leases.host_down(name)
-        self._dirty = True
+        self.state.dirty = True
 
     # ---- 2. hosts lost ----------------------------------------------------------------------
 
-    def _expire_lost_hosts(self, now: float) -> None:
+    def expire_lost_hosts(self, now: float) -> None:
         """A host out of reach for the grace period is lost: its jobs are requeued (or end EXIT).
         Never before the lease it may hold has surely run out, nor before `host_lost_after` has
         passed since this controller started (leasework.py): by then it has stopped them itself."""
-        grace = self.config.controller.host_lost_after
-        with self._mu:
-            for name, since in self._down_since.items():
-                if name in self._lost_hosts or now - since < grace or not self.leases.allows_loss(name):
+        grace = self.state.config.controller.host_lost_after
+        with self.state.mu:
+            for name, since in self.state.down_since.items():
+                if name in self.state.lost_hosts or now - since < grace or not self.leases.allows_loss(name):
                     continue
-                self._lost_hosts.add(name)
-                victims = [j for j in self._active.values()
+                self.state.lost_hosts.add(name)
+                victims = [j for j in self.state.active.values()
                            if not j.ending and any(a.host == name for a in j.holding.allocs)]
                 why = f"host {name} lost: no agent for {format_duration(now - since)}"
-                self.log(f"{why}; {len(victims)} job(s) {self.config.controller.on_host_lost}")
+                self.log(f"{why}; {len(victims)} job(s) {self.state.config.controller.on_host_lost}")
                 for job in victims:
-                    outcome = on_lost(job, why, self.config.controller.on_host_lost)  # kill wins (kills.py)
+                    outcome = on_lost(job, why, self.state.config.controller.on_host_lost)  # kill wins (kills.py)
                     if isinstance(outcome, Requeue):
                         job.ending = True
-                        self._unrecorded_requeues.append(outcome)
+                        self.state.unrecorded_requeues.append(outcome)
                     else:
                         if job.killed:
                             self.kills.forget(job.id)
-                        self._end_job(job, EXIT, outcome, "lost", now)
+                        self.end_job(job, EXIT, outcome, "lost", now)
 
     # ---- 6. act -----------------------------------------------------------------------------
 
-    def _end_active(self, job_id: int, why: str) -> None:
+    def end_active(self, job_id: int, why: str) -> None:
         """The job's end (or requeue) is stored: forget its ended units, drain the others. Holds _mu."""
-        job = self._active.pop(job_id, None)
+        job = self.state.active.pop(job_id, None)
         self.kills.forget(job_id)
         if job is None:
             return
-        self._unit_tasks_ended(job_id)
+        self.launches.unit_tasks_ended(job_id)
         for index, unit in enumerate(job.units):
-            self._by_unit.pop(unit, None)
+            self.state.by_unit.pop(unit, None)
             host = job.host_of(index)
             if job.status[index] == ENDED:
-                self._forgets[host].append(unit)
-            elif job.status[index] in (SENT, RUNNING) or host not in self._hosts:
+                self.forgets[host].append(unit)
+            elif job.status[index] in (SENT, RUNNING) or host not in self.state.hosts:
                 # may run (a unit on a host out of reach is not known not to): it holds its share
                 # until its host says it ended, or no longer lists it
-                self._draining[unit] = Draining(job_id, job.holding.allocs[index])
-                self._stops.append((host, unit, why))
-        if any(u in job.units for u in self._to_launch):
-            self._to_launch = [u for u in self._to_launch if u not in job.units]
+                self.state.draining[unit] = Draining(job_id, job.holding.allocs[index])
+                self.stops.append((host, unit, why))
+        if any(u in job.units for u in self.to_launch):
+            self.to_launch = [u for u in self.to_launch if u not in job.units]
 
-    def _act(self) -> None:
+    def act(self) -> None:
         """After the commit: forget, stop, launch, deliver kills (round trips, outside the lock)."""
-        with self._mu:
-            forgets, self._forgets = self._forgets, defaultdict(list)
-            stops, self._stops = self._stops, []
-            launch, self._to_launch = self._to_launch, []
+        with self.state.mu:
+            forgets, self.forgets = self.forgets, defaultdict(list)
+            stops, self.stops = self.stops, []
+            launch, self.to_launch = self.to_launch, []
         for name, units in forgets.items():
-            host = self._hosts.get(name)
+            host = self.state.hosts.get(name)
             if host is not None and units:
                 try:
                     host.forget(units, wait=False)  # not dropped now: listed and forgotten after a reconnect
                 except errors.HostUnreachable:
                     pass
         for name, unit, reason in stops:
-            host = self._hosts.get(name)
+            host = self.state.hosts.get(name)
             if host is None:
                 continue  # out of reach: stopped when it lists the unit again
             # on the host's worker (hostops.py): a host that does not answer holds up no tick
-            self._hostops.signal(name, self._generation.get(name, 0), host, unit, "TERM", reason)
+            self.hostops.signal(name, self.state.generation.get(name, 0), host, unit, "TERM", reason)
         if launch:
             self._launch(launch)
-        self._send_tasks()
+        self.launches.send()
         if self.kills:
             self.kills.deliver()
 
     def _launch(self, units: list[str]) -> None:
         """Send each unit to its host (one batch per host); a host out of reach gets them when it
         lists its units again."""
-        with self._mu:
-            wanted = [(self._by_unit[u], u) for u in units if u in self._by_unit]
+        with self.state.mu:
+            wanted = [(self.state.by_unit[u], u) for u in units if u in self.state.by_unit]
         job_ids = list(dict.fromkeys(job_id for (job_id, _i), _u in wanted))
         stored = {job.id: job for job in self.store.jobs(job_ids)} if job_ids else {}
         by_host: dict[str, list] = defaultdict(list)
-        now = self._clock.time()
-        with self._mu:
+        now = self.clock.time()
+        with self.state.mu:
             for (job_id, index), _unit in wanted:
-                job, row = self._active.get(job_id), stored.get(job_id)
+                job, row = self.state.active.get(job_id), stored.get(job_id)
                 if job is None or row is None or job.ending or row.state not in (DISP, RUN) or not row.hosts:
                     continue
                 kill_reason = self.kills.get(job_id)
                 if kill_reason is not None and job.state == DISP:
                     self.kills.forget(job_id)  # killed before it reached its host: it never starts
-                    self._end_job(job, EXIT, kill_reason + " before it started", "launch_failed", now)
+                    self.end_job(job, EXIT, kill_reason + " before it started", "launch_failed", now)
                     continue
-                queue = self.config.queue(row.queue)
-                launch = launch_requests(self.cluster, row, self.config.controller.grace,
+                queue = self.state.config.queue(row.queue)
+                launch = launch_requests(self.state.cluster, row, self.state.config.controller.grace,
                                          row.spec.run_limit or queue.run_limit,
-                                         row.spec.mem_limit or queue.mem_limit, self.addresses)[index]
-                if launch.host not in self._hosts:
+                                         row.spec.mem_limit or queue.mem_limit, self.state.addresses)[index]
+                if launch.host not in self.state.hosts:
                     continue  # sent when its host lists its units again
                 job.status[index] = SENT
                 by_host[launch.host].append(launch.request)
         for name, requests in by_host.items():
-            host = self._hosts.get(name)
+            host = self.state.hosts.get(name)
             try:
                 if host is None:
                     raise errors.HostUnreachable(f"host {name} is not connected")
                 host.launch_nowait(requests)  # replies come back as an UnitsLaunched event
             except errors.HostUnreachable as err:
                 self.log(f"host {name}: launch failed, will retry when it is back: {err}")
-                with self._mu:
+                with self.state.mu:
                     for request in requests:
                         job, index = self._unit(request.unit)
                         if job is not None and job.status[index] == SENT:

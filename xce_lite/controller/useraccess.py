@@ -35,7 +35,8 @@ def output_dirs(spec: JobSpec) -> list[str]:
 def check_paths(spec: JobSpec, user: str, uid: int, gid: int, groups: tuple[int, ...]) -> None:
     """SpecError naming the path and the user if `user` may not use the job's directories. One
     `test` of them all; only when it fails, one per directory, to name the one at fault."""
-    needs = [(spec.cwd, ("-r", "-x"))] + [(d, ("-w", "-x")) for d in output_dirs(spec)]
+    needs: list[tuple[str, tuple[str, ...]]] = [(spec.cwd, ("-r", "-x"))]
+    needs += [(d, ("-w", "-x")) for d in output_dirs(spec)]
     if _test(_expression(needs), uid, gid, groups, user):
         return
     for (path, modes), what in zip(needs, ["cwd"] + ["out"] * (len(needs) - 1)):

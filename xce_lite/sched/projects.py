@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from xce_lite.errors import SpecError
 from xce_lite.sched.fit import SLOTS, most_fitting, request_terms
 from xce_lite.sched.placement import JobRequest
-from xce_lite.sched.reasons import NOTHING, FrozenMap, Placement, format_amount
+from xce_lite.sched.reasons import NOTHING, FrozenMap, HostAlloc, format_amount
 
 JOBS = "jobs"  # the limit on running jobs, beside the resources
 DEFAULT_PROJECT = "default"  # the cluster default when the configuration names none
@@ -149,7 +150,17 @@ def _least(request: JobRequest, resource: str) -> float:
     return per_task * request.min_tasks + per_host + per_job
 
 
-def held(placement: Placement) -> FrozenMap:
+class Placed(Protocol):
+    """What `held` reads of a placement: a Placement, or the controller's Holding of a running job."""
+
+    @property
+    def allocs(self) -> tuple[HostAlloc, ...]: ...
+
+    @property
+    def shared(self) -> FrozenMap: ...
+
+
+def held(placement: Placed) -> FrozenMap:
     """What a placed job counts against its projects: what it reserves on hosts and shared
     counters (slots and GPUs included), and one running job."""
     amounts: dict[str, float] = {JOBS: 1}

@@ -96,7 +96,7 @@ class Controlled:
                     host.signal(unit.name, "TERM", LEASE_EXPIRED)
         self.cluster.advance(now)
         self.clock.now = now
-        self.ctl._wake.clear()
+        self.ctl.state.wake.clear()
         self.ctl.tick(now)
 
     def step(self, dt: float = 1.0) -> None:
@@ -105,7 +105,7 @@ class Controlled:
     @property
     def wants_tick(self) -> bool:
         """The controller asked to be woken (an event arrived, work is left for the next pass)."""
-        return self.ctl._wake.is_set() or not self.ctl._events.empty()
+        return self.ctl.state.wake.is_set() or not self.ctl._events.empty()
 
     # ---- requests, as the API takes them ---------------------------------------------------------
 
@@ -142,13 +142,13 @@ class Controlled:
             self._link(host).back()
 
     def _link(self, host: str) -> InlineLink:
-        link = self.ctl._links[host]
+        link = self.ctl.state.links[host]
         assert isinstance(link, InlineLink)  # the seams this class gave the controller
         return link
 
     def restart(self) -> None:
         """The controller stops (no maintenance lease: as after a crash) and a new one starts."""
-        for link in self.ctl._links.values():
+        for link in self.ctl.state.links.values():
             link.close()
         self.ctl.store.close()
         for host in self.hosts.values():
@@ -164,21 +164,21 @@ class Controlled:
         """(pending, running): PEND jobs (the scheduler's set and those waiting at the gate), and
         jobs dispatched or running."""
         ctl = self.ctl
-        return len(ctl._pending) + len(ctl._gate) - len(ctl._gate.fed), len(ctl._active)
+        return len(ctl.state.pending) + len(ctl.gating.gate) - len(ctl.gating.gate.fed), len(ctl.state.active)
 
     def live_reason(self, job_id: int) -> str | None:
         """The pend reason the controller holds now (the API's; the store gets it at most once a second)."""
-        return self.ctl._reasons.get(job_id)
+        return self.ctl.state.reasons.get(job_id)
 
     def host_views(self) -> list:
         """Every host as the scheduler sees it now (sched.placement.HostView: free and total amounts)."""
-        with self.ctl._mu:
+        with self.ctl.state.mu:
             return list(self.ctl._hosts_now())
 
     def jobs_on(self) -> dict[str, int]:
         """host -> the dispatched or running jobs holding something there."""
         found: dict[str, int] = {}
-        for job in self.ctl._active.values():
+        for job in self.ctl.state.active.values():
             for host in {a.host for a in job.holding.allocs}:
                 found[host] = found.get(host, 0) + 1
         return found
@@ -186,7 +186,7 @@ class Controlled:
     def loss_to_come(self) -> bool:
         """A host is out of reach and the controller has not yet declared it lost while it holds jobs."""
         ctl = self.ctl
-        return any(name not in ctl._lost_hosts and any(a.host == name for j in ctl._active.values()
+        return any(name not in ctl.state.lost_hosts and any(a.host == name for j in ctl.state.active.values()
                                                        for a in j.holding.allocs)
                    for name in self.dropped)
 
@@ -195,7 +195,7 @@ class Controlled:
         return {name: [u.name for u in h.units.values() if u.result is None] for name, h in self.hosts.items()}
 
     def close(self) -> None:
-        for link in self.ctl._links.values():
+        for link in self.ctl.state.links.values():
             link.close()
         self.ctl.store.close()
 

@@ -44,7 +44,7 @@ def summary_json(sim: TickSimulation) -> dict:
         if job.start is not None:
             waits.setdefault(job.queue, []).append(job.start - job.submit)
     totals: dict[str, float] = {}
-    for view in sim.run.ctl.host_totals:
+    for view in sim.run.ctl.state.host_totals:
         for name, amount in view.total.items():
             totals[name] = totals.get(name, 0) + amount
     used: dict[str, float] = dict.fromkeys(totals, 0.0)

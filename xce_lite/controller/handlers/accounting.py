@@ -14,18 +14,24 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Any, overload
 
 from xce_lite import accounting, errors
 from xce_lite.api.caller import Caller
+from xce_lite.controller.shared import Handler
 from xce_lite.store.accounting import BY
 
 HISTORY_LIMIT = 1000  # jobs in one reply; more: the newest, and `truncated`
 _REF = re.compile(r"^\s*(\d+)(?:\[(\d+)\])?\s*$")
 
 
-class AccountingHandlers:
-    def accounting_routes(self) -> dict:
+class AccountingRoutes:
+    """The two routes, reading the store."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def routes(self) -> dict[tuple[str, str], Handler]:
         return {
             ("GET", "/jobs/history"): self.api_history,
             ("GET", "/accounting/summary"): self.api_accounting_summary,
@@ -76,6 +82,10 @@ class AccountingHandlers:
                 "total": total.report()}
 
 
+@overload
+def _when(query: dict, name: str, now: float, default: float) -> float: ...
+@overload
+def _when(query: dict, name: str, now: float, default: None) -> float | None: ...
 def _when(query: dict, name: str, now: float, default: float | None) -> float | None:
     text = query.get(name)
     if text is None or text == "":

@@ -1,7 +1,7 @@
-"""The controller's API handlers for workflows: flows (submit, status, rescue), `xce requeue`, and
-acting on a whole array at once.
+"""The controller's API handlers for workflows: flows (submit, status, rescue). (`xce requeue`, and
+acting on a whole array at once, are handlers/jobs.py's.)
 
-A mixin of `Controller`, like handlers.py. A flow is submitted as one request whose steps come in
+A flow is submitted as one request whose steps come in
 dependency order; every step is validated and every condition resolved before anything is stored,
 then all its jobs go into the store in ONE transaction (all or nothing), with the flow's record.
 In a step's condition a name is a step of the same flow: it resolves to a placeholder target
@@ -11,113 +11,42 @@ A rescue (`xce flow rescue NAME`) looks at the user's most recent flow of that n
 its jobs is unfinished: steps that ended DONE (every element, for an array) are kept, and their
 dependants see them as DONE; the others are submitted again, an array step with only its elements
 that did not end DONE. The rescue is a flow of the same name, so `xce flow status NAME` shows it.
-
-`xce requeue` takes a dispatched or running job back to PEND (or PSUSP with --hold) on the same
-path as a job whose host was lost: its units are asked to stop and drain, the job keeps its id and
-submit time, and its next dispatch is a new attempt.
 """
 
 from __future__ import annotations
 
-import time
-from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
 from xce_lite import errors
 from xce_lite.api.caller import Caller
-from xce_lite.controller.handlers.jobs import _refs_of, _request_id
-from xce_lite.models import ACTIVE_STATES, DONE, EXIT, FINISHED_STATES, PEND, PSUSP, Job, JobSpec
-from xce_lite.store.jobs import Requeue
+from xce_lite.controller.gating import Gating
+from xce_lite.controller.handlers.submit import Submitting, request_id_of
+from xce_lite.controller.metrics import Registry
+from xce_lite.controller.seams import Clock
+from xce_lite.controller.shared import Handler
+from xce_lite.controller.state import ControllerState
+from xce_lite.models import DONE, FINISHED_STATES, JobSpec
 from xce_lite.store.workflows import FlowRecord, FlowStep, NewJob
 from xce_lite.workflow import arrays, deps
 from xce_lite.workflow.flow import MAX_STEPS
 
 
-class FlowHandlers:
-    def flow_routes(self) -> dict:
+class FlowRoutes:
+    """See the module docstring. A part of the controller (`Controller.flows`), given the shared
+    state, the store, the clock, the counters, gating and the submit checks (handlers/submit.py)."""
+
+    def __init__(self, state: ControllerState, store: Any, clock: Clock, metrics: Registry, gating: Gating,
+                 submitting: Submitting) -> None:
+        self.state, self.store, self.clock, self.metrics = state, store, clock, metrics
+        self.gating, self.submitting = gating, submitting
+
+    def routes(self) -> dict[tuple[str, str], Handler]:
         return {
             ("POST", "/flows"): self.api_flow_submit,
             ("GET", "/flows"): self.api_flow_status,
             ("POST", "/flows/rescue"): self.api_flow_rescue,
-            ("POST", "/jobs/requeue"): self.api_requeue,
         }
-
-    # ---- acting on jobs, arrays and elements --------------------------------------------------------
-
-    def _owned_refs(self, caller: Caller, body: Any) -> list[tuple[str, list[Job], bool]]:
-        """(as named, its jobs, is a whole array) for each job, array or element the request names."""
-        refs = self._expand_refs(_refs_of(body))
-        owned = {j.id: j for j in self._owned(caller, list(dict.fromkeys(i for _l, ids, _w in refs for i in ids)))}
-        return [(label, [owned[i] for i in ids], whole) for label, ids, whole in refs]
-
-    def _kill_pending(self, jobs: list[Job], caller: Caller, now: float) -> set[int]:
-        """End pending jobs at once, one transaction per state; the ids that moved."""
-        moved: set[int] = set()
-        for state in (PEND, PSUSP):
-            ids = [j.id for j in jobs if j.state == state]
-            if not ids:
-                continue
-            with self._mu:
-                done = self.store.change_state(ids, state, EXIT, "killed_pending", now,
-                                               reason=f"killed by {caller.user} while pending", end_time=now)
-                self.metrics.inc("finished", len(done), state="EXIT")  # metrics:
-                for job_id in done:
-                    self._dequeue(job_id)
-                    self._held.pop(job_id, None)
-                    self._ended_element(job_id)
-                self._dirty = True
-                self._finished.notify_all()
-            moved.update(done)
-        return moved
-
-    def _move_pending(self, movable: list[tuple[Job, str]], event: str, reason: str | None) -> set[int]:
-        """Hold or release: PEND <-> PSUSP, one transaction per (state, target)."""
-        moved: set[int] = set()
-        groups: dict[tuple[str, str], list[Job]] = defaultdict(list)
-        for job, target in movable:
-            groups[(job.state, target)].append(job)
-        for (state, target), jobs in groups.items():
-            with self._mu:  # the tick may not dispatch them between our check and the change
-                done = set(self.store.change_state([j.id for j in jobs], state, target, event, time.time(),
-                                                   reason=reason))
-                for job in jobs:
-                    if job.id not in done:
-                        continue
-                    if target == PSUSP:
-                        self._dequeue(job.id)
-                        self._held[job.id] = job.user
-                    else:
-                        self._held.pop(job.id, None)
-                        self._enqueue(job.id, job.user, job.queue, job.spec, job.submit_time, job.array_id,
-                                      job.depend)
-                self._dirty = True
-            moved |= done
-        return moved
-
-    def api_requeue(self, caller: Caller, query: dict, body: Any) -> dict:
-        """Dispatched or running jobs back to PEND (`hold`: PSUSP), by the lost-host path."""
-        hold = bool(body.get("hold")) if isinstance(body, dict) else False
-        results = []
-        for _label, jobs, _whole in self._owned_refs(caller, body):
-            for job in jobs:
-                name = job.display_id
-                with self._mu:
-                    active = self._active.get(job.id)
-                    if active is None or active.ending or job.state not in ACTIVE_STATES:
-                        ok, message = False, (f"Job <{name}> is {job.state}: only a dispatched or running job is "
-                                              f"requeued" + ("; submit it again" if job.state in FINISHED_STATES
-                                                             else ""))
-                    elif active.killed:  # kill wins (kills.py): the store would refuse it too
-                        ok, message = False, f"Job <{name}> is being killed ({active.killed}); it is not requeued"
-                    else:
-                        active.ending = True
-                        self._unrecorded_requeues.append(
-                            Requeue(job.id, active.state, f"requeued by {caller.user}", hold=hold))
-                        ok, message = True, f"Job <{name}> is being requeued" + (" and held" if hold else "")
-                results.append({"id": name, "ok": ok, "message": message})
-        self._wake.set()
-        return {"results": results}
 
     # ---- flows -------------------------------------------------------------------------------------
 
@@ -128,7 +57,7 @@ class FlowHandlers:
         if not isinstance(body, dict) or not isinstance(body.get("name"), str) or not isinstance(
                 body.get("steps"), list) or not body["steps"]:
             raise errors.SpecError('send {"name": FLOW, "steps": [{"step": NAME, "spec": {...}}, ...]}')
-        request_id = _request_id(body)
+        request_id = request_id_of(body)
         if request_id is not None and (first := self.store.flow_submitted(request_id, caller.user)) is not None:
             return {**first, "repeated": True}
         if len(body["steps"]) > MAX_STEPS:
@@ -138,7 +67,7 @@ class FlowHandlers:
             if not isinstance(raw, dict) or not isinstance(raw.get("step"), str):
                 raise errors.SpecError('each step is {"step": NAME, "spec": {...}}')
             try:
-                steps.append((raw["step"], *self._validate(raw.get("spec"), caller)))
+                steps.append((raw["step"], *self.submitting.validate(raw.get("spec"), caller)))
             except errors.SpecError as err:
                 raise errors.SpecError(f"step {raw['step']}: {err}") from None
         if len({s for s, _spec, _q in steps}) < len(steps):
@@ -155,7 +84,7 @@ class FlowHandlers:
         items, records = [], []
         for position, (step, spec, queue) in enumerate(steps):
             try:
-                depend = self._resolve_depend(spec, user, known)
+                depend = self.gating.resolve_depend(spec, user, known)
             except errors.SpecError as err:
                 raise errors.SpecError(f"step {step}: {err}") from None
             indices = arrays.parse(spec.array).indices if spec.array else ()
@@ -179,7 +108,7 @@ class FlowHandlers:
             return {"flow": name, "steps": [{"step": s.step, "id": i, "array": s.is_array}
                                             for s, i in zip(records, ids)], "kept": sorted(kept)}
 
-        now = time.time()
+        now = self.clock.time()
         if request_id is None:
             ids = self.store.submit(items, user, now, depends=depends, flow=flow)
         else:
@@ -188,18 +117,18 @@ class FlowHandlers:
                 return {**answer, "repeated": True}
             ids = [s["id"] for s in answer["steps"]]
         self.metrics.inc("submits", sum(len(item.indices) or 1 for item in items))  # metrics:
-        with self._mu:
+        with self.state.mu:
             for job_id, item in zip(ids, items):
-                self._admit(job_id, replace(item, depend=_placed(item.depend, ids)), user, now)
-            self._dirty = True
-        self._wake.set()
+                self.gating.admit(job_id, replace(item, depend=_placed(item.depend, ids)), user, now)
+            self.state.dirty = True
+        self.state.wake.set()
         return reply(ids)
 
     def api_flow_status(self, caller: Caller, query: dict, body: Any) -> dict:
         view = self._flow_view(caller, query.get("name"))
         states = self._step_states(view)
-        with self._mu:
-            reasons = dict(self._reasons)
+        with self.state.mu:
+            reasons = dict(self.state.reasons)
         steps = []
         for step, job_id in view.steps:
             counts = dict(states[job_id])
@@ -212,7 +141,7 @@ class FlowHandlers:
                                       "submit_time": view.submit_time, "rescue_of": view.rescue_of, "steps": steps}}
 
     def api_flow_rescue(self, caller: Caller, query: dict, body: Any) -> dict:
-        request_id = _request_id(body) if isinstance(body, dict) else None
+        request_id = request_id_of(body) if isinstance(body, dict) else None
         if request_id is not None and (first := self.store.flow_submitted(request_id, caller.user)) is not None:
             return {**first, "repeated": True}  # before the checks: the first try made the flow busy again
         view = self._flow_view(caller, body.get("name") if isinstance(body, dict) else None)

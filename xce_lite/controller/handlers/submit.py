@@ -1,0 +1,135 @@
+"""The controller's API route that takes jobs: `POST /jobs` (`xce submit`), and the checks every
+spec passes before it is stored (used by flows too, handlers/flow.py).
+
+A part of the controller (`Controller.submitting`), given the shared state, the store, the clock,
+the counters and the parts a submit asks: gating (-w, arrays), projects, pool views and the
+access rules. All or nothing: every spec of a request is validated (and its dependency resolved)
+before any is stored; the jobs are on disk before the reply, then admitted under the lock.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from xce_lite import errors
+from xce_lite.api.hygiene import unencodable
+from xce_lite.api.caller import Caller
+from xce_lite.config.sched_view import admit
+from xce_lite.controller.gating import Gating
+from xce_lite.controller.metrics import Registry
+from xce_lite.controller.pool_views import PoolViews
+from xce_lite.controller.projects import ProjectShares
+from xce_lite.controller.seams import Clock
+from xce_lite.controller.shared import Access, Handler
+from xce_lite.controller.state import ControllerState
+from xce_lite.models import JobSpec
+from xce_lite.sched.placement import HostView, JobRequest, why_never
+from xce_lite.store.workflows import NewJob
+from xce_lite.workflow import arrays
+
+
+class Submitting:
+    """See the module docstring."""
+
+    def __init__(self, state: ControllerState, store: Any, clock: Clock, metrics: Registry, gating: Gating,
+                 projects: ProjectShares, pool_views: PoolViews, access: Access) -> None:
+        self.state, self.store, self.clock, self.metrics = state, store, clock, metrics
+        self.gating, self.projects, self.pool_views, self.access = gating, projects, pool_views, access
+        # why_never's answers by request shape, for the host totals they were computed on
+        self._never_memo: tuple[tuple[HostView, ...], dict[tuple, str | None]] | None = None
+
+    def routes(self) -> dict[tuple[str, str], Handler]:
+        return {("POST", "/jobs"): self.api_submit}
+
+    def api_submit(self, caller: Caller, query: dict, body: Any) -> dict:
+        """Validate every spec (all or nothing), resolve its dependency, store them (an array as its
+        elements), wake the scheduler, return the ids (an array's is its first element's).
+
+        With a `request_id` (the client's, for one submission), a repeat of that id after a lost
+        reply is answered with the jobs the first one stored, and stores nothing."""
+        if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
+            raise errors.SpecError('send {"jobs": [spec, ...]} with at least one job spec')
+        request_id = request_id_of(body)
+        if request_id is not None:
+            stored = self.store.submitted(request_id, caller.user)
+            if stored is not None:
+                return self._submitted_reply(stored)
+        many = len(body["jobs"]) > 1
+        accepted = []
+        for index, raw in enumerate(body["jobs"]):
+            try:
+                bad = unencodable(raw)
+                if bad is not None:
+                    raise errors.SpecError(
+                        f"{bad[0]} holds {bad[1]!r}: a lone surrogate, which is no text and no byte, so it cannot "
+                        f"reach the job; fix what produced it (undecodable bytes arrive as \\udc80-\\udcff, "
+                        f"which are accepted)")
+                spec, queue_name = self.validate(raw, caller)
+                depend = self.gating.resolve_depend(spec, caller.user)
+            except errors.SpecError as err:
+                raise errors.SpecError(f"job {index + 1}: {err}" if many else str(err)) from None
+            indices = arrays.parse(spec.array).indices if spec.array else ()
+            accepted.append(NewJob(spec, queue_name, indices, depend))
+        now = self.clock.time()  # the seam: a simulation submits at its own time
+        if request_id is None:
+            ids = self.store.submit(accepted, caller.user, now)  # on disk before the reply
+        else:
+            ids, new = self.store.submit_once(accepted, caller.user, now, request_id)
+            if not new:  # the same request, sent again meanwhile: it stored them
+                return self._submitted_reply(ids)
+        self.metrics.inc("submits", sum(len(item.indices) or 1 for item in accepted))  # metrics:
+        with self.state.mu:
+            for job_id, item in zip(ids, accepted):
+                self.gating.admit(job_id, item, caller.user, now)
+            self.state.dirty = True
+        self.state.wake.set()
+        return {"ids": ids, "queues": [item.queue for item in accepted],
+                "sizes": [len(item.indices) or None for item in accepted]}
+
+    def _submitted_reply(self, ids: list[int]) -> dict:
+        """The reply a submission got, rebuilt from the store (for a repeated request id)."""
+        queues = {job.id: job.queue for job in self.store.jobs(ids)}
+        sizes = [self.store.array_size(i) for i in ids]  # an array's id is its first element's
+        return {"ids": ids, "queues": [queues.get(i, "") for i in ids], "sizes": sizes, "repeated": True}
+
+    def validate(self, raw: Any, caller: Caller | None = None) -> tuple[JobSpec, str]:
+        """The spec as it will be stored (its profile name and project resolved), and its queue's
+        name; SpecError if its effective values break a rule or could never run (merge.py), or its
+        project refuses it (projects.py)."""
+        state = self.state
+        spec, queue_name, eff = admit(JobSpec.from_wire(raw), state.config, state.profiles, state.host_totals,
+                                      self._why_never)
+        spec = self.projects.project_of(spec, eff, caller)
+        self.pool_views.admit(queue_name, eff)  # pools.py: a -W no allocation of the queue's pools can hold
+        if not os.path.isdir(spec.cwd):
+            raise errors.SpecError(f"working directory {spec.cwd} does not exist or is not a directory")
+        if not os.access(spec.cwd, os.R_OK | os.X_OK):
+            raise errors.SpecError(f"working directory {spec.cwd} is not readable by the controller")
+        for option, path in (("-o", spec.stdout), ("-e", spec.stderr)):
+            if path is not None and not os.path.isdir(os.path.dirname(path) or "/"):
+                raise errors.SpecError(f"{option} {path}: its directory does not exist; create it first")
+        return self.access.as_submitter(spec, queue_name, caller), queue_name  # shared.py: queue ACL, run as whom
+
+    def _why_never(self, request: JobRequest) -> str | None:
+        """`why_never` on the cluster's totals, memoised by request shape while those totals are the
+        same object (a new config or pool view replaces them): 1,000 hosts cost ~25 ms a submit."""
+        totals = self.state.host_totals
+        memo = self._never_memo
+        if memo is None or memo[0] is not totals:
+            memo = self._never_memo = (totals, {})
+        key = (request.min_tasks, request.max_tasks, request.resreq)
+        if key not in memo[1]:
+            memo[1][key] = why_never(request, totals, self.state.config.shared)
+        return memo[1][key]
+
+
+def request_id_of(body: dict) -> str | None:
+    """The submission's request id: None, or 8 to 128 letters, digits and . _ : -."""
+    value = body.get("request_id")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 8 <= len(value) <= 128 or not all(
+            c.isascii() and (c.isalnum() or c in "._:-") for c in value):
+        raise errors.SpecError("request_id must be 8 to 128 letters, digits and . _ : - (a random one per submission)")
+    return value
