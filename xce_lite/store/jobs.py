@@ -26,8 +26,8 @@ from xce_lite.store.db import insert_event as _event
 from xce_lite.store.projects import ProjectStore
 from xce_lite.store.requests import RequestStore  # request ids: idempotent submission
 from xce_lite.store.usage import UsageStore  # metrics: the web's reads over time
-from xce_lite.store.workflows import (ELEMENT_SPEC, FlowRecord, NewJob, WorkflowStore, insert_flow, insert_job,
-                                      kill_reason)
+from xce_lite.store.newjobs import insert_jobs
+from xce_lite.store.workflows import ELEMENT_SPEC, FlowRecord, NewJob, WorkflowStore, insert_flow, kill_reason
 
 _COLUMNS = ("id, user, queue, state, spec, submit_time, attempt, hosts, unit, start_time, end_time, "
             "exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc, effective, "
@@ -209,8 +209,7 @@ class JobStore(WorkflowStore, UsageStore, ArchiveStore, AccountingStore, Project
             ids.append(next_id)
             next_id += max(1, len(item.indices))
         resolved = depends(ids) if depends is not None else [item.depend for item in items]
-        for item, job_id, depend in zip(items, ids, resolved):
-            insert_job(con, item, job_id, depend, user, now)
+        insert_jobs(con, items, ids, resolved, user, now)
         if flow is not None:
             insert_flow(con, flow, ids, user, now)
         return ids

@@ -1,0 +1,73 @@
+"""The rows of a submission: new jobs and arrays with their `submitted` events, inside the caller's
+write transaction (JobStore._insert).
+
+What is stored is what inserting each job alone stored (tests/controller/test_accept_bytes.py): a
+job row per job and per array element (an element's spec is ELEMENT_SPEC, its array's row holds the
+spec), one `submitted` event per row, events in the submission's order. It is only cheaper: each
+distinct spec, dependency and event is encoded to JSON once (a batch of one spec 1,000 times shares
+them), and each table takes all its rows in one executemany, arrays before the jobs that name them
+and jobs before their events.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import apsw
+
+from xce_lite.store.workflows import ELEMENT_SPEC, NewJob, display_name
+
+_JOB_ROW = ("INSERT INTO jobs(id, user, queue, state, spec, slots, submit_time, reason, name, depend, array_id, "
+            "array_index, project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def insert_jobs(con: apsw.Connection, items: Sequence[NewJob], ids: Sequence[int], depends: Sequence[dict | None],
+                user: str, now: float) -> None:
+    """Each item (a job, or an array and its elements) under its id, with its resolved dependency."""
+    texts: dict[int, tuple[str, str]] = {}  # id(spec) -> (its JSON, its display name): specs are shared
+    depend_texts: dict[int, str] = {}  # id(dependency) -> its JSON
+    events: dict[tuple, str] = {}  # (queue, held, project) -> the plain job's event data
+    array_rows, job_rows, event_rows = [], [], []
+    for item, job_id, depend in zip(items, ids, depends):
+        spec = item.spec
+        encoded = texts.get(id(spec))
+        if encoded is None:
+            encoded = texts[id(spec)] = (spec.to_json(), display_name(spec))
+        spec_text, name = encoded
+        depend_text = None
+        if depend is not None:
+            depend_text = depend_texts.get(id(depend))
+            if depend_text is None:
+                depend_text = depend_texts[id(depend)] = json.dumps(depend, ensure_ascii=True)
+        state = "PSUSP" if spec.hold else "PEND"
+        reason = "held at submission" if spec.hold else None
+        slots = spec.slots or 1
+        key = (item.queue, spec.hold, spec.project)
+        if not item.indices:
+            data = events.get(key)
+            if data is None:
+                data = events[key] = json.dumps(_event(user, item.queue, spec), ensure_ascii=True)
+            job_rows.append((job_id, user, item.queue, state, spec_text, slots, now, reason, name, depend_text,
+                             None, None, spec.project))
+            event_rows.append((job_id, now, data))
+            continue
+        array_rows.append((job_id, user, spec_text, len(item.indices), depend_text, now))
+        elements = range(job_id, job_id + len(item.indices))
+        job_rows.extend((element, user, item.queue, state, ELEMENT_SPEC, slots, now, reason, name, None, job_id,
+                         index, spec.project) for element, index in zip(elements, item.indices))
+        data = json.dumps({**_event(user, item.queue, spec), "array": job_id}, ensure_ascii=True)
+        event_rows.extend((element, now, data) for element in elements)
+    if array_rows:
+        con.executemany("INSERT INTO arrays(id, user, spec, size, depend, submit_time) VALUES (?, ?, ?, ?, ?, ?)",
+                        array_rows)
+    con.executemany(_JOB_ROW, job_rows)
+    con.executemany("INSERT INTO events(job_id, time, kind, data) VALUES (?, ?, 'submitted', ?)", event_rows)
+
+
+def _event(user: str, queue: str, spec) -> dict:
+    event = {"user": user, "queue": queue, "held": spec.hold}
+    if spec.project is not None:
+        event["project"] = spec.project
+    return event
+
