@@ -14,18 +14,16 @@ from collections import defaultdict
 from typing import Any
 
 from xce_lite import errors
-from xce_lite.api.hygiene import unencodable
 from xce_lite.api.server import Caller
 from xce_lite.api.wire import job_to_wire
 from xce_lite.config.merge import Effective
 from xce_lite.config.merge_view import describe
 from xce_lite.config.sched_view import admit, effective
+from xce_lite.controller import accept
 from xce_lite.lifecycle import next_state
 from xce_lite.models import DISP, DONE, EXIT, PEND, PENDING_STATES, PSUSP, RUN, Job, JobSpec
 from xce_lite.sched.placement import JobRequest, place, why_never
 from xce_lite.sched.reasons import Refusal
-from xce_lite.store.workflows import NewJob
-from xce_lite.workflow import arrays
 
 
 class ApiHandlers:
@@ -80,22 +78,7 @@ class ApiHandlers:
             stored = self.store.submitted(request_id, caller.user)
             if stored is not None:
                 return self._submitted_reply(stored)
-        many = len(body["jobs"]) > 1
-        accepted = []
-        for index, raw in enumerate(body["jobs"]):
-            try:
-                bad = unencodable(raw)
-                if bad is not None:
-                    raise errors.SpecError(
-                        f"{bad[0]} holds {bad[1]!r}: a lone surrogate, which is no text and no byte, so it cannot "
-                        f"reach the job; fix what produced it (undecodable bytes arrive as \\udc80-\\udcff, "
-                        f"which are accepted)")
-                spec, queue_name = self._validate(raw, caller)
-                depend = self._resolve_depend(spec, caller.user)
-            except errors.SpecError as err:
-                raise errors.SpecError(f"job {index + 1}: {err}" if many else str(err)) from None
-            indices = arrays.parse(spec.array).indices if spec.array else ()
-            accepted.append(NewJob(spec, queue_name, indices, depend))
+        accepted = accept.specs(self, body["jobs"], caller)  # checked and merged once per distinct spec
         now = self._clock.time()  # the seam: a simulation submits at its own time
         if request_id is None:
             ids = self.store.submit(accepted, caller.user, now)  # on disk before the reply
@@ -105,8 +88,7 @@ class ApiHandlers:
                 return self._submitted_reply(ids)
         self.metrics.inc("submits", sum(len(item.indices) or 1 for item in accepted))  # metrics:
         with self._mu:
-            for job_id, item in zip(ids, accepted):
-                self._admit(job_id, item, caller.user, now)
+            accept.admit(self, ids, accepted, caller.user, now)  # into the pending set in one step
             self._dirty = True
         self._wake.set()
         return {"ids": ids, "queues": [item.queue for item in accepted],
