@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                 client.post("/jobs/kill", {"ids": ids})
                 settle(controller)
         load = os.getloadavg()
-        print(f"\n{args.runs} runs, {n} jobs each, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; median (min-max), ms")
+        print(f"\n{args.runs} runs, {n} jobs each, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; "
+              f"median (min-max), ms")
         for kind in kinds:
             unit = "per job" if kind == "one-each" else "per POST"
             w, u = walls[kind], cpus[kind]
