@@ -69,7 +69,7 @@ def admit(ctl: Any, ids: list[int], items: list[NewJob], user: str, now: float) 
     batch: list[PendingJob] = []
     for job_id, item in zip(ids, items):
         spec = item.spec
-        if spec.hold or item.depend is not None or (item.indices and arrays.throttle_of(spec.array) is not None):
+        if spec.hold or item.depend is not None or (spec.array and arrays.throttle_of(spec.array) is not None):
             ctl._pending.add_all(batch)  # the pending set keeps the submission's order
             batch = []
             ctl._admit(job_id, item, user, now)

@@ -28,7 +28,9 @@ def insert_jobs(con: apsw.Connection, items: Sequence[NewJob], ids: Sequence[int
     texts: dict[int, tuple[str, str]] = {}  # id(spec) -> (its JSON, its display name): specs are shared
     depend_texts: dict[int, str] = {}  # id(dependency) -> its JSON
     events: dict[tuple, str] = {}  # (queue, held, project) -> the plain job's event data
-    array_rows, job_rows, event_rows = [], [], []
+    array_rows: list[tuple] = []
+    job_rows: list[tuple] = []
+    event_rows: list[tuple] = []
     for item, job_id, depend in zip(items, ids, depends):
         spec = item.spec
         encoded = texts.get(id(spec))
