@@ -9,7 +9,8 @@ the shipped one (the DDL a real store holds after every migration), and the same
 `state IN (...)` written as `state = 'A' OR state = 'B' ...` and each `state NOT IN (...)` as
 `state <> 'A' AND ...` (the same rule: `state` is NOT NULL). Per run, the thread CPU time of one
 executemany of --rows array-element rows (as store/newjobs.py writes them), then of one UPDATE per
-row PEND -> DISP (as a dispatch writes it). Medians. Asserts nothing; changes no store.
+row PEND -> DISP (as a dispatch writes it); and the shipped table written as store/newjobs.py
+writes a submission's rows (multi-row INSERTs). Medians. Asserts nothing; changes no store.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import apsw
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from xce_lite.store.jobs import JobStore
+from xce_lite.store.newjobs import insert_rows
 
 
 def without_in_lists(ddl: str) -> str:
@@ -38,7 +40,7 @@ def without_in_lists(ddl: str) -> str:
     return re.sub(r"state (NOT )?IN \(([^()]*)\)", chain, ddl)
 
 
-def measure(path: Path, ddl: str, runs: int, rows: int) -> tuple[float, float]:
+def measure(path: Path, ddl: str, runs: int, rows: int, multi: bool = False) -> tuple[float, float]:
     con = apsw.Connection(str(path))
     con.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL")
     con.execute("CREATE TABLE arrays (id INTEGER PRIMARY KEY)")
@@ -49,8 +51,12 @@ def measure(path: Path, ddl: str, runs: int, rows: int) -> tuple[float, float]:
                  for i in range(rows)]
         con.execute("BEGIN IMMEDIATE")
         start = time.thread_time()
-        con.executemany("INSERT INTO jobs(id, user, queue, state, spec, slots, submit_time, reason, name, depend, "
-                        "array_id, array_index, project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", batch)
+        if multi:  # as store/newjobs.py writes them
+            insert_rows(con, "jobs(id, user, queue, state, spec, slots, submit_time, reason, name, depend, array_id, "
+                             "array_index, project)", batch)
+        else:
+            con.executemany("INSERT INTO jobs(id, user, queue, state, spec, slots, submit_time, reason, name, depend, "
+                            "array_id, array_index, project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", batch)
         inserts.append(time.thread_time() - start)
         con.execute("COMMIT")
         con.execute("BEGIN IMMEDIATE")
@@ -73,8 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         store = JobStore(Path(tmp) / "store.db")
         ddl = store._reader().execute("SELECT sql FROM sqlite_schema WHERE name = 'jobs'").get
         store.close()
-        for label, text in (("shipped CHECKs", ddl), ("same rules, no IN lists", without_in_lists(ddl))):
-            insert, update = measure(Path(tmp) / f"{label[:4]}.db", text, args.runs, args.rows)
+        for n, (label, text, multi) in enumerate((("shipped CHECKs", ddl, False),
+                                                  ("same rules, no IN lists", without_in_lists(ddl), False),
+                                                  ("shipped, 500 rows/INSERT", ddl, True))):
+            insert, update = measure(Path(tmp) / f"{n}.db", text, args.runs, args.rows, multi)
             print(f"{label:24s} insert {1e6 * insert / args.rows:6.2f} us/row, PEND->DISP update "
                   f"{1e6 * update / args.rows:6.2f} us/row  (median of {args.runs} runs of {args.rows} rows)")
     return 0
