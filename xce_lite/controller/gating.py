@@ -60,7 +60,7 @@ class Gating:
             self.note_element(job_id, array_id)
             throttle = arrays.throttle_of(spec.array) if spec.array else None
         if depend is None and throttle is None:
-            self.state.pending.add(self._pending_of(job_id, user, queue, spec, submit_time, array_id))
+            self.state.pending.add(self.pending_of(job_id, user, queue, spec, submit_time, array_id))
             return
         expr = None
         if depend is not None:
@@ -94,7 +94,7 @@ class Gating:
         self.state.stored_reasons.pop(job_id, None)
         self.state.gate_dirty = True
 
-    def _pending_of(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float,
+    def pending_of(self, job_id: int, user: str, queue: str, spec: JobSpec, submit_time: float,
                     array_id: int | None) -> PendingJob:
         """`pending_job`, merged once per array (its elements share one spec object)."""
         if array_id is None:
@@ -142,7 +142,7 @@ class Gating:
             decision = self.gate.decide(lambda t: facts.get((t.id, t.array)), active)
             for job_id in decision.feed:
                 user, queue, spec, submit_time = self.gate.waiters[job_id].payload
-                self.state.pending.add(self._pending_of(job_id, user, queue, spec, submit_time,
+                self.state.pending.add(self.pending_of(job_id, user, queue, spec, submit_time,
                                                    self.array_of.get(job_id)))
             for job_id in decision.unfeed:
                 self.state.pending.discard(job_id)

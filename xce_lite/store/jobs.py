@@ -28,7 +28,8 @@ from xce_lite.store.job_reads import JobReads  # jobs by id, user, project; even
 from xce_lite.store.projects import ProjectStore
 from xce_lite.store.requests import RequestStore  # request ids: idempotent submission
 from xce_lite.store.usage import UsageStore  # metrics: the web's reads over time
-from xce_lite.store.workflows import FlowRecord, NewJob, WorkflowStore, insert_flow, insert_job, kill_reason
+from xce_lite.store.newjobs import insert_jobs
+from xce_lite.store.workflows import FlowRecord, NewJob, WorkflowStore, insert_flow, kill_reason
 
 IMPATIENT_MS = 1000
 
@@ -206,8 +207,7 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
             ids.append(next_id)
             next_id += max(1, len(item.indices))
         resolved = depends(ids) if depends is not None else [item.depend for item in items]
-        for item, job_id, depend in zip(items, ids, resolved):
-            insert_job(con, item, job_id, depend, user, now)
+        insert_jobs(con, items, ids, resolved, user, now)
         if flow is not None:
             insert_flow(con, flow, ids, user, now)
         return ids

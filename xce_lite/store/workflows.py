@@ -1,5 +1,5 @@
-"""The store's side of workflows: inserting jobs, arrays and flows, and the reads that dependencies,
-array summaries and flows need. JobStore inherits the reads (`WorkflowStore`).
+"""The store's side of workflows: inserting flows (a submission's job and array rows: newjobs.py), and
+the reads that dependencies, array summaries and flows need. JobStore inherits the reads (`WorkflowStore`).
 
 An array is stored once (table `arrays`, with the spec and dependency its elements share) and as
 one job row per element whose spec is ELEMENT_SPEC; the array's id is its first element's job id.
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import apsw
 
 from xce_lite.models import FINISHED_STATES, JobSpec
-from xce_lite.store.db import insert_event
 
 ELEMENT_SPEC = "{}"  # an element's own spec column: its spec is its array's
 _FINISHED = tuple(sorted(FINISHED_STATES))
@@ -62,7 +61,8 @@ class FlowView:
     steps: tuple[tuple[FlowStep, int], ...]  # (step, its job or array id), upstream first
 
 
-def _display_name(spec: JobSpec) -> str:
+def display_name(spec: JobSpec) -> str:
+    """The `name` column of a job: -J, else its command's base name."""
     return storable(spec.name or (spec.argv[0].rsplit("/", 1)[-1] if spec.argv else ""))
 
 
@@ -70,35 +70,6 @@ def storable(name: str) -> str:
     """A name as the `name` column holds it: text SQLite accepts (an undecodable byte of argv[0],
     kept as a lone surrogate, becomes U+FFFD; lookups convert the same way)."""
     return name.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-
-
-def insert_job(con: apsw.Connection, item: NewJob, job_id: int, depend: dict | None, user: str, now: float) -> None:
-    """One job, or an array and its elements, with their `submitted` events."""
-    spec = item.spec
-    state = "PSUSP" if spec.hold else "PEND"
-    reason = "held at submission" if spec.hold else None
-    depend_text = json.dumps(depend, ensure_ascii=True) if depend is not None else None
-    name, slots = _display_name(spec), spec.slots or 1
-    event = {"user": user, "queue": item.queue, "held": spec.hold}
-    if spec.project is not None:
-        event["project"] = spec.project
-    if not item.indices:
-        con.execute("INSERT INTO jobs(id, user, queue, state, spec, slots, submit_time, reason, name, depend, "
-                    "project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (job_id, user, item.queue, state, spec.to_json(), slots, now, reason, name, depend_text,
-                     spec.project))
-        insert_event(con, job_id, now, "submitted", event)
-        return
-    con.execute("INSERT INTO arrays(id, user, spec, size, depend, submit_time) VALUES (?, ?, ?, ?, ?, ?)",
-                (job_id, user, spec.to_json(), len(item.indices), depend_text, now))
-    ids = range(job_id, job_id + len(item.indices))
-    con.executemany("INSERT INTO jobs(id, user, queue, state, spec, slots, submit_time, reason, name, array_id, "
-                    "array_index, project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(element, user, item.queue, state, ELEMENT_SPEC, slots, now, reason, name, job_id, index,
-                      spec.project) for element, index in zip(ids, item.indices)])
-    data = json.dumps({**event, "array": job_id}, ensure_ascii=True)
-    con.executemany("INSERT INTO events(job_id, time, kind, data) VALUES (?, ?, 'submitted', ?)",
-                    [(element, now, data) for element in ids])
 
 
 def insert_flow(con: apsw.Connection, flow: FlowRecord, ids: Sequence[int], user: str, now: float) -> int:

@@ -13,9 +13,9 @@ import os
 from typing import Any
 
 from xce_lite import errors
-from xce_lite.api.hygiene import unencodable
 from xce_lite.api.caller import Caller
 from xce_lite.config.sched_view import admit
+from xce_lite.controller import accept
 from xce_lite.controller.gating import Gating
 from xce_lite.controller.metrics import Registry
 from xce_lite.controller.pool_views import PoolViews
@@ -25,8 +25,6 @@ from xce_lite.controller.shared import Access, Handler
 from xce_lite.controller.state import ControllerState
 from xce_lite.models import JobSpec
 from xce_lite.sched.placement import HostView, JobRequest, why_never
-from xce_lite.store.workflows import NewJob
-from xce_lite.workflow import arrays
 
 
 class Submitting:
@@ -55,22 +53,8 @@ class Submitting:
             stored = self.store.submitted(request_id, caller.user)
             if stored is not None:
                 return self._submitted_reply(stored)
-        many = len(body["jobs"]) > 1
-        accepted = []
-        for index, raw in enumerate(body["jobs"]):
-            try:
-                bad = unencodable(raw)
-                if bad is not None:
-                    raise errors.SpecError(
-                        f"{bad[0]} holds {bad[1]!r}: a lone surrogate, which is no text and no byte, so it cannot "
-                        f"reach the job; fix what produced it (undecodable bytes arrive as \\udc80-\\udcff, "
-                        f"which are accepted)")
-                spec, queue_name = self.validate(raw, caller)
-                depend = self.gating.resolve_depend(spec, caller.user)
-            except errors.SpecError as err:
-                raise errors.SpecError(f"job {index + 1}: {err}" if many else str(err)) from None
-            indices = arrays.parse(spec.array).indices if spec.array else ()
-            accepted.append(NewJob(spec, queue_name, indices, depend))
+        accepted = accept.specs(body["jobs"], caller, self.validate,  # checked and merged once per distinct spec
+                                self.gating.resolve_depend)
         now = self.clock.time()  # the seam: a simulation submits at its own time
         if request_id is None:
             ids = self.store.submit(accepted, caller.user, now)  # on disk before the reply
@@ -80,8 +64,7 @@ class Submitting:
                 return self._submitted_reply(ids)
         self.metrics.inc("submits", sum(len(item.indices) or 1 for item in accepted))  # metrics:
         with self.state.mu:
-            for job_id, item in zip(ids, accepted):
-                self.gating.admit(job_id, item, caller.user, now)
+            accept.admit(self.gating, self.state.pending, ids, accepted, caller.user, now)  # pending in one step
             self.state.dirty = True
         self.state.wake.set()
         return {"ids": ids, "queues": [item.queue for item in accepted],
