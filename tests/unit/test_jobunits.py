@@ -81,7 +81,8 @@ def test_each_unit_gets_its_hooks_in_order_and_the_job_ones_only_on_the_first_ho
 def test_post_hooks_that_failed_are_noted_after_the_reason_and_a_done_job_stays_done() -> None:
     from types import SimpleNamespace
 
-    from xce_lite.controller.unitwork import _finish_from_result, failed_pre_hook
+    from xce_lite.controller.jobunits import failed_pre_hook
+    from xce_lite.controller.unitwork import _finish_from_result
 
     running = SimpleNamespace(id=7, state="RUN")
     post = {"point": "post_job_exec", "layer": "profile", "ok": False}

@@ -11,6 +11,7 @@ held meanwhile, its profile changed) is declined: the job stays PEND and is sche
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from xce_lite import errors
@@ -21,7 +22,7 @@ from xce_lite.controller.gating import Gating
 from xce_lite.controller.metrics import Registry, count_applied
 from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.seams import Clock
-from xce_lite.controller.state import NEW, Active, ControllerState
+from xce_lite.controller.state import NEW, Active, ControllerState, LaunchWith
 from xce_lite.models import DISP, PEND, Job, unit_name
 from xce_lite.sched.core import Decisions
 from xce_lite.store.jobs import Finish, Plan, Requeue, TickRecord
@@ -38,12 +39,14 @@ class Dispatching:
         self.projects, self.metrics = projects, metrics
         self.end_active, self.add_active, self.launch_later = end_active, add_active, launch_later
         self.reasons_flushed_at = 0.0
+        self.planned: dict[int, LaunchWith] = {}  # of the last `plans`: job id -> what its launch needs
 
     def plans(self, decisions: Decisions) -> list[Plan]:
         """The dispatches to record, each under the next attempt's unit names and with the effective
         values it will run with. A decision made on a profile that has changed or vanished since (a
         reconfig during the session), or whose task count the job's queue no longer allows, is
         declined: the job stays PEND and is scheduled again with what holds now, never EXIT."""
+        self.planned = {}
         if not decisions.dispatches:
             return []
         jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches])}
@@ -60,8 +63,13 @@ class Dispatching:
                 attempt = self.state.attempts.get(d.job_id, 0) + 1
                 self.state.retries[d.job_id] = job.retries  # the dispatched job's retry count so far
             unit = unit_name(self.state.cluster, d.job_id, attempt, 0)
-            plans.append(Plan(d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json(),
-                              declined.to_json()))
+            plan = Plan(d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json(),
+                        declined.to_json())
+            plans.append(plan)
+            # the row as this dispatch stores it: its launch reads nothing back (unitwork `_launch`)
+            self.planned[d.job_id] = LaunchWith(
+                replace(job, state=DISP, attempt=attempt, hosts=tuple((h, n) for h, n in d.hosts), unit=unit,
+                        alloc=plan.alloc, effective=plan.effective, pend_reason=None), declined)
         return plans
 
     def _stale(self, job: Job, decided_hash: str, tasks: int) -> Effective | str:
@@ -87,13 +95,14 @@ class Dispatching:
                 self.state.reasons[job_id] = f"dispatch declined: {why}; it is scheduled again"
             self.state.dirty = True
 
-    def with_workflow(self, active: Active, array_id: int | None, effective: dict | None) -> Active:
-        """The active job with its array and its retry rule (from the effective values it runs with)."""
+    def with_workflow(self, active: Active, array_id: int | None, effective: dict | Effective | None) -> Active:
+        """The active job with its array and its retry rule (from the effective values it runs with:
+        as stored, or the plan's own)."""
         if array_id is not None:
             self.gating.note_element(active.id, array_id)
         active.array_id = array_id
         if effective:
-            eff = Effective.from_json(effective)
+            eff = effective if isinstance(effective, Effective) else Effective.from_json(effective)
             active.retry, active.retry_on = eff.retry, eff.retry_on
         return active
 
@@ -148,10 +157,12 @@ class Dispatching:
                 self.state.attempts.pop(job_id, None)
                 holding = Holding.from_json(plan.alloc, ())
                 units = job_units(self.state.cluster, job_id, attempt, len(hosts))
+                carried = self.planned.get(job_id)
                 active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
                                 retries=self.state.retries.pop(job_id, 0), project=pending.project,
-                                since=self.clock.time())
-                self.add_active(self.with_workflow(active, self.gating.array_of.get(job_id), plan.effective))
+                                since=self.clock.time(), launch_with=carried)
+                effective = carried.effective if carried is not None else plan.effective
+                self.add_active(self.with_workflow(active, self.gating.array_of.get(job_id), effective))
                 self.launch_later(units)
             if record.finished or record.requeued or record.cancelled or record.started or record.killed:
                 self.state.gate_dirty = True
@@ -160,3 +171,4 @@ class Dispatching:
             if record.finished or record.requeued or record.cancelled or record.killed:
                 self.state.dirty = True
                 self.state.finished.notify_all()
+        self.planned = {}

@@ -79,7 +79,7 @@ class UnitLaunch:
 
 
 def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | None, mem_limit: int | None,
-                    addresses: Mapping[str, str]) -> list[UnitLaunch]:
+                    addresses: Mapping[str, str], effective: Effective | None = None) -> list[UnitLaunch]:
     """What each host of a dispatched job is asked to run, first host first.
 
     The job runs with the effective values fixed at its dispatch (merge.py: the profile's env under
@@ -90,10 +90,11 @@ def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | Non
     tasks, and the global index of the first of them), XCE_ATTEMPT, XCE_APP (with a profile),
     XCE_ARRAY_ID and XCE_ARRAY_INDEX (an array's element), and CUDA_VISIBLE_DEVICES when it holds
     GPUs; the agent adds XCE_JOB_HOST_DIR and XCE_HOSTFILE.
-    Each unit gets its hooks (unit_hooks) and the profile's post_failure rule.
+    Each unit gets its hooks (unit_hooks) and the profile's post_failure rule. `effective`: those
+    values when the caller holds them (the plan's, equal to `job.effective`), saving their parse.
     """
     spec = job.spec
-    eff = Effective.from_json(job.effective) if job.effective else None
+    eff = effective if effective is not None else Effective.from_json(job.effective) if job.effective else None
     argv, profile_env = spec.argv, {}
     if eff is not None:
         argv, profile_env = eff.job_starter + spec.argv, dict(eff.profile_env)
@@ -128,6 +129,13 @@ def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | Non
             starter=eff.job_starter if eff is not None else (), umask=spec.umask, user=run_as(spec))
         launches.append(UnitLaunch(alloc.host, index, request))
     return launches
+
+
+def failed_pre_hook(result: JobResult) -> str | None:
+    """The reason of a unit that ended because one of its pre hooks failed, else None."""
+    if any(h.get("point", "").startswith("pre_") and not h.get("ok", True) for h in result.hooks):
+        return result.reason
+    return None
 
 
 # ---- matching a host's units with what the controller expects -------------------------------------

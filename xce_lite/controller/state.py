@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xce_lite.config.cluster import ClusterConfig
-from xce_lite.config.merge import Profile
+from xce_lite.config.merge import Effective, Profile
 from xce_lite.config.sched_view import Holding, host_totals, queue_policies
 from xce_lite.controller import permissions
 from xce_lite.controller.active import ActiveJobs
 from xce_lite.controller.sched_worker import PendingSet
 from xce_lite.exec.host import JobResult
+from xce_lite.models import Job
 from xce_lite.sched.core import QueuePolicy
 from xce_lite.sched.placement import HostView
 from xce_lite.sched.projects import Projects
@@ -54,6 +55,10 @@ class Active:
     killed: str | None = None  # the kill's reason once someone killed it: never retried nor requeued (kills.py)
     project: str | None = None  # its project (limits, fair share by project)
     since: float = 0.0  # when it was dispatched or started: fair share counts its time from then
+    # what its launch needs, carried from the plan that dispatched it (its row as the dispatch stored
+    # it, and its effective values): a launch then reads nothing back from the store. None after a
+    # restart (recovery.py): a launch reads the stored row, a rare path
+    launch_with: LaunchWith | None = None
 
     @property
     def hosts(self) -> tuple[tuple[str, int], ...]:
@@ -61,6 +66,14 @@ class Active:
 
     def host_of(self, index: int) -> str:
         return self.holding.allocs[index].host
+
+
+@dataclass(frozen=True)
+class LaunchWith:
+    """A dispatched job's row as its dispatch stored it, and the effective values it runs with."""
+
+    row: Job
+    effective: Effective | None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from xce_lite import errors
 from xce_lite.config.sched_view import Holding
 from xce_lite.controller.faults import Faults
 from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
-from xce_lite.controller.jobunits import Expected, launch_requests, reconcile
+from xce_lite.controller.jobunits import Expected, UnitLaunch, failed_pre_hook, launch_requests, reconcile
 from xce_lite.controller.kill_marks import KillMarks
 from xce_lite.controller.kills import on_lost
 from xce_lite.controller.leasework import HostLeases
@@ -324,24 +324,34 @@ class Units:
         lists its units again."""
         with self.state.mu:
             wanted = [(self.state.by_unit[u], u) for u in units if u in self.state.by_unit]
-        job_ids = list(dict.fromkeys(job_id for (job_id, _i), _u in wanted))
+            # a job dispatched by this run carries its row from the plan; one loaded at a restart does not
+            given = {job_id: job.launch_with for (job_id, _i), _u in wanted
+                     if (job := self.state.active.get(job_id)) is not None and job.launch_with is not None}
+        job_ids = list(dict.fromkeys(job_id for (job_id, _i), _u in wanted if job_id not in given))
         stored = {job.id: job for job in self.store.jobs(job_ids)} if job_ids else {}
         by_host: dict[str, list] = defaultdict(list)
+        made: dict[int, list[UnitLaunch]] = {}  # a job's launches, made once for all its units
         now = self.clock.time()
         with self.state.mu:
             for (job_id, index), _unit in wanted:
-                job, row = self.state.active.get(job_id), stored.get(job_id)
-                if job is None or row is None or job.ending or row.state not in (DISP, RUN) or not row.hosts:
+                job, carried = self.state.active.get(job_id), given.get(job_id)
+                row = carried.row if carried is not None else stored.get(job_id)
+                # a carried row is as its dispatch stored it: the job's state since is the active one's
+                state = job.state if carried is not None and job is not None else row.state if row else None
+                if job is None or row is None or job.ending or state not in (DISP, RUN) or not row.hosts:
                     continue
                 kill_reason = self.kills.get(job_id)
                 if kill_reason is not None and job.state == DISP:
                     self.kills.forget(job_id)  # killed before it reached its host: it never starts
                     self.end_job(job, EXIT, kill_reason + " before it started", "launch_failed", now)
                     continue
-                queue = self.state.config.queue(row.queue)
-                launch = launch_requests(self.state.cluster, row, self.state.config.controller.grace,
-                                         row.spec.run_limit or queue.run_limit,
-                                         row.spec.mem_limit or queue.mem_limit, self.state.addresses)[index]
+                if job_id not in made:
+                    queue = self.state.config.queue(row.queue)
+                    made[job_id] = launch_requests(
+                        self.state.cluster, row, self.state.config.controller.grace,
+                        row.spec.run_limit or queue.run_limit, row.spec.mem_limit or queue.mem_limit,
+                        self.state.addresses, carried.effective if carried is not None else None)
+                launch = made[job_id][index]
                 if launch.host not in self.state.hosts:
                     continue  # sent when its host lists its units again
                 job.status[index] = SENT
@@ -386,9 +396,3 @@ def _finish_from_result(job: Active, result: JobResult) -> Finish:
     return Finish(job.id, job.state, "DONE" if ok else EXIT, result.start_time, result.end_time, result.exit_code,
                   result.signal, result.cpu_time, result.max_rss, reason, result.hooks)
 
-
-def failed_pre_hook(result: JobResult) -> str | None:
-    """The reason of a unit that ended because one of its pre hooks failed, else None."""
-    if any(h.get("point", "").startswith("pre_") and not h.get("ok", True) for h in result.hooks):
-        return result.reason
-    return None
