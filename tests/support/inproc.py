@@ -15,6 +15,7 @@ from typing import Any
 from xce_lite.exec.fake import sim_argv
 from xce_lite.models import JobSpec
 from xce_lite.sim.controlled import LEASE_EXPIRED, Controlled
+from xce_lite.store.jobs import JobStore
 
 START = 1_700_000_000.0
 __all__ = ["LEASE_EXPIRED", "START", "InProc"]
@@ -22,8 +23,11 @@ __all__ = ["LEASE_EXPIRED", "START", "InProc"]
 
 class InProc(Controlled):
     def __init__(self, hosts: tuple[str, ...] = ("h1", "h2"), slots: int = 2, extra: str = "",
-                 host_lost_after: str = "40s", lease: str = "10s"):
+                 host_lost_after: str = "40s", lease: str = "10s", applications: str = "",
+                 store_class: type[JobStore] = JobStore):
         root = Path(tempfile.mkdtemp(prefix="xce-inproc-"))
+        if applications:
+            (root / "applications.yaml").write_text(textwrap.dedent(applications))
         self.work = root / "work"
         self.work.mkdir()
         (root / "xce.yaml").write_text(textwrap.dedent("""\
@@ -41,7 +45,7 @@ class InProc(Controlled):
               host_lost_after: {host_lost_after}
               lease_margin: 5s
             """) + textwrap.dedent(extra))
-        super().__init__(root, START)
+        super().__init__(root, START, store_class=store_class)
 
     def submit(self, runtime: float = 5.0, exit_code: int = 0, **fields: Any) -> int:
         spec = JobSpec(argv=sim_argv(runtime, exit_code), cwd=str(self.work), stdout=str(self.work / "out-%J"),
