@@ -23,7 +23,7 @@ from xce_lite.controller.metrics import Registry, count_applied
 from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.seams import Clock
 from xce_lite.controller.state import NEW, Active, ControllerState, LaunchWith
-from xce_lite.models import DISP, PEND, Job, unit_name
+from xce_lite.models import DISP, PEND, Job, JobSpec, unit_name
 from xce_lite.sched.core import Decisions
 from xce_lite.store.jobs import Finish, Plan, Requeue, TickRecord
 
@@ -50,12 +50,16 @@ class Dispatching:
         if not decisions.dispatches:
             return []
         jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches])}
+        merged: dict[tuple[int, str], tuple[JobSpec, Effective | str]] = {}  # an array's elements share a spec
         plans = []
         for d in decisions.dispatches:
             job = jobs.get(d.job_id)
             if job is None or job.state != PEND:
                 continue  # killed or held meanwhile: the store's guarded update would refuse it anyway
-            declined = self._stale(job, d.profile_hash, sum(n for _, n in d.hosts))
+            key = (id(job.spec), job.queue)  # the spec is kept beside its id: the id stays its own
+            if key not in merged:
+                merged[key] = (job.spec, self._merge(job))
+            declined = self._stale(merged[key][1], job.spec.app, d.profile_hash, sum(n for _, n in d.hosts))
             if isinstance(declined, str):
                 self.decline(job.id, d.profile_hash, declined)
                 continue
@@ -72,14 +76,20 @@ class Dispatching:
                         alloc=plan.alloc, effective=plan.effective, pend_reason=None), declined)
         return plans
 
-    def _stale(self, job: Job, decided_hash: str, tasks: int) -> Effective | str:
-        """The job's effective values now, or why the decision taken for it no longer holds."""
+    def _merge(self, job: Job) -> Effective | str:
+        """The job's effective values now, or why it cannot run as configured now."""
         try:
-            eff = effective(job.spec, job.queue, self.state.config, self.state.profiles)
+            return effective(job.spec, job.queue, self.state.config, self.state.profiles)
         except errors.SpecError as err:
             return f"its configuration changed since the scheduler's decision: {err}"
+
+    @staticmethod
+    def _stale(eff: Effective | str, app: str | None, decided_hash: str, tasks: int) -> Effective | str:
+        """The job's effective values now (`_merge`), or why the decision taken for it no longer holds."""
+        if isinstance(eff, str):
+            return eff
         if eff.profile_hash != decided_hash:
-            return (f"application {job.spec.app} changed since the scheduler's decision "
+            return (f"application {app} changed since the scheduler's decision "
                     f"(hash {decided_hash or 'none'} -> {eff.profile_hash})")
         if not eff.min_tasks <= tasks <= eff.max_tasks:
             return f"its task range is now {eff.min_tasks}..{eff.max_tasks}, the decision gave it {tasks} tasks"
