@@ -64,6 +64,7 @@ def _timed(name: str, fn):
 
 def _instrument(what_if: set[str]) -> None:
     from xce_lite.controller import core as ctl
+    from xce_lite.controller import dispatching
     from xce_lite.exec import agentops
     from xce_lite.store import db, jobs
 
@@ -71,6 +72,7 @@ def _instrument(what_if: set[str]) -> None:
     for cls, label, meths in (
             (ctl.Controller, "Controller", ("tick", "_reconcile", "_finish_jobs", "_snapshot", "_schedule",
                                             "_record_intent", "_launch", "_record_started", "_store_reasons")),
+            (dispatching.Dispatching, "Dispatching", ("plans", "reasons_to_store", "apply")),
             (jobs.JobStore, "JobStore", ("submit", "finish", "dispatch", "started", "set_pend_reasons", "jobs")),
             (agentops.AgentOps, "host", ("launch", "forget"))):
         for meth in meths:

@@ -1,11 +1,12 @@
 """The scheduler's worker process: fed with changes, it decides exactly what the core decides on
-the whole snapshot (with the session cache it keeps between sessions, byte for byte); out of step or
-dead, it recovers with a full resend and never a wrong answer."""
+the whole snapshot (with the session cache it keeps between sessions, byte for byte) and answers
+the pend reasons that changed, which applied to the controller's live map give every job the
+reason the whole answer gives; out of step or dead, it recovers with a full resend and never a
+wrong answer."""
 
 from __future__ import annotations
 
 import os
-import pickle
 import random
 import signal
 
@@ -13,7 +14,7 @@ import pytest
 
 from tests.support.sched import host, job
 from tests.support.waiting import wait_until
-from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
+from xce_lite.controller.sched_worker import InlineScheduler, PendingSet, SchedulerProcess
 from xce_lite.sched.core import QueuePolicy, Snapshot, schedule
 from xce_lite.sched.placement import HostView
 
@@ -29,26 +30,61 @@ def worker():
         process.close()
 
 
-def _session(worker: SchedulerProcess, pending: PendingSet, hosts):
-    worker.send(pending, Snapshot(hosts, (), QUEUES), 1_000_000)
+def _session(worker, pending: PendingSet, hosts, budget: int = 1_000_000):
+    worker.send(pending, Snapshot(hosts, (), QUEUES), budget)
     return worker.receive()
 
 
-def test_changes_give_the_same_decisions_as_the_whole_snapshot(worker):
+@pytest.mark.parametrize("kind", ["process", "inline"])
+def test_changes_give_the_same_decisions_and_live_reasons_as_the_whole_snapshot(kind):
+    """As the controller does: a job leaving the set loses its live reason; a dispatched job stays
+    pending now and then with another reason (a declined dispatch); now and then a job leaves and
+    rejoins between two sessions, a session runs out of budget, the worker is killed, or the
+    controller drops an answer and asks for every reason again."""
+    worker = SchedulerProcess(timeout=30) if kind == "process" else InlineScheduler()
     rng = random.Random(7)
     pending = PendingSet()
+    live: dict[int, str] = {}  # the controller's live map, fed with the answers' changes only
+    whole: dict[int, str] = {}  # the same, fed with whole answers
     next_id = 1
-    for _round in range(60):
-        for _ in range(rng.randrange(0, 6)):
-            pending.add(job(next_id, queue=rng.choice(["normal", "high"]), slots=rng.randrange(1, 4)))
-            next_id += 1
-        for job_id in rng.sample(list(pending), k=min(len(pending), rng.randrange(0, 3))):
-            pending.discard(job_id)
-        # h3 changes state now and then: the worker's session cache starts afresh
-        closed = HostView("h3", rng.choice(("ok", "closed")), {"slots": 2})
-        hosts = (host("h1", 4, rng.randrange(0, 5)), host("h2", 2, rng.randrange(0, 3)), closed)
-        expected = schedule(Snapshot(hosts, tuple(pending.values()), QUEUES))
-        assert pickle.dumps(_session(worker, pending, hosts)) == pickle.dumps(expected)
+    try:
+        for _round in range(120):
+            for _ in range(rng.randrange(0, 6)):
+                pending.add(job(next_id, queue=rng.choice(["normal", "high"]), slots=rng.randrange(1, 4)))
+                next_id += 1
+            for job_id in rng.sample(list(pending), k=min(len(pending), rng.randrange(0, 3))):
+                pending.discard(job_id)
+                live.pop(job_id, None)
+                whole.pop(job_id, None)
+                if rng.random() < 0.3:
+                    pending.add(job(job_id))  # held and released before the next session
+            # h3 changes state now and then: the worker's session cache starts afresh
+            closed = HostView("h3", rng.choice(("ok", "closed")), {"slots": 2})
+            hosts = (host("h1", 4, rng.randrange(0, 5)), host("h2", 2, rng.randrange(0, 3)), closed)
+            budget = rng.choice((1_000_000, 1_000_000, 3))
+            expected = schedule(Snapshot(hosts, tuple(pending.values()), QUEUES), budget)
+            if kind == "process" and rng.random() < 0.05:
+                os.kill(worker._proc.pid, signal.SIGKILL)
+                wait_until(lambda: not worker._proc.is_alive(), 10, "the worker to die")
+            got = _session(worker, pending, hosts, budget)
+            if rng.random() < 0.05:  # an answer the controller could not take in (a store that failed)
+                pending.report_reasons_again()
+                continue
+            assert (got.dispatches, got.complete) == (expected.dispatches, expected.complete)
+            for reason, ids in got.waiting:
+                live.update(dict.fromkeys(ids, reason))
+            for reason, ids in expected.waiting:
+                whole.update(dict.fromkeys(ids, reason))
+            assert list(live.items()) == list(whole.items())  # the same reasons, in the same order
+            for d in expected.dispatches:
+                if rng.random() < 0.5:
+                    pending.discard(d.job_id)
+                    live.pop(d.job_id, None)
+                    whole.pop(d.job_id, None)
+                else:  # declined: it stays pending with the controller's reason until the next answer
+                    live[d.job_id] = whole[d.job_id] = "dispatch declined"
+    finally:
+        worker.close()
 
 
 def test_a_change_the_worker_missed_is_caught_by_the_checksum_and_resent(worker):
@@ -62,6 +98,24 @@ def test_a_change_the_worker_missed_is_caught_by_the_checksum_and_resent(worker)
     assert _session(worker, pending, hosts) is None  # out of step: said so, decided nothing
     decisions = _session(worker, pending, hosts)  # the next session sends everything
     assert sorted(d.job_id for d in decisions.dispatches) == [1, 2, 3, 4]
+
+
+def test_an_answer_gives_only_the_reasons_that_changed(worker):
+    pending = PendingSet()
+    for job_id in (1, 2, 3):
+        pending.add(job(job_id, slots=4))
+    hosts = (host("h1", 4, 2),)
+    assert sorted(i for _r, ids in _session(worker, pending, hosts).waiting for i in ids) == [1, 2, 3]
+    assert _session(worker, pending, hosts).waiting == ()  # nothing changed: nothing answered
+    pending.add(job(4, slots=4))
+    assert [ids for _r, ids in _session(worker, pending, hosts).waiting] == [(4,)]
+    pending.discard(2)
+    pending.add(job(2, slots=4))  # left and came back: its reason is answered again
+    assert [ids for _r, ids in _session(worker, pending, hosts).waiting] == [(2,)]
+    pending.report_reasons_again()
+    assert [ids for _r, ids in _session(worker, pending, hosts).waiting] == [(1, 2, 3, 4)]
+    hosts = (host("h1", 4, 3),)  # another reason for all: all answered
+    assert [ids for _r, ids in _session(worker, pending, hosts).waiting] == [(1, 2, 3, 4)]
 
 
 def test_a_dead_worker_is_replaced(worker):

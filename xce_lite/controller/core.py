@@ -307,6 +307,8 @@ class Controller:
                 if self.commits.problem is not None:
                     self.store.set_meta("write_probe", str(now))  # does the store take writes again?
         except errors.StoreUnavailable as err:
+            with self.state.mu:  # the session's reasons may not have been taken in: all again next time
+                self.state.pending.report_reasons_again()
             self.commits.in_commit = 0
             self.faults.commit_failed(err, (finishing, started, requeues, events, reasons))
             self.kills.deliver()
@@ -353,6 +355,8 @@ class Controller:
                 running = self.state.active.running(closing)  # summed per (queue, user), kept as jobs come and go
                 base = Snapshot(hosts, (), self.state.queue_policies, shared, running, now,
                                 self.state.config.controller.reserve_after, **self.projects.inputs(now, closing))
+                if self.state.config.pools:  # pool_views words a pool's reasons anew each session
+                    self.state.pending.report_reasons_again()
                 sent = time.monotonic()  # metrics:
                 self._scheduler.send(self.state.pending, base, self.state.config.controller.sched_budget)
             decisions = self._scheduler.receive()

@@ -118,7 +118,9 @@ class Dispatching:
 
     def reasons_to_store(self, decisions: Decisions | None, now: float) -> dict[int, str | None]:
         """Keep every pend reason live in memory; hand the store the changed ones at most once a
-        second, so a busy queue costs no write per job per tick (the API reads the live ones)."""
+        second, so a busy queue costs no write per job per tick (the API reads the live ones).
+        `decisions` carries only the reasons that changed since the scheduler's last answer
+        (sched_worker.py): the rest are in memory already."""
         with self.state.mu:
             if decisions is not None:
                 for reason, ids in decisions.waiting:  # whole groups at C speed: a backlog has 10,000s

@@ -9,6 +9,12 @@ the pending set between sessions; each session sends only what changed since the
 checksum of the whole set. On a mismatch, a timeout or a dead worker, the next session sends
 everything again, so a lost change costs one full resend, never a wrong decision.
 
+The answer's pend reasons go the same way: a session returns only the reasons that changed since
+the last answer (sched/sent_reasons.py), and the controller applies them to its live map. A job
+that left or joined the pending set, or was dispatched, has its reason sent again; a full resend
+(a new worker, one out of step) and a controller that could not take an answer in
+(`PendingSet.report_reasons_again`) have every reason sent again.
+
 The worker builds the same `Snapshot` value the core always takes and calls the same `schedule`,
 so decisions are what the core alone would give; the simulator calls `schedule` directly. The
 worker also keeps a `core.SessionCache` from one session to the next, so a session re-reads only the
@@ -26,6 +32,7 @@ from dataclasses import dataclass, replace
 
 from xce_lite.sched.backlog import Backlog
 from xce_lite.sched.core import Decisions, PendingJob, SessionCache, Snapshot, schedule
+from xce_lite.sched.sent_reasons import SentReasons
 
 # The pending set's checksum: (count, sum of id * _MIX mod 2**61), kept incrementally on both sides.
 _MASK = (1 << 61) - 1
@@ -41,6 +48,17 @@ class PendingSet:
         self._added: dict[int, PendingJob] = {}
         self._removed: set[int] = set()
         self._count, self._sum = 0, 0
+        self._reasons_all = False  # the next answer gives every waiting job's reason
+
+    def report_reasons_again(self) -> None:
+        """The controller's live reasons may differ from what the scheduler last answered (an
+        answer not taken in, reasons reworded by the controller): the next answer gives them all."""
+        self._reasons_all = True
+
+    def take_reasons_again(self) -> bool:
+        """Whether the next answer must give every reason (and no longer after this call)."""
+        out, self._reasons_all = self._reasons_all, False
+        return out
 
     def add(self, job: PendingJob) -> None:
         if job.id not in self._jobs:
@@ -107,6 +125,23 @@ class _Session:
     removed: tuple[int, ...]
     checksum: tuple[int, int]
     budget: int
+    reasons_all: bool = False  # answer every waiting job's reason, not only the changed ones
+
+
+def _apply_changes(sent: SentReasons, session: _Session) -> None:
+    """Forget the reported reasons the controller may no longer hold (module docstring)."""
+    if session.full or session.reasons_all:
+        sent.clear()
+        return
+    sent.forget(session.removed)
+    sent.forget(job.id for job in session.added)
+
+
+def _changed_reasons(sent: SentReasons, decisions: Decisions) -> Decisions:
+    """`decisions` with only the reasons not answered yet; a dispatched job's is forgotten (a
+    declined dispatch leaves it another one in the controller)."""
+    sent.forget(d.job_id for d in decisions.dispatches)
+    return replace(decisions, waiting=sent.delta(decisions.waiting))
 
 
 def _serve(conn) -> None:
@@ -115,6 +150,7 @@ def _serve(conn) -> None:
     backlog = Backlog()  # the same jobs by class (sched/backlog.py): a session costs what can change
     count = total = 0  # the checksum of `jobs`, kept as they change
     cache = SessionCache()  # kept through full resends too: it holds what hosts are, no job
+    sent = SentReasons()  # the reasons answered so far: a session answers what changed
     while True:
         try:
             session: _Session | None = conn.recv()
@@ -135,11 +171,13 @@ def _serve(conn) -> None:
                 count, total = count + 1, (total + job.id * _MIX) & _MASK
             jobs[job.id] = job
             backlog.add(job)
+        _apply_changes(sent, session)
         if (count, total) != session.checksum:
             conn.send(None)  # out of step: ask for everything
             continue
-        conn.send(_schedule_without_gc(replace(session.base, jobs=tuple(jobs.values())), session.budget, cache,
-                                       backlog))
+        decisions = _schedule_without_gc(replace(session.base, jobs=tuple(jobs.values())), session.budget, cache,
+                                         backlog)
+        conn.send(_changed_reasons(sent, decisions))
 
 
 def _schedule_without_gc(snapshot: Snapshot, budget: int, cache: SessionCache, backlog: Backlog) -> Decisions:
@@ -184,8 +222,9 @@ class SchedulerProcess:
             self._start()
         full = not self._in_step
         added, removed, checksum = pending.take_changes(full)
+        reasons_all = pending.take_reasons_again()
         self._in_step = False  # until the worker confirms
-        self._conn.send(_Session(full, base, added, removed, checksum, budget))
+        self._conn.send(_Session(full, base, added, removed, checksum, budget, reasons_all))
 
     def receive(self) -> Decisions | None:
         """The session's decisions; None if the worker was out of step (the next send is full).
@@ -227,12 +266,15 @@ class InlineScheduler:
     def __init__(self) -> None:
         self._cache = SessionCache()
         self._backlog = Backlog()  # fed with the set's changes, as the worker's is
+        self._sent = SentReasons()  # and answering the changed reasons, as the worker does
         self._full = True
         self._session: Snapshot | None = None
         self._budget = 0
 
     def send(self, pending: PendingSet, base: Snapshot, budget: int) -> None:
-        added, removed, _checksum = pending.take_changes(self._full)
+        added, removed, checksum = pending.take_changes(self._full)
+        _apply_changes(self._sent, _Session(self._full, base, added, removed, checksum, budget,
+                                            pending.take_reasons_again()))
         if self._full:
             self._backlog.clear()
             self._backlog.rank_by({q.name: q.priority for q in base.queues})  # before the adds: ranked once
@@ -245,8 +287,9 @@ class InlineScheduler:
 
     def receive(self) -> Decisions | None:
         session, self._session = self._session, None
-        return None if session is None else schedule(session, self._budget, cache=self._cache,
-                                                     backlog=self._backlog)
+        if session is None:
+            return None
+        return _changed_reasons(self._sent, schedule(session, self._budget, cache=self._cache, backlog=self._backlog))
 
     def close(self) -> None:
         pass
