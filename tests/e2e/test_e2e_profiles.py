@@ -201,12 +201,12 @@ def test_a_profile_changed_between_decision_and_dispatch_sends_the_job_back_to_p
         job_id = controller.api_submit(caller, {}, {"jobs": [{"argv": ["true"], "cwd": str(root / "work")}]})["ids"][0]
 
         def decide():
-            hosts = hosts_now(controller.host_totals, {"local": HOST_OK}, [])
+            hosts = hosts_now(controller.state.host_totals, {"local": HOST_OK}, [])
             return schedule(Snapshot(hosts, tuple(controller.state.pending.values()), controller.state.queue_policies,
                                      shared_free(controller.config, [])))
 
         decided = decide()  # 1. the scheduler decides on the profile as it was
-        old_hash = controller.profiles["sim"].hash
+        old_hash = controller.state.profiles["sim"].hash
         assert [(d.job_id, d.profile_hash) for d in decided.dispatches] == [(job_id, old_hash)]
         (root / "applications.yaml").write_text(INTERLEAVINGS[change])  # 2. the profile changes
         if change == "vanished":
@@ -228,7 +228,7 @@ def test_a_profile_changed_between_decision_and_dispatch_sends_the_job_back_to_p
         controller.store.record_tick(TickWrites(time.time(), plans=plans))
         job = controller.store.get(job_id)
         assert job.state == "DISP" and job.effective["profile_env"]["SIM_HOME"] == "/opt/sim-v2"
-        assert job.effective["profile_hash"] == controller.profiles["sim"].hash != old_hash
+        assert job.effective["profile_hash"] == controller.state.profiles["sim"].hash != old_hash
         dispatched = [data for _t, kind, data in controller.store.events(job_id) if kind == "dispatched"]
         assert dispatched[0]["profile_hash"] == job.effective["profile_hash"]
     finally:
