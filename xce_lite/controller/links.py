@@ -31,7 +31,7 @@ class HostLinks:
         self.state, self.seams, self.home, self.clock, self.log, self.events = state, seams, home, clock, log, events
 
     def start(self, host: HostConfig) -> None:
-        """Keep `host` connected from now on (hostlinks.py); until it answers it is unreachable."""
+        """Keep `host` connected from now on (exec/link.py); until it answers it is unreachable."""
         link = self.seams.link_factory(host.name, self._host_factory(host), self.events, self.log,
                                        backoff_max=self.state.config.ssh.reconnect_max)
         with self.state.mu:

@@ -109,7 +109,7 @@ class ControllerState:
     by_unit: dict[str, tuple[int, int]] = field(default_factory=dict)  # unit -> (job id, index)
     draining: dict[str, Draining] = field(default_factory=dict)
     # hosts
-    links: dict[str, Any] = field(default_factory=dict)  # host -> its HostLink (hostlinks.py)
+    links: dict[str, Any] = field(default_factory=dict)  # host -> its HostLink (exec/link.py)
     hosts: dict[str, Any] = field(default_factory=dict)  # host name -> its connected Host
     host_state: dict[str, str] = field(default_factory=dict)  # "ok" or "unreachable" (the scheduler reads it)
     generation: dict[str, int] = field(default_factory=dict)  # host -> the link generation of its HostUp
