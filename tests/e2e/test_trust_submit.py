@@ -55,25 +55,35 @@ def test_a_reply_lost_after_the_job_was_stored_is_asked_again_and_answered_with_
     """The controller is frozen (SIGSTOP) while a submission is in flight; the client gives up
     waiting (a lost reply); the controller, thawed, stores the job; the client's retry with the same
     request id is answered with that job, and there is exactly one."""
+    reply, notes = _submit_to_a_frozen_controller(cluster, {"jobs": [_spec(cluster, "frozen")]}, "/jobs",
+                                                  lambda: _named(cluster, "frozen"))
+    assert len(notes) == 1 and "same request id" in notes[0]
+    assert reply.get("repeated") is True
+    stored = _named(cluster, "frozen")
+    assert [j["id"] for j in stored] == reply["ids"]
+
+
+def _submit_to_a_frozen_controller(cluster: Cluster, body: dict, path: str, stored) -> tuple[dict, list[str]]:
+    """POST `body` to `path` with the controller frozen (SIGSTOP): the client gives up waiting (a lost
+    reply); at its retry the controller is thawed and `stored()` awaited (the first request's work
+    on disk), so the retry, with the same request id, is answered from it. The reply and the
+    client's retry notes."""
     pid = cluster.controller_pid
     notes: list[str] = []
 
     def thaw_and_let_it_store(note: str) -> None:
         notes.append(note)
         os.kill(pid, signal.SIGCONT)
-        wait_until(lambda: _named(cluster, "frozen"), 30, "the first request's job to be stored")
+        wait_until(stored, 30, "the first request's submission to be stored")
 
     os.kill(pid, signal.SIGSTOP)
     try:
         api = Client(cluster.home / "xce.sock", timeout=2)
-        reply = api.submit({"jobs": [_spec(cluster, "frozen")]}, on_retry=thaw_and_let_it_store)
+        reply = api.submit(body, path, on_retry=thaw_and_let_it_store)
     finally:
         os.kill(pid, signal.SIGCONT)
     api.close()
-    assert len(notes) == 1 and "same request id" in notes[0]
-    assert reply.get("repeated") is True
-    stored = _named(cluster, "frozen")
-    assert [j["id"] for j in stored] == reply["ids"]
+    return reply, notes
 
 
 def _blocked_in_a_read(pid: int) -> bool:
@@ -207,21 +217,8 @@ def test_a_flow_repeated_with_its_request_id_is_stored_once_and_a_rescue_too(clu
 def test_a_flow_reply_lost_after_the_flow_was_stored_is_answered_with_that_flow(cluster: Cluster):
     """As for a job (above): the controller frozen while the flow is in flight, the client gives up
     waiting, the thawed controller stores the flow, the retry gets its steps, and there is one."""
-    pid = cluster.controller_pid
-    notes: list[str] = []
-
-    def thaw_and_let_it_store(note: str) -> None:
-        notes.append(note)
-        os.kill(pid, signal.SIGCONT)
-        wait_until(lambda: _named(cluster, "frozen-b"), 30, "the first request's flow to be stored")
-
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        api = Client(cluster.home / "xce.sock", timeout=2)
-        reply = api.submit(_flow(cluster, "frozen"), "/flows", on_retry=thaw_and_let_it_store)
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    api.close()
+    reply, notes = _submit_to_a_frozen_controller(cluster, _flow(cluster, "frozen"), "/flows",
+                                                  lambda: _named(cluster, "frozen-b"))
     assert len(notes) == 1 and "same request id" in notes[0]
     assert reply.get("repeated") is True and [s["step"] for s in reply["steps"]] == ["a", "b"]
     assert [j["id"] for j in _named(cluster, "frozen-a") + _named(cluster, "frozen-b")] == \
