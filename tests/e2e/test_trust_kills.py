@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import signal
 
 import pytest
@@ -84,6 +85,37 @@ def test_kill_while_the_host_is_out_of_reach_is_delivered_when_it_answers(two_ho
     assert final["reason"].startswith("killed by") and final["attempt"] == 1
     assert not c.supervisor_pids()
     assert "requeued" not in history(c, job_id)
+
+
+@pytest.mark.parametrize("two_hosts", ["5m"], indirect=True)
+@pytest.mark.parametrize("restart", [False, True], ids=["", "restart"])
+def test_kill_not_delivered_before_the_lease_stopped_the_job_ends_it_with_the_kill_reason(two_hosts: Cluster,
+                                                                                         restart: bool):
+    """Killed while its host is out of reach; the host stays away past the lease (not long enough
+    to be lost), so the job's copy stops itself with "lease expired"; the host answers with that
+    result: the job ends EXIT with the kill's reason (how it ended after it), once, never requeued.
+    With a controller restart between the kill and the host's return: the recorded kill survives it."""
+    c = two_hosts
+    log, stopped = c.work / "attempts", c.work / "stopped"
+    job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap "touch {stopped}; exit 0" TERM; '
+                                  "sleep 300 & wait", options=("-R", "select[ha]"))
+    c.wait_state(job_id, {"RUN"})
+    with HostOutage(c, "a"):
+        wait_until(lambda: hosts_of(c)["a"]["state"] == "unreach", 30, "host a to show unreach")
+        killed = c.xce("kill", str(job_id))
+        assert killed.returncode == 0 and "does not answer now" in killed.stdout, killed
+        if restart:
+            c.kill9_controller()
+            c.start()
+        wait_until(stopped.exists, 90, "the copy on a to stop itself when its lease runs out")
+        assert c.job(job_id)["state"] == "RUN"  # out of reach, not lost: the controller cannot know yet
+    final = c.wait_state(job_id, {"EXIT"}, timeout=60)  # a answers with its result: lease expired
+    assert final["reason"].startswith(f"killed by {pwd.getpwuid(os.getuid()).pw_name} (lease expired"), final["reason"]
+    assert "before it confirmed the kill" in final["reason"], final["reason"]
+    assert final["attempt"] == 1 and runs(log) == ["1"]
+    assert "requeued" not in history(c, job_id) and history(c, job_id).count("finished") == 1
+    c.ok("hosts")  # one more round trip: nothing starts it again
+    assert c.job(job_id)["state"] == "EXIT" and runs(log) == ["1"] and not c.supervisor_pids()
 
 
 # ---- a host that freezes ----------------------------------------------------------------------------

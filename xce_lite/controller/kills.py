@@ -7,7 +7,9 @@ survives a restart; the store itself refuses to requeue such a job (store/jobs.p
   never on the tick's thread: the part kill_marks.KillMarks (`Controller.kills`) owns the marks and
   their retries; a dispatch not yet launched never starts (unitwork `_launch`);
 - the end: EXIT with the kill's reason once the host reports the unit ended (its result carries
-  the reason), or at once when the host is declared lost (`on_lost`): never a requeue;
+  the reason), or at once when the host is declared lost (`on_lost`): never a requeue; a unit
+  that ended otherwise before the kill reached it (its host stopped it when the lease ran out, it
+  failed, it vanished) ends the job with the kill's reason too, then how it ended (`killed_reason`);
 - after a restart every killed active job is marked again (a second TERM costs nothing; a lost
   first one would let the job run on).
 
@@ -26,11 +28,19 @@ from xce_lite.models import DISP, EXIT
 from xce_lite.store.jobs import Finish, Requeue
 
 
+def killed_reason(kill: str, why: str | None) -> str:
+    """The reason a job someone killed ends EXIT with, however it ended: the kill's first, then
+    `why` (its host stopped it, lost it, or it failed), unless `why` is the kill's own (delivered)."""
+    if not why or why == kill:  # the agent words a kill it delivered with the kill's reason, as is
+        return kill
+    return f"{kill} ({why}, before it confirmed the kill)"
+
+
 def on_lost(job: Any, why: str, on_host_lost: str) -> Requeue | str:
     """What a host declared lost does to active job `job`: the Requeue to store, or the reason it
     ends EXIT with (killed, the kill's reason; else as `controller.on_host_lost` says)."""
     if job.killed:
-        return f"{job.killed} ({why}, before it confirmed the kill)"
+        return killed_reason(job.killed, why)
     if on_host_lost == "requeue":
         return Requeue(job.id, job.state, why)
     return why

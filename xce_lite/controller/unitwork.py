@@ -31,7 +31,7 @@ from xce_lite.controller.faults import Faults
 from xce_lite.controller.hostops import CallDone, HostAnswers, SignalDone
 from xce_lite.controller.jobunits import Expected, UnitLaunch, failed_pre_hook, launch_requests, reconcile
 from xce_lite.controller.kill_marks import KillMarks
-from xce_lite.controller.kills import on_lost
+from xce_lite.controller.kills import killed_reason, on_lost
 from xce_lite.controller.leasework import HostLeases
 from xce_lite.controller.seams import Clock
 from xce_lite.controller.state import ENDED, NEW, RUNNING, SENT, Active, ControllerState, Draining
@@ -220,8 +220,8 @@ class Units:
         for unit in seen.vanished:
             job, _index = self._unit(unit)
             if job is not None:
-                self.end_job(job, EXIT, (f"{job.killed}; " if job.killed else "")
-                              + f"lost: unit {unit} vanished from host {name}", "lost", now)
+                why = f"lost: unit {unit} vanished from host {name}"
+                self.end_job(job, EXIT, killed_reason(job.killed, why) if job.killed else why, "lost", now)
         for unit in seen.stale:
             self.stops.append((name, unit, "stale copy: its job ended or was requeued meanwhile"))
         for unit in seen.gone:
@@ -389,10 +389,21 @@ def _retry_of(job: Active, finish: Finish) -> Requeue | None:
 
 
 def _finish_from_result(job: Active, result: JobResult) -> Finish:
-    """DONE: exit 0, no signal, no reason. A note (post hooks that failed without failing the job)
-    is stored after the reason, whatever the state."""
+    """DONE: exit 0, no signal, no reason. A job someone killed that did not end DONE ends with the
+    kill's reason, whatever ended it first (kills.killed_reason: its host stopped it when the lease
+    ran out before the kill reached it, it failed). A note (post hooks that failed without failing
+    the job) is stored after the reason, whatever the state."""
     ok = result.exit_code == 0 and result.signal is None and result.reason is None
-    reason = "; ".join(text for text in (result.reason, result.note) if text) or None
+    why = result.reason
+    if job.killed and not ok:
+        why = killed_reason(job.killed, why or _how_it_ended(result))
+    reason = "; ".join(text for text in (why, result.note) if text) or None
     return Finish(job.id, job.state, "DONE" if ok else EXIT, result.start_time, result.end_time, result.exit_code,
                   result.signal, result.cpu_time, result.max_rss, reason, result.hooks)
 
+
+def _how_it_ended(result: JobResult) -> str:
+    """A result with no reason of its own, in words."""
+    if result.signal is not None:
+        return f"killed by signal {result.signal}"
+    return f"exit code {result.exit_code}" if result.exit_code is not None else "exit status unknown"
