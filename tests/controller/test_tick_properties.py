@@ -1,11 +1,13 @@
 """The controller's promises under random sequences of requests and faults (hypothesis stateful
 testing), run in-process on fake hosts with a fake clock and a real store (tests/support/inproc.py):
 random submits (with retries, on one host or two, after another job), kills, holds and releases,
-hosts cut off and back, restarts from the store, time passing. After every tick `check_invariants`; after every step:
+hosts cut off and back (also away past their lease, which stops their units), restarts from the
+store, time passing. After every tick `check_invariants`; after every step:
 
 - an acknowledged job is never lost: it is in the store, and once every host is back and every
   hold released, every job ends (DONE or EXIT) within bounded time;
 - a job someone killed never runs again: no new attempt of it reaches a host, it is never pending;
+  if it ends EXIT, the kill's reason comes first, however it ended;
 - never two live copies: at most one live attempt of a job, each unit live on one host at most;
 - resources are never over-allocated: the view's reservations (check_invariants) and the units
   really live on each host both fit its slots.
@@ -90,6 +92,17 @@ class TickMachine(RuleBasedStateMachine):
         if host in self.p.dropped:
             self.p.back(host)
 
+    @precondition(lambda self: self.p.dropped)
+    @rule(data=st.data())
+    def away_past_the_lease_then_back(self, data) -> None:
+        """A host cut off stays away past its lease, not long enough to be lost: it stops its units
+        by itself (lease expiry, as the agent does), then answers with their results."""
+        host = data.draw(st.sampled_from(sorted(self.p.dropped)))
+        lease = self.p.ctl.config.controller.lease
+        while self.p.clock.now - self.p.dropped[host] <= lease + 1:
+            self.tick()
+        self.p.back(host)
+
     @rule()
     def restart(self) -> None:
         self.p.restart()
@@ -133,6 +146,16 @@ class TickMachine(RuleBasedStateMachine):
             if job_id in self.killed:
                 assert job.state not in ("PEND", "PSUSP"), f"job {job_id} was killed, yet it is {job.state}"
                 assert job.attempt <= self.killed[job_id], f"job {job_id} was killed, yet it ran again"
+
+    @invariant()
+    def a_killed_job_that_ends_carries_the_kill_reason(self) -> None:
+        """However it ended (its host stopped it when the lease ran out, lost it, it failed): EXIT
+        with the kill's reason first; DONE only if it ended well before the kill reached it."""
+        kill = f"killed by {self.p.caller().user}"
+        for job_id in self.killed:
+            job = self.p.job(job_id)
+            if job.state == "EXIT":
+                assert (job.reason or "").startswith(kill), f"job {job_id} was killed, yet it ended: {job.reason}"
 
     def _open(self) -> dict[int, str]:
         return {j: self.p.job(j).state for j in self.acked if self.p.job(j).state not in ("DONE", "EXIT")}

@@ -82,15 +82,25 @@ def test_post_hooks_that_failed_are_noted_after_the_reason_and_a_done_job_stays_
     from types import SimpleNamespace
 
     from xce_lite.controller.jobunits import failed_pre_hook
-    from xce_lite.controller.unitwork import _finish_from_result
+    from xce_lite.controller.outcomes import finish_from_result as _finish_from_result
 
-    running = SimpleNamespace(id=7, state="RUN")
+    running = SimpleNamespace(id=7, state="RUN", killed=None)
     post = {"point": "post_job_exec", "layer": "profile", "ok": False}
     noted = JobResult(0, None, 1.0, 2.0, 0.1, 1024, note="post_job_exec hook (profile) exited 2", hooks=(post,))
     finish = _finish_from_result(running, noted)
     assert (finish.state, finish.reason, finish.hooks) == ("DONE", "post_job_exec hook (profile) exited 2", (post,))
     killed = JobResult(None, 15, 1.0, 2.0, 0.1, 1024, reason="killed by alice", note=noted.note)
     assert _finish_from_result(running, killed).reason == "killed by alice; post_job_exec hook (profile) exited 2"
+    # killed, and the kill delivered: its result words it so; not delivered (the host stopped it
+    # when the lease ran out first, or it failed): the kill's reason first, then how it ended
+    marked = SimpleNamespace(id=7, state="RUN", killed="killed by alice")
+    assert _finish_from_result(marked, killed).reason == "killed by alice; post_job_exec hook (profile) exited 2"
+    expired = JobResult(0, None, 1.0, 2.0, 0.1, 1024, reason="lease expired: no word from the controller")
+    assert (_finish_from_result(marked, expired).state, _finish_from_result(marked, expired).reason) == \
+        ("EXIT", "killed by alice (lease expired: no word from the controller, before it confirmed the kill)")
+    failed = JobResult(2, None, 1.0, 2.0, 0.1, 1024)
+    assert _finish_from_result(marked, failed).reason == "killed by alice (exit code 2, before it confirmed the kill)"
+    assert _finish_from_result(marked, noted).state == "DONE"  # it ended well before the kill reached it
     pre = {"point": "pre_host_exec", "layer": "profile", "ok": False}
     assert failed_pre_hook(JobResult(None, None, 1.0, 2.0, 0, 0, reason="pre_host_exec hook (profile) exited 1",
                                      hooks=(pre,))) == "pre_host_exec hook (profile) exited 1"

@@ -28,11 +28,12 @@ from xce_lite.models import DISP, EXIT
 from xce_lite.store.jobs import Finish, Requeue
 
 
-def killed_reason(kill: str, why: str | None) -> str:
-    """The reason a job someone killed ends EXIT with, however it ended: the kill's first, then
-    `why` (its host stopped it, lost it, or it failed), unless `why` is the kill's own (delivered)."""
-    if not why or why == kill:  # the agent words a kill it delivered with the kill's reason, as is
-        return kill
+def killed_reason(kill: str | None, why: str) -> str:
+    """The reason a job ends EXIT with when `why` ended it: a job someone killed (`kill`, its
+    reason) has the kill's first, then `why` (its host stopped it, lost it, refused it, or it
+    failed), unless `why` is the kill's own: the agent words a kill it delivered with its reason."""
+    if kill is None or why == kill:
+        return why
     return f"{kill} ({why}, before it confirmed the kill)"
 
 

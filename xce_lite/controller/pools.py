@@ -35,6 +35,7 @@ from functools import partial
 from typing import Any
 
 from xce_lite.config.cluster import PoolConfig
+from xce_lite.controller.kills import on_lost
 from xce_lite.controller.pool_views import DRAIN_MARGIN, LIVE, AllocRecord, PoolRecords, PoolViews
 from xce_lite.controller.seams import Clock
 from xce_lite.controller.state import Active, ControllerState
@@ -260,12 +261,13 @@ class Pools:
             victims = [j for j in self.state.active.values()
                        if not j.ending and any(a.host in names for a in j.holding.allocs)]
             for job in victims:
-                reason = f"host {job.holding.allocs[0].host} lost: {why}"
-                if self.state.config.controller.on_host_lost == "requeue":
+                outcome = on_lost(job, f"host {job.holding.allocs[0].host} lost: {why}",
+                                  self.state.config.controller.on_host_lost)  # kill wins (kills.py)
+                if isinstance(outcome, Requeue):
                     job.ending = True
-                    self.state.unrecorded_requeues.append(Requeue(job.id, job.state, reason))
+                    self.state.unrecorded_requeues.append(outcome)
                 else:
-                    self.end_job(job, EXIT, reason, "lost", now)
+                    self.end_job(job, EXIT, outcome, "lost", now)
             for name in names:
                 self.state.lost_hosts.add(name)
                 self.state.host_state.pop(name, None)

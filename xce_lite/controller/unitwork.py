@@ -33,6 +33,7 @@ from xce_lite.controller.jobunits import Expected, UnitLaunch, failed_pre_hook, 
 from xce_lite.controller.kill_marks import KillMarks
 from xce_lite.controller.kills import killed_reason, on_lost
 from xce_lite.controller.leasework import HostLeases
+from xce_lite.controller.outcomes import finish_from_result, retry_of
 from xce_lite.controller.seams import Clock
 from xce_lite.controller.state import ENDED, NEW, RUNNING, SENT, Active, ControllerState, Draining
 from xce_lite.controller.task_launches import TaskLaunches
@@ -130,8 +131,8 @@ class Units:
         self.launches.unit_tasks_ended(job.id, index)
         if index == 0 and not job.ending:
             job.ending = True
-            finish = _finish_from_result(job, result)
-            retry = self.leases.requeue_after_expiry(job, host, result) or _retry_of(job, finish)
+            finish = finish_from_result(job, result)
+            retry = self.leases.requeue_after_expiry(job, host, result) or retry_of(job, finish)
             if retry is not None:
                 self.state.unrecorded_requeues.append(retry)
             else:
@@ -148,14 +149,16 @@ class Units:
             if job is None or job.status[index] not in (NEW, SENT):
                 continue
             if reply.status == "refused":
-                self.end_job(job, EXIT, f"launch refused by host {event.host}: {reply.error}", "launch_failed", now)
+                why = f"launch refused by host {event.host}: {reply.error}"
+                self.end_job(job, EXIT, killed_reason(job.killed, why), "launch_failed", now)
             elif reply.status in ("started", "running"):
                 self._mark_running(job, index, reply.start_time or now)
             # "finished": an adopted unit that already ended; its finished event follows
         for unit in event.failed:
             job, index = self._unit(unit)
             if job is not None and job.status[index] in (NEW, SENT):
-                self.end_job(job, EXIT, f"launch failed on host {event.host}: {event.error}", "launch_failed", now)
+                self.end_job(job, EXIT, killed_reason(job.killed, f"launch failed on host {event.host}: {event.error}"),
+                             "launch_failed", now)
 
     def _unit(self, unit: str) -> tuple[Active | None, int]:
         where = self.state.by_unit.get(unit)
@@ -172,7 +175,8 @@ class Units:
             self.state.unrecorded_started.append((job.id, start_time))
 
     def end_job(self, job: Active, state: str, reason: str, event: str, now: float) -> None:
-        """End an active job now, with no result from its first unit (refused, lost, vanished)."""
+        """End an active job now, with no result from its first unit (refused, lost, vanished); a
+        killed job's `reason` is the caller's to word (kills.killed_reason)."""
         if job.ending:
             return
         job.ending = True
@@ -220,8 +224,8 @@ class Units:
         for unit in seen.vanished:
             job, _index = self._unit(unit)
             if job is not None:
-                why = f"lost: unit {unit} vanished from host {name}"
-                self.end_job(job, EXIT, killed_reason(job.killed, why) if job.killed else why, "lost", now)
+                self.end_job(job, EXIT, killed_reason(job.killed, f"lost: unit {unit} vanished from host {name}"),
+                             "lost", now)
         for unit in seen.stale:
             self.stops.append((name, unit, "stale copy: its job ended or was requeued meanwhile"))
         for unit in seen.gone:
@@ -345,6 +349,8 @@ class Units:
                     self.kills.forget(job_id)  # killed before it reached its host: it never starts
                     self.end_job(job, EXIT, kill_reason + " before it started", "launch_failed", now)
                     continue
+                if job.killed:
+                    continue  # killed while it runs: no more of it starts (a unit whose launch got lost)
                 if job_id not in made:
                     queue = self.state.config.queue(row.queue)
                     made[job_id] = launch_requests(
@@ -370,40 +376,3 @@ class Units:
                         if job is not None and job.status[index] == SENT:
                             job.status[index] = NEW
 
-
-def _retry_of(job: Active, finish: Finish) -> Requeue | None:
-    """The requeue that retries a failed attempt (--retry, --retry-on), or None: it succeeded, was
-    killed by someone, failed with a code not listed, or has no retries left."""
-    if finish.state != EXIT or job.killed or job.retries >= job.retry:
-        return None
-    if job.retry_on is not None and finish.exit_code not in job.retry_on:
-        return None
-    how = (f"killed by signal {finish.exit_signal}" if finish.exit_signal else f"exit code {finish.exit_code}")
-    if finish.reason:
-        how += f": {finish.reason}"
-    reason = f"attempt {job.attempt} failed ({how}); retry {job.retries + 1} of {job.retry}"
-    result = {"attempt": job.attempt, "exit_code": finish.exit_code, "signal": finish.exit_signal,
-              "reason": finish.reason, "start_time": finish.start_time, "end_time": finish.end_time,
-              "cpu_time": finish.cpu_time, "max_rss": finish.max_rss}
-    return Requeue(job.id, job.state, reason, retry=True, result=result)
-
-
-def _finish_from_result(job: Active, result: JobResult) -> Finish:
-    """DONE: exit 0, no signal, no reason. A job someone killed that did not end DONE ends with the
-    kill's reason, whatever ended it first (kills.killed_reason: its host stopped it when the lease
-    ran out before the kill reached it, it failed). A note (post hooks that failed without failing
-    the job) is stored after the reason, whatever the state."""
-    ok = result.exit_code == 0 and result.signal is None and result.reason is None
-    why = result.reason
-    if job.killed and not ok:
-        why = killed_reason(job.killed, why or _how_it_ended(result))
-    reason = "; ".join(text for text in (why, result.note) if text) or None
-    return Finish(job.id, job.state, "DONE" if ok else EXIT, result.start_time, result.end_time, result.exit_code,
-                  result.signal, result.cpu_time, result.max_rss, reason, result.hooks)
-
-
-def _how_it_ended(result: JobResult) -> str:
-    """A result with no reason of its own, in words."""
-    if result.signal is not None:
-        return f"killed by signal {result.signal}"
-    return f"exit code {result.exit_code}" if result.exit_code is not None else "exit status unknown"
