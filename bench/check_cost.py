@@ -8,8 +8,8 @@ accept writes to the WAL, page by page (issue 18: most of an array's accept is S
 CHECKs: two scratch databases in a temp directory (WAL, synchronous=FULL), each with only a `jobs`
 table: its DDL as a store at schema 0011 holds it, and as a store made by this tree holds it. Per
 run, the thread CPU time of one executemany of --rows array-element rows, then of one UPDATE per
-row PEND -> DISP (as a dispatch writes it); then the same in multi-row INSERTs (store/newjobs.py's
-way). Medians.
+row PEND -> DISP (as a dispatch writes it); then the same with the rows inserted as store/newjobs.py
+inserts an array's elements (one INSERT ... SELECT over a JSON list of indices). Medians.
 
 WAL: a real store (this tree's schema, three earlier arrays in it), one more --rows-element array
 submitted through JobStore.submit as the controller does; the frames its commit appended to the
@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from xce_lite.models import JobSpec
 from xce_lite.store import db
 from xce_lite.store.jobs import JobStore
+from xce_lite.store.newjobs import _ELEMENTS
 from xce_lite.store.newjobs import _JOBS as _COLUMNS
-from xce_lite.store.newjobs import insert_rows
 from xce_lite.store.workflows import NewJob
 
 
@@ -62,8 +62,9 @@ def measure(path: Path, ddl: str, runs: int, rows: int, multi: bool = False) -> 
                  for i in range(rows)]
         con.execute("BEGIN IMMEDIATE")
         start = time.thread_time()
-        if multi:  # as store/newjobs.py writes them
-            insert_rows(con, _COLUMNS, batch)
+        if multi:  # as store/newjobs.py writes an array's elements: one INSERT over a JSON list
+            con.execute(_ELEMENTS, ("alice", "normal", "PEND", "{}", 1, 1.0, None, "sweep", None, None,
+                                    "[" + ",".join(str(i + 1) for i in range(rows)) + "]", next_id))
         else:
             con.executemany(f"INSERT INTO {_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", batch)
         inserts.append(time.thread_time() - start)
@@ -115,10 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         print("same DDL: this tree has no migration 0012" if old == new else "")
         for n, (label, text, multi) in enumerate((("0011 CHECKs (IN lists)", old, False),
                                                   ("this tree's CHECKs", new, False),
-                                                  ("0011, 500 rows/INSERT", old, True),
-                                                  ("this tree, 500 rows/INSERT", new, True))):
+                                                  ("0011, one INSERT json_each", old, True),
+                                                  ("this tree, one INSERT json_each", new, True))):
             insert, update = measure(tmp / f"{n}.db", text, args.runs, args.rows, multi)
-            print(f"{label:27s} insert {1e6 * insert / args.rows:6.2f} us/row, PEND->DISP update "
+            print(f"{label:32s} insert {1e6 * insert / args.rows:6.2f} us/row, PEND->DISP update "
                   f"{1e6 * update / args.rows:6.2f} us/row  (median of {args.runs} runs of {args.rows} rows)")
         size, pages, cpu = wal_pages(tmp, args.rows)
         print(f"\none {args.rows}-element array's submit: {size} WAL bytes, {sum(pages.values())} pages "
