@@ -91,8 +91,9 @@ def admit(gating: Gating, pending: PendingSet, ids: list[int], items: list[NewJo
             batch.extend(_clones(template, (job_id,), now))
             continue
         elements = range(job_id, job_id + len(item.indices))
-        for element in elements:
-            gating.note_element(element, job_id)
+        # gating.note_element for each (new ids: none is known yet), in two steps instead of 1,000 calls
+        gating.array_of.update(dict.fromkeys(elements, job_id))
+        gating.array_left[job_id] += len(elements)
         template = gating.pending_of(job_id, user, item.queue, spec, now, job_id)  # the array's merge, kept
         batch.extend(_clones(template, elements, now))
     pending.add_all(batch)
