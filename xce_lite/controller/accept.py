@@ -76,19 +76,28 @@ def admit(gating: Gating, pending: PendingSet, ids: list[int], items: list[NewJo
     once per (spec, queue) of the request. Holds the state's lock."""
     templates: dict[tuple[int, str], PendingJob] = {}
     batch: list[PendingJob] = []
+    run_of: PendingJob | None = None  # the template of `run`: neighbouring plain jobs of one (spec, queue)
+    run: list[int] = []
     for job_id, item in zip(ids, items):
         spec = item.spec
-        if spec.hold or item.depend is not None or (spec.array and arrays.throttle_of(spec.array) is not None):
-            pending.add_all(batch)  # the pending set keeps the submission's order
-            batch = []
-            gating.admit(job_id, item, user, now)
-            continue
-        if not item.indices:
+        special = spec.hold or item.depend is not None or (spec.array and arrays.throttle_of(spec.array) is not None)
+        if not item.indices and not special:
             template = templates.get((id(spec), item.queue))
             if template is None:
                 template = templates[(id(spec), item.queue)] = gating.pending_of(job_id, user, item.queue, spec,
                                                                                  now, None)
-            batch.extend(_clones(template, (job_id,), now))
+            if template is not run_of:
+                batch.extend(_clones(run_of, run, now) if run_of is not None else ())
+                run_of, run = template, []
+            run.append(job_id)
+            continue
+        if run_of is not None:  # the pending set keeps the submission's order
+            batch.extend(_clones(run_of, run, now))
+            run_of, run = None, []
+        if special:
+            pending.add_all(batch)
+            batch = []
+            gating.admit(job_id, item, user, now)
             continue
         elements = range(job_id, job_id + len(item.indices))
         # gating.note_element for each (new ids: none is known yet), in two steps instead of 1,000 calls
@@ -96,6 +105,8 @@ def admit(gating: Gating, pending: PendingSet, ids: list[int], items: list[NewJo
         gating.array_left[job_id] += len(elements)
         template = gating.pending_of(job_id, user, item.queue, spec, now, job_id)  # the array's merge, kept
         batch.extend(_clones(template, elements, now))
+    if run_of is not None:
+        batch.extend(_clones(run_of, run, now))
     pending.add_all(batch)
 
 
