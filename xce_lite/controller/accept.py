@@ -11,7 +11,7 @@ batch's jobs of one spec and queue, share one merge for the scheduler's view, ea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from xce_lite import errors
@@ -76,38 +76,61 @@ def admit(gating: Gating, pending: PendingSet, ids: list[int], items: list[NewJo
     once per (spec, queue) of the request. Holds the state's lock."""
     templates: dict[tuple[int, str], PendingJob] = {}
     batch: list[PendingJob] = []
+    run_of: PendingJob | None = None  # the template of `run`: neighbouring plain jobs of one (spec, queue)
+    run: list[int] = []
     for job_id, item in zip(ids, items):
         spec = item.spec
-        if spec.hold or item.depend is not None or (spec.array and arrays.throttle_of(spec.array) is not None):
-            pending.add_all(batch)  # the pending set keeps the submission's order
-            batch = []
-            gating.admit(job_id, item, user, now)
-            continue
-        if not item.indices:
+        special = spec.hold or item.depend is not None or (spec.array and arrays.throttle_of(spec.array) is not None)
+        if not item.indices and not special:
             template = templates.get((id(spec), item.queue))
             if template is None:
                 template = templates[(id(spec), item.queue)] = gating.pending_of(job_id, user, item.queue, spec,
                                                                                  now, None)
-            batch.append(_as(template, job_id, now))
+            if template is not run_of:
+                batch.extend(_clones(run_of, run, now) if run_of is not None else ())
+                run_of, run = template, []
+            run.append(job_id)
+            continue
+        if run_of is not None:  # the pending set keeps the submission's order
+            batch.extend(_clones(run_of, run, now))
+            run_of, run = None, []
+        if special:
+            pending.add_all(batch)
+            batch = []
+            gating.admit(job_id, item, user, now)
             continue
         elements = range(job_id, job_id + len(item.indices))
-        for element in elements:
-            gating.note_element(element, job_id)
+        # gating.note_element for each (new ids: none is known yet), in two steps instead of 1,000 calls
+        gating.array_of.update(dict.fromkeys(elements, job_id))
+        gating.array_left[job_id] += len(elements)
         template = gating.pending_of(job_id, user, item.queue, spec, now, job_id)  # the array's merge, kept
-        batch.extend(_as(template, element, now) for element in elements)
+        batch.extend(_clones(template, elements, now))
+    if run_of is not None:
+        batch.extend(_clones(run_of, run, now))
     pending.add_all(batch)
 
 
-def _as(template: PendingJob, job_id: int, submit_time: float) -> PendingJob:
-    """`template` for job `job_id` (its request's id too), as dataclasses.replace would make it, at
-    a fifth of the cost: 1,000 elements cost ~15 ms that way."""
-    job = object.__new__(PendingJob)
-    fields = job.__dict__
-    fields.update(template.__dict__)
-    fields["id"], fields["submit_time"] = job_id, submit_time
-    request = object.__new__(JobRequest)
-    for name in JobRequest.__slots__:
-        object.__setattr__(request, name, getattr(template.request, name))
-    object.__setattr__(request, "id", job_id)
-    fields["request"] = request
-    return job
+def _clones(template: PendingJob, ids: Iterable[int], submit_time: float) -> list[PendingJob]:
+    """`template` for each job of `ids` (its request's id too), as dataclasses.replace would make
+    them, at a tenth of the cost: 1,000 elements cost ~15 ms that way, ~3.5 ms copying the fields
+    one by one per job, ~1.5 ms thus (what is shared is read once, each job gets its own field
+    dict and request). PendingJob is frozen: its fields are set as dataclasses' own __init__ does."""
+    fields = dict(template.__dict__)
+    fields["submit_time"] = submit_time
+    shared = template.request
+    low, high, resreq = shared.min_tasks, shared.max_tasks, shared.resreq
+    new, put = object.__new__, object.__setattr__
+    out = []
+    for job_id in ids:
+        request = new(JobRequest)
+        put(request, "id", job_id)
+        put(request, "min_tasks", low)
+        put(request, "max_tasks", high)
+        put(request, "resreq", resreq)
+        job = new(PendingJob)
+        own = job.__dict__
+        own.update(fields)
+        own["id"] = job_id
+        own["request"] = request
+        out.append(job)
+    return out

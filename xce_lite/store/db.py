@@ -114,7 +114,11 @@ def connect(path: Path, create: bool = True, readonly: bool = False, durable: bo
         con.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=OFF")
     con.execute("PRAGMA foreign_keys=ON")
     if not readonly and version < latest:
-        _migrate(con, version)
+        try:
+            _migrate(con, version)
+        except BaseException:
+            con.close()
+            raise
     return con
 
 
@@ -139,14 +143,29 @@ def _close_to_others(path: Path) -> None:
 
 
 def _migrate(con: apsw.Connection, current: int) -> None:
-    """Apply every migration above `current`, each in one transaction with its version bump."""
-    for version, _name, sql in migrations():
-        if version <= current:
-            continue
-        with write(con):
-            con.execute(sql)
-            con.execute(f"PRAGMA application_id={APPLICATION_ID}")
-            con.execute(f"PRAGMA user_version={version}")
+    """Apply every migration above `current`, each in one transaction with its version bump.
+
+    Foreign keys are off while they run (SQLite ignores that pragma inside a transaction, so it is
+    set around them): a migration that rebuilds a table (0012) drops the old one, whose implicit
+    DELETE would break every reference to it. Each migration's references are checked before it
+    commits instead (the documented procedure), and one that broke any commits nothing."""
+    con.execute("PRAGMA foreign_keys=OFF")
+    try:
+        for version, name, sql in migrations():
+            if version <= current:
+                continue
+            with write(con):
+                con.execute(sql)
+                broken = con.execute("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise StoreError(
+                        f"migration {name} would leave {len(broken)} broken reference(s) (first: table "
+                        f"{broken[0][0]}, row {broken[0][1]}, to {broken[0][2]}); nothing was changed. "
+                        f"Report this with the store file")
+                con.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                con.execute(f"PRAGMA user_version={version}")
+    finally:
+        con.execute("PRAGMA foreign_keys=ON")
 
 
 @contextlib.contextmanager

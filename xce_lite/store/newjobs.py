@@ -4,9 +4,10 @@ write transaction (JobStore._insert).
 What is stored is what inserting each job alone stored (tests/controller/test_accept_bytes.py): a
 job row per job and per array element (an element's spec is ELEMENT_SPEC, its array's row holds the
 spec), one `submitted` event per row, events in the submission's order. It is only cheaper: each
-distinct spec, dependency and event is encoded to JSON once (a batch of one spec 1,000 times shares
-them), and each table takes its rows in multi-row INSERTs, arrays before the jobs that name them
-and jobs before their events.
+distinct spec, dependency and event is encoded to JSON once, and rows that differ only in their id
+(an array's elements; a batch's neighbouring jobs of one spec) go in as ONE statement that SQLite
+repeats over a JSON list of the ids (`INSERT ... SELECT ... FROM json_each(?)`): no Python tuple, no
+bound parameter per row. Arrays go in before the jobs that name them, jobs before their events.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from xce_lite.store.workflows import ELEMENT_SPEC, NewJob, display_name
 
 _JOBS = "jobs(id, user, queue, state, spec, slots, submit_time, reason, name, depend, array_id, array_index, project)"
 _EVENTS = "events(job_id, time, kind, data)"
-CHUNK = 500  # rows per INSERT statement (fewer where SQLite takes fewer variables)
+
+# ?1..?9 and ?10: a row's shared values (user .. depend, project); ?11: the JSON list. json_each
+# gives the list's items in order (key: 0, 1, ...), so ids and events' seq ascend as they did when
+# each row was inserted alone.
+_SHARED = "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9"
+_PLAIN_JOBS = f"INSERT INTO {_JOBS} SELECT value, {_SHARED}, NULL, NULL, ?10 FROM json_each(?11)"
+_ELEMENTS = f"INSERT INTO {_JOBS} SELECT ?12 + key, {_SHARED}, ?12, value, ?10 FROM json_each(?11)"  # ?12: the array
+_PLAIN_EVENTS = f"INSERT INTO {_EVENTS} SELECT value, ?1, 'submitted', ?2 FROM json_each(?3)"
+_ELEMENT_EVENTS = f"INSERT INTO {_EVENTS} SELECT ?4 + key, ?1, 'submitted', ?2 FROM json_each(?3)"
 
 
 def insert_jobs(con: apsw.Connection, items: Sequence[NewJob], ids: Sequence[int], depends: Sequence[dict | None],
@@ -30,8 +39,8 @@ def insert_jobs(con: apsw.Connection, items: Sequence[NewJob], ids: Sequence[int
     depend_texts: dict[int, str] = {}  # id(dependency) -> its JSON
     events: dict[tuple, str] = {}  # (queue, held, project) -> the plain job's event data
     array_rows: list[tuple] = []
-    job_rows: list[tuple] = []
-    event_rows: list[tuple] = []
+    # Runs of rows that differ only in their id: [array id or None, shared values, event data, ids or indices]
+    runs: list[list] = []
     for item, job_id, depend in zip(items, ids, depends):
         spec = item.spec
         encoded = texts.get(id(spec))
@@ -46,41 +55,42 @@ def insert_jobs(con: apsw.Connection, items: Sequence[NewJob], ids: Sequence[int
         state = "PSUSP" if spec.hold else "PEND"
         reason = "held at submission" if spec.hold else None
         slots = spec.slots or 1
-        key = (item.queue, spec.hold, spec.project)
         if not item.indices:
+            key = (item.queue, spec.hold, spec.project)
             data = events.get(key)
             if data is None:
                 data = events[key] = json.dumps(_event(user, item.queue, spec), ensure_ascii=True)
-            job_rows.append((job_id, user, item.queue, state, spec_text, slots, now, reason, name, depend_text,
-                             None, None, spec.project))
-            event_rows.append((job_id, now, "submitted", data))
+            shared = (user, item.queue, state, spec_text, slots, now, reason, name, depend_text, spec.project)
+            last = runs[-1] if runs else None
+            if last is not None and last[0] is None and last[1] == shared and last[2] == data \
+                    and last[3][-1] == job_id - 1:
+                last[3].append(job_id)
+            else:
+                runs.append([None, shared, data, [job_id]])
             continue
         array_rows.append((job_id, user, spec_text, len(item.indices), depend_text, now))
-        elements = range(job_id, job_id + len(item.indices))
-        job_rows.extend((element, user, item.queue, state, ELEMENT_SPEC, slots, now, reason, name, None, job_id,
-                         index, spec.project) for element, index in zip(elements, item.indices))
         data = json.dumps({**_event(user, item.queue, spec), "array": job_id}, ensure_ascii=True)
-        event_rows.extend((element, now, "submitted", data) for element in elements)
+        runs.append([job_id, (user, item.queue, state, ELEMENT_SPEC, slots, now, reason, name, None, spec.project),
+                     data, item.indices])
     if array_rows:
         con.executemany("INSERT INTO arrays(id, user, spec, size, depend, submit_time) VALUES (?, ?, ?, ?, ?, ?)",
                         array_rows)
-    insert_rows(con, _JOBS, job_rows)
-    insert_rows(con, _EVENTS, event_rows)
+    listed = [_listed(values) for _, _, _, values in runs]
+    for (array_id, shared, _, _), values in zip(runs, listed):
+        if array_id is None:
+            con.execute(_PLAIN_JOBS, (*shared, values))
+        else:
+            con.execute(_ELEMENTS, (*shared, values, array_id))
+    for (array_id, _, data, _), values in zip(runs, listed):
+        if array_id is None:
+            con.execute(_PLAIN_EVENTS, (now, data, values))
+        else:
+            con.execute(_ELEMENT_EVENTS, (now, data, values, array_id))
 
 
-def insert_rows(con: apsw.Connection, table: str, rows: list[tuple]) -> None:
-    """`INSERT INTO table VALUES (...), (...), ...`, CHUNK rows a statement: one execution of a
-    statement instead of one per row (executemany). Measured in a real store (its indexes, foreign
-    keys and CHECKs), 1,000 array elements: jobs rows 5 ms against 10-12, events 1.2 against 1.4-1.9."""
-    if not rows:
-        return
-    width = len(rows[0])
-    per = max(1, min(CHUNK, con.limit(apsw.SQLITE_LIMIT_VARIABLE_NUMBER, -1) // width))
-    marks = "(" + ", ".join("?" * width) + ")"
-    for start in range(0, len(rows), per):
-        chunk = rows[start:start + per]
-        con.execute(f"INSERT INTO {table} VALUES {', '.join([marks] * len(chunk))}",
-                    [value for row in chunk for value in row])
+def _listed(values: Sequence[int]) -> str:
+    """Whole numbers as a JSON list, for json_each."""
+    return "[" + ",".join(map(str, values)) + "]"
 
 
 def _event(user: str, queue: str, spec) -> dict:
@@ -88,4 +98,3 @@ def _event(user: str, queue: str, spec) -> dict:
     if spec.project is not None:
         event["project"] = spec.project
     return event
-
