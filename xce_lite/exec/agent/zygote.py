@@ -171,6 +171,7 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
     signal.set_wakeup_fd(-1)  # the agent's (when it forks a new zygote), not ours
     keep_only({lock_fd, requests, replies})
     load_prctl()  # once here: every supervisor inherits it
+    import resource  # noqa: F401 - os.wait4 imports it for its rusage: once here, not in every supervisor
     boot = boot_id()
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda _n, _f: None)  # only to write to wake_w
