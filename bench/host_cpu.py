@@ -38,9 +38,22 @@ def reaped(p) -> float:
     return t.children_user + t.children_system
 
 
+def live_children(p) -> float:
+    """CPU seconds of the live children of `p` (the zygote's reused supervisors, which are reaped
+    only when they exit): with the reaped ones' CPU, a sample's delta counts each one's work."""
+    total = 0.0
+    for child in p.children():
+        try:
+            total += own(child)
+        except Exception:  # psutil.NoSuchProcess: it ended, and is counted among the reaped
+            pass
+    return total
+
+
 def sample(agent, zygote, me) -> list[float]:
-    """CPU seconds: agent's own, its reaped children's, the zygote's own and reaped, ours; the machine's busy."""
-    z = (own(zygote), reaped(zygote)) if zygote is not None else (0.0, 0.0)
+    """CPU seconds: agent's own, its reaped children's, the zygote's own and reaped (with its live
+    children's), ours; the machine's busy."""
+    z = (own(zygote), reaped(zygote) + live_children(zygote)) if zygote is not None else (0.0, 0.0)
     return [own(agent), reaped(agent), *z, own(me), machine_busy_seconds()]
 
 

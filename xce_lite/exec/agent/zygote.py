@@ -27,6 +27,7 @@ import time
 
 from .base import AgentBase
 from .jsonl import dumps, loads
+from .pool import Pool, poolable
 from .recorders import JournalRecorder
 from .signals import signal
 from .supervisor import become_supervisor, fork_detached
@@ -44,6 +45,7 @@ class Zygote:
         self.buffer = b""
         self.kids: set[int] = set()  # supervisors it forked for us that have not ended yet
         self.exits: list[tuple[int, int]] = []  # (pid, wait status) reported, not yet handled
+        self.done: list[int] = []  # workers whose job ended (among exits), to release once handled
         self.dead = False
 
     def spawn(self, items: list[tuple[str, dict, float]]) -> list[tuple[int | None, str | None]]:
@@ -52,12 +54,23 @@ class Zygote:
         for REPLY_TIMEOUT (it is killed then): the items without an answer may have been forked or
         not. Its requests are written as it reads them, its lines read meanwhile: neither waits
         for the other with a full pipe."""
+        data = b"".join((b"p" if poolable(spec) else b"") + dumps({"unit": u, "spec": spec, "start_time": t})
+                        for u, spec, t in items)
+        return self.talk(data, len(items))
+
+    def release(self, pids: list[int]) -> None:
+        """Let the zygote give these workers (pool.py) their next job: the agent has read the result
+        of the job each had, and sends its supervisor no signal from now on. OSError as spawn."""
+        self.talk(b"".join(b"r%d\n" % pid for pid in pids), 0)
+
+    def talk(self, request: bytes, forks: int) -> list[tuple[int | None, str | None]]:
+        """Write `request` and read the answers of its `forks` (spawn)."""
         import select
 
-        data = memoryview(b"".join(dumps({"unit": u, "spec": spec, "start_time": t}) for u, spec, t in items))
+        data = memoryview(request)
         answers: list[tuple[int | None, str | None]] = []
         deadline = time.monotonic() + REPLY_TIMEOUT
-        while len(answers) < len(items):
+        while data or len(answers) < forks:
             if data:
                 try:
                     data = data[os.write(self.requests, data) :]
@@ -73,7 +86,7 @@ class Zygote:
                     answers.append((None, line[1:].decode("utf-8", "replace")))
                 else:
                     self.note(line)
-            if len(answers) == len(items):
+            if not data and len(answers) == forks:
                 break
             left = deadline - time.monotonic()
             if left <= 0:
@@ -95,11 +108,17 @@ class Zygote:
         return lines
 
     def note(self, line: bytes) -> None:
-        """An "xPID STATUS" line: a supervisor ended."""
+        """An "xPID STATUS" line: a supervisor ended; "dPID": a reused one (pool.py) ended its job,
+        whose result is durable, as a supervisor that exited 0: it waits for its release."""
         if line[:1] == b"x":
             pid, status = (int(x) for x in line[1:].split())
             self.kids.discard(pid)
             self.exits.append((pid, status))
+        elif line[:1] == b"d":
+            pid = int(line[1:])
+            self.kids.discard(pid)
+            self.exits.append((pid, 0))
+            self.done.append(pid)
 
     def kill(self) -> None:
         self.dead = True
@@ -180,8 +199,9 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
     poller.register(requests, select.POLLIN)
     poller.register(wake_r, select.POLLIN)
     pending, mine = b"", (requests, replies, wake_r, wake_w)
+    pool = Pool(spool, boot, lock_fd, poller, mine)
     while True:
-        ready = {fd for fd, _ev in poller.poll()}
+        ready = {fd for fd, _ev in poller.poll(pool.expire(time.monotonic()))}
         out = []
         if wake_r in ready:
             try:
@@ -189,6 +209,8 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
                     pass
             except BlockingIOError:
                 pass
+        for fd in ready - {wake_r, requests}:
+            out.append(pool.readable(fd))  # a worker's job has ended: before any fork answer below
         if requests in ready:
             data = os.read(requests, 1 << 16)
             if not data:
@@ -197,8 +219,14 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
             for line in lines:
                 if not line:
                     continue
+                if line[:1] == b"r":  # the agent knows that worker's job ended
+                    pool.release(int(line[1:]), time.monotonic())
+                    continue
                 try:  # the supervisor reads its request: the less the zygote writes, the fewer pages it copies
-                    out.append(b"+%d\n" % fork_detached(lambda line=line: supervise(line, spool, boot), mine))
+                    if line[:1] == b"p":  # may run in a reused supervisor (pool.py)
+                        out.append(b"+%d\n" % pool.run(line[1:] + b"\n"))
+                    else:
+                        out.append(b"+%d\n" % fork_detached(lambda line=line: supervise(line, spool, boot), pool.fds()))
                 except OSError as exc:
                     out.append(f"!{exc}\n".encode("utf-8", "replace"))
         while True:  # every supervisor that ended (SIGCHLD may merge several)
@@ -208,6 +236,7 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
                 break
             if pid == 0:
                 break
+            pool.forget(pid)
             out.append(b"x%d %d\n" % (pid, status))
         if out:
             data = b"".join(out)
@@ -261,10 +290,18 @@ class ZygoteOps(AgentBase):
         self.take_exits()
 
     def take_exits(self) -> None:
-        """Act on the supervisors' ends the zygote told (once their pids are known as children)."""
-        if self.zygote is not None and self.zygote.exits:
-            exits, self.zygote.exits = self.zygote.exits, []
+        """Act on the supervisors' ends the zygote told (once their pids are known as children);
+        then release the workers among them (pool.py): their units' results are known now."""
+        while self.zygote is not None and self.zygote.exits:
+            zygote = self.zygote
+            exits, zygote.exits = zygote.exits, []
+            done, zygote.done = zygote.done, []
             self.reaped_children(exits)
+            if done:
+                try:
+                    zygote.release(done)  # its answers may tell of more ends: the loop takes them
+                except OSError as exc:
+                    self.zygote_lost(str(exc))
 
     def zygote_lost(self, why: str) -> None:
         """The zygote is gone: the supervisors it forked are no child of anyone we hear from. Their
