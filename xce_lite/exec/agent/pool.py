@@ -12,11 +12,13 @@ A fresh supervisor per job costs a fork of the zygote, its copy-on-write faults 
 - nothing is inherited from the previous job: cwd (back to the zygote's), environment (the
   zygote's), umask (the job's), fds (none but the worker's socket; the job inherits none), signal
   mask and dispositions (the supervisor's own, unchanged by a job), rlimits (never changed);
-- a signal meant for the previous job never reaches the next one: a worker says it is done ("d")
-  only once the result is durable; the zygote passes that on to the agent, which reads the result
-  (from then on it sends nothing to that unit's supervisor) and only then releases the worker ("r"
-  on its request pipe); what was sent before the release is pending and dropped (sigtimedwait)
-  before the worker takes its next job.
+- a signal meant for the previous job never reaches the next one, and none meant for the next job
+  is lost: a worker says it is done ("d") only once the result is durable; the zygote passes that
+  on to the agent, which reads the result (from then on it sends nothing to that unit's
+  supervisor) and only then releases the worker ("rPID" on its request pipe). The zygote passes
+  the release on ("r"); the worker drops what is pending then (sent for the previous job, before
+  the release) and answers "i": only then is it idle, and given a job, whose signals the agent can
+  send only once the zygote has answered that job's fork with the worker's pid.
 Only units with no user to run as, no hooks of the supervisor's and the role "job" go to a worker
 (agent side: poolable); a worker whose supervision went wrong (an error of its own) is not reused,
 nor one past MAX_JOBS. Standard library only.
@@ -36,6 +38,7 @@ from .util import job_umask
 
 POOL_IDLE = 64  # idle workers the zygote keeps (about the jobs a host runs at once); more are let go
 IDLE_FOR = 60.0  # seconds an idle worker is kept
+DRAIN_WAIT = 0.5  # seconds a launch waits for a released worker to be idle, rather than fork one
 MAX_JOBS = 1000  # jobs a worker runs before it exits (gc is off in it: cycles are never collected)
 
 
@@ -107,7 +110,6 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
         if got is None:
             return
         line, lock = got
-        drop_pending_signals()
         os.fchdir(home)
         if os.environ != env:  # spawn_job sets PATH to the job's
             os.environ.clear()
@@ -126,7 +128,14 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
         let_go()  # a job that never started was recorded with the lock held, as a fresh supervisor does
         if not fit or has_children() or not poolable(req["spec"]) or count == MAX_JOBS:
             return  # exit: the zygote reports it as a supervisor's end
-        sock.sendall(b"d")
+        try:
+            sock.sendall(b"d")
+            if sock.recv(1) != b"r":  # the agent knows the result: no signal for this job comes any more
+                return  # EOF: let go (the zygote is gone)
+            drop_pending_signals()
+            sock.sendall(b"i")
+        except OSError:  # the zygote is gone
+            return
 
 
 class Pool:
@@ -139,6 +148,8 @@ class Pool:
         self.pids: dict[int, int] = {}  # socket fd -> pid
         self.idle: list[tuple[int, float]] = []  # (pid, released at), the latest last: the warmest first
         self.done: set[int] = set()  # said "d", not yet released by the agent
+        self.draining: set[int] = set()  # released, told so, not yet idle (its "i" to come)
+        self.outbox = b""  # lines for the agent read while waiting for a draining worker
 
     def fds(self) -> tuple[int, ...]:
         """The zygote's fds that a fresh supervisor must close: its own and the workers' sockets."""
@@ -146,7 +157,10 @@ class Pool:
 
     def run(self, line: bytes) -> int:
         """Hand the job of `line` to an idle worker, or to a new one; the worker's pid. OSError if
-        no worker could be had (the fork failed)."""
+        no worker could be had (the fork failed). With none idle but some dropping their stale
+        signals (a few syscalls), one of those is waited for, up to DRAIN_WAIT: a fork costs more."""
+        if not self.idle and self.draining:
+            self.wait_idle()
         while self.idle:
             pid, _since = self.idle.pop()
             try:
@@ -161,6 +175,23 @@ class Pool:
             self.forget(pid)
             raise
         return pid
+
+    def wait_idle(self) -> None:
+        """Wait (up to DRAIN_WAIT) until a draining worker is idle; what they say meanwhile for the
+        agent ("dPID") goes to `outbox`."""
+        import select
+        import time
+
+        deadline = time.monotonic() + DRAIN_WAIT
+        while self.draining and not self.idle:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            poller = select.poll()
+            for pid in self.draining:
+                poller.register(self.socks[pid].fileno(), select.POLLIN)
+            for fd, _ev in poller.poll(int(left * 1000) + 1):
+                self.outbox += self.readable(fd, time.monotonic())
 
     def fork(self) -> int:
         import _socket
@@ -180,8 +211,9 @@ class Pool:
         self.poller.register(ours.fileno(), 1)  # POLLIN: its "d", or EOF
         return pid
 
-    def readable(self, fd: int) -> bytes:
-        """A worker's socket is readable: b"dPID\\n" for the agent if it finished its job, b"" else."""
+    def readable(self, fd: int, now: float) -> bytes:
+        """A worker's socket is readable: b"dPID\\n" for the agent if it finished its job, b"" else
+        (it is idle now, or gone)."""
         pid = self.pids.get(fd)
         if pid is None:
             return b""
@@ -192,18 +224,30 @@ class Pool:
         if not data:
             self.forget(pid)  # it exited: its end is reported by waitpid
             return b""
-        self.done.add(pid)
-        return b"d%d\n" % pid
+        out = b""
+        for byte in data:
+            if byte == ord("d"):
+                self.done.add(pid)
+                out += b"d%d\n" % pid
+            elif byte == ord("i") and pid in self.draining:  # it dropped its stale signals: idle
+                self.draining.discard(pid)
+                self.idle.append((pid, now))
+                while len(self.idle) > POOL_IDLE:  # the oldest idle ones beyond POOL_IDLE go
+                    self.forget(self.idle.pop(0)[0])
+        return out
 
-    def release(self, pid: int, now: float) -> None:
-        """The agent knows the worker's job has ended: it may take another (the oldest idle ones
-        beyond POOL_IDLE are let go)."""
+    def release(self, pid: int) -> None:
+        """The agent knows the worker's job has ended: tell the worker, which drops the signals
+        sent for that job and then says it is idle."""
         if pid not in self.done:
             return  # gone meanwhile
         self.done.discard(pid)
-        self.idle.append((pid, now))
-        while len(self.idle) > POOL_IDLE:
-            self.forget(self.idle.pop(0)[0])
+        try:
+            self.socks[pid].sendall(b"r")
+        except OSError:
+            self.forget(pid)
+            return
+        self.draining.add(pid)
 
     def expire(self, now: float) -> int:
         """Let go of the workers idle for IDLE_FOR; milliseconds until the next one is due (-1: none)."""
@@ -221,4 +265,5 @@ class Pool:
         self.poller.unregister(fd)
         sock.close()
         self.done.discard(pid)
+        self.draining.discard(pid)
         self.idle = [(p, t) for p, t in self.idle if p != pid]

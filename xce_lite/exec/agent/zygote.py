@@ -210,7 +210,7 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
             except BlockingIOError:
                 pass
         for fd in ready - {wake_r, requests}:
-            out.append(pool.readable(fd))  # a worker's job has ended: before any fork answer below
+            out.append(pool.readable(fd, time.monotonic()))  # a worker's job has ended: before any fork answer below
         if requests in ready:
             data = os.read(requests, 1 << 16)
             if not data:
@@ -220,7 +220,7 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
                 if not line:
                     continue
                 if line[:1] == b"r":  # the agent knows that worker's job ended
-                    pool.release(int(line[1:]), time.monotonic())
+                    pool.release(int(line[1:]))
                     continue
                 try:  # the supervisor reads its request: the less the zygote writes, the fewer pages it copies
                     if line[:1] == b"p":  # may run in a reused supervisor (pool.py)
@@ -229,6 +229,9 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
                         out.append(b"+%d\n" % fork_detached(lambda line=line: supervise(line, spool, boot), pool.fds()))
                 except OSError as exc:
                     out.append(f"!{exc}\n".encode("utf-8", "replace"))
+        if pool.outbox:
+            out.append(pool.outbox)
+            pool.outbox = b""
         while True:  # every supervisor that ended (SIGCHLD may merge several)
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
