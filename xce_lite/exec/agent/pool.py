@@ -26,6 +26,10 @@ nor one past MAX_JOBS. Standard library only.
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # true for mypy only: supervisors never import typing
+if TYPE_CHECKING:
+    from _socket import socket
+
 import os
 import sys
 
@@ -144,7 +148,7 @@ class Pool:
 
     def __init__(self, spool: str, boot: str, lock_fd: int, poller, mine: tuple[int, ...]):
         self.spool, self.boot, self.lock_fd, self.poller, self.mine = spool, boot, lock_fd, poller, mine
-        self.socks: dict[int, object] = {}  # pid -> the zygote's end of its socket
+        self.socks: dict[int, socket] = {}  # pid -> the zygote's end of its socket
         self.pids: dict[int, int] = {}  # socket fd -> pid
         self.idle: list[tuple[int, float]] = []  # (pid, released at), the latest last: the warmest first
         self.done: set[int] = set()  # said "d", not yet released by the agent

@@ -10,6 +10,11 @@ Between the two, two pipes of lines. Agent -> zygote: one JSON object per unit t
 "+PID" (forked) or "!WHY" (the fork failed); and at any time "xPID STATUS" when a supervisor has
 ended (its wait status): the agent hears of its supervisors' ends as it did through SIGCHLD.
 
+A request line that starts with "p" (agent side: pool.poolable) goes to a reused supervisor of
+the zygote's pool (pool.py), which answers "+PID" as a fork would; when its job has ended the
+zygote tells the agent "dPID" (as "xPID 0": the result is durable) and hands it another job only
+after the agent's "rPID" (released: the agent has read that result) and the worker's own answer.
+
 Invariants: a supervisor is exactly what fork_supervisor makes (same spec, same recorder, same
 signals blocked, the job's umask, the spool lock held until its `started` record): only its parent
 changes. The zygote holds no fd of the controller's (stdin, stdout) and exits at EOF of its request
