@@ -9,8 +9,8 @@ cores), so jobs/s moves with the machine's speed from day to day, while CPU per 
 trees measured on the same day. A throw-away cluster (bench/cluster.py: one local host of 2 slots),
 warmed with 20 jobs; then each run is one batch POST of --jobs `true` jobs until all are DONE, with:
 the machine's busy CPU time (/proc/stat: user, nice, system, irq, softirq) per job, and each of the
-controller's processes' (user + system): the controller, the host agent, the scheduler's worker.
-What is left of the machine's figure is the supervisors, the jobs and the kernel's work for them.
+controller's processes' (user + system): the controller, the host agent (with its zygote), the
+scheduler's worker; and the supervisors with their jobs (the zygote's children, reaped or live).
 Asserts nothing.
 """
 
@@ -38,6 +38,22 @@ def cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
+def supervisors_seconds(zygotes: list[psutil.Process]) -> float:
+    """CPU seconds of the zygotes' supervisors with their jobs: those reaped, and the live ones
+    (reused supervisors, exec/agent/pool.py, live across runs) with what they reaped."""
+    total = 0.0
+    for zygote in zygotes:
+        t = zygote.cpu_times()
+        total += t.children_user + t.children_system
+        for child in zygote.children():
+            try:
+                c = child.cpu_times()
+                total += c.user + c.system + c.children_user + c.children_system
+            except psutil.NoSuchProcess:  # it ended: counted among the reaped
+                pass
+    return total
+
+
 def role(process: psutil.Process, controller_pid: int) -> str:
     if process.pid == controller_pid:
         return "controller"
@@ -57,9 +73,24 @@ def main(argv: list[str] | None = None) -> int:
         wait_done(client, client.post("/jobs", {"jobs": [c.spec(["true"])] * 20})["ids"], time.monotonic() + 60)
         time.sleep(1)
         controller = psutil.Process(c.pid)
-        processes = [controller, *controller.children(recursive=True)]
+        # the controller's processes: it, its scheduler workers, the agent and its zygote; not the
+        # supervisors (the zygote's children, some reused across runs, exec/agent/pool.py) nor jobs:
+        # their CPU is in the machine's figure
+        found = {p.pid: p for p in [controller, *controller.children(recursive=True)]}
+        serving = {pid for pid, p in found.items() if pid != c.pid and "serve" in p.cmdline()}
+
+        def serving_ancestors(p: psutil.Process) -> int:
+            depth, pid = 0, p.ppid()
+            while pid in found:
+                depth += pid in serving
+                pid = found[pid].ppid()
+            return depth
+
+        processes = [p for pid, p in found.items() if serving_ancestors(p) <= (1 if pid in serving else 0)]
+        zygotes = [p for pid, p in found.items() if pid in serving and serving_ancestors(p) == 1]
         for run in range(args.runs):
             before = {p.pid: cpu_seconds(p) for p in processes}
+            supervised = supervisors_seconds(zygotes)
             busy, start = machine_busy_seconds(), time.perf_counter()
             ids = client.post("/jobs", {"jobs": [c.spec(["true"])] * args.jobs})["ids"]
             wait_done(client, ids, time.monotonic() + 600)
@@ -68,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             for p in processes:
                 name = role(p, c.pid)
                 per_role[name] = per_role.get(name, 0.0) + cpu_seconds(p) - before[p.pid]
+            per_role["supervisors+jobs"] = supervisors_seconds(zygotes) - supervised
             parts = ", ".join(f"{name} {1000 * s / args.jobs:.2f} ms" for name, s in per_role.items() if s > 0)
             print(f"run {run + 1}: {args.jobs / wall:.0f} jobs/s; CPU per job: machine {1000 * busy / args.jobs:.2f} "
                   f"ms, {parts}", flush=True)

@@ -37,14 +37,16 @@ from xce_lite.exec.host import EventSink, HostProbe
 
 
 def supervisor_pids(spool_dir: str | os.PathLike) -> list[int]:
-    """The pids of the supervisors that SPOOL_DIR's journal records and that still run (checked
-    against their /proc start time and this boot), whatever their unit's state. Read-only: for
-    clean-up in tests and benchmarks; the agent itself is the only judge of a unit's state."""
+    """The pids of the supervisors that SPOOL_DIR's journal records and that still run a unit
+    (checked against their /proc start time and this boot): their unit has no result yet. (A
+    reused supervisor, exec/agent/pool.py, lives on after its unit's result, for the next one;
+    it has stopped that unit's processes before it recorded the result.) Read-only: for clean-up
+    in tests and benchmarks; the agent itself is the only judge of a unit's state."""
     boot = boot_id()
     return [
         u.pid
         for u in read_journal(os.fspath(spool_dir)).values()
-        if u.pid is not None and u.boot == boot and is_alive(u.pid, u.starttime)
+        if u.pid is not None and u.result is None and u.boot == boot and is_alive(u.pid, u.starttime)
     ]
 
 

@@ -51,10 +51,12 @@ def make_host_dir(spec: dict) -> None:
         chown_to(hostfile, user)
 
 
-def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> None:
-    """Run the unit as its supervisor and record its result, whatever happens (even a bug here).
-    Called with SUPERVISOR_SIGNALS blocked; they stay blocked for good: the supervisor takes them
-    with sigtimedwait.
+def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let_go=None) -> bool:
+    """Run the unit as its supervisor and record its result, whatever happens (even a bug here);
+    False if a bug here was the end (the process is fit for no other job). Called with
+    SUPERVISOR_SIGNALS blocked; they stay blocked for good: the supervisor takes them with
+    sigtimedwait. With `let_go` (a reused supervisor, pool.py), that is called once `started` is
+    recorded instead of closing every fd: it closes the spool lock the worker was handed.
 
     Order matters: `started` is recorded while this process still holds the fds it inherited from
     the agent, the spool lock among them (see this module's docstring); only then are they closed
@@ -81,7 +83,7 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
     watch = Watch(recorder, spec, start_time)
     own_dir = spec.get("host_dir_by") == "supervisor"
     hooks = spec.get("hooks_by") == "supervisor" and bool(spec.get("hooks"))
-    by_itself = True  # the job ended (or could not start) with no kill begun, nor a bug here
+    by_itself = fit = True  # the job ended (or could not start) with no kill begun, nor a bug here
     detached = not detach
     outcomes: list[dict] = []
 
@@ -93,6 +95,9 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
         recorder.started(pid, int(fields[19]), start_time, job)
         if not detached:
             detached = True
+            if let_go is not None:
+                let_go()
+                return
             os.closerange(0, 1 << 20)  # close_range(2) underneath: cheap whatever the fd limit
             null = os.open(os.devnull, os.O_RDWR)  # becomes fd 0
             os.dup2(null, 1)
@@ -138,11 +143,12 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool) -> 
             f.write(f"supervisor of {spec.get('unit')} (pid {os.getpid()}):\n")
             traceback.print_exc(file=f)
         result = make_result(start_time, f"supervisor error: {exc!r} (see {log})")
-        by_itself = False
+        by_itself = fit = False
     result["mode"] = spec.get("mode", "plain")
     recorder.finished(with_hooks(result, outcomes, spec.get("post_failure")), by_itself)
     if own_dir:
         remove_unit_dir(spec["host_dir"])
+    return fit
 
 
 def fork_supervisor(recorder: JournalRecorder, spec: dict, start_time: float) -> int:

@@ -125,7 +125,8 @@ class Watch:
         The supervisor outlives the agent, so it enforces the lease itself (lease.py), reading the
         file again only when the lease it read runs out (the agent renews it meanwhile)."""
         spool = self.spec.get("spool")
-        lease = read_lease(spool, boot_id()) if spool and self.spec.get("role") != "tasks" else None
+        boot = getattr(self.recorder, "boot", None) or boot_id()  # a journal recorder has it: no read per job
+        lease = read_lease(spool, boot) if spool and self.spec.get("role") != "tasks" else None
         if lease is None:
             return None
         self.lease_renewed = lease[1]

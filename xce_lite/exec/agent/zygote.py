@@ -10,6 +10,11 @@ Between the two, two pipes of lines. Agent -> zygote: one JSON object per unit t
 "+PID" (forked) or "!WHY" (the fork failed); and at any time "xPID STATUS" when a supervisor has
 ended (its wait status): the agent hears of its supervisors' ends as it did through SIGCHLD.
 
+A request line that starts with "p" (agent side: pool.poolable) goes to a reused supervisor of
+the zygote's pool (pool.py), which answers "+PID" as a fork would; when its job has ended the
+zygote tells the agent "dPID" (as "xPID 0": the result is durable) and hands it another job only
+after the agent's "rPID" (released: the agent has read that result) and the worker's own answer.
+
 Invariants: a supervisor is exactly what fork_supervisor makes (same spec, same recorder, same
 signals blocked, the job's umask, the spool lock held until its `started` record): only its parent
 changes. The zygote holds no fd of the controller's (stdin, stdout) and exits at EOF of its request
@@ -27,6 +32,7 @@ import time
 
 from .base import AgentBase
 from .jsonl import dumps, loads
+from .pool import Pool, poolable
 from .recorders import JournalRecorder
 from .signals import signal
 from .supervisor import become_supervisor, fork_detached
@@ -44,6 +50,7 @@ class Zygote:
         self.buffer = b""
         self.kids: set[int] = set()  # supervisors it forked for us that have not ended yet
         self.exits: list[tuple[int, int]] = []  # (pid, wait status) reported, not yet handled
+        self.done: list[int] = []  # workers whose job ended (among exits), to release once handled
         self.dead = False
 
     def spawn(self, items: list[tuple[str, dict, float]]) -> list[tuple[int | None, str | None]]:
@@ -52,12 +59,23 @@ class Zygote:
         for REPLY_TIMEOUT (it is killed then): the items without an answer may have been forked or
         not. Its requests are written as it reads them, its lines read meanwhile: neither waits
         for the other with a full pipe."""
+        data = b"".join((b"p" if poolable(spec) else b"") + dumps({"unit": u, "spec": spec, "start_time": t})
+                        for u, spec, t in items)
+        return self.talk(data, len(items))
+
+    def release(self, pids: list[int]) -> None:
+        """Let the zygote give these workers (pool.py) their next job: the agent has read the result
+        of the job each had, and sends its supervisor no signal from now on. OSError as spawn."""
+        self.talk(b"".join(b"r%d\n" % pid for pid in pids), 0)
+
+    def talk(self, request: bytes, forks: int) -> list[tuple[int | None, str | None]]:
+        """Write `request` and read the answers of its `forks` (spawn)."""
         import select
 
-        data = memoryview(b"".join(dumps({"unit": u, "spec": spec, "start_time": t}) for u, spec, t in items))
+        data = memoryview(request)
         answers: list[tuple[int | None, str | None]] = []
         deadline = time.monotonic() + REPLY_TIMEOUT
-        while len(answers) < len(items):
+        while data or len(answers) < forks:
             if data:
                 try:
                     data = data[os.write(self.requests, data) :]
@@ -73,7 +91,7 @@ class Zygote:
                     answers.append((None, line[1:].decode("utf-8", "replace")))
                 else:
                     self.note(line)
-            if len(answers) == len(items):
+            if not data and len(answers) == forks:
                 break
             left = deadline - time.monotonic()
             if left <= 0:
@@ -95,11 +113,17 @@ class Zygote:
         return lines
 
     def note(self, line: bytes) -> None:
-        """An "xPID STATUS" line: a supervisor ended."""
+        """An "xPID STATUS" line: a supervisor ended; "dPID": a reused one (pool.py) ended its job,
+        whose result is durable, as a supervisor that exited 0: it waits for its release."""
         if line[:1] == b"x":
             pid, status = (int(x) for x in line[1:].split())
             self.kids.discard(pid)
             self.exits.append((pid, status))
+        elif line[:1] == b"d":
+            pid = int(line[1:])
+            self.kids.discard(pid)
+            self.exits.append((pid, 0))
+            self.done.append(pid)
 
     def kill(self) -> None:
         self.dead = True
@@ -171,6 +195,7 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
     signal.set_wakeup_fd(-1)  # the agent's (when it forks a new zygote), not ours
     keep_only({lock_fd, requests, replies})
     load_prctl()  # once here: every supervisor inherits it
+    import resource  # noqa: F401 - os.wait4 imports it for its rusage: once here, not in every supervisor
     boot = boot_id()
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda _n, _f: None)  # only to write to wake_w
@@ -179,8 +204,9 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
     poller.register(requests, select.POLLIN)
     poller.register(wake_r, select.POLLIN)
     pending, mine = b"", (requests, replies, wake_r, wake_w)
+    pool = Pool(spool, boot, lock_fd, poller, mine)
     while True:
-        ready = {fd for fd, _ev in poller.poll()}
+        ready = {fd for fd, _ev in poller.poll(pool.expire(time.monotonic()))}
         out = []
         if wake_r in ready:
             try:
@@ -188,6 +214,8 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
                     pass
             except BlockingIOError:
                 pass
+        for fd in ready - {wake_r, requests}:
+            out.append(pool.readable(fd, time.monotonic()))  # a worker's job has ended: before any fork answer below
         if requests in ready:
             data = os.read(requests, 1 << 16)
             if not data:
@@ -196,10 +224,19 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
             for line in lines:
                 if not line:
                     continue
+                if line[:1] == b"r":  # the agent knows that worker's job ended
+                    pool.release(int(line[1:]))
+                    continue
                 try:  # the supervisor reads its request: the less the zygote writes, the fewer pages it copies
-                    out.append(b"+%d\n" % fork_detached(lambda line=line: supervise(line, spool, boot), mine))
+                    if line[:1] == b"p":  # may run in a reused supervisor (pool.py)
+                        out.append(b"+%d\n" % pool.run(line[1:] + b"\n"))
+                    else:
+                        out.append(b"+%d\n" % fork_detached(lambda line=line: supervise(line, spool, boot), pool.fds()))
                 except OSError as exc:
                     out.append(f"!{exc}\n".encode("utf-8", "replace"))
+        if pool.outbox:
+            out.append(pool.outbox)
+            pool.outbox = b""
         while True:  # every supervisor that ended (SIGCHLD may merge several)
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -207,6 +244,7 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
                 break
             if pid == 0:
                 break
+            pool.forget(pid)
             out.append(b"x%d %d\n" % (pid, status))
         if out:
             data = b"".join(out)
@@ -260,10 +298,18 @@ class ZygoteOps(AgentBase):
         self.take_exits()
 
     def take_exits(self) -> None:
-        """Act on the supervisors' ends the zygote told (once their pids are known as children)."""
-        if self.zygote is not None and self.zygote.exits:
-            exits, self.zygote.exits = self.zygote.exits, []
+        """Act on the supervisors' ends the zygote told (once their pids are known as children);
+        then release the workers among them (pool.py): their units' results are known now."""
+        while self.zygote is not None and self.zygote.exits:
+            zygote = self.zygote
+            exits, zygote.exits = zygote.exits, []
+            done, zygote.done = zygote.done, []
             self.reaped_children(exits)
+            if done:
+                try:
+                    zygote.release(done)  # its answers may tell of more ends: the loop takes them
+                except OSError as exc:
+                    self.zygote_lost(str(exc))
 
     def zygote_lost(self, why: str) -> None:
         """The zygote is gone: the supervisors it forked are no child of anyone we hear from. Their

@@ -1,0 +1,164 @@
+"""Reused supervisors (exec/agent/pool.py) on real processes: plain jobs in sequence run in one
+supervisor, and each gets what a fresh supervisor would give it (no fd, lock, umask, cwd, env,
+signal mask or stale signal of the job before), its own process group in the supervisor's session;
+and under faults in sequence (a worker killed -9 in mid-job, the next launch, the agent killed -9
+while a reused worker runs a job, a new agent), jobs end once, are reported, and nothing is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import sys
+
+import pytest
+
+from tests.support.agent_local import WAIT_JOB, journal, kill_leftovers
+from tests.support.procs import proc_field
+from tests.support.waiting import wait_until
+from xce_lite.exec.agent.pool import poolable
+from xce_lite.exec.host import LaunchRequest, UnitFinished
+from xce_lite.exec.local import LocalHost
+
+# prints (JSON) what the job inherited: its open fds, umask, cwd, environment, blocked and ignored
+# signals, whether it leads its process group, its session; then waits for its go file (argv[1])
+PROBE = (
+    "import json, os, sys, time\n"
+    "def is_open(fd):\n"
+    "    try:\n"
+    "        return os.fstat(fd) is not None\n"
+    "    except OSError:\n"
+    "        return False\n"
+    "st = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n"
+    "m = os.umask(0); os.umask(m)\n"
+    "print(json.dumps({'fds': [fd for fd in range(1024) if is_open(fd)], 'umask': m,\n"
+    "      'cwd': os.getcwd(), 'env': sorted(os.environ), 'blocked': st['SigBlk'], 'ignored': st['SigIgn'],\n"
+    "      'leader': os.getpgid(0) == os.getpid(), 'sid': os.getsid(0)}), flush=True)\n"
+    "end = time.time() + 60\n"
+    "while len(sys.argv) > 1 and not os.path.exists(sys.argv[1]) and time.time() < end:\n"
+    "    time.sleep(0.02)\n"
+)
+
+
+@pytest.fixture
+def hosts(spool):
+    made: list[LocalHost] = []
+
+    def make() -> tuple[LocalHost, queue.Queue]:
+        host, events = LocalHost("local", spool, mode="plain"), queue.Queue()
+        made.append(host)
+        host.connect(events)
+        return host, events
+
+    yield make
+    for host in made:
+        host.close()
+    kill_leftovers(spool)
+
+
+def probe(tmp_path, unit: str, cwd, umask: int, env: dict, go: bool = False) -> LaunchRequest:
+    argv = (sys.executable, "-c", PROBE, *([str(tmp_path / f"go-{unit}")] if go else []))
+    return LaunchRequest(unit=unit, argv=argv, env={"PATH": os.environ["PATH"], **env}, cwd=str(cwd),
+                         stdout=str(tmp_path / f"{unit}.out"), stderr=None, umask=umask)
+
+
+def waiter(tmp_path, unit: str, code: int = 0) -> LaunchRequest:
+    argv = (sys.executable, "-c", WAIT_JOB, str(tmp_path / f"go-{unit}"), str(code))
+    return LaunchRequest(unit=unit, argv=argv, env={"PATH": os.environ["PATH"]}, cwd=str(tmp_path),
+                         stdout=str(tmp_path / f"{unit}.out"), stderr=None)
+
+
+def finished(events: queue.Queue, *units: str, timeout: float = 30) -> dict[str, UnitFinished]:
+    got: dict[str, UnitFinished] = {}
+    while not got.keys() >= set(units):
+        event = events.get(timeout=timeout)
+        if isinstance(event, UnitFinished):
+            got.setdefault(event.unit, event)
+    return got
+
+
+def alive(pid: int) -> bool:
+    return proc_field(pid, 0) not in (None, "Z")
+
+
+def test_jobs_in_sequence_share_a_supervisor_and_inherit_nothing_of_each_other(hosts, spool, tmp_path):
+    host, events = hosts()
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d2").mkdir()
+    host.launch([probe(tmp_path, "one", tmp_path / "d1", 0o077, {"ONLY_ONE": "x"}, go=True)])
+    worker = wait_until(lambda: journal(spool)["one"]["pid"], 10, "the first job to start")
+    # a kill of the first job that reaches its supervisor once the job has ended but before the
+    # agent has read its result (the agent stopped meanwhile) is dropped, not taken as a kill of
+    # the next job
+    os.kill(host.agent_pid, signal.SIGSTOP)
+    try:
+        (tmp_path / "go-one").touch()
+        wait_until(lambda: journal(spool)["one"]["result"], 10, "the first job's result")
+        os.kill(worker, signal.SIGTERM)
+    finally:
+        os.kill(host.agent_pid, signal.SIGCONT)
+    assert finished(events, "one")["one"].result.exit_code == 0
+    host.launch([probe(tmp_path, "two", tmp_path / "d2", 0o027, {"ONLY_TWO": "y"})])
+    got = finished(events, "two")["two"].result
+    assert (got.exit_code, got.reason) == (0, None)
+    assert journal(spool)["two"]["pid"] == worker  # the same supervisor ran both
+    host.launch([probe(tmp_path, "fresh", tmp_path / "d2", 0o027, {"ONLY_TWO": "y"}, go=True)])
+    fresh = wait_until(lambda: journal(spool)["fresh"]["pid"], 10, "the third job to start")
+    assert fresh == worker  # and the third: a job that is still running, with the first one's gone
+    one, two = (json.loads((tmp_path / f"{u}.out").read_text()) for u in ("one", "two"))
+    assert one["fds"] == two["fds"] == [0, 1, 2]  # no lock, no socket, nothing else
+    assert (one["umask"], two["umask"]) == (0o077, 0o027)
+    assert (one["cwd"], two["cwd"]) == (str(tmp_path / "d1"), str(tmp_path / "d2"))
+    assert "ONLY_ONE" in one["env"] and "ONLY_ONE" not in two["env"] and "ONLY_TWO" in two["env"]
+    assert one["blocked"] == two["blocked"] == "0000000000000000"
+    assert one["ignored"] == two["ignored"]
+    assert one["leader"] and two["leader"]  # each job leads a process group of its own
+    assert one["sid"] == two["sid"] == worker  # in the supervisor's session
+    (tmp_path / "go-fresh").touch()
+    assert finished(events, "fresh")["fresh"].result.exit_code == 0
+    assert json.loads((tmp_path / "fresh.out").read_text())["fds"] == [0, 1, 2]
+
+
+def test_a_worker_killed_in_mid_job_then_the_agent_killed_then_a_new_agent(hosts, spool, tmp_path):
+    host, events = hosts()
+    host.launch([probe(tmp_path, "warm", tmp_path, 0o022, {})])
+    finished(events, "warm")
+    worker = journal(spool)["warm"]["pid"]
+    # 1. the reused worker is killed -9 while its second job runs: the job is killed with it (the
+    # worker's session), and the unit says why
+    host.launch([waiter(tmp_path, "victim")])
+    job = wait_until(lambda: journal(spool)["victim"]["job"], 10, "the victim to start")
+    assert journal(spool)["victim"]["pid"] == worker
+    os.kill(worker, signal.SIGKILL)
+    got = finished(events, "victim")["victim"].result
+    assert got.reason.startswith("supervisor lost") and "remaining processes were killed" in got.reason
+    wait_until(lambda: not alive(job), 10, "the lost job's process to be killed")
+    # 2. the next launches work (a new worker), and a job runs in a reused one again
+    host.launch([probe(tmp_path, "after", tmp_path, 0o022, {})])
+    finished(events, "after")
+    host.launch([waiter(tmp_path, "carried", 9)])
+    carrier = wait_until(lambda: journal(spool)["carried"]["pid"], 10, "the carried job to start")
+    assert carrier == journal(spool)["after"]["pid"] != worker
+    # 3. the agent is killed -9 while the reused worker runs it: a new agent takes the spool (no
+    # idle worker nor job holds its lock), adopts the job, and it ends once, with its own code
+    os.kill(host.agent_pid, signal.SIGKILL)
+    again, events = hosts()
+    [adopted] = again.launch([waiter(tmp_path, "carried", 9)])
+    assert adopted.status == "running"
+    (tmp_path / "go-carried").touch()
+    assert finished(events, "carried")["carried"].result.exit_code == 9
+    wait_until(lambda: not alive(carrier), 10, "the old agent's worker to leave once its job ended")
+    # 4. and the new agent's own jobs run, in its own workers
+    again.launch([probe(tmp_path, "last", tmp_path, 0o022, {})])
+    assert finished(events, "last")["last"].result.exit_code == 0
+    assert journal(spool)["last"]["pid"] not in (worker, carrier)
+
+
+def test_only_plain_jobs_of_the_agents_own_user_without_supervisor_hooks_are_pooled():
+    plain = {"role": "job", "host_dir_by": "supervisor", "user": None, "hooks": [], "hooks_by": "supervisor"}
+    assert poolable(plain)
+    assert not poolable({**plain, "user": {"name": "u", "uid": 1000, "gid": 1000, "groups": [], "home": "/"}})
+    assert not poolable({**plain, "hooks": [{"argv": ["true"]}]})
+    assert not poolable({**plain, "role": "host"})
+    assert not poolable({**plain, "host_dir_by": "agent"})

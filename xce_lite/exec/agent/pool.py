@@ -1,0 +1,273 @@
+"""Reused supervisors: the zygote's pool of workers that each supervise plain units one after another.
+
+A fresh supervisor per job costs a fork of the zygote, its copy-on-write faults and its exit,
+~3 ms of CPU for a `true` job; a worker that runs job after job pays none of them (bench/README.md,
+"Reused supervisors"). A worker is what a fresh supervisor is, for each job it runs:
+- the spool lock is held until the job's `started` record: the zygote passes its lock fd with each
+  job (SCM_RIGHTS) and the worker closes it once `started` is appended; an idle worker holds none;
+- the job leads a process group of its own in the worker's session, and that session holds the
+  processes of one job at a time: a job's leftovers are stopped before its result is recorded, and
+  a worker with a child left is not reused; so `kill_lost_session` (the worker's pid) still finds
+  exactly the lost job's processes;
+- nothing is inherited from the previous job: cwd (back to the zygote's), environment (the
+  zygote's), umask (the job's), fds (none but the worker's socket; the job inherits none), signal
+  mask and dispositions (the supervisor's own, unchanged by a job), rlimits (never changed);
+- a signal meant for the previous job never reaches the next one, and none meant for the next job
+  is lost: a worker says it is done ("d") only once the result is durable; the zygote passes that
+  on to the agent, which reads the result (from then on it sends nothing to that unit's
+  supervisor) and only then releases the worker ("rPID" on its request pipe). The zygote passes
+  the release on ("r"); the worker drops what is pending then (sent for the previous job, before
+  the release) and answers "i": only then is it idle, and given a job, whose signals the agent can
+  send only once the zygote has answered that job's fork with the worker's pid.
+Only units with no user to run as, no hooks of the supervisor's and the role "job" go to a worker
+(agent side: poolable); a worker whose supervision went wrong (an error of its own) is not reused,
+nor one past MAX_JOBS. Standard library only.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # true for mypy only: supervisors never import typing
+if TYPE_CHECKING:
+    from _socket import socket
+
+import os
+import sys
+
+from .jsonl import loads
+from .recorders import JournalRecorder
+from .signals import SUPERVISOR_SIGNALS, signal
+from .supervisor import become_supervisor
+from .tree import become_subreaper, has_children
+from .util import job_umask
+
+POOL_IDLE = 64  # idle workers the zygote keeps (about the jobs a host runs at once); more are let go
+IDLE_FOR = 60.0  # seconds an idle worker is kept
+DRAIN_WAIT = 0.5  # seconds a launch waits for a released worker to be idle, rather than fork one
+MAX_JOBS = 1000  # jobs a worker runs before it exits (gc is off in it: cycles are never collected)
+
+
+def poolable(spec: dict) -> bool:
+    """True if the unit may run in a reused supervisor: a plain job of the agent's own user,
+    without hooks run by the supervisor (they may run as root or as a user, with their own env)."""
+    return (spec.get("user") is None and spec.get("role", "job") == "job" and spec.get("host_dir_by") == "supervisor"
+            and not (spec.get("hooks_by") == "supervisor" and spec.get("hooks")))
+
+
+def send_job(sock, line: bytes, lock_fd: int) -> None:
+    """Hand a worker its job: the request line, and the spool lock's fd with its first byte."""
+    import _socket
+
+    fd = lock_fd.to_bytes(4, sys.byteorder, signed=True)
+    sent = sock.sendmsg([line], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fd)])
+    if sent < len(line):
+        sock.sendall(line[sent:])
+
+
+def receive_job(sock) -> tuple[bytes, int] | None:
+    """The next job's request line and the lock fd that came with it; None at EOF (let go)."""
+    import _socket
+
+    data, fds = b"", []
+    while not data.endswith(b"\n"):
+        # close-on-exec, as the lock fd a fresh supervisor inherits: no job may hold the lock
+        chunk, anc, _flags, _addr = sock.recvmsg(1 << 16, _socket.CMSG_SPACE(4), _socket.MSG_CMSG_CLOEXEC)
+        for level, kind, payload in anc:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                fds += [int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
+                        for i in range(0, len(payload) - len(payload) % 4, 4)]
+        if not chunk:
+            for fd in fds:
+                os.close(fd)
+            return None
+        data += chunk
+    for fd in fds[1:]:
+        os.close(fd)  # cannot happen: one fd per job
+    return data, fds[0] if fds else -1
+
+
+def drop_pending_signals() -> None:
+    """Take (and drop) every pending supervisor signal: sent for the previous job, before the release."""
+    while signal.sigtimedwait(SUPERVISOR_SIGNALS, 0) is not None:
+        pass
+
+
+def worker_main(sock_fd: int, spool: str, boot: str) -> None:
+    """A worker's life (forked by the zygote, SUPERVISOR_SIGNALS blocked, gc off): supervise the
+    jobs the zygote sends, one at a time, until it lets us go (EOF) or a job leaves us unfit."""
+    import _socket
+
+    os.closerange(3, sock_fd)  # the zygote's pipes, the spool lock, the other workers' sockets
+    os.closerange(sock_fd + 1, 1 << 20)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        if fd != null:
+            os.dup2(null, fd)
+    if null > 2:
+        os.close(null)
+    os.setsid()  # once: each job's group is in it, one job at a time
+    become_subreaper()
+    home = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    env = dict(os.environ)
+    sock = _socket.socket(fileno=sock_fd)
+    for count in range(1, MAX_JOBS + 1):
+        got = receive_job(sock)
+        if got is None:
+            return
+        line, lock = got
+        os.fchdir(home)
+        if os.environ != env:  # spawn_job sets PATH to the job's
+            os.environ.clear()
+            os.environ.update(env)
+        req = loads(line)
+        os.umask(job_umask(req["spec"]))
+        held = [lock]
+
+        def let_go(held=held) -> None:
+            if held[0] >= 0:
+                os.close(held[0])
+                held[0] = -1
+
+        fit = become_supervisor(JournalRecorder(spool, req["unit"], boot), req["spec"], req["start_time"], detach=True,
+                                let_go=let_go)
+        let_go()  # a job that never started was recorded with the lock held, as a fresh supervisor does
+        if not fit or has_children() or not poolable(req["spec"]) or count == MAX_JOBS:
+            return  # exit: the zygote reports it as a supervisor's end
+        try:
+            sock.sendall(b"d")
+            if sock.recv(1) != b"r":  # the agent knows the result: no signal for this job comes any more
+                return  # EOF: let go (the zygote is gone)
+            drop_pending_signals()
+            sock.sendall(b"i")
+        except OSError:  # the zygote is gone
+            return
+
+
+class Pool:
+    """The zygote's side of its workers: pid -> socket, which are idle (released by the agent) and
+    since when. Single-threaded, in the zygote's loop."""
+
+    def __init__(self, spool: str, boot: str, lock_fd: int, poller, mine: tuple[int, ...]):
+        self.spool, self.boot, self.lock_fd, self.poller, self.mine = spool, boot, lock_fd, poller, mine
+        self.socks: dict[int, socket] = {}  # pid -> the zygote's end of its socket
+        self.pids: dict[int, int] = {}  # socket fd -> pid
+        self.idle: list[tuple[int, float]] = []  # (pid, released at), the latest last: the warmest first
+        self.done: set[int] = set()  # said "d", not yet released by the agent
+        self.draining: set[int] = set()  # released, told so, not yet idle (its "i" to come)
+        self.outbox = b""  # lines for the agent read while waiting for a draining worker
+
+    def fds(self) -> tuple[int, ...]:
+        """The zygote's fds that a fresh supervisor must close: its own and the workers' sockets."""
+        return (*self.mine, *self.pids)
+
+    def run(self, line: bytes) -> int:
+        """Hand the job of `line` to an idle worker, or to a new one; the worker's pid. OSError if
+        no worker could be had (the fork failed). With none idle but some dropping their stale
+        signals (a few syscalls), one of those is waited for, up to DRAIN_WAIT: a fork costs more."""
+        if not self.idle and self.draining:
+            self.wait_idle()
+        while self.idle:
+            pid, _since = self.idle.pop()
+            try:
+                send_job(self.socks[pid], line, self.lock_fd)
+                return pid
+            except OSError:  # it died meanwhile (its end is reaped as any other), or is stuck
+                self.forget(pid)
+        pid = self.fork()
+        try:
+            send_job(self.socks[pid], line, self.lock_fd)
+        except OSError:
+            self.forget(pid)
+            raise
+        return pid
+
+    def wait_idle(self) -> None:
+        """Wait (up to DRAIN_WAIT) until a draining worker is idle; what they say meanwhile for the
+        agent ("dPID") goes to `outbox`."""
+        import select
+        import time
+
+        deadline = time.monotonic() + DRAIN_WAIT
+        while self.draining and not self.idle:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            poller = select.poll()
+            for pid in self.draining:
+                poller.register(self.socks[pid].fileno(), select.POLLIN)
+            for fd, _ev in poller.poll(int(left * 1000) + 1):
+                self.outbox += self.readable(fd, time.monotonic())
+
+    def fork(self) -> int:
+        import _socket
+
+        from .supervisor import fork_detached
+
+        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        try:
+            pid = fork_detached(lambda: worker_main(theirs.detach(), self.spool, self.boot))
+        except OSError:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.settimeout(10.0)  # a worker that reads nothing for that long is given up
+        self.socks[pid], self.pids[ours.fileno()] = ours, pid
+        self.poller.register(ours.fileno(), 1)  # POLLIN: its "d", or EOF
+        return pid
+
+    def readable(self, fd: int, now: float) -> bytes:
+        """A worker's socket is readable: b"dPID\\n" for the agent if it finished its job, b"" else
+        (it is idle now, or gone)."""
+        pid = self.pids.get(fd)
+        if pid is None:
+            return b""
+        try:
+            data = self.socks[pid].recv(64)
+        except OSError:
+            data = b""
+        if not data:
+            self.forget(pid)  # it exited: its end is reported by waitpid
+            return b""
+        out = b""
+        for byte in data:
+            if byte == ord("d"):
+                self.done.add(pid)
+                out += b"d%d\n" % pid
+            elif byte == ord("i") and pid in self.draining:  # it dropped its stale signals: idle
+                self.draining.discard(pid)
+                self.idle.append((pid, now))
+                while len(self.idle) > POOL_IDLE:  # the oldest idle ones beyond POOL_IDLE go
+                    self.forget(self.idle.pop(0)[0])
+        return out
+
+    def release(self, pid: int) -> None:
+        """The agent knows the worker's job has ended: tell the worker, which drops the signals
+        sent for that job and then says it is idle."""
+        if pid not in self.done:
+            return  # gone meanwhile
+        self.done.discard(pid)
+        try:
+            self.socks[pid].sendall(b"r")
+        except OSError:
+            self.forget(pid)
+            return
+        self.draining.add(pid)
+
+    def expire(self, now: float) -> int:
+        """Let go of the workers idle for IDLE_FOR; milliseconds until the next one is due (-1: none)."""
+        while self.idle and now - self.idle[0][1] >= IDLE_FOR:
+            self.forget(self.idle.pop(0)[0])
+        return -1 if not self.idle else max(0, int(1000 * (self.idle[0][1] + IDLE_FOR - now)) + 1)
+
+    def forget(self, pid: int) -> None:
+        """Close our end of the worker's socket (an idle worker exits at that EOF)."""
+        sock = self.socks.pop(pid, None)
+        if sock is None:
+            return
+        fd = sock.fileno()
+        self.pids.pop(fd, None)
+        self.poller.unregister(fd)
+        sock.close()
+        self.done.discard(pid)
+        self.draining.discard(pid)
+        self.idle = [(p, t) for p, t in self.idle if p != pid]
