@@ -122,9 +122,8 @@ class Agent:
 
     def running_units(self) -> bool:
         """True while some unit of this spool may run (a lost one is recorded as such here)."""
-        s = self.state
         self.unit_state.catch_up()
-        doubtful = [unit for unit, u in s.units.items() if u.result is None]
+        doubtful = [unit for unit, u in self.state.units.items() if u.result is None]
         known = self.unit_state.ask_systemd(doubtful)
         return any(not self.unit_state.report_if_finished(unit, known) for unit in doubtful)
 
@@ -139,8 +138,7 @@ class Agent:
         go to /dev/null, so that the session can end and no write fails later."""
         import stat
 
-        s = self.state
-        s.orphan = True
+        self.state.orphan = True
         try:
             print("agent: the controller went away while a lease holds units here: staying to enforce it",
                   file=sys.stderr, flush=True)

@@ -154,9 +154,8 @@ class UnitState:
                 os.close(old)
 
     def live_records(self) -> bytes:
-        s = self.state
         parts = [record("journal", version=JOURNAL_VERSION)]
-        for name, u in s.units.items():
+        for name, u in self.state.units.items():
             mode: dict[str, Any] = {} if u.mode == "plain" else {"mode": u.mode}
             if u.direct is not None:
                 mode["direct"] = u.direct
@@ -222,8 +221,7 @@ class UnitState:
         (tree.kill_lost_session), and the job's process group, recognised by that session: the
         kernel does not reuse a pid while a session or group of that number exists.
         """
-        s = self.state
-        if u.pid and u.boot != s.boot:
+        if u.pid and u.boot != self.state.boot:
             reason = "supervisor lost: the host restarted while the job ran, so its exit status is unknown"
         elif u.mode != "plain":
             reason = (
@@ -266,8 +264,7 @@ class UnitState:
         return result
 
     def emit_finished(self, unit: str, result: dict) -> None:
-        s = self.state
-        s.out.append(dumps({"event": "finished", "unit": unit, "result": self.reported(unit, result)}))
+        self.state.out.append(dumps({"event": "finished", "unit": unit, "result": self.reported(unit, result)}))
 
     def report_if_finished(self, unit: str, known: dict | None = None) -> bool:
         """Emit `finished` for the unit if it has ended; True if it is no longer running."""
@@ -279,7 +276,6 @@ class UnitState:
     def reap(self) -> None:
         """Collect every exited child: supervisors forked here (their unit is reported; gone if
         forgotten), the tasks' supervisors of direct units, and the zygote."""
-        s = self.state
         ended = []
         while True:
             try:
@@ -288,7 +284,7 @@ class UnitState:
                 break
             if pid == 0:
                 break
-            if s.task_children.pop(pid, None) is not None:
+            if self.state.task_children.pop(pid, None) is not None:
                 continue  # its tasks' ends are in the journal
             ended.append((pid, status))
         self.reaped_children(ended)
@@ -344,8 +340,7 @@ class UnitState:
     def deliver(self, unit: str, pid: int | None, signum: int) -> bool:
         """Send `signum` to the unit's supervisor, or hold it until the supervisor has started
         (a systemd unit between systemd-run and its supervisor's `started`)."""
-        s = self.state
         if pid is None:
-            s.pending.setdefault(unit, []).append(signum)
+            self.state.pending.setdefault(unit, []).append(signum)
             return True
         return self.kill(pid, signum)

@@ -241,8 +241,7 @@ class TaskOps:
         return uid == os.geteuid() or (u is not None and u.uid is not None and uid == u.uid)
 
     def send_client(self, fd: int, msg: dict) -> bool:
-        s = self.state
-        client = s.clients.get(fd)
+        client = self.state.clients.get(fd)
         if client is None:
             return False
         try:

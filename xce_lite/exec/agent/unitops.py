@@ -228,7 +228,6 @@ class UnitOps:
         return reply
 
     def op_signal(self, req: dict) -> dict:
-        s = self.state
         unit, name = req.get("unit"), req.get("signal")
         if name not in REQUEST_NAMES:
             raise Refused(f"unknown signal {name!r}: use one of {', '.join(REQUEST_NAMES)}")
@@ -240,7 +239,7 @@ class UnitOps:
             return {"found": False}
         reason = str(req.get("reason") or "")
         self.unit_state.append(record("kill_requested", unit=unit, reason=reason))
-        u = s.units[unit]
+        u = self.state.units[unit]
         if u.direct is not None or (u.mode != "plain" and status[3] is None and name in ("TERM", "INT", "HUP", "KILL")):
             # a direct unit; or a supervisor not started yet (its pre hooks may run): systemd stops the unit
             return {"found": self.manager.signal_direct(unit, name, reason)}
