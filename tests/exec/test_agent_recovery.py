@@ -325,20 +325,20 @@ def test_a_result_not_known_durable_is_fdatasynced_by_the_agent_before_it_goes_o
     spool = tmp_path / "spool"
     spool.mkdir()
     agent = Agent(str(spool), "h")
-    agent.append(agent_py.record("launched", unit="x", start_time=1.0))
+    agent.unit_state.append(agent_py.record("launched", unit="x", start_time=1.0))
     result = {"exit_code": 0, "signal": None, "start_time": 1.0, "end_time": 2.0, "cpu_time": 0, "max_rss": 0}
-    agent_py.append_shared(agent.journal_path, agent_py.record("finished", unit="x", result=result), sync=False)
+    agent_py.append_shared(agent.state.journal_path, agent_py.record("finished", unit="x", result=result), sync=False)
     synced = []
     monkeypatch.setattr(agent_py.os, "fdatasync", synced.append)
     monkeypatch.setattr(agent_py.os, "write", lambda fd, data: synced.append(("write", fd)) or len(data))
-    assert agent.op_list({})["units"][0]["result"] == result
-    agent.out.append(b"the reply\n")
+    assert agent.reads.op_list({})["units"][0]["result"] == result
+    agent.state.out.append(b"the reply\n")
     agent.flush()
-    assert synced == [agent.jfd, ("write", 1)]
-    agent.reported("x", result)  # now known durable: no second sync
+    assert synced == [agent.state.jfd, ("write", 1)]
+    agent.unit_state.reported("x", result)  # now known durable: no second sync
     agent.flush()
-    assert synced == [agent.jfd, ("write", 1)]
-    os.close(agent.jfd)
+    assert synced == [agent.state.jfd, ("write", 1)]
+    os.close(agent.state.jfd)
 
 
 def test_a_new_journal_is_made_durable_with_its_name(tmp_path, monkeypatch):
@@ -352,5 +352,5 @@ def test_a_new_journal_is_made_durable_with_its_name(tmp_path, monkeypatch):
     spool = tmp_path / "spool"
     spool.mkdir()
     for _ in range(2):  # the second time, the journal exists: nothing to do
-        os.close(Agent(str(spool), "h").jfd)
+        os.close(Agent(str(spool), "h").state.jfd)
         assert synced_dirs == [str(spool), str(tmp_path)]

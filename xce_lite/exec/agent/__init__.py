@@ -10,9 +10,10 @@ One concern per module: util, jsonl and signals (small helpers); validate (what 
 hold); journal and recorders (the spool's journal, and where a supervisor records its unit);
 spawn, watch, tree, hooks, supervisor and steps (running a unit's job, its limits, hooks and
 tasks, and stopping what it leaves, in plain mode or inside a systemd unit); dbus, probe and
-systemd (the service manager, the host's facts, direct units); server (the Agent and its loop)
-with state, manager, unitops, tasks and reads (its requests by family); launch (`xce launch`,
-the job's side); main (the commands).
+systemd (the service manager, the host's facts, direct units); server (the Agent: its loop, and
+the composition root of its parts, which share shared.AgentState and are given what they call:
+state (journal, units' status), link and manager (systemd), zygote, lease, unitops, tasks and
+reads (its requests by family)); launch (`xce launch`, the job's side); main (the commands).
 
 This file stays a docstring: importing the package loads nothing.
 """

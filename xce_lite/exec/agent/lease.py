@@ -12,7 +12,8 @@ SPOOL/lease holds it ({"boot", "until", "renewed": when the last grant came, "se
 length}, replaced atomically at each grant), so that every supervisor (which outlives the agent)
 and the next agent enforce the same deadline: at it, each stops its units, with expired_reason().
 A file of another boot is no lease (its units were lost with that boot); no file means no lease
-was ever granted here (an agent driven without leases).
+was ever granted here (an agent driven without leases). The agent's parts: HostLease (the `lease`
+request, the deadline) and LeaseEnforcer (its units stopped at it).
 """
 
 from __future__ import annotations
@@ -21,9 +22,14 @@ import os
 import sys
 import time
 
-from .base import AgentBase
 from .jsonl import dumps, loads
 from .util import format_limit, read_text, write_file
+
+TYPE_CHECKING = False  # true for mypy only: supervisors load this module (watch.py), never typing
+if TYPE_CHECKING:
+    from .shared import AgentState
+    from .state import UnitState
+    from .unitops import UnitOps
 
 LEASE = "lease"  # in the spool
 LEASE_RETRY = 1.0  # seconds between two tries to stop a unit whose lease ran out
@@ -57,46 +63,46 @@ def write_lease(spool: str, boot: str, until: float, renewed: float, seconds: fl
     write_file(os.path.join(spool, LEASE), dumps(data))
 
 
-class LeaseOps(AgentBase):
-    """The Agent's `lease` request and its enforcement (the attributes are the Agent's): `lease` is
-    (until, renewed) or None (never granted: nothing is enforced, as with a version 2 controller);
-    `lease_acted` is set once the units were stopped for the current deadline."""
+class HostLease:
+    """The `lease` request and the deadline it sets: `state.lease` is (until, renewed) or None (never
+    granted: nothing is enforced, as with a version 2 controller)."""
 
-    lease: tuple[float, float] | None = None
-    lease_acted = False
+    def __init__(self, state: AgentState):
+        self.state = state
 
     def load_lease(self) -> None:
         """At start: the lease an earlier agent wrote in this boot holds for this one too."""
-        self.lease = read_lease(self.spool, self.boot)
-        self.lease_retry: list[str] = []  # units still to stop at the end of the lease
-        self.lease_retry_at = 0.0  # monotonic time of the next try
+        s = self.state
+        s.lease = read_lease(s.spool, s.boot)
 
     def op_lease(self, req: dict) -> dict:
         """{until (this host's clock), seconds, boot} -> clock, until (the lease in force): extend
         the lease to `until` (never shorten it). A grant for another boot is refused."""
         from .validate import Refused
 
+        s = self.state
         until, seconds = req.get("until"), req.get("seconds")
         for name, value in (("until", until), ("seconds", seconds)):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
                 raise Refused(f"lease: {name} must be a number, not {value!r}")
-        if req.get("boot") != self.boot:
-            raise Refused(f"lease: granted for boot {req.get('boot')!r}, this host runs boot {self.boot}")
+        if req.get("boot") != s.boot:
+            raise Refused(f"lease: granted for boot {req.get('boot')!r}, this host runs boot {s.boot}")
         assert isinstance(until, (int, float)) and isinstance(seconds, (int, float))  # checked above
         now = clock()
         if until > now:  # else it came too late to count: it renews nothing
-            longest = max(float(until), self.lease[0] if self.lease is not None else until)
+            longest = max(float(until), s.lease[0] if s.lease is not None else until)
             try:
-                write_lease(self.spool, self.boot, longest, now, float(seconds))
+                write_lease(s.spool, s.boot, longest, now, float(seconds))
             except OSError as exc:
-                raise Refused(f"cannot write {os.path.join(self.spool, LEASE)}: {exc.strerror}") from None
-            self.lease = (longest, now)
-            self.lease_acted = False  # a new deadline: enforced when it comes
-        return {"clock": now, "until": None if self.lease is None else self.lease[0]}
+                raise Refused(f"cannot write {os.path.join(s.spool, LEASE)}: {exc.strerror}") from None
+            s.lease = (longest, now)
+            s.lease_acted = False  # a new deadline: enforced when it comes
+        return {"clock": now, "until": None if s.lease is None else s.lease[0]}
 
     def lease_left(self) -> float | None:
         """Seconds until the lease runs out (<= 0: it has), or None without a lease."""
-        return None if self.lease is None else self.lease[0] - clock()
+        lease = self.state.lease
+        return None if lease is None else lease[0] - clock()
 
     def lease_lapsed(self) -> str | None:
         """Why no unit may start now (the lease ran out), or None."""
@@ -106,30 +112,39 @@ class LeaseOps(AgentBase):
         return (f"this host's lease ran out {left * -1:.0f} s ago (no word from the controller): "
                 "it starts nothing until the controller renews it")
 
+
+class LeaseEnforcer:
+    """The end of the lease: every unit `unit_state` knows running is stopped by `unit_ops`'s signal
+    request; `state.lease_acted` is set once that was done for the current deadline."""
+
+    def __init__(self, state: AgentState, host_lease: HostLease, unit_state: UnitState, unit_ops: UnitOps):
+        self.state, self.host_lease, self.unit_state, self.unit_ops = state, host_lease, unit_state, unit_ops
+
     def enforce_lease(self) -> None:
         """Once the lease has run out: stop every running unit, with the lease's reason (once per
         deadline; a unit's post hooks run as for any kill). A unit that could not be asked to stop
         (systemd did not answer) is asked again every LEASE_RETRY seconds."""
-        left = self.lease_left()
+        s = self.state
+        left = self.host_lease.lease_left()
         if left is None or left > 0:
             return
-        if not self.lease_acted:
-            self.lease_acted = True
-            self.catch_up()
-            self.lease_retry = [unit for unit, u in self.units.items() if u.result is None]
-            self.lease_retry_at = 0.0
-        if not self.lease_retry or time.monotonic() < self.lease_retry_at:
+        if not s.lease_acted:
+            s.lease_acted = True
+            self.unit_state.catch_up()
+            s.lease_retry = [unit for unit, u in s.units.items() if u.result is None]
+            s.lease_retry_at = 0.0
+        if not s.lease_retry or time.monotonic() < s.lease_retry_at:
             return
-        assert self.lease is not None  # lease_left() gave a number
-        reason = expired_reason(self.lease[1])
-        units, self.lease_retry, stopped = self.lease_retry, [], 0
+        assert s.lease is not None  # lease_left() gave a number
+        reason = expired_reason(s.lease[1])
+        units, s.lease_retry, stopped = s.lease_retry, [], 0
         for unit in units:
             try:
-                stopped += bool(self.op_signal({"unit": unit, "signal": "TERM", "reason": reason})["found"])
+                stopped += bool(self.unit_ops.op_signal({"unit": unit, "signal": "TERM", "reason": reason})["found"])
             except Exception as exc:  # one unit's trouble must not spare the others
-                self.lease_retry.append(unit)
+                s.lease_retry.append(unit)
                 log(f"cannot stop {unit} at the end of its lease ({exc}); trying again")
-        self.lease_retry_at = time.monotonic() + LEASE_RETRY
+        s.lease_retry_at = time.monotonic() + LEASE_RETRY
         if stopped:
             log(f"{reason}: stopping {stopped} unit(s)")
 

@@ -162,13 +162,13 @@ def serve_main(argv: list[str], bundle) -> int:
         agent = Agent(spool, opts.get("--host-name") or os.uname().nodename, limit, mode, host, lock_fd, code, scripts)
     except OSError as exc:
         return fatal(f"cannot use the journal in spool {spool}: {exc}; check the spool's file system")
-    agent.zygote = zygote
-    agent.connect_bus(now=True)
-    agent.open_socket()
+    agent.state.zygote = zygote
+    agent.link.connect_bus(now=True)
+    agent.tasks.open_socket()
     try:
         agent.serve()
     except BrokenPipeError:
-        agent.finish_starting()  # the controller went away while we wrote: exit as on EOF
+        agent.manager.finish_starting()  # the controller went away while we wrote: exit as on EOF
     os.close(lock_fd)
     return 0
 

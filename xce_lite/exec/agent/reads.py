@@ -1,4 +1,4 @@
-"""The requests that only look (part of the Agent, server.py): hello, ping, list, read. hello and ping
+"""The requests that only look (a part of the Agent, server.py): hello, ping, list, read. hello and ping
 also give the host's lease clock, which the controller's lease grants count on (lease.py)."""
 
 from __future__ import annotations
@@ -7,20 +7,30 @@ import os
 import sys
 import time
 
-from .base import AgentBase
 from .lease import clock
 from .probe import gpus, user_name
 from .runas import can_switch_user
 from .util import VERSION
 from .validate import Refused
 
+TYPE_CHECKING = False  # true for mypy only: see shared.py
+if TYPE_CHECKING:
+    from .lease import HostLease
+    from .shared import AgentState
+    from .state import UnitState
+
 READ_MAX = 1 << 20  # bytes a `read` may return at once
 
 
-class Reads(AgentBase):
-    """The Agent's hello, ping, list and read requests (the attributes are the Agent's)."""
+class Reads:
+    """The hello, ping, list and read requests: units as `unit_state` judges them, the lease left
+    from `host_lease`."""
+
+    def __init__(self, state: AgentState, unit_state: UnitState, host_lease: HostLease):
+        self.state, self.unit_state, self.host_lease = state, unit_state, host_lease
 
     def op_hello(self, req: dict) -> dict:
+        s = self.state
         mem = 0
         with open("/proc/meminfo") as f:
             for line in f:
@@ -30,23 +40,23 @@ class Reads(AgentBase):
         return {
             "version": VERSION,
             "hostname": os.uname().nodename,
-            "host_name": self.host_name,
+            "host_name": s.host_name,
             "cpus": len(os.sched_getaffinity(0)),
             "mem": mem,
             "pid": os.getpid(),
-            "spool": self.spool,
-            "mode": self.mode,
-            "modes": self.host["modes"],
+            "spool": s.spool,
+            "mode": s.mode,
+            "modes": s.host["modes"],
             "load": list(os.getloadavg()),
             "gpus": gpus(),
-            "cgroup": self.host.get("cgroup"),
-            "systemd": self.host.get("systemd"),
+            "cgroup": s.host.get("cgroup"),
+            "systemd": s.host.get("systemd"),
             "user": user_name(),
             "uid": os.getuid(),
-            "boot_id": self.boot,
+            "boot_id": s.boot,
             "python": sys.version.split()[0],
             "clock": clock(),
-            "lease": self.lease_left(),
+            "lease": self.host_lease.lease_left(),
             # shared mode needs it: a launch spec's `user` runs the job as that user (runas.py)
             "can_switch_user": switch[0],
             "can_switch_user_why": switch[1],
@@ -56,17 +66,18 @@ class Reads(AgentBase):
         return {"time": time.time(), "clock": clock()}
 
     def op_list(self, req: dict) -> dict:
-        self.catch_up()
-        units, known = [], self.ask_systemd(list(self.units))
-        for unit in sorted(self.units):
-            status = self.unit_status(unit, known)
-            if status is None:  # cannot be: it is in self.units
+        s = self.state
+        self.unit_state.catch_up()
+        units, known = [], self.unit_state.ask_systemd(list(s.units))
+        for unit in sorted(s.units):
+            status = self.unit_state.unit_status(unit, known)
+            if status is None:  # cannot be: it is in s.units
                 continue
             state, start_time, result, _pid = status
-            if state == "running" and unit not in self.child_units:
-                self.watched.add(unit)
+            if state == "running" and unit not in s.child_units:
+                s.watched.add(unit)
             if result is not None:
-                self.reported(unit, result)
+                self.unit_state.reported(unit, result)
             units.append({"unit": unit, "status": state, "start_time": start_time, "result": result})
         return {"units": units}
 

@@ -1,4 +1,4 @@
-"""The Agent's units (part of the Agent, server.py): the journal it serves and keeps folded in
+"""The agent's units (a part of the Agent, server.py): the journal it serves and keeps folded in
 memory, and each unit's status: running, finished, or lost (and then recorded so).
 
 Invariants: the first `finished` record of a unit is its result; a result is durable before a line
@@ -12,13 +12,14 @@ TYPE_CHECKING = False  # true for mypy only: unit interpreters load these module
 if TYPE_CHECKING:
     from typing import Any
 
+    from .link import ManagerLink
+    from .shared import AgentState
+
 import fcntl
 import os
 import sys
 import time
 
-from .base import AgentBase
-from .dbus import DBusError
 from .journal import JOURNAL_VERSION, Unit, fold, record
 from .jsonl import dumps
 from .signals import signal
@@ -33,8 +34,11 @@ START_GRACE = 10.0
 Status = tuple[str, float | None, dict | None, int | None]  # (status, start_time, result, supervisor pid)
 
 
-class UnitState(AgentBase):
-    """The Agent's methods on its journal and its units' state (the attributes are the Agent's)."""
+class UnitState:
+    """The journal and the units' state (both in `state`); `link` asks systemd about its units."""
+
+    def __init__(self, state: AgentState, link: ManagerLink):
+        self.state, self.link = state, link
 
     # -- the journal
 
@@ -42,97 +46,102 @@ class UnitState(AgentBase):
         """Open the journal for appending and reading; a new one is made durable, name included
         (with the spool's own name: fdatasync'ed records are worth nothing in a file that an OS
         crash can unlink)."""
-        fd = os.open(self.journal_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        s = self.state
+        fd = os.open(s.journal_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         if os.fstat(fd).st_size == 0:
-            write_all(fd, record("journal", version=JOURNAL_VERSION), self.journal_path)
+            write_all(fd, record("journal", version=JOURNAL_VERSION), s.journal_path)
             os.fsync(fd)
-            fsync_dir(self.spool)
-            fsync_dir(os.path.dirname(self.spool))
+            fsync_dir(s.spool)
+            fsync_dir(os.path.dirname(s.spool))
         return fd
 
     def append(self, data: bytes, sync: bool = False) -> None:
         """Append the agent's own records, then apply everything new. No flock: only the agent
         replaces the file, so its fd always names the journal."""
-        write_all(self.jfd, data, self.journal_path)
+        s = self.state
+        write_all(s.jfd, data, s.journal_path)
         if sync:
-            end = os.lseek(self.jfd, 0, os.SEEK_CUR)  # just past our write
-            os.fdatasync(self.jfd)
-            self.synced = max(self.synced, end)
+            end = os.lseek(s.jfd, 0, os.SEEK_CUR)  # just past our write
+            os.fdatasync(s.jfd)
+            s.synced = max(s.synced, end)
         self.catch_up()
 
     def sync(self) -> None:
         """Make everything appended so far durable."""
-        size = os.fstat(self.jfd).st_size
-        os.fdatasync(self.jfd)
-        self.synced = max(self.synced, size)
-        self.need_sync = False
+        s = self.state
+        size = os.fstat(s.jfd).st_size
+        os.fdatasync(s.jfd)
+        s.synced = max(s.synced, size)
+        s.need_sync = False
 
     def catch_up(self) -> None:
         """Apply the records appended since the last call (up to the last complete line), and act
         on the news: report a watched unit's result, deliver signals held for a supervisor that
         has now started, report task ends."""
-        size = os.fstat(self.jfd).st_size
-        if size <= self.offset:
+        s = self.state
+        size = os.fstat(s.jfd).st_size
+        if size <= s.offset:
             return
-        data = os.pread(self.jfd, size - self.offset, self.offset)
+        data = os.pread(s.jfd, size - s.offset, s.offset)
         end = data.rfind(b"\n") + 1
-        news = self.news
-        fold(self.units, data[:end], self.offset, news)
-        self.offset += end
+        news = s.news
+        fold(s.units, data[:end], s.offset, news)
+        s.offset += end
         if not news:
             return
         for rec in news:
             unit, event = rec["unit"], rec["event"]
             if event == "finished":
-                self.pending.pop(unit, None)
-                self.doubtful.pop(unit, None)
-                self.tracked.discard(unit)
-                self.accepted.discard(unit)
-                self.held.pop(unit, None)
-                if self.units[unit].direct is not None:  # no supervisor or `post` of its own removes it
-                    remove_unit_dir(os.path.join(self.units_dir, unit))
-                if unit in self.watched:
-                    self.watched.discard(unit)
-                    result = self.units[unit].result
+                s.pending.pop(unit, None)
+                s.doubtful.pop(unit, None)
+                s.tracked.discard(unit)
+                s.accepted.discard(unit)
+                s.held.pop(unit, None)
+                if s.units[unit].direct is not None:  # no supervisor or `post` of its own removes it
+                    remove_unit_dir(os.path.join(s.units_dir, unit))
+                if unit in s.watched:
+                    s.watched.discard(unit)
+                    result = s.units[unit].result
                     assert result is not None  # this `finished` record set it (fold)
                     self.emit_finished(unit, result)
             elif event == "started":
-                for signum in self.pending.pop(unit, ()):
+                for signum in s.pending.pop(unit, ()):
                     self.kill(rec["pid"], signum)
             else:
-                self.out.append(dumps({k: rec.get(k) for k in ("event", "unit", "launch_id", "index", "exit_code",
-                                                              "signal", "error")}))
+                s.out.append(dumps({k: rec.get(k) for k in ("event", "unit", "launch_id", "index", "exit_code",
+                                                           "signal", "error")}))
         news.clear()
 
     def maybe_compact(self) -> None:
         """Rewrite the journal as the live units' records once it has grown past the limit."""
-        if self.offset < self.journal_limit:
+        s = self.state
+        if s.offset < s.journal_limit:
             return
-        old = self.jfd
+        old = s.jfd
         try:
             fcntl.flock(old, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self.compact_soon = True  # a supervisor or ExecStopPost is appending: try again shortly
+            s.compact_soon = True  # a supervisor or ExecStopPost is appending: try again shortly
             return
-        self.compact_soon = False
-        tmp, fd = self.journal_path + ".new", -1
+        s.compact_soon = False
+        tmp, fd = s.journal_path + ".new", -1
         try:
             self.catch_up()
             data = self.live_records()
             fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             write_all(fd, data, tmp)
             os.fsync(fd)
-            os.rename(tmp, self.journal_path)  # from here on, fd is the journal
-            self.jfd, fd = fd, -1
-            self.offset, self.synced = len(data), 0  # offsets now are the new file's
-            self.journal_limit = max(self.base_limit, 2 * len(data))
-            fsync_dir(self.spool)
-            self.synced = len(data)
-            for u in self.units.values():
+            os.rename(tmp, s.journal_path)  # from here on, fd is the journal
+            s.jfd, fd = fd, -1
+            s.offset, s.synced = len(data), 0  # offsets now are the new file's
+            s.journal_limit = max(s.base_limit, 2 * len(data))
+            fsync_dir(s.spool)
+            s.synced = len(data)
+            for u in s.units.values():
                 u.durable = True  # its result, if it has one, is in the fsynced file
         except OSError as exc:
-            self.journal_limit = 2 * self.offset  # not at every turn: the spool may be full
-            print(f"agent: cannot compact {self.journal_path}: {exc}; it grows meanwhile", file=sys.stderr)
+            s.journal_limit = 2 * s.offset  # not at every turn: the spool may be full
+            print(f"agent: cannot compact {s.journal_path}: {exc}; it grows meanwhile", file=sys.stderr)
             if fd >= 0:
                 os.close(fd)
                 try:
@@ -141,12 +150,12 @@ class UnitState(AgentBase):
                     pass
         finally:
             fcntl.flock(old, fcntl.LOCK_UN)
-            if old != self.jfd:
+            if old != s.jfd:
                 os.close(old)
 
     def live_records(self) -> bytes:
         parts = [record("journal", version=JOURNAL_VERSION)]
-        for name, u in self.units.items():
+        for name, u in self.state.units.items():
             mode: dict[str, Any] = {} if u.mode == "plain" else {"mode": u.mode}
             if u.direct is not None:
                 mode["direct"] = u.direct
@@ -172,29 +181,30 @@ class UnitState(AgentBase):
         does (forked here, or recorded in `started` and alive in this boot) and, for a systemd unit,
         while its start is not answered yet, or systemd knows it (`tracked`: it said so on the live
         connection, which will bring its UnitRemoved; else `known`: unit -> bool, from
-        systemd_known, asked here if the unit is not in it), or it was launched less than
+        link.systemd_known, asked here if the unit is not in it), or it was launched less than
         START_GRACE ago by another agent (whose call systemd may not have read yet). One with no
         result that does not run has lost its supervisor (or its ExecStopPost recorded nothing):
         this records the result that says so.
         """
-        u = self.units.get(unit)
+        s = self.state
+        u = s.units.get(unit)
         if u is None:
             return None
-        if u.result is None and unit in self.child_units:
-            pid, start_time = self.child_units[unit]
+        if u.result is None and unit in s.child_units:
+            pid, start_time = s.child_units[unit]
             return "running", start_time, None, pid
-        if u.result is None and u.pid and u.boot == self.boot and is_alive(u.pid, u.starttime):
+        if u.result is None and u.pid and u.boot == s.boot and is_alive(u.pid, u.starttime):
             return "running", u.start_time, None, u.pid
-        if u.result is None and u.pid is None and self.doubtful.get(unit, 0.0) > time.monotonic():
+        if u.result is None and u.pid is None and s.doubtful.get(unit, 0.0) > time.monotonic():
             return "running", u.start_time, None, None  # forked by a zygote that died: zygote.py
-        if u.result is None and (unit in self.starting or unit in self.tracked):
+        if u.result is None and (unit in s.starting or unit in s.tracked):
             return "running", u.start_time, None, None
         if u.result is None and u.mode != "plain":  # the rare path: `post` runs, or it never started
             if known is None or unit not in known:
-                known = self.systemd_known([unit])
+                known = self.link.systemd_known([unit])
             if known.get(unit, True):  # True: systemd did not answer, so nothing is known lost
                 return "running", u.start_time, None, None
-            if u.pid is None and unit not in self.accepted and time.time() - (u.start_time or 0) < START_GRACE:
+            if u.pid is None and unit not in s.accepted and time.time() - (u.start_time or 0) < START_GRACE:
                 return "running", u.start_time, None, None
         if u.result is None:
             self.catch_up()  # it may have ended since we looked
@@ -202,33 +212,6 @@ class UnitState(AgentBase):
             self.record_lost(unit, u)
         assert u.result is not None  # record_lost's `finished` record, folded by append
         return "finished", u.result.get("start_time"), u.result, None
-
-    def systemd_known(self, units: list[str]) -> dict[str, bool]:
-        """unit -> True if systemd knows it (loaded, and active, activating, deactivating or
-        reloading, or with a job queued: a unit waits inactive for its start job), False if not;
-        units systemd was not asked about (it did not answer; another mode's) are left out. One
-        ListUnitsByNames call for all of `units`; a unit it says is there is tracked from then on."""
-        names = [u for u in units if self.units[u].mode == self.mode]
-        bus = self.connect_bus() if names else None
-        if bus is None:
-            return {}
-        try:
-            listed = bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in names],))[0]
-        except DBusError as exc:
-            print(f"agent: ListUnitsByNames failed ({exc}); its units are not judged now", file=sys.stderr)
-            return {}
-        except OSError as exc:
-            self.bus_lost(exc)
-            return {}
-        known = {}
-        for name, _desc, load, active, _sub, _following, _path, job, *_rest in listed:
-            unit = name.removesuffix(".service")
-            if unit in self.units:
-                alive = active in ("active", "activating", "deactivating", "reloading")
-                known[unit] = load == "loaded" and (alive or job != 0)
-                if known[unit]:
-                    self.tracked.add(unit)
-        return known
 
     def record_lost(self, unit: str, u: Unit) -> None:
         """Record (durably) the result of a unit whose supervisor died, or whose host restarted.
@@ -238,7 +221,7 @@ class UnitState(AgentBase):
         (tree.kill_lost_session), and the job's process group, recognised by that session: the
         kernel does not reuse a pid while a session or group of that number exists.
         """
-        if u.pid and u.boot != self.boot:
+        if u.pid and u.boot != self.state.boot:
             reason = "supervisor lost: the host restarted while the job ran, so its exit status is unknown"
         elif u.mode != "plain":
             reason = (
@@ -274,13 +257,14 @@ class UnitState(AgentBase):
 
     def reported(self, unit: str, result: dict) -> dict:
         """`result` of `unit`, about to go out: make sure it is on disk before the line is written."""
-        u = self.units.get(unit)
-        if u is not None and not u.durable and u.result_end > self.synced:
-            self.need_sync = True
+        s = self.state
+        u = s.units.get(unit)
+        if u is not None and not u.durable and u.result_end > s.synced:
+            s.need_sync = True
         return result
 
     def emit_finished(self, unit: str, result: dict) -> None:
-        self.out.append(dumps({"event": "finished", "unit": unit, "result": self.reported(unit, result)}))
+        self.state.out.append(dumps({"event": "finished", "unit": unit, "result": self.reported(unit, result)}))
 
     def report_if_finished(self, unit: str, known: dict | None = None) -> bool:
         """Emit `finished` for the unit if it has ended; True if it is no longer running."""
@@ -300,24 +284,25 @@ class UnitState(AgentBase):
                 break
             if pid == 0:
                 break
-            if self.task_children.pop(pid, None) is not None:
+            if self.state.task_children.pop(pid, None) is not None:
                 continue  # its tasks' ends are in the journal
             ended.append((pid, status))
         self.reaped_children(ended)
 
     def reaped_children(self, ended: list[tuple[int, int]]) -> None:
         """Supervisors that ended, (pid, wait status): reaped here, or by the zygote (zygote.py)."""
+        s = self.state
         reaped = []
         for pid, status in ended:
-            unit = self.children.pop(pid, None)
-            if unit is not None and self.child_units[unit][0] == pid:  # not a forgotten launch's
-                del self.child_units[unit]
+            unit = s.children.pop(pid, None)
+            if unit is not None and s.child_units[unit][0] == pid:  # not a forgotten launch's
+                del s.child_units[unit]
                 reaped.append((unit, status))
         if not reaped:
             return
         self.catch_up()
         for unit, status in reaped:
-            u = self.units.get(unit)
+            u = s.units.get(unit)
             if status == 0 and u is not None and u.result is not None:
                 u.durable = True  # a supervisor exits 0 only once its result is fdatasync'ed
             self.report_if_finished(unit)
@@ -325,23 +310,25 @@ class UnitState(AgentBase):
     def poll_watched(self) -> None:
         """Report the watched units that ended; ask systemd, in one go, about those whose supervisor
         is gone (or not yet started)."""
+        s = self.state
         self.catch_up()
-        units = sorted(self.watched)
+        units = sorted(s.watched)
         known = self.ask_systemd(units)
         for unit in units:
             if self.report_if_finished(unit, known):
-                self.watched.discard(unit)
+                s.watched.discard(unit)
 
     def ask_systemd(self, units: list[str]) -> dict[str, bool]:
-        """systemd_known() for those of `units` that only systemd can judge now: systemd units with
+        """link.systemd_known() for those of `units` that only systemd can judge now: systemd units with
         no result, not being started here nor tracked, whose supervisor is gone or not yet started."""
+        s = self.state
         doubtful = [
             unit for unit in units
-            if (u := self.units.get(unit)) is not None and u.result is None and u.mode != "plain"
-            and unit not in self.starting and unit not in self.tracked
-            and not (u.pid and u.boot == self.boot and is_alive(u.pid, u.starttime))
+            if (u := s.units.get(unit)) is not None and u.result is None and u.mode != "plain"
+            and unit not in s.starting and unit not in s.tracked
+            and not (u.pid and u.boot == s.boot and is_alive(u.pid, u.starttime))
         ]
-        return self.systemd_known(doubtful) if doubtful else {}
+        return self.link.systemd_known(doubtful) if doubtful else {}
 
     def kill(self, pid: int, signum: int) -> bool:
         try:
@@ -354,6 +341,6 @@ class UnitState(AgentBase):
         """Send `signum` to the unit's supervisor, or hold it until the supervisor has started
         (a systemd unit between systemd-run and its supervisor's `started`)."""
         if pid is None:
-            self.pending.setdefault(unit, []).append(signum)
+            self.state.pending.setdefault(unit, []).append(signum)
             return True
         return self.kill(pid, signum)

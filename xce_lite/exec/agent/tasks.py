@@ -1,4 +1,4 @@
-"""Tasks of `xce launch` (part of the Agent, server.py): the jobs' requests on SPOOL/agent.sock
+"""Tasks of `xce launch` (a part of the Agent, server.py): the jobs' requests on SPOOL/agent.sock
 (launch, launch_wait; and supervisors' pokes), the controller's `tasks` and `launch_done`.
 
 A job's connection is only read when poll() says so and only written with short lines into an
@@ -10,12 +10,18 @@ from __future__ import annotations
 import os
 import sys
 
-from .base import AgentBase
 from .jsonl import dumps, loads
-from .runas import JOB_DIR, share_spool
+from .runas import JOB_DIR
 from .signals import TASKS_SIGNAL
 from .util import unix_address, write_file
 from .validate import Refused, check_argv_env, valid_unit_name, validate_tasks
+
+TYPE_CHECKING = False  # true for mypy only: see shared.py
+if TYPE_CHECKING:
+    from .manager import Manager
+    from .shared import AgentState
+    from .state import UnitState
+    from .unitops import UnitOps
 
 
 class Client:
@@ -28,26 +34,32 @@ class Client:
         self.uid = uid  # the caller's, as the kernel says (SO_PEERCRED)
 
 
-class TaskOps(AgentBase):
-    """The Agent's tasks, launch_done and agent.sock requests (the attributes are the Agent's)."""
+class TaskOps:
+    """The tasks and launch_done requests, and the jobs' connections to agent.sock: a unit's state
+    from `unit_state`, a task's env as `unit_ops` makes a job's, a direct unit's tasks' supervisor
+    from `manager`."""
+
+    def __init__(self, state: AgentState, unit_state: UnitState, unit_ops: UnitOps, manager: Manager):
+        self.state, self.unit_state, self.unit_ops, self.manager = state, unit_state, unit_ops, manager
 
     def op_tasks(self, req: dict) -> dict:
         """Start tasks of `xce launch` inside a running unit: written to its host directory, and its
         supervisor told with TASKS_SIGNAL (a direct unit, which has none, gets a tasks' supervisor:
         fork_tasks). Each end is a task_finished event."""
+        s = self.state
         validate_tasks(req)
         unit, launch_id = req["unit"], req["launch_id"]
-        self.catch_up()
-        status = self.unit_status(unit)
+        self.unit_state.catch_up()
+        status = self.unit_state.unit_status(unit)
         if status is None or status[0] != "running":
             raise Refused(f"unit {unit} is not running on this host, so its tasks cannot start")
-        host_dir = os.path.join(self.units_dir, unit)
+        host_dir = os.path.join(s.units_dir, unit)
         job_dir = os.path.join(host_dir, JOB_DIR)  # a job run as another user has its own (runas.py)
         job_dir = job_dir if os.path.isdir(job_dir) else host_dir
         hostfile = os.path.exists(os.path.join(job_dir, "hostfile"))
         tasks = [
             {"index": t["index"], "argv": t["argv"], "cwd": t["cwd"],
-             "env": self.job_env(t["env"], unit, job_dir, hostfile)}
+             "env": self.unit_ops.job_env(t["env"], unit, job_dir, hostfile)}
             for t in req["tasks"]
         ]
         try:
@@ -56,49 +68,46 @@ class TaskOps(AgentBase):
             write_file(os.path.join(host_dir, f"tasks-{launch_id}.json"), batch)
         except OSError as exc:
             raise Refused(f"cannot hand the tasks to unit {unit} in {host_dir}: {exc.strerror}") from None
-        if self.units[unit].direct is not None:
-            self.fork_tasks(unit, self.units[unit])
+        if s.units[unit].direct is not None:
+            self.manager.fork_tasks(unit, s.units[unit])
         else:
-            self.deliver(unit, status[3], TASKS_SIGNAL)
+            self.unit_state.deliver(unit, status[3], TASKS_SIGNAL)
         return {"accepted": len(tasks)}
-
-    def share(self) -> None:
-        """Open the spool to the users jobs run as (runas.share_spool), once."""
-        share_spool(self.spool)
-        self.spool_shared = True
 
     def op_launch_done(self, req: dict) -> dict:
         """Answer the `xce launch` waiting for `launch_id` with `exit_code` (or keep the answer
         for it, if it is not connected now)."""
+        s = self.state
         launch_id, code = req.get("launch_id"), req.get("exit_code")
         if not valid_unit_name(launch_id) or not isinstance(code, int) or isinstance(code, bool):
             raise Refused(f"launch_done needs a launch_id and an integer exit_code, not {launch_id!r}, {code!r}")
-        fd = self.waiting.pop(launch_id, None)
-        if fd is not None and fd in self.clients:
+        fd = s.waiting.pop(launch_id, None)
+        if fd is not None and fd in s.clients:
             delivered = self.send_client(fd, {"exit_code": code})
             self.close_client(fd)
             if delivered:
                 return {"delivered": True}
-        self.launch_codes[launch_id] = code
-        while len(self.launch_codes) > 1000:  # answers nobody came back for
-            del self.launch_codes[next(iter(self.launch_codes))]
+        s.launch_codes[launch_id] = code
+        while len(s.launch_codes) > 1000:  # answers nobody came back for
+            del s.launch_codes[next(iter(s.launch_codes))]
         return {"delivered": False}
 
     def open_socket(self) -> None:
         """Listen on SPOOL/agent.sock (0600). Without it the agent still serves: supervisors'
         pokes are replaced by polling, and `xce launch` says it cannot reach the agent."""
+        s = self.state
         import socket
 
         try:
-            os.unlink(self.sock_path)  # a dead agent's: we hold the spool lock
+            os.unlink(s.sock_path)  # a dead agent's: we hold the spool lock
         except FileNotFoundError:
             pass
         except OSError as exc:
-            print(f"agent: cannot remove {self.sock_path}: {exc}", file=sys.stderr)
+            print(f"agent: cannot remove {s.sock_path}: {exc}", file=sys.stderr)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)
         try:
-            address, fd = unix_address(self.sock_path)
+            address, fd = unix_address(s.sock_path)
             try:
                 sock.bind(address)
             finally:
@@ -107,20 +116,21 @@ class TaskOps(AgentBase):
             sock.listen(128)
         except OSError as exc:
             sock.close()
-            print(f"agent: cannot listen on {self.sock_path} ({exc}): `xce launch` will not work", file=sys.stderr)
+            print(f"agent: cannot listen on {s.sock_path} ({exc}): `xce launch` will not work", file=sys.stderr)
             return
         finally:
             os.umask(old_umask)
         sock.setblocking(False)
-        self.listener = sock
-        if self.spool_shared:  # jobs run as other users may call: who calls is checked (may_launch)
-            os.chmod(self.sock_path, 0o666)
+        s.listener = sock
+        if s.spool_shared:  # jobs run as other users may call: who calls is checked (may_launch)
+            os.chmod(s.sock_path, 0o666)
 
     def accept_clients(self) -> None:
+        s = self.state
         import socket
         import struct
 
-        listener = self.listener
+        listener = s.listener
         if listener is None:  # open_socket() failed: no job can call
             return
         while True:
@@ -129,19 +139,20 @@ class TaskOps(AgentBase):
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # EMFILE and the like: the jobs retry, pokes are only hints
-                print(f"agent: accept on {self.sock_path} failed: {exc}", file=sys.stderr)
+                print(f"agent: accept on {s.sock_path} failed: {exc}", file=sys.stderr)
                 return
             conn.setblocking(False)
             try:
                 _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
             except OSError:
                 uid = -1  # nobody: may neither launch nor poke with authority
-            self.clients[conn.fileno()] = Client(conn, uid)
-            if self.poller is not None:  # serve() made it before it listens
-                self.poller.register(conn.fileno(), 1)  # POLLIN
+            s.clients[conn.fileno()] = Client(conn, uid)
+            if s.poller is not None:  # serve() made it before it listens
+                s.poller.register(conn.fileno(), 1)  # POLLIN
 
     def read_client(self, fd: int) -> None:
-        client = self.clients.get(fd)
+        s = self.state
+        client = s.clients.get(fd)
         if client is None:
             return
         try:
@@ -157,10 +168,11 @@ class TaskOps(AgentBase):
         *lines, rest = client.buf.split(b"\n")
         client.buf = bytearray(rest)
         for line in lines:
-            if line.strip() and fd in self.clients:
+            if line.strip() and fd in s.clients:
                 self.handle_client_line(fd, line)
 
     def handle_client_line(self, fd: int, line: bytes | bytearray) -> None:
+        s = self.state
         try:
             msg = loads(line)
             op = msg["op"]
@@ -168,14 +180,14 @@ class TaskOps(AgentBase):
             self.send_client(fd, {"error": f"unreadable request ({exc})"})
             self.close_client(fd)
             return
-        own = self.clients[fd].uid == os.geteuid()  # the agent's user: its supervisors, `post`, a new agent
+        own = s.clients[fd].uid == os.geteuid()  # the agent's user: its supervisors, `post`, a new agent
         if op == "poke":
             synced = msg.get("synced") if own else None
-            if isinstance(synced, list) and len(synced) == 2 and synced[0] == os.fstat(self.jfd).st_ino:
-                self.synced = max(self.synced, int(synced[1]))  # `post` fdatasync'ed up to there
-            self.catch_up()
-            if own and msg.get("handover") and (self.orphan or self.lease_acted):
-                self.handover = True  # a new agent waits for the spool (main.take_spool_lock), and
+            if isinstance(synced, list) and len(synced) == 2 and synced[0] == os.fstat(s.jfd).st_ino:
+                s.synced = max(s.synced, int(synced[1]))  # `post` fdatasync'ed up to there
+            self.unit_state.catch_up()
+            if own and msg.get("handover") and (s.orphan or s.lease_acted):
+                s.handover = True  # a new agent waits for the spool (main.take_spool_lock), and
                 # no controller keeps this one (it went away, or its lease ran out): leave
         elif op == "launch":
             self.client_launch(fd, msg)
@@ -184,11 +196,11 @@ class TaskOps(AgentBase):
             if not isinstance(launch_id, str) or not self.may_launch(fd, launch_id.rpartition(".")[0]):
                 self.send_client(fd, {"error": f"launch {launch_id!r} is not of a job of yours"})
                 self.close_client(fd)
-            elif launch_id in self.launch_codes:
-                self.send_client(fd, {"exit_code": self.launch_codes.pop(launch_id)})
+            elif launch_id in s.launch_codes:
+                self.send_client(fd, {"exit_code": s.launch_codes.pop(launch_id)})
                 self.close_client(fd)
             else:
-                self.waiting[launch_id] = fd
+                s.waiting[launch_id] = fd
         else:
             self.send_client(fd, {"error": f"unknown request {op!r}: this agent takes launch, launch_wait, poke"})
             self.close_client(fd)
@@ -196,6 +208,7 @@ class TaskOps(AgentBase):
     def client_launch(self, fd: int, msg: dict) -> None:
         """`xce launch` from a job: tell the controller, which sends `tasks` to the job's hosts and
         `launch_done` here when all have ended."""
+        s = self.state
         unit, argv, env, cwd = msg.get("unit"), msg.get("argv"), msg.get("env"), msg.get("cwd")
         try:
             if not valid_unit_name(unit):
@@ -203,8 +216,8 @@ class TaskOps(AgentBase):
             check_argv_env(argv, env)
             if not isinstance(cwd, str) or not os.path.isabs(cwd):
                 raise Refused(f"cwd must be an absolute path, not {cwd!r}")
-            self.catch_up()
-            status = self.unit_status(unit)
+            self.unit_state.catch_up()
+            status = self.unit_state.unit_status(unit)
             if status is None or status[0] != "running":
                 raise Refused(f"unit {unit} is not running on this host")
             if not self.may_launch(fd, unit):
@@ -214,20 +227,21 @@ class TaskOps(AgentBase):
             self.close_client(fd)
             return
         launch_id = f"{unit}.{os.urandom(6).hex()}"
-        self.waiting[launch_id] = fd
+        s.waiting[launch_id] = fd
         self.send_client(fd, {"launch_id": launch_id})
         event = {"event": "launch_requested", "launch_id": launch_id, "unit": unit}
-        self.out.append(dumps({**event, "argv": argv, "env": env, "cwd": cwd}))
+        s.out.append(dumps({**event, "argv": argv, "env": env, "cwd": cwd}))
 
     def may_launch(self, fd: int, unit: str) -> bool:
         """Whether the caller on `fd` may launch (or wait for) tasks of `unit`: the agent's user (root
         too, in a shared spool), or the user the unit runs as."""
-        uid = self.clients[fd].uid
-        u = self.units.get(unit)
+        s = self.state
+        uid = s.clients[fd].uid
+        u = s.units.get(unit)
         return uid == os.geteuid() or (u is not None and u.uid is not None and uid == u.uid)
 
     def send_client(self, fd: int, msg: dict) -> bool:
-        client = self.clients.get(fd)
+        client = self.state.clients.get(fd)
         if client is None:
             return False
         try:
@@ -237,11 +251,12 @@ class TaskOps(AgentBase):
             return False
 
     def close_client(self, fd: int) -> None:
-        client = self.clients.pop(fd, None)
+        s = self.state
+        client = s.clients.pop(fd, None)
         if client is None:
             return
-        if self.poller is not None:
-            self.poller.unregister(fd)
+        if s.poller is not None:
+            s.poller.unregister(fd)
         client.sock.close()
-        for launch_id in [k for k, v in self.waiting.items() if v == fd]:
-            del self.waiting[launch_id]  # its `xce launch` comes back with launch_wait
+        for launch_id in [k for k, v in s.waiting.items() if v == fd]:
+            del s.waiting[launch_id]  # its `xce launch` comes back with launch_wait

@@ -30,7 +30,6 @@ import os
 import sys
 import time
 
-from .base import AgentBase
 from .jsonl import dumps, loads
 from .pool import Pool, poolable
 from .recorders import JournalRecorder
@@ -38,6 +37,11 @@ from .signals import signal
 from .supervisor import become_supervisor, fork_detached
 from .tree import load_prctl
 from .util import boot_id, job_umask
+
+TYPE_CHECKING = False  # true for mypy only: see shared.py
+if TYPE_CHECKING:
+    from .shared import AgentState
+    from .state import UnitState
 
 REPLY_TIMEOUT = 30.0  # seconds the agent waits for a fork's answer before it gives the zygote up
 
@@ -260,35 +264,39 @@ def supervise(line: bytes, spool: str, boot: str) -> None:
     become_supervisor(JournalRecorder(spool, req["unit"], boot), req["spec"], req["start_time"], detach=True)
 
 
-class ZygoteOps(AgentBase):
-    """The Agent's side of its zygote (part of the Agent, server.py; the attributes are the Agent's:
-    `zygote`, `children`, `child_units`, `doubtful`, `watched`, `poller`, `lock_fd`)."""
+class ZygoteOps:
+    """The Agent's side of its zygote (a part of the Agent, server.py; of `state`, it changes `zygote`,
+    `children`, `child_units`, `doubtful`, `watched`, `poller`); `unit_state` hears of ended supervisors."""
+
+    def __init__(self, state: AgentState, unit_state: UnitState):
+        self.state, self.unit_state = state, unit_state
 
     def spawn_supervisors(self, items: list[tuple[str, dict, float]]) -> list[tuple[int | None, str | None]]:
         """(pid, None) or (None, why) for each (unit, spec, start_time), forked by the zygote (a
         new one if there is none); None for all when there is no zygote to ask (fork them here)."""
-        if self.zygote is None:
+        s = self.state
+        if s.zygote is None:
             try:
-                self.zygote = start_zygote(self.spool, self.lock_fd)
+                s.zygote = start_zygote(s.spool, s.lock_fd)
             except OSError as exc:
                 print(f"agent: cannot fork a zygote ({exc}); forking supervisors itself", file=sys.stderr, flush=True)
                 return [(None, None)] * len(items)
-            if self.poller is not None:
-                self.poller.register(self.zygote.replies, 1)  # POLLIN
+            if s.poller is not None:
+                s.poller.register(s.zygote.replies, 1)  # POLLIN
         for item in items:
-            self.doubtful[item[0]] = time.monotonic() + START_GRACE_PLAIN  # until its fork is answered
+            s.doubtful[item[0]] = time.monotonic() + START_GRACE_PLAIN  # until its fork is answered
         try:
-            answers = self.zygote.spawn(items)  # ends it tells meanwhile wait for take_exits()
+            answers = s.zygote.spawn(items)  # ends it tells meanwhile wait for take_exits()
         except OSError as exc:
             self.zygote_lost(str(exc))
             return [(None, "unknown")] * len(items)  # each stays doubtful: see zygote_lost
         for item in items:
-            self.doubtful.pop(item[0], None)
+            s.doubtful.pop(item[0], None)
         return answers
 
     def zygote_readable(self) -> None:
         """Its lines (supervisors' ends), or its EOF: read on the serve loop's poll()."""
-        zygote = self.zygote
+        zygote = self.state.zygote
         assert zygote is not None  # its pipe is polled only while it is the agent's
         try:
             for line in zygote.read():
@@ -300,11 +308,12 @@ class ZygoteOps(AgentBase):
     def take_exits(self) -> None:
         """Act on the supervisors' ends the zygote told (once their pids are known as children);
         then release the workers among them (pool.py): their units' results are known now."""
-        while self.zygote is not None and self.zygote.exits:
-            zygote = self.zygote
+        s = self.state
+        while s.zygote is not None and s.zygote.exits:
+            zygote = s.zygote
             exits, zygote.exits = zygote.exits, []
             done, zygote.done = zygote.done, []
-            self.reaped_children(exits)
+            self.unit_state.reaped_children(exits)
             if done:
                 try:
                     zygote.release(done)  # its answers may tell of more ends: the loop takes them
@@ -314,23 +323,24 @@ class ZygoteOps(AgentBase):
     def zygote_lost(self, why: str) -> None:
         """The zygote is gone: the supervisors it forked are no child of anyone we hear from. Their
         units are watched (journal, pid) from now on, and the next launch forks a new zygote."""
-        zygote, self.zygote = self.zygote, None
+        s = self.state
+        zygote, s.zygote = s.zygote, None
         if zygote is None:
             return  # already judged lost
         print(f"agent: the zygote (pid {zygote.pid}) is gone ({why}); watching its supervisors", file=sys.stderr,
               flush=True)
-        if self.poller is not None:
-            self.poller.unregister(zygote.replies)
+        if s.poller is not None:
+            s.poller.unregister(zygote.replies)
         exits, zygote.exits = zygote.exits, []
-        self.reaped_children(exits)
+        self.unit_state.reaped_children(exits)
         for pid in zygote.kids:
-            unit = self.children.pop(pid, None)
-            if unit is not None and self.child_units.get(unit, (None,))[0] == pid:
-                del self.child_units[unit]
-                self.doubtful[unit] = time.monotonic() + START_GRACE_PLAIN  # its `started` may be on its way
-                self.watched.add(unit)
-        for unit in self.doubtful:
-            self.watched.add(unit)
+            unit = s.children.pop(pid, None)
+            if unit is not None and s.child_units.get(unit, (None,))[0] == pid:
+                del s.child_units[unit]
+                s.doubtful[unit] = time.monotonic() + START_GRACE_PLAIN  # its `started` may be on its way
+                s.watched.add(unit)
+        for unit in s.doubtful:
+            s.watched.add(unit)
         zygote.kill()
         zygote.close()
 

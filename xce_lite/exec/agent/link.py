@@ -1,0 +1,103 @@
+"""The agent's connection to the service manager's private socket (systemd modes): made when first
+needed and again after a loss, and the one question every part may ask on it, which units systemd
+knows. The calls that start, stop and attach are manager.py's.
+
+Invariants: at most one attempt a second while the manager does not answer (unless `now`); when the
+connection is lost, every call not answered is forgotten (a start is no longer "starting", a tasks'
+supervisor waiting for its attach is told) and what systemd tracked is doubtful until asked again.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from .dbus import Bus, DBusError, manager_socket
+
+TYPE_CHECKING = False  # true for mypy only: see shared.py
+if TYPE_CHECKING:
+    from .shared import AgentState
+
+
+class ManagerLink:
+    """The connection (state.bus) and what hangs on it (state.calls, starting, tracked, held)."""
+
+    def __init__(self, state: AgentState):
+        self.state = state
+
+    def connect_bus(self, now: bool = False) -> Bus | None:
+        """Reach the manager's private socket, unless connected (tried at most once a second while
+        it does not answer, unless `now`); the connection (state.bus), or None if there is none."""
+        s = self.state
+        if s.bus is not None:
+            return s.bus
+        if s.mode == "plain" or (time.monotonic() < s.next_connect and not now):
+            return None
+        path = manager_socket(s.mode, s.host.get("env", os.environ))
+        try:
+            s.bus = bus = Bus(path, timeout=2.0)
+        except OSError as exc:
+            s.next_connect = time.monotonic() + 1.0
+            print(f"agent: cannot reach the manager at {path} ({exc}); trying again", file=sys.stderr)
+            return None
+        if s.poller is not None:
+            s.poller.register(bus.fileno(), 1)  # POLLIN
+        return bus
+
+    def bus_lost(self, exc: Exception) -> None:
+        """The manager closed the connection (as it does when it re-executes itself) or broke it:
+        what it did not answer is unknown, and what it tracked is doubtful, until it is asked again
+        (poll_watched does, reconnecting)."""
+        s = self.state
+        print(f"agent: lost the connection to the manager ({exc}); reconnecting", file=sys.stderr)
+        bus, s.bus = s.bus, None
+        if bus is not None:
+            if s.poller is not None:
+                s.poller.unregister(bus.fileno())
+            bus.close()
+        for what, unit, *extra in s.calls.values():
+            if what == "start":
+                s.starting.discard(unit)
+            elif what == "attach":
+                answer_tasks(extra[0], "the connection to systemd was lost")
+        s.calls.clear()
+        s.tracked.clear()
+        s.held.clear()  # their JobRemoved will not come: a signal now goes straight to systemd
+
+    def systemd_known(self, units: list[str]) -> dict[str, bool]:
+        """unit -> True if systemd knows it (loaded, and active, activating, deactivating or
+        reloading, or with a job queued: a unit waits inactive for its start job), False if not;
+        units systemd was not asked about (it did not answer; another mode's) are left out. One
+        ListUnitsByNames call for all of `units`; a unit it says is there is tracked from then on."""
+        s = self.state
+        names = [u for u in units if s.units[u].mode == s.mode]
+        bus = self.connect_bus() if names else None
+        if bus is None:
+            return {}
+        try:
+            listed = bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in names],))[0]
+        except DBusError as exc:
+            print(f"agent: ListUnitsByNames failed ({exc}); its units are not judged now", file=sys.stderr)
+            return {}
+        except OSError as exc:
+            self.bus_lost(exc)
+            return {}
+        known = {}
+        for name, _desc, load, active, _sub, _following, _path, job, *_rest in listed:
+            unit = name.removesuffix(".service")
+            if unit in s.units:
+                alive = active in ("active", "activating", "deactivating", "reloading")
+                known[unit] = load == "loaded" and (alive or job != 0)
+                if known[unit]:
+                    s.tracked.add(unit)
+        return known
+
+
+def answer_tasks(go: int, error: str | None) -> None:
+    """Tell a tasks' supervisor that it is inside its unit (error None), or why it is not."""
+    try:
+        os.write(go, b"ok" if error is None else b"no " + error.encode("utf-8", "replace")[:400])
+    except OSError:
+        pass
+    os.close(go)
