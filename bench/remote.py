@@ -32,6 +32,7 @@ import argparse
 import concurrent.futures
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -178,8 +179,23 @@ class Side:
         host1 = self.host_cpu() if self.host_cpu else None
         if host0 is not None and host1 is not None:
             out["hosts_ms"] = (host1 - host0) / n * 1000
+        out.update(cycle(client, ids))
         wait_idle(self.c)
         return out
+
+
+def cycle(client, ids: list[int]) -> dict:
+    """Where a job's time goes, medians over the batch (read after it, from the jobs' history):
+    dispatched (the controller's commit) -> started (the job's start on the host) -> ended (the
+    job's end as its host recorded it) -> finished (the controller's commit of the result)."""
+    parts: dict[str, list[float]] = {"disp_start": [], "start_end": [], "end_done": []}
+    for job in client.get("/jobs", ids=",".join(map(str, ids)), history="1")["jobs"]:
+        times = {e["kind"]: e["time"] for e in job.get("history") or ()}
+        if {"dispatched", "finished"} <= times.keys() and job["start_time"] and job["end_time"]:
+            parts["disp_start"].append(job["start_time"] - times["dispatched"])
+            parts["start_end"].append(job["end_time"] - job["start_time"])
+            parts["end_done"].append(times["finished"] - job["end_time"])
+    return {k: statistics.median(v) for k, v in parts.items() if v}
 
 
 def floor(hosts: list[testhosts.TestHost], n: int) -> dict:
@@ -253,6 +269,9 @@ def _cmdline(p) -> list[str]:
 
 def _print_run(r: int, kind: str, o: dict) -> None:
     parts = ", ".join(f"{k[:-3]} {v:.2f}" for k, v in o.items() if k.endswith("_ms") and k != "machine_ms")
+    if "disp_start" in o:
+        parts += (f"; cycle (ms): dispatched -> started {o['disp_start'] * 1000:.1f}, started -> ended "
+                  f"{o['start_end'] * 1000:.1f}, ended -> committed {o['end_done'] * 1000:.1f}")
     extra = f"; per host {', '.join(f'{x:.0f}' for x in o['per_host'])} units/s" if "per_host" in o else ""
     print(f"    run {r + 1} {kind}: {o['rate']:.0f} jobs/s, {o['done']} DONE, machine CPU {o['machine_ms']:.1f} "
           f"ms/job; CPU per job (ms): {parts or '-'}{extra}; load {os.getloadavg()[0]:.1f}", flush=True)
@@ -311,6 +330,10 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
                              ("sshd", "the hosts' sshd"), ("hosts", "the hosts' cgroups")):
                 if all(f"{key}_ms" in o for o in outs):
                     rep.add(f"remote: {LABELS[kind]}: {who} CPU per job", "s", [o[f"{key}_ms"] / 1000 for o in outs])
+            for key, what in (("disp_start", "dispatched -> started"), ("start_end", "started -> ended (the unit)"),
+                              ("end_done", "ended -> result committed")):
+                if all(key in o for o in outs):
+                    rep.add(f"remote: {LABELS[kind]}: a job's cycle, {what}", "s", [o[key] for o in outs])
             if any(o["done"] != jobs for o in outs):
                 rep.note(f"remote {kind}: WARNING", "a run had jobs not DONE")
         if latency_samples:
