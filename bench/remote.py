@@ -32,6 +32,7 @@ import argparse
 import concurrent.futures
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -356,6 +357,10 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _interrupt(*_args) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -369,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--slots must be at least 2 (one per ssh host)")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"remote bench at {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load {load}")
+    signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: the finally clauses stop all by PID
     rep = Report()
     bench_remote(rep, args.runs, args.jobs, args.slots, args.latency, args.pending, args.systemd_slots)
     print(f"\n== summary (medians); load at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
