@@ -289,8 +289,13 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
                  pending: int = 0, systemd_slots: int | None = None) -> None:
     """Measure into `rep` (keys remote_local, remote_plain, remote_systemd, remote_floor), or
     note why not (rep.why_not["remote"])."""
+    systemd_slots = systemd_slots or slots
+    other = f", the systemd hosts {systemd_slots}" if systemd_slots != slots else ""
     section(f"7. remote: {jobs} x `true` on local, plain ssh and systemd ssh hosts ({slots} slots in total "
-            f"each) and a bare systemd-run loop, {runs} runs interleaved")
+            f"each{other}) and a bare systemd-run loop, {runs} runs interleaved")
+    labels = dict(LABELS, systemd=f"systemd ssh hosts (2, {systemd_slots} slots)") if other else LABELS
+    if other:
+        rep.note("remote: note", f"the systemd hosts have {systemd_slots} slots in total, local and plain {slots}")
     reason = why_not()
     if reason:
         rep.why_not["remote"] = reason
@@ -303,7 +308,7 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
                   "plain": testhosts.up(2, base / "plain", plain=True, die_with_caller=True, prefix="p")}
         sides["local"] = Side("local", BenchCluster(slots=slots), [])
         for kind, hosts in booted.items():
-            n = systemd_slots if kind == "systemd" and systemd_slots else slots
+            n = systemd_slots if kind == "systemd" else slots
             sides[kind] = Side(kind, BenchCluster(config=config(kind, hosts, n), work=base / f"work-{kind}"), hosts)
         for side in sides.values():
             side.c.start()
@@ -324,23 +329,23 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
                 _print_run(r, kind, o)
         for kind in KINDS:
             outs = res[kind]
-            rep.add(f"remote: {LABELS[kind]}, {jobs} x true", "jobs/s", [o["rate"] for o in outs],
+            rep.add(f"remote: {labels[kind]}, {jobs} x true", "jobs/s", [o["rate"] for o in outs],
                     key=f"remote_{kind}")
-            rep.add(f"remote: {LABELS[kind]}: machine CPU per job", "s", [o["machine_ms"] / 1000 for o in outs])
+            rep.add(f"remote: {labels[kind]}: machine CPU per job", "s", [o["machine_ms"] / 1000 for o in outs])
             for key, who in (("ctl", "controller"), ("gateway", "ssh gateway"), ("agents", "agents"),
                              ("sshd", "the hosts' sshd"), ("hosts", "the hosts' cgroups")):
                 if all(f"{key}_ms" in o for o in outs):
-                    rep.add(f"remote: {LABELS[kind]}: {who} CPU per job", "s", [o[f"{key}_ms"] / 1000 for o in outs])
+                    rep.add(f"remote: {labels[kind]}: {who} CPU per job", "s", [o[f"{key}_ms"] / 1000 for o in outs])
             for key, what in (("disp_start", "dispatched -> started"), ("start_end", "started -> ended (the unit)"),
                               ("end_done", "ended -> result committed")):
                 if all(key in o for o in outs):
-                    rep.add(f"remote: {LABELS[kind]}: a job's cycle, {what}", "s", [o[key] for o in outs])
+                    rep.add(f"remote: {labels[kind]}: a job's cycle, {what}", "s", [o[key] for o in outs])
             if any(o["done"] != jobs for o in outs):
                 rep.note(f"remote {kind}: WARNING", "a run had jobs not DONE")
         if latency_samples:
             for kind in ("plain", "systemd"):
                 lat = latency(sides[kind].c, latency_samples)
-                rep.add(f"remote: {LABELS[kind]}: submit -> running (idle)", "s", lat, p95=True)
+                rep.add(f"remote: {labels[kind]}: submit -> running (idle)", "s", lat, p95=True)
         if pending:
             side = sides["plain"]
             side.c.stop()  # a fresh controller, as run.py's figure: this one's heap kept the runs above
@@ -349,6 +354,9 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
             wait_hosts_up(side.c, 2)
             got = rss_with_backlog(side.c, pending, slots)
             rep.add(f"remote: controller VmRSS, {pending} pending, plain ssh hosts", "MB", [got["rss"] / 2**20])
+    except (testhosts.TestHostError, RuntimeError) as exc:  # run.py goes on with its other sections
+        rep.why_not["remote"] = f"it could not run: {exc}"
+        rep.note("remote: FAILED", str(exc))
     finally:
         for side in sides.values():
             side.c.stop()
