@@ -14,6 +14,9 @@ Sections (see bench/README.md for what each figure means):
   rss         controller VmHWM/VmRSS with 10,000 jobs pending behind two `sleep 600` jobs; then, the
               sleepers killed, the rate of the first 200 jobs with that backlog behind them
   floors      `seq 1000 | xargs -P2 -n1 true`, and HyperQueue's LocalCluster (from a separate venv)
+  remote      bench/remote.py: the same jobs on local, plain ssh and systemd ssh test hosts (same slots
+              in total) and a bare systemd-run loop on those hosts, interleaved; needs root and boots
+              test hosts (skipped, with the reason printed, where it cannot run)
 
 Every controller runs in its own temporary home (/tmp/xb-*), with one local host of 2 slots, and is
 stopped, with everything it started, by PID at the end, whatever happens.
@@ -39,10 +42,11 @@ sys.path.insert(0, str(HERE))
 from cluster import BenchCluster, is_agent, proc_status, pss, wait_done, wait_idle
 from cli_start import bench_cli
 from floors import bench_hq, bench_xargs
+from remote import bench_remote
 from report import KINDS, Report, goals, section
 from stats import summary, table
 
-SECTIONS = ("throughput", "latency", "cli", "rss", "floors")
+SECTIONS = ("throughput", "latency", "cli", "rss", "floors", "remote")
 MB = 1024 * 1024
 
 PEERS_TPUT = "Slurm 2, GNU parallel 115, HQ 164, tsp 260, xargs -P2 ~600 jobs/s"
@@ -302,6 +306,8 @@ def main() -> int:
         bench_xargs(rep, args.runs, args.jobs)
         if not args.no_hq:
             bench_hq(rep, args.runs, args.jobs, Path(args.hq_venv), not args.no_hq_install)
+    if "remote" in only:
+        bench_remote(rep, args.runs, args.jobs, 2)
     print(f"\n== summary (medians; {time.perf_counter() - started:.0f} s in all)")
     rep.print_table()
     try:

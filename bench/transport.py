@@ -81,7 +81,7 @@ def round_trips(host, workdir: Path, prefix: str, runs: int) -> tuple[list[float
 def exec_true(host: SshHost) -> float:
     """One exec of `true` beside the agent's channel: what a command per job would cost (the login
     shell's start, its rc files included, is most of it)."""
-    transport = host._session.route.transport
+    transport = host._stream.route.transport
     start = time.perf_counter()
     chan = transport.open_session(timeout=10)
     chan.exec_command("true")
