@@ -15,6 +15,10 @@ that left or joined the pending set, or was dispatched, has its reason sent agai
 (a new worker, one out of step) and a controller that could not take an answer in
 (`PendingSet.report_reasons_again`) have every reason sent again.
 
+A session that could only repeat the last answer is not run at all (sched/settled.py): when the
+last answer was settled and the new input is that one's with its dispatches taken out, the answer
+is known to be "nothing new" (no dispatch, no reason changed), and the worker is not woken.
+
 The worker builds the same `Snapshot` value the core always takes and calls the same `schedule`,
 so decisions are what the core alone would give; the simulator calls `schedule` directly. The
 worker also keeps a `core.SessionCache` from one session to the next, so a session re-reads only the
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+from bisect import bisect_left, insort
 from typing import Any
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -33,10 +38,12 @@ from dataclasses import dataclass, replace
 from xce_lite.sched.backlog import Backlog
 from xce_lite.sched.core import Decisions, PendingJob, SessionCache, Snapshot, schedule
 from xce_lite.sched.sent_reasons import SentReasons
+from xce_lite.sched.settled import Expected, expect, moved_on, repeats
 
 # The pending set's checksum: (count, sum of id * _MIX mod 2**61), kept incrementally on both sides.
 _MASK = (1 << 61) - 1
 _MIX = 0x9E3779B97F4A7C15
+NOTHING_NEW = Decisions((), (), True)  # the answer of a session that would repeat the last one
 
 
 class PendingSet:
@@ -46,7 +53,8 @@ class PendingSet:
     def __init__(self) -> None:
         self._jobs: dict[int, PendingJob] = {}
         self._added: dict[int, PendingJob] = {}
-        self._removed: set[int] = set()
+        self._removed: dict[int, PendingJob] = {}
+        self._times: list[float] = []  # the jobs' submit times, sorted (sched/settled.py asks)
         self._count, self._sum = 0, 0
         self._reasons_all = False  # the next answer gives every waiting job's reason
 
@@ -61,22 +69,32 @@ class PendingSet:
         return out
 
     def add(self, job: PendingJob) -> None:
-        if job.id not in self._jobs:
+        old = self._jobs.get(job.id)
+        if old is None:
             self._count += 1
             self._sum = (self._sum + job.id * _MIX) & _MASK
+        else:
+            del self._times[bisect_left(self._times, old.submit_time)]
+        insort(self._times, job.submit_time)
         self._jobs[job.id] = job
         self._added[job.id] = job
-        self._removed.discard(job.id)
+        self._removed.pop(job.id, None)
 
     def add_all(self, jobs: list[PendingJob]) -> None:
         """`add` each, in one step (a submission's 1,000 jobs)."""
-        new = {job.id for job in jobs if job.id not in self._jobs}
-        self._count += len(new)
-        self._sum = (self._sum + sum(new) * _MIX) & _MASK
         fresh = {job.id: job for job in jobs}
+        if not fresh.keys().isdisjoint(self._jobs):  # replaced: rare, one at a time
+            for job in fresh.values():
+                self.add(job)
+            return
+        self._count += len(fresh)
+        self._sum = (self._sum + sum(fresh) * _MIX) & _MASK
+        self._times.extend(job.submit_time for job in fresh.values())
+        self._times.sort()  # sorted runs: linear
         self._jobs.update(fresh)
         self._added.update(fresh)
-        self._removed.difference_update(fresh)
+        for job_id in fresh.keys() & self._removed.keys():
+            del self._removed[job_id]
 
     def discard(self, job_id: int) -> PendingJob | None:
         job = self._jobs.pop(job_id, None)
@@ -84,7 +102,8 @@ class PendingSet:
             self._count -= 1
             self._sum = (self._sum - job_id * _MIX) & _MASK
             self._added.pop(job_id, None)
-            self._removed.add(job_id)
+            self._removed[job_id] = job
+            del self._times[bisect_left(self._times, job.submit_time)]
         return job
 
     def get(self, job_id: int) -> PendingJob | None:
@@ -109,12 +128,49 @@ class PendingSet:
         """Those of `ids` not in the set (a set operation: no Python step per id)."""
         return set(ids).difference(self._jobs)
 
+    def waits_passing(self, after: float, upto: float) -> bool:
+        """Whether a job here was submitted in (after, upto]: its wait passes a bound between two times."""
+        i = bisect_left(self._times, after)
+        while i < len(self._times) and self._times[i] == after:
+            i += 1
+        return i < len(self._times) and self._times[i] <= upto
+
     def take_changes(self, full: bool) -> tuple[tuple[PendingJob, ...], tuple[int, ...], tuple[int, int]]:
         """(added, removed, checksum) since the last call; everything as added when `full`."""
         added = tuple(self._jobs.values()) if full else tuple(self._added.values())
         removed = () if full else tuple(self._removed)
-        self._added, self._removed = {}, set()
+        self._added, self._removed = {}, {}
         return added, removed, (self._count, self._sum)
+
+
+class _Shortcut:
+    """A scheduler seam's memory of its last answer, to skip a session that would repeat it
+    (sched/settled.py). Holds no job of its own: it asks the pending set."""
+
+    def __init__(self) -> None:
+        self._answered: tuple[Snapshot, Decisions, bool, int] | None = None
+        self._expected: Expected | None = None
+
+    def answered(self, base: Snapshot, decisions: Decisions, settled: bool, budget: int) -> None:
+        self._answered, self._expected = (base, decisions, settled, budget), None
+
+    def forget(self) -> None:
+        self._answered = self._expected = None
+
+    def skips(self, pending: PendingSet, base: Snapshot, budget: int) -> bool:
+        """Whether the session on `base` with `pending`'s changes can be skipped (answer: NOTHING_NEW);
+        when not, the caller sends it and gives its answer to `answered`."""
+        if self._answered is not None:  # the dispatched jobs have left the pending set by now
+            last, decisions, settled, last_budget = self._answered
+            self._answered = None
+            self._expected = expect(last, decisions, pending._removed, last_budget, settled)
+        if self._expected is not None and repeats(self._expected, base, budget, pending._removed.keys(),
+                                                  bool(pending._added), pending._reasons_all,
+                                                  pending.waits_passing):
+            self._expected = moved_on(self._expected, base.now)
+            return True
+        self._expected = None
+        return False
 
 
 @dataclass(frozen=True)
@@ -177,7 +233,7 @@ def _serve(conn) -> None:
             continue
         decisions = _schedule_without_gc(replace(session.base, jobs=tuple(jobs.values())), session.budget, cache,
                                          backlog)
-        conn.send(_changed_reasons(sent, decisions))
+        conn.send((_changed_reasons(sent, decisions), cache.settled))
 
 
 def _schedule_without_gc(snapshot: Snapshot, budget: int, cache: SessionCache, backlog: Backlog) -> Decisions:
@@ -202,6 +258,9 @@ class SchedulerProcess:
         self._proc: Any = None
         self._conn: Any = None
         self._in_step = False  # False: the next session must send the whole pending set
+        self._shortcut = _Shortcut()
+        self._sent: tuple[Snapshot, int] | None = None  # the session in flight; None: skipped
+        self.skipped = 0  # sessions not run: they would have repeated the last answer
 
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
@@ -218,12 +277,18 @@ class SchedulerProcess:
         Called under the controller's lock, so no change to the pending set slips between the
         changes taken and the checksum sent; `receive` then waits without the lock.
         """
+        if self._in_step and self._shortcut.skips(pending, base, budget):
+            self._sent = None
+            self.skipped += 1
+            return
         if self._proc is None or not self._proc.is_alive():
             self._start()
         full = not self._in_step
         added, removed, checksum = pending.take_changes(full)
         reasons_all = pending.take_reasons_again()
         self._in_step = False  # until the worker confirms
+        self._shortcut.forget()
+        self._sent = (base, budget)
         self._conn.send(_Session(full, base, added, removed, checksum, budget, reasons_all))
 
     def receive(self) -> Decisions | None:
@@ -232,6 +297,10 @@ class SchedulerProcess:
         TimeoutError if the worker does not answer in time: it is stopped, and the next send
         starts a new one.
         """
+        if self._sent is None:
+            return NOTHING_NEW
+        base, budget = self._sent
+        self._sent = None
         try:
             if not self._conn.poll(self._timeout):
                 self.close()
@@ -241,9 +310,15 @@ class SchedulerProcess:
             self.close()
             return None
         self._in_step = reply is not None
-        return reply
+        if reply is None:
+            return None
+        decisions, settled = reply
+        self._shortcut.answered(base, decisions, settled, budget)
+        return decisions
 
     def close(self) -> None:
+        self._shortcut.forget()
+        self._in_step = False
         if self._conn is not None:
             try:
                 self._conn.send(None)
@@ -261,17 +336,26 @@ class SchedulerProcess:
 
 class InlineScheduler:
     """The scheduler seam in-process (tests, the simulator): the same `schedule` on the same
-    snapshot the worker would build, on the caller's thread."""
+    snapshot the worker would build, on the caller's thread, and the same sessions skipped
+    (`shortcut=False`: none, to compare)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shortcut: bool = True) -> None:
         self._cache = SessionCache()
         self._backlog = Backlog()  # fed with the set's changes, as the worker's is
         self._sent = SentReasons()  # and answering the changed reasons, as the worker does
         self._full = True
         self._session: Snapshot | None = None
+        self._base: Snapshot | None = None
         self._budget = 0
+        self._shortcut = _Shortcut() if shortcut else None
+        self._skipped = False
+        self.skipped = 0  # as SchedulerProcess.skipped
 
     def send(self, pending: PendingSet, base: Snapshot, budget: int) -> None:
+        self._skipped = not self._full and self._shortcut is not None and self._shortcut.skips(pending, base, budget)
+        if self._skipped:
+            self.skipped += 1
+            return
         added, removed, checksum = pending.take_changes(self._full)
         _apply_changes(self._sent, _Session(self._full, base, added, removed, checksum, budget,
                                             pending.take_reasons_again()))
@@ -283,13 +367,19 @@ class InlineScheduler:
             self._backlog.discard(job_id)
         for job in added:
             self._backlog.add(job)
-        self._session, self._budget = replace(base, jobs=tuple(pending.values())), budget
+        self._session, self._base, self._budget = replace(base, jobs=tuple(pending.values())), base, budget
 
     def receive(self) -> Decisions | None:
+        if self._skipped:
+            self._skipped = False
+            return NOTHING_NEW
         session, self._session = self._session, None
         if session is None:
             return None
-        return _changed_reasons(self._sent, schedule(session, self._budget, cache=self._cache, backlog=self._backlog))
+        decisions = schedule(session, self._budget, cache=self._cache, backlog=self._backlog)
+        if self._shortcut is not None and self._base is not None:
+            self._shortcut.answered(self._base, decisions, self._cache.settled, self._budget)
+        return _changed_reasons(self._sent, decisions)
 
     def close(self) -> None:
         pass
