@@ -13,7 +13,9 @@ The answer's pend reasons go the same way: a session returns only the reasons th
 the last answer (sched/sent_reasons.py), and the controller applies them to its live map. A job
 that left or joined the pending set, or was dispatched, has its reason sent again; a full resend
 (a new worker, one out of step) and a controller that could not take an answer in
-(`PendingSet.report_reasons_again`) have every reason sent again.
+(`PendingSet.report_reasons_again`) have every reason sent again; the controller may also name the
+jobs whose reasons it words anew (a pool's state changed: controller/pool_views.py), and only
+those are sent again.
 
 A session that could only repeat the last answer is not run at all (sched/settled.py): when the
 last answer was settled and the new input is that one's with its dispatches taken out, the answer
@@ -57,16 +59,30 @@ class PendingSet:
         self._times: list[float] = []  # the jobs' submit times, sorted (sched/settled.py asks)
         self._count, self._sum = 0, 0
         self._reasons_all = False  # the next answer gives every waiting job's reason
+        self._reasons_of: set[int] = set()  # and these jobs' reasons
 
-    def report_reasons_again(self) -> None:
+    def report_reasons_again(self, ids: Iterable[int] | None = None) -> None:
         """The controller's live reasons may differ from what the scheduler last answered (an
-        answer not taken in, reasons reworded by the controller): the next answer gives them all."""
-        self._reasons_all = True
+        answer not taken in): the next answer gives them all; or for the jobs `ids` only (their
+        reasons are worded anew by the controller)."""
+        if ids is None:
+            self._reasons_all = True
+        else:
+            self._reasons_of.update(ids)
 
-    def take_reasons_again(self) -> bool:
-        """Whether the next answer must give every reason (and no longer after this call)."""
-        out, self._reasons_all = self._reasons_all, False
+    def take_reasons_again(self) -> bool | tuple[int, ...]:
+        """True if the next answer must give every reason, else the jobs whose reasons it must give
+        (and no longer after this call)."""
+        if self._reasons_all:
+            self._reasons_all, self._reasons_of = False, set()
+            return True
+        out, self._reasons_of = tuple(self._reasons_of), set()
         return out
+
+    @property
+    def reasons_asked(self) -> bool:
+        """Whether the next answer must give some reason again (take_reasons_again)."""
+        return self._reasons_all or bool(self._reasons_of)
 
     def add(self, job: PendingJob) -> None:
         old = self._jobs.get(job.id)
@@ -165,7 +181,7 @@ class _Shortcut:
             self._answered = None
             self._expected = expect(last, decisions, pending._removed, last_budget, settled)
         if self._expected is not None and repeats(self._expected, base, budget, pending._removed.keys(),
-                                                  bool(pending._added), pending._reasons_all,
+                                                  bool(pending._added), pending.reasons_asked,
                                                   pending.waits_passing):
             self._expected = moved_on(self._expected, base.now)
             return True
@@ -181,14 +197,16 @@ class _Session:
     removed: tuple[int, ...]
     checksum: tuple[int, int]
     budget: int
-    reasons_all: bool = False  # answer every waiting job's reason, not only the changed ones
+    reasons_all: bool | tuple[int, ...] = False  # answer every reason (or these jobs'), not only the changed ones
 
 
 def _apply_changes(sent: SentReasons, session: _Session) -> None:
     """Forget the reported reasons the controller may no longer hold (module docstring)."""
-    if session.full or session.reasons_all:
+    if session.full or session.reasons_all is True:
         sent.clear()
         return
+    if session.reasons_all:
+        sent.forget(session.reasons_all)
     sent.forget(session.removed)
     sent.forget(job.id for job in session.added)
 
