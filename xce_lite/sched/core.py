@@ -380,7 +380,7 @@ def take(hosts: list[HostView], shared: FrozenMap, placement: Placement) -> tupl
         alloc = allocs.get(host.name)
         if alloc is not None:
             free, gpu_free = taken(host.free, host.gpu_free, alloc)
-            updated[i] = replace(host, free=free, gpu_free=gpu_free)
+            updated[i] = host.with_free(free, gpu_free)
     if placement.shared:
         shared = FrozenMap({name: amount - placement.shared.get(name, 0) for name, amount in shared.items()})
     return updated, shared
