@@ -37,6 +37,7 @@ from typing import Any
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from xce_lite.controller import sched_wire  # noqa: F401  (the pipe's reducers: registered on import)
 from xce_lite.sched.backlog import Backlog
 from xce_lite.sched.core import Decisions, PendingJob, SessionCache, Snapshot, schedule
 from xce_lite.sched.sent_reasons import SentReasons
