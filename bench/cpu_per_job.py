@@ -9,7 +9,9 @@ cores), so jobs/s moves with the machine's speed from day to day, while CPU per 
 trees measured on the same day. A throw-away cluster (bench/cluster.py: one local host of 2 slots),
 warmed with 20 jobs; then each run is one batch POST of --jobs `true` jobs until all are DONE, with:
 the machine's busy CPU time (/proc/stat: user, nice, system, irq, softirq) per job, and each of the
-controller's processes' (user + system): the controller, the host agent, the scheduler's worker.
+controller's processes' (user + system): the controller, the host agent, the scheduler's worker,
+and the worker's wake-ups per job (its voluntary context switches: it blocks on its pipe between
+sessions, so about one per session it runs; a count, which the machine's load does not move).
 What is left of the machine's figure is the supervisors, the jobs and the kernel's work for them.
 Asserts nothing.
 """
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         processes = [controller, *controller.children(recursive=True)]
         for run in range(args.runs):
             before = {p.pid: cpu_seconds(p) for p in processes}
+            # the worker blocks on its pipe between sessions: its voluntary switches count its wake-ups
+            woken = {p.pid: p.num_ctx_switches().voluntary for p in processes}
             busy, start = machine_busy_seconds(), time.perf_counter()
             ids = client.post("/jobs", {"jobs": [c.spec(["true"])] * args.jobs})["ids"]
             wait_done(client, ids, time.monotonic() + 600)
@@ -69,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
                 name = role(p, c.pid)
                 per_role[name] = per_role.get(name, 0.0) + cpu_seconds(p) - before[p.pid]
             parts = ", ".join(f"{name} {1000 * s / args.jobs:.2f} ms" for name, s in per_role.items() if s > 0)
+            wakes = sum(p.num_ctx_switches().voluntary - woken[p.pid] for p in processes
+                        if role(p, c.pid) == "scheduler worker")
             print(f"run {run + 1}: {args.jobs / wall:.0f} jobs/s; CPU per job: machine {1000 * busy / args.jobs:.2f} "
-                  f"ms, {parts}", flush=True)
+                  f"ms, {parts}; scheduler worker wake-ups per job {wakes / args.jobs:.2f}", flush=True)
             time.sleep(1)
     finally:
         c.stop()

@@ -280,14 +280,14 @@ def _schedule_without_gc(snapshot: Snapshot, budget: int, cache: SessionCache, b
 class SchedulerProcess:
     """The controller's handle on the worker. Not thread-safe: the tick alone calls it."""
 
-    def __init__(self, timeout: float = 60.0):
+    def __init__(self, timeout: float = 60.0, shortcut: bool = True):
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["xce_lite.sched.core", "xce_lite.controller.sched_worker"])
         self._timeout = timeout
         self._proc: Any = None
         self._conn: Any = None
         self._in_step = False  # False: the next session must send the whole pending set
-        self._shortcut = _Shortcut()
+        self._shortcut = _Shortcut() if shortcut else None  # None: every session runs (benches compare)
         self._sent: tuple[Snapshot, int] | None = None  # the session in flight; None: skipped
         self.skipped = 0  # sessions not run: they would have repeated the last answer
 
@@ -306,7 +306,7 @@ class SchedulerProcess:
         Called under the controller's lock, so no change to the pending set slips between the
         changes taken and the checksum sent; `receive` then waits without the lock.
         """
-        if self._in_step and self._shortcut.skips(pending, base, budget):
+        if self._in_step and self._shortcut is not None and self._shortcut.skips(pending, base, budget):
             self._sent = None
             self.skipped += 1
             return
@@ -316,7 +316,8 @@ class SchedulerProcess:
         added, removed, checksum = pending.take_changes(full)
         reasons_all = pending.take_reasons_again()
         self._in_step = False  # until the worker confirms
-        self._shortcut.forget()
+        if self._shortcut is not None:
+            self._shortcut.forget()
         self._sent = (base, budget)
         self._conn.send(_Session(full, base, added, removed, checksum, budget, reasons_all))
 
@@ -342,11 +343,13 @@ class SchedulerProcess:
         if reply is None:
             return None
         decisions, settled = reply
-        self._shortcut.answered(base, decisions, settled, budget)
+        if self._shortcut is not None:
+            self._shortcut.answered(base, decisions, settled, budget)
         return decisions
 
     def close(self) -> None:
-        self._shortcut.forget()
+        if self._shortcut is not None:
+            self._shortcut.forget()
         self._in_step = False
         if self._conn is not None:
             try:
