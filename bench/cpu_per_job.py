@@ -10,7 +10,9 @@ trees measured on the same day. A throw-away cluster (bench/cluster.py: one loca
 warmed with 20 jobs; then each run is one batch POST of --jobs `true` jobs until all are DONE, with:
 the machine's busy CPU time (/proc/stat: user, nice, system, irq, softirq) per job, and each of the
 controller's processes' (user + system): the controller, the host agent (with its zygote), the
-scheduler's worker; and the supervisors with their jobs (the zygote's children, reaped or live).
+scheduler's worker; the supervisors with their jobs (the zygote's children, reaped or live); and
+the worker's wake-ups per job (its voluntary context switches: it blocks on its pipe between
+sessions, so about one per session it runs; a count, which the machine's load does not move).
 Asserts nothing.
 """
 
@@ -91,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         for run in range(args.runs):
             before = {p.pid: cpu_seconds(p) for p in processes}
             supervised = supervisors_seconds(zygotes)
+            # the worker blocks on its pipe between sessions: its voluntary switches count its wake-ups
+            woken = {p.pid: p.num_ctx_switches().voluntary for p in processes}
             busy, start = machine_busy_seconds(), time.perf_counter()
             ids = client.post("/jobs", {"jobs": [c.spec(["true"])] * args.jobs})["ids"]
             wait_done(client, ids, time.monotonic() + 600)
@@ -101,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
                 per_role[name] = per_role.get(name, 0.0) + cpu_seconds(p) - before[p.pid]
             per_role["supervisors+jobs"] = supervisors_seconds(zygotes) - supervised
             parts = ", ".join(f"{name} {1000 * s / args.jobs:.2f} ms" for name, s in per_role.items() if s > 0)
+            wakes = sum(p.num_ctx_switches().voluntary - woken[p.pid] for p in processes
+                        if role(p, c.pid) == "scheduler worker")
             print(f"run {run + 1}: {args.jobs / wall:.0f} jobs/s; CPU per job: machine {1000 * busy / args.jobs:.2f} "
-                  f"ms, {parts}", flush=True)
+                  f"ms, {parts}; scheduler worker wake-ups per job {wakes / args.jobs:.2f}", flush=True)
             time.sleep(1)
     finally:
         c.stop()

@@ -144,7 +144,7 @@ def process_sessions(hosts, jobs, shared, runs: int):
     full_t, incr_t, same_t, start_t = [], [], [], []
     last = None
     for _ in range(runs):
-        sp = SchedulerProcess(timeout=600)
+        sp = SchedulerProcess(timeout=600, shortcut=False)  # [5b] runs the session sched/settled.py would skip
         try:
             warm = PendingSet()
             t0 = time.perf_counter()

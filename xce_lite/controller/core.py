@@ -355,8 +355,8 @@ class Controller:
                 running = self.state.active.running(closing)  # summed per (queue, user), kept as jobs come and go
                 base = Snapshot(hosts, (), self.state.queue_policies, shared, running, now,
                                 self.state.config.controller.reserve_after, **self.projects.inputs(now, closing))
-                if self.state.config.pools:  # pool_views words a pool's reasons anew each session
-                    self.state.pending.report_reasons_again()
+                if self.state.config.pools:  # pool_views words the reasons of a pool's jobs anew
+                    self.state.pending.report_reasons_again(self.pool_views.reworded(self.state.pending.values()))
                 sent = time.monotonic()  # metrics:
                 self._scheduler.send(self.state.pending, base, self.state.config.controller.sched_budget)
             decisions = self._scheduler.receive()

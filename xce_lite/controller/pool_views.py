@@ -12,6 +12,7 @@ A part of the controller beside Pools (pools.py), sharing with it the allocation
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from xce_lite.config.cluster import PoolConfig
@@ -80,6 +81,18 @@ class PoolViews:
 
     def __init__(self, state: ControllerState, records: PoolRecords, clock: Clock) -> None:
         self.state, self.records, self.clock = state, records, clock
+        self._said: dict[str, str] = {}  # pool -> its status as the last session's reasons word it
+
+    def reworded(self, pending: Iterable[PendingJob]) -> list[int]:
+        """The pending jobs whose reasons `reasons` words anew since the last call: those of the
+        queues that may use a pool whose status changed (its words are in their reasons)."""
+        said = {pool.name: self.status(pool) for pool in self.state.config.pools}
+        changed = {name for name, words in said.items() if self._said.get(name) != words}
+        self._said = said
+        if not changed:
+            return []
+        queues = {q.name for q in self.state.queue_policies if q.hosts is None or not changed.isdisjoint(q.hosts)}
+        return [job.id for job in pending if job.queue in queues]
 
     def views(self, now: float) -> tuple[HostView, ...]:
         """A template host per pool (named as the pool, never up: submit checks a job against it,

@@ -13,7 +13,13 @@ The answer's pend reasons go the same way: a session returns only the reasons th
 the last answer (sched/sent_reasons.py), and the controller applies them to its live map. A job
 that left or joined the pending set, or was dispatched, has its reason sent again; a full resend
 (a new worker, one out of step) and a controller that could not take an answer in
-(`PendingSet.report_reasons_again`) have every reason sent again.
+(`PendingSet.report_reasons_again`) have every reason sent again; the controller may also name the
+jobs whose reasons it words anew (a pool's state changed: controller/pool_views.py), and only
+those are sent again.
+
+A session that could only repeat the last answer is not run at all (sched/settled.py): when the
+last answer was settled and the new input is that one's with its dispatches taken out, the answer
+is known to be "nothing new" (no dispatch, no reason changed), and the worker is not woken.
 
 The worker builds the same `Snapshot` value the core always takes and calls the same `schedule`,
 so decisions are what the core alone would give; the simulator calls `schedule` directly. The
@@ -27,94 +33,46 @@ from __future__ import annotations
 import gc
 import multiprocessing
 from typing import Any
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from xce_lite.controller import sched_wire  # noqa: F401  (the pipe's reducers: registered on import)
+from xce_lite.controller.pending_set import _MASK, _MIX, PendingSet
 from xce_lite.sched.backlog import Backlog
 from xce_lite.sched.core import Decisions, PendingJob, SessionCache, Snapshot, schedule
 from xce_lite.sched.sent_reasons import SentReasons
+from xce_lite.sched.settled import Expected, expect, moved_on, repeats
 
-# The pending set's checksum: (count, sum of id * _MIX mod 2**61), kept incrementally on both sides.
-_MASK = (1 << 61) - 1
-_MIX = 0x9E3779B97F4A7C15
+NOTHING_NEW = Decisions((), (), True)  # the answer of a session that would repeat the last one
 
 
-class PendingSet:
-    """The controller's pending jobs (PEND, not held), remembering what changed since the last
-    session. Callers hold the controller's lock."""
+class _Shortcut:
+    """A scheduler seam's memory of its last answer, to skip a session that would repeat it
+    (sched/settled.py). Holds no job of its own: it asks the pending set."""
 
     def __init__(self) -> None:
-        self._jobs: dict[int, PendingJob] = {}
-        self._added: dict[int, PendingJob] = {}
-        self._removed: set[int] = set()
-        self._count, self._sum = 0, 0
-        self._reasons_all = False  # the next answer gives every waiting job's reason
+        self._answered: tuple[Snapshot, Decisions, bool, int] | None = None
+        self._expected: Expected | None = None
 
-    def report_reasons_again(self) -> None:
-        """The controller's live reasons may differ from what the scheduler last answered (an
-        answer not taken in, reasons reworded by the controller): the next answer gives them all."""
-        self._reasons_all = True
+    def answered(self, base: Snapshot, decisions: Decisions, settled: bool, budget: int) -> None:
+        self._answered, self._expected = (base, decisions, settled, budget), None
 
-    def take_reasons_again(self) -> bool:
-        """Whether the next answer must give every reason (and no longer after this call)."""
-        out, self._reasons_all = self._reasons_all, False
-        return out
+    def forget(self) -> None:
+        self._answered = self._expected = None
 
-    def add(self, job: PendingJob) -> None:
-        if job.id not in self._jobs:
-            self._count += 1
-            self._sum = (self._sum + job.id * _MIX) & _MASK
-        self._jobs[job.id] = job
-        self._added[job.id] = job
-        self._removed.discard(job.id)
-
-    def add_all(self, jobs: list[PendingJob]) -> None:
-        """`add` each, in one step (a submission's 1,000 jobs)."""
-        new = {job.id for job in jobs if job.id not in self._jobs}
-        self._count += len(new)
-        self._sum = (self._sum + sum(new) * _MIX) & _MASK
-        fresh = {job.id: job for job in jobs}
-        self._jobs.update(fresh)
-        self._added.update(fresh)
-        self._removed.difference_update(fresh)
-
-    def discard(self, job_id: int) -> PendingJob | None:
-        job = self._jobs.pop(job_id, None)
-        if job is not None:
-            self._count -= 1
-            self._sum = (self._sum - job_id * _MIX) & _MASK
-            self._added.pop(job_id, None)
-            self._removed.add(job_id)
-        return job
-
-    def get(self, job_id: int) -> PendingJob | None:
-        return self._jobs.get(job_id)
-
-    def __contains__(self, job_id: object) -> bool:
-        return job_id in self._jobs
-
-    def __len__(self) -> int:
-        return len(self._jobs)
-
-    def __bool__(self) -> bool:
-        return bool(self._jobs)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._jobs)
-
-    def values(self) -> Iterable[PendingJob]:
-        return self._jobs.values()
-
-    def missing(self, ids: Iterable[int]) -> set[int]:
-        """Those of `ids` not in the set (a set operation: no Python step per id)."""
-        return set(ids).difference(self._jobs)
-
-    def take_changes(self, full: bool) -> tuple[tuple[PendingJob, ...], tuple[int, ...], tuple[int, int]]:
-        """(added, removed, checksum) since the last call; everything as added when `full`."""
-        added = tuple(self._jobs.values()) if full else tuple(self._added.values())
-        removed = () if full else tuple(self._removed)
-        self._added, self._removed = {}, set()
-        return added, removed, (self._count, self._sum)
+    def skips(self, pending: PendingSet, base: Snapshot, budget: int) -> bool:
+        """Whether the session on `base` with `pending`'s changes can be skipped (answer: NOTHING_NEW);
+        when not, the caller sends it and gives its answer to `answered`."""
+        if self._answered is not None:  # the dispatched jobs have left the pending set by now
+            last, decisions, settled, last_budget = self._answered
+            self._answered = None
+            self._expected = expect(last, decisions, pending.removed, last_budget, settled)
+        if self._expected is not None and repeats(self._expected, base, budget, pending.removed.keys(),
+                                                  pending.has_added, pending.reasons_asked,
+                                                  pending.waits_passing):
+            self._expected = moved_on(self._expected, base.now)
+            return True
+        self._expected = None
+        return False
 
 
 @dataclass(frozen=True)
@@ -125,14 +83,16 @@ class _Session:
     removed: tuple[int, ...]
     checksum: tuple[int, int]
     budget: int
-    reasons_all: bool = False  # answer every waiting job's reason, not only the changed ones
+    reasons_all: bool | tuple[int, ...] = False  # answer every reason (or these jobs'), not only the changed ones
 
 
 def _apply_changes(sent: SentReasons, session: _Session) -> None:
     """Forget the reported reasons the controller may no longer hold (module docstring)."""
-    if session.full or session.reasons_all:
+    if session.full or session.reasons_all is True:
         sent.clear()
         return
+    if session.reasons_all:
+        sent.forget(session.reasons_all)
     sent.forget(session.removed)
     sent.forget(job.id for job in session.added)
 
@@ -141,7 +101,8 @@ def _changed_reasons(sent: SentReasons, decisions: Decisions) -> Decisions:
     """`decisions` with only the reasons not answered yet; a dispatched job's is forgotten (a
     declined dispatch leaves it another one in the controller)."""
     sent.forget(d.job_id for d in decisions.dispatches)
-    return replace(decisions, waiting=sent.delta(decisions.waiting))
+    # built, not replace()d: replace() walks the fields, a fixed cost of every session
+    return Decisions(decisions.dispatches, sent.delta(decisions.waiting), decisions.complete)
 
 
 def _serve(conn) -> None:
@@ -151,6 +112,10 @@ def _serve(conn) -> None:
     count = total = 0  # the checksum of `jobs`, kept as they change
     cache = SessionCache()  # kept through full resends too: it holds what hosts are, no job
     sent = SentReasons()  # the reasons answered so far: a session answers what changed
+    # What the process holds from its start (the preloaded modules) is never garbage: out of the
+    # collector's sight, so its passes over what sessions leave do not walk it again and again.
+    gc.collect()
+    gc.freeze()
     while True:
         try:
             session: _Session | None = conn.recv()
@@ -175,9 +140,14 @@ def _serve(conn) -> None:
         if (count, total) != session.checksum:
             conn.send(None)  # out of step: ask for everything
             continue
-        decisions = _schedule_without_gc(replace(session.base, jobs=tuple(jobs.values())), session.budget, cache,
+        decisions = _schedule_without_gc(_with_jobs(session.base, tuple(jobs.values())), session.budget, cache,
                                          backlog)
-        conn.send(_changed_reasons(sent, decisions))
+        conn.send((_changed_reasons(sent, decisions), cache.settled))
+
+
+def _with_jobs(base: Snapshot, jobs: tuple[PendingJob, ...]) -> Snapshot:
+    """`replace(base, jobs=jobs)`, without its walk over the fields (a session's fixed cost)."""
+    return Snapshot(**{**vars(base), "jobs": jobs})
 
 
 def _schedule_without_gc(snapshot: Snapshot, budget: int, cache: SessionCache, backlog: Backlog) -> Decisions:
@@ -195,13 +165,16 @@ def _schedule_without_gc(snapshot: Snapshot, budget: int, cache: SessionCache, b
 class SchedulerProcess:
     """The controller's handle on the worker. Not thread-safe: the tick alone calls it."""
 
-    def __init__(self, timeout: float = 60.0):
+    def __init__(self, timeout: float = 60.0, shortcut: bool = True):
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["xce_lite.sched.core", "xce_lite.controller.sched_worker"])
         self._timeout = timeout
         self._proc: Any = None
         self._conn: Any = None
         self._in_step = False  # False: the next session must send the whole pending set
+        self._shortcut = _Shortcut() if shortcut else None  # None: every session runs (benches compare)
+        self._sent: tuple[Snapshot, int] | None = None  # the session in flight; None: skipped
+        self.skipped = 0  # sessions not run: they would have repeated the last answer
 
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
@@ -218,12 +191,19 @@ class SchedulerProcess:
         Called under the controller's lock, so no change to the pending set slips between the
         changes taken and the checksum sent; `receive` then waits without the lock.
         """
+        if self._in_step and self._shortcut is not None and self._shortcut.skips(pending, base, budget):
+            self._sent = None
+            self.skipped += 1
+            return
         if self._proc is None or not self._proc.is_alive():
             self._start()
         full = not self._in_step
         added, removed, checksum = pending.take_changes(full)
         reasons_all = pending.take_reasons_again()
         self._in_step = False  # until the worker confirms
+        if self._shortcut is not None:
+            self._shortcut.forget()
+        self._sent = (base, budget)
         self._conn.send(_Session(full, base, added, removed, checksum, budget, reasons_all))
 
     def receive(self) -> Decisions | None:
@@ -232,6 +212,10 @@ class SchedulerProcess:
         TimeoutError if the worker does not answer in time: it is stopped, and the next send
         starts a new one.
         """
+        if self._sent is None:
+            return NOTHING_NEW
+        base, budget = self._sent
+        self._sent = None
         try:
             if not self._conn.poll(self._timeout):
                 self.close()
@@ -241,9 +225,17 @@ class SchedulerProcess:
             self.close()
             return None
         self._in_step = reply is not None
-        return reply
+        if reply is None:
+            return None
+        decisions, settled = reply
+        if self._shortcut is not None:
+            self._shortcut.answered(base, decisions, settled, budget)
+        return decisions
 
     def close(self) -> None:
+        if self._shortcut is not None:
+            self._shortcut.forget()
+        self._in_step = False
         if self._conn is not None:
             try:
                 self._conn.send(None)
@@ -261,17 +253,26 @@ class SchedulerProcess:
 
 class InlineScheduler:
     """The scheduler seam in-process (tests, the simulator): the same `schedule` on the same
-    snapshot the worker would build, on the caller's thread."""
+    snapshot the worker would build, on the caller's thread, and the same sessions skipped
+    (`shortcut=False`: none, to compare)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shortcut: bool = True) -> None:
         self._cache = SessionCache()
         self._backlog = Backlog()  # fed with the set's changes, as the worker's is
         self._sent = SentReasons()  # and answering the changed reasons, as the worker does
         self._full = True
         self._session: Snapshot | None = None
+        self._base: Snapshot | None = None
         self._budget = 0
+        self._shortcut = _Shortcut() if shortcut else None
+        self._skipped = False
+        self.skipped = 0  # as SchedulerProcess.skipped
 
     def send(self, pending: PendingSet, base: Snapshot, budget: int) -> None:
+        self._skipped = not self._full and self._shortcut is not None and self._shortcut.skips(pending, base, budget)
+        if self._skipped:
+            self.skipped += 1
+            return
         added, removed, checksum = pending.take_changes(self._full)
         _apply_changes(self._sent, _Session(self._full, base, added, removed, checksum, budget,
                                             pending.take_reasons_again()))
@@ -283,13 +284,19 @@ class InlineScheduler:
             self._backlog.discard(job_id)
         for job in added:
             self._backlog.add(job)
-        self._session, self._budget = replace(base, jobs=tuple(pending.values())), budget
+        self._session, self._base, self._budget = _with_jobs(base, tuple(pending.values())), base, budget
 
     def receive(self) -> Decisions | None:
+        if self._skipped:
+            self._skipped = False
+            return NOTHING_NEW
         session, self._session = self._session, None
         if session is None:
             return None
-        return _changed_reasons(self._sent, schedule(session, self._budget, cache=self._cache, backlog=self._backlog))
+        decisions = schedule(session, self._budget, cache=self._cache, backlog=self._backlog)
+        if self._shortcut is not None and self._base is not None:
+            self._shortcut.answered(self._base, decisions, self._cache.settled, self._budget)
+        return _changed_reasons(self._sent, decisions)
 
     def close(self) -> None:
         pass

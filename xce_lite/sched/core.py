@@ -150,11 +150,15 @@ class SessionCache:
     each with its candidate hosts and their reasons, and SUMMARIES_KEPT refusal texts. A call that
     did not end (an exception) leaves it to be built afresh."""
 
-    __slots__ = ("_busy", "_session", "summaries")
+    __slots__ = ("_busy", "_session", "settled", "summaries")
 
     def __init__(self) -> None:
         self._session: Session | None = None
         self._busy = False  # a call is using it; still True at the next: that one did not end
+        # Whether the last call's answer is a fixed point (see `schedule`): a call on its snapshot
+        # with its dispatches taken out (and its jobs gone, nothing else changed, no job coming to
+        # hold a reservation meanwhile) dispatches nothing and gives every job the same reason.
+        self.settled = False
         # (queue's hosts, task range, -R) -> its last refusal and that refusal's text (see _summary)
         self.summaries: dict[tuple, tuple[Refusal, str]] = {}
 
@@ -236,10 +240,13 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000, observe: Callable[[Exa
     holder: PendingJob | None = None  # the job holding a reservation, once one does
     kind = ""  # the last job's outcome (see Examined.kind)
     changes = 0  # dispatches and reservations so far: what may change a later job's outcome
+    # `changes` when the first job was given a reason that reads the state (not blocked): if no
+    # change came after it, every reason was given on the state the dispatches leave (settled).
+    first_wait: int | None = None
 
     def examine(job: PendingJob) -> str | None:
         """One job: None if it is dispatched, else why it waits (and it is added to `waiting`)."""
-        nonlocal holder, kind, changes
+        nonlocal holder, kind, changes, first_wait
         policy = queues.get(job.queue, no_policy)
         request = job.request
         reason: str | None
@@ -266,6 +273,8 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000, observe: Callable[[Exa
                     kind = LIMITED
                     if observe is not None:
                         observe(Examined(job.id, LIMITED, request, over))
+                    if first_wait is None:
+                        first_wait = changes
                     waiting.setdefault(over, []).append(job.id)
                     return over
                 if not isinstance(result, Refusal):
@@ -297,6 +306,8 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000, observe: Callable[[Exa
                                  provers.get(shape) if kind == KNOWN_UNSAT else None, reserved))
         elif observe is not None:
             observe(Examined(job.id, kind, request, reason))
+        if first_wait is None and kind != BLOCKED:
+            first_wait = changes
         waiting.setdefault(reason, []).append(job.id)
         return reason
 
@@ -318,6 +329,7 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000, observe: Callable[[Exa
                 break
             examine(job)
     if cache is not None:
+        cache.settled = complete and (first_wait is None or first_wait == changes)
         cache.end()
     return Decisions(tuple(dispatches), tuple((r, tuple(ids)) for r, ids in waiting.items()), complete)
 
@@ -368,7 +380,7 @@ def take(hosts: list[HostView], shared: FrozenMap, placement: Placement) -> tupl
         alloc = allocs.get(host.name)
         if alloc is not None:
             free, gpu_free = taken(host.free, host.gpu_free, alloc)
-            updated[i] = replace(host, free=free, gpu_free=gpu_free)
+            updated[i] = host.with_free(free, gpu_free)
     if placement.shared:
         shared = FrozenMap({name: amount - placement.shared.get(name, 0) for name, amount in shared.items()})
     return updated, shared
