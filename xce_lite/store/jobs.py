@@ -130,6 +130,7 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         self._readers: dict[threading.Thread, apsw.Connection] = {}
         # arrays never change: each one's (spec, dependency) is read and parsed once
         self._arrays: dict[int, tuple[JobSpec, dict | None]] = {}
+        self._specs: dict[str, JobSpec] = {}  # spec texts parsed lately (job_reads.py)
 
     def close(self) -> None:
         with self._lock:
