@@ -37,20 +37,26 @@ def dispatch(con: apsw.Connection, plans: Sequence, now: float, plan_type: type)
     """Plans, or tuples (job id, attempt, [[host, tasks]], unit[, alloc[, effective]]) in Plan's order;
     the dispatched event carries the profile's name and hash from `effective`."""
     items = [plan if isinstance(plan, plan_type) else plan_type(*plan) for plan in plans]
-    moved = guarded(con, "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, alloc = ?, effective = ?, "
-                         "pend_reason = NULL WHERE id = ? AND state = 'PEND' RETURNING ?",
-                    [(p.attempt, json.dumps(p.hosts), p.unit,
-                      json.dumps(p.alloc, ensure_ascii=True) if p.alloc is not None else None,
-                      json.dumps(p.effective, ensure_ascii=True) if p.effective is not None else None, p.job_id, i)
-                     for i, p in enumerate(items)])
+    texts: dict[int, str] = {}  # effective values' id -> their JSON: plans of one merge share one dict
     rows = []
+    for i, p in enumerate(items):
+        effective = None
+        if p.effective is not None:
+            effective = texts.get(id(p.effective))
+            if effective is None:
+                effective = texts[id(p.effective)] = json.dumps(p.effective, ensure_ascii=True)
+        rows.append((p.attempt, json.dumps(p.hosts), p.unit,
+                     json.dumps(p.alloc, ensure_ascii=True) if p.alloc is not None else None, effective, p.job_id, i))
+    moved = guarded(con, "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, alloc = ?, effective = ?, "
+                         "pend_reason = NULL WHERE id = ? AND state = 'PEND' RETURNING ?", rows)
+    happened = []
     for i in moved:
         p = items[i]
         data = {"attempt": p.attempt, "hosts": p.hosts, "unit": p.unit}
         if p.effective is not None:
             data.update(app=p.effective.get("app"), profile_hash=p.effective.get("profile_hash"))
-        rows.append((p.job_id, now, "dispatched", data))
-    events(con, rows)
+        happened.append((p.job_id, now, "dispatched", data))
+    events(con, happened)
     return [items[i].job_id for i in moved]
 
 
