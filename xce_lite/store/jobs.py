@@ -1,10 +1,11 @@
 """The job store: every query xce_lite makes goes through JobStore; its writes of jobs are here, its
 reads are mixins (job_reads.py, workflows.py, usage.py, archive.py, ...). The controller is its only writer.
 
-Each state change is `UPDATE ... WHERE id = ? AND state = ?` and counts the rows it changed, so a
+Each state change is `UPDATE ... WHERE id = ? AND state = ?` and learns which rows it changed, so a
 change based on a stale view is refused instead of applied twice; its event is written in the same
-transaction. Writes take one lock (the controller's threads share one writer connection); reads use
-a read-only connection per thread, which WAL lets run beside the writer. Read connections are
+transaction (a tick's changes: one statement per kind over all its rows, transitions.py). Writes
+take one lock (the controller's threads share one writer connection); reads use a read-only
+connection per thread, which WAL lets run beside the writer. Read connections are
 bounded by the threads alive: the one of a thread that ended is closed when the next is opened
 (observed before: one kept per API connection's thread, forever: 2 fds and ~177 KB each).
 """
