@@ -1,16 +1,21 @@
 """The tick's cost per job (issue 15's simulator goal, issue 18's CPU per job), as counts that do not
 depend on the machine: the tick's commit runs one statement per kind of change whatever the number
 of jobs, with the same rows moved and the same events as one row at a time; a dispatch merges a
-spec once per (spec, queue) under one configuration, across sessions, and a reconfig is never
+spec once per (spec, queue) under one configuration, across sessions; submits alike are parsed and
+merged once per configuration, what reads the file system checked at each; and a reconfig is never
 hidden by what was merged before it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.inproc import InProc
 from xce_lite.controller import dispatching
 from xce_lite.controller.invariants import check_invariants
+from xce_lite.errors import SpecError
+from xce_lite.exec.fake import sim_argv
 from xce_lite.models import JobSpec
 from xce_lite.store.jobs import Finish, JobStore, Plan, TickWrites
 
@@ -116,5 +121,43 @@ def test_a_reconfig_is_never_hidden_by_a_merge_made_before_it():
         assert p.job(second).effective["profile_env"] == p.job(third).effective["profile_env"] == {
             "TOOL_HOME": "/opt/tool2"}
         assert p.job(second).effective["profile_hash"] != p.job(first).effective["profile_hash"]
+    finally:
+        p.close()
+
+
+def test_submits_alike_are_admitted_once_per_configuration_and_checked_each_time(monkeypatch):
+    from xce_lite.controller.handlers import submit
+
+    admits = []
+    real = submit.admit
+
+    def counted(*args, **kw):
+        admits.append(args[0].app)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(submit, "admit", counted)  # the real check, counted
+    p = InProc(hosts=("h1",), slots=1, applications=APPS)
+    try:
+        p.step(0.1)
+        ids = [p.submit(runtime=1, app="tool") for _ in range(3)]  # three requests of one raw spec
+        assert len(admits) == 1
+        missing = p.work / "gone"
+        for _ in range(2):  # what reads the file system is checked at every submit
+            with pytest.raises(SpecError, match="does not exist"):
+                p.submit_spec(JobSpec(argv=sim_argv(1, 0), cwd=str(missing), app="tool"))
+        missing.mkdir()
+        ids.append(p.submit_spec(JobSpec(argv=sim_argv(1, 0), cwd=str(missing), app="tool")))
+        p.step(1.0)  # the first is dispatched with the profile as it is now
+        apps = p.root / "applications.yaml"
+        apps.write_text(apps.read_text().replace("/opt/tool", "/opt/tool2"))
+        p.ctl.config_api.reconfigure()
+        ids.append(p.submit(runtime=1, app="tool"))  # admitted anew under the new profiles
+        assert len(admits) == 3
+        for _ in range(20):
+            p.step(1.0)
+            check_invariants(p.ctl)
+        assert {p.job(i).state for i in ids} == {"DONE"}
+        assert p.job(ids[-1]).effective["profile_env"] == {"TOOL_HOME": "/opt/tool2"}
+        assert p.job(ids[0]).effective["profile_env"] == {"TOOL_HOME": "/opt/tool"}
     finally:
         p.close()
