@@ -93,7 +93,7 @@ class Dispatching:
             # the row as this dispatch stores it: its launch reads nothing back (unitwork `_launch`)
             self.planned[d.job_id] = LaunchWith(
                 _with(job, state=DISP, attempt=attempt, hosts=tuple((h, n) for h, n in d.hosts), unit=unit,
-                      alloc=plan.alloc, effective=plan.effective, pend_reason=None), declined)
+                      alloc=plan.alloc, effective=plan.effective, pend_reason=None), declined, holding)
         return plans
 
     def _merged_now(self) -> dict[tuple[int, str], tuple[JobSpec, Effective | str, dict | None]]:
