@@ -117,9 +117,10 @@ def _job(row: tuple, arrays: dict[int, tuple[JobSpec, dict | None]], specs: dict
     if array_id is not None and spec == ELEMENT_SPEC:
         job_spec, depend_data = arrays[array_id]
     else:
-        job_spec = specs.get(spec)
-        if job_spec is None:
-            job_spec = specs[spec] = JobSpec.from_json(spec)
+        parsed = specs.get(spec)
+        if parsed is None:
+            parsed = specs[spec] = JobSpec.from_json(spec)
+        job_spec = parsed
         depend_data = json.loads(depend) if depend else None
     return Job(
         id=job_id, user=user, queue=queue, state=state, spec=job_spec,

@@ -36,7 +36,7 @@ def events(con: apsw.Connection, rows: list[tuple[int, float, str, Any]]) -> Non
 def dispatch(con: apsw.Connection, plans: Sequence, now: float, plan_type: type) -> list[int]:
     """Plans, or tuples (job id, attempt, [[host, tasks]], unit[, alloc[, effective]]) in Plan's order;
     the dispatched event carries the profile's name and hash from `effective`."""
-    items = [plan if isinstance(plan, plan_type) else plan_type(*plan) for plan in plans]
+    items: list[Any] = [plan if isinstance(plan, plan_type) else plan_type(*plan) for plan in plans]
     texts: dict[int, str] = {}  # effective values' id -> their JSON: plans of one merge share one dict
     rows = []
     for i, p in enumerate(items):
