@@ -16,9 +16,10 @@ What-ifs (monkeypatches inside the timed controller; they measure a proposed fix
   lean      inproc, and the scheduling session is skipped when no host has a free slot
   shmspool  the home's spool/ is a symlink to a directory on /dev/shm (tmpfs): unit directories and
             their files are created and removed there instead of on the disk's file system
-  groupcommit  synchronous=FULL kept, but ONE commit per tick: the finishes and the dispatches of a
-            tick share a transaction, committed just before the launch (intent before acting), and
-            the DISP->RUN changes are deferred into the next tick's transaction
+  groupcommit  synchronous=FULL kept, but ONE commit per tick: every write of the tick (its record,
+            the leases' grants, a declined dispatch's event) shares one transaction, committed just
+            before the leases are sent and the units launched (intent before acting). Today's tick
+            records starts, finishes, requeues and dispatches in one commit already (record_tick)
   budget    xce.yaml's controller.sched_budget set to 64 (jobs examined per session), so a session
             costs O(free slots) instead of O(pending) in the scheduler (the snapshot is still full)
 """
@@ -26,6 +27,7 @@ What-ifs (monkeypatches inside the timed controller; they measure a proposed fix
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -64,16 +66,20 @@ def _timed(name: str, fn):
 
 def _instrument(what_if: set[str]) -> None:
     from xce_lite.controller import core as ctl
-    from xce_lite.controller import dispatching
+    from xce_lite.controller import dispatching, gating, leasework, unitwork
     from xce_lite.exec import agentops
     from xce_lite.store import db, jobs
 
     # Only what exists: the source is being changed in parallel, a renamed step is skipped, not fatal.
+    # JobStore._write's calls are the store's transactions (its time means nothing: it opens one).
     for cls, label, meths in (
-            (ctl.Controller, "Controller", ("tick", "_reconcile", "_finish_jobs", "_snapshot", "_schedule",
-                                            "_record_intent", "_launch", "_record_started", "_store_reasons")),
+            (ctl.Controller, "Controller", ("tick", "_schedule", "_hosts_now")),
+            (unitwork.Units, "Units", ("collect", "expire_lost_hosts", "act", "_launch")),
+            (gating.Gating, "Gating", ("step",)),
+            (leasework.HostLeases, "HostLeases", ("renew",)),
             (dispatching.Dispatching, "Dispatching", ("plans", "reasons_to_store", "apply")),
-            (jobs.JobStore, "JobStore", ("submit", "finish", "dispatch", "started", "set_pend_reasons", "jobs")),
+            (jobs.JobStore, "JobStore", ("submit", "finish", "dispatch", "started", "set_pend_reasons", "jobs",
+                                         "record_tick", "set_host_leases", "record_event", "set_meta", "_write")),
             (agentops.AgentOps, "host", ("launch", "forget"))):
         for meth in meths:
             fn = getattr(cls, meth, None)
@@ -133,59 +139,68 @@ def _instrument(what_if: set[str]) -> None:
 
 
 def _group_commit(ctl, jobs) -> None:
-    """The `groupcommit` what-if: one FULL commit per tick instead of three."""
-    import contextlib
-
+    """The `groupcommit` what-if: every write of a tick in ONE transaction, committed before the
+    first host hears of anything the tick decided (the leases' grants are sent, then the launches):
+    today the tick's own record (`record_tick`) is one commit already, the lease grants stored
+    before they are sent (leasework.py) are another when due. Writes of other threads (the API's
+    submits) keep their own commits; they wait for the tick's (the store's lock is held)."""
     local = threading.local()
     real_write = jobs.JobStore._write
 
+    @contextlib.contextmanager
+    def joined(con):
+        # a write inside the tick's transaction: a savepoint, so that a failing write undoes only itself
+        con.execute("SAVEPOINT bench_w")
+        try:
+            yield con
+        except BaseException:
+            con.execute("ROLLBACK TO bench_w")
+            con.execute("RELEASE bench_w")
+            raise
+        con.execute("RELEASE bench_w")
+
     def _write(self):
-        if getattr(local, "open", False):  # inside the tick's own transaction: no BEGIN/COMMIT of its own
-            return contextlib.nullcontext(self._con)
+        if getattr(local, "store", None) is self:  # the tick's thread, inside the tick's transaction
+            _stats["group commit: writes joined"][0] += 1
+            return joined(self._con)
         return real_write(self)
 
-    def begin(store) -> None:
-        store._lock.acquire()
-        store._con.execute("BEGIN IMMEDIATE")
-        local.open = True
-
-    def commit(store) -> None:
-        if getattr(local, "open", False):
-            local.open = False
+    def commit() -> None:
+        store = getattr(local, "store", None)
+        if store is not None:
+            local.store = None
             try:
                 store._con.execute("COMMIT")
             finally:
                 store._lock.release()
 
-    real_tick, real_launch, real_started = ctl.Controller.tick, ctl.Controller._launch, ctl.Controller._record_started
+    real_tick, real_renew = ctl.Controller.tick, ctl.Controller._renew_leases
 
     def tick(self, now):
-        begin(self.store)
+        self.store._lock.acquire()
         try:
-            deferred, self._bench_deferred = getattr(self, "_bench_deferred", []), []
-            for started, now in deferred:
-                real_started(self, started, now)
+            self.store._con.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.store._lock.release()
+            raise
+        local.store = self.store
+        try:
             real_tick(self, now)
         except BaseException:
-            if getattr(local, "open", False):
-                local.open = False
+            if getattr(local, "store", None) is not None:
+                local.store = None
                 self.store._con.execute("ROLLBACK")
                 self.store._lock.release()
             raise
-        commit(self.store)
+        commit()  # a tick that renewed nothing and launched nothing
 
-    def _launch(self, job_ids):
-        commit(self.store)  # the intent is durable before any host hears of it
-        return real_launch(self, job_ids)
-
-    def _record_started(self, started, now):
-        self._bench_deferred = [*getattr(self, "_bench_deferred", []), (started, now)]
-        self._wake.set()  # make sure a next tick comes to record them
+    def _renew_leases(self):
+        commit()  # the intent (and the leases' record) is durable before any host hears of it
+        return real_renew(self)
 
     jobs.JobStore._write = _write
     ctl.Controller.tick = _timed("tick, its group commit included", tick)
-    ctl.Controller._launch = _timed("_launch, the intent's commit included", _launch)
-    ctl.Controller._record_started = _record_started
+    ctl.Controller._renew_leases = _renew_leases
 
 
 def serve(home: str, stats_path: str, what_if: set[str]) -> None:

@@ -1,15 +1,19 @@
 """controller/active.ActiveJobs, the active jobs' index: through random adds, removes, jobs replaced in
 place, holdings changed (rehold), units changing status, jobs closing and units draining, what a
 session reads of it (host views, running tasks per queue and user, shared counters) always equals
-the computation from scratch over the active jobs, in their order, as the tick made it before."""
+the computation from scratch over the active jobs, in their order, as the tick made it before; so do
+the host views of both caches (config/sched_view.HostsNow, controller/host_views.HostViews)."""
 
 from __future__ import annotations
 
 import random
 
+import pytest
+
 from xce_lite.config.cluster import ClusterConfig
 from xce_lite.config.sched_view import Holding, HostsNow, host_totals, hosts_now, shared_free
 from xce_lite.controller.active import ActiveJobs
+from xce_lite.controller.host_views import HostViews
 from xce_lite.controller.unitwork import ENDED, NEW, RUNNING, SENT, Active, Draining
 from xce_lite.sched.reasons import FrozenMap, HostAlloc
 
@@ -52,14 +56,15 @@ def still_runs(job: Active, index: int) -> bool:
     return job.status[index] in (SENT, RUNNING)
 
 
-def test_the_index_equals_the_computation_from_scratch_through_random_changes():
+@pytest.mark.parametrize("views", [HostsNow, HostViews])  # config/sched_view's cache, the controller's
+def test_the_index_equals_the_computation_from_scratch_through_random_changes(views):
     rng = random.Random(18)
     cfg = config()
     totals = host_totals(cfg)
     states = {h.name: "ok" for h in totals}
     jobs = ActiveJobs()
     draining: dict[str, Draining] = {}
-    cache = HostsNow()
+    cache = views()
     next_id = 1
     for round_ in range(3000):
         action = rng.random()
@@ -99,6 +104,8 @@ def test_the_index_equals_the_computation_from_scratch_through_random_changes():
             jobs.clear()
         elif action < 0.92:
             states[rng.choice(HOSTS)] = rng.choice(("ok", "unreachable", "closed"))
+        elif action < 0.93:
+            totals = host_totals(cfg)  # a reconfig: new totals, every host anew
         closing = {j for j in jobs if rng.random() < 0.1}
         pairs = [(d.job_id, d.alloc) for d in draining.values()]
         got = jobs.allocs_by_host(closing, still_runs, pairs)

@@ -61,11 +61,12 @@ from xce_lite import errors
 from xce_lite.api.server import ApiServer, Caller
 from xce_lite.config.cluster import ClusterConfig, HostConfig
 from xce_lite.config.profiles import load_cluster
-from xce_lite.config.sched_view import HostsNow, pending_job
+from xce_lite.config.sched_view import pending_job
 from xce_lite.controller.dispatching import Dispatching
 from xce_lite.controller.fault_record import FaultRecord
 from xce_lite.controller.faults import Faults, replan
 from xce_lite.controller.host_trouble import HostTrouble
+from xce_lite.controller.host_views import HostViews
 from xce_lite.controller.store_retry import StoreRetry
 from xce_lite.controller.gating import Gating
 from xce_lite.controller.handlers.config import ConfigRoutes, check_config, use_config
@@ -169,7 +170,7 @@ class Controller:
                               self.faults, self.access, self.trouble, self._hosts_now, self._shared_free, self.stop,
                               lambda: self._server.stats() if self._server is not None else None)
         self.flows = FlowRoutes(state, self.store, self._clock, self.metrics, self.gating, self.submitting)
-        self._hosts_view = HostsNow()  # what each host has free, rebuilt for the hosts that changed
+        self._hosts_view = HostViews()  # what each host has free, rebuilt for the hosts that changed
         self._scheduler = seams.scheduler_factory()
         self._server: ApiServer | None = None
         self._retention = Retention(self.log, self.state.wake.set)  # step 8 of the tick
@@ -300,12 +301,9 @@ class Controller:
             plans = self.dispatching.plans(decisions) if decisions is not None else []
             reasons = self.dispatching.reasons_to_store(decisions, now)
             writes = TickWrites(now, finishing, started, plans, reasons, requeues, cancels, events)
-            if writes:
-                record = self.store.record_tick(writes)
-            else:
-                record = None
-                if self.commits.problem is not None:
-                    self.store.set_meta("write_probe", str(now))  # does the store take writes again?
+            record = self.store.record_tick(writes) if writes else None
+            if not writes and self.commits.problem is not None:
+                self.store.set_meta("write_probe", str(now))  # does the store take writes again?
         except errors.StoreUnavailable as err:
             with self.state.mu:  # the session's reasons may not have been taken in: all again next time
                 self.state.pending.report_reasons_again()

@@ -11,7 +11,6 @@ held meanwhile, its profile changed) is declined: the job stays PEND and is sche
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from xce_lite import errors
@@ -28,6 +27,18 @@ from xce_lite.sched.core import Decisions
 from xce_lite.store.jobs import Finish, Plan, Requeue, TickRecord
 
 
+MERGES_KEPT = 4096  # (spec, queue) merges kept between sessions
+
+
+def _with(job: Job, **changes: Any) -> Job:
+    """`job` with `changes`, as dataclasses.replace makes it (no field computes anything at init), at a
+    fraction of its cost: a dispatch makes one per job."""
+    row = object.__new__(Job)
+    row.__dict__.update(job.__dict__)
+    row.__dict__.update(changes)
+    return row
+
+
 class Dispatching:
     """See the module docstring. `end_active(job_id, why)` and `add_active(active)` are called
     holding the lock; `launch_later(units)` too."""
@@ -40,26 +51,33 @@ class Dispatching:
         self.end_active, self.add_active, self.launch_later = end_active, add_active, launch_later
         self.reasons_flushed_at = 0.0
         self.planned: dict[int, LaunchWith] = {}  # of the last `plans`: job id -> what its launch needs
+        self.holdings: dict[int, Holding] = {}  # of the last `plans`: job id -> what it holds (its plan's alloc)
+        # (spec id, queue) -> (the spec, kept so that its id stays its own; its merge now, or why it
+        # fails; the merge's JSON): `_merged_now`
+        self._merges: dict[tuple[int, str], tuple[JobSpec, Effective | str, dict | None]] = {}
+        self._merges_under: tuple[Any, Any] | None = None  # (config, profiles) the merges were made under
 
     def plans(self, decisions: Decisions) -> list[Plan]:
         """The dispatches to record, each under the next attempt's unit names and with the effective
         values it will run with. A decision made on a profile that has changed or vanished since (a
         reconfig during the session), or whose task count the job's queue no longer allows, is
         declined: the job stays PEND and is scheduled again with what holds now, never EXIT."""
-        self.planned = {}
+        self.planned, self.holdings = {}, {}
         if not decisions.dispatches:
             return []
         jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches])}
-        merged: dict[tuple[int, str], tuple[JobSpec, Effective | str]] = {}  # an array's elements share a spec
+        merged = self._merged_now()
         plans = []
         for d in decisions.dispatches:
             job = jobs.get(d.job_id)
             if job is None or job.state != PEND:
                 continue  # killed or held meanwhile: the store's guarded update would refuse it anyway
             key = (id(job.spec), job.queue)  # the spec is kept beside its id: the id stays its own
-            if key not in merged:
-                merged[key] = (job.spec, self._merge(job))
-            declined = self._stale(merged[key][1], job.spec.app, d.profile_hash, sum(n for _, n in d.hosts))
+            memo = merged.get(key)
+            if memo is None:
+                eff = self._merge(job)
+                memo = merged[key] = (job.spec, eff, eff.to_json() if not isinstance(eff, str) else None)
+            declined = self._stale(memo[1], job.spec.app, d.profile_hash, sum(n for _, n in d.hosts))
             if isinstance(declined, str):
                 self.decline(job.id, d.profile_hash, declined)
                 continue
@@ -67,14 +85,26 @@ class Dispatching:
                 attempt = self.state.attempts.get(d.job_id, 0) + 1
                 self.state.retries[d.job_id] = job.retries  # the dispatched job's retry count so far
             unit = unit_name(self.state.cluster, d.job_id, attempt, 0)
-            plan = Plan(d.job_id, attempt, [list(h) for h in d.hosts], unit, Holding.of(d.placement).to_json(),
-                        declined.to_json())
+            holding = Holding.of(d.placement)
+            # the merge's JSON is shared by the plans of one (spec, queue): nothing changes a plan's
+            plan = Plan(d.job_id, attempt, [list(h) for h in d.hosts], unit, holding.to_json(), memo[2])
             plans.append(plan)
+            self.holdings[d.job_id] = holding
             # the row as this dispatch stores it: its launch reads nothing back (unitwork `_launch`)
             self.planned[d.job_id] = LaunchWith(
-                replace(job, state=DISP, attempt=attempt, hosts=tuple((h, n) for h, n in d.hosts), unit=unit,
-                        alloc=plan.alloc, effective=plan.effective, pend_reason=None), declined)
+                _with(job, state=DISP, attempt=attempt, hosts=tuple((h, n) for h, n in d.hosts), unit=unit,
+                      alloc=plan.alloc, effective=plan.effective, pend_reason=None), declined, holding)
         return plans
+
+    def _merged_now(self) -> dict[tuple[int, str], tuple[JobSpec, Effective | str, dict | None]]:
+        """The merges of (spec, queue) under the configuration in use, kept from session to session:
+        the store hands jobs submitted alike one spec (job_reads.py), an array's elements share
+        theirs. A new configuration or profile set starts it afresh; it is bounded like the specs."""
+        setup = (self.state.config, self.state.profiles)
+        if self._merges_under is None or self._merges_under[0] is not setup[0] \
+                or self._merges_under[1] is not setup[1] or len(self._merges) > MERGES_KEPT:
+            self._merges_under, self._merges = setup, {}
+        return self._merges
 
     def _merge(self, job: Job) -> Effective | str:
         """The job's effective values now, or why it cannot run as configured now."""
@@ -167,8 +197,8 @@ class Dispatching:
                     continue  # killed or held while the scheduler thought: it stays as it is now
                 self.gating.dequeue(job_id)
                 self.state.attempts.pop(job_id, None)
-                holding = Holding.from_json(plan.alloc, ())
-                units = job_units(self.state.cluster, job_id, attempt, len(hosts))
+                holding = self.holdings.get(job_id) or Holding.from_json(plan.alloc, ())
+                units = (plan.unit,) if len(hosts) == 1 else job_units(self.state.cluster, job_id, attempt, len(hosts))
                 carried = self.planned.get(job_id)
                 active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
                                 retries=self.state.retries.pop(job_id, 0), project=pending.project,
@@ -183,4 +213,4 @@ class Dispatching:
             if record.finished or record.requeued or record.cancelled or record.killed:
                 self.state.dirty = True
                 self.state.finished.notify_all()
-        self.planned = {}
+        self.planned, self.holdings = {}, {}

@@ -46,7 +46,7 @@ def unit_hooks(eff: Effective | None, first: bool) -> tuple[HookRun, ...]:
     """The hooks one unit of a job runs, in order: host pre, job pre (the profile's, then the job's
     own -E), [the job], job post (the job's -Ep, then the profile's), host post. The job ones run on
     the first host only; the profile's are the outer layer on both sides of the job's."""
-    if eff is None:
+    if eff is None or not (eff.hooks or eff.job_hooks):
         return ()
     layers = {"profile": eff.hooks, "job": eff.job_hooks}
     order = [("pre_host_exec", "profile")]
@@ -79,7 +79,8 @@ class UnitLaunch:
 
 
 def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | None, mem_limit: int | None,
-                    addresses: Mapping[str, str], effective: Effective | None = None) -> list[UnitLaunch]:
+                    addresses: Mapping[str, str], effective: Effective | None = None,
+                    holding: Holding | None = None) -> list[UnitLaunch]:
     """What each host of a dispatched job is asked to run, first host first.
 
     The job runs with the effective values fixed at its dispatch (merge.py: the profile's env under
@@ -91,7 +92,8 @@ def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | Non
     XCE_ARRAY_ID and XCE_ARRAY_INDEX (an array's element), and CUDA_VISIBLE_DEVICES when it holds
     GPUs; the agent adds XCE_JOB_HOST_DIR and XCE_HOSTFILE.
     Each unit gets its hooks (unit_hooks) and the profile's post_failure rule. `effective`: those
-    values when the caller holds them (the plan's, equal to `job.effective`), saving their parse.
+    values when the caller holds them (the plan's, equal to `job.effective`), saving their parse;
+    `holding` likewise (the plan's, equal to `job.alloc`'s).
     """
     spec = job.spec
     eff = effective if effective is not None else Effective.from_json(job.effective) if job.effective else None
@@ -99,7 +101,8 @@ def launch_requests(cluster: str, job: Job, grace: float, run_limit: float | Non
     if eff is not None:
         argv, profile_env = eff.job_starter + spec.argv, dict(eff.profile_env)
         run_limit, mem_limit = eff.run_limit, eff.mem_limit
-    holding = Holding.from_json(job.alloc, job.hosts)
+    if holding is None:
+        holding = Holding.from_json(job.alloc, job.hosts)
     hosts = holding.hosts
     units = job_units(cluster, job.id, job.attempt, len(hosts))
     text = hostfile(hosts, addresses)

@@ -87,6 +87,9 @@ class ProjectShares:
         self.books: dict[float, Book] = {}
         # fair share as the last session saw it, and under which configuration (none yet under another)
         self.last_fair: tuple[ClusterConfig, FairShareInput] | None = None
+        # the last caller's groups: a request's specs share its caller, read /proc and the group
+        # database once (the caller is kept, so a later one is never taken for it)
+        self._groups: tuple[Caller, tuple[str, ...]] | None = None
         self.fair_books(clock.time())
 
     def fair_books(self, now: float) -> None:
@@ -109,7 +112,10 @@ class ProjectShares:
         if caller is None:
             return spec
         view = self.state.project_view
-        path = view.resolve(caller.user, caller_groups(caller), spec.project)
+        memo = self._groups  # one read: API threads submit at once
+        if memo is None or memo[0] is not caller:
+            memo = self._groups = (caller, caller_groups(caller))
+        path = view.resolve(caller.user, memo[1], spec.project)
         why = view.never(JobRequest(0, eff.min_tasks, eff.max_tasks, eff.resreq), path)
         if why is not None:
             raise errors.SpecError(why + " (see `xce projects -l`)")

@@ -70,10 +70,12 @@ class Active:
 
 @dataclass(frozen=True)
 class LaunchWith:
-    """A dispatched job's row as its dispatch stored it, and the effective values it runs with."""
+    """A dispatched job's row as its dispatch stored it, the effective values it runs with, and what
+    it holds (its plan's: equal to the row's alloc)."""
 
     row: Job
     effective: Effective | None
+    holding: Holding | None = None
 
 
 @dataclass(frozen=True)

@@ -356,7 +356,8 @@ class Units:
                     made[job_id] = launch_requests(
                         self.state.cluster, row, self.state.config.controller.grace,
                         row.spec.run_limit or queue.run_limit, row.spec.mem_limit or queue.mem_limit,
-                        self.state.addresses, carried.effective if carried is not None else None)
+                        self.state.addresses, carried.effective if carried is not None else None,
+                        carried.holding if carried is not None else None)
                 launch = made[job_id][index]
                 if launch.host not in self.state.hosts:
                     continue  # sent when its host lists its units again

@@ -37,15 +37,13 @@ from pathlib import Path
 
 from xce_lite.config.profiles import applications_path
 from xce_lite.errors import SpecError
-from xce_lite.exec.fake import sim_argv
-from xce_lite.models import JobSpec
 from xce_lite.sched.core import Decisions, SessionCache, Snapshot, schedule
 from xce_lite.sim.controlled import Controlled
+from xce_lite.sim.entry_specs import EntrySpecs
 from xce_lite.sim.record import canonical
 from xce_lite.sim.workload import Workload, WorkloadJob
 from xce_lite.store.archive import Retained
 from xce_lite.store.jobs import JobStore, TickWrites
-from xce_lite.workflow.arrays import ArraySpec
 
 START = 1_700_000_000.0  # what the controller's clock reads at the simulation's second 0
 
@@ -200,6 +198,7 @@ class TickSimulation:
         self._submitted: list[int] = []  # ids submitted at this instant
         self._rejected_now: list[tuple[int, str]] = []
         self.last: Step | None = None  # the last instant's
+        self._specs = EntrySpecs(self._root / "work")  # each entry's spec and wire form
 
     def _log(self, message: str) -> None:
         self.logs.append(message)
@@ -301,10 +300,11 @@ class TickSimulation:
     def _submit(self, entries: list[WorkloadJob]) -> None:
         """One user's jobs due at one instant, in one request (one commit, ids in order); if the
         controller refuses the request, each job alone, so that only the wrong ones are rejected."""
-        specs = [self._spec(e) for e in entries]
+        made = [self._specs.of(e) for e in entries]
+        specs = [spec for spec, _wire in made]
         if len(entries) > 1:
             try:
-                ids = self.run.submit_specs(specs, entries[0].user)
+                ids = self.run.submit_wires([wire for _spec, wire in made], entries[0].user)
             except SpecError:
                 pass
             else:
@@ -325,14 +325,6 @@ class TickSimulation:
         for i in range(len(entry.array[1]) if entry.array else 1):
             self.rows[first + i] = entry.row
             self._submitted.append(first + i)
-
-    def _spec(self, entry: WorkloadJob) -> JobSpec:
-        return JobSpec(argv=sim_argv(entry.runtime, entry.exit_code), cwd=str(self._root / "work"),
-                       stdout=str(self._root / "work" / "out-%J"), name=entry.name, queue=entry.queue,
-                       slots=entry.slots, max_slots=entry.max_slots, resreq=entry.resreq, run_limit=entry.run_limit,
-                       mem_limit=entry.mem_limit, priority=entry.priority, app=entry.app, project=entry.project,
-                       depend=entry.after, retry=entry.retry,
-                       array=ArraySpec(entry.array[1], entry.array[2]).text() if entry.array else None)
 
     # ---- the outcome
 

@@ -3,7 +3,9 @@ counts per queue; JobStore inherits them (`JobReads`) and provides `_reader`, a 
 connection per thread (WAL lets it run beside the writer).
 
 An array element's row holds no spec of its own (ELEMENT_SPEC): it takes its array's spec and
-dependency, which never change, so each array's are read and parsed once (`_arrays`).
+dependency, which never change, so each array's are read and parsed once (`_arrays`). A spec text
+seen lately is parsed once too (`_specs`, bounded): jobs submitted alike share one JobSpec (a
+frozen value, shared as an array's elements share theirs), and the controller's merge memo with it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,12 @@ _COLUMNS = ("id, user, queue, state, spec, submit_time, attempt, hosts, unit, st
 _FINISHED = tuple(sorted(FINISHED_STATES))
 
 
+SPECS_KEPT = 4096  # distinct spec texts kept parsed (~1 KB each)
+
+
 class JobReads:
     _arrays: dict[int, tuple[JobSpec, dict | None]]  # array id -> (spec, dependency): set by JobStore
+    _specs: dict[str, JobSpec]  # spec text -> its JobSpec, the latest SPECS_KEPT: set by JobStore
 
     def _reader(self) -> apsw.Connection:  # provided by JobStore
         raise NotImplementedError
@@ -73,7 +79,9 @@ class JobReads:
                 f"SELECT id, spec, depend FROM arrays WHERE id IN ({', '.join('?' * len(missing))})", list(missing))
             self._arrays.update((array_id, (JobSpec.from_json(spec), json.loads(depend) if depend else None))
                                 for array_id, spec, depend in found)
-        return [_job(row, self._arrays) for row in rows]
+        if len(self._specs) > SPECS_KEPT:
+            self._specs.clear()  # a plain bound: texts come and go with the backlog
+        return [_job(row, self._arrays, self._specs) for row in rows]
 
     def get(self, job_id: int) -> Job | None:
         found = self.jobs([job_id])
@@ -100,15 +108,20 @@ class JobReads:
         return self._reader().execute("PRAGMA integrity_check" if full else "PRAGMA quick_check").get
 
 
-def _job(row: tuple, arrays: dict[int, tuple[JobSpec, dict | None]]) -> Job:
-    """A Job from its row; an element takes its spec and dependency from its array."""
+def _job(row: tuple, arrays: dict[int, tuple[JobSpec, dict | None]], specs: dict[str, JobSpec]) -> Job:
+    """A Job from its row; an element takes its spec and dependency from its array; a spec text
+    already in `specs` is not parsed again."""
     (job_id, user, queue, state, spec, submit_time, attempt, hosts, unit, start_time, end_time,
      exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc, effective,
      array_id, array_index, depend, retries) = row
     if array_id is not None and spec == ELEMENT_SPEC:
         job_spec, depend_data = arrays[array_id]
     else:
-        job_spec, depend_data = JobSpec.from_json(spec), json.loads(depend) if depend else None
+        parsed = specs.get(spec)
+        if parsed is None:
+            parsed = specs[spec] = JobSpec.from_json(spec)
+        job_spec = parsed
+        depend_data = json.loads(depend) if depend else None
     return Job(
         id=job_id, user=user, queue=queue, state=state, spec=job_spec,
         submit_time=submit_time, attempt=attempt,

@@ -1,10 +1,11 @@
 """The job store: every query xce_lite makes goes through JobStore; its writes of jobs are here, its
 reads are mixins (job_reads.py, workflows.py, usage.py, archive.py, ...). The controller is its only writer.
 
-Each state change is `UPDATE ... WHERE id = ? AND state = ?` and counts the rows it changed, so a
+Each state change is `UPDATE ... WHERE id = ? AND state = ?` and learns which rows it changed, so a
 change based on a stale view is refused instead of applied twice; its event is written in the same
-transaction. Writes take one lock (the controller's threads share one writer connection); reads use
-a read-only connection per thread, which WAL lets run beside the writer. Read connections are
+transaction (a tick's changes: one statement per kind over all its rows, transitions.py). Writes
+take one lock (the controller's threads share one writer connection); reads use a read-only
+connection per thread, which WAL lets run beside the writer. Read connections are
 bounded by the threads alive: the one of a thread that ended is closed when the next is opened
 (observed before: one kept per API connection's thread, forever: 2 fds and ~177 KB each).
 """
@@ -29,6 +30,11 @@ from xce_lite.store.projects import ProjectStore
 from xce_lite.store.requests import RequestStore  # request ids: idempotent submission
 from xce_lite.store.usage import UsageStore  # metrics: the web's reads over time
 from xce_lite.store.newjobs import insert_jobs
+from xce_lite.store import transitions
+from xce_lite.store.transitions import cancel as _cancel
+from xce_lite.store.transitions import finish as _finish
+from xce_lite.store.transitions import pend_reasons as _pend_reasons
+from xce_lite.store.transitions import started as _started
 from xce_lite.store.workflows import FlowRecord, NewJob, WorkflowStore, insert_flow, kill_reason
 
 IMPATIENT_MS = 1000
@@ -125,6 +131,7 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         self._readers: dict[threading.Thread, apsw.Connection] = {}
         # arrays never change: each one's (spec, dependency) is read and parsed once
         self._arrays: dict[int, tuple[JobSpec, dict | None]] = {}
+        self._specs: dict[str, JobSpec] = {}  # spec texts parsed lately (job_reads.py)
 
     def close(self) -> None:
         with self._lock:
@@ -280,60 +287,6 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
                 _pend_reasons(con, reasons)
 
 
-def _dispatch(con: apsw.Connection, plans: Sequence[Plan | tuple], now: float) -> list[int]:
-    """Plans, or tuples (job id, attempt, [[host, tasks]], unit[, alloc[, effective]]) in Plan's order;
-    the dispatched event carries the profile's name and hash from `effective`."""
-    moved = []
-    for plan in plans:
-        p = plan if isinstance(plan, Plan) else Plan(*plan)
-        job_id, attempt, hosts, unit, effective = p.job_id, p.attempt, p.hosts, p.unit, p.effective
-        alloc = json.dumps(p.alloc, ensure_ascii=True) if p.alloc is not None else None
-        con.execute(
-            "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, alloc = ?, effective = ?, "
-            "pend_reason = NULL WHERE id = ? AND state = 'PEND'",
-            (attempt, json.dumps(hosts), unit, alloc,
-             json.dumps(effective, ensure_ascii=True) if effective is not None else None, job_id),
-        )
-        if con.changes() == 1:
-            data = {"attempt": attempt, "hosts": hosts, "unit": unit}
-            if effective is not None:
-                data.update(app=effective.get("app"), profile_hash=effective.get("profile_hash"))
-            _event(con, job_id, now, "dispatched", data)
-            moved.append(job_id)
-    return moved
-
-
-def _started(con: apsw.Connection, items: Sequence[tuple[int, float]], now: float) -> list[int]:
-    moved = []
-    for job_id, start_time in items:
-        con.execute("UPDATE jobs SET state = 'RUN', start_time = ? WHERE id = ? AND state = 'DISP'",
-                    (start_time, job_id))
-        if con.changes() == 1:
-            _event(con, job_id, now, "started", {"start_time": start_time})
-            moved.append(job_id)
-    return moved
-
-
-def _finish(con: apsw.Connection, items: Sequence[tuple[Finish, str]], now: float) -> list[int]:
-    moved = []
-    for f, event in items:
-        con.execute(
-            "UPDATE jobs SET state = ?, start_time = coalesce(start_time, ?), end_time = ?, "
-            "exit_code = ?, exit_signal = ?, cpu_time = ?, max_rss = ?, reason = ? "
-            "WHERE id = ? AND state = ?",
-            (f.state, f.start_time, f.end_time, f.exit_code, f.exit_signal, f.cpu_time, f.max_rss,
-             f.reason, f.job_id, f.from_state),
-        )
-        if con.changes() == 1:
-            data: dict[str, object] = {"state": f.state, "exit_code": f.exit_code, "signal": f.exit_signal,
-                    "reason": f.reason, "cpu_time": f.cpu_time, "max_rss": f.max_rss}
-            if f.hooks:
-                data["hooks"] = list(f.hooks)
-            _event(con, f.job_id, now, event, data)
-            moved.append(f.job_id)
-    return moved
-
-
 def _requeue(con: apsw.Connection, items: Sequence[Requeue], now: float) -> tuple[list[int], list[int]]:
     """What the job held is cleared with the move: a pending job holds nothing and runs nowhere.
 
@@ -371,17 +324,6 @@ def _requeue(con: apsw.Connection, items: Sequence[Requeue], now: float) -> tupl
     return moved, killed
 
 
-def _cancel(con: apsw.Connection, items: Sequence[tuple[int, str, str]], now: float) -> list[int]:
-    moved = []
-    for job_id, from_state, reason in items:
-        con.execute("UPDATE jobs SET state = 'EXIT', end_time = ?, reason = ?, pend_reason = NULL "
-                    "WHERE id = ? AND state = ?", (now, reason, job_id, from_state))
-        if con.changes() == 1:
-            _event(con, job_id, now, "dependency_failed", {"from": from_state, "reason": reason})
-            moved.append(job_id)
-    return moved
-
-
-def _pend_reasons(con: apsw.Connection, reasons: dict[int, str | None]) -> None:
-    con.executemany("UPDATE jobs SET pend_reason = ? WHERE id = ? AND state = 'PEND'",
-                    [(reason, job_id) for job_id, reason in reasons.items()])
+def _dispatch(con: apsw.Connection, plans: Sequence[Plan | tuple], now: float) -> list[int]:
+    """Plans, or tuples (job id, attempt, [[host, tasks]], unit[, alloc[, effective]]) in Plan's order."""
+    return transitions.dispatch(con, plans, now, Plan)

@@ -14,6 +14,7 @@ from typing import Any
 
 from xce_lite import errors
 from xce_lite.api.caller import Caller
+from xce_lite.config.merge import Effective
 from xce_lite.config.sched_view import admit
 from xce_lite.controller import accept
 from xce_lite.controller.gating import Gating
@@ -27,6 +28,9 @@ from xce_lite.models import JobSpec
 from xce_lite.sched.placement import HostView, JobRequest, why_never
 
 
+ADMITS_KEPT = 4096  # distinct raw specs whose admit is remembered
+
+
 class Submitting:
     """See the module docstring."""
 
@@ -36,6 +40,8 @@ class Submitting:
         self.gating, self.projects, self.pool_views, self.access = gating, projects, pool_views, access
         # why_never's answers by request shape, for the host totals they were computed on
         self._never_memo: tuple[tuple[HostView, ...], dict[tuple, str | None]] | None = None
+        # admit's answers by the raw spec's repr, for the (config, profiles, totals) they were made under
+        self._admit_memo: tuple[tuple, dict[str, tuple[JobSpec, str, Effective]]] | None = None
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         return {("POST", "/jobs"): self.api_submit}
@@ -80,9 +86,7 @@ class Submitting:
         """The spec as it will be stored (its profile name and project resolved), and its queue's
         name; SpecError if its effective values break a rule or could never run (merge.py), or its
         project refuses it (projects.py)."""
-        state = self.state
-        spec, queue_name, eff = admit(JobSpec.from_wire(raw), state.config, state.profiles, state.host_totals,
-                                      self._why_never)
+        spec, queue_name, eff = self._admitted(raw)
         spec = self.projects.project_of(spec, eff, caller)
         self.pool_views.admit(queue_name, eff)  # pools.py: a -W no allocation of the queue's pools can hold
         if not os.path.isdir(spec.cwd):
@@ -93,6 +97,25 @@ class Submitting:
             if path is not None and not os.path.isdir(os.path.dirname(path) or "/"):
                 raise errors.SpecError(f"{option} {path}: its directory does not exist; create it first")
         return self.access.as_submitter(spec, queue_name, caller), queue_name  # shared.py: queue ACL, run as whom
+
+    def _admitted(self, raw: Any) -> tuple[JobSpec, str, Effective]:
+        """`admit` of the raw spec: what depends on the spec and the configuration alone (its parse,
+        merge and "could never run"), remembered by the spec's repr (accept._key: equal only for
+        equal values of the same types) while the configuration, profiles and host totals are the
+        same objects (a reconfig or a pool view replaces them). What reads the caller or the file
+        system (projects, paths, queue ACL) is checked at every submit."""
+        state = self.state
+        setup = (state.config, state.profiles, state.host_totals)
+        memo = self._admit_memo
+        if memo is None or any(a is not b for a, b in zip(memo[0], setup)) or len(memo[1]) > ADMITS_KEPT:
+            memo = self._admit_memo = (setup, {})
+        key = repr(raw) if type(raw) is dict else None
+        found = memo[1].get(key) if key is not None else None
+        if found is None:
+            found = admit(JobSpec.from_wire(raw), state.config, state.profiles, state.host_totals, self._why_never)
+            if key is not None:
+                memo[1][key] = found
+        return found
 
     def _why_never(self, request: JobRequest) -> str | None:
         """`why_never` on the cluster's totals, memoised by request shape while those totals are the

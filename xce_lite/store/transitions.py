@@ -1,0 +1,99 @@
+"""The guarded state changes of a tick's commit (JobStore.record_tick and the single-purpose writes),
+each kind as ONE prepared statement run over all its rows, with its events appended likewise.
+
+Invariants, as in jobs.py: each change is `UPDATE ... WHERE id = ? AND state = ?`, so a change based
+on a stale view is refused, and only a row that moved gets its event, in the same transaction.
+`RETURNING ?` hands back the position of each item that moved (the statement runs its rows in
+order), so the events are exactly those the row-at-a-time loop wrote, in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import apsw
+
+_EVENT = "INSERT INTO events(job_id, time, kind, data) VALUES (?, ?, ?, ?)"
+
+
+def guarded(con: apsw.Connection, sql: str, rows: list[tuple]) -> list[int]:
+    """Run `sql` (an UPDATE ending in `RETURNING ?`) once per row, each row's last value being its
+    position: the positions of the rows that changed, in order."""
+    if not rows:
+        return []
+    return [i for (i,) in con.executemany(sql, rows)]
+
+
+def events(con: apsw.Connection, rows: list[tuple[int, float, str, Any]]) -> None:
+    """Append (job id, time, kind, data) events; data None or a JSON-able value."""
+    if rows:
+        con.executemany(_EVENT, [(job_id, now, kind, json.dumps(data, ensure_ascii=True) if data is not None else None)
+                                 for job_id, now, kind, data in rows])
+
+
+def dispatch(con: apsw.Connection, plans: Sequence, now: float, plan_type: type) -> list[int]:
+    """Plans, or tuples (job id, attempt, [[host, tasks]], unit[, alloc[, effective]]) in Plan's order;
+    the dispatched event carries the profile's name and hash from `effective`."""
+    items: list[Any] = [plan if isinstance(plan, plan_type) else plan_type(*plan) for plan in plans]
+    texts: dict[int, str] = {}  # effective values' id -> their JSON: plans of one merge share one dict
+    rows = []
+    for i, p in enumerate(items):
+        effective = None
+        if p.effective is not None:
+            effective = texts.get(id(p.effective))
+            if effective is None:
+                effective = texts[id(p.effective)] = json.dumps(p.effective, ensure_ascii=True)
+        rows.append((p.attempt, json.dumps(p.hosts), p.unit,
+                     json.dumps(p.alloc, ensure_ascii=True) if p.alloc is not None else None, effective, p.job_id, i))
+    moved = guarded(con, "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, alloc = ?, effective = ?, "
+                         "pend_reason = NULL WHERE id = ? AND state = 'PEND' RETURNING ?", rows)
+    happened = []
+    for i in moved:
+        p = items[i]
+        data = {"attempt": p.attempt, "hosts": p.hosts, "unit": p.unit}
+        if p.effective is not None:
+            data.update(app=p.effective.get("app"), profile_hash=p.effective.get("profile_hash"))
+        happened.append((p.job_id, now, "dispatched", data))
+    events(con, happened)
+    return [items[i].job_id for i in moved]
+
+
+def started(con: apsw.Connection, items: Sequence[tuple[int, float]], now: float) -> list[int]:
+    moved = guarded(con, "UPDATE jobs SET state = 'RUN', start_time = ? WHERE id = ? AND state = 'DISP' RETURNING ?",
+                    [(start_time, job_id, i) for i, (job_id, start_time) in enumerate(items)])
+    events(con, [(items[i][0], now, "started", {"start_time": items[i][1]}) for i in moved])
+    return [items[i][0] for i in moved]
+
+
+def finish(con: apsw.Connection, items: Sequence[tuple[Any, str]], now: float) -> list[int]:
+    """(Finish, event kind) pairs."""
+    moved = guarded(con, "UPDATE jobs SET state = ?, start_time = coalesce(start_time, ?), end_time = ?, "
+                         "exit_code = ?, exit_signal = ?, cpu_time = ?, max_rss = ?, reason = ? "
+                         "WHERE id = ? AND state = ? RETURNING ?",
+                    [(f.state, f.start_time, f.end_time, f.exit_code, f.exit_signal, f.cpu_time, f.max_rss,
+                      f.reason, f.job_id, f.from_state, i) for i, (f, _event) in enumerate(items)])
+    rows = []
+    for i in moved:
+        f, event = items[i]
+        data: dict[str, object] = {"state": f.state, "exit_code": f.exit_code, "signal": f.exit_signal,
+                                   "reason": f.reason, "cpu_time": f.cpu_time, "max_rss": f.max_rss}
+        if f.hooks:
+            data["hooks"] = list(f.hooks)
+        rows.append((f.job_id, now, event, data))
+    events(con, rows)
+    return [items[i][0].job_id for i in moved]
+
+
+def cancel(con: apsw.Connection, items: Sequence[tuple[int, str, str]], now: float) -> list[int]:
+    moved = guarded(con, "UPDATE jobs SET state = 'EXIT', end_time = ?, reason = ?, pend_reason = NULL "
+                         "WHERE id = ? AND state = ? RETURNING ?",
+                    [(now, reason, job_id, from_state, i) for i, (job_id, from_state, reason) in enumerate(items)])
+    events(con, [(items[i][0], now, "dependency_failed", {"from": items[i][1], "reason": items[i][2]}) for i in moved])
+    return [items[i][0] for i in moved]
+
+
+def pend_reasons(con: apsw.Connection, reasons: dict[int, str | None]) -> None:
+    con.executemany("UPDATE jobs SET pend_reason = ? WHERE id = ? AND state = 'PEND'",
+                    [(reason, job_id) for job_id, reason in reasons.items()])
