@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import sys
 
-import pytest
 
-from tests.support.agent_local import WAIT_JOB, journal, kill_leftovers
+from tests.support.agent_local import WAIT_JOB, finished, journal
 from tests.support.procs import proc_field
 from tests.support.waiting import wait_until
 from xce_lite.exec.agent.pool import poolable
-from xce_lite.exec.host import LaunchRequest, UnitFinished
-from xce_lite.exec.local import LocalHost
+from xce_lite.exec.host import LaunchRequest
 
 # prints (JSON) what the job inherited: its open fds, umask, cwd, environment, blocked and ignored
 # signals, whether it leads its process group, its session; then waits for its go file (argv[1])
@@ -41,22 +38,6 @@ PROBE = (
 )
 
 
-@pytest.fixture
-def hosts(spool):
-    made: list[LocalHost] = []
-
-    def make() -> tuple[LocalHost, queue.Queue]:
-        host, events = LocalHost("local", spool, mode="plain"), queue.Queue()
-        made.append(host)
-        host.connect(events)
-        return host, events
-
-    yield make
-    for host in made:
-        host.close()
-    kill_leftovers(spool)
-
-
 def probe(tmp_path, unit: str, cwd, umask: int, env: dict, go: bool = False) -> LaunchRequest:
     argv = (sys.executable, "-c", PROBE, *([str(tmp_path / f"go-{unit}")] if go else []))
     return LaunchRequest(unit=unit, argv=argv, env={"PATH": os.environ["PATH"], **env}, cwd=str(cwd),
@@ -69,21 +50,12 @@ def waiter(tmp_path, unit: str, code: int = 0) -> LaunchRequest:
                          stdout=str(tmp_path / f"{unit}.out"), stderr=None)
 
 
-def finished(events: queue.Queue, *units: str, timeout: float = 30) -> dict[str, UnitFinished]:
-    got: dict[str, UnitFinished] = {}
-    while not got.keys() >= set(units):
-        event = events.get(timeout=timeout)
-        if isinstance(event, UnitFinished):
-            got.setdefault(event.unit, event)
-    return got
-
-
 def alive(pid: int) -> bool:
     return proc_field(pid, 0) not in (None, "Z")
 
 
 def test_jobs_in_sequence_share_a_supervisor_and_inherit_nothing_of_each_other(hosts, spool, tmp_path):
-    host, events = hosts()
+    host, events = hosts(mode="plain")
     (tmp_path / "d1").mkdir()
     (tmp_path / "d2").mkdir()
     host.launch([probe(tmp_path, "one", tmp_path / "d1", 0o077, {"ONLY_ONE": "x"}, go=True)])
@@ -121,7 +93,7 @@ def test_jobs_in_sequence_share_a_supervisor_and_inherit_nothing_of_each_other(h
 
 
 def test_a_worker_killed_in_mid_job_then_the_agent_killed_then_a_new_agent(hosts, spool, tmp_path):
-    host, events = hosts()
+    host, events = hosts(mode="plain")
     host.launch([probe(tmp_path, "warm", tmp_path, 0o022, {})])
     finished(events, "warm")
     worker = journal(spool)["warm"]["pid"]
@@ -143,7 +115,7 @@ def test_a_worker_killed_in_mid_job_then_the_agent_killed_then_a_new_agent(hosts
     # 3. the agent is killed -9 while the reused worker runs it: a new agent takes the spool (no
     # idle worker nor job holds its lock), adopts the job, and it ends once, with its own code
     os.kill(host.agent_pid, signal.SIGKILL)
-    again, events = hosts()
+    again, events = hosts(mode="plain")
     [adopted] = again.launch([waiter(tmp_path, "carried", 9)])
     assert adopted.status == "running"
     (tmp_path / "go-carried").touch()

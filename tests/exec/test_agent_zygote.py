@@ -5,34 +5,16 @@ again, in sequence. Jobs go on, their results come back, the next launch works, 
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import sys
 import threading
 
-import pytest
 
-from tests.support.agent_local import WAIT_JOB, journal, journal_result, kill_leftovers
+from tests.support.agent_local import WAIT_JOB, finished, journal, journal_result
 from tests.support.procs import proc_field
 from tests.support.waiting import wait_until
-from xce_lite.exec.host import LaunchRequest, UnitFinished
+from xce_lite.exec.host import LaunchRequest
 from xce_lite.exec.local import LocalHost
-
-
-@pytest.fixture
-def hosts(spool):
-    made: list[LocalHost] = []
-
-    def make() -> tuple[LocalHost, queue.Queue]:
-        host, events = LocalHost("local", spool, mode="plain"), queue.Queue()
-        made.append(host)
-        host.connect(events)
-        return host, events
-
-    yield make
-    for host in made:
-        host.close()
-    kill_leftovers(spool)
 
 
 def waiter(tmp_path, unit: str, code: int = 0) -> LaunchRequest:
@@ -55,19 +37,8 @@ def zygote_of(host: LocalHost) -> int:
     return wait_until(lambda: children(host.agent_pid) and children(host.agent_pid)[0], 10, "the agent's zygote")
 
 
-def finished(events: queue.Queue, *units: str, timeout: float = 30) -> dict[str, UnitFinished]:
-    """The first UnitFinished of each of `units` (a lost unit's may come twice: the controller keeps
-    the first)."""
-    got: dict[str, UnitFinished] = {}
-    while not got.keys() >= set(units):
-        event = events.get(timeout=timeout)
-        if isinstance(event, UnitFinished):
-            got.setdefault(event.unit, event)
-    return got
-
-
 def test_launches_fork_supervisors_from_the_zygote_not_the_agent(hosts, spool, tmp_path):
-    host, events = hosts()
+    host, events = hosts(mode="plain")
     zygote = zygote_of(host)
     host.launch([waiter(tmp_path, "a", 3), waiter(tmp_path, "b", 4)])
     units = wait_until(lambda: all(u["pid"] for u in journal(spool).values()) and journal(spool), 10, "started")
@@ -80,7 +51,7 @@ def test_launches_fork_supervisors_from_the_zygote_not_the_agent(hosts, spool, t
 
 
 def test_zygote_killed_then_agent_killed_then_a_new_agent_adopts(hosts, spool, tmp_path):
-    host, events = hosts()
+    host, events = hosts(mode="plain")
     zygote = zygote_of(host)
     host.launch([waiter(tmp_path, "first", 5), waiter(tmp_path, "killme")])
     wait_until(lambda: all(u["pid"] for u in journal(spool).values()), 10, "two supervisors started")
@@ -99,7 +70,7 @@ def test_zygote_killed_then_agent_killed_then_a_new_agent_adopts(hosts, spool, t
     # then the agent is killed -9: its zygote leaves at once (the spool's lock with it), the job runs on
     os.kill(host.agent_pid, signal.SIGKILL)
     wait_until(lambda: proc_field(new_zygote, 0) in (None, "Z"), 10, "the zygote to leave with its agent")
-    again, events = hosts()
+    again, events = hosts(mode="plain")
     [adopted] = again.launch([waiter(tmp_path, "second", 6)])
     assert adopted.status == "running"
     (tmp_path / "go-second").touch()
@@ -113,7 +84,7 @@ def test_zygote_dead_before_it_answered_a_fork(hosts, spool, tmp_path):
     """Stopped, then killed, with a launch written to it: the launch is answered (its unit counts as
     starting), and since no supervisor ever records its start, its result says so; nothing runs,
     and the next launch works."""
-    host, events = hosts()
+    host, events = hosts(mode="plain")
     zygote = zygote_of(host)
     os.kill(zygote, signal.SIGSTOP)
     try:

@@ -17,22 +17,7 @@ from tests.support.waiting import wait_until
 from xce_lite.errors import ExecError, HostUnreachable, LaunchRejected
 from xce_lite.exec.channel import AgentChannel
 from xce_lite.exec.host import HostLost, JobResult, LaunchRequest, UnitFinished, UnitsLaunched
-from xce_lite.exec.local import LocalHost, supervisor_pids
-
-
-@pytest.fixture
-def hosts(spool):
-    made: list[LocalHost] = []
-
-    def make(**kw) -> tuple[LocalHost, queue.Queue]:
-        host, events = LocalHost("local", spool, **kw), queue.Queue()
-        made.append(host)
-        host.connect(events)
-        return host, events
-
-    yield make
-    for host in made:
-        host.close()
+from xce_lite.exec.local import supervisor_pids
 
 
 def request(tmp_path, unit: str, argv: list[str], **kw) -> LaunchRequest:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import sys
 from pathlib import Path
 
 from tests.support.procs import proc_field
 from xce_lite.exec import bundle
+from xce_lite.exec.host import UnitFinished
 
 # The one file hosts get, built from xce_lite/exec/agent/; under the source tree, which the test hosts
 # can read too (their users get a copy, copy_in).
@@ -82,3 +84,14 @@ def kill_leftovers(spool: Path) -> None:
         if proc_field(supervisor, 19) == str(unit["starttime"]):
             os.kill(supervisor, signal.SIGKILL)
 
+
+
+def finished(events: queue.Queue, *units: str, timeout: float = 30) -> dict[str, UnitFinished]:
+    """The first UnitFinished of each of `units` from a LocalHost's event queue (a lost unit's may
+    come twice: the controller keeps the first)."""
+    got: dict[str, UnitFinished] = {}
+    while not got.keys() >= set(units):
+        event = events.get(timeout=timeout)
+        if isinstance(event, UnitFinished):
+            got.setdefault(event.unit, event)
+    return got
