@@ -51,7 +51,6 @@ class Dispatching:
         self.end_active, self.add_active, self.launch_later = end_active, add_active, launch_later
         self.reasons_flushed_at = 0.0
         self.planned: dict[int, LaunchWith] = {}  # of the last `plans`: job id -> what its launch needs
-        self.holdings: dict[int, Holding] = {}  # of the last `plans`: job id -> what it holds (its plan's alloc)
         # (spec id, queue) -> (the spec, kept so that its id stays its own; its merge now, or why it
         # fails; the merge's JSON): `_merged_now`
         self._merges: dict[tuple[int, str], tuple[JobSpec, Effective | str, dict | None]] = {}
@@ -62,7 +61,7 @@ class Dispatching:
         values it will run with. A decision made on a profile that has changed or vanished since (a
         reconfig during the session), or whose task count the job's queue no longer allows, is
         declined: the job stays PEND and is scheduled again with what holds now, never EXIT."""
-        self.planned, self.holdings = {}, {}
+        self.planned = {}
         if not decisions.dispatches:
             return []
         jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches])}
@@ -89,7 +88,6 @@ class Dispatching:
             # the merge's JSON is shared by the plans of one (spec, queue): nothing changes a plan's
             plan = Plan(d.job_id, attempt, [list(h) for h in d.hosts], unit, holding.to_json(), memo[2])
             plans.append(plan)
-            self.holdings[d.job_id] = holding
             # the row as this dispatch stores it: its launch reads nothing back (unitwork `_launch`)
             self.planned[d.job_id] = LaunchWith(
                 _with(job, state=DISP, attempt=attempt, hosts=tuple((h, n) for h, n in d.hosts), unit=unit,
@@ -197,9 +195,10 @@ class Dispatching:
                     continue  # killed or held while the scheduler thought: it stays as it is now
                 self.gating.dequeue(job_id)
                 self.state.attempts.pop(job_id, None)
-                holding = self.holdings.get(job_id) or Holding.from_json(plan.alloc, ())
                 units = (plan.unit,) if len(hosts) == 1 else job_units(self.state.cluster, job_id, attempt, len(hosts))
                 carried = self.planned.get(job_id)
+                holding = carried.holding if carried is not None and carried.holding is not None \
+                    else Holding.from_json(plan.alloc, ())
                 active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
                                 retries=self.state.retries.pop(job_id, 0), project=pending.project,
                                 since=self.clock.time(), launch_with=carried)
@@ -213,4 +212,4 @@ class Dispatching:
             if record.finished or record.requeued or record.cancelled or record.killed:
                 self.state.dirty = True
                 self.state.finished.notify_all()
-        self.planned, self.holdings = {}, {}
+        self.planned = {}

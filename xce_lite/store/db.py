@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import threading
+from typing import Any
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -232,7 +233,17 @@ def damaged(err: BaseException) -> bool:
     return False
 
 
+_INSERT_EVENT = "INSERT INTO events(job_id, time, kind, data) VALUES (?, ?, ?, ?)"
+
+
 def insert_event(con: apsw.Connection, job_id: int, now: float, kind: str, data: dict | None) -> None:
     """Append one event to a job's history (inside the caller's write transaction)."""
-    con.execute("INSERT INTO events(job_id, time, kind, data) VALUES (?, ?, ?, ?)",
-                (job_id, now, kind, json.dumps(data, ensure_ascii=True) if data is not None else None))
+    con.execute(_INSERT_EVENT, (job_id, now, kind, json.dumps(data, ensure_ascii=True) if data is not None else None))
+
+
+def insert_events(con: apsw.Connection, rows: list[tuple[int, float, str, Any]]) -> None:
+    """Append (job id, time, kind, data) events, data None or a JSON-able value, as one statement
+    run over all of them (inside the caller's write transaction)."""
+    if rows:
+        con.executemany(_INSERT_EVENT, [(job_id, now, kind, json.dumps(data, ensure_ascii=True) if data is not None
+                                         else None) for job_id, now, kind, data in rows])

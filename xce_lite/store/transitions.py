@@ -15,7 +15,7 @@ from typing import Any
 
 import apsw
 
-_EVENT = "INSERT INTO events(job_id, time, kind, data) VALUES (?, ?, ?, ?)"
+from xce_lite.store.db import insert_events as events
 
 
 def guarded(con: apsw.Connection, sql: str, rows: list[tuple]) -> list[int]:
@@ -24,13 +24,6 @@ def guarded(con: apsw.Connection, sql: str, rows: list[tuple]) -> list[int]:
     if not rows:
         return []
     return [i for (i,) in con.executemany(sql, rows)]
-
-
-def events(con: apsw.Connection, rows: list[tuple[int, float, str, Any]]) -> None:
-    """Append (job id, time, kind, data) events; data None or a JSON-able value."""
-    if rows:
-        con.executemany(_EVENT, [(job_id, now, kind, json.dumps(data, ensure_ascii=True) if data is not None else None)
-                                 for job_id, now, kind, data in rows])
 
 
 def dispatch(con: apsw.Connection, plans: Sequence, now: float, plan_type: type) -> list[int]:
