@@ -6,7 +6,7 @@ wait passed a bound). Callers hold the controller's lock.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Iterator
 
 from xce_lite.sched.core import PendingJob
@@ -125,9 +125,7 @@ class PendingSet:
 
     def waits_passing(self, after: float, upto: float) -> bool:
         """Whether a job here was submitted in (after, upto]: its wait passes a bound between two times."""
-        i = bisect_left(self._times, after)
-        while i < len(self._times) and self._times[i] == after:
-            i += 1
+        i = bisect_right(self._times, after)
         return i < len(self._times) and self._times[i] <= upto
 
     def take_changes(self, full: bool) -> tuple[tuple[PendingJob, ...], tuple[int, ...], tuple[int, int]]:

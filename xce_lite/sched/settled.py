@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot, take
 
+ROUNDING = 1e-3  # seconds: far above a float's rounding of epoch times (~2e-7 s), far below a tick
+
 
 @dataclass(frozen=True)
 class Expected:
@@ -41,10 +43,10 @@ def _running(rows: tuple[tuple[str, str, int], ...]) -> dict[tuple[str, str], in
 
 
 def expect(base: Snapshot, decisions: Decisions, dispatched: Mapping[int, PendingJob], budget: int,
-           settled: bool, gone: Collection[int] = ()) -> Expected | None:
+           settled: bool) -> Expected | None:
     """What the next input must be for the last answer (`decisions` on `base`, with `base.jobs`
     left out by the caller) to hold as it is; None when no input can prove that. `dispatched`:
-    the dispatched jobs (their queue and user); `gone`: jobs already expected to leave."""
+    the dispatched jobs (their queue and user)."""
     if not settled or not decisions.complete or base.fairshare is not None or \
             (base.projects is not None and not base.projects.open):
         return None
@@ -58,7 +60,7 @@ def expect(base: Snapshot, decisions: Decisions, dispatched: Mapping[int, Pendin
         running[(job.queue, job.user)] = running.get((job.queue, job.user), 0) + d.placement.tasks
     out = Snapshot(tuple(hosts), (), base.queues, shared, (), base.now, base.reserve_after, base.projects, (),
                    None)
-    return Expected(out, running, frozenset(gone) | {d.job_id for d in decisions.dispatches}, budget)
+    return Expected(out, running, frozenset(d.job_id for d in decisions.dispatches), budget)
 
 
 def repeats(expected: Expected, base: Snapshot, budget: int, removed: Collection[int], added: bool,
@@ -79,8 +81,11 @@ def repeats(expected: Expected, base: Snapshot, budget: int, removed: Collection
     if e.reserve_after <= 0 or base.now == e.now:
         return True
     # a job whose wait reached reserve_after in between would now hold a reservation (and time
-    # going back could take one away)
-    return base.now > e.now and not waits_passing(e.now - e.reserve_after, base.now - e.reserve_after)
+    # going back could take one away). The core compares `now - submit >= reserve_after`, which
+    # rounds otherwise than `submit <= now - reserve_after` near the bound: the window is widened by
+    # ROUNDING both ways, so a job at the bound costs a session instead of a missed reservation
+    return base.now > e.now and not waits_passing(e.now - e.reserve_after - ROUNDING,
+                                                  base.now - e.reserve_after + ROUNDING)
 
 
 def moved_on(expected: Expected, now: float) -> Expected:
