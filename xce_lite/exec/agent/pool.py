@@ -11,17 +11,21 @@ A fresh supervisor per job costs a fork of the zygote, its copy-on-write faults 
   exactly the lost job's processes;
 - nothing is inherited from the previous job: cwd (back to the zygote's), environment (the
   zygote's), umask (the job's), fds (none but the worker's socket; the job inherits none), signal
-  mask and dispositions (the supervisor's own, unchanged by a job), rlimits (never changed);
+  mask and dispositions (the supervisor's own, unchanged by a job), rlimits (never changed by us;
+  a job of the same user could change its parent's with prlimit, as it could the agent's own);
 - a signal meant for the previous job never reaches the next one, and none meant for the next job
   is lost: a worker says it is done ("d") only once the result is durable; the zygote passes that
   on to the agent, which reads the result (from then on it sends nothing to that unit's
   supervisor) and only then releases the worker ("rPID" on its request pipe). The zygote passes
   the release on ("r"); the worker drops what is pending then (sent for the previous job, before
   the release) and answers "i": only then is it idle, and given a job, whose signals the agent can
-  send only once the zygote has answered that job's fork with the worker's pid.
+  send only once the zygote has answered that job's fork with the worker's pid. A signal sent to
+  the worker's pid from outside (not by the agent) goes to whichever job it runs or runs next, as
+  it would to whatever process next had that pid.
 Only units with no user to run as, no hooks of the supervisor's and the role "job" go to a worker
 (agent side: poolable); a worker whose supervision went wrong (an error of its own) is not reused,
-nor one past MAX_JOBS. Standard library only.
+nor one past MAX_JOBS, nor one the kernel did not make a subreaper (a job's orphans would stay in
+its session unseen by has_children). Standard library only.
 """
 
 from __future__ import annotations
@@ -105,7 +109,7 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
     if null > 2:
         os.close(null)
     os.setsid()  # once: each job's group is in it, one job at a time
-    become_subreaper()
+    reusable = become_subreaper()  # else a job's orphans leave our sight: one job, then exit
     home = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     env = dict(os.environ)
     sock = _socket.socket(fileno=sock_fd)
@@ -130,7 +134,7 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
         fit = become_supervisor(JournalRecorder(spool, req["unit"], boot), req["spec"], req["start_time"], detach=True,
                                 let_go=let_go)
         let_go()  # a job that never started was recorded with the lock held, as a fresh supervisor does
-        if not fit or has_children() or not poolable(req["spec"]) or count == MAX_JOBS:
+        if not fit or not reusable or has_children() or not poolable(req["spec"]) or count == MAX_JOBS:
             return  # exit: the zygote reports it as a supervisor's end
         try:
             sock.sendall(b"d")

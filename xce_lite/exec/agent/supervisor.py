@@ -76,8 +76,8 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let
     """
     try:
         os.setsid()  # the job's group joins this session: how a lost supervisor's job is known
-    except OSError:  # exec mode under a process-group leader (systemd): already detached enough
-        pass
+    except OSError:  # exec mode under a process-group leader (systemd), or a reused worker (pool.py):
+        pass  # already detached enough
     if detach:
         become_subreaper()
     watch = Watch(recorder, spec, start_time)
@@ -189,7 +189,7 @@ def fork_detached(run, close: tuple[int, ...] = ()) -> int:
 def fork_task_supervisor(recorder: JournalRecorder, spec: dict) -> tuple[int, int]:
     """Fork a supervisor for the tasks of `xce launch` that wait in a direct unit's host directory
     (spec: role "tasks", host_dir, stdout, stderr, grace); (its pid, the fd to answer it on, see
-    Agent.answer_tasks). It starts no task before the answer says systemd has moved it into the
+    link.answer_tasks). It starts no task before the answer says systemd has moved it into the
     unit, and ends once its tasks have."""
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)

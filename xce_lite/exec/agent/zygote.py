@@ -17,11 +17,12 @@ after the agent's "rPID" (released: the agent has read that result) and the work
 
 Invariants: a supervisor is exactly what fork_supervisor makes (same spec, same recorder, same
 signals blocked, the job's umask, the spool lock held until its `started` record): only its parent
-changes. The zygote holds no fd of the controller's (stdin, stdout) and exits at EOF of its request
-pipe, when the agent is gone; supervisors outlive it as they outlive the agent. If the zygote dies
-first, the agent watches the units it had forked (their journal records, their pids) and forks
-another zygote at its next launch; a unit whose fork was never answered counts as starting for
-START_GRACE, for its supervisor's `started` record may still come.
+changes; a pool worker keeps one pid, start time and session across its jobs, one job at a time.
+The zygote holds no fd of the controller's (stdin, stdout) and exits at EOF of its request pipe,
+when the agent is gone; supervisors outlive it as they outlive the agent. If the zygote dies first,
+the agent watches the units it had forked (their journal records, their pids) and forks another
+zygote at its next launch; a unit whose fork was never answered counts as starting for START_GRACE,
+for its supervisor's `started` record may still come.
 """
 
 from __future__ import annotations
@@ -318,7 +319,8 @@ class ZygoteOps:
                 try:
                     zygote.release(done)  # its answers may tell of more ends: the loop takes them
                 except OSError as exc:
-                    self.zygote_lost(str(exc))
+                    if s.zygote is zygote:  # not one a nested call already judged lost and replaced
+                        self.zygote_lost(str(exc))
 
     def zygote_lost(self, why: str) -> None:
         """The zygote is gone: the supervisors it forked are no child of anyone we hear from. Their
