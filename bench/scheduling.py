@@ -51,7 +51,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # measure the tree this file is in, not whatever is installed
 
-from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
+from xce_lite.controller.pending_set import PendingSet
+from xce_lite.controller.sched_worker import SchedulerProcess
 from xce_lite.sched import core
 from xce_lite.sched.placement import SLOTS
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from tests.support.sched import host, job
 from xce_lite.config.cluster import ClusterConfig
 from xce_lite.controller.pool_views import AllocRecord, PoolRecords, PoolViews
-from xce_lite.controller.sched_worker import PendingSet, SchedulerProcess
+from xce_lite.controller.pending_set import PendingSet
+from xce_lite.controller.sched_worker import SchedulerProcess
 from xce_lite.controller.seams import FakeClock
 from xce_lite.controller.state import ControllerState
 from xce_lite.sched.core import Snapshot

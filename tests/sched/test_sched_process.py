@@ -14,7 +14,8 @@ import pytest
 
 from tests.support.sched import host, job
 from tests.support.waiting import wait_until
-from xce_lite.controller.sched_worker import InlineScheduler, PendingSet, SchedulerProcess
+from xce_lite.controller.pending_set import PendingSet
+from xce_lite.controller.sched_worker import InlineScheduler, SchedulerProcess
 from xce_lite.sched.core import QueuePolicy, Snapshot, schedule
 from xce_lite.sched.placement import HostView
 

@@ -13,7 +13,8 @@ import pytest
 
 from tests.support.sched import job
 from tests.support.waiting import wait_until
-from xce_lite.controller.sched_worker import InlineScheduler, PendingSet, SchedulerProcess
+from xce_lite.controller.pending_set import PendingSet
+from xce_lite.controller.sched_worker import InlineScheduler, SchedulerProcess
 from xce_lite.sched.core import PendingJob, QueuePolicy, Snapshot, schedule
 from xce_lite.sched.placement import HostView
 from xce_lite.sched.reasons import Placement

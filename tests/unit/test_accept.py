@@ -8,7 +8,7 @@ import pytest
 from tests.support.inproc import InProc
 from xce_lite import errors
 from xce_lite.controller import accept
-from xce_lite.controller.sched_worker import PendingSet
+from xce_lite.controller.pending_set import PendingSet
 from xce_lite.sched.core import PendingJob
 from xce_lite.sched.placement import JobRequest
 

@@ -18,7 +18,7 @@ from xce_lite import errors
 from xce_lite.api.caller import Caller
 from xce_lite.api.hygiene import unencodable
 from xce_lite.controller.gating import Gating
-from xce_lite.controller.sched_worker import PendingSet
+from xce_lite.controller.pending_set import PendingSet
 from xce_lite.models import JobSpec
 from xce_lite.sched.core import PendingJob
 from xce_lite.sched.placement import JobRequest

@@ -1,10 +1,11 @@
-"""Faster pickling of the scheduler's values over the worker's pipe (sched_worker.py), and only there.
+"""Faster pickling of the scheduler's values over the worker's pipe (sched_worker.py).
 
 A session crosses the pipe twice, and its values' default pickling is most of its fixed cost:
 slotted frozen dataclasses go through `dataclasses`' __getstate__/__setstate__ (a walk over the
 fields each way) and a FrozenMap is sorted again when it is rebuilt. These reducers are registered
 with multiprocessing's ForkingPickler, which the pipe's Connection uses, so plain `pickle` (the
-decisions' hashes in bench/scheduling.py, anything stored) keeps the values' own form. The values
+decisions' hashes in bench/scheduling.py, anything stored) keeps the values' own form; any other
+multiprocessing pipe of a process that imported sched_worker uses them too, harmlessly. The values
 rebuilt are equal to the ones sent, field by field: the maps keep their (sorted) order.
 """
 

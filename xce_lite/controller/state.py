@@ -22,7 +22,7 @@ from xce_lite.config.merge import Effective, Profile
 from xce_lite.config.sched_view import Holding, host_totals, queue_policies
 from xce_lite.controller import permissions
 from xce_lite.controller.active import ActiveJobs
-from xce_lite.controller.sched_worker import PendingSet
+from xce_lite.controller.pending_set import PendingSet
 from xce_lite.exec.host import JobResult
 from xce_lite.models import Job
 from xce_lite.sched.core import QueuePolicy
