@@ -55,12 +55,18 @@ class Submitting:
         if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
             raise errors.SpecError('send {"jobs": [spec, ...]} with at least one job spec')
         request_id = request_id_of(body)
-        if request_id is not None:
-            stored = self.store.submitted(request_id, caller.user)
+        try:
+            accepted = accept.specs(body["jobs"], caller, self.validate,  # checked and merged once per distinct spec
+                                    self.gating.resolve_depend)
+        except errors.XceError:
+            # A repeat is answered with what the first one stored even if its specs no longer pass
+            # (its cwd removed, its queue reconfigured away). Looked up here, on refusal only: a
+            # repeat that passes is found by submit_once in its write transaction, so a new
+            # request costs no read of its own (one-POST-per-job submits are mostly new ones).
+            stored = self.store.submitted(request_id, caller.user) if request_id is not None else None
             if stored is not None:
                 return self._submitted_reply(stored)
-        accepted = accept.specs(body["jobs"], caller, self.validate,  # checked and merged once per distinct spec
-                                self.gating.resolve_depend)
+            raise
         now = self.clock.time()  # the seam: a simulation submits at its own time
         if request_id is None:
             ids = self.store.submit(accepted, caller.user, now)  # on disk before the reply
