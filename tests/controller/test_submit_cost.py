@@ -1,0 +1,89 @@
+"""The one-POST submit path's cost as counts that do not depend on the machine (issue 18): a new
+submission with a request id reads nothing outside its one write transaction, a repeat is still
+answered with what the first one stored (also once its spec no longer passes), and a kept-alive
+connection's caller is identified (group database, /proc) once, not at every request. The real
+controller runs in-process (tests/support/inproc.py) on a real SQLite store, through its real
+route table (permissions and all)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.support.inproc import InProc
+from xce_lite.api.caller import Caller
+from xce_lite.controller import projects, shared
+from xce_lite.errors import SpecError
+from xce_lite.sim.controlled import _me
+
+
+class Counted:
+    """A real store connection, counting the statements handed to it."""
+
+    def __init__(self, con) -> None:
+        self.con, self.calls = con, 0
+
+    def execute(self, *args, **kw):
+        self.calls += 1
+        return self.con.execute(*args, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.con, name)
+
+
+def _post(p: InProc, caller: Caller, body: dict) -> dict:
+    return p.ctl.routes()[("POST", "/jobs")](caller, {}, body)
+
+
+def test_a_new_request_id_is_looked_up_only_in_the_write_and_a_repeat_still_finds_its_jobs():
+    p = InProc(hosts=("h1",), slots=1)
+    try:
+        store = p.ctl.store
+        counted = store._local.con = Counted(store._reader())  # this thread's read connection
+        caller = p.caller()
+        work = p.work / "gone-later"
+        work.mkdir()
+        spec = {"argv": ["true"], "cwd": str(work), "hold": True}
+        first = _post(p, caller, {"jobs": [spec], "request_id": "req-00000001"})
+        assert counted.calls == 0  # no read of its own: submit_once looked the id up in its write
+        again = _post(p, caller, {"jobs": [spec], "request_id": "req-00000001"})
+        assert again["ids"] == first["ids"] and again["repeated"] is True
+        shutil.rmtree(work)  # the spec no longer passes: a repeat is answered all the same
+        late = _post(p, caller, {"jobs": [spec], "request_id": "req-00000001"})
+        assert late["ids"] == first["ids"] and late["repeated"] is True
+        assert [j.id for j in store.jobs(first["ids"])] == first["ids"]
+        assert store.request_count() == 1 and len(store.unfinished()) == 1  # stored once
+        with pytest.raises(SpecError, match="does not exist"):  # a new one is refused as before
+            _post(p, caller, {"jobs": [spec], "request_id": "req-00000002"})
+    finally:
+        p.close()
+
+
+def test_a_kept_alive_connections_caller_is_identified_once(monkeypatch):
+    reads: list[str] = []
+    real_groups, real_names = projects.caller_groups, shared._group_names
+
+    def groups(caller):
+        reads.append("proc")
+        return real_groups(caller)
+
+    def names(caller):
+        reads.append("grp")
+        return real_names(caller)
+
+    monkeypatch.setattr(projects, "caller_groups", groups)  # the real reads, counted
+    monkeypatch.setattr(shared, "_group_names", names)
+    p = InProc(hosts=("h1",), slots=1)
+    try:
+        spec = {"argv": ["true"], "cwd": str(p.work), "hold": True}
+        connection = p.caller()  # the API makes one Caller per connection (caller.py)
+        for _ in range(5):
+            _post(p, connection, {"jobs": [spec]})
+        assert sorted(reads) == ["grp", "proc"]
+        other = Caller(uid=connection.uid, pid=connection.pid, user=_me())  # another connection, same values
+        _post(p, other, {"jobs": [spec]})
+        assert sorted(reads) == ["grp", "grp", "proc", "proc"]  # never taken for the earlier one
+        assert len(p.ctl.store.unfinished()) == 6
+    finally:
+        p.close()
