@@ -42,6 +42,9 @@ class Submitting:
         self._never_memo: tuple[tuple[HostView, ...], dict[tuple, str | None]] | None = None
         # admit's answers by the raw spec's repr, for the (config, profiles, totals) they were made under
         self._admit_memo: tuple[tuple, dict[str, tuple[JobSpec, str, Effective]]] | None = None
+        # accept.admit's merges of plain jobs, for the (config, profiles) they were made under; read
+        # and changed under the state's lock
+        self._templates: tuple[tuple, accept.Templates] | None = None
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         return {("POST", "/jobs"): self.api_submit}
@@ -76,11 +79,21 @@ class Submitting:
                 return self._submitted_reply(ids)
         self.metrics.inc("submits", sum(len(item.indices) or 1 for item in accepted))  # metrics:
         with self.state.mu:
-            accept.admit(self.gating, self.state.pending, ids, accepted, caller.user, now)  # pending in one step
+            accept.admit(self.gating, self.state.pending, ids, accepted, caller.user, now,  # pending in one step
+                         self._templates_now())
             self.state.dirty = True
         self.state.wake.set()
         return {"ids": ids, "queues": [item.queue for item in accepted],
                 "sizes": [len(item.indices) or None for item in accepted]}
+
+    def _templates_now(self) -> accept.Templates:
+        """accept.admit's merges kept across requests, afresh under a new configuration or profile
+        set (what a pending job's merge reads) and bounded like the admits. Holds the state's lock."""
+        setup = (self.state.config, self.state.profiles)
+        kept = self._templates
+        if kept is None or kept[0][0] is not setup[0] or kept[0][1] is not setup[1] or len(kept[1]) > ADMITS_KEPT:
+            kept = self._templates = (setup, {})
+        return kept[1]
 
     def _submitted_reply(self, ids: list[int]) -> dict:
         """The reply a submission got, rebuilt from the store (for a repeated request id)."""
