@@ -17,6 +17,7 @@ from xce_lite.api.caller import Caller
 from xce_lite.controller import accept, projects, shared
 from xce_lite.controller.pending_set import PendingSet
 from xce_lite.errors import SpecError
+from xce_lite.models import JobSpec
 from xce_lite.sched.core import PendingJob
 from xce_lite.sched.placement import JobRequest
 from xce_lite.sim.controlled import _me
@@ -119,3 +120,41 @@ def test_a_one_job_submit_into_a_backlog_does_not_walk_the_pending_set():
     assert pending._times[0] == 4.0 and pending._times[-2:] == [6.0, 6.0]
     pending.add_all(accept._clones(template, [7], 9.0))  # a replaced job: one at a time, still exact
     assert len(pending) == 2003 and pending._times.count(5.0) == 1999 and pending._times[-1] == 9.0
+
+
+def test_submits_alike_one_post_each_are_merged_and_encoded_once_per_configuration(monkeypatch):
+    """Specs submitted alike get one JobSpec object (the admit memo, then the project resolved
+    once): the pending set's merge is made once and the spec's JSON encoded once across requests,
+    and made anew after a reconfig; every job is stored and pending as submitted alone."""
+    encoded = []
+    real_json = JobSpec.to_json
+
+    def to_json(spec):
+        encoded.append(spec.argv)
+        return real_json(spec)
+
+    monkeypatch.setattr(JobSpec, "to_json", to_json)  # the real encoding, counted
+    p = InProc(hosts=("h1",), slots=1)
+    try:
+        merges = []
+        real_pending_of = p.ctl.gating.pending_of
+
+        def pending_of(*args):
+            merges.append(args[0])
+            return real_pending_of(*args)
+
+        monkeypatch.setattr(p.ctl.gating, "pending_of", pending_of)
+        spec = {"argv": ["sleep", "9"], "cwd": str(p.work)}
+        ids = [_post(p, p.caller(), {"jobs": [spec], "request_id": f"alike-{i:04d}"})["ids"][0] for i in range(5)]
+        assert len(merges) == 1
+        assert len(encoded) == 2  # once as the admit reads the wire form (models.py), once for the store
+        with p.ctl.state.mu:
+            assert [p.ctl.state.pending.get(i).id for i in ids] == ids
+            assert len({p.ctl.state.pending.get(i).request.id for i in ids}) == 5
+        rows = p.ctl.store.jobs(ids)
+        assert all(r.spec == rows[0].spec for r in rows) and rows[0].spec.project == "default"
+        p.ctl.config_api.reconfigure()  # a new configuration: merged anew
+        _post(p, p.caller(), {"jobs": [spec]})
+        assert len(merges) == 2
+    finally:
+        p.close()
