@@ -76,14 +76,18 @@ def parse(buffer: bytes | bytearray, max_head: int, max_body: int) -> tuple[Requ
     start = end + 4
     if len(buffer) < start + length:
         return None
-    url = urlsplit(target)
-    try:
-        query = {k: v[-1] for k, v in parse_qs(url.query, errors="strict").items()}
-    except UnicodeDecodeError:
-        raise Malformed(400, "the query is not percent-encoded UTF-8") from None
+    if "?" not in target and "#" not in target:  # most requests (every POST of our clients)
+        path, query = target, {}
+    else:
+        url = urlsplit(target)
+        path = url.path
+        try:
+            query = {k: v[-1] for k, v in parse_qs(url.query, errors="strict").items()}
+        except UnicodeDecodeError:
+            raise Malformed(400, "the query is not percent-encoded UTF-8") from None
     connection = headers.get("connection", "").lower()
     keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    request = Request(method, url.path, query, headers, bytes(buffer[start:start + length]), keep_alive)
+    request = Request(method, path, query, headers, bytes(buffer[start:start + length]), keep_alive)
     return request, start + length
 
 

@@ -37,6 +37,7 @@ _ELEMENT_EVENTS = f"INSERT INTO {_EVENTS} SELECT ?4 + key, ?1, 'submitted', ?2 F
 # are one JobSpec object (the controller's admit memo), encoded once. Compared by identity (the
 # spec is kept, so its id stays its own); inserts run one at a time, under the store's write lock.
 _last_text: tuple[JobSpec, str, str] | None = None
+_last_event: tuple[tuple, str] | None = None  # (user, queue, held, project) -> a plain job's event data
 
 
 def insert_jobs(con: apsw.Connection, items: Sequence[NewJob], ids: Sequence[int], depends: Sequence[dict | None],
@@ -66,7 +67,7 @@ def insert_jobs(con: apsw.Connection, items: Sequence[NewJob], ids: Sequence[int
             key = (item.queue, spec.hold, spec.project)
             data = events.get(key)
             if data is None:
-                data = events[key] = json.dumps(_event(user, item.queue, spec), ensure_ascii=True)
+                data = events[key] = _event_text(user, item.queue, spec)
             shared = (user, item.queue, state, spec_text, slots, now, reason, name, depend_text, spec.project)
             last = runs[-1] if runs else None
             if last is not None and last[0] is None and last[1] == shared and last[2] == data \
@@ -103,6 +104,18 @@ def _texts_of(spec: JobSpec) -> tuple[str, str]:
     text, name = spec.to_json(), display_name(spec)
     _last_text = (spec, text, name)
     return text, name
+
+
+def _event_text(user: str, queue: str, spec: JobSpec) -> str:
+    """A plain job's `submitted` data, encoded once for the same (user, queue, held, project)."""
+    global _last_event
+    key = (user, queue, spec.hold, spec.project)
+    last = _last_event
+    if last is not None and last[0] == key:
+        return last[1]
+    text = json.dumps(_event(user, queue, spec), ensure_ascii=True)
+    _last_event = (key, text)
+    return text
 
 
 def _listed(values: Sequence[int]) -> str:
