@@ -10,6 +10,7 @@ before any is stored; the jobs are on disk before the reply, then admitted under
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from xce_lite import errors
@@ -28,6 +29,7 @@ from xce_lite.models import JobSpec
 from xce_lite.sched.placement import HostView, JobRequest, why_never
 
 
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{8,128}")  # what request_id_of takes (ASCII only)
 ADMITS_KEPT = 4096  # distinct raw specs whose admit is remembered
 
 
@@ -154,7 +156,6 @@ def request_id_of(body: dict) -> str | None:
     value = body.get("request_id")
     if value is None:
         return None
-    if not isinstance(value, str) or not 8 <= len(value) <= 128 or not all(
-            c.isascii() and (c.isalnum() or c in "._:-") for c in value):
+    if not isinstance(value, str) or _REQUEST_ID.fullmatch(value) is None:
         raise errors.SpecError("request_id must be 8 to 128 letters, digits and . _ : - (a random one per submission)")
     return value
