@@ -87,7 +87,7 @@ def strace_counts(c: BenchCluster, spec: dict, posts: int) -> tuple[float, list[
         for line in out.read_text().splitlines():
             parts = line.split()
             if len(parts) >= 4 and parts[-1] == "total":
-                total = int(parts[2]) / posts
+                total = int(parts[3]) / posts
             elif len(parts) >= 5 and parts[3].isdigit():
                 calls.append((parts[-1], int(parts[3]) / posts))
     return total, sorted(calls, key=lambda kv: -kv[1])
