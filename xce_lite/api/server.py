@@ -135,7 +135,7 @@ class ApiServer:
         self._stopped.wait(10)
 
     def server_close(self) -> None:
-        for conn in self._pool.close():
+        for conn, _request in self._pool.close():  # the queued (connection, request) items
             self._close(conn)
         with self._mu:
             idle = [c for c in self._conns.values() if not c.busy]
