@@ -334,17 +334,16 @@ class ApiServer:
             self._wakeup()
             return
         with self._mu:
-            if self._conns.get(conn.fd) is not conn:  # refused or closed meanwhile (shutdown)
-                return
-            conn.busy = False
-            conn.last = time.monotonic()
-            try:  # under the lock: closers forget it under the lock before they close it
-                self._epoll.modify(conn.fd, _ARMED)
-                return
-            except (OSError, ValueError):
-                conn.busy = True  # not watched: closed below by its owner, this thread
+            if self._conns.get(conn.fd) is conn:  # else forgotten meanwhile: closed below
+                conn.busy = False
+                conn.last = time.monotonic()
+                try:  # under the lock: closers forget it under the lock before they close it
+                    self._epoll.modify(conn.fd, _ARMED)
+                    return
+                except (OSError, ValueError):
+                    conn.busy = True  # not watched: closed below by its owner, this thread
         self._forget(conn)
-        conn.sock.close()
+        conn.sock.close()  # a socket object closes once (its descriptor is -1 after), never another's
 
     def _answer(self, caller: Caller, request: http1.Request) -> tuple[int, bytes]:
         if request.path in LONG_POLLS:
