@@ -8,6 +8,7 @@ route table (permissions and all)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -156,5 +157,32 @@ def test_submits_alike_one_post_each_are_merged_and_encoded_once_per_configurati
         p.ctl.config_api.reconfigure()  # a new configuration: merged anew
         _post(p, p.caller(), {"jobs": [spec]})
         assert len(merges) == 2
+    finally:
+        p.close()
+
+
+def test_in_shared_mode_submits_alike_are_stamped_once_and_each_checked(monkeypatch):
+    """Shared mode stamps each spec with its submitter (run_as): the stamped spec of the last
+    caller is handed back for the same spec and the same identity, so the memos above hold there
+    too; the queue's ACL and the user's name are still checked at every request, and another
+    identity gets its own stamp."""
+    looked_up = []
+    real_getpwnam = shared.pwd.getpwnam
+
+    def getpwnam(name):
+        looked_up.append(name)
+        return real_getpwnam(name)
+
+    monkeypatch.setattr(shared.pwd, "getpwnam", getpwnam)  # the real lookup, counted
+    p = InProc(hosts=("h1",), slots=1, extra="mode: shared\n")
+    try:
+        me = Caller(uid=os.getuid(), pid=os.getpid(), user=_me(), gid=os.getgid(), groups=tuple(os.getgroups()))
+        raw = {"argv": ["true"], "cwd": str(p.work)}
+        specs = [p.ctl.submitting.validate(dict(raw), me)[0] for _ in range(3)]
+        assert specs[0] is specs[1] is specs[2] and specs[0].exdata["run_as"]["uid"] == os.getuid()
+        assert len(looked_up) == 3  # checked each time
+        other = Caller(uid=me.uid, pid=me.pid, user=me.user, gid=me.gid, groups=(*me.groups, 4242))
+        stamped = p.ctl.submitting.validate(dict(raw), other)[0]
+        assert stamped is not specs[0] and stamped.exdata["run_as"]["groups"][-1] == 4242
     finally:
         p.close()

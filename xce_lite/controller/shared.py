@@ -89,6 +89,7 @@ class Access:
         # is remembered per caller object (projects.py: its groups from /proc) is reused too.
         # Compared by identity: a later connection is never taken for an earlier one.
         self._identified: tuple[Caller, object, Caller, permissions.Who] | None = None
+        self._stamped: tuple[JobSpec, tuple, JobSpec] | None = None  # as_submitter's last (spec, caller, result)
 
     # ---- who calls ------------------------------------------------------------------------------
 
@@ -216,7 +217,13 @@ class Access:
             if len(checked) > 1024:
                 checked.clear()
             checked[key] = now
-        return replace(spec, exdata={**spec.exdata, "run_as": run_as})
+        stamp = (caller.user, caller.uid, caller.gid, caller.groups)
+        last = self._stamped  # submits alike keep one spec object (the store encodes it once, accept
+        if last is not None and last[0] is spec and last[1] == stamp:  # keeps its merge); identity:
+            return last[2]  # the spec is kept, so its id stays its own
+        stamped = replace(spec, exdata={**spec.exdata, "run_as": run_as})
+        self._stamped = (spec, stamp, stamped)
+        return stamped
 
     # ---- hosts ----------------------------------------------------------------------------------
 
