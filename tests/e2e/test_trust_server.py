@@ -261,3 +261,54 @@ def test_long_polls_beyond_their_share_are_answered_as_short_polls(idle_cluster:
     held.close()
     assert status == 200 and reply["jobs"][0]["state"] == "EXIT"
     _no_internal_error(c)
+
+
+def test_requests_on_a_kept_alive_connection_are_answered_in_order_without_waking_the_serving_thread(
+        idle_cluster: Cluster):
+    """Issue 18: a worker that answered arms its connection again itself (one-shot epoll), so a
+    request that came alone costs the serving thread no wake-up; requests sent back to back (two
+    in one send, one in pieces) are still each answered once, in order, on the same connection."""
+    c = idle_cluster
+    _start(c, "workers=2")
+    api = Client(c.home / "xce.sock")
+    before = api.get("/status")["api"]["handed_back"]
+    ids = [api.submit({"jobs": [{"argv": ["true"], "cwd": str(c.home), "hold": True}]})["ids"][0] for _ in range(30)]
+    assert len(set(ids)) == 30
+    for _ in range(20):
+        api.get("/status")
+    assert api.get("/status")["api"]["handed_back"] == before  # 51 requests, none handed back
+    api.close()
+
+    def get(path: str) -> bytes:
+        return f"GET /xce/v1{path} HTTP/1.1\r\nHost: xce\r\n\r\n".encode()
+
+    with _connect(c) as sock:
+        sock.sendall(get(f"/jobs?ids={ids[0]}") + get(f"/jobs?ids={ids[1]}"))  # two in one send
+        first, second = _replies(sock, 2)
+        assert first[0] == second[0] == 200
+        assert [j["id"] for j in first[1]["jobs"]] == [ids[0]] and [j["id"] for j in second[1]["jobs"]] == [ids[1]]
+        request = get(f"/jobs?ids={ids[2]}")
+        sock.sendall(request[:10])  # one in pieces (if they arrive apart, the connection is armed again)
+        sock.sendall(request[10:])
+        [(status, reply)] = _replies(sock, 1)
+        assert status == 200 and [j["id"] for j in reply["jobs"]] == [ids[2]]
+    _no_internal_error(c)
+
+
+def _replies(sock: socket.socket, n: int) -> list[tuple[int, dict]]:
+    """Read `n` responses that may arrive in one chunk: (status, JSON body) each, in order."""
+    data, out = b"", []
+    while len(out) < n:
+        end = data.find(b"\r\n\r\n")
+        if end >= 0:
+            lines = data[:end].decode().split("\r\n")
+            length = next(int(v) for k, _, v in (line.partition(":") for line in lines[1:])
+                          if k.lower() == "content-length")
+            if len(data) >= end + 4 + length:
+                out.append((int(lines[0].split()[1]), json.loads(data[end + 4:end + 4 + length])))
+                data = data[end + 4 + length:]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed after {len(out)} of {n} replies"
+        data += chunk
+    return out

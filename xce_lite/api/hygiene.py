@@ -15,6 +15,8 @@ from typing import Any
 def unencodable(doc: Any, where: str = "") -> tuple[str, str] | None:
     """(where, the offending text) of the first string in `doc`, key or value, that no byte
     sequence stands for; None if every string can reach a job byte for byte."""
+    if "\\ud" not in repr(doc):  # no surrogate anywhere (repr writes each as \udXXXX): no walk, no paths
+        return None
     stack: list[tuple[Any, str]] = [(doc, where)]
     while stack:
         node, path = stack.pop()

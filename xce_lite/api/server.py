@@ -10,6 +10,11 @@ Bounded (observed before: a thread and a store connection per client connection,
   requests whole without blocking (http1.py checks them), and closes connections idle for
   `idle_timeout` or that take longer than `request_timeout` to send a request (408). An idle
   keep-alive connection costs a file descriptor, never a thread.
+- a connection is watched one-shot (EPOLLONESHOT): the kernel stops watching it when it becomes
+  readable, so handing its request to a worker costs no call, and the worker that answered arms
+  it again itself (one epoll_ctl), under the lock and only while it is still open and known, so
+  that a closed connection's reused descriptor is never armed for it. The serving thread is woken
+  for a connection a worker hands back only when bytes of a next request are already buffered.
 - handlers run on at most `workers` threads (pool.py); a request that finds none free for
   `queue_wait` seconds is answered 503, saying to retry. A long poll (`/jobs/wait`) holds a
   worker: at most `long_polls` of them are held at their full length, the others are answered as
@@ -22,7 +27,7 @@ Bounded (observed before: a thread and a store connection per client connection,
 from __future__ import annotations
 
 import os
-import selectors
+import select
 import socket
 import threading
 import time
@@ -34,6 +39,9 @@ from xce_lite.api.caller import Caller, Callers
 from xce_lite.api.limits import LIMITS_ENV, Limits
 from xce_lite.api.pool import WorkerPool
 from xce_lite.api.routing import LONG_POLLS, Routes, call, short_timeout
+
+
+_ARMED = select.EPOLLIN | select.EPOLLONESHOT  # a connection watched for its next request
 
 
 class _Conn:
@@ -72,7 +80,7 @@ class ApiServer:
             os.chmod(path, mode)
         self._listener.listen(socket.SOMAXCONN)  # a burst of clients waits here, not refused
         self._listener.setblocking(False)
-        self._selector = selectors.DefaultSelector()
+        self._epoll = select.epoll()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -85,25 +93,29 @@ class ApiServer:
         self._long_polls = 0  # long polls being held at their full length
         self._stop = threading.Event()
         self._stopped = threading.Event()
-        self.counts = {"accepted": 0, "evicted": 0, "busy_503": 0, "timeouts": 0, "refused": 0}
+        self.counts = {"accepted": 0, "evicted": 0, "busy_503": 0, "timeouts": 0, "refused": 0, "handed_back": 0}
 
     # ---- the serving thread ----------------------------------------------------------------------
 
     def serve_forever(self) -> None:
-        sel = self._selector
-        sel.register(self._listener, selectors.EVENT_READ, None)
-        sel.register(self._wake_r, selectors.EVENT_READ, self._wake_r)
+        epoll = self._epoll
+        listener, wake = self._listener.fileno(), self._wake_r.fileno()
+        epoll.register(listener, select.EPOLLIN)
+        epoll.register(wake, select.EPOLLIN)
+        conns = self._conns
         sweep_at = 0.0
         try:
             while not self._stop.is_set():
                 try:
-                    for key, _events in sel.select(self._select_timeout()):
-                        if key.data is None:
+                    for fd, _events in epoll.poll(self._select_timeout()):
+                        if fd == listener:
                             self._accept()
-                        elif key.data is self._wake_r:
+                        elif fd == wake:
                             _drain(self._wake_r)
                         else:
-                            self._read(key.data)
+                            conn = conns.get(fd)
+                            if conn is not None and not conn.busy:  # else a reused descriptor's stale event
+                                self._read(conn)
                     self._watch_returned()
                     now = time.monotonic()
                     self._answer_expired(now)
@@ -123,21 +135,22 @@ class ApiServer:
         self._stopped.wait(10)
 
     def server_close(self) -> None:
-        for conn in self._pool.close():
+        for conn, _request in self._pool.close():  # the queued (connection, request) items
             self._close(conn)
         with self._mu:
             idle = [c for c in self._conns.values() if not c.busy]
         for conn in idle:
             self._close(conn)
         self._listener.close()
-        self._selector.close()
+        self._epoll.close()
         self._wake_r.close()  # _wakeup after this is a no-op (OSError)
         self._wake_w.close()
 
     def stats(self) -> dict[str, int]:
         """Open connections, long polls held, worker threads (busy, queued work), and how many
         connections were accepted, evicted (longest idle, at the cap), refused (malformed), timed
-        out (408) or turned away busy (503)."""
+        out (408) or turned away busy (503), and how many times a worker woke the serving thread
+        to take a connection back (`handed_back`: only with a next request already buffered)."""
         with self._mu:
             open_conns, long_polls = len(self._conns), self._long_polls
         return {"connections": open_conns, "long_polls": long_polls, **self._pool.stats(), **self.counts}
@@ -189,7 +202,7 @@ class ApiServer:
             with self._mu:
                 self._conns[conn.fd] = conn
             self.counts["accepted"] += 1
-            self._selector.register(sock, selectors.EVENT_READ, conn)
+            self._epoll.register(conn.fd, _ARMED)
 
     def _longest_idle(self) -> _Conn | None:
         with self._mu:
@@ -200,6 +213,7 @@ class ApiServer:
         try:
             data = conn.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
+            self._arm(conn)
             return
         except OSError:
             data = b""
@@ -211,39 +225,43 @@ class ApiServer:
         if conn.started is None:
             conn.started = now
         conn.buffer += data
-        self._take_request(conn, now)
+        if not self._take_request(conn, now):
+            self._arm(conn)
 
-    def _take_request(self, conn: _Conn, now: float) -> None:
-        """If `conn.buffer` holds a whole request, hand it to a worker; refuse a malformed one."""
+    def _take_request(self, conn: _Conn, now: float) -> bool:
+        """If `conn.buffer` holds a whole request, hand it to a worker; refuse a malformed one.
+        False if it needs more bytes: the caller arms it again."""
         try:
             found = http1.parse(conn.buffer, self.limits.max_head, self.limits.max_body)
         except http1.Malformed as err:
             self.counts["refused"] += 1
             self._refuse(conn, http1.error_response(err.status, str(err), "SpecError"))
-            return
+            return True
         if found is None:
-            return
+            return False
         request, used = found
         del conn.buffer[:used]
         conn.started = now if conn.buffer else None
-        conn.busy = True
-        self._selector.unregister(conn.sock)
+        conn.busy = True  # not armed (one-shot): the worker arms it again when it has answered
         self._pool.submit((conn, request), now)
+        return True
+
+    def _arm(self, conn: _Conn) -> None:
+        """Watch `conn` for its next bytes (again: it is watched one-shot)."""
+        try:
+            self._epoll.modify(conn.fd, _ARMED)
+        except OSError:  # closed meanwhile
+            self._close(conn)
 
     def _watch_returned(self) -> None:
         with self._mu:
             returned, self._returned = self._returned, []
         now = time.monotonic()
-        for conn in returned:
+        for conn in returned:  # each with bytes of a request sent right behind the last one
             conn.busy = False
             conn.last = now
-            try:
-                self._selector.register(conn.sock, selectors.EVENT_READ, conn)
-            except (ValueError, OSError):  # closed meanwhile
-                self._close(conn)
-                continue
-            if conn.buffer:  # a request sent right behind the last one
-                self._take_request(conn, now)
+            if not self._take_request(conn, now):
+                self._arm(conn)
 
     def _answer_expired(self, now: float) -> None:
         for conn, _request in self._pool.expired(now - self.limits.queue_wait):
@@ -266,23 +284,23 @@ class ApiServer:
                 self._close(conn)
 
     def _refuse(self, conn: _Conn, reply: bytes) -> None:
-        if not conn.busy:
-            try:
-                self._selector.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
+        self._unwatch(conn)
         conn.busy = True  # no longer watched
         _send_and_close(conn.sock, reply)
         self._forget(conn)
 
     def _close(self, conn: _Conn) -> None:
-        if not conn.busy:
-            try:
-                self._selector.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
+        self._unwatch(conn)
         self._forget(conn)
         conn.sock.close()
+
+    def _unwatch(self, conn: _Conn) -> None:
+        """No event of `conn` any more (closing it would do that too, but only once no other
+        descriptor refers to its socket)."""
+        try:
+            self._epoll.unregister(conn.fd)
+        except (OSError, ValueError):  # not registered, or the epoll is closed at shutdown
+            pass
 
     def _forget(self, conn: _Conn) -> None:
         with self._mu:
@@ -302,18 +320,30 @@ class ApiServer:
         status, payload = self._answer(conn.caller, request)
         close = not request.keep_alive or self._stop.is_set()
         try:
-            conn.sock.settimeout(self.limits.send_timeout)
-            conn.sock.sendall(http1.response(status, payload, close))
-            conn.sock.setblocking(False)
+            _send(conn.sock, http1.response(status, payload, close), self.limits.send_timeout)
         except OSError:
             close = True
         if close:
             self._forget(conn)
             conn.sock.close()
             return
+        if conn.buffer:  # bytes of a next request came with this one: the serving thread parses them
+            with self._mu:
+                self._returned.append(conn)
+                self.counts["handed_back"] += 1
+            self._wakeup()
+            return
         with self._mu:
-            self._returned.append(conn)
-        self._wakeup()
+            if self._conns.get(conn.fd) is conn:  # else forgotten meanwhile: closed below
+                conn.busy = False
+                conn.last = time.monotonic()
+                try:  # under the lock: closers forget it under the lock before they close it
+                    self._epoll.modify(conn.fd, _ARMED)
+                    return
+                except (OSError, ValueError):
+                    conn.busy = True  # not watched: closed below by its owner, this thread
+        self._forget(conn)
+        conn.sock.close()  # a socket object closes once (its descriptor is -1 after), never another's
 
     def _answer(self, caller: Caller, request: http1.Request) -> tuple[int, bytes]:
         if request.path in LONG_POLLS:
@@ -328,6 +358,22 @@ class ApiServer:
                 with self._mu:
                     self._long_polls -= held
         return call(self.routes, caller, request, request.query, self.log)
+
+
+def _send(sock: socket.socket, data: bytes, timeout: float) -> None:
+    """All of `data` on the non-blocking `sock`: at once if the socket's buffer takes it (a reply
+    mostly fits), else waiting at most `timeout` for it to drain (OSError if it does not)."""
+    try:
+        sent = sock.send(data)
+    except (BlockingIOError, InterruptedError):
+        sent = 0
+    if sent == len(data):
+        return
+    sock.settimeout(timeout)
+    try:
+        sock.sendall(memoryview(data)[sent:])
+    finally:
+        sock.setblocking(False)
 
 
 def _send_and_close(sock: socket.socket, reply: bytes) -> None:

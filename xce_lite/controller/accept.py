@@ -70,10 +70,16 @@ def _key(raw: Any) -> str | None:
     return repr(raw) if type(raw) is dict else None
 
 
-def admit(gating: Gating, pending: PendingSet, ids: list[int], items: list[NewJob], user: str, now: float) -> None:
+Templates = dict[tuple[int, str, str], tuple[JobSpec, PendingJob]]  # (id(spec), queue, user) -> the spec, its merge
+
+
+def admit(gating: Gating, pending: PendingSet, ids: list[int], items: list[NewJob], user: str, now: float,
+          kept: Templates | None = None) -> None:
     """The jobs just stored, on the pending path (`gating.admit`), the common ones in one step: a job
     or an array with no hold, dependency or throttle goes straight into the pending set, merged
-    once per (spec, queue) of the request. Holds the state's lock."""
+    once per (spec, queue) of the request, or once for many requests: `kept` holds the merges of
+    plain jobs across requests (the caller empties it when the configuration or profiles change;
+    the spec is kept beside its id, so the id stays its own). Holds the state's lock."""
     templates: dict[tuple[int, str], PendingJob] = {}
     batch: list[PendingJob] = []
     run_of: PendingJob | None = None  # the template of `run`: neighbouring plain jobs of one (spec, queue)
@@ -84,8 +90,14 @@ def admit(gating: Gating, pending: PendingSet, ids: list[int], items: list[NewJo
         if not item.indices and not special:
             template = templates.get((id(spec), item.queue))
             if template is None:
-                template = templates[(id(spec), item.queue)] = gating.pending_of(job_id, user, item.queue, spec,
-                                                                                 now, None)
+                found = kept.get((id(spec), item.queue, user)) if kept is not None else None
+                if found is not None and found[0] is spec:
+                    template = found[1]  # its id and submit time are each job's own in _clones
+                else:
+                    template = gating.pending_of(job_id, user, item.queue, spec, now, None)
+                    if kept is not None:
+                        kept[(id(spec), item.queue, user)] = (spec, template)
+                templates[(id(spec), item.queue)] = template
             if template is not run_of:
                 batch.extend(_clones(run_of, run, now) if run_of is not None else ())
                 run_of, run = template, []

@@ -14,6 +14,7 @@ from xce_lite.sched.core import PendingJob
 # The pending set's checksum: (count, sum of id * _MIX mod 2**61), kept incrementally on both sides.
 _MASK = (1 << 61) - 1
 _MIX = 0x9E3779B97F4A7C15
+_INSORT_MAX = 8  # add_all: up to this many submit times are inserted one by one, more are sorted in
 
 
 
@@ -68,14 +69,20 @@ class PendingSet:
     def add_all(self, jobs: list[PendingJob]) -> None:
         """`add` each, in one step (a submission's 1,000 jobs)."""
         fresh = {job.id: job for job in jobs}
-        if not fresh.keys().isdisjoint(self._jobs):  # replaced: rare, one at a time
+        # views on both sides: isdisjoint walks the smaller (given the dict itself, it walks every
+        # pending job: a one-job submit would cost a pass over the backlog)
+        if not fresh.keys().isdisjoint(self._jobs.keys()):  # replaced: rare, one at a time
             for job in fresh.values():
                 self.add(job)
             return
         self._count += len(fresh)
         self._sum = (self._sum + sum(fresh) * _MIX) & _MASK
-        self._times.extend(job.submit_time for job in fresh.values())
-        self._times.sort()  # sorted runs: linear
+        if len(fresh) <= _INSORT_MAX:  # a few: each put in its place (a sort would pass over all)
+            for job in fresh.values():
+                insort(self._times, job.submit_time)
+        else:
+            self._times.extend(job.submit_time for job in fresh.values())
+            self._times.sort()  # sorted runs: linear
         self._jobs.update(fresh)
         self._added.update(fresh)
         for job_id in fresh.keys() & self._removed.keys():

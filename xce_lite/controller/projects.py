@@ -90,6 +90,7 @@ class ProjectShares:
         # the last caller's groups: a request's specs share its caller, read /proc and the group
         # database once (the caller is kept, so a later one is never taken for it)
         self._groups: tuple[Caller, tuple[str, ...]] | None = None
+        self._projected: tuple[JobSpec, str | None, JobSpec] | None = None  # project_of's last (spec, path, result)
         self.fair_books(clock.time())
 
     def fair_books(self, now: float) -> None:
@@ -119,7 +120,14 @@ class ProjectShares:
         why = view.never(JobRequest(0, eff.min_tasks, eff.max_tasks, eff.resreq), path)
         if why is not None:
             raise errors.SpecError(why + " (see `xce projects -l`)")
-        return replace(spec, project=path) if path != spec.project else spec
+        if path == spec.project:
+            return spec
+        last = self._projected  # submits alike (one POST each) get one spec object, as the admit memo
+        if last is not None and last[0] is spec and last[1] == path:  # gives them: the store encodes it
+            return last[2]  # once, accept keeps its merge (identity: the spec is kept, its id its own)
+        projected = replace(spec, project=path)
+        self._projected = (spec, path, projected)
+        return projected
 
     # ---- each session ----------------------------------------------------------------------------
 

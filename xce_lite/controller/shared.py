@@ -82,14 +82,32 @@ class Access:
                  expand_refs: Callable[[list], list[tuple[str, list[int], bool]]]) -> None:
         self.state, self.store, self.expand_refs = state, store, expand_refs
         self.access_checked: dict[tuple, float] = {}  # (who, directories) -> when its check passed
+        # The last connection's caller as identified: (its Caller as the API made it, the policy it
+        # was judged under, the identified Caller, its Who). A kept-alive connection sends its
+        # Caller object with every request: the group database is read and the admin rule applied
+        # once per connection and policy, and the identified object stays the same, so that what
+        # is remembered per caller object (projects.py: its groups from /proc) is reused too.
+        # Compared by identity: a later connection is never taken for an earlier one.
+        self._identified: tuple[Caller, object, Caller, permissions.Who] | None = None
+        self._stamped: tuple[JobSpec, tuple, JobSpec] | None = None  # as_submitter's last (spec, caller, result)
 
     # ---- who calls ------------------------------------------------------------------------------
 
     def who(self, caller: Caller) -> permissions.Who:
+        memo = self._identified
+        if memo is not None and (memo[2] is caller or memo[0] is caller):
+            return memo[3]
         return permissions.Who(caller.user, caller.uid, frozenset(_group_names(caller)))
 
     def identified(self, caller: Caller) -> Caller:
-        return replace(caller, admin=permissions.is_admin(self.who(caller), self.state.permission_policy))
+        policy = self.state.permission_policy
+        memo = self._identified
+        if memo is not None and memo[0] is caller and memo[1] is policy:
+            return memo[2]
+        who = self.who(caller)
+        found = replace(caller, admin=permissions.is_admin(who, policy))
+        self._identified = (caller, policy, found, who)  # one assignment: API workers read it at once
+        return found
 
     def may_act(self, caller: Caller, job: Job, action: str = "details") -> bool:
         return permissions.may(action, self.who(caller), job.user, job.project, self.state.permission_policy)
@@ -199,7 +217,13 @@ class Access:
             if len(checked) > 1024:
                 checked.clear()
             checked[key] = now
-        return replace(spec, exdata={**spec.exdata, "run_as": run_as})
+        stamp = (caller.user, caller.uid, caller.gid, caller.groups)
+        last = self._stamped  # submits alike keep one spec object (the store encodes it once, accept
+        if last is not None and last[0] is spec and last[1] == stamp:  # keeps its merge); identity:
+            return last[2]  # the spec is kept, so its id stays its own
+        stamped = replace(spec, exdata={**spec.exdata, "run_as": run_as})
+        self._stamped = (spec, stamp, stamped)
+        return stamped
 
     # ---- hosts ----------------------------------------------------------------------------------
 

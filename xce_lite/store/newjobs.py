@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import apsw
 
+from xce_lite.models import JobSpec
 from xce_lite.store.workflows import ELEMENT_SPEC, NewJob, display_name
 
 _JOBS = "jobs(id, user, queue, state, spec, slots, submit_time, reason, name, depend, array_id, array_index, project)"
@@ -32,6 +33,13 @@ _PLAIN_EVENTS = f"INSERT INTO {_EVENTS} SELECT value, ?1, 'submitted', ?2 FROM j
 _ELEMENT_EVENTS = f"INSERT INTO {_EVENTS} SELECT ?4 + key, ?1, 'submitted', ?2 FROM json_each(?3)"
 
 
+# The last spec encoded, (spec, its JSON, its display name): specs submitted alike, one POST each,
+# are one JobSpec object (the controller's admit memo), encoded once. Compared by identity (the
+# spec is kept, so its id stays its own); inserts run one at a time, under the store's write lock.
+_last_text: tuple[JobSpec, str, str] | None = None
+_last_event: tuple[tuple, str] | None = None  # (user, queue, held, project) -> a plain job's event data
+
+
 def insert_jobs(con: apsw.Connection, items: Sequence[NewJob], ids: Sequence[int], depends: Sequence[dict | None],
                 user: str, now: float) -> None:
     """Each item (a job, or an array and its elements) under its id, with its resolved dependency."""
@@ -45,7 +53,7 @@ def insert_jobs(con: apsw.Connection, items: Sequence[NewJob], ids: Sequence[int
         spec = item.spec
         encoded = texts.get(id(spec))
         if encoded is None:
-            encoded = texts[id(spec)] = (spec.to_json(), display_name(spec))
+            encoded = texts[id(spec)] = _texts_of(spec)
         spec_text, name = encoded
         depend_text = None
         if depend is not None:
@@ -59,7 +67,7 @@ def insert_jobs(con: apsw.Connection, items: Sequence[NewJob], ids: Sequence[int
             key = (item.queue, spec.hold, spec.project)
             data = events.get(key)
             if data is None:
-                data = events[key] = json.dumps(_event(user, item.queue, spec), ensure_ascii=True)
+                data = events[key] = _event_text(user, item.queue, spec)
             shared = (user, item.queue, state, spec_text, slots, now, reason, name, depend_text, spec.project)
             last = runs[-1] if runs else None
             if last is not None and last[0] is None and last[1] == shared and last[2] == data \
@@ -86,6 +94,28 @@ def insert_jobs(con: apsw.Connection, items: Sequence[NewJob], ids: Sequence[int
             con.execute(_PLAIN_EVENTS, (now, data, values))
         else:
             con.execute(_ELEMENT_EVENTS, (now, data, values, array_id))
+
+
+def _texts_of(spec: JobSpec) -> tuple[str, str]:
+    global _last_text
+    last = _last_text
+    if last is not None and last[0] is spec:
+        return last[1], last[2]
+    text, name = spec.to_json(), display_name(spec)
+    _last_text = (spec, text, name)
+    return text, name
+
+
+def _event_text(user: str, queue: str, spec: JobSpec) -> str:
+    """A plain job's `submitted` data, encoded once for the same (user, queue, held, project)."""
+    global _last_event
+    key = (user, queue, spec.hold, spec.project)
+    last = _last_event
+    if last is not None and last[0] == key:
+        return last[1]
+    text = json.dumps(_event(user, queue, spec), ensure_ascii=True)
+    _last_event = (key, text)
+    return text
 
 
 def _listed(values: Sequence[int]) -> str:

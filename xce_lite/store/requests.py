@@ -102,5 +102,5 @@ def _request(con: apsw.Connection, request_id: str, user: str, kind: str) -> tup
 def _remember(con: apsw.Connection, request_id: str, user: str, ids: list[int], now: float,
               reply: dict | None) -> None:
     con.execute("INSERT INTO submit_requests(request_id, user, job_ids, submit_time, reply) VALUES (?, ?, ?, ?, ?)",
-                (request_id, user, json.dumps(ids), now,
+                (request_id, user, "[" + ", ".join(map(str, ids)) + "]", now,  # json.dumps' text, without it
                  json.dumps(reply, ensure_ascii=True) if reply is not None else None))

@@ -10,6 +10,7 @@ before any is stored; the jobs are on disk before the reply, then admitted under
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from xce_lite import errors
@@ -28,6 +29,7 @@ from xce_lite.models import JobSpec
 from xce_lite.sched.placement import HostView, JobRequest, why_never
 
 
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{8,128}")  # what request_id_of takes (ASCII only)
 ADMITS_KEPT = 4096  # distinct raw specs whose admit is remembered
 
 
@@ -42,6 +44,9 @@ class Submitting:
         self._never_memo: tuple[tuple[HostView, ...], dict[tuple, str | None]] | None = None
         # admit's answers by the raw spec's repr, for the (config, profiles, totals) they were made under
         self._admit_memo: tuple[tuple, dict[str, tuple[JobSpec, str, Effective]]] | None = None
+        # accept.admit's merges of plain jobs, for the (config, profiles) they were made under; read
+        # and changed under the state's lock
+        self._templates: tuple[tuple, accept.Templates] | None = None
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         return {("POST", "/jobs"): self.api_submit}
@@ -55,12 +60,18 @@ class Submitting:
         if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not body["jobs"]:
             raise errors.SpecError('send {"jobs": [spec, ...]} with at least one job spec')
         request_id = request_id_of(body)
-        if request_id is not None:
-            stored = self.store.submitted(request_id, caller.user)
+        try:
+            accepted = accept.specs(body["jobs"], caller, self.validate,  # checked and merged once per distinct spec
+                                    self.gating.resolve_depend)
+        except errors.XceError:
+            # A repeat is answered with what the first one stored even if its specs no longer pass
+            # (its cwd removed, its queue reconfigured away). Looked up here, on refusal only: a
+            # repeat that passes is found by submit_once in its write transaction, so a new
+            # request costs no read of its own (one-POST-per-job submits are mostly new ones).
+            stored = self.store.submitted(request_id, caller.user) if request_id is not None else None
             if stored is not None:
                 return self._submitted_reply(stored)
-        accepted = accept.specs(body["jobs"], caller, self.validate,  # checked and merged once per distinct spec
-                                self.gating.resolve_depend)
+            raise
         now = self.clock.time()  # the seam: a simulation submits at its own time
         if request_id is None:
             ids = self.store.submit(accepted, caller.user, now)  # on disk before the reply
@@ -70,11 +81,21 @@ class Submitting:
                 return self._submitted_reply(ids)
         self.metrics.inc("submits", sum(len(item.indices) or 1 for item in accepted))  # metrics:
         with self.state.mu:
-            accept.admit(self.gating, self.state.pending, ids, accepted, caller.user, now)  # pending in one step
+            accept.admit(self.gating, self.state.pending, ids, accepted, caller.user, now,  # pending in one step
+                         self._templates_now())
             self.state.dirty = True
         self.state.wake.set()
         return {"ids": ids, "queues": [item.queue for item in accepted],
                 "sizes": [len(item.indices) or None for item in accepted]}
+
+    def _templates_now(self) -> accept.Templates:
+        """accept.admit's merges kept across requests, afresh under a new configuration or profile
+        set (what a pending job's merge reads) and bounded like the admits. Holds the state's lock."""
+        setup = (self.state.config, self.state.profiles)
+        kept = self._templates
+        if kept is None or kept[0][0] is not setup[0] or kept[0][1] is not setup[1] or len(kept[1]) > ADMITS_KEPT:
+            kept = self._templates = (setup, {})
+        return kept[1]
 
     def _submitted_reply(self, ids: list[int]) -> dict:
         """The reply a submission got, rebuilt from the store (for a repeated request id)."""
@@ -135,7 +156,6 @@ def request_id_of(body: dict) -> str | None:
     value = body.get("request_id")
     if value is None:
         return None
-    if not isinstance(value, str) or not 8 <= len(value) <= 128 or not all(
-            c.isascii() and (c.isalnum() or c in "._:-") for c in value):
+    if not isinstance(value, str) or _REQUEST_ID.fullmatch(value) is None:
         raise errors.SpecError("request_id must be 8 to 128 letters, digits and . _ : - (a random one per submission)")
     return value

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""The one-POST request path (issue 18): what one `POST /jobs` of one job costs, server and client apart.
+
+    python bench/one_post.py [--runs 3] [--posts 2000] [--backlog 0] [--strace]
+    cp bench/one_post.py OTHER/bench/ && python OTHER/bench/one_post.py    # another checkout, alternate
+
+A throw-away cluster (bench/cluster.py: one local host of 2 slots) whose two slots hold `sleep`
+jobs, so that what is submitted pends and nothing runs: only the request path is measured. With
+--backlog N, N jobs are pending before the runs (one batch POST). Each run sends --posts POSTs of
+one job each over one kept-alive connection, each with its own request id, as `xce submit` and
+the Python API send them (Client.submit), and prints per POST: the client's CPU (this thread),
+the controller's CPU (every thread's schedstat) split into its main thread (the tick a submit
+wakes; not the request path) and its other threads (the API's serving thread and workers, and
+the host links, idle here), and the rate. CPU time is what the machine's load moves least; quote
+`uptime` beside it. With --strace, one more run under `strace -c -f` counts the controller's
+system calls per POST (deterministic, unlike times; strace slows that run, its rate is not one).
+Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cluster import BenchCluster
+
+
+def thread_cpu(pid: int) -> dict[int, int]:
+    """Nanoseconds on a CPU of each thread of `pid` alive now (schedstat's first field)."""
+    out = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                out[int(task)] = int(f.read().split()[0])
+        except (OSError, ValueError):
+            pass  # a thread that ended meanwhile
+    return out
+
+
+def settle(pid: int, quiet: float = 0.3, timeout: float = 30.0) -> None:
+    """Until the controller has used no CPU for `quiet` seconds."""
+    deadline = time.monotonic() + timeout
+    last = sum(thread_cpu(pid).values())
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = sum(thread_cpu(pid).values())
+        if now - last < 2_000_000:
+            return
+        last = now
+
+
+def run_once(c: BenchCluster, spec: dict, posts: int) -> dict[str, float]:
+    client = c.client()
+    pid = c.pid
+    before, client0, wall0 = thread_cpu(pid), time.thread_time(), time.perf_counter()
+    for _ in range(posts):
+        client.submit({"jobs": [spec]})
+    wall, client_cpu, after = time.perf_counter() - wall0, time.thread_time() - client0, thread_cpu(pid)
+    used = {tid: after[tid] - before.get(tid, 0) for tid in after}
+    main = used.get(pid, 0) / 1e6 / posts
+    others = sum(v for tid, v in used.items() if tid != pid) / 1e6 / posts
+    mine = 1000 * client_cpu / posts
+    return {"client": mine, "main": main, "api": others, "request": others + mine, "rate": posts / wall}
+
+
+def strace_counts(c: BenchCluster, spec: dict, posts: int) -> tuple[float, list[tuple[str, float]]]:
+    client = c.client()
+    with tempfile.TemporaryDirectory(prefix="one-post-") as tmp:
+        out = Path(tmp) / "strace.txt"
+        tracer = subprocess.Popen(["strace", "-c", "-f", "-p", str(c.pid), "-o", str(out)],
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # strace attaches to every thread
+        for _ in range(posts):
+            client.submit({"jobs": [spec]})
+        time.sleep(0.5)
+        tracer.send_signal(2)
+        tracer.wait()
+        calls, total = [], 0.0
+        for line in out.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 4 and parts[-1] == "total":
+                total = int(parts[3]) / posts
+            elif len(parts) >= 5 and parts[3].isdigit():
+                calls.append((parts[-1], int(parts[3]) / posts))
+    return total, sorted(calls, key=lambda kv: -kv[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--posts", type=int, default=2000)
+    parser.add_argument("--backlog", type=int, default=0, help="jobs pending before the runs")
+    parser.add_argument("--strace", action="store_true", help="count the controller's system calls per POST")
+    args = parser.parse_args(argv)
+    c = BenchCluster(slots=2)
+    c.start()
+    try:
+        client = c.client()
+        client.post("/jobs", {"jobs": [c.spec(["sleep", "600"])] * 2})  # both slots busy: the rest pends
+        spec = c.spec(["true"], name="post")
+        if args.backlog:
+            client.post("/jobs", {"jobs": [spec] * args.backlog})
+        for _ in range(200):  # warm up: the workers exist, the spec is admitted
+            client.submit({"jobs": [spec]})
+        settle(c.pid)
+        runs = []
+        for run in range(args.runs):
+            r = run_once(c, spec, args.posts)
+            runs.append(r)
+            print(f"run {run + 1}: client {r['client']:.3f} + controller API/other threads {r['api']:.3f} = "
+                  f"{r['request']:.3f} ms CPU per POST; controller main thread {r['main']:.3f} ms; "
+                  f"{r['rate']:.0f} POSTs/s", flush=True)
+            settle(c.pid)
+        load = os.getloadavg()
+        print(f"\n{args.runs} runs of {args.posts} one-job POSTs (request ids), {args.backlog} pending before; "
+              f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; medians (min-max)")
+        for key, label in (("client", "client CPU ms/POST"), ("api", "controller API+other threads CPU ms/POST"),
+                           ("request", "request path CPU ms/POST (the two above)"),
+                           ("main", "controller main thread CPU ms/POST"), ("rate", "POSTs/s")):
+            values = [r[key] for r in runs]
+            print(f"  {label:44s} {statistics.median(values):8.3f} ({min(values):.3f}-{max(values):.3f})")
+        if args.strace:
+            total, calls = strace_counts(c, spec, min(args.posts, 500))
+            print(f"  controller system calls per POST {total:.1f}: "
+                  + ", ".join(f"{name} {n:.1f}" for name, n in calls if n >= 0.5))
+    finally:
+        c.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
