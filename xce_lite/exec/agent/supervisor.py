@@ -113,12 +113,13 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let
     has ended (Watch.wait), so the post hooks run after the whole tree is gone; what hooks leave
     is stopped too, before the result is recorded.
     """
-    try:
-        os.setsid()  # the job's group joins this session: how a lost supervisor's job is known
-    except OSError:  # exec mode under a process-group leader (systemd), or a reused worker (pool.py):
-        pass  # already detached enough
-    if detach:
-        become_subreaper()
+    if let_go is None:  # a reused worker (pool.py) did both once, for all its jobs
+        try:
+            os.setsid()  # the job's group joins this session: how a lost supervisor's job is known
+        except OSError:  # exec mode under a process-group leader (systemd):
+            pass  # already detached enough
+        if detach:
+            become_subreaper()
     watch = Watch(recorder, spec, start_time)
     own_dir = spec.get("host_dir_by") == "supervisor"
     hooks = spec.get("hooks_by") == "supervisor" and bool(spec.get("hooks"))
