@@ -213,7 +213,8 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
     while True:
         ready = {fd for fd, _ev in poller.poll(pool.expire(time.monotonic()))}
         out = []
-        if wake_r in ready:
+        reap = wake_r in ready  # SIGCHLD came (its wake-up byte stays until read): else no wait4 to make
+        if reap:
             try:
                 while os.read(wake_r, 4096):
                     pass
@@ -242,7 +243,7 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
         if pool.outbox:
             out.append(pool.outbox)
             pool.outbox = b""
-        while True:  # every supervisor that ended (SIGCHLD may merge several)
+        while reap:  # every supervisor that ended (SIGCHLD may merge several)
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
