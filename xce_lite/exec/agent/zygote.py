@@ -74,12 +74,14 @@ class Zygote:
         self.talk(b"".join(b"r%d\n" % pid for pid in pids), 0)
 
     def talk(self, request: bytes, forks: int) -> list[tuple[int | None, str | None]]:
-        """Write `request` and read the answers of its `forks` (spawn)."""
+        """Write `request` and read the answers of its `forks` (spawn). With none to wait for
+        (release), the zygote's lines are left to the serve loop's poll."""
         import select
 
         data = memoryview(request)
         answers: list[tuple[int | None, str | None]] = []
         deadline = time.monotonic() + REPLY_TIMEOUT
+        ready = False  # read only once select says so: a read just after our write finds nothing yet
         while data or len(answers) < forks:
             if data:
                 try:
@@ -87,7 +89,7 @@ class Zygote:
                     deadline = time.monotonic() + REPLY_TIMEOUT
                 except BlockingIOError:
                     pass
-            for line in self.read():
+            for line in self.read() if ready else ():
                 deadline = time.monotonic() + REPLY_TIMEOUT
                 if line[:1] == b"+":
                     self.kids.add(int(line[1:]))
@@ -102,7 +104,7 @@ class Zygote:
             if left <= 0:
                 self.kill()
                 raise OSError(f"the zygote made no progress for {REPLY_TIMEOUT:g} s")
-            select.select([self.replies], [self.requests] if data else [], [], left)
+            ready = bool(select.select([self.replies], [self.requests] if data else [], [], left)[0])
         return answers
 
     def read(self) -> list[bytes]:
