@@ -14,6 +14,7 @@ import sys
 
 from tests.support.agent_local import WAIT_JOB, finished, journal
 from tests.support.procs import proc_field
+from tests.support.raw_agent import py, unit
 from tests.support.waiting import wait_until
 from xce_lite.exec.agent.pool import poolable
 from xce_lite.exec.host import LaunchRequest
@@ -134,3 +135,58 @@ def test_only_plain_jobs_of_the_agents_own_user_without_supervisor_hooks_are_poo
     assert not poolable({**plain, "hooks": [{"argv": ["true"]}]})
     assert not poolable({**plain, "role": "host"})
     assert not poolable({**plain, "host_dir_by": "agent"})
+
+
+def journal_fds(pid: int, path) -> list[str]:
+    """What the fds of `pid` that were opened on the journal at `path` name now ("... (deleted)" once
+    a compaction has replaced that file)."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(path)):
+            found.append(target)
+    return found
+
+
+def flocks_of(pid: int) -> list[str]:
+    with open("/proc/locks") as f:
+        return [line for line in f.read().splitlines() if line.split()[4:5] == [str(pid)]]
+
+
+def test_a_worker_keeps_the_journal_open_unlocked_between_jobs_and_follows_compactions(agents, spool, tmp_path):
+    """One journal fd per worker, not an open and a close per record: held while idle, with no lock
+    on it (the agent compacts meanwhile); after a compaction the worker's records go to the new
+    file; then the worker killed -9 while idle, and a new one takes over."""
+    agent = agents("--journal-limit", "3000")
+    leave = ("import os, sys; d = os.environ['XCE_JOB_HOST_DIR']; print(open(d + '/hostfile').read(), end='');"
+             " open(d + '/left', 'w').write('x')")
+    agent.launch(unit("first", py(leave), tmp_path, hostfile="h1 slots=1\n"))
+    assert agent.finished("first")["exit_code"] == 0
+    assert (tmp_path / "first.out").read_text() == "h1 slots=1\n"
+    assert not (spool / "units" / "first").exists()  # removed with what the job left in it
+    worker = journal(spool)["first"]["pid"]
+    journal_path = spool / "journal"
+    held = wait_until(lambda: journal_fds(worker, journal_path), 10, "the idle worker's journal fd")
+    assert held == [str(journal_path)] and flocks_of(worker) == []
+    inode, n = journal_path.stat().st_ino, 0
+    while journal_path.stat().st_ino == inode:  # one job at a time: each runs in the same worker
+        n += 1
+        assert n < 40, "the journal was never compacted"
+        name = f"j{n}"
+        agent.launch(unit(name, ["true"], tmp_path, hostfile="h1 slots=1\n"))
+        assert agent.finished(name)["exit_code"] == 0
+        assert journal(spool)[name]["pid"] == worker
+        assert all(u["ok"] for u in agent.request("forget", units=[name])["units"])
+    agent.launch(unit("after", ["true"], tmp_path))
+    assert agent.finished("after")["exit_code"] == 0
+    assert journal(spool)["after"]["pid"] == worker  # read from the compacted file: it wrote there
+    wait_until(lambda: journal_fds(worker, journal_path) == [str(journal_path)], 10, "the worker to hold the new file")
+    assert flocks_of(worker) == []
+    os.kill(worker, signal.SIGKILL)
+    wait_until(lambda: not alive(worker), 10, "the worker to die")
+    agent.launch(unit("last", ["true"], tmp_path))
+    assert agent.finished("last")["exit_code"] == 0
+    assert journal(spool)["last"]["pid"] != worker

@@ -70,6 +70,49 @@ def append_shared(path: str, data: bytes, sync: bool) -> tuple[int, int]:
             os.close(fd)
 
 
+class SharedAppender:
+    """append_shared for a process that appends for job after job (a reused supervisor, pool.py):
+    the journal stays open between appends (close-on-exec: no job inherits it), and is opened
+    again only when the path names another file (compacted meanwhile). Same rules, same lock:
+    each append holds the shared flock from the check of the path to the write (and its sync)."""
+
+    def __init__(self, path: str):
+        self.path, self.fd = path, -1
+
+    def append(self, data: bytes, sync: bool) -> tuple[int, int]:
+        """As append_shared(self.path, data, sync); the offset is -1 unless `sync` (not asked)."""
+        while True:
+            if self.fd < 0:
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = self.fd
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            try:
+                held = os.fstat(fd)
+                try:
+                    named = os.stat(self.path)
+                except FileNotFoundError:  # removed under us: made again at the next open
+                    named = None
+                if named is None or (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+                    self.close()  # unlocks it
+                    continue
+                write_all(fd, data, self.path)
+                end = -1
+                if sync:
+                    end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: just past our write
+                    os.fdatasync(fd)
+                    if held.st_size == 0:
+                        fsync_dir(os.path.dirname(self.path))
+                return held.st_ino, end
+            finally:
+                if self.fd == fd:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+
 def journal_kill_reason(path: str, unit: str) -> str | None:
     """The reason of `unit`'s last `kill_requested` record since its last `launched`, in the journal."""
     try:

@@ -10,7 +10,8 @@ A fresh supervisor per job costs a fork of the zygote, its copy-on-write faults 
   a worker with a child left is not reused; so `kill_lost_session` (the worker's pid) still finds
   exactly the lost job's processes;
 - nothing is inherited from the previous job: cwd (back to the zygote's), environment (the
-  zygote's), umask (the job's), fds (none but the worker's socket; the job inherits none), signal
+  zygote's), umask (the job's), fds (none but the worker's socket and its journal fd, both
+  close-on-exec: the job inherits none; the journal fd holds no lock between appends), signal
   mask and dispositions (the supervisor's own, unchanged by a job), rlimits (never changed by us;
   a job of the same user could change its parent's with prlimit, as it could the agent's own);
 - a signal meant for the previous job never reaches the next one, and none meant for the next job
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 import os
 import sys
 
+from .journal import JOURNAL, SharedAppender
 from .jsonl import loads
 from .recorders import JournalRecorder
 from .signals import SUPERVISOR_SIGNALS, signal
@@ -95,6 +97,26 @@ def drop_pending_signals() -> None:
         pass
 
 
+def environ_raw() -> dict:
+    """os.environ as CPython keeps it (bytes to bytes), compared as one dict in C; os.environ itself
+    (compared key by key, decoding each) elsewhere."""
+    return dict(getattr(os.environ, "_data", os.environ))
+
+
+def restore_environ(env: dict[str, str], raw: dict, path: str | None) -> None:
+    """Make os.environ `env` again (the zygote's; `raw`: environ_raw() then; `path`: its PATH).
+    spawn_job sets PATH to the job's: put back alone, in one putenv; then one comparison in C, and
+    every variable rewritten only if something else changed too."""
+    if os.environ.get("PATH") != path:
+        if path is None:
+            del os.environ["PATH"]
+        else:
+            os.environ["PATH"] = path
+    if getattr(os.environ, "_data", os.environ) != raw:  # nothing but spawn_job changes it here today
+        os.environ.clear()
+        os.environ.update(env)
+
+
 def worker_main(sock_fd: int, spool: str, boot: str) -> None:
     """A worker's life (forked by the zygote, SUPERVISOR_SIGNALS blocked, gc off): supervise the
     jobs the zygote sends, one at a time, until it lets us go (EOF) or a job leaves us unfit."""
@@ -111,7 +133,8 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
     os.setsid()  # once: each job's group is in it, one job at a time
     reusable = become_subreaper()  # else a job's orphans leave our sight: one job, then exit
     home = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    env = dict(os.environ)
+    env, raw, path = dict(os.environ), environ_raw(), os.environ.get("PATH")
+    journal = SharedAppender(os.path.join(spool, JOURNAL))  # open from job to job: one open, not two per job
     sock = _socket.socket(fileno=sock_fd)
     for count in range(1, MAX_JOBS + 1):
         got = receive_job(sock)
@@ -119,9 +142,7 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
             return
         line, lock = got
         os.fchdir(home)
-        if os.environ != env:  # spawn_job sets PATH to the job's
-            os.environ.clear()
-            os.environ.update(env)
+        restore_environ(env, raw, path)
         req = loads(line)
         os.umask(job_umask(req["spec"]))
         held = [lock]
@@ -131,8 +152,8 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
                 os.close(held[0])
                 held[0] = -1
 
-        fit = become_supervisor(JournalRecorder(spool, req["unit"], boot), req["spec"], req["start_time"], detach=True,
-                                let_go=let_go)
+        fit = become_supervisor(JournalRecorder(spool, req["unit"], boot, journal), req["spec"], req["start_time"],
+                                detach=True, let_go=let_go)
         let_go()  # a job that never started was recorded with the lock held, as a fresh supervisor does
         if not fit or not reusable or has_children() or not poolable(req["spec"]) or count == MAX_JOBS:
             return  # exit: the zygote reports it as a supervisor's end

@@ -6,32 +6,38 @@ from __future__ import annotations
 
 import os
 
-from .journal import JOURNAL, append_shared, journal_kill_reason, record
+from .journal import JOURNAL, SharedAppender, append_shared, journal_kill_reason, record
 from .jsonl import dumps
 from .runas import remove_unit_dir
 from .util import poke, private_file, read_text, write_file
 
 
 class JournalRecorder:
-    """Where a supervisor forked by `serve` records its unit: the spool's journal."""
+    """Where a supervisor forked by `serve` records its unit: the spool's journal. With `appender`
+    (a reused supervisor's, pool.py) its records go through that journal fd kept open."""
 
-    def __init__(self, spool: str, unit: str, boot: str):
-        self.spool, self.unit, self.boot = spool, unit, boot
+    def __init__(self, spool: str, unit: str, boot: str, appender: SharedAppender | None = None):
+        self.spool, self.unit, self.boot, self.appender = spool, unit, boot, appender
         self.path = os.path.join(spool, JOURNAL)
 
+    def append(self, data: bytes, sync: bool) -> None:
+        if self.appender is not None:
+            self.appender.append(data, sync)
+        else:
+            append_shared(self.path, data, sync)
+
     def started(self, pid: int, starttime: int, start_time: float, job: int) -> None:
-        data = record("started", unit=self.unit, pid=pid, starttime=starttime, boot=self.boot, job=job)
-        append_shared(self.path, data, sync=False)
+        self.append(record("started", unit=self.unit, pid=pid, starttime=starttime, boot=self.boot, job=job), False)
 
     def finished(self, result: dict, by_itself: bool = True) -> None:
-        append_shared(self.path, record("finished", unit=self.unit, result=result), sync=True)
+        self.append(record("finished", unit=self.unit, result=result), True)
 
     def task_finished(self, launch_id: str, index: int, status: int | None, error: str | None = None) -> None:
         """A task of `xce launch` ended (`status` as from waitpid), or never started (`error`)."""
         code = None if status is None else os.waitstatus_to_exitcode(status)
         fields = {"unit": self.unit, "launch_id": launch_id, "index": index}
         fields.update(exit_code=None if code is None or code < 0 else code, signal=-code if code and code < 0 else None)
-        append_shared(self.path, record("task_finished", **fields, error=error), sync=False)
+        self.append(record("task_finished", **fields, error=error), False)
         poke(self.spool)
 
     def kill_reason(self) -> str | None:

@@ -59,12 +59,13 @@ class UnitState:
         """Append the agent's own records, then apply everything new. No flock: only the agent
         replaces the file, so its fd always names the journal."""
         s = self.state
+        start = s.offset
         write_all(s.jfd, data, s.journal_path)
         if sync:
             end = os.lseek(s.jfd, 0, os.SEEK_CUR)  # just past our write
             os.fdatasync(s.jfd)
             s.synced = max(s.synced, end)
-        self.catch_up()
+        self.catch_up(data if data.endswith(b"\n") else None, start)
 
     def sync(self) -> None:
         """Make everything appended so far durable."""
@@ -74,15 +75,19 @@ class UnitState:
         s.synced = max(s.synced, size)
         s.need_sync = False
 
-    def catch_up(self) -> None:
+    def catch_up(self, mine: bytes | None = None, at: int = -1) -> None:
         """Apply the records appended since the last call (up to the last complete line), and act
         on the news: report a watched unit's result, deliver signals held for a supervisor that
-        has now started, report task ends."""
+        has now started, report task ends. `mine`: what the agent itself appended at offset `at`;
+        when the file holds exactly that beyond what was applied, it is not read back."""
         s = self.state
         size = os.fstat(s.jfd).st_size
         if size <= s.offset:
             return
-        data = os.pread(s.jfd, size - s.offset, s.offset)
+        if mine is not None and at == s.offset and size == at + len(mine):
+            data = mine  # nobody else appended before or after it: what we wrote is what is there
+        else:
+            data = os.pread(s.jfd, size - s.offset, s.offset)
         end = data.rfind(b"\n") + 1
         news = s.news
         fold(s.units, data[:end], s.offset, news)

@@ -18,7 +18,7 @@ from .signals import SUPERVISOR_SIGNALS, signal
 from .spawn import JobEnded
 from .tree import become_subreaper, load_prctl, stop_leftovers
 from .runas import chown_to, remove_unit_dir
-from .util import make_result, proc_stat, write_file
+from .util import make_result, proc_stat, write_all, write_file
 from .watch import Watch
 
 
@@ -33,8 +33,9 @@ def make_host_dir(spec: dict) -> None:
     path, user = spec["host_dir"], spec.get("user")
     try:
         os.mkdir(path, 0o700)
+        fresh = user is None  # ours alone, and empty: no reader can see a hostfile half-written
     except FileExistsError:
-        pass
+        fresh = False
     job_dir = path
     if user is not None:
         os.chmod(path, 0o711)
@@ -47,8 +48,46 @@ def make_host_dir(spec: dict) -> None:
         os.chmod(job_dir, 0o700)
     if spec.get("hostfile") is not None:
         hostfile = os.path.join(job_dir, "hostfile")
-        write_file(hostfile, spec["hostfile"].encode("utf-8", "surrogateescape"))
+        data = spec["hostfile"].encode("utf-8", "surrogateescape")
+        if fresh:  # the job that reads it has not started: written in place (no tmp file, no rename)
+            fd = os.open(hostfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                write_all(fd, data, hostfile)
+            finally:
+                os.close(fd)
+        else:
+            write_file(hostfile, data)
         chown_to(hostfile, user)
+
+
+def remove_host_dir(spec: dict) -> None:
+    """Remove the unit's host directory (once its result is durable). The common case, a directory
+    that holds only the hostfile we wrote, costs an unlink and an rmdir; anything else (a file the
+    job left, a user's job directory) goes through remove_unit_dir's careful walk."""
+    path = spec["host_dir"]
+    if spec.get("user") is None:
+        try:
+            if spec.get("hostfile") is not None:
+                os.unlink(os.path.join(path, "hostfile"))
+            os.rmdir(path)
+            return
+        except OSError:
+            pass
+    remove_unit_dir(path)
+
+
+_me: tuple[int, int] = (0, 0)  # (pid, its start time in /proc/PID/stat): a reused supervisor reads it once
+
+
+def own_starttime() -> tuple[int, int]:
+    """This process's pid and start time (clock ticks since boot, as /proc/PID/stat says)."""
+    global _me
+    pid = os.getpid()
+    if _me[0] != pid:  # a fresh fork: its own
+        fields = proc_stat(pid)
+        assert fields is not None  # this very process
+        _me = (pid, int(fields[19]))
+    return _me
 
 
 def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let_go=None) -> bool:
@@ -74,12 +113,13 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let
     has ended (Watch.wait), so the post hooks run after the whole tree is gone; what hooks leave
     is stopped too, before the result is recorded.
     """
-    try:
-        os.setsid()  # the job's group joins this session: how a lost supervisor's job is known
-    except OSError:  # exec mode under a process-group leader (systemd), or a reused worker (pool.py):
-        pass  # already detached enough
-    if detach:
-        become_subreaper()
+    if let_go is None:  # a reused worker (pool.py) did both once, for all its jobs
+        try:
+            os.setsid()  # the job's group joins this session: how a lost supervisor's job is known
+        except OSError:  # exec mode under a process-group leader (systemd):
+            pass  # already detached enough
+        if detach:
+            become_subreaper()
     watch = Watch(recorder, spec, start_time)
     own_dir = spec.get("host_dir_by") == "supervisor"
     hooks = spec.get("hooks_by") == "supervisor" and bool(spec.get("hooks"))
@@ -89,10 +129,8 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let
 
     def started(job: int) -> None:
         nonlocal detached
-        pid = os.getpid()
-        fields = proc_stat(pid)
-        assert fields is not None  # this very process
-        recorder.started(pid, int(fields[19]), start_time, job)
+        pid, starttime = own_starttime()
+        recorder.started(pid, starttime, start_time, job)
         if not detached:
             detached = True
             if let_go is not None:
@@ -147,7 +185,7 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let
     result["mode"] = spec.get("mode", "plain")
     recorder.finished(with_hooks(result, outcomes, spec.get("post_failure")), by_itself)
     if own_dir:
-        remove_unit_dir(spec["host_dir"])
+        remove_host_dir(spec)
     return fit
 
 

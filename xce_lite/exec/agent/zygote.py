@@ -74,12 +74,14 @@ class Zygote:
         self.talk(b"".join(b"r%d\n" % pid for pid in pids), 0)
 
     def talk(self, request: bytes, forks: int) -> list[tuple[int | None, str | None]]:
-        """Write `request` and read the answers of its `forks` (spawn)."""
+        """Write `request` and read the answers of its `forks` (spawn). With none to wait for
+        (release), the zygote's lines are left to the serve loop's poll."""
         import select
 
         data = memoryview(request)
         answers: list[tuple[int | None, str | None]] = []
         deadline = time.monotonic() + REPLY_TIMEOUT
+        ready = False  # read only once select says so: a read just after our write finds nothing yet
         while data or len(answers) < forks:
             if data:
                 try:
@@ -87,7 +89,7 @@ class Zygote:
                     deadline = time.monotonic() + REPLY_TIMEOUT
                 except BlockingIOError:
                     pass
-            for line in self.read():
+            for line in self.read() if ready else ():
                 deadline = time.monotonic() + REPLY_TIMEOUT
                 if line[:1] == b"+":
                     self.kids.add(int(line[1:]))
@@ -102,7 +104,7 @@ class Zygote:
             if left <= 0:
                 self.kill()
                 raise OSError(f"the zygote made no progress for {REPLY_TIMEOUT:g} s")
-            select.select([self.replies], [self.requests] if data else [], [], left)
+            ready = bool(select.select([self.replies], [self.requests] if data else [], [], left)[0])
         return answers
 
     def read(self) -> list[bytes]:
@@ -213,7 +215,8 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
     while True:
         ready = {fd for fd, _ev in poller.poll(pool.expire(time.monotonic()))}
         out = []
-        if wake_r in ready:
+        reap = wake_r in ready  # SIGCHLD came (its wake-up byte stays until read): else no wait4 to make
+        if reap:
             try:
                 while os.read(wake_r, 4096):
                     pass
@@ -242,7 +245,7 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
         if pool.outbox:
             out.append(pool.outbox)
             pool.outbox = b""
-        while True:  # every supervisor that ended (SIGCHLD may merge several)
+        while reap:  # every supervisor that ended (SIGCHLD may merge several)
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
