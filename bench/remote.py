@@ -5,6 +5,7 @@
     python bench/remote.py                          # ~4 minutes on the 2-core box, as root
     python bench/remote.py --runs 5 --jobs 1000 --slots 2
     python bench/remote.py --latency 20 --pending 10000   # the optional figures too
+    python bench/remote.py --kinds systemd,floor          # only these (boots only the hosts they need)
 
 Needs root (it boots two systemd and two plain test hosts, xce_lite.testhosts, under
 ~/.cache/xce-testhosts/bench-remote-PID, and stops them BY PID at the end, whatever happens).
@@ -286,13 +287,13 @@ LABELS = {"local": "local (one local host)", "plain": "plain ssh hosts (2)", "sy
 
 
 def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples: int = 0,
-                 pending: int = 0, systemd_slots: int | None = None) -> None:
-    """Measure into `rep` (keys remote_local, remote_plain, remote_systemd, remote_floor), or
-    note why not (rep.why_not["remote"])."""
+                 pending: int = 0, systemd_slots: int | None = None, kinds: tuple[str, ...] = KINDS) -> None:
+    """Measure into `rep` (keys remote_local, remote_plain, remote_systemd, remote_floor; those of
+    `kinds`), or note why not (rep.why_not["remote"])."""
     systemd_slots = systemd_slots or slots
     other = f", the systemd hosts {systemd_slots}" if systemd_slots != slots else ""
     section(f"7. remote: {jobs} x `true` on local, plain ssh and systemd ssh hosts ({slots} slots in total "
-            f"each{other}) and a bare systemd-run loop, {runs} runs interleaved")
+            f"each{other}) and a bare systemd-run loop, {runs} runs interleaved; measured: {', '.join(kinds)}")
     labels = dict(LABELS, systemd=f"systemd ssh hosts (2, {systemd_slots} slots)") if other else LABELS
     if other:
         rep.note("remote: note", f"the systemd hosts have {systemd_slots} slots in total, local and plain {slots}")
@@ -304,15 +305,21 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
     base = testhosts.DEFAULT_DIR.parent / f"bench-remote-{os.getpid()}"
     sides: dict[str, Side] = {}
     try:
-        booted = {"systemd": testhosts.up(2, base / "systemd", die_with_caller=True, prefix="s"),
-                  "plain": testhosts.up(2, base / "plain", plain=True, die_with_caller=True, prefix="p")}
-        sides["local"] = Side("local", BenchCluster(slots=slots), [])
+        booted = {}
+        if {"systemd", "floor"} & set(kinds):
+            booted["systemd"] = testhosts.up(2, base / "systemd", die_with_caller=True, prefix="s")
+        if "plain" in kinds or pending:
+            booted["plain"] = testhosts.up(2, base / "plain", plain=True, die_with_caller=True, prefix="p")
+        if "local" in kinds:
+            sides["local"] = Side("local", BenchCluster(slots=slots), [])
         for kind, hosts in booted.items():
+            if kind not in kinds and not (kind == "plain" and pending):
+                continue  # the floor's hosts, without the systemd controller
             n = systemd_slots if kind == "systemd" else slots
             sides[kind] = Side(kind, BenchCluster(config=config(kind, hosts, n), work=base / f"work-{kind}"), hosts)
         for side in sides.values():
             side.c.start()
-        for kind in ("plain", "systemd"):
+        for kind in [k for k in ("plain", "systemd") if k in sides]:
             wait_hosts_up(sides[kind].c, 2)
             modes = {h["name"]: (h["agent"] or {}).get("mode") for h in sides[kind].c.client().get("/hosts")["hosts"]}
             print(f"  {kind} hosts' agents: {modes}", flush=True)
@@ -321,13 +328,13 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
             wait_done(client, client.post("/jobs", {"jobs": [side.c.spec(["true"])] * 20})["ids"],
                       time.monotonic() + 120)
             wait_idle(side.c)
-        res: dict[str, list[dict]] = {k: [] for k in KINDS}
+        res: dict[str, list[dict]] = {k: [] for k in kinds}
         for r in range(runs):
-            for kind in KINDS[r % len(KINDS):] + KINDS[:r % len(KINDS)]:
+            for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
                 o = floor(booted["systemd"], jobs // 2) if kind == "floor" else sides[kind].batch(jobs)
                 res[kind].append(o)
                 _print_run(r, kind, o)
-        for kind in KINDS:
+        for kind in kinds:
             outs = res[kind]
             rep.add(f"remote: {labels[kind]}, {jobs} x true", "jobs/s", [o["rate"] for o in outs],
                     key=f"remote_{kind}")
@@ -343,7 +350,7 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
             if any(o["done"] != jobs for o in outs):
                 rep.note(f"remote {kind}: WARNING", "a run had jobs not DONE")
         if latency_samples:
-            for kind in ("plain", "systemd"):
+            for kind in [k for k in ("plain", "systemd") if k in sides]:
                 lat = latency(sides[kind].c, latency_samples)
                 rep.add(f"remote: {labels[kind]}: submit -> running (idle)", "s", lat, p95=True)
         if pending:
@@ -361,7 +368,8 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
         for side in sides.values():
             side.c.stop()
         for kind in ("systemd", "plain"):
-            testhosts.down(base / kind)
+            if (base / kind).exists():
+                testhosts.down(base / kind)
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -377,14 +385,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=int, default=0, help="submit -> running samples per ssh kind (0: none)")
     parser.add_argument("--pending", type=int, default=0, help="controller RSS with this many pending (0: none)")
     parser.add_argument("--systemd-slots", type=int, help="slots in total of the systemd hosts (default --slots)")
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help=f"which to measure, comma-separated, of {','.join(KINDS)} (default all)")
     args = parser.parse_args(argv)
+    kinds = tuple(k for k in KINDS if k in args.kinds.split(","))
+    if not kinds or set(args.kinds.split(",")) - set(KINDS):
+        parser.error(f"--kinds takes a comma-separated list of {', '.join(KINDS)}, not {args.kinds!r}")
     if args.slots < 2:
         parser.error("--slots must be at least 2 (one per ssh host)")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"remote bench at {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load {load}")
     signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: the finally clauses stop all by PID
     rep = Report()
-    bench_remote(rep, args.runs, args.jobs, args.slots, args.latency, args.pending, args.systemd_slots)
+    bench_remote(rep, args.runs, args.jobs, args.slots, args.latency, args.pending, args.systemd_slots, kinds)
     print(f"\n== summary (medians); load at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     rep.print_table()
     print("\n== goals of issue 18 over SSH (ratios within this run; medians)")

@@ -282,6 +282,21 @@ def test_xce_launch_runs_tasks_inside_the_unit_with_their_exit_codes(root_agents
         agent.tasks(unit, asked.launch_id, tasks)
 
 
+def test_a_direct_unit_is_delegated_with_no_controller_of_its_own(root_agents, systemd_hosts, work):
+    # Delegation (which AttachProcessesToUnit needs: the test above) with every controller doubled
+    # the manager's CPU per unit (bench/agent_systemd.py); the unit's limits come from its own
+    # properties (MemoryMax: test_the_memory_limit_is_systemds_and_says_so), not from delegation.
+    agent, unit = root_agents(), name("deleg")
+    agent.launch([request(unit, py(HOLD_JOB, str(work / "go-deleg")), work)])
+    running(work / "go-deleg")
+    shown = in_host(systemd_hosts[0], "systemctl", "show", "-p", "Delegate", "-p", "DelegateControllers",
+                    "-p", "MemoryAccounting", f"{unit}.service")
+    assert sorted(shown.split()) == ["Delegate=yes", "DelegateControllers=", "MemoryAccounting=yes"]
+    (work / "go-deleg").touch()
+    result = agent.finished(unit)
+    assert result.exit_code == 0 and result.max_rss > 0 and result.cpu_time > 0
+
+
 @pytest.mark.parametrize("raw", ["", "\udcff"], ids=["direct", "raw-bytes-supervised"])
 def test_argv_and_env_reach_the_job_byte_exact_past_systemd(root_agents, systemd_hosts, work, raw):
     agent, unit = root_agents(), name("exact")
