@@ -44,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from cluster import BenchCluster, is_agent, proc_status, wait_done, wait_idle
+from remote_cpu import HostCgroupCpu, agent_pids, cpu_seconds, machine_busy, named_pids
 from report import Report, remote_goals, section
 from stats import table
 
@@ -80,71 +81,6 @@ def config(kind: str, hosts: list[testhosts.TestHost], slots: int) -> str:
     known = ", ".join(f"'{h.known_hosts_path}'" for h in hosts)
     return (f"cluster: br{kind[0]}{os.getpid()}\nhosts:\n{entries}queues:\n  - {{name: normal, default: true}}\n"
             f"ssh: {{config: /nonexistent, known_hosts: [{known}]}}\ncontroller: {{tick: 1s, grace: 2s}}\n")
-
-
-# ---- CPU accounting ------------------------------------------------------------------------------
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
-def machine_busy() -> float:
-    with open("/proc/stat") as f:
-        user, nice, system, _idle, _iowait, irq, softirq = map(int, f.readline().split()[1:8])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
-class HostCgroupCpu:
-    """CPU seconds so far of everything in a systemd test host (its cpuacct cgroup on this
-    machine: PID 1, sshd, the agent, the units), or None where the host has none (plain hosts)."""
-
-    def __init__(self, hosts: list[testhosts.TestHost]):
-        mine = _cpuacct(os.getpid())
-        found = [_cpuacct(h.pid) for h in hosts]
-        paths = [p for p in found if p is not None and p != mine and p.exists()]
-        self.paths = paths if len(paths) == len(hosts) else []  # all or nothing: no half figure
-
-    def __call__(self) -> float | None:
-        try:
-            return sum(int(p.read_text()) for p in self.paths) / 1e9 if self.paths else None
-        except OSError:
-            return None
-
-
-def _cpuacct(pid: int) -> Path | None:
-    try:
-        line = next(x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-                    if "cpuacct" in x.split(":")[1].split(","))
-    except (OSError, StopIteration):
-        return None
-    controllers, path = line.split(":")[1], line.split(":", 2)[2]
-    return Path(f"/sys/fs/cgroup/{controllers}{path}/cpuacct.usage")
-
-
-def agent_pids(hosts: list[testhosts.TestHost]) -> list[int]:
-    found = []
-    for host in hosts:
-        for pid in testhosts.namespace_pids(host.pid):
-            try:
-                argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
-            except OSError:
-                continue
-            if is_agent(argv):
-                found.append(pid)
-    return found
-
-
-def named_pids(hosts: list[testhosts.TestHost], comm: str) -> list[int]:
-    return [pid for h in hosts for pid in testhosts.namespace_pids(h.pid) if testhosts._comm(pid) == comm]
 
 
 # ---- the parties of one run ----------------------------------------------------------------------
