@@ -299,11 +299,15 @@ class Units:
             self.to_launch = [u for u in self.to_launch if u not in job.units]
 
     def act(self) -> None:
-        """After the commit: forget, stop, launch, deliver kills (round trips, outside the lock)."""
+        """After the commit: launch, forget, stop, deliver kills (round trips, outside the lock). A
+        launch never names a unit forgotten here (a new attempt has new unit names), so the order
+        is free: launches go first, the latency that matters."""
         with self.state.mu:
             forgets, self.forgets = self.forgets, defaultdict(list)
             stops, self.stops = self.stops, []
             launch, self.to_launch = self.to_launch, []
+        if launch:  # first: a freed slot's next job is on its way before the rest is written
+            self._launch(launch)
         for name, units in forgets.items():
             host = self.state.hosts.get(name)
             if host is not None and units:
@@ -317,8 +321,6 @@ class Units:
                 continue  # out of reach: stopped when it lists the unit again
             # on the host's worker (hostops.py): a host that does not answer holds up no tick
             self.hostops.signal(name, self.state.generation.get(name, 0), host, unit, "TERM", reason)
-        if launch:
-            self._launch(launch)
         self.launches.send()
         if self.kills:
             self.kills.deliver()
