@@ -151,3 +151,69 @@ def test_a_freed_slots_launch_goes_before_the_forget_of_the_unit_that_ended():
         assert order == ["launch", "forget"]
     finally:
         p.close()
+
+
+def _counting_transactions(p: InProc) -> list[int]:
+    transactions: list[int] = []
+    real_write = p.ctl.store._write
+    p.ctl.store._write = lambda: transactions.append(1) or real_write()
+    return transactions
+
+
+def test_a_start_alone_waits_for_its_short_jobs_end_and_both_share_one_commit():
+    p = InProc(hosts=("h1",), slots=1)
+    try:
+        p.step(0.1)
+        job = p.submit(runtime=0.02)
+        transactions = _counting_transactions(p)
+        states = []
+        for _ in range(12):
+            p.step(0.01)
+            check_invariants(p.ctl)
+            states.append(p.job(job).state)
+            if states[-1] == "DONE":
+                break
+        assert states[-1] == "DONE" and "RUN" not in states  # never stored RUN alone
+        kinds = [kind for _t, kind, _d in p.ctl.store.events(job)]
+        assert kinds == ["submitted", "dispatched", "started", "finished"]
+        assert len(transactions) == 2  # the dispatch; then the start with the end (three before)
+    finally:
+        p.close()
+
+
+def test_a_long_jobs_start_is_stored_within_the_wait_and_faults_in_sequence_lose_nothing():
+    p = InProc(hosts=("h1", "h2"), slots=1)
+    try:
+        p.step(0.1)
+        long_job, other = p.submit(runtime=30), p.submit(runtime=30)
+        seen = []
+        for _ in range(12):
+            p.step(0.01)
+            check_invariants(p.ctl)
+            seen.append((p.job(long_job).state, p.ctl.state.active[long_job].state
+                         if long_job in p.ctl.state.active else None))
+            if seen[-1][0] == "RUN":
+                break
+        assert seen[-1][0] == "RUN"
+        # stored RUN no later than START_WAIT after memory had it RUN (steps of 0.01 s)
+        first_run = next(i for i, (_stored, live) in enumerate(seen) if live == "RUN")
+        assert len(seen) - 1 - first_run <= round(core.START_WAIT / 0.01) + 1
+        # faults in sequence: the first host lost, a restart with the other's start maybe waiting, back
+        p.drop("h1")
+        p.step(0.01)
+        p.restart()
+        for _ in range(3):
+            p.step(0.01)
+            check_invariants(p.ctl)
+        p.back("h1")
+        for _ in range(100):
+            p.step(1.0)
+            check_invariants(p.ctl)
+            if {p.job(long_job).state, p.job(other).state} == {"DONE"}:
+                break
+        assert (p.job(long_job).state, p.job(other).state) == ("DONE", "DONE")
+        for job in (long_job, other):
+            kinds = [kind for _t, kind, _d in p.ctl.store.events(job)]
+            assert kinds.count("finished") == 1 and kinds.count("started") >= 1
+    finally:
+        p.close()

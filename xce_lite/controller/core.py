@@ -175,6 +175,7 @@ class Controller:
         self._hosts_view = HostViews()  # what each host has free, rebuilt for the hosts that changed
         self._scheduler = seams.scheduler_factory()
         self._session_sent = 0.0  # metrics: when the session in flight was sent
+        self._starts_since: float | None = None  # when the starts not stored yet first waited (_starts_wait)
         self._server: ApiServer | None = None
         self._retention = Retention(self.log, self.state.wake.set)  # step 8 of the tick
         self._failed = False  # stopped on a fault (faults.py): its record stays for the next start
@@ -219,6 +220,8 @@ class Controller:
             while not self._stopping.is_set():
                 retry = self.commits.wait()
                 wait = min(self.state.config.controller.tick, self.leases.wait())
+                if self._starts_since is not None:  # starts waiting for a commit to join: not longer
+                    wait = max(0.0, min(wait, self._starts_since + START_WAIT - self._clock.time()))
                 self.state.wake.wait(wait if retry is None else min(wait, retry + 0.01))
                 self.state.wake.clear()
                 if not self._stopping.is_set():
@@ -304,13 +307,18 @@ class Controller:
                 decided.waiting = True
             learned = TickWrites(now, finishing, started, (), {}, requeues, cancels, events)
             record = None
-            if learned:  # the session runs while what was learned is written, in the same transaction
+            if finishing or requeues or cancels or events:  # the session runs while these are written
                 try:
                     record = self.store.record_tick(learned, partial(self._decide, decided, now, True))
                 except _Contended:  # rolled back, nothing stored: as below, the session's answer taken
                     pass
             if record is None:
                 more = self._decide(decided, now, False)
+                if started and not more and self._starts_wait(started, now):
+                    with self.state.mu:  # for the commit of their ends, or of a dispatch (_starts_wait)
+                        self.state.unrecorded_started[:0] = started
+                    learned, started = TickWrites(now), []
+                    self.commits.in_commit = 0
                 record = self.store.record_tick(learned, lambda: more) if learned or more else None
                 if record is None and self.commits.problem is not None:
                     self.store.set_meta("write_probe", str(now))  # does the store take writes again?
@@ -326,6 +334,8 @@ class Controller:
             self._renew_leases()  # a busy or full store must not make the hosts stop their jobs
             return
         plans = record.writes.plans if record is not None and record.writes is not None else ()
+        if record is not None and record.writes is not None and record.writes.started:
+            self._starts_since = None
         self.commits.in_commit = 0
         self.commits.done()
         if record is not None:
@@ -334,7 +344,8 @@ class Controller:
         self.units.act()
         busy = bool(finishing or started or plans or requeues or cancels)
         self._retention.step(self.store, self.state.config.controller, now, busy)
-        if self.state.unrecorded or self.state.unrecorded_started or self.state.unrecorded_requeues:
+        if self.state.unrecorded or self.state.unrecorded_requeues or (
+                self.state.unrecorded_started and self._starts_since is None):
             self.state.wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
         self.metrics.observe("tick", time.monotonic() - began)  # metrics:
 
@@ -356,6 +367,17 @@ class Controller:
 
     def _shared_free(self, closing: AbstractSet[int] = frozenset()) -> FrozenMap:
         return self.state.active.shared_free(self.state.config.shared, closing)
+
+    def _starts_wait(self, started: list[tuple[int, float]], now: float) -> bool:
+        """Whether starts, the only thing this tick would commit, may wait for the next commit. A
+        short job's end follows its start within milliseconds: one commit (its fsync) then stores
+        both, not one each. They wait while the latest started less than START_WAIT ago (by its
+        host's clock) and for START_WAIT at most since they first waited (by ours): `serve` wakes
+        the tick by then. Nothing depends on a start being stored (memory has the job RUN; a
+        restart adopts a DISP job whose unit runs), so a crash meanwhile loses nothing."""
+        if self._starts_since is None:
+            self._starts_since = now
+        return now - self._starts_since < START_WAIT and now - max(t for _i, t in started) < START_WAIT
 
     def _decide(self, decided: _Decided, now: float, in_commit: bool) -> TickWrites:
         """The session's answer (if one was sent) turned into what the tick stores: dispatch plans,
@@ -409,6 +431,7 @@ class Controller:
         return decisions
 
 
+START_WAIT = 0.05  # seconds a start alone may wait for a commit to join (_starts_wait)
 MU_IN_COMMIT = 0.05  # seconds `_decide` waits for `mu` inside the tick's transaction (then: _Contended)
 
 
