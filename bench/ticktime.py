@@ -74,7 +74,7 @@ def _instrument(what_if: set[str]) -> None:
     # Only what exists: the source is being changed in parallel, a renamed step is skipped, not fatal.
     # JobStore._write's calls are the store's transactions (its time means nothing: it opens one).
     for cls, label, meths in (
-            (ctl.Controller, "Controller", ("tick", "_send_session", "_receive_session", "_decide", "_hosts_now")),
+            (ctl.Controller, "Controller", ("tick", "_schedule", "_hosts_now")),
             (sched_worker.SchedulerProcess, "SchedulerProcess", ("send", "receive")),
             (unitwork.Units, "Units", ("collect", "expire_lost_hosts", "act", "_launch")),
             (gating.Gating, "Gating", ("step",)),

@@ -12,13 +12,12 @@ Its tick is a short list of named steps, with one commit at most (and retention'
 3. gate      - pending jobs with a dependency, or in an array with a throttle, go to the scheduler
                when they may start; a dependency that can never hold cancels its job (gating.py);
 4. snapshot  - hosts with what is free on them, pending jobs, queue priorities (memory only);
-5. schedule  - start a session of the pure scheduler core in its worker process (sched_worker.py:
-               forkserver, fed with what changed in the pending set since the last session);
+5. schedule  - run the pure scheduler core in its worker process (sched_worker.py: forkserver,
+               fed with what changed in the pending set since the last session);
 6. intent    - ONE durable commit of everything learned and decided: starts, finishes, requeues
-               (a failed attempt with retries left is requeued, not finished), cancels, then, in
-               the same transaction once the session answers (it ran while those rows were
-               written), each dispatch as DISP with its deterministic unit names, changed pend
-               reasons;
+               (a failed attempt with retries left is requeued, not finished), cancels, each
+               dispatch as DISP with its deterministic unit names, changed pend reasons; starts
+               alone wait a little for a commit to join (`_starts_wait`);
 7. act       - renew the hosts' leases (stored, then sent: leasework.py), forget the units whose
                results are stored, stop the units of jobs that ended or were requeued (they
                hold their resources, "draining", until their host says they ended), and
@@ -174,7 +173,6 @@ class Controller:
         self.flows = FlowRoutes(state, self.store, self._clock, self.metrics, self.gating, self.submitting)
         self._hosts_view = HostViews()  # what each host has free, rebuilt for the hosts that changed
         self._scheduler = seams.scheduler_factory()
-        self._session_sent = 0.0  # metrics: when the session in flight was sent
         self._starts_since: float | None = None  # when the starts not stored yet first waited (_starts_wait)
         self._server: ApiServer | None = None
         self._retention = Retention(self.log, self.state.wake.set)  # step 8 of the tick
@@ -299,42 +297,32 @@ class Controller:
             dirty, self.state.dirty = self.state.dirty or bool(closing), False
             hosts = self._hosts_now(closing) if dirty and self.state.pending else None
             shared = self._shared_free(closing) if hosts is not None else None
-        decided = _Decided()
+        reasons: dict[int, str | None] = {}
         self.commits.in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
-            if hosts is not None:
-                self._send_session(hosts, shared, now, closing)
-                decided.waiting = True
-            learned = TickWrites(now, finishing, started, (), {}, requeues, cancels, events)
-            record = None
-            if finishing or requeues or cancels or events:  # the session runs while these are written
-                try:
-                    record = self.store.record_tick(learned, partial(self._decide, decided, now, True))
-                except _Contended:  # rolled back, nothing stored: as below, the session's answer taken
-                    pass
-            if record is None:
-                more = self._decide(decided, now, False)
-                if started and not more and self._starts_wait(started, now):
-                    with self.state.mu:  # for the commit of their ends, or of a dispatch (_starts_wait)
-                        self.state.unrecorded_started[:0] = started
-                    learned, started = TickWrites(now), []
-                    self.commits.in_commit = 0
-                record = self.store.record_tick(learned, lambda: more) if learned or more else None
-                if record is None and self.commits.problem is not None:
-                    self.store.set_meta("write_probe", str(now))  # does the store take writes again?
+            session = self._schedule(hosts, shared, now, closing) if hosts is not None else None
+            decisions = self.pool_views.reasons(session)
+            plans = self.dispatching.plans(decisions) if decisions is not None else []
+            reasons = self.dispatching.reasons_to_store(decisions, now)
+            alone = not (finishing or plans or reasons or requeues or cancels or events)
+            if started and alone and self._starts_wait(started, now):  # no commit now: they join the next
+                with self.state.mu:  # for the commit of their ends, or of a dispatch (_starts_wait)
+                    self.state.unrecorded_started[:0] = started
+                started = []
+                self.commits.in_commit = 0
+            writes = TickWrites(now, finishing, started, plans, reasons, requeues, cancels, events)
+            record = self.store.record_tick(writes) if writes else None
+            if not writes and self.commits.problem is not None:
+                self.store.set_meta("write_probe", str(now))  # does the store take writes again?
         except errors.StoreUnavailable as err:
-            if decided.waiting:  # never taken: the worker's answer must not be left in its pipe
-                self._receive_session()
-            self.dispatching.take_declines()  # their jobs stay pending: decided again, declined again
             with self.state.mu:  # the session's reasons may not have been taken in: all again next time
                 self.state.pending.report_reasons_again()
             self.commits.in_commit = 0
-            self.faults.commit_failed(err, (finishing, started, requeues, events, decided.reasons))
+            self.faults.commit_failed(err, (finishing, started, requeues, events, reasons))
             self.kills.deliver()
             self._renew_leases()  # a busy or full store must not make the hosts stop their jobs
             return
-        plans = record.writes.plans if record is not None and record.writes is not None else ()
-        if record is not None and record.writes is not None and record.writes.started:
+        if started:
             self._starts_since = None
         self.commits.in_commit = 0
         self.commits.done()
@@ -379,77 +367,32 @@ class Controller:
             self._starts_since = now
         return now - self._starts_since < START_WAIT and now - max(t for _i, t in started) < START_WAIT
 
-    def _decide(self, decided: _Decided, now: float, in_commit: bool) -> TickWrites:
-        """The session's answer (if one was sent) turned into what the tick stores: dispatch plans,
-        pend reasons, declines' events. Writes nothing to the store itself.
-
-        `in_commit`: called inside the tick's transaction (JobStore.record_tick), holding the store's
-        lock. An API thread may hold `mu` while it waits for that lock (a kill writes under `mu`), so
-        `mu` is only tried for a while here; if it stays taken, _Contended rolls the transaction
-        back and the tick writes everything after, without the store's lock (no deadlock)."""
-        if decided.waiting:
-            decided.session = self._receive_session()
-            decided.waiting = False
-        if in_commit and not self.state.mu.acquire(timeout=MU_IN_COMMIT):
-            raise _Contended()
+    def _schedule(self, hosts: tuple[HostView, ...], shared, now: float,
+                  closing: AbstractSet[int] = frozenset()) -> Decisions | None:
+        """One session in the scheduler process, fed with what changed in the pending set; `closing`:
+        jobs ending in this tick, which hold nothing in it, as in the host views (queue and project
+        limits, fair share's running slots; fair share still counts their use)."""
         try:
-            decisions = self.pool_views.reasons(decided.session)
-            plans = self.dispatching.plans(decisions) if decisions is not None else []
-            decided.reasons = self.dispatching.reasons_to_store(decisions, now)
-            return TickWrites(now, plans=plans, reasons=decided.reasons, events=self.dispatching.take_declines())
-        finally:
-            if in_commit:
-                self.state.mu.release()
-
-    def _send_session(self, hosts: tuple[HostView, ...], shared, now: float,
-                      closing: AbstractSet[int] = frozenset()) -> None:
-        """Start one session in the scheduler process, fed with what changed in the pending set;
-        `closing`: jobs ending in this tick, which hold nothing in it, as in the host views (queue and
-        project limits, fair share's running slots; fair share still counts their use). Its answer is
-        taken by `_receive_session`, which must follow (the tick writes what it learned meanwhile)."""
-        with self.state.mu:  # the pending set's changes are taken under the lock; the wait is not
-            running = self.state.active.running(closing)  # summed per (queue, user), kept as jobs come and go
-            base = Snapshot(hosts, (), self.state.queue_policies, shared, running, now,
-                            self.state.config.controller.reserve_after, **self.projects.inputs(now, closing))
-            if self.state.config.pools:  # pool_views words the reasons of a pool's jobs anew
-                self.state.pending.report_reasons_again(self.pool_views.reworded(self.state.pending.values()))
-            self._session_sent = time.monotonic()  # metrics:
-            self._scheduler.send(self.state.pending, base, self.state.config.controller.sched_budget)
-
-    def _receive_session(self) -> Decisions | None:
-        """The answer of the session `_send_session` started; None if there is none to use (the
-        worker was out of step, restarted or too slow: the next session sends the whole set)."""
-        try:
+            with self.state.mu:  # the pending set's changes are taken under the lock; the wait is not
+                running = self.state.active.running(closing)  # summed per (queue, user), kept as jobs come and go
+                base = Snapshot(hosts, (), self.state.queue_policies, shared, running, now,
+                                self.state.config.controller.reserve_after, **self.projects.inputs(now, closing))
+                if self.state.config.pools:  # pool_views words the reasons of a pool's jobs anew
+                    self.state.pending.report_reasons_again(self.pool_views.reworded(self.state.pending.values()))
+                sent = time.monotonic()  # metrics:
+                self._scheduler.send(self.state.pending, base, self.state.config.controller.sched_budget)
             decisions = self._scheduler.receive()
-            self.metrics.observe("session", time.monotonic() - self._session_sent)  # metrics:
+            self.metrics.observe("session", time.monotonic() - sent)  # metrics:
         except TimeoutError as err:
             self.log(f"{err}; it will be restarted")
             decisions = None
-        if decisions is None:  # the next session sends the whole set
+        if decisions is None:  # out of step or restarted: the next session sends the whole set
             self.state.dirty = True
             self.state.wake.set()
         return decisions
 
 
 START_WAIT = 0.05  # seconds a start alone may wait for a commit to join (_starts_wait)
-MU_IN_COMMIT = 0.05  # seconds `_decide` waits for `mu` inside the tick's transaction (then: _Contended)
-
-
-class _Contended(Exception):
-    """`mu` stayed taken while the tick held the store's lock: the transaction is rolled back."""
-
-
-class _Decided:
-    """What one tick's `_decide` left for the tick: whether a session's answer is still to be
-    taken, the answer taken, and the pend reasons it handed the store (given back to memory if the
-    commit fails)."""
-
-    __slots__ = ("reasons", "session", "waiting")
-
-    def __init__(self) -> None:
-        self.waiting = False
-        self.session: Decisions | None = None
-        self.reasons: dict[int, str | None] = {}
 
 
 def _still_runs(job: Active, index: int) -> bool:

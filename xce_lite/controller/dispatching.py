@@ -51,7 +51,6 @@ class Dispatching:
         self.end_active, self.add_active, self.launch_later = end_active, add_active, launch_later
         self.reasons_flushed_at = 0.0
         self.planned: dict[int, LaunchWith] = {}  # of the last `plans`: job id -> what its launch needs
-        self.declines: list[tuple[int, str, dict]] = []  # the declines' events, for the tick's commit
         # (spec id, queue) -> (the spec, kept so that its id stays its own; its merge now, or why it
         # fails; the merge's JSON): `_merged_now`
         self._merges: dict[tuple[int, str], tuple[JobSpec, Effective | str, dict | None]] = {}
@@ -61,9 +60,7 @@ class Dispatching:
         """The dispatches to record, each under the next attempt's unit names and with the effective
         values it will run with. A decision made on a profile that has changed or vanished since (a
         reconfig during the session), or whose task count the job's queue no longer allows, is
-        declined: the job stays PEND and is scheduled again with what holds now, never EXIT. Reads
-        the store, never writes it: it runs inside the tick's commit (a decline's event waits in
-        `take_declines`)."""
+        declined: the job stays PEND and is scheduled again with what holds now, never EXIT."""
         self.planned = {}
         if not decisions.dispatches:
             return []
@@ -97,11 +94,6 @@ class Dispatching:
                       alloc=plan.alloc, effective=plan.effective, pend_reason=None), declined, holding)
         return plans
 
-    def take_declines(self) -> list[tuple[int, str, dict]]:
-        """The events of the dispatches declined since the last call, (job id, kind, data), to store."""
-        out, self.declines = self.declines, []
-        return out
-
     def _merged_now(self) -> dict[tuple[int, str], tuple[JobSpec, Effective | str, dict | None]]:
         """The merges of (spec, queue) under the configuration in use, kept from session to session:
         the store hands jobs submitted alike one spec (job_reads.py), an array's elements share
@@ -134,8 +126,8 @@ class Dispatching:
     def decline(self, job_id: int, decided_hash: str, why: str) -> None:
         """A dispatch the configuration no longer allows: the job stays PEND (retryable), never EXIT."""
         self.log(f"job {job_id}: dispatch declined: {why}")
-        # stored with the tick's commit (take_declines): plans() runs inside it, which holds the store's lock
-        self.declines.append((job_id, "dispatch_declined", {"reason": why, "decided_profile_hash": decided_hash}))
+        self.store.record_event(job_id, "dispatch_declined", self.clock.time(),
+                                {"reason": why, "decided_profile_hash": decided_hash})
         with self.state.mu:
             if job_id in self.state.pending:
                 self.state.reasons[job_id] = f"dispatch declined: {why}; it is scheduled again"

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import apsw
@@ -113,7 +113,6 @@ class TickRecord:
     requeued: tuple[int, ...] = ()
     cancelled: tuple[int, ...] = ()
     killed: tuple[int, ...] = ()  # requeues refused because someone killed the job: they ended EXIT
-    writes: TickWrites | None = field(default=None, repr=False)  # what was written (with what `decide` gave)
 
 
 # metrics: UsageStore; idempotent submission: RequestStore
@@ -124,7 +123,6 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         self.path = path
         self._con = connect(path, create=not readonly, readonly=readonly, durable=durable)
         self._lock = threading.Lock()
-        self._readers_lock = threading.Lock()  # guards _readers
         # Set by the controller while the store refuses its commits (busy): writers then wait
         # IMPATIENT_MS for another process's lock, not the full busy timeout, so that a submit is
         # refused in a second or two instead of queueing behind the tick's own long wait.
@@ -136,7 +134,7 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         self._specs: dict[str, JobSpec] = {}  # spec texts parsed lately (job_reads.py)
 
     def close(self) -> None:
-        with self._lock, self._readers_lock:
+        with self._lock:
             for con in self._readers.values():
                 con.close()
             self._readers.clear()
@@ -148,7 +146,7 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         if con is None:
             con = connect(self.path, create=False, readonly=True)
             self._local.con = con
-            with self._readers_lock:  # not the write lock: a read may come inside a write (record_tick's decide)
+            with self._lock:
                 ended = [t for t in self._readers if not t.is_alive()]
                 for thread in ended:  # no thread can use these any more
                     self._readers.pop(thread).close()
@@ -157,7 +155,7 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
 
     def reader_count(self) -> int:
         """Read connections open now (one per thread that has read and still lives)."""
-        with self._readers_lock:
+        with self._lock:
             return len(self._readers)
 
     def _write(self):
@@ -251,19 +249,13 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         with self._write() as con:
             return _finish(con, [(f, event) for f in items], now)
 
-    def record_tick(self, w: TickWrites, decide: Callable[[], TickWrites] | None = None) -> TickRecord:
+    def record_tick(self, w: TickWrites) -> TickRecord:
         """Everything one controller tick learned and decided (TickWrites), in ONE durable transaction.
 
         Order matters: a job may have started and finished since the last tick (DISP -> RUN ->
         DONE), a requeued job is pending again before the dispatches are stored, and a dispatch may
         use slots that a finish or a requeue freed. A cancel ends its pending job EXIT, with the
         event `dependency_failed`.
-
-        `decide()`, if given, is called inside the transaction once what was learned (starts,
-        finishes, requeues, cancels) is written; the plans, reasons and events of the TickWrites it
-        returns join `w`'s in the same commit (the controller's scheduling session runs while those
-        rows are written). It must not write to this store itself: its lock is held. The record's
-        `writes` is `w` with them.
         """
         now = w.now
         with self._write() as con:
@@ -271,16 +263,12 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
             finished_ids = _finish(con, w.finishes, now)
             requeued_ids, killed_ids = _requeue(con, w.requeues, now)
             cancelled_ids = _cancel(con, w.cancels, now)
-            if decide is not None:
-                more = decide()
-                w = replace(w, plans=(*w.plans, *more.plans), reasons={**w.reasons, **more.reasons},
-                            events=(*w.events, *more.events))
             dispatched_ids = _dispatch(con, w.plans, now)
             _pend_reasons(con, w.reasons)
             for job_id, kind, data in w.events:  # a finished job's: it may be archived meanwhile
                 insert_event_anywhere(con, job_id, now, kind, data)
         return TickRecord(tuple(finished_ids), tuple(started_ids), tuple(dispatched_ids), tuple(requeued_ids),
-                          tuple(cancelled_ids), tuple(killed_ids), w)
+                          tuple(cancelled_ids), tuple(killed_ids))
 
     def requeue(self, items: Sequence[Requeue], now: float) -> list[int]:
         """Send dispatched or running jobs back to PEND (or PSUSP), in one transaction; the ids
