@@ -1,13 +1,16 @@
 """The tick's path from a result to the next launch (issue 18): on a host's channel a freed slot's
 launch goes before the forgets of the units that ended; a start alone waits (START_WAIT at most) for
 a commit to join, so a short job's start and end share one commit, and a long job's start is stored
-within that wait, through faults in sequence."""
+within that wait, through faults in sequence; launch replies that only say the units run do not wake
+the tick (they are counted due, which bounds `serve`'s sleep)."""
 
 from __future__ import annotations
 
 from tests.support.inproc import InProc
 from xce_lite.controller import core
 from xce_lite.controller.invariants import check_invariants
+from xce_lite.controller.unitwork import quiet_launch
+from xce_lite.exec.host import LaunchReply, UnitsLaunched
 
 
 def _first_running(p: InProc, first: int, second: int) -> None:
@@ -102,5 +105,37 @@ def test_a_long_jobs_start_is_stored_within_the_wait_and_faults_in_sequence_lose
         for job in (long_job, other):
             kinds = [kind for _t, kind, _d in p.ctl.store.events(job)]
             assert kinds.count("finished") == 1 and kinds.count("started") >= 1
+    finally:
+        p.close()
+
+
+def test_launch_replies_that_only_say_units_run_do_not_wake_the_tick_and_are_counted_due():
+    p = InProc(hosts=("h1",), slots=1)
+    try:
+        p.step(0.1)
+        job = p.submit(runtime=30)
+        wake, units = p.ctl.state.wake, p.ctl.units
+        real_put = p.ctl._events.put
+        woke: list[tuple[str, bool]] = []
+
+        def put(item, *args, **kw):  # the fake host's replies, through the real queue
+            wake.clear()
+            real_put(item, *args, **kw)
+            woke.append((type(item).__name__, wake.is_set()))
+
+        p.ctl._events.put = put
+        for _ in range(4):
+            p.step(0.2)
+            if woke:
+                break
+        assert woke == [("UnitsLaunched", False)]  # started: no wake
+        assert units.replies_due == 1  # serve sleeps START_WAIT at most meanwhile
+        p.step(0.2)
+        assert units.replies_due == 0 and p.job(job).state == "RUN"
+        # a refusal or a failure wakes it at once
+        for event in (UnitsLaunched("h1", (LaunchReply("u", "refused", None, "no"),)),
+                      UnitsLaunched("h1", (), ("u",), "channel lost")):
+            assert not quiet_launch(event)
+        assert quiet_launch(UnitsLaunched("h1", (LaunchReply("u", "running", 1.0),)))
     finally:
         p.close()

@@ -21,8 +21,10 @@ Its tick is a short list of named steps, with one commit at most (and retention'
 7. act       - renew the hosts' leases (stored, then sent: leasework.py), forget the units whose
                results are stored, stop the units of jobs that ended or were requeued (they
                hold their resources, "draining", until their host says they ended), and
-               launch: one unit per host of each dispatched job. Launch replies are stored by
-               the next tick;
+               launch (first: a freed slot's next job is the latency that matters) one unit per
+               host of each dispatched job. Launch replies are collected by a later tick: those
+               that only say the units run do not wake it (unitwork.quiet_launch), and `serve`
+               sleeps START_WAIT at most while they are due;
 8. retain    - at most one bounded batch of old finished jobs into the archive (retention.py).
 
 A job placed on several hosts has a unit on each (jobunits.py): the first runs its command, the
@@ -91,7 +93,7 @@ from xce_lite.controller.state import ControllerState
 from xce_lite.controller.shared import Access, Handler, socket_mode, store_refusal
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.state import RUNNING, SENT, Active
-from xce_lite.controller.unitwork import Units
+from xce_lite.controller.unitwork import Units, quiet_launch
 from xce_lite.exec.host import HostEvent
 from xce_lite.home.paths import PRIVATE_UMASK, Home
 from xce_lite.models import Job, JobSpec
@@ -134,7 +136,7 @@ class Controller:
         self.started_at = self._clock.time()
         self.metrics = Registry()  # metrics: counters and durations for /metrics
         self._stopping = threading.Event()
-        self._events: queue.Queue[HostEvent] = WakingQueue(self.state.wake)
+        self._events: queue.Queue[HostEvent] = WakingQueue(self.state.wake, quiet_launch)  # Units.replies_due
         self.gating = Gating(self.state, self.store, self.pending_job)  # dependencies, arrays, job references
         self.access = Access(self.state, self.store, self.gating.expand_refs)  # shared.py: who may do what
         self.commits = StoreRetry(self.store, self._clock, self.log)  # the store-commit retry state
@@ -218,6 +220,8 @@ class Controller:
             while not self._stopping.is_set():
                 retry = self.commits.wait()
                 wait = min(self.state.config.controller.tick, self.leases.wait())
+                if self.units.replies_due:  # launch replies do not wake the tick (quiet_launch): not longer
+                    wait = min(wait, START_WAIT)
                 if self._starts_since is not None:  # starts waiting for a commit to join: not longer
                     wait = max(0.0, min(wait, self._starts_since + START_WAIT - self._clock.time()))
                 self.state.wake.wait(wait if retry is None else min(wait, retry + 0.01))

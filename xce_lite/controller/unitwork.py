@@ -58,6 +58,9 @@ class Units:
         self.to_launch: list[str] = []  # units to send to their hosts
         self.stops: list[tuple[str, str, str]] = []  # (host, unit, reason) to signal TERM
         self.forgets: dict[str, list[str]] = defaultdict(list)  # host -> units it may drop
+        # launches sent whose replies are not collected yet: while any are, `serve` sleeps START_WAIT at
+        # most, since replies that only say the units run do not wake the tick (quiet_launch)
+        self.replies_due = 0
 
     def launch_later(self, units: tuple[str, ...]) -> None:
         """Dispatched units, sent to their hosts by the next `act`. Holds the lock."""
@@ -94,6 +97,7 @@ class Units:
                 if isinstance(event, UnitFinished):
                     self.unit_finished(event.host, event.unit, event.result, now)
                 elif isinstance(event, UnitsLaunched):
+                    self.replies_due = max(0, self.replies_due - 1)
                     self._launched(event, now)
                 elif isinstance(event, HostUp):
                     self._host_up(event, now)
@@ -238,6 +242,7 @@ class Units:
         if down.generation < self.state.generation.get(down.host, 0):
             return  # about a connection older than the one that is up
         name = down.host
+        self.replies_due = 0  # a launch lost with its host is never answered (others' wait for the tick's period)
         if self.state.host_state.get(name) == HOST_OK:
             self.log(f"host {name}: agent lost ({down.why}); reconnecting")
         elif self.state.down_why.get(name) != down.why:
@@ -371,6 +376,7 @@ class Units:
                 if host is None:
                     raise errors.HostUnreachable(f"host {name} is not connected")
                 host.launch_nowait(requests)  # replies come back as an UnitsLaunched event
+                self.replies_due += 1
             except errors.HostUnreachable as err:
                 self.log(f"host {name}: launch failed, will retry when it is back: {err}")
                 with self.state.mu:
@@ -379,3 +385,11 @@ class Units:
                         if job is not None and job.status[index] == SENT:
                             job.status[index] = NEW
 
+
+def quiet_launch(event: object) -> bool:
+    """Whether a host event needs no tick at once: a launch's replies that only say its units run
+    (no refusal, no failure). Their starts are stored with the next commit anyway (core's
+    `_starts_wait`); a short job's end, which follows within milliseconds, wakes the tick for both,
+    and `serve` sleeps no longer than START_WAIT while such replies are due (Units.replies_due)."""
+    return isinstance(event, UnitsLaunched) and not event.failed and event.error is None and all(
+        reply.status in ("started", "running") for reply in event.replies)
