@@ -7,7 +7,7 @@ the tick (they are counted due, which bounds `serve`'s sleep)."""
 from __future__ import annotations
 
 from tests.support.inproc import InProc
-from xce_lite.controller import core
+from xce_lite.controller import start_wait
 from xce_lite.controller.invariants import check_invariants
 from xce_lite.controller.unitwork import quiet_launch
 from xce_lite.exec.host import LaunchReply, UnitsLaunched
@@ -87,7 +87,7 @@ def test_a_long_jobs_start_is_stored_within_the_wait_and_faults_in_sequence_lose
         assert seen[-1][0] == "RUN"
         # stored RUN no later than START_WAIT after memory had it RUN (steps of 0.01 s)
         first_run = next(i for i, (_stored, live) in enumerate(seen) if live == "RUN")
-        assert len(seen) - 1 - first_run <= round(core.START_WAIT / 0.01) + 1
+        assert len(seen) - 1 - first_run <= round(start_wait.START_WAIT / 0.01) + 1
         # faults in sequence: the first host lost, a restart with the other's start maybe waiting, back
         p.drop("h1")
         p.step(0.01)

@@ -16,15 +16,12 @@ Its tick is a short list of named steps, with one commit at most (and retention'
                fed with what changed in the pending set since the last session);
 6. intent    - ONE durable commit of everything learned and decided: starts, finishes, requeues
                (a failed attempt with retries left is requeued, not finished), cancels, each
-               dispatch as DISP with its deterministic unit names, changed pend reasons; starts
-               alone wait a little for a commit to join (`_starts_wait`);
+               dispatch as DISP with its deterministic unit names, changed pend reasons;
 7. act       - renew the hosts' leases (stored, then sent: leasework.py), forget the units whose
                results are stored, stop the units of jobs that ended or were requeued (they
                hold their resources, "draining", until their host says they ended), and
-               launch (first: a freed slot's next job is the latency that matters) one unit per
-               host of each dispatched job. Launch replies are collected by a later tick: those
-               that only say the units run do not wake it (unitwork.quiet_launch), and `serve`
-               sleeps START_WAIT at most while they are due;
+               launch (first) one unit per host of each dispatched job. Starts alone, and launch
+               replies that only say the units run, wait for a later commit (start_wait.py);
 8. retain    - at most one bounded batch of old finished jobs into the archive (retention.py).
 
 A job placed on several hosts has a unit on each (jobunits.py): the first runs its command, the
@@ -175,7 +172,6 @@ class Controller:
         self.flows = FlowRoutes(state, self.store, self._clock, self.metrics, self.gating, self.submitting)
         self._hosts_view = HostViews()  # what each host has free, rebuilt for the hosts that changed
         self._scheduler = seams.scheduler_factory()
-        self._starts_since: float | None = None  # when the starts not stored yet first waited (_starts_wait)
         self._server: ApiServer | None = None
         self._retention = Retention(self.log, self.state.wake.set)  # step 8 of the tick
         self._failed = False  # stopped on a fault (faults.py): its record stays for the next start
@@ -219,11 +215,7 @@ class Controller:
                 self.log(f"note: the previous run stopped on a fault: {self.fault_record.previous['why']}")
             while not self._stopping.is_set():
                 retry = self.commits.wait()
-                wait = min(self.state.config.controller.tick, self.leases.wait())
-                if self.units.replies_due:  # launch replies do not wake the tick (quiet_launch): not longer
-                    wait = min(wait, START_WAIT)
-                if self._starts_since is not None:  # starts waiting for a commit to join: not longer
-                    wait = max(0.0, min(wait, self._starts_since + START_WAIT - self._clock.time()))
+                wait = self.units.starts.sleep(min(self.state.config.controller.tick, self.leases.wait()), self.units)
                 self.state.wake.wait(wait if retry is None else min(wait, retry + 0.01))
                 self.state.wake.clear()
                 if not self._stopping.is_set():
@@ -309,11 +301,7 @@ class Controller:
             plans = self.dispatching.plans(decisions) if decisions is not None else []
             reasons = self.dispatching.reasons_to_store(decisions, now)
             alone = not (finishing or plans or reasons or requeues or cancels or events)
-            if started and alone and self._starts_wait(started, now):  # no commit now: they join the next
-                with self.state.mu:  # for the commit of their ends, or of a dispatch (_starts_wait)
-                    self.state.unrecorded_started[:0] = started
-                started = []
-                self.commits.in_commit = 0
+            started = self.units.starts.held_back(started, alone, now, self.state)  # [] if they wait (start_wait.py)
             writes = TickWrites(now, finishing, started, plans, reasons, requeues, cancels, events)
             record = self.store.record_tick(writes) if writes else None
             if not writes and self.commits.problem is not None:
@@ -326,8 +314,6 @@ class Controller:
             self.kills.deliver()
             self._renew_leases()  # a busy or full store must not make the hosts stop their jobs
             return
-        if started:
-            self._starts_since = None
         self.commits.in_commit = 0
         self.commits.done()
         if record is not None:
@@ -336,8 +322,7 @@ class Controller:
         self.units.act()
         busy = bool(finishing or started or plans or requeues or cancels)
         self._retention.step(self.store, self.state.config.controller, now, busy)
-        if self.state.unrecorded or self.state.unrecorded_requeues or (
-                self.state.unrecorded_started and self._starts_since is None):
+        if self.state.unrecorded or self.state.unrecorded_requeues:  # (starts: start_wait.py)
             self.state.wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
         self.metrics.observe("tick", time.monotonic() - began)  # metrics:
 
@@ -359,17 +344,6 @@ class Controller:
 
     def _shared_free(self, closing: AbstractSet[int] = frozenset()) -> FrozenMap:
         return self.state.active.shared_free(self.state.config.shared, closing)
-
-    def _starts_wait(self, started: list[tuple[int, float]], now: float) -> bool:
-        """Whether starts, the only thing this tick would commit, may wait for the next commit. A
-        short job's end follows its start within milliseconds: one commit (its fsync) then stores
-        both, not one each. They wait while the latest started less than START_WAIT ago (by its
-        host's clock) and for START_WAIT at most since they first waited (by ours): `serve` wakes
-        the tick by then. Nothing depends on a start being stored (memory has the job RUN; a
-        restart adopts a DISP job whose unit runs), so a crash meanwhile loses nothing."""
-        if self._starts_since is None:
-            self._starts_since = now
-        return now - self._starts_since < START_WAIT and now - max(t for _i, t in started) < START_WAIT
 
     def _schedule(self, hosts: tuple[HostView, ...], shared, now: float,
                   closing: AbstractSet[int] = frozenset()) -> Decisions | None:
@@ -394,9 +368,6 @@ class Controller:
             self.state.dirty = True
             self.state.wake.set()
         return decisions
-
-
-START_WAIT = 0.05  # seconds a start alone may wait for a commit to join (_starts_wait)
 
 
 def _still_runs(job: Active, index: int) -> bool:

@@ -35,6 +35,7 @@ from xce_lite.controller.kills import killed_reason, on_lost
 from xce_lite.controller.leasework import HostLeases
 from xce_lite.controller.outcomes import finish_from_result, retry_of
 from xce_lite.controller.seams import Clock
+from xce_lite.controller.start_wait import StartWaits
 from xce_lite.controller.state import ENDED, NEW, RUNNING, SENT, Active, ControllerState, Draining
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.exec.host import JobResult, LaunchRequested, TaskFinished, UnitFinished, UnitsLaunched
@@ -61,6 +62,7 @@ class Units:
         # launches sent whose replies are not collected yet: while any are, `serve` sleeps START_WAIT at
         # most, since replies that only say the units run do not wake the tick (quiet_launch)
         self.replies_due = 0
+        self.starts = StartWaits(clock)  # starts that wait for a commit to join: the tick's (start_wait.py)
 
     def launch_later(self, units: tuple[str, ...]) -> None:
         """Dispatched units, sent to their hosts by the next `act`. Holds the lock."""
