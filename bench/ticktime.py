@@ -45,28 +45,29 @@ sys.path.insert(0, str(HERE))
 
 WHAT_IFS = ("normal", "inproc", "asyncforget", "lean", "budget", "shmspool", "groupcommit")
 
-_stats: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+_stats: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])  # calls, wall s, the thread's CPU s
 _stats_lock = threading.Lock()
 
 
 def _timed(name: str, fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             return fn(*args, **kwargs)
         finally:
-            dt = time.perf_counter() - t0
+            dt, dc = time.perf_counter() - t0, time.thread_time() - c0
             with _stats_lock:
                 entry = _stats[name]
                 entry[0] += 1
                 entry[1] += dt
+                entry[2] += dc
     return wrapper
 
 
 def _instrument(what_if: set[str]) -> None:
     from xce_lite.controller import core as ctl
-    from xce_lite.controller import dispatching, gating, leasework, unitwork
+    from xce_lite.controller import dispatching, gating, leasework, sched_worker, unitwork
     from xce_lite.exec import agentops
     from xce_lite.store import db, jobs
 
@@ -74,19 +75,20 @@ def _instrument(what_if: set[str]) -> None:
     # JobStore._write's calls are the store's transactions (its time means nothing: it opens one).
     for cls, label, meths in (
             (ctl.Controller, "Controller", ("tick", "_schedule", "_hosts_now")),
+            (sched_worker.SchedulerProcess, "SchedulerProcess", ("send", "receive")),
             (unitwork.Units, "Units", ("collect", "expire_lost_hosts", "act", "_launch")),
             (gating.Gating, "Gating", ("step",)),
             (leasework.HostLeases, "HostLeases", ("renew",)),
             (dispatching.Dispatching, "Dispatching", ("plans", "reasons_to_store", "apply")),
             (jobs.JobStore, "JobStore", ("submit", "finish", "dispatch", "started", "set_pend_reasons", "jobs",
                                          "record_tick", "set_host_leases", "record_event", "set_meta", "_write")),
-            (agentops.AgentOps, "host", ("launch", "forget"))):
+            (agentops.AgentOps, "host", ("launch", "launch_nowait", "forget"))):
         for meth in meths:
             fn = getattr(cls, meth, None)
             if fn is None:
                 print(f"ticktime: {label}.{meth} no longer exists; not timed", file=sys.stderr)
                 continue
-            name = f"host.{meth} (agent round trip)" if label == "host" else f"{label}.{meth}"
+            name = f"host.{meth} (agent: sent, or a round trip)" if label == "host" else f"{label}.{meth}"
             setattr(cls, meth, _timed(name, fn))
 
     if "normal" in what_if:
@@ -314,9 +316,12 @@ def drive(args) -> None:
     print(f"  {ticks} ticks (+10 warm-up jobs and the idle ticks are included in the counts below)")
     if path:
         print("  one job's path, medians over the run (ms): " + "; ".join(f"{k} {v:.2f}" for k, v in path.items()))
-    print(f"  {'step':44} {'calls':>6} {'total s':>8} {'% wall':>7} {'ms/call':>8}")
-    for name, (calls, total) in sorted(stats.items(), key=lambda kv: -kv[1][1]):
-        print(f"  {name:44} {calls:6d} {total:8.2f} {100 * total / wall:6.1f}% {1000 * total / max(calls, 1):8.2f}")
+    # CPU: the calling thread's own (time.thread_time), which a busy machine's other processes do not move
+    print(f"  {'step':44} {'calls':>6} {'total s':>8} {'% wall':>7} {'ms/call':>8} {'CPU ms/call':>12}")
+    for name, (calls, total, *cpu) in sorted(stats.items(), key=lambda kv: -kv[1][1]):
+        per_cpu = f"{1000 * cpu[0] / max(calls, 1):12.3f}" if cpu else ""
+        print(f"  {name:44} {calls:6d} {total:8.2f} {100 * total / wall:6.1f}% {1000 * total / max(calls, 1):8.2f}"
+              f" {per_cpu}")
 
 
 def main() -> int:

@@ -20,8 +20,8 @@ Its tick is a short list of named steps, with one commit at most (and retention'
 7. act       - renew the hosts' leases (stored, then sent: leasework.py), forget the units whose
                results are stored, stop the units of jobs that ended or were requeued (they
                hold their resources, "draining", until their host says they ended), and
-               launch: one unit per host of each dispatched job. Launch replies are stored by
-               the next tick;
+               launch (first) one unit per host of each dispatched job. Starts alone, and launch
+               replies that only say the units run, wait for a later commit (start_wait.py);
 8. retain    - at most one bounded batch of old finished jobs into the archive (retention.py).
 
 A job placed on several hosts has a unit on each (jobunits.py): the first runs its command, the
@@ -90,7 +90,7 @@ from xce_lite.controller.state import ControllerState
 from xce_lite.controller.shared import Access, Handler, socket_mode, store_refusal
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.state import RUNNING, SENT, Active
-from xce_lite.controller.unitwork import Units
+from xce_lite.controller.unitwork import Units, quiet_launch
 from xce_lite.exec.host import HostEvent
 from xce_lite.home.paths import PRIVATE_UMASK, Home
 from xce_lite.models import Job, JobSpec
@@ -133,7 +133,7 @@ class Controller:
         self.started_at = self._clock.time()
         self.metrics = Registry()  # metrics: counters and durations for /metrics
         self._stopping = threading.Event()
-        self._events: queue.Queue[HostEvent] = WakingQueue(self.state.wake)
+        self._events: queue.Queue[HostEvent] = WakingQueue(self.state.wake, quiet_launch)  # Units.replies_due
         self.gating = Gating(self.state, self.store, self.pending_job)  # dependencies, arrays, job references
         self.access = Access(self.state, self.store, self.gating.expand_refs)  # shared.py: who may do what
         self.commits = StoreRetry(self.store, self._clock, self.log)  # the store-commit retry state
@@ -215,7 +215,7 @@ class Controller:
                 self.log(f"note: the previous run stopped on a fault: {self.fault_record.previous['why']}")
             while not self._stopping.is_set():
                 retry = self.commits.wait()
-                wait = min(self.state.config.controller.tick, self.leases.wait())
+                wait = self.units.starts.sleep(min(self.state.config.controller.tick, self.leases.wait()), self.units)
                 self.state.wake.wait(wait if retry is None else min(wait, retry + 0.01))
                 self.state.wake.clear()
                 if not self._stopping.is_set():
@@ -300,6 +300,8 @@ class Controller:
             decisions = self.pool_views.reasons(session)
             plans = self.dispatching.plans(decisions) if decisions is not None else []
             reasons = self.dispatching.reasons_to_store(decisions, now)
+            alone = not (finishing or plans or reasons or requeues or cancels or events)
+            started = self.units.starts.held_back(started, alone, now, self.state)  # [] if they wait (start_wait.py)
             writes = TickWrites(now, finishing, started, plans, reasons, requeues, cancels, events)
             record = self.store.record_tick(writes) if writes else None
             if not writes and self.commits.problem is not None:
@@ -320,7 +322,7 @@ class Controller:
         self.units.act()
         busy = bool(finishing or started or plans or requeues or cancels)
         self._retention.step(self.store, self.state.config.controller, now, busy)
-        if self.state.unrecorded or self.state.unrecorded_started or self.state.unrecorded_requeues:
+        if self.state.unrecorded or self.state.unrecorded_requeues:  # (starts: start_wait.py)
             self.state.wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
         self.metrics.observe("tick", time.monotonic() - began)  # metrics:
 

@@ -56,15 +56,18 @@ class FakeClock:
 
 
 class WakingQueue(queue.Queue):
-    """The controller's event queue: host events wake the tick as they arrive."""
+    """The controller's event queue: host events wake the tick as they arrive, but those `quiet`
+    says need no tick at once (they wait for the next one, which the caller bounds)."""
 
-    def __init__(self, wake: threading.Event):
+    def __init__(self, wake: threading.Event, quiet: Callable[[Any], bool] | None = None):
         super().__init__()
         self._wake = wake
+        self._quiet = quiet
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         super().put(item, block, timeout)
-        self._wake.set()
+        if self._quiet is None or not self._quiet(item):
+            self._wake.set()
 
 
 def real_host_factory(host: Any, config: Any, home: Any) -> Callable[[], Any]:

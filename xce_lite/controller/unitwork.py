@@ -35,6 +35,7 @@ from xce_lite.controller.kills import killed_reason, on_lost
 from xce_lite.controller.leasework import HostLeases
 from xce_lite.controller.outcomes import finish_from_result, retry_of
 from xce_lite.controller.seams import Clock
+from xce_lite.controller.start_wait import StartWaits
 from xce_lite.controller.state import ENDED, NEW, RUNNING, SENT, Active, ControllerState, Draining
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.exec.host import JobResult, LaunchRequested, TaskFinished, UnitFinished, UnitsLaunched
@@ -58,6 +59,10 @@ class Units:
         self.to_launch: list[str] = []  # units to send to their hosts
         self.stops: list[tuple[str, str, str]] = []  # (host, unit, reason) to signal TERM
         self.forgets: dict[str, list[str]] = defaultdict(list)  # host -> units it may drop
+        # launches sent whose replies are not collected yet: while any are, `serve` sleeps START_WAIT at
+        # most, since replies that only say the units run do not wake the tick (quiet_launch)
+        self.replies_due = 0
+        self.starts = StartWaits(clock)  # starts that wait for a commit to join: the tick's (start_wait.py)
 
     def launch_later(self, units: tuple[str, ...]) -> None:
         """Dispatched units, sent to their hosts by the next `act`. Holds the lock."""
@@ -94,6 +99,7 @@ class Units:
                 if isinstance(event, UnitFinished):
                     self.unit_finished(event.host, event.unit, event.result, now)
                 elif isinstance(event, UnitsLaunched):
+                    self.replies_due = max(0, self.replies_due - 1)
                     self._launched(event, now)
                 elif isinstance(event, HostUp):
                     self._host_up(event, now)
@@ -238,6 +244,7 @@ class Units:
         if down.generation < self.state.generation.get(down.host, 0):
             return  # about a connection older than the one that is up
         name = down.host
+        self.replies_due = 0  # a launch lost with its host is never answered (others' wait for the tick's period)
         if self.state.host_state.get(name) == HOST_OK:
             self.log(f"host {name}: agent lost ({down.why}); reconnecting")
         elif self.state.down_why.get(name) != down.why:
@@ -299,11 +306,15 @@ class Units:
             self.to_launch = [u for u in self.to_launch if u not in job.units]
 
     def act(self) -> None:
-        """After the commit: forget, stop, launch, deliver kills (round trips, outside the lock)."""
+        """After the commit: launch, forget, stop, deliver kills (round trips, outside the lock). A
+        launch never names a unit forgotten here (a new attempt has new unit names), so the order
+        is free: launches go first, the latency that matters."""
         with self.state.mu:
             forgets, self.forgets = self.forgets, defaultdict(list)
             stops, self.stops = self.stops, []
             launch, self.to_launch = self.to_launch, []
+        if launch:  # first: a freed slot's next job is on its way before the rest is written
+            self._launch(launch)
         for name, units in forgets.items():
             host = self.state.hosts.get(name)
             if host is not None and units:
@@ -317,8 +328,6 @@ class Units:
                 continue  # out of reach: stopped when it lists the unit again
             # on the host's worker (hostops.py): a host that does not answer holds up no tick
             self.hostops.signal(name, self.state.generation.get(name, 0), host, unit, "TERM", reason)
-        if launch:
-            self._launch(launch)
         self.launches.send()
         if self.kills:
             self.kills.deliver()
@@ -369,6 +378,7 @@ class Units:
                 if host is None:
                     raise errors.HostUnreachable(f"host {name} is not connected")
                 host.launch_nowait(requests)  # replies come back as an UnitsLaunched event
+                self.replies_due += 1
             except errors.HostUnreachable as err:
                 self.log(f"host {name}: launch failed, will retry when it is back: {err}")
                 with self.state.mu:
@@ -377,3 +387,11 @@ class Units:
                         if job is not None and job.status[index] == SENT:
                             job.status[index] = NEW
 
+
+def quiet_launch(event: object) -> bool:
+    """Whether a host event needs no tick at once: a launch's replies that only say its units run
+    (no refusal, no failure). Their starts are stored with the next commit anyway (core's
+    `_starts_wait`); a short job's end, which follows within milliseconds, wakes the tick for both,
+    and `serve` sleeps no longer than START_WAIT while such replies are due (Units.replies_due)."""
+    return isinstance(event, UnitsLaunched) and not event.failed and event.error is None and all(
+        reply.status in ("started", "running") for reply in event.replies)
