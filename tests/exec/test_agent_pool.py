@@ -190,3 +190,20 @@ def test_a_worker_keeps_the_journal_open_unlocked_between_jobs_and_follows_compa
     agent.launch(unit("last", ["true"], tmp_path))
     assert agent.finished("last")["exit_code"] == 0
     assert journal(spool)["last"]["pid"] != worker
+
+
+def test_a_job_that_puts_a_symlink_in_place_of_its_host_dir_removes_nothing_through_it(agents, spool, tmp_path):
+    """The host directory goes through the directory itself: a job that swapped it for a symlink to
+    another directory holding a `hostfile` leaves that file alone (and the job's own directory,
+    moved aside, is its to keep)."""
+    agent = agents()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "hostfile").write_text("not the job's\n")
+    swap = ("import os; d = os.environ['XCE_JOB_HOST_DIR']; os.rename(d, d + '.moved');"
+            f" os.symlink({str(elsewhere)!r}, d)")
+    agent.launch(unit("swapper", py(swap), tmp_path, hostfile="h1 slots=1\n"))
+    assert agent.finished("swapper")["exit_code"] == 0
+    assert (elsewhere / "hostfile").read_text() == "not the job's\n"
+    assert (spool / "units" / "swapper.moved").is_dir()  # the job's own, moved aside by it
+    assert not (spool / "units" / "swapper").exists() and not (spool / "units" / "swapper").is_symlink()

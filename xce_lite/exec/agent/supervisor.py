@@ -68,7 +68,12 @@ def remove_host_dir(spec: dict) -> None:
     if spec.get("user") is None:
         try:
             if spec.get("hostfile") is not None:
-                os.unlink(os.path.join(path, "hostfile"))
+                # through the directory itself, never a symlink the job may have put in its place
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    os.unlink("hostfile", dir_fd=fd)
+                finally:
+                    os.close(fd)
             os.rmdir(path)
             return
         except OSError:

@@ -139,7 +139,14 @@ def read_json(path: str) -> Any:
 
 
 def remove_tree(path: str) -> None:
-    """rm -rf `path`, never following a symlink; what cannot be removed stays (it is only clean-up)."""
+    """rm -rf `path`, never following a symlink (`path` itself one included: it is unlinked, what it
+    names is left alone); what cannot be removed stays (it is only clean-up)."""
+    if os.path.islink(path):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return
     try:
         entries = os.scandir(path)
     except FileNotFoundError:
