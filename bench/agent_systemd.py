@@ -41,6 +41,8 @@ import time
 import uuid
 from pathlib import Path
 
+from remote_cpu import HostCpu
+
 from xce_lite import testhosts
 from xce_lite.exec import bundle
 from xce_lite.exec.agentops import AgentOps
@@ -64,19 +66,6 @@ while subprocess.run(["systemctl", "show", "-p", "NJobs", "--value"], capture_ou
     time.sleep(0.001)
 print(n / (time.perf_counter() - started))
 """
-
-
-class HostCpu:
-    """CPU seconds used so far by everything in a test host: its cpuacct cgroup on this machine."""
-
-    def __init__(self, host: testhosts.TestHost):
-        line = next(x for x in Path(f"/proc/{host.pid}/cgroup").read_text().splitlines()
-                    if "cpuacct" in x.split(":")[1].split(","))
-        controllers, path = line.split(":")[1], line.split(":", 2)[2]
-        self.path = Path(f"/sys/fs/cgroup/{controllers}{path}/cpuacct.usage")
-
-    def __call__(self) -> float:
-        return int(self.path.read_text()) / 1e9
 
 
 def bare(host: testhosts.TestHost, units: int, k: int) -> float:

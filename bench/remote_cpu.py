@@ -48,6 +48,19 @@ class HostCgroupCpu:
             return None
 
 
+class HostCpu:
+    """CPU seconds so far of everything in one test host: its cpuacct cgroup on this machine."""
+
+    def __init__(self, host: testhosts.TestHost):
+        path = _cpuacct(host.pid)
+        if path is None:
+            raise RuntimeError(f"test host {host.name}: no cpuacct cgroup on this machine to read its CPU from")
+        self.path = path
+
+    def __call__(self) -> float:
+        return int(self.path.read_text()) / 1e9
+
+
 def _cpuacct(pid: int) -> Path | None:
     try:
         line = next(x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines()

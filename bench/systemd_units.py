@@ -31,6 +31,8 @@ from pathlib import Path
 ROOT = str(Path(__file__).resolve().parents[1])
 sys.path.insert(0, ROOT)
 
+from remote_cpu import HostCpu
+
 from xce_lite import testhosts
 
 PY = "/usr/bin/python3"
@@ -83,19 +85,6 @@ for i in range(n):
                 gone, missed = True, missed + 1
 print(json.dumps({"wall": (time.perf_counter() - t) / n, "pid1": (pid1_cpu() - cpu) / n, "missed": missed}))
 """
-
-
-class HostCpu:
-    """CPU seconds so far of everything in the test host: its cpuacct cgroup on this machine."""
-
-    def __init__(self, host: testhosts.TestHost):
-        line = next(x for x in Path(f"/proc/{host.pid}/cgroup").read_text().splitlines()
-                    if "cpuacct" in x.split(":")[1].split(","))
-        controllers, path = line.split(":")[1], line.split(":", 2)[2]
-        self.path = Path(f"/sys/fs/cgroup/{controllers}{path}/cpuacct.usage")
-
-    def __call__(self) -> float:
-        return int(self.path.read_text()) / 1e9
 
 
 def one(host: testhosts.TestHost, cpu: HostCpu, variant: str, units: int) -> dict:
