@@ -11,6 +11,7 @@ from xce_lite.controller import start_wait
 from xce_lite.controller.invariants import check_invariants
 from xce_lite.controller.unitwork import quiet_launch
 from xce_lite.exec.host import LaunchReply, UnitsLaunched
+from xce_lite.exec.link import HostDown
 
 
 def _first_running(p: InProc, first: int, second: int) -> None:
@@ -129,9 +130,9 @@ def test_launch_replies_that_only_say_units_run_do_not_wake_the_tick_and_are_cou
             if woke:
                 break
         assert woke == [("UnitsLaunched", False)]  # started: no wake
-        assert units.replies_due == 1  # serve sleeps START_WAIT at most meanwhile
+        assert units.replies_due == {"h1": 1}  # serve sleeps START_WAIT at most meanwhile
         p.step(0.2)
-        assert units.replies_due == 0 and p.job(job).state == "RUN"
+        assert units.replies_due == {} and p.job(job).state == "RUN"
         # a refusal or a failure wakes it at once
         for event in (UnitsLaunched("h1", (LaunchReply("u", "refused", None, "no"),)),
                       UnitsLaunched("h1", (), ("u",), "channel lost")):
@@ -139,3 +140,22 @@ def test_launch_replies_that_only_say_units_run_do_not_wake_the_tick_and_are_cou
         assert quiet_launch(UnitsLaunched("h1", (LaunchReply("u", "running", 1.0),)))
     finally:
         p.close()
+
+
+def test_a_host_lost_forgets_only_its_own_launches_due():
+    """Launches due on a healthy host keep serve's short sleep when another host is lost (or fails
+    to reconnect, again and again): each host's unanswered launches are counted apart."""
+    p = InProc(hosts=("h1", "h2"), slots=1)
+    try:
+        units = p.ctl.units
+        units.replies_due.update(h1=2, h2=1)
+        with p.ctl.state.mu:
+            for _ in range(2):
+                units._host_down(HostDown("h2", "connection refused", p.ctl.state.generation.get("h2", 0)), 0.0)
+        assert units.replies_due == {"h1": 2}
+        units._answered("h1")
+        units._answered("h1")
+        assert units.replies_due == {}
+    finally:
+        p.close()
+

@@ -61,7 +61,7 @@ class Units:
         self.forgets: dict[str, list[str]] = defaultdict(list)  # host -> units it may drop
         # launches sent whose replies are not collected yet: while any are, `serve` sleeps START_WAIT at
         # most, since replies that only say the units run do not wake the tick (quiet_launch)
-        self.replies_due = 0
+        self.replies_due: dict[str, int] = {}  # per host: launches sent, not answered yet
         self.starts = StartWaits(clock)  # starts that wait for a commit to join: the tick's (start_wait.py)
 
     def launch_later(self, units: tuple[str, ...]) -> None:
@@ -99,7 +99,7 @@ class Units:
                 if isinstance(event, UnitFinished):
                     self.unit_finished(event.host, event.unit, event.result, now)
                 elif isinstance(event, UnitsLaunched):
-                    self.replies_due = max(0, self.replies_due - 1)
+                    self._answered(event.host)
                     self._launched(event, now)
                 elif isinstance(event, HostUp):
                     self._host_up(event, now)
@@ -240,11 +240,15 @@ class Units:
         self.log(f"host {name}: agent up ({up.probe.cpus} cpus, {len(up.units)} units listed"
                  + (f", {len(seen.stale)} stale stopped" if seen.stale else "") + ")")
 
+    def _answered(self, host: str) -> None:
+        if (left := self.replies_due.pop(host, 0) - 1) > 0:
+            self.replies_due[host] = left
+
     def _host_down(self, down: HostDown, now: float) -> None:
         if down.generation < self.state.generation.get(down.host, 0):
             return  # about a connection older than the one that is up
         name = down.host
-        self.replies_due = 0  # a launch lost with its host is never answered (others' wait for the tick's period)
+        self.replies_due.pop(name, None)  # its launches lost with it are never answered; other hosts' still are
         if self.state.host_state.get(name) == HOST_OK:
             self.log(f"host {name}: agent lost ({down.why}); reconnecting")
         elif self.state.down_why.get(name) != down.why:
@@ -378,7 +382,7 @@ class Units:
                 if host is None:
                     raise errors.HostUnreachable(f"host {name} is not connected")
                 host.launch_nowait(requests)  # replies come back as an UnitsLaunched event
-                self.replies_due += 1
+                self.replies_due[name] = self.replies_due.get(name, 0) + 1
             except errors.HostUnreachable as err:
                 self.log(f"host {name}: launch failed, will retry when it is back: {err}")
                 with self.state.mu:
@@ -389,9 +393,8 @@ class Units:
 
 
 def quiet_launch(event: object) -> bool:
-    """Whether a host event needs no tick at once: a launch's replies that only say its units run
-    (no refusal, no failure). Their starts are stored with the next commit anyway (core's
-    `_starts_wait`); a short job's end, which follows within milliseconds, wakes the tick for both,
-    and `serve` sleeps no longer than START_WAIT while such replies are due (Units.replies_due)."""
+    """Whether a host event needs no tick at once: a launch's replies that only say its units run (no
+    refusal, no failure). Their starts go with the next commit (StartWaits.held_back); a short job's
+    end wakes the tick for both; `serve` sleeps START_WAIT at most while replies are due (replies_due)."""
     return isinstance(event, UnitsLaunched) and not event.failed and event.error is None and all(
         reply.status in ("started", "running") for reply in event.replies)
