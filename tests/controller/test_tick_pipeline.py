@@ -6,6 +6,9 @@ the tick (they are counted due, which bounds `serve`'s sleep)."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 from tests.support.inproc import InProc
 from xce_lite.controller import start_wait
 from xce_lite.controller.invariants import check_invariants
@@ -159,3 +162,39 @@ def test_a_host_lost_forgets_only_its_own_launches_due():
     finally:
         p.close()
 
+
+
+def test_a_suspend_while_a_start_waits_for_its_commit_has_it_stored_and_suspends_the_job():
+    """`xce stop` in the moment a job runs but its start waits to share a commit (store: DISP) is
+    not refused as "not running": the start is stored at once (no clock moves here: only the
+    request's wake-up can store it) and the job is suspended."""
+    p = InProc(hosts=("h1",), slots=1)
+    try:
+        p.step(0.1)
+        job = p.submit(runtime=30)
+        for _ in range(20):
+            p.step(0.01)
+            if p.ctl.state.unrecorded_started:
+                break
+        assert p.job(job).state == "DISP" and [i for i, _t in p.ctl.state.unrecorded_started] == [job]
+        done = threading.Event()
+
+        def tick_while_asked() -> None:  # the tick's thread, its clock standing still
+            while not done.is_set():
+                if p.ctl.state.wake.is_set():
+                    p.step(0.0)
+                time.sleep(0.001)
+
+        ticker = threading.Thread(target=tick_while_asked)
+        ticker.start()
+        try:
+            reply = p.ctl.actions.api_suspend(p.caller(), {}, {"ids": [str(job)]})["results"][0]
+        finally:
+            done.set()
+            ticker.join()
+        assert reply["ok"], reply
+        assert p.job(job).state == "USUSP"
+        kinds = [kind for _t, kind, _d in p.ctl.store.events(job)]
+        assert kinds[-2:] == ["started", "suspended"]
+    finally:
+        p.close()

@@ -3,8 +3,10 @@
 A short job's end follows its start within milliseconds, so a start alone is not committed at once
 (an fsync each) but with the next commit (its job's end, a dispatch), within START_WAIT. Nothing
 depends on a start being stored: memory has the job RUN, and a restart adopts a DISP job whose unit
-runs, so a crash meanwhile loses nothing. Launch replies that only say the units run do not wake the
-tick either (unitwork.quiet_launch): while a launch is unanswered, `serve` sleeps START_WAIT at most.
+runs, so a crash meanwhile loses nothing. A request that needs the start stored (a suspend: it moves
+RUN to USUSP) sets `state.store_starts_now`, wakes the tick, and reads the job again. Launch
+replies that only say the units run do not wake the tick either (unitwork.quiet_launch): while a
+launch is unanswered, `serve` sleeps START_WAIT at most.
 """
 
 from __future__ import annotations
@@ -35,11 +37,12 @@ class StartWaits:
         commit puts them back too; they wait afresh, the store's retry bounds that."""
         if not started:
             return started
-        if alone and self.wait(started, now):
+        if alone and not state.store_starts_now and self.wait(started, now):
             with state.mu:
                 state.unrecorded_started[:0] = started
             return []
         self.since = None
+        state.store_starts_now = False
         return started
 
     def sleep(self, wait: float, units: Any) -> float:

@@ -129,6 +129,7 @@ class ControllerState:
     # learned since the last commit, stored by the next tick
     unrecorded: list[tuple[Finish, str]] = field(default_factory=list)  # (finish, event kind)
     unrecorded_started: list[tuple[int, float]] = field(default_factory=list)
+    store_starts_now: bool = False  # a request reads a start: the next tick commits starts at once (start_wait.py)
     unrecorded_requeues: list[Requeue] = field(default_factory=list)
     # (job id, kind, data) of units that ended after their job: stored by the tick's commit, before
     # the hosts may forget them

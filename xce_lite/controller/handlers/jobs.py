@@ -15,6 +15,7 @@ submit time, and its next dispatch is a new attempt.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -210,6 +211,7 @@ class JobActions:
         keeps counting while a job is suspended."""
         results: list[dict] = []
         for job in (j for _label, jobs, _whole in self.owned_refs(caller, body) for j in jobs):
+            job = self._start_stored(job) if job.state == DISP and event == "suspended" else job
             target = _next_or_refuse(job, event, results)
             if target is None:
                 continue
@@ -234,6 +236,24 @@ class JobActions:
             results.append({"id": job.id, "ok": bool(moved), "message": f"Job <{job.id}> is {event}" if moved
                             else f"Job <{job.id}> changed meanwhile; look again with `xce jobs {job.id}`"})
         return {"results": results}
+
+
+    def _start_stored(self, job: Job, patience: float = 1.0) -> Job:
+        """`job` (DISP in the store) read again once its start is stored, if it was launched: a start
+        may wait up to START_WAIT to share a commit (start_wait.py), a moment a suspend must not see
+        as "not running". Wakes the tick to store it now; gives up after `patience` seconds."""
+        with self.state.mu:
+            if job.id not in self.state.active:
+                return job
+            self.state.store_starts_now = True
+        self.state.wake.set()
+        deadline = time.monotonic() + patience
+        while time.monotonic() < deadline:
+            again = self.store.get(job.id)
+            if again is None or again.state != DISP:
+                return again or job
+            time.sleep(0.005)
+        return job
 
 
 def _next_or_refuse(job: Job, event: str, results: list[dict]) -> str | None:
