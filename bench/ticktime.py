@@ -103,23 +103,20 @@ def _instrument(what_if: set[str]) -> None:
         db.connect = connect
         jobs.connect = connect
     if "inproc" in what_if or "lean" in what_if:
-        ctl.schedule = _timed("sched.core.schedule (in-process)", ctl.schedule)
+        # the controller's scheduler seam (seams._real_scheduler) takes SchedulerProcess from
+        # sched_worker when it is called: the in-process one, timed, in its place
+        from xce_lite.controller import sched_worker
 
-        def _schedule(self, snapshot):
-            return ctl.schedule(snapshot, self.config.controller.sched_budget)
+        class Inline(sched_worker.InlineScheduler):
+            def send(self, pending, base, budget):
+                if "lean" in what_if and not self._full and all(h.free.get("slots", 0) < 1 for h in base.hosts):
+                    self._skipped = True  # nothing can start: the reasons stay as they are
+                    self.skipped += 1
+                    return
+                super().send(pending, base, budget)
 
-        ctl.Controller._schedule = _timed("Controller._schedule", _schedule)
-    if "lean" in what_if:
-        from xce_lite.sched import core
-
-        real = core.schedule
-
-        def lean_schedule(snapshot, budget=1_000_000):
-            if all(h.free < 1 for h in snapshot.hosts):  # nothing can start: reasons are unchanged
-                return core.Decisions((), (), complete=True)
-            return real(snapshot, budget)
-
-        ctl.schedule = _timed("sched.core.schedule (in-process)", lean_schedule)
+        Inline.receive = _timed("sched.core.schedule (in-process)", Inline.receive)
+        sched_worker.SchedulerProcess = Inline
     if "groupcommit" in what_if:
         _group_commit(ctl, jobs)
     if "asyncforget" in what_if:
