@@ -226,3 +226,18 @@ def wait_idle(c: BenchCluster, timeout: float = 60.0) -> None:
             break
         time.sleep(0.05)
     time.sleep(0.3)
+
+
+def warm(c: BenchCluster, jobs: int = 20) -> None:
+    """Run `jobs` `true` jobs to the end on a started cluster, then let it settle a second: the
+    controller, its scheduler worker, the agent and its reused supervisors are up before a figure."""
+    client = c.client()
+    wait_done(client, client.post("/jobs", {"jobs": [c.spec(["true"])] * jobs})["ids"], time.monotonic() + 60)
+    time.sleep(1)
+
+
+def machine_busy_seconds() -> float:
+    """The whole machine's busy CPU time so far: /proc/stat's user, nice, system, irq and softirq."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = map(int, f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")

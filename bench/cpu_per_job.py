@@ -19,7 +19,6 @@ Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -27,12 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psutil
-from cluster import BenchCluster, wait_done
-
-
-def machine_busy_seconds() -> float:
-    user, nice, system, _idle, _iowait, irq, softirq = map(int, open("/proc/stat").readline().split()[1:8])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+from cluster import BenchCluster, machine_busy_seconds, wait_done, warm
 
 
 def cpu_seconds(process: psutil.Process) -> float:
@@ -71,9 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     c = BenchCluster(slots=2)
     c.start()
     try:
+        warm(c)
         client = c.client()
-        wait_done(client, client.post("/jobs", {"jobs": [c.spec(["true"])] * 20})["ids"], time.monotonic() + 60)
-        time.sleep(1)
         controller = psutil.Process(c.pid)
         # the controller's processes: it, its scheduler workers, the agent and its zygote; not the
         # supervisors (the zygote's children, some reused across runs, exec/agent/pool.py) nor jobs:

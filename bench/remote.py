@@ -43,8 +43,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from cluster import BenchCluster, is_agent, proc_status, wait_done, wait_idle
-from remote_cpu import HostCgroupCpu, agent_pids, cpu_seconds, machine_busy, named_pids
+from cluster import BenchCluster, is_agent, machine_busy_seconds, proc_status, wait_done, wait_idle
+from remote_cpu import HostCgroupCpu, agent_pids, cpu_seconds, named_pids
 from report import Report, remote_goals, section
 from stats import table
 
@@ -106,13 +106,13 @@ class Side:
         client = self.c.client()
         parties = self.parties()
         before = {k: cpu_seconds(v) for k, v in parties.items()}
-        host0, busy0 = self.host_cpu() if self.host_cpu else None, machine_busy()
+        host0, busy0 = self.host_cpu() if self.host_cpu else None, machine_busy_seconds()
         t0 = time.perf_counter()
         ids = client.post("/jobs", {"jobs": [self.c.spec(["true"])] * n})["ids"]
         reply = wait_done(client, ids, time.monotonic() + 900)
         wall = time.perf_counter() - t0
         out = {"rate": n / wall, "done": sum(1 for j in reply["jobs"] if j["state"] == "DONE") if reply else 0,
-               "machine_ms": (machine_busy() - busy0) / n * 1000,
+               "machine_ms": (machine_busy_seconds() - busy0) / n * 1000,
                **{f"{k}_ms": (cpu_seconds(v) - before[k]) / n * 1000 for k, v in parties.items()}}
         host1 = self.host_cpu() if self.host_cpu else None
         if host0 is not None and host1 is not None:
@@ -138,7 +138,7 @@ def cycle(client, ids: list[int]) -> dict:
 
 def floor(hosts: list[testhosts.TestHost], n: int) -> dict:
     """The bare systemd-run loop, n units on each host, all hosts at once: units/s together."""
-    host_cpu, busy0 = HostCgroupCpu(hosts), machine_busy()
+    host_cpu, busy0 = HostCgroupCpu(hosts), machine_busy_seconds()
     cpu0 = host_cpu()
 
     def one(host: testhosts.TestHost) -> float:
@@ -152,7 +152,7 @@ def floor(hosts: list[testhosts.TestHost], n: int) -> dict:
     wall = time.perf_counter() - t0
     total = n * len(hosts)
     out = {"rate": total / wall, "per_host": [n / w for w in walls], "done": total,
-           "machine_ms": (machine_busy() - busy0) / total * 1000}
+           "machine_ms": (machine_busy_seconds() - busy0) / total * 1000}
     cpu1 = host_cpu()
     if cpu0 is not None and cpu1 is not None:
         out["hosts_ms"] = (cpu1 - cpu0) / total * 1000

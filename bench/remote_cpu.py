@@ -25,12 +25,6 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def machine_busy() -> float:
-    with open("/proc/stat") as f:
-        user, nice, system, _idle, _iowait, irq, softirq = map(int, f.readline().split()[1:8])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
 class HostCgroupCpu:
     """CPU seconds so far of everything in a systemd test host (its cpuacct cgroup on this
     machine: PID 1, sshd, the agent, the units), or None where the host has none (plain hosts)."""

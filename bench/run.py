@@ -39,7 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from cluster import BenchCluster, is_agent, proc_status, pss, wait_done, wait_idle
+from cluster import BenchCluster, is_agent, machine_busy_seconds, proc_status, pss, wait_done, wait_idle
 from cli_start import bench_cli
 from floors import bench_hq, bench_xargs
 from remote import bench_remote
@@ -57,13 +57,6 @@ PEERS_RSS = "Slurm 48.6 MB (10k pending), HQ 41.6 MB (whole process)"
 # ---- 1 and 2: throughput ---------------------------------------------------------------------------
 
 
-
-
-def machine_busy_seconds() -> float:
-    """The whole machine's busy CPU time so far (as bench/cpu_per_job.py counts it)."""
-    with open("/proc/stat") as f:
-        user, nice, system, _idle, _iowait, irq, softirq = map(int, f.readline().split()[1:8])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def run_throughput_once(c: BenchCluster, n: int, kind: str) -> dict:

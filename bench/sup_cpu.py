@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psutil
-from cluster import BenchCluster, wait_done
+from cluster import BenchCluster, wait_done, warm
 
 
 def snapshot(processes: list[psutil.Process]) -> dict[int, tuple[float, float]]:
@@ -44,9 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     c = BenchCluster(slots=2)
     c.start()
     try:
+        warm(c)
         client = c.client()
-        wait_done(client, client.post("/jobs", {"jobs": [c.spec(["true"])] * 20})["ids"], time.monotonic() + 60)
-        time.sleep(1)
         found = psutil.Process(c.pid).children(recursive=True)
         agents = [p for p in found if "serve" in p.cmdline()]
         agent = min(agents, key=lambda p: p.create_time())

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psutil
-from cluster import BenchCluster, wait_done
+from cluster import BenchCluster, wait_done, warm
 
 
 def parse_summary(path: str) -> dict[str, int]:
@@ -56,9 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     c.start()
     tmp = tempfile.mkdtemp(prefix="sup_syscalls.")
     try:
+        warm(c)
         client = c.client()
-        wait_done(client, client.post("/jobs", {"jobs": [c.spec(["true"])] * 20})["ids"], time.monotonic() + 60)
-        time.sleep(1)
         controller = psutil.Process(c.pid)
         agents = [p for p in controller.children(recursive=True) if "serve" in p.cmdline()]
         agent = min(agents, key=lambda p: p.create_time())  # the serving agent; its zygote is its child
