@@ -247,7 +247,7 @@ class JobActions:
                 return job
             self.state.store_starts_now = True
         self.state.wake.set()
-        deadline = time.monotonic() + patience
+        deadline = time.monotonic() + patience  # real time, not the clock seam: the tick it waits for runs apart
         while time.monotonic() < deadline:
             again = self.store.get(job.id)
             if again is None or again.state != DISP:
