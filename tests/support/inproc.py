@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from xce_lite.controller.sched_worker import InlineScheduler
 from xce_lite.exec.fake import sim_argv
 from xce_lite.models import JobSpec
 from xce_lite.sim.controlled import LEASE_EXPIRED, Controlled
@@ -24,7 +25,7 @@ __all__ = ["LEASE_EXPIRED", "START", "InProc"]
 class InProc(Controlled):
     def __init__(self, hosts: tuple[str, ...] = ("h1", "h2"), slots: int = 2, extra: str = "",
                  host_lost_after: str = "40s", lease: str = "10s", applications: str = "",
-                 store_class: type[JobStore] = JobStore):
+                 store_class: type[JobStore] = JobStore, scheduler_factory: Any = InlineScheduler):
         root = Path(tempfile.mkdtemp(prefix="xce-inproc-"))
         if applications:
             (root / "applications.yaml").write_text(textwrap.dedent(applications))
@@ -45,7 +46,7 @@ class InProc(Controlled):
               host_lost_after: {host_lost_after}
               lease_margin: 5s
             """) + textwrap.dedent(extra))
-        super().__init__(root, START, store_class=store_class)
+        super().__init__(root, START, store_class=store_class, scheduler_factory=scheduler_factory)
 
     def submit(self, runtime: float = 5.0, exit_code: int = 0, **fields: Any) -> int:
         spec = JobSpec(argv=sim_argv(runtime, exit_code), cwd=str(self.work), stdout=str(self.work / "out-%J"),

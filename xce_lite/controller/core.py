@@ -12,8 +12,8 @@ Its tick is a short list of named steps, with one commit at most (and retention'
 3. gate      - pending jobs with a dependency, or in an array with a throttle, go to the scheduler
                when they may start; a dependency that can never hold cancels its job (gating.py);
 4. snapshot  - hosts with what is free on them, pending jobs, queue priorities (memory only);
-5. schedule  - run the pure scheduler core in its worker process (sched_worker.py: forkserver,
-               fed with what changed in the pending set since the last session);
+5. schedule  - run the pure scheduler core, a small session inline, a large one in the worker
+               process (sched_switch.py), fed with what changed in the pending set;
 6. intent    - ONE durable commit of everything learned and decided: starts, finishes, requeues
                (a failed attempt with retries left is requeued, not finished), cancels, each
                dispatch as DISP with its deterministic unit names, changed pend reasons;
@@ -347,7 +347,7 @@ class Controller:
 
     def _schedule(self, hosts: tuple[HostView, ...], shared, now: float,
                   closing: AbstractSet[int] = frozenset()) -> Decisions | None:
-        """One session in the scheduler process, fed with what changed in the pending set; `closing`:
+        """One session (inline or in the worker: sched_switch.py), fed with what changed in the pending set; `closing`:
         jobs ending in this tick, which hold nothing in it, as in the host views (queue and project
         limits, fair share's running slots; fair share still counts their use)."""
         try:

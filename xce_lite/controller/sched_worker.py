@@ -206,6 +206,13 @@ class SchedulerProcess:
         self._sent = (base, budget)
         self._conn.send(_Session(full, base, added, removed, checksum, budget, reasons_all))
 
+    def resync(self) -> None:
+        """The next session sends the whole pending set, and none is skipped on the memory of an
+        earlier answer (sched_switch.py: this side takes over from the other)."""
+        self._in_step = False
+        if self._shortcut is not None:
+            self._shortcut.forget()
+
     def receive(self) -> Decisions | None:
         """The session's decisions; None if the worker was out of step (the next send is full).
 
@@ -285,6 +292,17 @@ class InlineScheduler:
         for job in added:
             self._backlog.add(job)
         self._session, self._base, self._budget = _with_jobs(base, tuple(pending.values())), base, budget
+
+    def resync(self) -> None:
+        """As SchedulerProcess.resync: the next session starts afresh (whole set, every reason)."""
+        self._full = True
+        if self._shortcut is not None:
+            self._shortcut.forget()
+
+    @property
+    def full_next(self) -> bool:
+        """Whether the next session takes the whole set (a full session's cost is not a small one's)."""
+        return self._full
 
     def receive(self) -> Decisions | None:
         if self._skipped:

@@ -86,9 +86,9 @@ def real_host_factory(host: Any, config: Any, home: Any) -> Callable[[], Any]:
 
 
 def _real_scheduler() -> Any:
-    from xce_lite.controller.sched_worker import SchedulerProcess
+    from xce_lite.controller.sched_switch import SwitchingScheduler
 
-    return SchedulerProcess()
+    return SwitchingScheduler()  # small sessions inline, large ones in the worker process
 
 
 def _real_hostops(events: Any) -> Any:

@@ -1,0 +1,167 @@
+"""The scheduler seam runs a small session inline and a large one in the worker (sched_switch.py);
+whichever side runs, the controller decides what the in-process scheduler alone decides.
+
+Two controllers (tests/support/inproc.py: fake hosts, fake clock, real stores) take the same requests
+and faults tick by tick: one with InlineScheduler alone, one with SwitchingScheduler on bounds small
+enough that bursts of submissions send its sessions to a real worker process and job ends bring them
+back. After every tick both hold the same jobs in the same states on the same hosts, with the same
+live and stored pend reasons; in sequence: crossings both ways, hosts cut off and back, holds and
+kills, the worker SIGKILLed while sessions run inline (it is started again when the set grows),
+and a restart of both controllers in the middle.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+
+from tests.sched.test_sched_skip import MiniController
+from tests.support.inproc import InProc
+from tests.support.sched import job
+from tests.support.waiting import wait_until
+from xce_lite.controller.sched_switch import SwitchingScheduler
+
+HOSTS = ("h1", "h2")
+UP, DOWN = 4, 2
+
+
+def _view(p: InProc, ids: list[int]) -> dict:
+    jobs = {}
+    for job_id in ids:
+        job = p.job(job_id)
+        jobs[job_id] = (job.state, job.hosts, job.attempt, job.pend_reason, p.live_reason(job_id))
+    return {"jobs": jobs, "units": p.live_units()}
+
+
+class Twins:
+    """The same requests and faults to a controller with the inline scheduler alone (`ref`) and one
+    with the switching seam (`sub`), compared after every tick."""
+
+    def __init__(self) -> None:
+        self.ref = InProc(hosts=HOSTS, slots=2)
+        self.sub = InProc(hosts=HOSTS, slots=2, scheduler_factory=lambda: SwitchingScheduler(
+            UP, DOWN, slow=None, timeout=30))
+        self.ids: list[int] = []
+        self.sizes: list[int] = []
+        self.sides: list[bool] = []  # the side of the sub's sessions after each tick (True: worker)
+
+    @property
+    def seam(self) -> SwitchingScheduler:
+        return self.sub.ctl._scheduler
+
+    def both(self, call):
+        got = call(self.ref), call(self.sub)
+        assert got[0] == got[1], got
+        return got[0]
+
+    def submit(self, runtime: float, slots: int) -> None:
+        self.ids.append(self.both(lambda p: p.submit(runtime=runtime, slots=slots)))
+
+    def step(self, dt: float) -> None:
+        self.ref.step(dt)
+        self.sub.step(dt)
+        self.sides.append(self.seam.in_worker)
+        self.sizes.append(len(self.sub.ctl.state.pending))
+        assert _view(self.ref, self.ids) == _view(self.sub, self.ids)
+
+    def pending(self) -> list[int]:
+        return [i for i in self.ids if self.ref.job(i).state == "PEND"]
+
+    def worker_pid(self) -> int | None:
+        process = self.seam._process
+        if process is None or process._proc is None or not process._proc.is_alive():
+            return None
+        return process._proc.pid
+
+    def restart(self) -> None:
+        self.sub.ctl._scheduler.close()
+        self.ref.restart()
+        self.sub.restart()
+
+    def close(self) -> None:
+        self.seam.close()
+        self.ref.close()
+        self.sub.close()
+
+
+def test_sessions_on_either_side_decide_as_the_inline_scheduler_alone_through_faults():
+    rng = random.Random(18)
+    t = Twins()
+    killed: list[int] = []  # worker pids SIGKILLed while the sessions ran inline
+    try:
+        t.step(0.1)
+        for round_ in range(240):
+            if round_ == 120:
+                t.restart()
+            pid = t.worker_pid()
+            if pid is not None and not t.seam.in_worker and not killed and rng.random() < 0.2:
+                os.kill(pid, signal.SIGKILL)  # the next session to go there starts a new one
+                wait_until(lambda: t.worker_pid() is None, 10, "the killed worker to be seen dead")
+                killed.append(pid)
+            if rng.random() < 0.15:  # a burst: often past UP
+                for _ in range(rng.randrange(1, 7)):
+                    t.submit(runtime=rng.choice([1.0, 2.0, 4.0, 8.0]), slots=rng.choice([1, 1, 2]))
+            if rng.random() < 0.08:
+                host = rng.choice(HOSTS)
+                t.both(lambda p, host=host: p.back(host) if host in p.dropped else p.drop(host))
+            pending = t.pending()
+            if pending and rng.random() < 0.1:
+                victim = rng.choice(pending)
+                t.both(lambda p, victim=victim: p.hold(victim))
+                held = victim
+                t.step(rng.choice([0.5, 1.0]))
+                t.both(lambda p, held=held: p.release(held))
+            if pending and rng.random() < 0.05:
+                victim = rng.choice(pending)
+                t.both(lambda p, victim=victim: p.kill(victim) and None)
+            t.step(rng.choice([0.5, 1.0, 1.0, 2.0]))
+        for host in HOSTS:
+            t.both(lambda p, host=host: p.back(host))
+        for _ in range(400):  # drain: every job ends, on both alike
+            if not t.pending() and all(t.ref.job(i).state in ("DONE", "EXIT") for i in t.ids):
+                break
+            t.step(1.0)
+        assert all(t.sub.job(i).state in ("DONE", "EXIT") for i in t.ids), "a job was lost"
+        switches = sum(a != b for a, b in zip(t.sides, t.sides[1:]))
+        assert switches >= 6, (switches, t.sizes)  # both ways, several times
+        assert killed, "the worker was never killed while the sessions ran inline"
+        after_kill = t.sides[len(t.sides) // 2:]
+        assert any(after_kill), "the sessions never went back to a (new) worker"
+    finally:
+        t.close()
+
+
+def test_the_side_follows_the_set_with_hysteresis_and_a_slow_inline_session_moves_the_bound():
+    """Sizes up and down around the bounds: to the worker only above `up`, back only at `down`;
+    an inline session that ran too long sends that size to the worker from then on. Every answer
+    is the core's on the whole snapshot (MiniController checks each one)."""
+    seam = SwitchingScheduler(up=6, down=3, slow=None, timeout=30)
+    c = MiniController(seam)
+    sides = []
+    try:
+        next_id = 1
+        for target in (2, 5, 6, 7, 9, 5, 4, 3, 2, 5, 7, 0):
+            while len(c.pending) < target:
+                c.pending.add(job(next_id, slots=8))  # more than any host has: they all wait
+                next_id += 1
+            while len(c.pending) > target:
+                c.pending.discard(next(iter(c.pending)))
+            c.session()
+            sides.append(seam.in_worker)
+        assert sides == [False, False, False, True, True, True, True, False, False, False, True, False]
+        assert seam._process is not None and seam.skipped == 0
+
+        slow = SwitchingScheduler(up=100, down=50, slow=0.0, timeout=30)  # every inline session is too slow
+        c = MiniController(slow)
+        for job_id in range(1, 11):
+            c.pending.add(job(job_id, slots=8))
+        c.session()  # the first (full) session: its cost is not a small one's
+        assert not slow.in_worker and slow._process is None  # no worker started yet
+        c.pending.add(job(11, slots=8))
+        c.session()  # too slow at 11 jobs
+        c.session()
+        assert slow.in_worker and (slow.up, slow.down) == (10, 5)
+        slow.close()
+    finally:
+        seam.close()
