@@ -12,6 +12,7 @@ calls, total seconds, mean ms per call. The driver prints them against the run's
 What-ifs (monkeypatches inside the timed controller; they measure a proposed fix, they are not one):
   normal    the writer connection uses PRAGMA synchronous=NORMAL instead of FULL
   inproc    the scheduler runs in the controller's thread instead of the forkserver pool
+  worker    every session in the worker process, whatever its size (as before sched_switch.py)
   asyncforget  host.forget() is handed to a background thread instead of blocking the tick
   lean      inproc, and the scheduling session is skipped when no host has a free slot
   shmspool  the home's spool/ is a symlink to a directory on /dev/shm (tmpfs): unit directories and
@@ -43,7 +44,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-WHAT_IFS = ("normal", "inproc", "asyncforget", "lean", "budget", "shmspool", "groupcommit")
+WHAT_IFS = ("normal", "inproc", "worker", "asyncforget", "lean", "budget", "shmspool", "groupcommit")
 
 _stats: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])  # calls, wall s, the thread's CPU s
 _stats_lock = threading.Lock()
@@ -73,9 +74,16 @@ def _instrument(what_if: set[str]) -> None:
 
     # Only what exists: the source is being changed in parallel, a renamed step is skipped, not fatal.
     # JobStore._write's calls are the store's transactions (its time means nothing: it opens one).
+    try:  # the seam that picks a session's side (absent from trees before it)
+        from xce_lite.controller import sched_switch
+        switching = [(sched_switch.SwitchingScheduler, "SwitchingScheduler", ("send", "receive")),
+                     (sched_worker.InlineScheduler, "InlineScheduler", ("send", "receive"))]
+    except ImportError:
+        sched_switch, switching = None, []
     for cls, label, meths in (
             (ctl.Controller, "Controller", ("tick", "_schedule", "_hosts_now")),
             (sched_worker.SchedulerProcess, "SchedulerProcess", ("send", "receive")),
+            *switching,
             (unitwork.Units, "Units", ("collect", "expire_lost_hosts", "act", "_launch")),
             (gating.Gating, "Gating", ("step",)),
             (leasework.HostLeases, "HostLeases", ("renew",)),
@@ -108,6 +116,9 @@ def _instrument(what_if: set[str]) -> None:
         from xce_lite.controller import sched_worker
 
         class Inline(sched_worker.InlineScheduler):
+            def __init__(self, timeout: float = 60.0, shortcut: bool = True):  # SchedulerProcess's
+                super().__init__(shortcut)
+
             def send(self, pending, base, budget):
                 if "lean" in what_if and not self._full and all(h.free.get("slots", 0) < 1 for h in base.hosts):
                     self._skipped = True  # nothing can start: the reasons stay as they are
@@ -117,6 +128,10 @@ def _instrument(what_if: set[str]) -> None:
 
         Inline.receive = _timed("sched.core.schedule (in-process)", Inline.receive)
         sched_worker.SchedulerProcess = Inline
+    if "worker" in what_if and sched_switch is not None:
+        # every session in the worker process, as before sched_switch.py (seams._real_scheduler
+        # takes SwitchingScheduler from its module when called)
+        sched_switch.SwitchingScheduler = lambda: sched_worker.SchedulerProcess()
     if "groupcommit" in what_if:
         _group_commit(ctl, jobs)
     if "asyncforget" in what_if:

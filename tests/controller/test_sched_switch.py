@@ -152,16 +152,18 @@ def test_the_side_follows_the_set_with_hysteresis_and_a_slow_inline_session_move
         assert sides == [False, False, False, True, True, True, True, False, False, False, True, False]
         assert seam._process is not None and seam.skipped == 0
 
-        slow = SwitchingScheduler(up=100, down=50, slow=0.0, timeout=30)  # every inline session is too slow
+        slow = SwitchingScheduler(up=100, down=50, slow=0.0, slow_run=3, timeout=30)  # any cost is too much
         c = MiniController(slow)
         for job_id in range(1, 11):
             c.pending.add(job(job_id, slots=8))
         c.session()  # the first (full) session: its cost is not a small one's
-        assert not slow.in_worker and slow._process is None  # no worker started yet
-        c.pending.add(job(11, slots=8))
-        c.session()  # too slow at 11 jobs
+        for job_id in range(11, 14):  # three in a row too slow (each with a new job: none skipped)
+            assert not slow.in_worker and slow._process is None  # no worker started yet
+            c.pending.add(job(job_id, slots=8))
+            c.session()
+        assert (slow.up, slow.down) == (12, 6)  # 13 jobs: too many inline on this "cluster"
         c.session()
-        assert slow.in_worker and (slow.up, slow.down) == (10, 5)
+        assert slow.in_worker and slow._process is not None
         slow.close()
     finally:
         seam.close()

@@ -1,20 +1,23 @@
-"""The controller's scheduler seam: a small session on the controller's own thread, a large one in the
-worker process (sched_worker.py).
+"""The controller's scheduler seam: sessions on the controller's own thread while they are cheap there,
+in the worker process (sched_worker.py) when they are not.
 
-Why both: the hop to the worker (pickle, pipe, two wake-ups) costs each session ~0.75 ms of the
-tick's wall, the serial bottleneck of a busy small cluster, while a small session costs the core
-~0.3 ms; but a session over 10,000s of pending jobs must not hold the GIL over the API's threads
-(DESIGN.md), and in the worker it does not. So the side is chosen per session by the pending set's
-size, with hysteresis (to the worker above `up` jobs, back below `down`) so that it does not flap,
-and a session run inline that cost more than `slow` seconds of the thread's CPU (a large cluster,
-a costly policy) sends the next ones to the worker and lowers the bounds to that size.
+Why (bench/README.md, "The scheduler's worker"): the hop to the worker (pickle, pipe, two wake-ups)
+costs each session ~0.7 ms of the tick's wall, the serial bottleneck of a busy cluster, while a
+steady session inline costs the thread ~0.2 ms at 1,000 pending and ~0.8 ms at 10,000; and a full
+session (everything sent) costs the controller's thread MORE through the worker than inline (the
+pickling: 69 against 41 ms at 10,000). What the worker keeps is the DESIGN.md promise: a session
+whose core work is large (a huge set, many hosts, a costly policy) does not hold the GIL over the
+API's threads. So a session goes to the worker when the set is larger than `up`, or when `slow_run`
+inline sessions in a row (full ones aside: their cost is known) each took more than `slow` seconds
+of the thread's CPU; then `up` drops to that size. It comes back at `down` jobs or fewer
+(hysteresis: `down` < `up`, so the side does not flap).
 
 Invariants: the side taking over starts afresh (`resync`: the whole pending set, every reason
-answered, no session skipped on the memory of an earlier answer), so neither side ever answers
-from what it held before the other ran: decisions and reasons are the core's alone on the whole
+answered, no session skipped on the memory of an earlier answer), so neither side answers from
+what it held before the other ran: decisions and reasons are the core's alone on the whole
 snapshot, whichever side ran. The worker process is started only when a session first goes to it
-(a small cluster never pays its memory); one that died, on either side's watch, is started again
-by the next session sent to it, as before.
+(a cluster whose sessions stay cheap never pays its ~30 MB PSS); one that died, whichever side ran
+then, is started again by the next session sent to it, as before.
 """
 
 from __future__ import annotations
@@ -26,26 +29,28 @@ from xce_lite.controller import sched_worker
 from xce_lite.controller.pending_set import PendingSet
 from xce_lite.sched.core import Decisions, Snapshot
 
-UP, DOWN = 2000, 1000  # pending jobs: to the worker above UP, back inline at DOWN or fewer
-SLOW = 0.05  # s of the controller thread's CPU for one inline session (not a full one): too long
+UP, DOWN = 20_000, 10_000  # pending jobs: to the worker above UP, back inline at DOWN or fewer
+SLOW = 0.003  # s of the controller thread's CPU for an inline session (not a full one): too long,
+SLOW_RUN = 3  # when that many in a row are (one alone may be a GC pass or a burst of submissions)
 
 
 class SwitchingScheduler:
     """SchedulerProcess's contract (send under the controller's lock, then receive; close), each
     session on the side its size calls for (module docstring). Not thread-safe: the tick alone."""
 
-    def __init__(self, up: int = UP, down: int = DOWN, slow: float | None = SLOW, timeout: float = 60.0,
-                 shortcut: bool = True) -> None:
+    def __init__(self, up: int = UP, down: int = DOWN, slow: float | None = SLOW, slow_run: int = SLOW_RUN,
+                 timeout: float = 60.0, shortcut: bool = True) -> None:
         if not 0 <= down < up:
             raise ValueError(f"the scheduler's bounds must be 0 <= down < up (down {down}, up {up})")
-        self.up, self.down, self.slow = up, down, slow
+        self.up, self.down, self.slow, self.slow_run = up, down, slow, slow_run
+        self._slow_seen = 0  # inline sessions in a row that took more than `slow`
         self._timeout, self._shortcut = timeout, shortcut
         self._inline = sched_worker.InlineScheduler(shortcut=shortcut)
         self._process: Any = None  # made when a session first goes to the worker
         self._in_worker = False  # the side of the sessions now
         self._side: Any = None  # the side of the session sent, for receive
         self._size = 0  # the pending set's size at the session sent
-        self._full = False  # the inline session sent takes the whole set (its cost says nothing)
+        self._measure = False  # the inline session sent is one whose cost counts (receive)
         self.switches = 0  # times a session went to the other side than the last one's
 
     @property
@@ -73,8 +78,10 @@ class SwitchingScheduler:
             # the side taking over missed the changes the other one took: it starts afresh
             (self._worker() if to_worker else self._inline).resync()
         self._side = self._worker() if to_worker else self._inline
-        self._full = not to_worker and self._inline.full_next
+        # an inline session's cost tells something unless it is a full one (known to cost) or skipped
+        measure, skipped = not to_worker and not self._inline.full_next, self._inline.skipped
         self._side.send(pending, base, budget)
+        self._measure = measure and self._inline.skipped == skipped
 
     def receive(self) -> Decisions | None:
         """The session's decisions; None if it must be sent again in full (see SchedulerProcess.receive)."""
@@ -83,15 +90,15 @@ class SwitchingScheduler:
             return side.receive() if side is not None else None
         began = time.thread_time()
         decisions = side.receive()
-        if self.slow is not None and not self._full and time.thread_time() - began > self.slow:
-            self._too_slow()
+        if self.slow is None or not self._measure:
+            return decisions
+        self._slow_seen = self._slow_seen + 1 if time.thread_time() - began > self.slow else 0
+        if self._slow_seen >= self.slow_run:
+            # this size and more go to the worker from now on (it resyncs at the next send)
+            self._slow_seen = 0
+            self.up = max(1, min(self.up, self._size - 1))
+            self.down = min(self.down, self.up // 2)
         return decisions
-
-    def _too_slow(self) -> None:
-        """An inline session held the thread too long at this size: this size and more go to the
-        worker from now on (the worker resyncs at the next send, as any switch does)."""
-        self.up = max(1, min(self.up, self._size - 1))
-        self.down = min(self.down, self.up // 2)
 
     def close(self) -> None:
         self._inline.close()
