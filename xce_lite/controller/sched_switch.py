@@ -2,14 +2,16 @@
 in the worker process (sched_worker.py) when they are not.
 
 Why (bench/README.md, "The scheduler's worker"): the hop to the worker (pickle, pipe, two wake-ups)
-costs each session ~0.7 ms of the tick's wall, the serial bottleneck of a busy cluster, while a
-steady session inline costs the thread ~0.2 ms at 1,000 pending and ~0.8 ms at 10,000; and a full
-session (everything sent) costs the controller's thread MORE through the worker than inline (the
-pickling: 69 against 41 ms at 10,000). What the worker keeps is the DESIGN.md promise: a session
-whose core work is large (a huge set, many hosts, a costly policy) does not hold the GIL over the
-API's threads. So a session goes to the worker when the set is larger than `up`, or when `slow_run`
-inline sessions in a row (full ones aside: their cost is known) each took more than `slow` seconds
-of the thread's CPU; then `up` drops to that size. It comes back at `down` jobs or fewer
+costs each session ~0.7 ms of the tick's wall, the serial bottleneck of a busy small cluster, while
+a steady session inline costs the thread ~0.2 ms at 1,000 pending; but an inline session's cost
+grows with the set (~0.8 ms at 10,000), all of it holding the GIL, while the worker's costs the
+controller's thread ~0.25 ms at any size: measured with one POST per job and every slot full, the
+controller's main thread spends less per POST inline at 1,500 pending, more at 4,000, and 5x more
+at 10,000, where the API's rate drops (DESIGN.md's promise: a large session does not hold the GIL
+over the API's threads). So a session goes to the worker when the set is larger than `up`, or
+when `slow_run` inline sessions in a row (full ones aside: their cost is known, and is less inline
+than through the worker's pickling) each took more than `slow` seconds of the thread's CPU (many
+hosts, a costly policy); then `up` drops to that size. It comes back at `down` jobs or fewer
 (hysteresis: `down` < `up`, so the side does not flap).
 
 Invariants: the side taking over starts afresh (`resync`: the whole pending set, every reason
@@ -29,7 +31,7 @@ from xce_lite.controller import sched_worker
 from xce_lite.controller.pending_set import PendingSet
 from xce_lite.sched.core import Decisions, Snapshot
 
-UP, DOWN = 20_000, 10_000  # pending jobs: to the worker above UP, back inline at DOWN or fewer
+UP, DOWN = 2000, 1000  # pending jobs: to the worker above UP, back inline at DOWN or fewer
 SLOW = 0.003  # s of the controller thread's CPU for an inline session (not a full one): too long,
 SLOW_RUN = 3  # when that many in a row are (one alone may be a GC pass or a burst of submissions)
 
