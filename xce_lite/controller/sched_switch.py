@@ -17,13 +17,15 @@ hosts, a costly policy); then `up` drops to that size. It comes back at `down` j
 Invariants: the side taking over starts afresh (`resync`: the whole pending set, every reason
 answered, no session skipped on the memory of an earlier answer), so neither side answers from
 what it held before the other ran: decisions and reasons are the core's alone on the whole
-snapshot, whichever side ran. The worker process is started only when a session first goes to it
-(a cluster whose sessions stay cheap never pays its ~30 MB PSS); one that died, whichever side ran
-then, is started again by the next session sent to it, as before.
+snapshot, whichever side ran. The worker process is first started when the set passes `down`, on a
+thread of its own (never under the controller's lock), and sessions stay inline until it is up (a
+cluster whose sets stay small never pays its ~30 MB PSS); one that died, whichever side ran then,
+is started again by the next session sent to it, as before.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -41,14 +43,16 @@ class SwitchingScheduler:
     session on the side its size calls for (module docstring). Not thread-safe: the tick alone."""
 
     def __init__(self, up: int = UP, down: int = DOWN, slow: float | None = SLOW, slow_run: int = SLOW_RUN,
-                 timeout: float = 60.0, shortcut: bool = True) -> None:
+                 timeout: float = 60.0, shortcut: bool = True, background_start: bool = True) -> None:
         if not 0 <= down < up:
             raise ValueError(f"the scheduler's bounds must be 0 <= down < up (down {down}, up {up})")
         self.up, self.down, self.slow, self.slow_run = up, down, slow, slow_run
         self._slow_seen = 0  # inline sessions in a row that took more than `slow`
         self._timeout, self._shortcut = timeout, shortcut
         self._inline = sched_worker.InlineScheduler(shortcut=shortcut)
-        self._process: Any = None  # made when a session first goes to the worker
+        self._process: Any = None  # made when the set first passes `down`
+        self._background = background_start  # False: the worker's first start is made in send (tests)
+        self._starter: threading.Thread | None = None  # the worker's first start, under way
         self._in_worker = False  # the side of the sessions now
         self._side: Any = None  # the side of the session sent, for receive
         self._size = 0  # the pending set's size at the session sent
@@ -70,10 +74,33 @@ class SwitchingScheduler:
             self._process = sched_worker.SchedulerProcess(timeout=self._timeout, shortcut=self._shortcut)
         return self._process
 
+    def _worker_ready(self, size: int) -> bool:
+        """Whether a session may go to the worker. Its first start (~0.3 s of forkserver and imports)
+        is made on a thread of its own once the set passes `down`, not in `send`, which runs under
+        the controller's lock (the API's requests would wait on it); until it is up, sessions stay
+        inline. A worker that died later is started again by its next send, as always."""
+        if self._starter is not None:
+            if self._starter.is_alive():
+                return False
+            self._starter.join()
+            self._starter = None
+            return True
+        if self._process is not None:
+            return True
+        if size <= self.down:
+            return False
+        if not self._background:
+            self._worker().start()
+            return True
+        self._starter = threading.Thread(target=self._worker().start, name="xce-scheduler-start", daemon=True)
+        self._starter.start()
+        return False
+
     def send(self, pending: PendingSet, base: Snapshot, budget: int) -> None:
         """Start a session on the side `pending`'s size calls for; see SchedulerProcess.send."""
         size = self._size = len(pending)
-        to_worker = size > self.up if not self._in_worker else size > self.down
+        ready = self._in_worker or self._worker_ready(size)
+        to_worker = ready and (size > self.up if not self._in_worker else size > self.down)
         if to_worker != self._in_worker:
             self._in_worker = to_worker
             self.switches += 1
@@ -104,5 +131,8 @@ class SwitchingScheduler:
 
     def close(self) -> None:
         self._inline.close()
+        if self._starter is not None:
+            self._starter.join()
+            self._starter = None
         if self._process is not None:
             self._process.close()

@@ -176,6 +176,12 @@ class SchedulerProcess:
         self._sent: tuple[Snapshot, int] | None = None  # the session in flight; None: skipped
         self.skipped = 0  # sessions not run: they would have repeated the last answer
 
+    def start(self) -> None:
+        """Start the worker now, if it does not run (else the next send starts it, under the
+        controller's lock: sched_switch.py calls this from a thread of its own instead)."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(target=_serve, args=(child,), name="xce-scheduler", daemon=True)
