@@ -19,6 +19,7 @@ stopped when their host lists them.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 from collections import defaultdict
 from collections.abc import Callable
@@ -312,20 +313,26 @@ class Units:
     def act(self) -> None:
         """After the commit: launch, forget, stop, deliver kills (round trips, outside the lock). A
         launch never names a unit forgotten here (a new attempt has new unit names), so the order
-        is free: launches go first, the latency that matters."""
+        is free: launches go first, the latency that matters. A host that gets both has them in
+        one write (Host.corked): one wake-up of its agent per tick, not one per line."""
         with self.state.mu:
             forgets, self.forgets = self.forgets, defaultdict(list)
             stops, self.stops = self.stops, []
             launch, self.to_launch = self.to_launch, []
-        if launch:  # first: a freed slot's next job is on its way before the rest is written
-            self._launch(launch)
-        for name, units in forgets.items():
-            host = self.state.hosts.get(name)
-            if host is not None and units:
-                try:
-                    host.forget(units, wait=False)  # not dropped now: listed and forgotten after a reconnect
-                except errors.HostUnreachable:
-                    pass
+            both = {self.state.active[j].host_of(i) for j, i in (self.state.by_unit.get(u, (None, 0)) for u in launch)
+                    if j in self.state.active}.intersection(forgets) if launch and forgets else ()
+        with contextlib.ExitStack() as corks:
+            for host in filter(None, map(self.state.hosts.get, both)):
+                corks.enter_context(host.corked())
+            if launch:  # first: a freed slot's next job is on its way before the rest is written
+                self._launch(launch)
+            for name, units in forgets.items():
+                host = self.state.hosts.get(name)
+                if host is not None and units:
+                    try:
+                        host.forget(units, wait=False)  # not dropped now: listed and forgotten after a reconnect
+                    except errors.HostUnreachable:
+                        pass
         for name, unit, reason in stops:
             host = self.state.hosts.get(name)
             if host is None:
