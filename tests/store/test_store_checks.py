@@ -18,28 +18,13 @@ from pathlib import Path
 import apsw
 import pytest
 
-from tests.support.store import DATA, T, finish, raw, spec
+from tests.support.store import DATA, T, at_version, finish, raw, spec
 from xce_lite.errors import StoreError
 from xce_lite.models import DISP, DONE, PEND, RUN, STATES
 from xce_lite.store import db
 from xce_lite.store.jobs import JobStore
 
 OLD = 11  # the schema before the rebuild
-
-
-def at_version(path: Path, version: int) -> None:
-    """A new store at schema `version`, made as store/db.py made it then: each migration in one
-    transaction with its version bump."""
-    con = raw(path)
-    try:
-        con.execute("PRAGMA journal_mode=WAL")
-        for number, _name, sql in db.migrations()[:version]:
-            con.execute("BEGIN IMMEDIATE")
-            con.execute(sql)
-            con.execute(f"PRAGMA application_id={db.APPLICATION_ID}; PRAGMA user_version={number}")
-            con.execute("COMMIT")
-    finally:
-        con.close()
 
 
 def fill(path: Path) -> None:

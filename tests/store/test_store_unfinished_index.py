@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.store.test_store_checks import at_version, fill
-from tests.support.store import DATA, T, finish, raw, spec
+from tests.support.store import DATA, T, at_version, finish, raw, spec
 from xce_lite.models import DISP, DONE, PEND, RUN
 from xce_lite.store import archive, db
 from xce_lite.store.jobs import JobStore, TickWrites
@@ -114,9 +113,21 @@ def test_an_old_store_migrates_to_the_index_with_its_unfinished_jobs_read_back(t
     path = tmp_path / "old.db"
     if old == "v1":
         shutil.copyfile(DATA / "store_v1.db", path)
-    else:
+    else:  # a store at 0012 with jobs in every state, written by raw SQL
         at_version(path, 12)
-        fill(path)
+        con = raw(path)
+        with con:
+            for job_id, state in enumerate(("PEND", "PSUSP", "DISP", "RUN", "USUSP", "SSUSP", "DONE", "EXIT",
+                                            "PEND"), start=1):
+                placed = state not in ("PEND", "PSUSP")
+                con.execute(
+                    "INSERT INTO jobs (id, user, queue, state, spec, slots, submit_time, hosts, unit, start_time, "
+                    "end_time, exit_code, project) VALUES (?, 'alice', 'normal', ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
+                    (job_id, state, spec(f"j{job_id}").to_json(), T, '[["h1", 1]]' if placed else None,
+                     f"xce-c-{job_id}-1-0" if placed else None, T + 1 if placed and state != "DISP" else None,
+                     T + 2 if state in ("DONE", "EXIT") else None, 0 if state == "DONE" else None,
+                     "lab" if job_id % 2 else None))
+        con.close()
     assert index_sql(path).startswith("CREATE INDEX jobs_unfinished ON jobs (state, id)")
     con = raw(path)
     before = con.execute("SELECT id, state FROM jobs WHERE state NOT IN ('DONE', 'EXIT') ORDER BY id").fetchall()

@@ -313,32 +313,24 @@ class Units:
     def act(self) -> None:
         """After the commit: launch, forget, stop, deliver kills (round trips, outside the lock). A
         launch never names a unit forgotten here (a new attempt has new unit names), so the order
-        is free: launches go first, the latency that matters. A host that gets both has them in
-        one write (Host.corked): one wake-up of its agent per tick, not one per line."""
+        is free: launches go first, the latency that matters."""
         with self.state.mu:
             forgets, self.forgets = self.forgets, defaultdict(list)
             stops, self.stops = self.stops, []
             launch, self.to_launch = self.to_launch, []
-            both = {self.state.active[j].host_of(i) for j, i in (self.state.by_unit.get(u, (None, 0)) for u in launch)
-                    if j in self.state.active}.intersection(forgets) if launch and forgets else ()
         with contextlib.ExitStack() as corks:
-            for host in filter(None, map(self.state.hosts.get, both)):
-                corks.enter_context(host.corked())
-            if launch:  # first: a freed slot's next job is on its way before the rest is written
-                self._launch(launch)
+            if launch:  # a host's forgets join its launch in one write: one wake-up of its agent (Host.corked)
+                for host in filter(None, map(self.state.hosts.get, forgets)):
+                    corks.enter_context(host.corked())
+                self._launch(launch)  # first: a freed slot's next job is on its way before the rest is written
             for name, units in forgets.items():
                 host = self.state.hosts.get(name)
                 if host is not None and units:
-                    try:
-                        host.forget(units, wait=False)  # not dropped now: listed and forgotten after a reconnect
-                    except errors.HostUnreachable:
-                        pass
-        for name, unit, reason in stops:
-            host = self.state.hosts.get(name)
-            if host is None:
-                continue  # out of reach: stopped when it lists the unit again
-            # on the host's worker (hostops.py): a host that does not answer holds up no tick
-            self.hostops.signal(name, self.state.generation.get(name, 0), host, unit, "TERM", reason)
+                    with contextlib.suppress(errors.HostUnreachable):  # not dropped now: forgotten after a reconnect
+                        host.forget(units, wait=False)
+        for name, unit, reason in stops:  # a host out of reach: stopped when it lists the unit again
+            if (host := self.state.hosts.get(name)) is not None:  # on its worker (hostops.py): holds up no tick
+                self.hostops.signal(name, self.state.generation.get(name, 0), host, unit, "TERM", reason)
         self.launches.send()
         if self.kills:
             self.kills.deliver()
