@@ -12,7 +12,9 @@ the machine's busy CPU time (/proc/stat: user, nice, system, irq, softirq) per j
 controller's processes' (user + system): the controller, the host agent (with its zygote), the
 scheduler's worker; the supervisors with their jobs (the zygote's children, reaped or live); and
 the worker's wake-ups per job (its voluntary context switches: it blocks on its pipe between
-sessions, so about one per session it runs; a count, which the machine's load does not move).
+sessions, so about one per session it runs; a count, which the machine's load does not move), and
+the controller's and the agent's read and write system calls and wake-ups per job (counts too: a
+line to the agent is a write of the controller, a read and a wake-up of the agent).
 Asserts nothing.
 """
 
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             supervised = supervisors_seconds(zygotes)
             # the worker blocks on its pipe between sessions: its voluntary switches count its wake-ups
             woken = {p.pid: p.num_ctx_switches().voluntary for p in processes}
+            syscalls = {p.pid: p.io_counters()[:2] for p in processes}  # (reads, writes): counts, as wake-ups
             busy, start = machine_busy_seconds(), time.perf_counter()
             ids = client.post("/jobs", {"jobs": [c.spec(["true"])] * args.jobs})["ids"]
             wait_done(client, ids, time.monotonic() + 600)
@@ -100,8 +103,17 @@ def main(argv: list[str] | None = None) -> int:
             parts = ", ".join(f"{name} {1000 * s / args.jobs:.2f} ms" for name, s in per_role.items() if s > 0)
             wakes = sum(p.num_ctx_switches().voluntary - woken[p.pid] for p in processes
                         if role(p, c.pid) == "scheduler worker")
+            counts = []
+            for name in ("controller", "agent"):  # the tick's writes to the agent, the agent's reads and wake-ups
+                mine = [p for p in processes if role(p, c.pid) == name]
+                reads = sum(p.io_counters()[0] - syscalls[p.pid][0] for p in mine)
+                writes = sum(p.io_counters()[1] - syscalls[p.pid][1] for p in mine)
+                wake = sum(p.num_ctx_switches().voluntary - woken[p.pid] for p in mine)
+                counts.append(f"{name} reads {reads / args.jobs:.2f}, writes {writes / args.jobs:.2f}, "
+                              f"wake-ups {wake / args.jobs:.2f}")
             print(f"run {run + 1}: {args.jobs / wall:.0f} jobs/s; CPU per job: machine {1000 * busy / args.jobs:.2f} "
-                  f"ms, {parts}; scheduler worker wake-ups per job {wakes / args.jobs:.2f}", flush=True)
+                  f"ms, {parts}; scheduler worker wake-ups per job {wakes / args.jobs:.2f}; per job: "
+                  f"{'; '.join(counts)}", flush=True)
             time.sleep(1)
     finally:
         c.stop()

@@ -10,6 +10,7 @@ import apsw
 
 from tests.support import paths
 from xce_lite.models import DISP, DONE, EXIT, PEND, PSUSP, RUN, JobSpec
+from xce_lite.store import db
 from xce_lite.store.jobs import Finish, JobStore
 
 T = 1_700_000_000.0
@@ -30,6 +31,21 @@ def finish(job_id: int, from_state: str = RUN, state: str = DONE, exit_code: int
 def raw(path: Path) -> apsw.Connection:
     """A plain apsw connection, none of the store's checks: for writing what the store never would."""
     return apsw.Connection(str(path))
+
+
+def at_version(path: Path, version: int) -> None:
+    """A new store at schema `version`, made as store/db.py made it then: each migration in one
+    transaction with its version bump."""
+    con = raw(path)
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+        for number, _name, sql in db.migrations()[:version]:
+            con.execute("BEGIN IMMEDIATE")
+            con.execute(sql)
+            con.execute(f"PRAGMA application_id={db.APPLICATION_ID}; PRAGMA user_version={number}")
+            con.execute("COMMIT")
+    finally:
+        con.close()
 
 
 def running(store: JobStore, count: int = 1, slots: int = 1) -> list[int]:

@@ -19,6 +19,7 @@ stopped when their host lists them.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 from collections import defaultdict
 from collections.abc import Callable
@@ -317,21 +318,19 @@ class Units:
             forgets, self.forgets = self.forgets, defaultdict(list)
             stops, self.stops = self.stops, []
             launch, self.to_launch = self.to_launch, []
-        if launch:  # first: a freed slot's next job is on its way before the rest is written
-            self._launch(launch)
-        for name, units in forgets.items():
-            host = self.state.hosts.get(name)
-            if host is not None and units:
-                try:
-                    host.forget(units, wait=False)  # not dropped now: listed and forgotten after a reconnect
-                except errors.HostUnreachable:
-                    pass
-        for name, unit, reason in stops:
-            host = self.state.hosts.get(name)
-            if host is None:
-                continue  # out of reach: stopped when it lists the unit again
-            # on the host's worker (hostops.py): a host that does not answer holds up no tick
-            self.hostops.signal(name, self.state.generation.get(name, 0), host, unit, "TERM", reason)
+        with contextlib.ExitStack() as corks:
+            if launch:  # a host's forgets join its launch in one write: one wake-up of its agent (Host.corked)
+                for host in filter(None, map(self.state.hosts.get, forgets)):
+                    corks.enter_context(host.corked())
+                self._launch(launch)  # first: a freed slot's next job is on its way before the rest is written
+            for name, units in forgets.items():
+                host = self.state.hosts.get(name)
+                if host is not None and units:
+                    with contextlib.suppress(errors.HostUnreachable):  # not dropped now: forgotten after a reconnect
+                        host.forget(units, wait=False)
+        for name, unit, reason in stops:  # a host out of reach: stopped when it lists the unit again
+            if (host := self.state.hosts.get(name)) is not None:  # on its worker (hostops.py): holds up no tick
+                self.hostops.signal(name, self.state.generation.get(name, 0), host, unit, "TERM", reason)
         self.launches.send()
         if self.kills:
             self.kills.deliver()

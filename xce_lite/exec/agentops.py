@@ -7,8 +7,10 @@ connecting channel's events until its hello is answered.
 from __future__ import annotations
 
 import base64
+import contextlib
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from xce_lite.errors import ExecError, HostUnreachable, LaunchRejected
@@ -100,6 +102,11 @@ class AgentOps:
 
     def close(self) -> None:
         raise NotImplementedError("the transport provides close()")
+
+    def corked(self) -> AbstractContextManager[None]:
+        """The channel's corked() (channel.py); nothing to hold while none is open."""
+        channel = self._channel
+        return channel.corked() if channel is not None else contextlib.nullcontext()
 
     def _chan(self) -> AgentChannel:
         if self._channel is None:

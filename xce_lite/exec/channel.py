@@ -8,6 +8,10 @@ shares it.
 Invariants:
 - Each request gets its own id and its own deadline; a reply is matched to its request by id, so
   any number of threads may send requests at once. Writes are serialised by a lock.
+- `corked()`: the lines of requests nobody waits for (`send`, `request_nowait`) are held until the
+  block ends, then written with one write and one flush: a tick's launch and forget lines wake the
+  agent once. A request that waits for its reply (`request`) writes the held lines and its own at
+  once, whatever thread sends it, so that nothing ever waits for a reply to a line still held.
 - Once the agent's output ends or turns to garbage, the channel is lost for good: every pending and
   later request fails with HostUnreachable, and `on_event(HostLost(...))` is called exactly once
   (not after a deliberate `close()`). Reconnect by making a new channel.
@@ -23,10 +27,11 @@ The protocol (agent version 3) is documented in docs/agent-protocol.md; exec/age
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from xce_lite.errors import HostUnreachable, LaunchRejected
@@ -82,6 +87,7 @@ class AgentChannel:
         self._rfile, self._wfile, self._on_event = rfile, wfile, on_event
         self._lock = threading.Lock()  # guards _pending, _next_id, _lost, _closing
         self._write_lock = threading.Lock()
+        self._held: list[bytes] | None = None  # lines held while corked (under _write_lock)
         self._pending: dict[int, _Pending] = {}
         self._next_id = 0
         self._lost: str | None = None
@@ -110,7 +116,7 @@ class AgentChannel:
         """
         timeout = self.timeout if timeout is None else timeout
         pending = _Pending()
-        rid = self._write(op, fields, pending)
+        rid = self._write(op, fields, pending, now=True)
         if not pending.done.wait(timeout):
             with self._lock:
                 self._pending.pop(rid, None)
@@ -138,7 +144,32 @@ class AgentChannel:
         """
         self._write(op, fields, None)
 
-    def _write(self, op: str, fields: dict, pending: _Pending | None) -> int:
+    @contextlib.contextmanager
+    def corked(self) -> Iterator[None]:
+        """Hold the lines nobody waits for until the block ends, then write them at once (see the
+        module docstring). Nested blocks are one: the outermost writes."""
+        with self._write_lock:
+            outer = self._held is None
+            if outer:
+                self._held = []
+        try:
+            yield
+        finally:
+            if outer:
+                self._flush_held()
+
+    def _flush_held(self) -> None:
+        try:
+            with self._write_lock:
+                lines, self._held = self._held, None
+                if lines:
+                    self._wfile.write(b"".join(lines))
+                    self._wfile.flush()
+        except (OSError, ValueError) as exc:
+            self._fail(f"cannot write to the agent ({exc})")
+
+    def _write(self, op: str, fields: dict, pending: _Pending | None, now: bool = False) -> int:
+        """Send one line; `now`: its sender waits for the reply, so it (and any held line) goes at once."""
         with self._lock:
             if self._lost is not None:
                 raise HostUnreachable(f"host {self.name}: {self._lost}; reconnect to the host")
@@ -149,6 +180,14 @@ class AgentChannel:
         line = json.dumps({"id": rid, "op": op, **fields}, ensure_ascii=True).encode("ascii") + b"\n"
         try:
             with self._write_lock:
+                held = self._held
+                if held is not None and not now:
+                    held.append(line)
+                    return rid
+                if held:
+                    held.append(line)
+                    line = b"".join(held)
+                    held.clear()
                 self._wfile.write(line)
                 self._wfile.flush()
         except (OSError, ValueError) as exc:

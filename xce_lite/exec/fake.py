@@ -24,6 +24,7 @@ host reports.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 from dataclasses import dataclass, field
 
@@ -112,6 +113,9 @@ class FakeHost:
 
     def launch_nowait(self, requests: list[LaunchRequest]) -> None:
         self._put(UnitsLaunched(self.name, tuple(self.launch(requests))))
+
+    def corked(self) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()  # nothing travels: each request takes effect as it is made
 
     def start_at(self, request: LaunchRequest, start: float) -> LaunchReply:
         """Launch as if at `start` (<= now): how a restored simulation puts back its running units."""

@@ -23,6 +23,7 @@ Values crossing the seam are plain frozen dataclasses of JSON-able fields.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -232,6 +233,11 @@ class Host(Protocol):
 
     def close(self) -> None:
         """Stop talking to the host. Running units go on."""
+        ...
+
+    def corked(self) -> AbstractContextManager[None]:
+        """A block whose requests sent without waiting (launch_nowait, forget(wait=False), ...)
+        reach the host together when it ends; one that waits for its reply goes at once."""
         ...
 
     def ping(self, timeout: float | None = None) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import apsw
 
 from xce_lite.models import FINISHED_STATES
+from xce_lite.store.job_reads import UNFINISHED  # the jobs_unfinished index's condition (sql/0013)
 
 _FINISHED = tuple(sorted(FINISHED_STATES))
 # the slots a placed job held, and its GPUs (the indices its allocations got)
@@ -39,5 +40,5 @@ class ProjectStore:
     def counts_by_project(self) -> dict[tuple[str | None, str], int]:
         """(project, state) -> number of unfinished jobs."""
         rows = self._reader().execute(
-            "SELECT project, state, count(*) FROM jobs WHERE state NOT IN (?, ?) GROUP BY project, state", _FINISHED)
+            f"SELECT project, state, count(*) FROM jobs WHERE {UNFINISHED} GROUP BY project, state")
         return {(project, state): n for project, state, n in rows}

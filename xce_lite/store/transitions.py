@@ -26,18 +26,32 @@ def guarded(con: apsw.Connection, sql: str, rows: list[tuple]) -> list[int]:
     return [i for (i,) in con.executemany(sql, rows)]
 
 
+# Effective values' id -> (them, their JSON), kept from tick to tick: the plans of one merge share one
+# dict (the controller's merge memo, controller/dispatching.py), which nothing changes once merged,
+# and its JSON is the largest text a dispatch writes (~0.5 KB). The dict is kept beside its text, so
+# that its id stays its own; bounded like the memo it mirrors. Dispatches run under the store's lock.
+_EFFECTIVE_TEXTS: dict[int, tuple[dict, str]] = {}
+EFFECTIVE_TEXTS_KEPT = 256
+
+
+def _effective_text(effective: dict) -> str:
+    known = _EFFECTIVE_TEXTS.get(id(effective))
+    if known is not None and known[0] is effective:
+        return known[1]
+    if len(_EFFECTIVE_TEXTS) >= EFFECTIVE_TEXTS_KEPT:
+        _EFFECTIVE_TEXTS.clear()
+    text = json.dumps(effective, ensure_ascii=True)
+    _EFFECTIVE_TEXTS[id(effective)] = (effective, text)
+    return text
+
+
 def dispatch(con: apsw.Connection, plans: Sequence, now: float, plan_type: type) -> list[int]:
     """Plans, or tuples (job id, attempt, [[host, tasks]], unit[, alloc[, effective]]) in Plan's order;
     the dispatched event carries the profile's name and hash from `effective`."""
     items: list[Any] = [plan if isinstance(plan, plan_type) else plan_type(*plan) for plan in plans]
-    texts: dict[int, str] = {}  # effective values' id -> their JSON: plans of one merge share one dict
     rows = []
     for i, p in enumerate(items):
-        effective = None
-        if p.effective is not None:
-            effective = texts.get(id(p.effective))
-            if effective is None:
-                effective = texts[id(p.effective)] = json.dumps(p.effective, ensure_ascii=True)
+        effective = _effective_text(p.effective) if p.effective is not None else None
         rows.append((p.attempt, json.dumps(p.hosts), p.unit,
                      json.dumps(p.alloc, ensure_ascii=True) if p.alloc is not None else None, effective, p.job_id, i))
     moved = guarded(con, "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, alloc = ?, effective = ?, "
