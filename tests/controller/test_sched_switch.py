@@ -17,7 +17,7 @@ import os
 import random
 import signal
 
-from tests.sched.test_sched_skip import MiniController
+from tests.support.minisched import MiniController
 from tests.support.inproc import InProc
 from tests.support.sched import job
 from tests.support.waiting import wait_until
