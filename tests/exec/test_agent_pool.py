@@ -238,3 +238,39 @@ def test_a_job_that_puts_a_symlink_in_place_of_its_host_dir_removes_nothing_thro
     assert (elsewhere / "hostfile").read_text() == "not the job's\n"
     assert (spool / "units" / "swapper.moved").is_dir()  # the job's own, moved aside by it
     assert not (spool / "units" / "swapper").exists() and not (spool / "units" / "swapper").is_symlink()
+
+
+def test_the_zygotes_send_to_a_worker_waits_for_room_and_gives_up_on_one_that_reads_nothing(monkeypatch):
+    import socket
+    import threading
+
+    from xce_lite.exec.agent import pool
+
+    monkeypatch.setattr(pool, "SEND_WAIT", 0.5)
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.setblocking(False)  # as Pool.fork makes the zygote's end
+        while True:  # fill the worker's buffer
+            try:
+                ours.send(b"x" * 65536)
+            except BlockingIOError:
+                break
+        try:
+            pool.send(ours, lambda: ours.send(b"job\n"))
+        except TimeoutError as exc:
+            assert "read nothing" in str(exc)
+        else:
+            raise AssertionError("a send to a worker that reads nothing returned")
+        # a worker that reads meanwhile: the send goes through once there is room
+        got = bytearray()
+
+        def read_all() -> None:
+            while not got.endswith(b"job\n"):
+                got.extend(theirs.recv(1 << 20))
+
+        theirs.settimeout(10)
+        reader = threading.Thread(target=read_all)
+        reader.start()
+        assert pool.send(ours, lambda: ours.send(b"job\n")) == 4
+        reader.join(10)
+        assert got.endswith(b"job\n") and not reader.is_alive()

@@ -49,6 +49,7 @@ from .util import job_umask
 POOL_IDLE = 64  # idle workers the zygote keeps (about the jobs a host runs at once); more are let go
 IDLE_FOR = 60.0  # seconds an idle worker is kept
 DRAIN_WAIT = 0.5  # seconds a launch waits for a released worker to be idle, rather than fork one
+SEND_WAIT = 10.0  # seconds the zygote waits for a worker to read what it sends; then it is given up
 MAX_JOBS = 1000  # jobs a worker runs before it exits (gc is off in it: cycles are never collected)
 
 
@@ -64,9 +65,30 @@ def send_job(sock, line: bytes, lock_fd: int) -> None:
     import _socket
 
     fd = lock_fd.to_bytes(4, sys.byteorder, signed=True)
-    sent = sock.sendmsg([line], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fd)])
-    if sent < len(line):
-        sock.sendall(line[sent:])
+    sent = send(sock, lambda: sock.sendmsg([line], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fd)]))
+    while sent < len(line):
+        sent += send(sock, lambda rest=line[sent:]: sock.send(rest))
+
+
+def send(sock, call) -> int:
+    """call() (a send on the zygote's non-blocking end of a worker's socket), retried while the
+    worker's buffer is full, for up to SEND_WAIT; OSError (TimeoutError) past that: the worker is
+    stuck. The zygote's ends are non-blocking so that a send or a recv costs one syscall, not a
+    poll first (a socket with a timeout polls before each): a job's line and the one-byte answers
+    fit a socket's buffer, so the wait is never taken in practice."""
+    import select
+    import time
+
+    deadline = None
+    while True:
+        try:
+            return call()
+        except BlockingIOError:
+            now = time.monotonic()
+            deadline = deadline or now + SEND_WAIT
+            if now >= deadline:
+                raise TimeoutError(f"a worker read nothing for {SEND_WAIT:g} s") from None
+            select.select([], [sock], [], deadline - now)
 
 
 def receive_job(sock) -> tuple[bytes, int] | None:
@@ -235,7 +257,7 @@ class Pool:
             raise
         finally:
             theirs.close()
-        ours.settimeout(10.0)  # a worker that reads nothing for that long is given up
+        ours.setblocking(False)  # see send(): SEND_WAIT for a worker that reads nothing
         self.socks[pid], self.pids[ours.fileno()] = ours, pid
         self.poller.register(ours.fileno(), 1)  # POLLIN: its "d", or EOF
         return pid
@@ -248,6 +270,8 @@ class Pool:
             return b""
         try:
             data = self.socks[pid].recv(64)
+        except BlockingIOError:  # nothing after all (poll said readable): nothing to do
+            return b""
         except OSError:
             data = b""
         if not data:
@@ -271,8 +295,9 @@ class Pool:
         if pid not in self.done:
             return  # gone meanwhile
         self.done.discard(pid)
+        sock = self.socks[pid]
         try:
-            self.socks[pid].sendall(b"r")
+            send(sock, lambda: sock.send(b"r"))
         except OSError:
             self.forget(pid)
             return
