@@ -96,6 +96,8 @@ def test_zygote_dead_before_it_answered_a_fork(hosts, spool, tmp_path):
         os.kill(zygote, signal.SIGKILL)
     sender.join(30)
     assert [r.status for r in replies] == ["started"]
+    # the agent reaps it (it waits for children only once SIGCHLD has woken it): no zombie stays
+    wait_until(lambda: proc_field(zygote, 0) is None, 10, "the killed zygote to be reaped by the agent")
     result = finished(events, "unborn")["unborn"].result
     assert result.reason.startswith("supervisor lost: it never recorded its start")
     assert not (tmp_path / "unborn.out").exists()

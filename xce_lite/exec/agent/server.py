@@ -172,6 +172,7 @@ class Agent:
         pending = bytearray()
         next_watch = time.monotonic() + WATCH_INTERVAL
         writing = False  # POLLOUT asked for the bus: calls wait in its buffer
+        reap = True  # children that ended before SIGCHLD was ours to hear
         while True:
             watching = s.watched or s.orphan
             timeout = max(0.0, next_watch - time.monotonic()) * 1000 if watching else None
@@ -183,8 +184,9 @@ class Agent:
             elif s.lease_retry:  # units it could not stop yet
                 timeout = min(timeout if timeout is not None else 1e12, LEASE_RETRY * 1000)
             ready = {fd for fd, _ev in s.poller.poll(timeout)}
-            if wake_r in ready:
+            if wake_r in ready:  # a signal came (SIGCHLD among them): its byte stays until drained here
                 drain(wake_r)
+                reap = True
             if 0 in ready:
                 data = os.read(0, 1 << 16)
                 if not data:
@@ -205,7 +207,9 @@ class Agent:
                 self.tasks.read_client(fd)
             if s.zygote is not None and s.zygote.replies in ready:
                 self.zygotes.zygote_readable()
-            self.unit_state.reap()
+            if reap:  # else no child of ours ended (plain mode's supervisors are the zygote's): no wait4
+                reap = False
+                self.unit_state.reap()
             if s.bus is not None:
                 self.manager.handle_bus()
             if s.bus is not None and bool(s.bus.out) != writing:
