@@ -249,7 +249,7 @@ def test_the_zygotes_send_to_a_worker_waits_for_room_and_gives_up_on_one_that_re
     monkeypatch.setattr(pool, "SEND_WAIT", 0.5)
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        ours.setblocking(False)  # as Pool.fork makes the zygote's end
+        ours.setblocking(False)  # as Workers.add makes the agent's end
         while True:  # fill the worker's buffer
             try:
                 ours.send(b"x" * 65536)

@@ -169,6 +169,8 @@ class Agent:
             s.poller.register(s.bus.fileno(), select.POLLIN)
         if s.zygote is not None:
             s.poller.register(s.zygote.replies, select.POLLIN)
+        workers = self.zygotes.workers
+        workers.watch(s.poller)
         pending = bytearray()
         next_watch = time.monotonic() + WATCH_INTERVAL
         writing = False  # POLLOUT asked for the bus: calls wait in its buffer
@@ -183,6 +185,9 @@ class Agent:
                 timeout = min(timeout if timeout is not None else 1e12, max(0.0, left) * 1000 + 1)
             elif s.lease_retry:  # units it could not stop yet
                 timeout = min(timeout if timeout is not None else 1e12, LEASE_RETRY * 1000)
+            due = workers.expire(time.monotonic())  # idle workers let go after IDLE_FOR
+            if due is not None:
+                timeout = min(timeout if timeout is not None else 1e12, due * 1000 + 1)
             ready = {fd for fd, _ev in s.poller.poll(timeout)}
             if wake_r in ready:  # a signal came (SIGCHLD among them): its byte stays until drained here
                 drain(wake_r)
@@ -205,6 +210,8 @@ class Agent:
                 self.tasks.accept_clients()
             for fd in ready & s.clients.keys():
                 self.tasks.read_client(fd)
+            for fd in ready & workers.pids.keys():  # a reused supervisor's job ended, or it is idle
+                self.zygotes.worker_readable(fd)
             if s.zygote is not None and s.zygote.replies in ready:
                 self.zygotes.zygote_readable()
             if reap:  # else no child of ours ended (plain mode's supervisors are the zygote's): no wait4
