@@ -240,7 +240,7 @@ def test_a_job_that_puts_a_symlink_in_place_of_its_host_dir_removes_nothing_thro
     assert not (spool / "units" / "swapper").exists() and not (spool / "units" / "swapper").is_symlink()
 
 
-def test_the_zygotes_send_to_a_worker_waits_for_room_and_gives_up_on_one_that_reads_nothing(monkeypatch):
+def test_a_send_to_a_worker_waits_for_room_and_gives_up_on_one_that_reads_nothing(monkeypatch):
     import socket
     import threading
 

@@ -49,10 +49,10 @@ from .supervisor import become_supervisor
 from .tree import become_subreaper, has_children
 from .util import job_umask
 
-POOL_IDLE = 64  # idle workers the zygote keeps (about the jobs a host runs at once); more are let go
+POOL_IDLE = 64  # idle workers the agent keeps (about the jobs a host runs at once); more are let go
 IDLE_FOR = 60.0  # seconds an idle worker is kept
 DRAIN_WAIT = 0.5  # seconds a launch waits for a released worker to be idle, rather than fork one
-SEND_WAIT = 10.0  # seconds the zygote waits for a worker to read what it sends; then it is given up
+SEND_WAIT = 10.0  # seconds the agent waits for a worker to read what it sends; then it is given up
 MAX_JOBS = 1000  # jobs a worker runs before it exits (gc is off in it: cycles are never collected)
 
 
@@ -74,9 +74,9 @@ def send_job(sock, line: bytes, lock_fd: int) -> None:
 
 
 def send(sock, call) -> int:
-    """call() (a send on the zygote's non-blocking end of a worker's socket), retried while the
+    """call() (a send on the agent's non-blocking end of a worker's socket), retried while the
     worker's buffer is full, for up to SEND_WAIT; OSError (TimeoutError) past that: the worker is
-    stuck. The zygote's ends are non-blocking so that a send or a recv costs one syscall, not a
+    stuck. The agent's ends are non-blocking so that a send or a recv costs one syscall, not a
     poll first (a socket with a timeout polls before each): a job's line and the one-byte answers
     fit a socket's buffer, so the wait is never taken in practice."""
     import select
@@ -156,10 +156,10 @@ def restore_environ(env: dict[str, str], raw: dict, path: str | None) -> None:
 
 def worker_main(sock_fd: int, spool: str, boot: str) -> None:
     """A worker's life (forked by the zygote, SUPERVISOR_SIGNALS blocked, gc off): supervise the
-    jobs the zygote sends, one at a time, until it lets us go (EOF) or a job leaves us unfit."""
+    jobs the agent sends, one at a time, until it lets us go (EOF) or a job leaves us unfit."""
     import _socket
 
-    os.closerange(3, sock_fd)  # the zygote's pipes, the spool lock, the other workers' sockets
+    os.closerange(3, sock_fd)  # the zygote's pipes and sockets, the spool lock
     os.closerange(sock_fd + 1, 1 << 20)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -197,10 +197,10 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
         try:
             sock.sendall(b"d")
             if sock.recv(1) != b"r":  # the agent knows the result: no signal for this job comes any more
-                return  # EOF: let go (the zygote is gone)
+                return  # EOF: let go (the agent is gone, or lost its zygote)
             drop_pending_signals()
             sock.sendall(b"i")
-        except OSError:  # the zygote is gone
+        except OSError:  # the agent is gone, or lost its zygote
             return
 
 
