@@ -17,7 +17,7 @@ idle worker costs a launch no round trip at all.
 Invariants: a supervisor is exactly what fork_supervisor makes (same spec, same recorder, same
 signals blocked, the job's umask, the spool lock held until its `started` record): only its parent
 changes; a worker keeps one pid, start time and session across its jobs, one job at a time.
-The zygote holds no fd of the controller's (stdin, stdout) and exits at EOF of its request pipe,
+The zygote holds no fd of the controller's (stdin, stdout) and exits at EOF of its request socket,
 when the agent is gone; supervisors outlive it as they outlive the agent. If the zygote dies first,
 the agent watches the units it had forked (their journal records, their pids) and forks another
 zygote at its next launch (its workers are let go, as its end let them go before: the busy ones
