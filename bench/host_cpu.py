@@ -10,7 +10,8 @@ and a run ends at the last finished event; one warm-up run first. Per job: the m
 zygote's own (exec/agent/zygote.py; none before it), the supervisors with their jobs (the CPU of
 reaped children, as the agent or the zygote reaps them, and of the zygote's live children: reused
 supervisors, exec/agent/pool.py, live across runs), and this process (the channel's reader
-thread). A `true` alone costs ~0.4-0.5 ms here. Asserts nothing.
+thread); and the agent's and the zygote's wake-ups per job (voluntary context switches: counts,
+which the load does not move). A `true` alone costs ~0.4-0.5 ms here. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ def live_children(p) -> float:
     return total
 
 
+def wakeups(*processes) -> list[int]:
+    """Voluntary context switches of each process (0 for None): how often it blocked and was woken."""
+    return [p.num_ctx_switches().voluntary if p is not None else 0 for p in processes]
+
+
 def sample(agent, zygote, me) -> list[float]:
     """CPU seconds: agent's own, its reaped children's, the zygote's own and reaped (with its live
     children's), ours; the machine's busy."""
@@ -87,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             requests = [LaunchRequest(unit=f"r{run}u{i}", argv=("true",), env=env, cwd=tmp, stdout=f"{tmp}/out",
                                       stderr=None) for i in range(args.jobs)]
 
-            before, started = sample(agent, zygote, me), time.perf_counter()
+            before, started, woke = sample(agent, zygote, me), time.perf_counter(), wakeups(agent, zygote)
             window = args.inflight or args.jobs
             done = sent = 0
             while done < args.jobs:
@@ -98,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 if isinstance(event, UnitFinished):
                     done += 1
             wall, after = time.perf_counter() - started, sample(agent, zygote, me)
+            woke = [(a - b) / args.jobs for a, b in zip(wakeups(agent, zygote), woke)]
             host.forget([r.unit for r in requests])
             if run == 0:
                 time.sleep(0.2)
@@ -106,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             ms = [1000 * (a - b) / args.jobs for a, b in zip(after, before)]
             print(f"run {run}: {args.jobs / wall:.0f} jobs/s; CPU per job: machine {ms[5]:.2f} ms, agent {ms[0]:.2f}, "
-                  f"zygote {ms[2]:.2f}, supervisors+jobs {ms[1] + ms[3]:.2f}, channel {ms[4]:.2f} "
-                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                  f"zygote {ms[2]:.2f}, supervisors+jobs {ms[1] + ms[3]:.2f}, channel {ms[4]:.2f}; wake-ups per job: "
+                  f"agent {woke[0]:.2f}, zygote {woke[1]:.2f} (load {os.getloadavg()[0]:.1f})", flush=True)
         host.close()
     return 0
 

@@ -93,6 +93,37 @@ def test_jobs_in_sequence_share_a_supervisor_and_inherit_nothing_of_each_other(h
     assert json.loads((tmp_path / "fresh.out").read_text())["fds"] == [0, 1, 2]
 
 
+def test_a_job_starts_with_no_signal_ignored_or_blocked_whatever_the_agent_inherited(hosts, spool, tmp_path):
+    # an agent started under nohup or by a shell's `&` inherits ignored signals (HUP, INT, QUIT,
+    # TTOU...), which survive exec: none reaches a job, the first in a new worker nor the next in
+    # the same one. The job is not Python (which ignores PIPE and XFSZ itself); libc's posix_spawn
+    # leaves its two internal signals (32, 33) ignored, as it does for every program it starts.
+    inherited = (signal.SIGTTOU, signal.SIGTTIN, signal.SIGTSTP, signal.SIGHUP, signal.SIGALRM, signal.SIGPIPE)
+    old = {signum: signal.signal(signum, signal.SIG_IGN) for signum in inherited}
+    try:
+        host, events = hosts(mode="plain")
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+    ignored_by_agent = int(proc_status(host.agent_pid)["SigIgn"], 16)
+    assert all(ignored_by_agent & (1 << (signum - 1)) for signum in inherited)  # the premise
+    for name in ("first", "second"):
+        host.launch([LaunchRequest(unit=name, argv=("cat", "/proc/self/status"), env={"PATH": os.environ["PATH"]},
+                                   cwd=str(tmp_path), stdout=str(tmp_path / f"{name}.out"), stderr=None)])
+        assert finished(events, name)[name].result.exit_code == 0
+    assert journal(spool)["first"]["pid"] == journal(spool)["second"]["pid"]  # one reused worker
+    for name in ("first", "second"):
+        lines = (tmp_path / f"{name}.out").read_text().splitlines()
+        status = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+        assert status["SigIgn"] == "0000000180000000", name  # 32 and 33 alone
+        assert (status["SigBlk"], status["SigCgt"]) == ("0000000000000000", "0000000000000000"), name
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+
+
 def test_a_worker_killed_in_mid_job_then_the_agent_killed_then_a_new_agent(hosts, spool, tmp_path):
     host, events = hosts(mode="plain")
     host.launch([probe(tmp_path, "warm", tmp_path, 0o022, {})])
@@ -207,3 +238,39 @@ def test_a_job_that_puts_a_symlink_in_place_of_its_host_dir_removes_nothing_thro
     assert (elsewhere / "hostfile").read_text() == "not the job's\n"
     assert (spool / "units" / "swapper.moved").is_dir()  # the job's own, moved aside by it
     assert not (spool / "units" / "swapper").exists() and not (spool / "units" / "swapper").is_symlink()
+
+
+def test_a_send_to_a_worker_waits_for_room_and_gives_up_on_one_that_reads_nothing(monkeypatch):
+    import socket
+    import threading
+
+    from xce_lite.exec.agent import pool
+
+    monkeypatch.setattr(pool, "SEND_WAIT", 0.5)
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.setblocking(False)  # as Workers.add makes the agent's end
+        while True:  # fill the worker's buffer
+            try:
+                ours.send(b"x" * 65536)
+            except BlockingIOError:
+                break
+        try:
+            pool.send(ours, lambda: ours.send(b"job\n"))
+        except TimeoutError as exc:
+            assert "read nothing" in str(exc)
+        else:
+            raise AssertionError("a send to a worker that reads nothing returned")
+        # a worker that reads meanwhile: the send goes through once there is room
+        got = bytearray()
+
+        def read_all() -> None:
+            while not got.endswith(b"job\n"):
+                got.extend(theirs.recv(1 << 20))
+
+        theirs.settimeout(10)
+        reader = threading.Thread(target=read_all)
+        reader.start()
+        assert pool.send(ours, lambda: ours.send(b"job\n")) == 4
+        reader.join(10)
+        assert got.endswith(b"job\n") and not reader.is_alive()

@@ -13,7 +13,7 @@ import threading
 from tests.support.agent_local import WAIT_JOB, finished, journal, journal_result
 from tests.support.procs import proc_field
 from tests.support.waiting import wait_until
-from xce_lite.exec.host import LaunchRequest
+from xce_lite.exec.host import LaunchRequest, UnitFinished
 from xce_lite.exec.local import LocalHost
 
 
@@ -96,6 +96,8 @@ def test_zygote_dead_before_it_answered_a_fork(hosts, spool, tmp_path):
         os.kill(zygote, signal.SIGKILL)
     sender.join(30)
     assert [r.status for r in replies] == ["started"]
+    # the agent reaps it (it waits for children only once SIGCHLD has woken it): no zombie stays
+    wait_until(lambda: proc_field(zygote, 0) is None, 10, "the killed zygote to be reaped by the agent")
     result = finished(events, "unborn")["unborn"].result
     assert result.reason.startswith("supervisor lost: it never recorded its start")
     assert not (tmp_path / "unborn.out").exists()
@@ -103,3 +105,44 @@ def test_zygote_dead_before_it_answered_a_fork(hosts, spool, tmp_path):
     [reply] = host.launch([waiter(tmp_path, "next", 7)])
     assert reply.status == "started"
     assert finished(events, "next")["next"].result.exit_code == 7
+
+
+def test_an_idle_worker_takes_a_job_and_reports_its_end_without_the_zygote_then_the_zygote_dies_mid_job(
+        hosts, spool, tmp_path):
+    """The agent hands a reused supervisor its job and hears its end on the worker's own socket: with
+    the zygote stopped, jobs still start in the idle worker and end, each reported once. Then the
+    zygote is killed -9 while the worker runs a job: the job ends once, with its own code, the worker
+    leaves, and the next launch gets a new zygote and worker."""
+    host, events = hosts(mode="plain")
+    (tmp_path / "go-warm").touch()
+    host.launch([waiter(tmp_path, "warm")])
+    finished(events, "warm")
+    worker = journal(spool)["warm"]["pid"]
+    zygote = zygote_of(host)
+    os.kill(zygote, signal.SIGSTOP)
+    try:
+        for unit, code in (("one", 3), ("two", 4)):
+            [reply] = host.launch([waiter(tmp_path, unit, code)])
+            assert reply.status == "started"
+            assert wait_until(lambda unit=unit: journal(spool)[unit]["pid"], 10, f"{unit} to start") == worker
+            (tmp_path / f"go-{unit}").touch()
+            assert finished(events, unit)[unit].result.exit_code == code
+    finally:
+        os.kill(zygote, signal.SIGCONT)
+    host.launch([waiter(tmp_path, "busy", 6)])
+    assert wait_until(lambda: journal(spool)["busy"]["pid"], 10, "busy to start") == worker
+    os.kill(zygote, signal.SIGKILL)
+    wait_until(lambda: proc_field(zygote, 0) is None, 10, "the killed zygote to be reaped by the agent")
+    (tmp_path / "go-busy").touch()
+    assert finished(events, "busy")["busy"].result.exit_code == 6
+    wait_until(lambda: proc_field(worker, 0) is None, 10, "the worker to leave once its job's result is recorded")
+    (tmp_path / "go-next").touch()
+    host.launch([waiter(tmp_path, "next", 7)])
+    assert finished(events, "next")["next"].result.exit_code == 7
+    assert journal(spool)["next"]["pid"] != worker
+    seen = []  # each unit's end was reported once
+    while not events.empty():
+        event = events.get_nowait()
+        if isinstance(event, UnitFinished):
+            seen.append(event.unit)
+    assert seen == [], seen

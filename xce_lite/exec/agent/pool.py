@@ -1,9 +1,12 @@
-"""Reused supervisors: the zygote's pool of workers that each supervise plain units one after another.
+"""Reused supervisors: workers, forked by the zygote, that each supervise plain units one after another.
 
 A fresh supervisor per job costs a fork of the zygote, its copy-on-write faults and its exit,
 ~3 ms of CPU for a `true` job; a worker that runs job after job pays none of them (bench/README.md,
-"Reused supervisors"). A worker is what a fresh supervisor is, for each job it runs:
-- the spool lock is held until the job's `started` record: the zygote passes its lock fd with each
+"Reused supervisors"). The zygote forks a worker on a socket the agent passes it and reaps it; the
+agent talks to the worker on the other end itself (Workers): a job, then its "d", the release "r"
+and the worker's "i", with no hop through the zygote (bench/README.md, "The agent talks to its
+workers"). A worker is what a fresh supervisor is, for each job it runs:
+- the spool lock is held until the job's `started` record: the agent passes its lock fd with each
   job (SCM_RIGHTS) and the worker closes it once `started` is appended; an idle worker holds none;
 - the job leads a process group of its own in the worker's session, and that session holds the
   processes of one job at a time: a job's leftovers are stopped before its result is recorded, and
@@ -12,17 +15,17 @@ A fresh supervisor per job costs a fork of the zygote, its copy-on-write faults 
 - nothing is inherited from the previous job: cwd (back to the zygote's), environment (the
   zygote's), umask (the job's), fds (none but the worker's socket and its journal fd, both
   close-on-exec: the job inherits none; the journal fd holds no lock between appends), signal
-  mask and dispositions (the supervisor's own, unchanged by a job), rlimits (never changed by us;
-  a job of the same user could change its parent's with prlimit, as it could the agent's own);
+  mask and dispositions (the job gets every signal at its default, spawn.py), rlimits (never
+  changed by us; a job of the same user could change its parent's with prlimit, as it could the
+  agent's own);
 - a signal meant for the previous job never reaches the next one, and none meant for the next job
-  is lost: a worker says it is done ("d") only once the result is durable; the zygote passes that
-  on to the agent, which reads the result (from then on it sends nothing to that unit's
-  supervisor) and only then releases the worker ("rPID" on its request pipe). The zygote passes
-  the release on ("r"); the worker drops what is pending then (sent for the previous job, before
-  the release) and answers "i": only then is it idle, and given a job, whose signals the agent can
-  send only once the zygote has answered that job's fork with the worker's pid. A signal sent to
-  the worker's pid from outside (not by the agent) goes to whichever job it runs or runs next, as
-  it would to whatever process next had that pid.
+  is lost: a worker says it is done ("d") only once the result is durable; the agent reads the
+  result (from then on it sends nothing to that unit's supervisor) and only then releases the
+  worker ("r"); the worker drops what is pending then (sent for the previous job, before the
+  release) and answers "i": only then is it idle, and given a job, whose signals the agent sends
+  only after it has handed the job. A signal sent to the worker's pid from outside (not by the
+  agent) goes to whichever job it runs or runs next, as it would to whatever process next had
+  that pid.
 Only units with no user to run as, no hooks of the supervisor's and the role "job" go to a worker
 (agent side: poolable); a worker whose supervision went wrong (an error of its own) is not reused,
 nor one past MAX_JOBS, nor one the kernel did not make a subreaper (a job's orphans would stay in
@@ -46,9 +49,10 @@ from .supervisor import become_supervisor
 from .tree import become_subreaper, has_children
 from .util import job_umask
 
-POOL_IDLE = 64  # idle workers the zygote keeps (about the jobs a host runs at once); more are let go
+POOL_IDLE = 64  # idle workers the agent keeps (about the jobs a host runs at once); more are let go
 IDLE_FOR = 60.0  # seconds an idle worker is kept
 DRAIN_WAIT = 0.5  # seconds a launch waits for a released worker to be idle, rather than fork one
+SEND_WAIT = 10.0  # seconds the agent waits for a worker to read what it sends; then it is given up
 MAX_JOBS = 1000  # jobs a worker runs before it exits (gc is off in it: cycles are never collected)
 
 
@@ -64,9 +68,42 @@ def send_job(sock, line: bytes, lock_fd: int) -> None:
     import _socket
 
     fd = lock_fd.to_bytes(4, sys.byteorder, signed=True)
-    sent = sock.sendmsg([line], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fd)])
-    if sent < len(line):
-        sock.sendall(line[sent:])
+    sent = send(sock, lambda: sock.sendmsg([line], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fd)]))
+    while sent < len(line):
+        sent += send(sock, lambda rest=line[sent:]: sock.send(rest))
+
+
+def send(sock, call) -> int:
+    """call() (a send on the agent's non-blocking end of a worker's socket), retried while the
+    worker's buffer is full, for up to SEND_WAIT; OSError (TimeoutError) past that: the worker is
+    stuck. The agent's ends are non-blocking so that a send or a recv costs one syscall, not a
+    poll first (a socket with a timeout polls before each): a job's line and the one-byte answers
+    fit a socket's buffer, so the wait is never taken in practice."""
+    import select
+    import time
+
+    deadline = None
+    while True:
+        try:
+            return call()
+        except BlockingIOError:
+            now = time.monotonic()
+            deadline = deadline or now + SEND_WAIT
+            if now >= deadline:
+                raise TimeoutError(f"a worker read nothing for {SEND_WAIT:g} s") from None
+            select.select([], [sock], [], deadline - now)
+
+
+def send_with_fds(fd: int, data: bytes | memoryview, fds: list[int]) -> int:
+    """sendmsg of `data` on the socket `fd` with `fds` (SCM_RIGHTS) on its first byte; bytes sent."""
+    import _socket
+
+    sock = _socket.socket(fileno=fd)
+    try:
+        payload = b"".join(f.to_bytes(4, sys.byteorder, signed=True) for f in fds)
+        return sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, payload)])
+    finally:
+        sock.detach()  # the fd stays the Zygote's
 
 
 def receive_job(sock) -> tuple[bytes, int] | None:
@@ -119,10 +156,10 @@ def restore_environ(env: dict[str, str], raw: dict, path: str | None) -> None:
 
 def worker_main(sock_fd: int, spool: str, boot: str) -> None:
     """A worker's life (forked by the zygote, SUPERVISOR_SIGNALS blocked, gc off): supervise the
-    jobs the zygote sends, one at a time, until it lets us go (EOF) or a job leaves us unfit."""
+    jobs the agent sends, one at a time, until it lets us go (EOF) or a job leaves us unfit."""
     import _socket
 
-    os.closerange(3, sock_fd)  # the zygote's pipes, the spool lock, the other workers' sockets
+    os.closerange(3, sock_fd)  # the zygote's pipes and sockets, the spool lock
     os.closerange(sock_fd + 1, 1 << 20)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -160,34 +197,39 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
         try:
             sock.sendall(b"d")
             if sock.recv(1) != b"r":  # the agent knows the result: no signal for this job comes any more
-                return  # EOF: let go (the zygote is gone)
+                return  # EOF: let go (the agent is gone, or lost its zygote)
             drop_pending_signals()
             sock.sendall(b"i")
-        except OSError:  # the zygote is gone
+        except OSError:  # the agent is gone, or lost its zygote
             return
 
 
-class Pool:
-    """The zygote's side of its workers: pid -> socket, which are idle (released by the agent) and
-    since when. Single-threaded, in the zygote's loop."""
+class Workers:
+    """The agent's side of its reused supervisors: pid -> its end of the worker's socket
+    (non-blocking), which are idle (released, and said so) and since when. The zygote forks a
+    worker with the other end (a "w" request, the fd passed with it) and reaps it; the agent hands
+    it each job, hears its "d" and "i" and releases it itself, with no hop through the zygote.
+    Single-threaded, in the agent's loop; `poller` (the serve loop's) polls the sockets."""
 
-    def __init__(self, spool: str, boot: str, lock_fd: int, poller, mine: tuple[int, ...]):
-        self.spool, self.boot, self.lock_fd, self.poller, self.mine = spool, boot, lock_fd, poller, mine
-        self.socks: dict[int, socket] = {}  # pid -> the zygote's end of its socket
+    def __init__(self, lock_fd: int):
+        self.lock_fd, self.poller = lock_fd, None
+        self.socks: dict[int, socket] = {}  # pid -> our end of its socket
         self.pids: dict[int, int] = {}  # socket fd -> pid
         self.idle: list[tuple[int, float]] = []  # (pid, released at), the latest last: the warmest first
-        self.done: set[int] = set()  # said "d", not yet released by the agent
+        self.done: set[int] = set()  # said "d", not yet released
         self.draining: set[int] = set()  # released, told so, not yet idle (its "i" to come)
-        self.outbox = b""  # lines for the agent read while waiting for a draining worker
+        self.ended: list[int] = []  # said "d" (its job's result is durable), not yet taken by the agent
 
-    def fds(self) -> tuple[int, ...]:
-        """The zygote's fds that a fresh supervisor must close: its own and the workers' sockets."""
-        return (*self.mine, *self.pids)
+    def watch(self, poller) -> None:
+        """Poll the sockets on `poller` (the serve loop's), those there are and those to come."""
+        self.poller = poller
+        for fd in self.pids:
+            poller.register(fd, 1)  # POLLIN
 
-    def run(self, line: bytes) -> int:
-        """Hand the job of `line` to an idle worker, or to a new one; the worker's pid. OSError if
-        no worker could be had (the fork failed). With none idle but some dropping their stale
-        signals (a few syscalls), one of those is waited for, up to DRAIN_WAIT: a fork costs more."""
+    def take(self, line: bytes) -> int | None:
+        """Hand the job of `line` to an idle worker; its pid, or None if none is to be had (fork
+        one: `add`). With none idle but some dropping their stale signals (a few syscalls), one of
+        those is waited for, up to DRAIN_WAIT: a fork costs more."""
         if not self.idle and self.draining:
             self.wait_idle()
         while self.idle:
@@ -195,19 +237,25 @@ class Pool:
             try:
                 send_job(self.socks[pid], line, self.lock_fd)
                 return pid
-            except OSError:  # it died meanwhile (its end is reaped as any other), or is stuck
+            except OSError:  # it died meanwhile (the zygote reports its end), or is stuck
                 self.forget(pid)
-        pid = self.fork()
+        return None
+
+    def add(self, pid: int, sock, line: bytes) -> None:
+        """A worker the zygote forked on `sock` (our end): hand it the job of `line`. OSError if
+        that cannot be done (the worker is let go: it exits at EOF)."""
+        sock.setblocking(False)  # see send(): SEND_WAIT for a worker that reads nothing
+        self.socks[pid], self.pids[sock.fileno()] = sock, pid
+        if self.poller is not None:
+            self.poller.register(sock.fileno(), 1)  # POLLIN: its "d", or EOF
         try:
-            send_job(self.socks[pid], line, self.lock_fd)
+            send_job(sock, line, self.lock_fd)
         except OSError:
             self.forget(pid)
             raise
-        return pid
 
     def wait_idle(self) -> None:
-        """Wait (up to DRAIN_WAIT) until a draining worker is idle; what they say meanwhile for the
-        agent ("dPID") goes to `outbox`."""
+        """Wait (up to DRAIN_WAIT) until a draining worker is idle."""
         import select
         import time
 
@@ -220,79 +268,68 @@ class Pool:
             for pid in self.draining:
                 poller.register(self.socks[pid].fileno(), select.POLLIN)
             for fd, _ev in poller.poll(int(left * 1000) + 1):
-                self.outbox += self.readable(fd, time.monotonic())
+                self.readable(fd, time.monotonic())
 
-    def fork(self) -> int:
-        import _socket
-
-        from .supervisor import fork_detached
-
-        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
-        try:
-            pid = fork_detached(lambda: worker_main(theirs.detach(), self.spool, self.boot))
-        except OSError:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        ours.settimeout(10.0)  # a worker that reads nothing for that long is given up
-        self.socks[pid], self.pids[ours.fileno()] = ours, pid
-        self.poller.register(ours.fileno(), 1)  # POLLIN: its "d", or EOF
-        return pid
-
-    def readable(self, fd: int, now: float) -> bytes:
-        """A worker's socket is readable: b"dPID\\n" for the agent if it finished its job, b"" else
-        (it is idle now, or gone)."""
+    def readable(self, fd: int, now: float) -> None:
+        """A worker's socket is readable: its "d" (its job ended: in `ended` for the agent), its
+        "i" (idle now), or EOF (it is gone: the zygote reports its end)."""
         pid = self.pids.get(fd)
         if pid is None:
-            return b""
+            return
         try:
             data = self.socks[pid].recv(64)
+        except BlockingIOError:  # nothing after all (poll said readable): nothing to do
+            return
         except OSError:
             data = b""
         if not data:
-            self.forget(pid)  # it exited: its end is reported by waitpid
-            return b""
-        out = b""
+            self.forget(pid)
+            return
         for byte in data:
             if byte == ord("d"):
                 self.done.add(pid)
-                out += b"d%d\n" % pid
+                self.ended.append(pid)
             elif byte == ord("i") and pid in self.draining:  # it dropped its stale signals: idle
                 self.draining.discard(pid)
                 self.idle.append((pid, now))
                 while len(self.idle) > POOL_IDLE:  # the oldest idle ones beyond POOL_IDLE go
                     self.forget(self.idle.pop(0)[0])
-        return out
 
     def release(self, pid: int) -> None:
-        """The agent knows the worker's job has ended: tell the worker, which drops the signals
-        sent for that job and then says it is idle."""
+        """The agent knows the worker's job has ended, and sends that job no signal from now on:
+        tell the worker, which drops the signals sent for that job and then says it is idle."""
         if pid not in self.done:
             return  # gone meanwhile
         self.done.discard(pid)
+        sock = self.socks[pid]
         try:
-            self.socks[pid].sendall(b"r")
+            send(sock, lambda: sock.send(b"r"))
         except OSError:
             self.forget(pid)
             return
         self.draining.add(pid)
 
-    def expire(self, now: float) -> int:
-        """Let go of the workers idle for IDLE_FOR; milliseconds until the next one is due (-1: none)."""
+    def expire(self, now: float) -> float | None:
+        """Let go of the workers idle for IDLE_FOR; seconds until the next one is due (None: none)."""
         while self.idle and now - self.idle[0][1] >= IDLE_FOR:
             self.forget(self.idle.pop(0)[0])
-        return -1 if not self.idle else max(0, int(1000 * (self.idle[0][1] + IDLE_FOR - now)) + 1)
+        return None if not self.idle else max(0.0, self.idle[0][1] + IDLE_FOR - now)
 
     def forget(self, pid: int) -> None:
-        """Close our end of the worker's socket (an idle worker exits at that EOF)."""
+        """Close our end of the worker's socket (an idle worker exits at that EOF; a busy one once
+        its job's result is recorded)."""
         sock = self.socks.pop(pid, None)
         if sock is None:
             return
         fd = sock.fileno()
         self.pids.pop(fd, None)
-        self.poller.unregister(fd)
+        if self.poller is not None:
+            self.poller.unregister(fd)
         sock.close()
         self.done.discard(pid)
         self.draining.discard(pid)
         self.idle = [(p, t) for p, t in self.idle if p != pid]
+
+    def forget_all(self) -> None:
+        for pid in list(self.socks):
+            self.forget(pid)

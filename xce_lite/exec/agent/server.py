@@ -169,9 +169,12 @@ class Agent:
             s.poller.register(s.bus.fileno(), select.POLLIN)
         if s.zygote is not None:
             s.poller.register(s.zygote.replies, select.POLLIN)
+        workers = self.zygotes.workers
+        workers.watch(s.poller)
         pending = bytearray()
         next_watch = time.monotonic() + WATCH_INTERVAL
         writing = False  # POLLOUT asked for the bus: calls wait in its buffer
+        reap = True  # children that ended before SIGCHLD was ours to hear
         while True:
             watching = s.watched or s.orphan
             timeout = max(0.0, next_watch - time.monotonic()) * 1000 if watching else None
@@ -182,9 +185,13 @@ class Agent:
                 timeout = min(timeout if timeout is not None else 1e12, max(0.0, left) * 1000 + 1)
             elif s.lease_retry:  # units it could not stop yet
                 timeout = min(timeout if timeout is not None else 1e12, LEASE_RETRY * 1000)
+            due = workers.expire(time.monotonic())  # idle workers let go after IDLE_FOR
+            if due is not None:
+                timeout = min(timeout if timeout is not None else 1e12, due * 1000 + 1)
             ready = {fd for fd, _ev in s.poller.poll(timeout)}
-            if wake_r in ready:
+            if wake_r in ready:  # a signal came (SIGCHLD among them): its byte stays until drained here
                 drain(wake_r)
+                reap = True
             if 0 in ready:
                 data = os.read(0, 1 << 16)
                 if not data:
@@ -203,9 +210,13 @@ class Agent:
                 self.tasks.accept_clients()
             for fd in ready & s.clients.keys():
                 self.tasks.read_client(fd)
+            for fd in ready & workers.pids.keys():  # a reused supervisor's job ended, or it is idle
+                self.zygotes.worker_readable(fd)
             if s.zygote is not None and s.zygote.replies in ready:
                 self.zygotes.zygote_readable()
-            self.unit_state.reap()
+            if reap:  # else no child of ours ended (plain mode's supervisors are the zygote's): no wait4
+                reap = False
+                self.unit_state.reap()
             if s.bus is not None:
                 self.manager.handle_bus()
             if s.bus is not None and bool(s.bus.out) != writing:

@@ -5,24 +5,24 @@ supervisor runs (supervisor.py and its imports). A launch then costs a fork of t
 process instead of one of the whole agent: the agent neither copies its page tables per job nor
 takes copy-on-write faults while a supervisor shares its heap (bench/README.md, "The zygote").
 
-Between the two, two pipes of lines. Agent -> zygote: one JSON object per unit to start, {"unit",
-"spec", "start_time"}, a launch request's units in one write. Zygote -> agent, in request order:
-"+PID" (forked) or "!WHY" (the fork failed); and at any time "xPID STATUS" when a supervisor has
-ended (its wait status): the agent hears of its supervisors' ends as it did through SIGCHLD.
-
-A request line that starts with "p" (agent side: pool.poolable) goes to a reused supervisor of
-the zygote's pool (pool.py), which answers "+PID" as a fork would; when its job has ended the
-zygote tells the agent "dPID" (as "xPID 0": the result is durable) and hands it another job only
-after the agent's "rPID" (released: the agent has read that result) and the worker's own answer.
+Between the two, a socket of lines (agent -> zygote) and a pipe (zygote -> agent). Agent ->
+zygote: one JSON object per unit to start, {"unit", "spec", "start_time"}, a launch request's units
+in one write; or "w": fork a reused supervisor (pool.py) on the socket passed with the request's
+first byte (SCM_RIGHTS, one per "w", in order). Zygote -> agent, in request order: "+PID" (forked)
+or "!WHY" (the fork failed); and at any time "xPID STATUS" when a supervisor or a worker has ended
+(its wait status): the agent hears of their ends as it did through SIGCHLD. The agent hands a
+worker its jobs, hears their ends and releases it on the worker's own socket (pool.Workers): an
+idle worker costs a launch no round trip at all.
 
 Invariants: a supervisor is exactly what fork_supervisor makes (same spec, same recorder, same
 signals blocked, the job's umask, the spool lock held until its `started` record): only its parent
-changes; a pool worker keeps one pid, start time and session across its jobs, one job at a time.
-The zygote holds no fd of the controller's (stdin, stdout) and exits at EOF of its request pipe,
+changes; a worker keeps one pid, start time and session across its jobs, one job at a time.
+The zygote holds no fd of the controller's (stdin, stdout) and exits at EOF of its request socket,
 when the agent is gone; supervisors outlive it as they outlive the agent. If the zygote dies first,
 the agent watches the units it had forked (their journal records, their pids) and forks another
-zygote at its next launch; a unit whose fork was never answered counts as starting for START_GRACE,
-for its supervisor's `started` record may still come.
+zygote at its next launch (its workers are let go, as its end let them go before: the busy ones
+once their job's result is recorded); a unit whose fork was never answered counts as starting for
+START_GRACE, for its supervisor's `started` record may still come.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import sys
 import time
 
 from .jsonl import dumps, loads
-from .pool import Pool, poolable
+from .pool import Workers, poolable, send_with_fds, worker_main
 from .recorders import JournalRecorder
 from .signals import signal
 from .supervisor import become_supervisor, fork_detached
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .state import UnitState
 
 REPLY_TIMEOUT = 30.0  # seconds the agent waits for a fork's answer before it gives the zygote up
+NEW_WORKERS = 64  # at most this many workers asked of the zygote per request (their fds in one message)
 
 
 class Zygote:
@@ -55,27 +56,60 @@ class Zygote:
         self.buffer = b""
         self.kids: set[int] = set()  # supervisors it forked for us that have not ended yet
         self.exits: list[tuple[int, int]] = []  # (pid, wait status) reported, not yet handled
-        self.done: list[int] = []  # workers whose job ended (among exits), to release once handled
         self.dead = False
 
-    def spawn(self, items: list[tuple[str, dict, float]]) -> list[tuple[int | None, str | None]]:
-        """Fork a supervisor for each (unit, spec, start_time), in one round trip; (pid, None) or
-        (None, why) for each, in order. Raises OSError if the zygote is gone, or makes no progress
-        for REPLY_TIMEOUT (it is killed then): the items without an answer may have been forked or
-        not. Its requests are written as it reads them, its lines read meanwhile: neither waits
-        for the other with a full pipe."""
-        data = b"".join((b"p" if poolable(spec) else b"") + dumps({"unit": u, "spec": spec, "start_time": t})
-                        for u, spec, t in items)
-        return self.talk(data, len(items))
+    def spawn(self, items: list[tuple[str, dict, float]], workers: Workers) -> list[tuple[int | None, str | None]]:
+        """Start a supervisor for each (unit, spec, start_time), in one round trip at most; (pid,
+        None) or (None, why) for each, in order. A poolable unit goes to an idle worker (no round
+        trip), else to a new one the zygote forks on a socket passed to it ("w", NEW_WORKERS per
+        request at most); any other unit to a fresh supervisor. OSError if the zygote is gone, or
+        made no progress for REPLY_TIMEOUT (killed then): the items may have started or not."""
+        import _socket
 
-    def release(self, pids: list[int]) -> None:
-        """Let the zygote give these workers (pool.py) their next job: the agent has read the result
-        of the job each had, and sends its supervisor no signal from now on. OSError as spawn."""
-        self.talk(b"".join(b"r%d\n" % pid for pid in pids), 0)
+        answers: list[tuple[int | None, str | None] | None] = [None] * len(items)
+        asked: list[tuple[int, _socket.socket | None, bytes]] = []  # (item, our end of a new worker's socket, line)
+        theirs: list[_socket.socket] = []
+        try:
+            for i, (unit, spec, start_time) in enumerate(items):
+                line = dumps({"unit": unit, "spec": spec, "start_time": start_time})
+                if poolable(spec):
+                    pid = workers.take(line)
+                    if pid is not None:
+                        self.kids.add(pid)
+                        answers[i] = (pid, None)
+                        continue
+                    if len(theirs) < NEW_WORKERS:
+                        mine, other = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+                        theirs.append(other)
+                        asked.append((i, mine, line))
+                        continue
+                asked.append((i, None, line))
+            request = b"".join(b"w\n" if end is not None else line for _i, end, line in asked)
+            replies = self.talk(request, len(asked), [t.fileno() for t in theirs]) if asked else []
+        except BaseException:
+            for _i, end, _line in asked:
+                if end is not None:
+                    end.close()
+            raise
+        finally:
+            for other in theirs:
+                other.close()
+        for (i, end, line), (pid, why) in zip(asked, replies):
+            if end is not None and pid is None:
+                end.close()
+            elif end is not None and pid is not None:
+                try:
+                    workers.add(pid, end, line)
+                except OSError as exc:  # nothing started: it leaves at EOF, its end is reported
+                    self.kids.discard(pid)
+                    pid, why = None, f"cannot hand the job to its supervisor: {exc}"
+            answers[i] = (pid, why)
+        return answers  # type: ignore[return-value]  # every item answered above
 
-    def talk(self, request: bytes, forks: int) -> list[tuple[int | None, str | None]]:
-        """Write `request` and read the answers of its `forks` (spawn). With none to wait for
-        (release), the zygote's lines are left to the serve loop's poll."""
+    def talk(self, request: bytes, forks: int, fds: list[int]) -> list[tuple[int | None, str | None]]:
+        """Write `request` (`fds` passed on its first byte: one per "w" line, in order) and read the
+        answers of its `forks` lines. Its bytes are written as the zygote reads them, its lines
+        read meanwhile: neither waits for the other with a full buffer. OSError as spawn()."""
         import select
 
         data = memoryview(request)
@@ -85,7 +119,8 @@ class Zygote:
         while data or len(answers) < forks:
             if data:
                 try:
-                    data = data[os.write(self.requests, data) :]
+                    sent = send_with_fds(self.requests, data, fds) if fds else os.write(self.requests, data)
+                    data, fds = data[sent:], []
                     deadline = time.monotonic() + REPLY_TIMEOUT
                 except BlockingIOError:
                     pass
@@ -120,17 +155,11 @@ class Zygote:
         return lines
 
     def note(self, line: bytes) -> None:
-        """An "xPID STATUS" line: a supervisor ended; "dPID": a reused one (pool.py) ended its job,
-        whose result is durable, as a supervisor that exited 0: it waits for its release."""
+        """An "xPID STATUS" line: a supervisor (or a worker) ended."""
         if line[:1] == b"x":
             pid, status = (int(x) for x in line[1:].split())
             self.kids.discard(pid)
             self.exits.append((pid, status))
-        elif line[:1] == b"d":
-            pid = int(line[1:])
-            self.kids.discard(pid)
-            self.exits.append((pid, 0))
-            self.done.append(pid)
 
     def kill(self) -> None:
         self.dead = True
@@ -149,7 +178,10 @@ class Zygote:
 
 def start_zygote(spool: str, lock_fd: int) -> Zygote:
     """Fork the zygote (the caller's child); its handle. OSError if it cannot be forked."""
-    req_r, req_w = os.pipe2(os.O_CLOEXEC)
+    import _socket
+
+    # requests on a socket: a new worker's end of its socket is passed with its "w" (SCM_RIGHTS)
+    req_w, req_r = (s.detach() for s in _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC))
     rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
     try:
         pid = os.fork()
@@ -193,8 +225,10 @@ def keep_only(fds: set[int]) -> None:
 
 
 def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
-    """The zygote's loop: fork a supervisor per request line, report each one's end, and return at
-    EOF of `requests` (the agent is gone). Single-threaded, like the agent: os.fork is safe."""
+    """The zygote's loop: fork a supervisor per request line (a worker per "w", on the socket that
+    came with it), report each one's end, and return at EOF of `requests` (the agent is gone).
+    Single-threaded, like the agent: os.fork is safe."""
+    import _socket
     import gc
     import select
 
@@ -211,9 +245,10 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
     poller.register(requests, select.POLLIN)
     poller.register(wake_r, select.POLLIN)
     pending, mine = b"", (requests, replies, wake_r, wake_w)
-    pool = Pool(spool, boot, lock_fd, poller, mine)
+    channel = _socket.socket(fileno=requests)
+    sockets: list[int] = []  # fds passed for "w" lines not yet read, in order
     while True:
-        ready = {fd for fd, _ev in poller.poll(pool.expire(time.monotonic()))}
+        ready = {fd for fd, _ev in poller.poll()}
         out = []
         reap = wake_r in ready  # SIGCHLD came (its wake-up byte stays until read): else no wait4 to make
         if reap:
@@ -222,29 +257,32 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
                     pass
             except BlockingIOError:
                 pass
-        for fd in ready - {wake_r, requests}:
-            out.append(pool.readable(fd, time.monotonic()))  # a worker's job has ended: before any fork answer below
         if requests in ready:
-            data = os.read(requests, 1 << 16)
+            data, anc, _flags, _addr = channel.recvmsg(1 << 16, _socket.CMSG_SPACE(4 * NEW_WORKERS),
+                                                       _socket.MSG_CMSG_CLOEXEC)
+            for level, kind, payload in anc:
+                if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                    sockets += [int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
+                                for i in range(0, len(payload) - len(payload) % 4, 4)]
             if not data:
                 return
             *lines, pending = (pending + data).split(b"\n")
             for line in lines:
                 if not line:
                     continue
-                if line[:1] == b"r":  # the agent knows that worker's job ended
-                    pool.release(int(line[1:]))
-                    continue
                 try:  # the supervisor reads its request: the less the zygote writes, the fewer pages it copies
-                    if line[:1] == b"p":  # may run in a reused supervisor (pool.py)
-                        out.append(b"+%d\n" % pool.run(line[1:] + b"\n"))
+                    if line == b"w":  # a reused supervisor (pool.py), on the socket that came with it
+                        if not sockets:
+                            raise OSError("no socket came with the request for a worker")
+                        fd = sockets.pop(0)
+                        try:
+                            out.append(b"+%d\n" % fork_detached(lambda fd=fd: worker_main(fd, spool, boot)))
+                        finally:
+                            os.close(fd)
                     else:
-                        out.append(b"+%d\n" % fork_detached(lambda line=line: supervise(line, spool, boot), pool.fds()))
+                        out.append(b"+%d\n" % fork_detached(lambda line=line: supervise(line, spool, boot), mine))
                 except OSError as exc:
                     out.append(f"!{exc}\n".encode("utf-8", "replace"))
-        if pool.outbox:
-            out.append(pool.outbox)
-            pool.outbox = b""
         while reap:  # every supervisor that ended (SIGCHLD may merge several)
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -252,7 +290,6 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
                 break
             if pid == 0:
                 break
-            pool.forget(pid)
             out.append(b"x%d %d\n" % (pid, status))
         if out:
             data = b"".join(out)
@@ -274,6 +311,7 @@ class ZygoteOps:
 
     def __init__(self, state: AgentState, unit_state: UnitState):
         self.state, self.unit_state = state, unit_state
+        self.workers = Workers(state.lock_fd)  # the reused supervisors, talked to without the zygote
 
     def spawn_supervisors(self, items: list[tuple[str, dict, float]]) -> list[tuple[int | None, str | None]]:
         """(pid, None) or (None, why) for each (unit, spec, start_time), forked by the zygote (a
@@ -290,7 +328,7 @@ class ZygoteOps:
         for item in items:
             s.doubtful[item[0]] = time.monotonic() + START_GRACE_PLAIN  # until its fork is answered
         try:
-            answers = s.zygote.spawn(items)  # ends it tells meanwhile wait for take_exits()
+            answers = s.zygote.spawn(items, self.workers)  # ends told meanwhile wait for take_exits()
         except OSError as exc:
             self.zygote_lost(str(exc))
             return [(None, "unknown")] * len(items)  # each stays doubtful: see zygote_lost
@@ -309,21 +347,26 @@ class ZygoteOps:
             self.zygote_lost(str(exc))
         self.take_exits()
 
+    def worker_readable(self, fd: int) -> None:
+        """A worker's socket is readable (on the serve loop's poll()): its job's end, or it is idle."""
+        self.workers.readable(fd, time.monotonic())
+        self.take_exits()
+
     def take_exits(self) -> None:
-        """Act on the supervisors' ends the zygote told (once their pids are known as children);
-        then release the workers among them (pool.py): their units' results are known now."""
+        """Act on the ends of jobs the workers told ("d": the result is durable, as a supervisor
+        that exited 0) and of supervisors the zygote told (once their pids are known as children);
+        then release those workers (pool.py): their units' results are known now."""
         s = self.state
-        while s.zygote is not None and s.zygote.exits:
-            zygote = s.zygote
-            exits, zygote.exits = zygote.exits, []
-            done, zygote.done = zygote.done, []
+        while self.workers.ended or (s.zygote is not None and s.zygote.exits):
+            ended, self.workers.ended = self.workers.ended, []
+            exits: list[tuple[int, int]] = [(pid, 0) for pid in ended]
+            if s.zygote is not None:
+                s.zygote.kids.difference_update(ended)
+                exits += s.zygote.exits
+                s.zygote.exits = []
             self.unit_state.reaped_children(exits)
-            if done:
-                try:
-                    zygote.release(done)  # its answers may tell of more ends: the loop takes them
-                except OSError as exc:
-                    if s.zygote is zygote:  # not one a nested call already judged lost and replaced
-                        self.zygote_lost(str(exc))
+            for pid in ended:
+                self.workers.release(pid)
 
     def zygote_lost(self, why: str) -> None:
         """The zygote is gone: the supervisors it forked are no child of anyone we hear from. Their
@@ -346,6 +389,7 @@ class ZygoteOps:
                 s.watched.add(unit)
         for unit in s.doubtful:
             s.watched.add(unit)
+        self.workers.forget_all()  # as its own end would have: the idle ones leave, the busy ones once done
         zygote.kill()
         zygote.close()
 
