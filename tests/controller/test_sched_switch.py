@@ -183,11 +183,13 @@ def test_the_worker_first_starts_on_a_thread_of_its_own_and_sessions_stay_inline
         for job_id in range(1, 4):
             c.pending.add(job(job_id, slots=8))
         c.session()  # 3 > down: the start begins, on its own thread
-        assert seam._starter is not None and not seam.in_worker
+        starter = seam._starter
+        assert starter is not None and not seam.in_worker
         for job_id in range(4, 8):
             c.pending.add(job(job_id, slots=8))
         c.session()  # past up; inline still, unless the worker is up already
-        wait_until(lambda: not seam._starter.is_alive(), 30, "the worker's start")
+        # (the session above may have found the start over and let go of the thread already)
+        wait_until(lambda: not starter.is_alive(), 30, "the worker's start")
         c.pending.add(job(8, slots=8))
         c.session()
         assert seam.in_worker and seam._process._proc.is_alive()
