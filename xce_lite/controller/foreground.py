@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 
-from xce_lite.controller.core import Controller
 from xce_lite.home.paths import PRIVATE_UMASK, Home
 
 
@@ -14,6 +13,7 @@ def run_foreground(home: Home) -> None:
     """Hold the home's lock and run the controller until stopped (SIGTERM or `xce controller stop`)."""
     import signal
 
+    from xce_lite.controller.core import Controller  # the composition root: no part imports it at load
     from xce_lite.controller.daemon import hold_lock
 
     os.umask(PRIVATE_UMASK)  # the store, its WAL, logs, spools: this user's alone (paths.py)
