@@ -218,7 +218,7 @@ def _group_commit(ctl, jobs) -> None:
 
 
 def serve(home: str, stats_path: str, what_if: set[str]) -> None:
-    from xce_lite.controller.core import run_foreground
+    from xce_lite.controller.foreground import run_foreground
     from xce_lite.home.paths import Home
 
     _instrument(what_if)

@@ -209,7 +209,7 @@ def controller_start(ctx: click.Context, foreground: bool) -> None:
     """
     home: Home = ctx.obj.require()
     if foreground:
-        from xce_lite.controller.core import run_foreground
+        from xce_lite.controller.foreground import run_foreground
 
         run_foreground(home)
         return

@@ -48,7 +48,6 @@ that makes going on unsafe stops the controller, saying why.
 
 from __future__ import annotations
 
-import os
 import queue
 import sys
 import threading
@@ -86,13 +85,14 @@ from xce_lite.controller.pools import Pools, load_records
 from xce_lite.controller.recovery import load
 from xce_lite.controller.retention import Retention
 from xce_lite.controller.seams import Seams, WakingQueue
+from xce_lite.controller import submit_wake
 from xce_lite.controller.state import ControllerState
 from xce_lite.controller.shared import Access, Handler, socket_mode, store_refusal
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.state import RUNNING, SENT, Active
 from xce_lite.controller.unitwork import Units, quiet_launch
 from xce_lite.exec.host import HostEvent
-from xce_lite.home.paths import PRIVATE_UMASK, Home
+from xce_lite.home.paths import Home
 from xce_lite.models import Job, JobSpec
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot
 from xce_lite.sched.placement import HostView
@@ -216,6 +216,8 @@ class Controller:
             while not self._stopping.is_set():
                 retry = self.commits.wait()
                 wait = self.units.starts.sleep(min(self.state.config.controller.tick, self.leases.wait()), self.units)
+                with self.state.mu:  # a deferred submit's session waits DEFER_BOUND at most (submit_wake.py)
+                    wait = submit_wake.bounded(self.state, wait, self._clock.time()) if retry is None else wait
                 self.state.wake.wait(wait if retry is None else min(wait, retry + 0.01))
                 self.state.wake.clear()
                 if not self._stopping.is_set():
@@ -293,6 +295,8 @@ class Controller:
             dirty, self.state.dirty = self.state.dirty or bool(closing), False
             hosts = self._hosts_now(closing) if dirty and self.state.pending else None
             shared = self._shared_free(closing) if hosts is not None else None
+            if dirty:
+                submit_wake.taken(self.state, hosts)  # a submit wakes the tick again unless these are full
         reasons: dict[int, str | None] = {}
         self.commits.in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
@@ -378,23 +382,3 @@ def _still_runs(job: Active, index: int) -> bool:
 def _log(message: str) -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     print(f"{stamp} {message}", file=sys.stderr, flush=True)
-
-
-def run_foreground(home: Home) -> None:
-    """Hold the home's lock and run the controller until stopped (SIGTERM or `xce controller stop`)."""
-    import signal
-
-    from xce_lite.controller.daemon import hold_lock
-
-    os.umask(PRIVATE_UMASK)  # the store, its WAL, logs, spools: this user's alone (paths.py)
-    home.make_private()
-    with hold_lock(home):
-        controller = Controller(home)
-        if controller.config.mode == "shared":
-            # its users pass through (no listing) to the socket (itself 0666/0660) and, from their jobs
-            # on a local host, to their own job directories in that host's spool (0711 too, runas.py)
-            os.chmod(home.root, 0o711)
-            os.chmod(home.spool, 0o711)
-        signal.signal(signal.SIGTERM, lambda *_: controller.stop())
-        signal.signal(signal.SIGINT, lambda *_: controller.stop())
-        controller.serve()

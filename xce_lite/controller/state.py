@@ -136,6 +136,8 @@ class ControllerState:
     host_hook_events: list[tuple[int, str, dict]] = field(default_factory=list)
     dirty: bool = True  # something changed since the last scheduling session
     gate_dirty: bool = True  # a state changed since the gate last decided (gating.py)
+    full: bool = False  # the last session's hosts had no free slot: a submit need not wake the tick (submit_wake.py)
+    deferred_since: float | None = None  # the first submit whose session waits, not taken by a tick yet
     finished: threading.Condition = field(init=False)  # on `mu`
 
     def __post_init__(self) -> None:

@@ -17,7 +17,7 @@ from xce_lite import errors
 from xce_lite.api.caller import Caller
 from xce_lite.config.merge import Effective
 from xce_lite.config.sched_view import admit
-from xce_lite.controller import accept
+from xce_lite.controller import accept, submit_wake
 from xce_lite.controller.gating import Gating
 from xce_lite.controller.metrics import Registry
 from xce_lite.controller.pool_views import PoolViews
@@ -53,7 +53,8 @@ class Submitting:
 
     def api_submit(self, caller: Caller, query: dict, body: Any) -> dict:
         """Validate every spec (all or nothing), resolve its dependency, store them (an array as its
-        elements), wake the scheduler, return the ids (an array's is its first element's).
+        elements), wake the scheduler (unless no slot is free: submit_wake.py), return the ids (an
+        array's is its first element's).
 
         With a `request_id` (the client's, for one submission), a repeat of that id after a lost
         reply is answered with the jobs the first one stored, and stores nothing."""
@@ -84,7 +85,9 @@ class Submitting:
             accept.admit(self.gating, self.state.pending, ids, accepted, caller.user, now,  # pending in one step
                          self._templates_now())
             self.state.dirty = True
-        self.state.wake.set()
+            wake = submit_wake.wakes(self.state, now)  # not while no slot is free: the session waits a little
+        if wake:
+            self.state.wake.set()
         return {"ids": ids, "queues": [item.queue for item in accepted],
                 "sizes": [len(item.indices) or None for item in accepted]}
 
