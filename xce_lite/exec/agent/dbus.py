@@ -4,9 +4,12 @@ systemd answers on a private socket of its own (/run/systemd/private for the sys
 only; $XDG_RUNTIME_DIR/systemd/private for a user's): a peer-to-peer D-Bus connection, no bus daemon
 between, so no Hello, no destination, no match rules. This is AUTH EXTERNAL, the marshalling of the
 types the manager's methods take and return, method calls whose replies are matched by serial, and
-signals skipped undecoded but UnitRemoved and JobRemoved. Observed (systemd 252): the manager sends
-every signal to every private connection, subscribed or not (about 30 messages, 21 KB, per
-transient unit's life).
+signals skipped undecoded but UnitRemoved, JobRemoved and the PropertiesChanged of the units whose
+object paths are in `Bus.watch` (units whose end the agent records itself: manager.py). Observed
+(systemd 252): the manager sends every signal to every private connection, subscribed or not (about
+30 messages, 21 KB, per transient unit's life); a unit's PropertiesChanged carry the values of its
+ExecMain* properties and Result (Service interface), then ActiveState and SubState (Unit), and the
+last of them goes out before its UnitRemoved.
 """
 
 from __future__ import annotations
@@ -135,12 +138,33 @@ def dbus_get(data: bytes, offset: int, kind: str, order: str):
 
 class DBusMessage:
     """A received message: a reply (`reply_to` its call's serial, `error` the error name of an error
-    reply) or a signal (`member`); `body` decoded for replies, UnitRemoved and JobRemoved only."""
+    reply) or a signal (`member`); `body` decoded for replies, UnitRemoved and JobRemoved. A watched
+    unit's PropertiesChanged has its `path` and `interface` (the one whose properties changed), and
+    its body undecoded in `raw` (most are read no further: decoded() when needed)."""
 
-    __slots__ = ("body", "error", "kind", "member", "reply_to")
+    __slots__ = ("body", "error", "interface", "kind", "member", "path", "raw", "reply_to")
 
     def __init__(self, kind: int, reply_to: int | None, member: str | None, error: str | None, body: list):
         self.kind, self.reply_to, self.member, self.error, self.body = kind, reply_to, member, error, body
+        self.path = self.interface = None
+        self.raw: tuple | None = None  # (message bytes, body offset, byte order, signature)
+
+    def decoded(self) -> list:
+        """The body, decoded now if it was left raw."""
+        if self.raw is not None:
+            message, offset, order, signature = self.raw
+            self.raw, self.body = None, []
+            for body_kind in dbus_types(signature):
+                value, offset = dbus_get(message, offset, body_kind, order)
+                self.body.append(value)
+        return self.body
+
+
+def unit_path(unit: str) -> str:
+    """The manager's object path of unit `unit` ("x-1.service" -> .../unit/x_2d1_2eservice)."""
+    escaped = "".join(c if c.isascii() and (c.isalpha() or (c.isdigit() and i)) else f"_{ord(c):02x}"
+                      for i, c in enumerate(unit))
+    return f"{MANAGER_PATH}/unit/{escaped}"
 
 
 class Bus:
@@ -183,6 +207,7 @@ class Bus:
         self.out = bytearray()
         self.inbuf = bytearray()
         self.backlog: list[DBusMessage] = []
+        self.watch: set[str] = set()  # object paths of units whose PropertiesChanged are wanted
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -239,7 +264,15 @@ class Bus:
                 break
             kind = buf[at + 1]
             head = buf[at + 16 : head_end]
-            if kind != DBUS_SIGNAL or b"UnitRemoved" in head or b"JobRemoved" in head:  # the rest: skipped
+            if kind == DBUS_SIGNAL and self.watch and b"PropertiesChanged" in head:
+                message = bytes(buf[at:end])
+                fields = dict(dbus_get(message, 12, "a(yv)", order)[0])
+                if fields.get(1, (None, None))[1] in self.watch:  # one of ours: decoded if the caller wants
+                    found.append(DBusMessage(kind, None, "PropertiesChanged", None, []))
+                    # the interface whose properties changed: the body's first string
+                    found[-1].path, found[-1].interface = fields[1][1], dbus_get(message, head_end - at, "s", order)[0]
+                    found[-1].raw = (message, head_end - at, order, fields.get(8, ("g", ""))[1])
+            elif kind != DBUS_SIGNAL or b"UnitRemoved" in head or b"JobRemoved" in head:  # the rest: skipped
                 message = bytes(buf[at:end])
                 fields = dict(dbus_get(message, 12, "a(yv)", order)[0])
                 body, offset = [], head_end - at

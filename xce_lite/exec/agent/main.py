@@ -131,6 +131,9 @@ def serve_main(argv: list[str], bundle) -> int:
     cgroup, code = cgroup_version(), bundle.path
     modes, host = probe_modes({"python": sys.executable, "agent": code, "spool": spool}, cgroup)
     host.update(modes=modes, cgroup=cgroup)
+    # The host's choice of who records a direct unit's end: its ExecStopPost ("unit", the default),
+    # or the agent ("agent": cheaper, but systemd keeps no CPU time or peak memory: manager.py)
+    host["direct_records"] = (read_text(os.path.join(spool, "direct-records")) or "unit").strip()
     if mode == "auto":
         mode = next(m for m in ("systemd", "user", "plain") if modes[m]["ok"])
     elif not modes[mode]["ok"]:

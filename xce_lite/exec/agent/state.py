@@ -209,7 +209,8 @@ class UnitState:
                 known = self.link.systemd_known([unit])
             if known.get(unit, True):  # True: systemd did not answer, so nothing is known lost
                 return "running", u.start_time, None, None
-            if u.pid is None and unit not in s.accepted and time.time() - (u.start_time or 0) < START_GRACE:
+            if (u.pid is None and unit not in s.accepted and unit not in s.ended
+                    and time.time() - (u.start_time or 0) < START_GRACE):
                 return "running", u.start_time, None, None
         if u.result is None:
             self.catch_up()  # it may have ended since we looked
@@ -226,6 +227,11 @@ class UnitState:
         (tree.kill_lost_session), and the job's process group, recognised by that session: the
         kernel does not reuse a pid while a session or group of that number exists.
         """
+        ended = self.state.ended.pop(unit, None)
+        if ended is not None:  # over, and kept loaded for its result by systemd (link.systemd_known)
+            self.record_ended(unit, u, ended[1])
+            self.link.release(unit, ended[0])
+            return
         if u.pid and u.boot != self.state.boot:
             reason = "supervisor lost: the host restarted while the job ran, so its exit status is unknown"
         elif u.mode != "plain":
@@ -259,6 +265,17 @@ class UnitState:
                 reason += "; its remaining processes were killed"
         result = make_result(u.start_time or time.time(), reason, mode=u.mode)
         self.append(record("finished", unit=unit, result=result), sync=True)
+
+    def record_ended(self, unit: str, u: Unit, props: dict) -> None:
+        """Record the result of a direct unit that records none of its own, from what systemd says of
+        it (`props`: systemd.END_PROPERTIES). Not fdatasync'ed here: reported() has it synced before
+        the line that carries it goes out, one sync for all the results of a loop turn."""
+        from .systemd import unit_result
+
+        limits = (u.direct or {}).get("limits") or (None, None)
+        host_dir = os.path.join(self.state.units_dir, unit)
+        result = unit_result(unit, props, u.start_time or time.time(), u.mode, host_dir, tuple(limits))
+        self.append(record("finished", unit=unit, result=result))
 
     def reported(self, unit: str, result: dict) -> dict:
         """`result` of `unit`, about to go out: make sure it is on disk before the line is written."""
