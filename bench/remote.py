@@ -6,6 +6,7 @@
     python bench/remote.py --runs 5 --jobs 1000 --slots 2
     python bench/remote.py --latency 20 --pending 10000   # the optional figures too
     python bench/remote.py --kinds systemd,floor          # only these (boots only the hosts they need)
+    python bench/remote.py --kinds systemd,floor --direct-records agent   # the agent records direct units' ends
 
 Needs root (it boots two systemd and two plain test hosts, xce_lite.testhosts, under
 ~/.cache/xce-testhosts/bench-remote-PID, and stops them BY PID at the end, whatever happens).
@@ -223,7 +224,8 @@ LABELS = {"local": "local (one local host)", "plain": "plain ssh hosts (2)", "sy
 
 
 def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples: int = 0,
-                 pending: int = 0, systemd_slots: int | None = None, kinds: tuple[str, ...] = KINDS) -> None:
+                 pending: int = 0, systemd_slots: int | None = None, kinds: tuple[str, ...] = KINDS,
+                 direct_records: str | None = None) -> None:
     """Measure into `rep` (keys remote_local, remote_plain, remote_systemd, remote_floor; those of
     `kinds`), or note why not (rep.why_not["remote"])."""
     systemd_slots = systemd_slots or slots
@@ -252,6 +254,11 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
             if kind not in kinds and not (kind == "plain" and pending):
                 continue  # the floor's hosts, without the systemd controller
             n = systemd_slots if kind == "systemd" else slots
+            if kind == "systemd" and direct_records:  # the hosts' choice (agent main.py), in their spools
+                for h in hosts:  # the default spool (config/cluster.py) in the home they share with us
+                    spool = Path.home() / ".xce-agent" / f"br{kind[0]}{os.getpid()}-{h.name}"
+                    spool.mkdir(mode=0o700, parents=True, exist_ok=True)
+                    (spool / "direct-records").write_text(direct_records + "\n")
             sides[kind] = Side(kind, BenchCluster(config=config(kind, hosts, n), work=base / f"work-{kind}"), hosts)
         for side in sides.values():
             side.c.start()
@@ -323,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systemd-slots", type=int, help="slots in total of the systemd hosts (default --slots)")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"which to measure, comma-separated, of {','.join(KINDS)} (default all)")
+    parser.add_argument("--direct-records", choices=("unit", "agent"),
+                        help="who records a direct unit's end on the systemd hosts: its ExecStopPost (unit, "
+                             "the agent's default) or the agent (SPOOL/direct-records)")
     args = parser.parse_args(argv)
     kinds = tuple(k for k in KINDS if k in args.kinds.split(","))
     if not kinds or set(args.kinds.split(",")) - set(KINDS):
@@ -333,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"remote bench at {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load {load}")
     signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: the finally clauses stop all by PID
     rep = Report()
-    bench_remote(rep, args.runs, args.jobs, args.slots, args.latency, args.pending, args.systemd_slots, kinds)
+    bench_remote(rep, args.runs, args.jobs, args.slots, args.latency, args.pending, args.systemd_slots, kinds,
+                 args.direct_records)
     print(f"\n== summary (medians); load at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     rep.print_table()
     print("\n== goals of issue 18 over SSH (ratios within this run; medians)")

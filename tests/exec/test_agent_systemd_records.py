@@ -134,10 +134,14 @@ def test_jobs_that_end_while_their_agent_is_killed_are_reported_with_their_own_e
 
 
 def test_a_killed_job_and_a_job_over_its_run_limit_say_what_happened(agents, systemd_hosts, work):
-    agent, victim, slow, nap = agents(), name("victim"), name("slow"), name("nap")
+    agent, victim, slow, nap, early = agents(), name("victim"), name("slow"), name("nap"), name("early")
     agent.launch([request(victim, py(HOLD_JOB, str(work / "never")), work),
                   request(slow, ["sleep", "30"], work, run_limit=1),
-                  request(nap, py(HOLD_JOB, str(work / "go-nap"), "5"), work)])
+                  request(nap, py(HOLD_JOB, str(work / "go-nap"), "5"), work),
+                  request(early, py(HOLD_JOB, str(work / "never-early")), work)])
+    assert agent.signal(early, "KILL", "killed by bob")  # systemd may not even have started it yet
+    result = agent.finished(early)
+    assert result.reason == "killed by bob" and result.exit_code is None
     running(work / "never")
     assert agent.signal(victim, "TERM", "killed by alice")
     result = agent.finished(victim)

@@ -149,6 +149,21 @@ class DBusMessage:
         self.path = self.interface = None
         self.raw: tuple | None = None  # (message bytes, body offset, byte order, signature)
 
+    def prop(self, name: str):
+        """The value of property `name` in a raw PropertiesChanged (None if it is not there), found
+        without decoding the rest: its key, then the variant after it."""
+        if self.raw is None:
+            changed = self.body[1] if len(self.body) > 1 else {}
+            return changed[name][1] if name in changed else None
+        message, offset, order, _signature = self.raw
+        key = name.encode() + b"\0"
+        at = message.find(key, offset)
+        while at >= 4 and _struct.unpack_from(order + "I", message, at - 4)[0] != len(key) - 1:
+            at = message.find(key, at + 1)  # the name inside some value: not a key
+        if at < 4:
+            return None
+        return dbus_get(message, at + len(key), "v", order)[0][1]
+
     def decoded(self) -> list:
         """The body, decoded now if it was left raw."""
         if self.raw is not None:
@@ -265,13 +280,18 @@ class Bus:
             kind = buf[at + 1]
             head = buf[at + 16 : head_end]
             if kind == DBUS_SIGNAL and self.watch and b"PropertiesChanged" in head:
-                message = bytes(buf[at:end])
-                fields = dict(dbus_get(message, 12, "a(yv)", order)[0])
-                if fields.get(1, (None, None))[1] in self.watch:  # one of ours: decoded if the caller wants
+                # sd-bus puts the path first: field 1, "o", its length at 20; else the fields are read
+                if head[:4] == b"\x01\x01o\x00":
+                    n = _struct.unpack_from(order + "I", buf, at + 20)[0]
+                    path = buf[at + 24 : at + 24 + n].decode("utf-8", "replace")
+                else:
+                    path = dict(dbus_get(bytes(buf[at:end]), 12, "a(yv)", order)[0]).get(1, (None, None))[1]
+                if path in self.watch:  # one of ours: its body is read as far as the caller needs
+                    message = bytes(buf[at:end])
                     found.append(DBusMessage(kind, None, "PropertiesChanged", None, []))
                     # the interface whose properties changed: the body's first string
-                    found[-1].path, found[-1].interface = fields[1][1], dbus_get(message, head_end - at, "s", order)[0]
-                    found[-1].raw = (message, head_end - at, order, fields.get(8, ("g", ""))[1])
+                    found[-1].path, found[-1].interface = path, dbus_get(message, head_end - at, "s", order)[0]
+                    found[-1].raw = (message, head_end - at, order, "sa{sv}as")
             elif kind != DBUS_SIGNAL or b"UnitRemoved" in head or b"JobRemoved" in head:  # the rest: skipped
                 message = bytes(buf[at:end])
                 fields = dict(dbus_get(message, 12, "a(yv)", order)[0])

@@ -112,6 +112,26 @@ class ManagerLink:
                     self.forget_end(unit)
         return known
 
+    def release_recorded(self) -> None:
+        """Let go the units an earlier agent recorded but did not release (it died in between): each
+        was kept loaded for its result, which the journal has. One ListUnitsByNames call."""
+        s = self.state
+        units = [u for u, unit in s.units.items()
+                 if unit.result is not None and unit.mode == s.mode and agent_recorded(unit.direct)]
+        bus = self.connect_bus(now=True) if units else None
+        if bus is None:
+            return
+        try:
+            listed = bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in units],))[0]
+        except DBusError:
+            return
+        except OSError as exc:
+            self.bus_lost(exc)
+            return
+        for name, _desc, load, active, sub, *_rest in listed:
+            if load == "loaded" and (active == "failed" or sub == "exited"):
+                self.release(name.removesuffix(".service"), active)
+
     def end_properties(self, path: str) -> dict | None:
         """systemd.END_PROPERTIES of the unit at `path` (one GetAll call), None if it did not answer."""
         s = self.state

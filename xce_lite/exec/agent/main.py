@@ -167,6 +167,7 @@ def serve_main(argv: list[str], bundle) -> int:
         return fatal(f"cannot use the journal in spool {spool}: {exc}; check the spool's file system")
     agent.state.zygote = zygote
     agent.link.connect_bus(now=True)
+    agent.link.release_recorded()
     agent.tasks.open_socket()
     try:
         agent.serve()

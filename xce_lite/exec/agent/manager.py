@@ -24,7 +24,7 @@ from .jsonl import dumps
 from .link import answer_tasks
 from .recorders import JournalRecorder
 from .supervisor import fork_task_supervisor
-from .systemd import ENV_FILE, STOP_MARGIN, unit_over
+from .systemd import END_PROPERTIES, ENV_FILE, STOP_MARGIN, unit_over
 from .runas import remove_unit_dir
 from .signals import signal
 from .util import format_limit, format_size, job_umask, make_result, write_file
@@ -91,15 +91,13 @@ class Manager:
         if message.interface != "org.freedesktop.systemd1.Unit":
             s.ends[unit] = message
             return
-        body = message.decoded()
-        if len(body) < 2 or s.ends.get(unit) is None:
+        service = s.ends.get(unit)
+        if service is None:
             return
-        changed = body[1]
-        active, sub = changed.get("ActiveState", ("s", ""))[1], changed.get("SubState", ("s", ""))[1]
+        active, sub = message.prop("ActiveState") or "", message.prop("SubState") or ""
         if active not in ("failed", "inactive") and sub != "exited":
             return
-        service = s.ends[unit].decoded()
-        props = {k: v[1] for k, v in service[1].items()} if len(service) >= 2 else {}
+        props = {k: v for k in END_PROPERTIES if (v := service.prop(k)) is not None}
         if unit_over(active, sub, props):
             self.record_end(unit, active, props)
 
