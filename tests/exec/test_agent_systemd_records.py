@@ -176,3 +176,21 @@ def test_a_kill_before_the_agent_dies_and_a_memory_limit_keep_their_reasons(agen
     cgroup = first.hello.extra["cgroup"]
     assert ("record" in launched(work / "spool", fat)["direct"]) == (cgroup == "v2")
     assert listed[victim].result.reason == "killed by bob"
+
+
+def test_a_unit_systemd_forgot_while_no_agent_ran_is_lost_as_after_a_reboot(agents, systemd_hosts, work):
+    # After a reboot systemd knows none of the old boot's units; here one is made to vanish likewise
+    # (killed, then reset) while its agent is down: its result is "lost", never a made-up status.
+    host, first, unit = systemd_hosts[0], agents(), name("gone")
+    first.launch([request(unit, py(HOLD_JOB, str(work / "never")), work)])
+    running(work / "never")
+    in_host(host, "kill", "-9", str(first.hello.extra["pid"]))
+    in_host(host, "systemctl", "kill", "-s", "KILL", f"{unit}.service")
+    wait_until(lambda: unit_show(host, unit, "ActiveState")["ActiveState"] == "failed", 20, f"{unit} failed")
+    in_host(host, "systemctl", "reset-failed", f"{unit}.service")
+    wait_until(lambda: gone(host, unit), 20, f"{unit} forgotten by systemd")
+    second = agents()
+    second.list_units()  # watched from here on: reported once judged (after the start grace of another agent's)
+    result = second.finished(unit, timeout=40)
+    assert result.exit_code is None and result.signal is None
+    assert result.reason.startswith(f"lost: systemd does not know unit {unit}, which the agent had not recorded")

@@ -240,7 +240,13 @@ class UnitState:
                 f"result), so the job's exit status is unknown; see journalctl {'--user ' if u.mode == 'user' else ''}"
                 f"-u {unit}"
             )
-            if u.direct is not None:
+            if u.direct is not None and u.direct.get("record") == "agent":  # kept loaded until recorded: gone
+                reason = (
+                    f"lost: systemd does not know unit {unit}, which the agent had not recorded (the host "
+                    f"restarted, or it never started), so the job's exit status is unknown; see journalctl "
+                    f"{'--user ' if u.mode == 'user' else ''}-u {unit}"
+                )
+            elif u.direct is not None:
                 reason = (
                     f"lost: systemd does not know unit {unit} and its ExecStopPost recorded no result (it never "
                     f"started, or ended unrecorded), so the job's exit status is unknown; see journalctl "
