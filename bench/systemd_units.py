@@ -81,16 +81,24 @@ for i in range(n):
     while not gone:
         for m in bus.backlog + bus.read():
             gone = gone or (m.kind == DBUS_SIGNAL and m.member == "UnitRemoved" and m.body[:1] == [name])
-            exited = m.path is not None and m.interface.endswith(".Unit")
-            if exited and m.decoded()[1].get("SubState") == ("s", "exited"):
-                bus.send("StopUnit", "ss", (name, "replace"))
+            if m.path is not None and m.interface.endswith(".Unit"):  # let go once over, as the agent does
+                if m.prop("SubState") == "exited":
+                    bus.send("StopUnit", "ss", (name, "replace"))
+                elif m.prop("ActiveState") == "failed":
+                    bus.send("ResetFailedUnit", "s", (name,))
                 bus.write()
         bus.backlog = []
         for other in others:
             other.read()  # as an agent's connection would be read
         if not gone and not select.select([bus.fileno()], [], [], 1.0)[0]:
             try:  # a second without a word: is the unit still there? (see `missed`)
-                bus.call("GetUnit", "s", (name,))
+                path = bus.call("GetUnit", "s", (name,))[0]
+                if variant == "kept_released":  # kept, and its end not seen: say so, and let it go
+                    state = bus.call("Get", "ss", ("org.freedesktop.systemd1.Unit", "SubState"), path=path,
+                                     interface="org.freedesktop.DBus.Properties")[0][1]
+                    print(f"{name}: {state} with no end seen", file=sys.stderr)
+                    bus.send("StopUnit", "ss", (name, "replace"))
+                    bus.send("ResetFailedUnit", "s", (name,))
             except DBusError:
                 gone, missed = True, missed + 1
 print(json.dumps({"wall": (time.perf_counter() - t) / n, "pid1": (pid1_cpu() - cpu) / n, "missed": missed}))

@@ -291,6 +291,7 @@ class Manager:
         have come first), as for any finished unit."""
         s = self.state
         s.starting.discard(unit)
+        self.link.forget_end(unit)
         self.unit_state.catch_up()
         u = s.units.get(unit)
         if u is not None and u.result is None:

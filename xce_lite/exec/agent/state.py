@@ -227,6 +227,7 @@ class UnitState:
         (tree.kill_lost_session), and the job's process group, recognised by that session: the
         kernel does not reuse a pid while a session or group of that number exists.
         """
+        self.link.forget_end(unit)  # a watched unit's PropertiesChanged are of no use now
         ended = self.state.ended.pop(unit, None)
         if ended is not None:  # over, and kept loaded for its result by systemd (link.systemd_known)
             self.record_ended(unit, u, ended[1])
