@@ -119,7 +119,9 @@ def unit_result(unit: str, props: dict, start_time: float, mode: str, host_dir: 
     the unit's properties (`props`: END_PROPERTIES) and the reasons the agent left in its host
     directory (a kill's, a signal's). `limits`: (run limit, memory limit) as formatted, or None.
     systemd keeps no CPU time or peak memory of a unit once its cgroup is gone (252, hybrid: not
-    even with CPUAccounting=yes): cpu_time is CPUUsageNSec where systemd has it, else 0, and
+    even with CPUAccounting=yes), and it is gone as soon as the unit is over: systemd prunes it on
+    entering "exited" as on "failed", so the agent cannot read the files STOP_SCRIPT reads either
+    (bench/exited_unit_cgroup.py). cpu_time is CPUUsageNSec where systemd has it, else 0, and
     max_rss 0, unknown."""
     from .jsonl import loads
     from .util import read_text
