@@ -146,7 +146,8 @@ class DBusMessage:
 
     def __init__(self, kind: int, reply_to: int | None, member: str | None, error: str | None, body: list):
         self.kind, self.reply_to, self.member, self.error, self.body = kind, reply_to, member, error, body
-        self.path = self.interface = None
+        self.path: str | None = None
+        self.interface: str | None = None
         self.raw: tuple | None = None  # (message bytes, body offset, byte order, signature)
 
     def prop(self, name: str):
