@@ -74,11 +74,12 @@ def why_not() -> str | None:
     return "; ".join(problems) if problems else None
 
 
-def config(kind: str, hosts: list[testhosts.TestHost], slots: int) -> str:
-    """`slots` in total, spread over the hosts (the first ones take what does not divide)."""
+def config(kind: str, hosts: list[testhosts.TestHost], slots: int, more: str = "") -> str:
+    """`slots` in total, spread over the hosts (the first ones take what does not divide); `more`:
+    further fields of each host's entry."""
     each = [slots // len(hosts) + (1 if i < slots % len(hosts) else 0) for i in range(len(hosts))]
     entries = "".join(f"  - {{name: {h.name}, type: ssh, address: '{h.ip}', user: root, identity: '{h.key_path}', "
-                      f"slots: {n}, mem: 4G}}\n" for h, n in zip(hosts, each))
+                      f"slots: {n}, mem: 4G{more}}}\n" for h, n in zip(hosts, each))
     known = ", ".join(f"'{h.known_hosts_path}'" for h in hosts)
     return (f"cluster: br{kind[0]}{os.getpid()}\nhosts:\n{entries}queues:\n  - {{name: normal, default: true}}\n"
             f"ssh: {{config: /nonexistent, known_hosts: [{known}]}}\ncontroller: {{tick: 1s, grace: 2s}}\n")
@@ -254,12 +255,10 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
             if kind not in kinds and not (kind == "plain" and pending):
                 continue  # the floor's hosts, without the systemd controller
             n = systemd_slots if kind == "systemd" else slots
-            if kind == "systemd" and direct_records:  # the hosts' choice (agent main.py), in their spools
-                for h in hosts:  # the default spool (config/cluster.py) in the home they share with us
-                    spool = Path.home() / ".xce-agent" / f"br{kind[0]}{os.getpid()}-{h.name}"
-                    spool.mkdir(mode=0o700, parents=True, exist_ok=True)
-                    (spool / "direct-records").write_text(direct_records + "\n")
-            sides[kind] = Side(kind, BenchCluster(config=config(kind, hosts, n), work=base / f"work-{kind}"), hosts)
+            # the hosts' choice of who records a direct unit's end (config/cluster.py unit_accounting)
+            more = ", unit_accounting: false" if kind == "systemd" and direct_records == "agent" else ""
+            sides[kind] = Side(kind, BenchCluster(config=config(kind, hosts, n, more), work=base / f"work-{kind}"),
+                               hosts)
         for side in sides.values():
             side.c.start()
         for kind in [k for k in ("plain", "systemd") if k in sides]:
@@ -332,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"which to measure, comma-separated, of {','.join(KINDS)} (default all)")
     parser.add_argument("--direct-records", choices=("unit", "agent"),
                         help="who records a direct unit's end on the systemd hosts: its ExecStopPost (unit, "
-                             "the agent's default) or the agent (SPOOL/direct-records)")
+                             "the default) or the agent (the hosts' `unit_accounting: false`: no CPU time or "
+                             "peak memory)")
     args = parser.parse_args(argv)
     kinds = tuple(k for k in KINDS if k in args.kinds.split(","))
     if not kinds or set(args.kinds.split(",")) - set(KINDS):

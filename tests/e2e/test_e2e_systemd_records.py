@@ -1,5 +1,5 @@
 """End to end over SSH on systemd test hosts whose agents record direct units' ends themselves
-(SPOOL/direct-records: agent; no ExecStopPost): faults in sequence, the agent killed, the jobs
+(hosts with `unit_accounting: false`; no ExecStopPost): faults in sequence, the agent killed, the jobs
 ending with no agent, the agent back (the controller reconnects it), then the controller killed
 and started again. The exit statuses are the jobs' own, and nothing runs twice.
 """
@@ -23,11 +23,8 @@ HOLD = ("import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n    time.
 
 @pytest.fixture
 def rec_cluster(systemd_hosts, testhosts_root):
-    config = remote_config(systemd_hosts).replace(f"cluster: rm{os.getpid()}", f"cluster: rec{os.getpid()}", 1)
-    for host in systemd_hosts:  # the hosts' choice, in their agents' default spools (the home is shared)
-        spool = Path.home() / ".xce-agent" / f"rec{os.getpid()}-{host.name}"
-        spool.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (spool / "direct-records").write_text("agent\n")
+    config = remote_config(systemd_hosts, host_more=", unit_accounting: false").replace(
+        f"cluster: rm{os.getpid()}", f"cluster: rec{os.getpid()}", 1)
     c = started_cluster(config, testhosts_root)
     try:
         hosts_ok(c, "both hosts up")

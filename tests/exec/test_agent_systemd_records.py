@@ -1,4 +1,4 @@
-"""Direct units whose end the agent records itself (SPOOL/direct-records holds "agent"): no
+"""Direct units whose end the agent records itself (`serve --records agent`: the host's `unit_accounting: false`): no
 ExecStopPost; systemd keeps each unit loaded once over (RemainAfterExit=yes, CollectMode=inactive)
 until its result is in the journal, so that a job that ends while no agent runs is still reported
 with its own exit status. Real systemd test hosts, as in test_agent_systemd.py: the agent inside
@@ -51,11 +51,10 @@ def agents(systemd_hosts, work):
     """start() -> a HostAgent on host1 (as root, over ssh) whose spool asks it to record direct units' ends."""
     host, started, spool = systemd_hosts[0], [], work / "spool"
     spool.mkdir(mode=0o700, exist_ok=True)
-    (spool / "direct-records").write_text("agent\n")
 
     def start() -> HostAgent:
         argv = [PY, "-S", "-E", str(AGENT), "serve", "--spool", str(spool), "--mode", "systemd",
-                "--host-name", host.name]
+                "--records", "agent", "--host-name", host.name]
         started.append(HostAgent(host.name, host.ssh_argv(argv), work / "agent.log"))
         return started[-1]
 

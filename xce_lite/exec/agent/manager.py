@@ -114,7 +114,7 @@ class Manager:
 
     def agent_records(self, spec: dict) -> bool:
         """Whether this direct unit's end is recorded by the agent (no ExecStopPost): where the host
-        asks for it (SPOOL/direct-records holds "agent"), for a job with no hooks (which need
+        asks for it (`--records agent`: its `unit_accounting: false`), for a job with no hooks (which need
         `post`), and no memory limit unless on cgroup v2 (systemd 252 tells an OOM kill, Result
         oom-kill, only there; elsewhere the stop script reads the v1 counter)."""
         s = self.state
