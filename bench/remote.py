@@ -6,6 +6,7 @@
     python bench/remote.py --runs 5 --jobs 1000 --slots 2
     python bench/remote.py --latency 20 --pending 10000   # the optional figures too
     python bench/remote.py --kinds systemd,floor          # only these (boots only the hosts they need)
+    python bench/remote.py --kinds systemd,floor --direct-records agent   # the agent records direct units' ends
 
 Needs root (it boots two systemd and two plain test hosts, xce_lite.testhosts, under
 ~/.cache/xce-testhosts/bench-remote-PID, and stops them BY PID at the end, whatever happens).
@@ -73,11 +74,12 @@ def why_not() -> str | None:
     return "; ".join(problems) if problems else None
 
 
-def config(kind: str, hosts: list[testhosts.TestHost], slots: int) -> str:
-    """`slots` in total, spread over the hosts (the first ones take what does not divide)."""
+def config(kind: str, hosts: list[testhosts.TestHost], slots: int, more: str = "") -> str:
+    """`slots` in total, spread over the hosts (the first ones take what does not divide); `more`:
+    further fields of each host's entry."""
     each = [slots // len(hosts) + (1 if i < slots % len(hosts) else 0) for i in range(len(hosts))]
     entries = "".join(f"  - {{name: {h.name}, type: ssh, address: '{h.ip}', user: root, identity: '{h.key_path}', "
-                      f"slots: {n}, mem: 4G}}\n" for h, n in zip(hosts, each))
+                      f"slots: {n}, mem: 4G{more}}}\n" for h, n in zip(hosts, each))
     known = ", ".join(f"'{h.known_hosts_path}'" for h in hosts)
     return (f"cluster: br{kind[0]}{os.getpid()}\nhosts:\n{entries}queues:\n  - {{name: normal, default: true}}\n"
             f"ssh: {{config: /nonexistent, known_hosts: [{known}]}}\ncontroller: {{tick: 1s, grace: 2s}}\n")
@@ -223,7 +225,8 @@ LABELS = {"local": "local (one local host)", "plain": "plain ssh hosts (2)", "sy
 
 
 def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples: int = 0,
-                 pending: int = 0, systemd_slots: int | None = None, kinds: tuple[str, ...] = KINDS) -> None:
+                 pending: int = 0, systemd_slots: int | None = None, kinds: tuple[str, ...] = KINDS,
+                 direct_records: str | None = None) -> None:
     """Measure into `rep` (keys remote_local, remote_plain, remote_systemd, remote_floor; those of
     `kinds`), or note why not (rep.why_not["remote"])."""
     systemd_slots = systemd_slots or slots
@@ -252,7 +255,10 @@ def bench_remote(rep: Report, runs: int, jobs: int, slots: int, latency_samples:
             if kind not in kinds and not (kind == "plain" and pending):
                 continue  # the floor's hosts, without the systemd controller
             n = systemd_slots if kind == "systemd" else slots
-            sides[kind] = Side(kind, BenchCluster(config=config(kind, hosts, n), work=base / f"work-{kind}"), hosts)
+            # the hosts' choice of who records a direct unit's end (config/cluster.py unit_accounting)
+            more = ", unit_accounting: false" if kind == "systemd" and direct_records == "agent" else ""
+            sides[kind] = Side(kind, BenchCluster(config=config(kind, hosts, n, more), work=base / f"work-{kind}"),
+                               hosts)
         for side in sides.values():
             side.c.start()
         for kind in [k for k in ("plain", "systemd") if k in sides]:
@@ -323,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systemd-slots", type=int, help="slots in total of the systemd hosts (default --slots)")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"which to measure, comma-separated, of {','.join(KINDS)} (default all)")
+    parser.add_argument("--direct-records", choices=("unit", "agent"),
+                        help="who records a direct unit's end on the systemd hosts: its ExecStopPost (unit, "
+                             "the default) or the agent (the hosts' `unit_accounting: false`: no CPU time or "
+                             "peak memory)")
     args = parser.parse_args(argv)
     kinds = tuple(k for k in KINDS if k in args.kinds.split(","))
     if not kinds or set(args.kinds.split(",")) - set(KINDS):
@@ -333,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"remote bench at {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load {load}")
     signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: the finally clauses stop all by PID
     rep = Report()
-    bench_remote(rep, args.runs, args.jobs, args.slots, args.latency, args.pending, args.systemd_slots, kinds)
+    bench_remote(rep, args.runs, args.jobs, args.slots, args.latency, args.pending, args.systemd_slots, kinds,
+                 args.direct_records)
     print(f"\n== summary (medians); load at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     rep.print_table()
     print("\n== goals of issue 18 over SSH (ratios within this run; medians)")

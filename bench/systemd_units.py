@@ -44,17 +44,20 @@ VARIANTS = {
     "delegate_all": "+ Delegate=yes (every controller: the agent's units before issue 18's change)",
     "delegate_none": "+ DelegateControllers= (delegated, no controller: the agent's units now)",
     "one_more_bus": "+ one more idle connection to the private socket (the manager signals it too)",
+    "kept_released": "+ RemainAfterExit=yes, CollectMode=inactive, and a StopUnit once its PropertiesChanged say "
+                     "it exited (a direct unit whose end the agent records: no ExecStopPost)",
 }
 EXTRA = {
     "memory_acct": [("MemoryAccounting", ("b", True))],
     "delegate_all": [("Delegate", ("b", True))],
     "delegate_none": [("DelegateControllers", ("as", []))],
     "stop_post": [("ExecStopPost", ("a(sasb)", [("/bin/true", ["true"], True)]))],
+    "kept_released": [("RemainAfterExit", ("b", True))],
 }
 LOOP = r"""
 import json, os, select, sys, time
 sys.path.insert(0, sys.argv[1])
-from xce_lite.exec.agent.dbus import DBUS_SIGNAL, Bus, DBusError
+from xce_lite.exec.agent.dbus import DBUS_SIGNAL, Bus, DBusError, unit_path
 variant, n, extra = sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
 extra = [(k, tuple(v)) for k, v in extra]
 extra = [(k, (v[0], [tuple(x) for x in v[1]])) if v[0].startswith("a(") else (k, v) for k, v in extra]
@@ -63,24 +66,39 @@ bus.call("Subscribe")  # without it this loop waited for UnitRemoved in vain (th
 # Subscribe, gets them: not looked into further)
 others = [Bus("/run/systemd/private")] if variant == "one_more_bus" else []
 start = ("/bin/sh", ["sh", "-c", "exec true"], False) if variant == "sh_start" else ("/bin/true", ["true"], False)
-base = [("Type", ("s", "exec")), ("CollectMode", ("s", "inactive-or-failed")), ("ExecStart", ("a(sasb)", [start]))]
+collect = "inactive" if variant == "kept_released" else "inactive-or-failed"
+base = [("Type", ("s", "exec")), ("CollectMode", ("s", collect)), ("ExecStart", ("a(sasb)", [start]))]
 def pid1_cpu():
     fields = open("/proc/1/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 cpu, t, missed = pid1_cpu(), time.perf_counter(), 0
 for i in range(n):
     name = f"bench-units-{variant.replace('_', '-')}-{os.getpid()}-{i}.service"
+    if variant == "kept_released":  # as the agent does: its PropertiesChanged read, released once exited
+        bus.watch = {unit_path(name)}
     bus.call("StartTransientUnit", "ssa(sv)a(sa(sv))", (name, "fail", base + extra, []))
     gone = False
     while not gone:
         for m in bus.backlog + bus.read():
             gone = gone or (m.kind == DBUS_SIGNAL and m.member == "UnitRemoved" and m.body[:1] == [name])
+            if m.path is not None and m.interface.endswith(".Unit"):  # let go once over, as the agent does
+                if m.prop("SubState") == "exited":
+                    bus.send("StopUnit", "ss", (name, "replace"))
+                elif m.prop("ActiveState") == "failed":
+                    bus.send("ResetFailedUnit", "s", (name,))
+                bus.write()
         bus.backlog = []
         for other in others:
             other.read()  # as an agent's connection would be read
         if not gone and not select.select([bus.fileno()], [], [], 1.0)[0]:
             try:  # a second without a word: is the unit still there? (see `missed`)
-                bus.call("GetUnit", "s", (name,))
+                path = bus.call("GetUnit", "s", (name,))[0]
+                if variant == "kept_released":  # kept, and its end not seen: say so, and let it go
+                    state = bus.call("Get", "ss", ("org.freedesktop.systemd1.Unit", "SubState"), path=path,
+                                     interface="org.freedesktop.DBus.Properties")[0][1]
+                    print(f"{name}: {state} with no end seen", file=sys.stderr)
+                    bus.send("StopUnit", "ss", (name, "replace"))
+                    bus.send("ResetFailedUnit", "s", (name,))
             except DBusError:
                 gone, missed = True, missed + 1
 print(json.dumps({"wall": (time.perf_counter() - t) / n, "pid1": (pid1_cpu() - cpu) / n, "missed": missed}))

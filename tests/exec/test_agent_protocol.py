@@ -48,6 +48,14 @@ def test_an_unknown_mode_is_fatal(agents):
     assert "unknown mode 'systemdd'" in agent.events[0]["error"] and agent.proc.wait(10) == 2
 
 
+def test_an_unknown_records_choice_is_fatal_and_names_both(agents):
+    agent = agents("--records", "script")
+    assert agent.eof.wait(10)
+    error = agent.events[0]["error"]
+    assert "unknown --records 'script'" in error and "unit" in error and "agent" in error
+    assert agent.proc.wait(10) == 2
+
+
 def test_hello_lists_gpus_as_nvidia_smi_reports_them_and_never_fails_because_of_it(agents, tmp_path):
     """A stand-in nvidia-smi on the agent's PATH: this machine has no GPU, and the agent only reads
     the command's output."""

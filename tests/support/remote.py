@@ -17,16 +17,18 @@ from tests.support.cluster import Cluster
 from xce_lite import testhosts
 
 
-def ssh_host_entries(hosts: list[testhosts.TestHost], slots: int = 2) -> str:
+def ssh_host_entries(hosts: list[testhosts.TestHost], slots: int = 2, more: str = "") -> str:
+    """`more`: further fields of each host's entry (`, name: value`...)."""
     return "".join(f"  - {{name: {h.name}, type: ssh, address: '{h.ip}', user: root, identity: '{h.key_path}', "
-                   f"slots: {slots}, mem: 1G}}\n" for h in hosts)
+                   f"slots: {slots}, mem: 1G{more}}}\n" for h in hosts)
 
 
 def remote_config(hosts: list[testhosts.TestHost], lost_after: str = "5m", keepalive: str = "15s",
-                  lease: str = "3m", margin: str = "1m", more: str = "") -> str:
-    """`more`: further `controller:` lines (each indented by two spaces, ending in a newline)."""
+                  lease: str = "3m", margin: str = "1m", more: str = "", host_more: str = "") -> str:
+    """`more`: further `controller:` lines (each indented by two spaces, ending in a newline);
+    `host_more`: further fields of each host's entry (ssh_host_entries)."""
     known = sorted({str(h.known_hosts_path) for h in hosts})
-    return (f"cluster: rm{os.getpid()}\nhosts:\n{ssh_host_entries(hosts)}"
+    return (f"cluster: rm{os.getpid()}\nhosts:\n{ssh_host_entries(hosts, more=host_more)}"
             f"queues:\n  - {{name: normal, default: true}}\n"
             f"ssh:\n  config: /nonexistent\n  known_hosts: {json.dumps(known)}\n  keepalive: {keepalive}\n"
             f"  reconnect_max: 2s\n"

@@ -71,6 +71,19 @@ def test_a_good_file_loads(tmp_path: Path) -> None:
     assert (config.controller.tick, config.controller.grace) == (1.0, 10.0)
 
 
+def test_a_hosts_unit_accounting_reaches_its_agents_command_line(tmp_path: Path) -> None:
+    """`unit_accounting: false` asks the agent to record systemd units' ends itself (`--records
+    agent`); by default the units' stop command does (`--records unit`), with CPU time and memory."""
+    from xce_lite.controller.seams import real_host_factory
+    from xce_lite.home.paths import Home
+
+    config = load_config(config_file(tmp_path, GOOD.replace("    mem: 4096\n", "    mem: 4096\n    unit_accounting: false\n")))
+    assert [h.unit_accounting for h in config.hosts] == [True, False]
+    home = Home(tmp_path / "home")
+    argvs = [real_host_factory(h, config, home)().agent_argv() for h in config.hosts]
+    assert [argv[argv.index("--records") + 1] for argv in argvs] == ["unit", "agent"]
+
+
 @pytest.mark.parametrize(
     ("host", "expected"),
     [("node-01", "node-01"), ("gpu.example.org", "gpu.example.org"), ("a", "a"),

@@ -38,6 +38,12 @@ class HostConfig(StrictModel):
     # How jobs run there: `auto` picks systemd system units (root), systemd user units (a lingering
     # user manager), or the plain supervisor, in that order, as the host's probe allows.
     launch: str = Field(default="auto", pattern=r"^(auto|systemd|user|plain)$")
+    # systemd hosts: each job's CPU time and peak memory are read by a stop command systemd runs
+    # after the job (ExecStopPost). `false`: the agent records the job's end itself, without that
+    # command: ~25% less host CPU per job and faster turnover, but systemd before 256 keeps no
+    # CPU time or peak memory of an ended unit, so the job's record has 0 for both (hooks and
+    # memory limits outside cgroup v2 keep the stop command). Plain hosts always have both.
+    unit_accounting: bool = True
     gpus: int = Field(default=0, ge=0, le=1024)  # GPU count; jobs get indices in CUDA_VISIBLE_DEVICES
     # Custom numeric resources this host offers (`scratch: 100G` is a size, `fpga: 2` a count);
     # each name must be declared under the cluster's `resources:`.

@@ -83,4 +83,5 @@ class HostLinks:
 
 def _connection(host: HostConfig) -> tuple:
     """What a host's connection depends on (its resources and tags apply without reconnecting)."""
-    return (host.type, host.address, host.port, host.user, host.identity, host.python, host.spool, host.launch)
+    return (host.type, host.address, host.port, host.user, host.identity, host.python, host.spool, host.launch,
+            host.unit_accounting)

@@ -72,17 +72,19 @@ class WakingQueue(queue.Queue):
 
 def real_host_factory(host: Any, config: Any, home: Any) -> Callable[[], Any]:
     """How a real host's link makes a fresh connection to it: the local agent, or the SSH gateway."""
+    records = "unit" if host.unit_accounting else "agent"  # who records a systemd unit's end (config/cluster.py)
     if host.type == "local":
         from xce_lite.exec.local import LocalHost
 
-        return lambda: LocalHost(host.name, home.spool / host.name, mode=host.launch)
+        return lambda: LocalHost(host.name, home.spool / host.name, mode=host.launch, records=records)
     from xce_lite.exec.sshgate import GatewayHost  # paramiko lives in the gateway process, not here
     from xce_lite.home.hostadd import ssh_target
 
     target = ssh_target(host, config, home)
     spool, log_path = host.agent_spool(config.cluster), home.root / f"agent-{host.name}.log"
     heartbeat = config.ssh.keepalive
-    return lambda: GatewayHost(host.name, target, spool, mode=host.launch, heartbeat=heartbeat, log_path=log_path)
+    return lambda: GatewayHost(host.name, target, spool, mode=host.launch, heartbeat=heartbeat,
+                                 log_path=log_path, records=records)
 
 
 def _real_scheduler() -> Any:

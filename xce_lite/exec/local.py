@@ -61,10 +61,12 @@ class LocalHost(AgentOps):
         timeout: float = DEFAULT_TIMEOUT,
         lock_timeout: float = 10.0,
         mode: str = "auto",
+        records: str = "unit",
     ) -> None:
         self.name = name
         self.spool_dir = Path(spool_dir).absolute()
         self.python, self.timeout, self.lock_timeout, self.mode = python, timeout, lock_timeout, mode
+        self.records = records  # who records a systemd unit's end: its stop command ("unit") or the agent
         self._proc: subprocess.Popen | None = None
         self._channel: AgentChannel | None = None
 
@@ -102,6 +104,8 @@ class LocalHost(AgentOps):
             str(self.lock_timeout),
             "--mode",
             self.mode,
+            "--records",
+            self.records,
         ]
 
     def connect(self, events: EventSink) -> HostProbe:

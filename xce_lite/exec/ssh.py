@@ -133,7 +133,7 @@ class AgentStream:
 
 
 def open_agent(target: SshTarget, name: str, spool: str, mode: str, accept_new: bool,
-               log_path: Path | None) -> AgentStream:
+               log_path: Path | None, records: str = "unit") -> AgentStream:
     """Open the route to `target` and start the agent on one channel of it (copying it first if
     the host has no copy of this one). Every wait is bounded; raises HostUnreachable, HostKeyError
     or ConfigError, having closed what it opened."""
@@ -141,7 +141,7 @@ def open_agent(target: SshTarget, name: str, spool: str, mode: str, accept_new: 
     deadline = Deadline(route.close)
     try:
         route.open(deadline)
-        return _start_agent(route, deadline, target, name, spool, mode, log_path)
+        return _start_agent(route, deadline, target, name, spool, mode, log_path, records)
     except BaseException:
         deadline.disarm()
         route.close()
@@ -166,7 +166,7 @@ def open_command(target: SshTarget, name: str, command: str, log_path: Path | No
 
 
 def _start_agent(route: Route, deadline: Deadline, target: SshTarget, name: str, spool: str, mode: str,
-                 log_path: Path | None) -> AgentStream:
+                 log_path: Path | None, records: str = "unit") -> AgentStream:
     """The start command prints READY once it has found the copy (else it exits AGENT_MISSING, or
     127/126 when the host's python cannot run), then execs the agent on the same channel."""
     data, copy = agent_copy()
@@ -174,7 +174,7 @@ def _start_agent(route: Route, deadline: Deadline, target: SshTarget, name: str,
     script = (f"a={agent}; [ -f \"$a\" ] || exit {AGENT_MISSING}; p={shlex.quote(target.python)}; "
               f"command -v \"$p\" >/dev/null || {{ echo \"$p: not found\" >&2; exit 127; }}; echo {READY}; "
               f"exec \"$p\" -S -E \"$a\" serve --spool {remote_path(spool)} --host-name {shlex.quote(name)} "
-              f"--mode {shlex.quote(mode)}")
+              f"--mode {shlex.quote(mode)} --records {shlex.quote(records)}")
     deployed = False
     while True:
         chan = _exec(route, deadline, target, "starting the agent", _sh(script))
@@ -278,8 +278,9 @@ class SshHost(AgentOps):
         heartbeat: float | None = None,
         accept_new: bool = False,
         log_path: str | os.PathLike | None = None,
+        records: str = "unit",
     ) -> None:
-        self.name, self.target, self.spool, self.mode = name, target, spool, mode
+        self.name, self.target, self.spool, self.mode, self.records = name, target, spool, mode, records
         self.timeout, self.heartbeat, self.accept_new = timeout, heartbeat, accept_new
         self.log_path = Path(log_path) if log_path is not None else None
         self.deployed = False  # whether the last connect() copied the agent to the host
@@ -299,7 +300,8 @@ class SshHost(AgentOps):
         """Open the route, start (or first copy) the agent and greet it. A previous connection of
         this host is closed first. Raises HostUnreachable, HostKeyError or ConfigError."""
         self.close()
-        stream = open_agent(self.target, self.name, self.spool, self.mode, self.accept_new, self.log_path)
+        stream = open_agent(self.target, self.name, self.spool, self.mode, self.accept_new, self.log_path,
+                            self.records)
         self._stream, self._pid, self.deployed = stream, os.getpid(), stream.deployed
         hello = self._greet(stream.rfile, stream.chan.makefile_stdin("wb"), events, self.timeout, self.heartbeat)
         self.agent_pid = hello.extra.get("pid")

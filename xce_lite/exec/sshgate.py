@@ -161,8 +161,8 @@ class GatewayHost(AgentOps):
 
     def __init__(self, name: str, target: SshTarget, spool: str, mode: str = "auto",
                  timeout: float = DEFAULT_TIMEOUT, heartbeat: float | None = None, accept_new: bool = False,
-                 log_path: str | os.PathLike | None = None) -> None:
-        self.name, self.target, self.spool, self.mode = name, target, spool, mode
+                 log_path: str | os.PathLike | None = None, records: str = "unit") -> None:
+        self.name, self.target, self.spool, self.mode, self.records = name, target, spool, mode, records
         self.timeout, self.heartbeat, self.accept_new = timeout, heartbeat, accept_new
         self.log_path = str(log_path) if log_path is not None else None
         self.deployed = False
@@ -173,7 +173,8 @@ class GatewayHost(AgentOps):
     def connect(self, events: EventSink) -> HostProbe:
         self.close()
         reply, ours = open_channel({"op": "connect", "name": self.name, "target": self.target.to_json(),
-                                    "spool": self.spool, "mode": self.mode, "accept_new": self.accept_new,
+                                    "spool": self.spool, "mode": self.mode, "records": self.records,
+                                    "accept_new": self.accept_new,
                                     "log_path": self.log_path})
         self.deployed, self._sock = bool(reply.get("deployed")), ours
         hello = self._greet(ours.makefile("rb"), ours.makefile("wb"), events, self.timeout, self.heartbeat)
@@ -306,7 +307,8 @@ def _serve_one(control: socket.socket, send_lock: threading.Lock, request: dict,
                                                       request["command"], log_path)
         else:
             stream = open_agent(SshTarget.from_json(request["target"]), request["name"], request["spool"],
-                                request["mode"], bool(request.get("accept_new")), log_path)
+                                request["mode"], bool(request.get("accept_new")), log_path,
+                                request.get("records", "unit"))
     except errors.XceError as exc:
         reply.update(ok=False, kind=type(exc).__name__, message=str(exc),
                      fingerprint=getattr(exc, "fingerprint", None), path=getattr(exc, "path", None),

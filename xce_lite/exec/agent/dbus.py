@@ -4,9 +4,12 @@ systemd answers on a private socket of its own (/run/systemd/private for the sys
 only; $XDG_RUNTIME_DIR/systemd/private for a user's): a peer-to-peer D-Bus connection, no bus daemon
 between, so no Hello, no destination, no match rules. This is AUTH EXTERNAL, the marshalling of the
 types the manager's methods take and return, method calls whose replies are matched by serial, and
-signals skipped undecoded but UnitRemoved and JobRemoved. Observed (systemd 252): the manager sends
-every signal to every private connection, subscribed or not (about 30 messages, 21 KB, per
-transient unit's life).
+signals skipped undecoded but UnitRemoved, JobRemoved and the PropertiesChanged of the units whose
+object paths are in `Bus.watch` (units whose end the agent records itself: manager.py). Observed
+(systemd 252): the manager sends every signal to every private connection, subscribed or not (about
+30 messages, 21 KB, per transient unit's life); a unit's PropertiesChanged carry the values of its
+ExecMain* properties and Result (Service interface), then ActiveState and SubState (Unit), and the
+last of them goes out before its UnitRemoved.
 """
 
 from __future__ import annotations
@@ -135,12 +138,49 @@ def dbus_get(data: bytes, offset: int, kind: str, order: str):
 
 class DBusMessage:
     """A received message: a reply (`reply_to` its call's serial, `error` the error name of an error
-    reply) or a signal (`member`); `body` decoded for replies, UnitRemoved and JobRemoved only."""
+    reply) or a signal (`member`); `body` decoded for replies, UnitRemoved and JobRemoved. A watched
+    unit's PropertiesChanged has its `path` and `interface` (the one whose properties changed), and
+    its body undecoded in `raw` (most are read no further: decoded() when needed)."""
 
-    __slots__ = ("body", "error", "kind", "member", "reply_to")
+    __slots__ = ("body", "error", "interface", "kind", "member", "path", "raw", "reply_to")
 
     def __init__(self, kind: int, reply_to: int | None, member: str | None, error: str | None, body: list):
         self.kind, self.reply_to, self.member, self.error, self.body = kind, reply_to, member, error, body
+        self.path: str | None = None
+        self.interface: str | None = None
+        self.raw: tuple | None = None  # (message bytes, body offset, byte order, signature)
+
+    def prop(self, name: str):
+        """The value of property `name` in a raw PropertiesChanged (None if it is not there), found
+        without decoding the rest: its key, then the variant after it."""
+        if self.raw is None:
+            changed = self.body[1] if len(self.body) > 1 else {}
+            return changed[name][1] if name in changed else None
+        message, offset, order, _signature = self.raw
+        key = name.encode() + b"\0"
+        at = message.find(key, offset)
+        while at >= 4 and _struct.unpack_from(order + "I", message, at - 4)[0] != len(key) - 1:
+            at = message.find(key, at + 1)  # the name inside some value: not a key
+        if at < 4:
+            return None
+        return dbus_get(message, at + len(key), "v", order)[0][1]
+
+    def decoded(self) -> list:
+        """The body, decoded now if it was left raw."""
+        if self.raw is not None:
+            message, offset, order, signature = self.raw
+            self.raw, self.body = None, []
+            for body_kind in dbus_types(signature):
+                value, offset = dbus_get(message, offset, body_kind, order)
+                self.body.append(value)
+        return self.body
+
+
+def unit_path(unit: str) -> str:
+    """The manager's object path of unit `unit` ("x-1.service" -> .../unit/x_2d1_2eservice)."""
+    escaped = "".join(c if c.isascii() and (c.isalpha() or (c.isdigit() and i)) else f"_{ord(c):02x}"
+                      for i, c in enumerate(unit))
+    return f"{MANAGER_PATH}/unit/{escaped}"
 
 
 class Bus:
@@ -183,6 +223,7 @@ class Bus:
         self.out = bytearray()
         self.inbuf = bytearray()
         self.backlog: list[DBusMessage] = []
+        self.watch: set[str] = set()  # object paths of units whose PropertiesChanged are wanted
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -239,7 +280,20 @@ class Bus:
                 break
             kind = buf[at + 1]
             head = buf[at + 16 : head_end]
-            if kind != DBUS_SIGNAL or b"UnitRemoved" in head or b"JobRemoved" in head:  # the rest: skipped
+            if kind == DBUS_SIGNAL and self.watch and b"PropertiesChanged" in head:
+                # sd-bus puts the path first: field 1, "o", its length at 20; else the fields are read
+                if head[:4] == b"\x01\x01o\x00":
+                    n = _struct.unpack_from(order + "I", buf, at + 20)[0]
+                    path = buf[at + 24 : at + 24 + n].decode("utf-8", "replace")
+                else:
+                    path = dict(dbus_get(bytes(buf[at:end]), 12, "a(yv)", order)[0]).get(1, (None, None))[1]
+                if path in self.watch:  # one of ours: its body is read as far as the caller needs
+                    message = bytes(buf[at:end])
+                    found.append(DBusMessage(kind, None, "PropertiesChanged", None, []))
+                    # the interface whose properties changed: the body's first string
+                    found[-1].path, found[-1].interface = path, dbus_get(message, head_end - at, "s", order)[0]
+                    found[-1].raw = (message, head_end - at, order, "sa{sv}as")
+            elif kind != DBUS_SIGNAL or b"UnitRemoved" in head or b"JobRemoved" in head:  # the rest: skipped
                 message = bytes(buf[at:end])
                 fields = dict(dbus_get(message, 12, "a(yv)", order)[0])
                 body, offset = [], head_end - at

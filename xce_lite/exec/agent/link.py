@@ -5,6 +5,9 @@ knows. The calls that start, stop and attach are manager.py's.
 Invariants: at most one attempt a second while the manager does not answer (unless `now`); when the
 connection is lost, every call not answered is forgotten (a start is no longer "starting", a tasks'
 supervisor waiting for its attach is told) and what systemd tracked is doubtful until asked again.
+A unit whose end the agent records itself (manager.agent_records) is watched (its PropertiesChanged
+read) from before systemd is asked about it, so that no end of it between the two goes unseen: it
+stays loaded once over, and no UnitRemoved would come.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import os
 import sys
 import time
 
-from .dbus import Bus, DBusError, manager_socket
+from .dbus import Bus, DBusError, manager_socket, unit_path
+from .systemd import END_PROPERTIES, unit_over
 
 TYPE_CHECKING = False  # true for mypy only: see shared.py
 if TYPE_CHECKING:
@@ -63,18 +67,25 @@ class ManagerLink:
                 answer_tasks(extra[0], "the connection to systemd was lost")
         s.calls.clear()
         s.tracked.clear()
+        s.ends.clear()  # watched on the lost connection: again once asked about (systemd_known)
+        s.ends_by_path.clear()
         s.held.clear()  # their JobRemoved will not come: a signal now goes straight to systemd
 
     def systemd_known(self, units: list[str]) -> dict[str, bool]:
         """unit -> True if systemd knows it (loaded, and active, activating, deactivating or
         reloading, or with a job queued: a unit waits inactive for its start job), False if not;
         units systemd was not asked about (it did not answer; another mode's) are left out. One
-        ListUnitsByNames call for all of `units`; a unit it says is there is tracked from then on."""
+        ListUnitsByNames call for all of `units`; a unit it says is there is tracked from then on.
+        A unit that records no result of its own and is over (exited, or failed) is not known: its
+        properties go to state.ended, whence record_lost takes its result."""
         s = self.state
         names = [u for u in units if s.units[u].mode == s.mode]
         bus = self.connect_bus() if names else None
         if bus is None:
             return {}
+        for unit in names:
+            if agent_recorded(s.units[unit].direct):
+                self.watch_end(unit)
         try:
             listed = bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in names],))[0]
         except DBusError as exc:
@@ -84,14 +95,91 @@ class ManagerLink:
             self.bus_lost(exc)
             return {}
         known = {}
-        for name, _desc, load, active, _sub, _following, _path, job, *_rest in listed:
+        for name, _desc, load, active, sub, _following, path, job, *_rest in listed:
             unit = name.removesuffix(".service")
             if unit in s.units:
                 alive = active in ("active", "activating", "deactivating", "reloading")
                 known[unit] = load == "loaded" and (alive or job != 0)
+                over = active == "failed" or sub == "exited"  # or stays so: it records no result of its own
+                if load == "loaded" and over and agent_recorded(s.units[unit].direct):
+                    props = self.end_properties(path)
+                    if props is not None and unit_over(active, sub, props):
+                        s.ended[unit] = (active, props)
+                        known[unit] = False
                 if known[unit]:
                     s.tracked.add(unit)
+                else:
+                    self.forget_end(unit)
         return known
+
+    def release_recorded(self) -> None:
+        """Let go the units an earlier agent recorded but did not release (it died in between): each
+        was kept loaded for its result, which the journal has. One ListUnitsByNames call."""
+        s = self.state
+        units = [u for u, unit in s.units.items()
+                 if unit.result is not None and unit.mode == s.mode and agent_recorded(unit.direct)]
+        bus = self.connect_bus(now=True) if units else None
+        if bus is None:
+            return
+        try:
+            listed = bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in units],))[0]
+        except DBusError:
+            return
+        except OSError as exc:
+            self.bus_lost(exc)
+            return
+        for name, _desc, load, active, sub, *_rest in listed:
+            if load == "loaded" and (active == "failed" or sub == "exited"):
+                self.release(name.removesuffix(".service"), active)
+
+    def end_properties(self, path: str) -> dict | None:
+        """systemd.END_PROPERTIES of the unit at `path` (one GetAll call), None if it did not answer."""
+        s = self.state
+        if s.bus is None:
+            return None
+        try:
+            [found] = s.bus.call("GetAll", "s", ("org.freedesktop.systemd1.Service",), path=path,
+                                 interface="org.freedesktop.DBus.Properties")
+        except (DBusError, ValueError) as exc:
+            print(f"agent: cannot read the properties of {path} ({exc}); asked again later", file=sys.stderr)
+            return None
+        except OSError as exc:
+            self.bus_lost(exc)
+            return None
+        return {k: found[k][1] for k in END_PROPERTIES if k in found}
+
+    def watch_end(self, unit: str) -> None:
+        """Read the unit's PropertiesChanged from now on (it records no result of its own)."""
+        s = self.state
+        if s.bus is not None and unit not in s.ends:
+            path = unit_path(f"{unit}.service")
+            s.bus.watch.add(path)
+            s.ends_by_path[path] = unit
+            s.ends[unit] = None
+
+    def forget_end(self, unit: str) -> None:
+        s = self.state
+        if s.ends.pop(unit, 0) != 0:
+            path = unit_path(f"{unit}.service")
+            s.ends_by_path.pop(path, None)
+            if s.bus is not None:
+                s.bus.watch.discard(path)
+
+    def release(self, unit: str, active: str) -> None:
+        """Let systemd forget a unit over whose result is recorded: it was kept loaded for it."""
+        s = self.state
+        if s.bus is None or active == "inactive":  # not connected (it stays: harmless); inactive: gone already
+            return
+        if active == "failed":
+            serial = s.bus.send("ResetFailedUnit", "s", (f"{unit}.service",))
+        else:
+            serial = s.bus.send("StopUnit", "ss", (f"{unit}.service", "replace"))
+        s.calls[serial] = ("release", unit)
+
+
+def agent_recorded(direct: dict | None) -> bool:
+    """Whether a unit's `direct` (its launched record's) says the agent records its end."""
+    return direct is not None and direct.get("record") == "agent"
 
 
 def answer_tasks(go: int, error: str | None) -> None:

@@ -17,7 +17,7 @@ from .util import AGENT_UMASK, BIN, UNITS, poke, read_text, shell_quote, write_f
 
 MODES = ("auto", "systemd", "user", "plain")
 USAGE = (
-    "usage: agent.py serve --spool DIR [--host-name NAME] [--mode auto|systemd|user|plain]\n"
+    "usage: agent.py serve --spool DIR [--host-name NAME] [--mode auto|systemd|user|plain] [--records unit|agent]\n"
     "                      [--lock-timeout SECONDS] [--journal-limit BYTES]\n"
     "       agent.py exec UNIT_DIR | pre UNIT_DIR | post UNIT_DIR      (inside a systemd unit)\n"
     "       agent.py launch -- CMD [ARG...]              (inside a job: `xce launch`)\n"
@@ -104,13 +104,16 @@ def serve_main(argv: list[str], bundle) -> int:
     """`serve`: answer the controller's requests on stdin until EOF (server.Agent). `bundle` is the
     Bundle (loader.py) this interpreter runs: its compiled form is what units run."""
     opts = dict(zip(argv[1::2], argv[2::2]))
-    known = {"--spool", "--host-name", "--mode", "--lock-timeout", "--journal-limit"}
+    known = {"--spool", "--host-name", "--mode", "--records", "--lock-timeout", "--journal-limit"}
     if "--spool" not in opts or len(argv) % 2 != 1 or set(opts) - known:
         print(USAGE, file=sys.stderr)
         return 2
     mode = opts.get("--mode", "auto")
     if mode not in MODES:
         return fatal(f"unknown mode {mode!r}: use auto, systemd, user or plain")
+    records = opts.get("--records", "unit")
+    if records not in ("unit", "agent"):
+        return fatal(f"unknown --records {records!r}: use unit (the unit's stop command) or agent")
     # Jobs inherit the fds of their supervisor, a fork of this process, that are not close-on-exec:
     # keep none but stdin, stdout and stderr (which every job gets replaced).
     os.closerange(3, 1 << 20)
@@ -131,6 +134,9 @@ def serve_main(argv: list[str], bundle) -> int:
     cgroup, code = cgroup_version(), bundle.path
     modes, host = probe_modes({"python": sys.executable, "agent": code, "spool": spool}, cgroup)
     host.update(modes=modes, cgroup=cgroup)
+    # Who records a direct unit's end: its ExecStopPost ("unit", the default), or the agent ("agent":
+    # cheaper, but systemd keeps no CPU time or peak memory: manager.py). The host's `unit_accounting`.
+    host["direct_records"] = records
     if mode == "auto":
         mode = next(m for m in ("systemd", "user", "plain") if modes[m]["ok"])
     elif not modes[mode]["ok"]:
@@ -164,6 +170,7 @@ def serve_main(argv: list[str], bundle) -> int:
         return fatal(f"cannot use the journal in spool {spool}: {exc}; check the spool's file system")
     agent.state.zygote = zygote
     agent.link.connect_bus(now=True)
+    agent.link.release_recorded()
     agent.tasks.open_socket()
     try:
         agent.serve()

@@ -2,6 +2,11 @@
 socket (start, stop, kill, attach; the connection is link.py's) and what comes back, read on the
 serve loop's poll(); and what each unit is made of (its transient service's properties).
 
+A direct unit whose end the agent records itself (agent_records: no ExecStopPost, whose fork by
+systemd was a unit's largest extra cost) stays loaded once over (RemainAfterExit=yes, and
+CollectMode=inactive keeps a failed one) until its result is in the journal: read here from its
+PropertiesChanged, or by link.systemd_known when the agent was away; then it is let go.
+
 Invariant: the agent never waits for the manager, but for its answers to the starts it asked for
 before exiting (finish_starting); a call systemd refuses is the unit's result.
 """
@@ -19,7 +24,7 @@ from .jsonl import dumps
 from .link import answer_tasks
 from .recorders import JournalRecorder
 from .supervisor import fork_task_supervisor
-from .systemd import ENV_FILE, STOP_MARGIN
+from .systemd import END_PROPERTIES, ENV_FILE, STOP_MARGIN, unit_over
 from .runas import remove_unit_dir
 from .signals import signal
 from .util import format_limit, format_size, job_umask, make_result, write_file
@@ -54,7 +59,9 @@ class Manager:
             self.link.bus_lost(exc)
             return
         for message in messages:
-            if message.kind == DBUS_SIGNAL and message.member == "UnitRemoved" and message.body:
+            if message.path is not None:  # a PropertiesChanged of a unit whose end is ours to record
+                self.unit_changed(message)
+            elif message.kind == DBUS_SIGNAL and message.member == "UnitRemoved" and message.body:
                 unit = str(message.body[0]).removesuffix(".service")
                 if unit in s.units:
                     s.tracked.discard(unit)
@@ -74,6 +81,46 @@ class Manager:
                 if self.unit_state.report_if_finished(unit, known):
                     s.watched.discard(unit)
 
+    def unit_changed(self, message: DBusMessage) -> None:
+        """Keep the last Service properties of a watched unit (undecoded: most are never read); on
+        its Unit ones, record its result if it is over (systemd.unit_over)."""
+        s = self.state
+        unit = s.ends_by_path.get(message.path or "")
+        if unit is None:
+            return
+        if message.interface != "org.freedesktop.systemd1.Unit":
+            s.ends[unit] = message
+            return
+        service = s.ends.get(unit)
+        if service is None:
+            return
+        active, sub = message.prop("ActiveState") or "", message.prop("SubState") or ""
+        if active not in ("failed", "inactive") and sub != "exited":
+            return
+        props = {k: v for k in END_PROPERTIES if (v := service.prop(k)) is not None}
+        if unit_over(active, sub, props):
+            self.record_end(unit, active, props)
+
+    def record_end(self, unit: str, active: str, props: dict) -> None:
+        """Append the result of a unit that records none of its own (from its properties), then let
+        systemd forget it (it is kept loaded until then: unit_properties)."""
+        s = self.state
+        self.link.forget_end(unit)
+        self.unit_state.catch_up()
+        u = s.units.get(unit)
+        if u is not None and u.result is None:
+            self.unit_state.record_ended(unit, u, props)
+        self.link.release(unit, active)
+
+    def agent_records(self, spec: dict) -> bool:
+        """Whether this direct unit's end is recorded by the agent (no ExecStopPost): where the host
+        asks for it (`--records agent`: its `unit_accounting: false`), for a job with no hooks (which need
+        `post`), and no memory limit unless on cgroup v2 (systemd 252 tells an OOM kill, Result
+        oom-kill, only there; elsewhere the stop script reads the v1 counter)."""
+        s = self.state
+        return (s.host.get("direct_records") == "agent" and not spec.get("hooks")
+                and not (spec.get("mem_limit") and s.host.get("cgroup") != "v2"))
+
     def answered(self, call: tuple, message: DBusMessage) -> None:
         s = self.state
         what, unit = call[0], call[1]
@@ -89,7 +136,7 @@ class Manager:
                 self.start_failed(unit, f"systemd refused the unit: {error}")
         elif what == "attach":
             answer_tasks(call[2], error)
-        elif error is not None:
+        elif error is not None and what != "release":  # a released unit may be gone already
             print(f"agent: {what} of unit {unit} failed: {error}", file=sys.stderr)
 
     def start_unit(self, spec: dict, direct: bool) -> None:
@@ -101,6 +148,8 @@ class Manager:
             self.start_failed(unit, f"cannot reach systemd at {manager_socket(s.mode, s.host.get('env', {}))}")
             return
         props = self.unit_properties(spec, direct)
+        if direct and self.agent_records(spec):
+            self.link.watch_end(unit)
         serial = bus.send("StartTransientUnit", "ssa(sv)a(sa(sv))", (f"{unit}.service", "fail", props, []))
         s.calls[serial] = ("start", unit)
         s.starting.add(unit)
@@ -166,6 +215,13 @@ class Manager:
             props.append(("StandardErrorFileToAppend", ("s", spec["stderr"])))
         start = ("ExecStart", ("a(sasb)", [("/bin/sh", ["sh", exec_script, os.path.join(host_dir, ENV_FILE)], False)]))
         user = spec.get("user")
+        if self.agent_records(spec):  # kept loaded once over, result and all, until the agent let it go
+            props[1] = ("CollectMode", ("s", "inactive"))
+            props += [("RemainAfterExit", ("b", True)), start]
+            if user is None:
+                return props
+            return props + [("User", ("s", user["name"])), ("Group", ("s", str(user["gid"]))),
+                            ("SupplementaryGroups", ("as", [str(g) for g in user["groups"]]))]
         if user is None:
             return props + [start, ("ExecStopPost", ("a(sasb)", [("/bin/sh", stop, True)]))]
         # As the job's user: systemd drops to them (and sets HOME, USER, LOGNAME) before ExecStart;
@@ -235,6 +291,7 @@ class Manager:
         have come first), as for any finished unit."""
         s = self.state
         s.starting.discard(unit)
+        self.link.forget_end(unit)
         self.unit_state.catch_up()
         u = s.units.get(unit)
         if u is not None and u.result is None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import select
     import socket
 
-    from .dbus import Bus
+    from .dbus import Bus, DBusMessage
     from .journal import Unit
     from .tasks import Client
     from .zygote import Zygote
@@ -38,11 +38,11 @@ class AgentState:
 
     __slots__ = (  # sorted; each is set and explained in __init__
         "accepted", "base_limit", "bin_dir", "boot", "boot_cs", "bus", "calls", "child_units", "children", "clients",
-        "code", "compact_soon", "doubtful", "handover", "held", "host", "host_name", "jfd", "journal_limit",
-        "journal_path", "launch_codes", "lease", "lease_acted", "lease_retry", "lease_retry_at", "listener", "lock_fd",
-        "mode", "need_sync", "news", "next_connect", "offset", "orphan", "out", "pending", "poller", "python",
-        "removed", "scripts", "sock_path", "spool", "spool_shared", "starting", "synced", "task_children", "tracked",
-        "units", "units_dir", "waiting", "watched", "zygote",
+        "code", "compact_soon", "doubtful", "ended", "ends", "ends_by_path", "handover", "held", "host", "host_name",
+        "jfd", "journal_limit", "journal_path", "launch_codes", "lease", "lease_acted", "lease_retry",
+        "lease_retry_at", "listener", "lock_fd", "mode", "need_sync", "news", "next_connect", "offset", "orphan",
+        "out", "pending", "poller", "python", "removed", "scripts", "sock_path", "spool", "spool_shared", "starting",
+        "synced", "task_children", "tracked", "units", "units_dir", "waiting", "watched", "zygote",
     )
 
     def __init__(
@@ -85,6 +85,11 @@ class AgentState:
         self.removed: list[str] = []  # units whose UnitRemoved came this turn
         self.accepted: set[str] = set()  # units whose start this agent saw systemd accept
         self.held: dict[str, list[str]] = {}  # direct unit -> signals held until its start job is over
+        # direct units whose end the agent records (manager.agent_records): unit -> the last
+        # PropertiesChanged of its Service interface (None before one came), and its object path -> unit
+        self.ends: dict[str, DBusMessage | None] = {}
+        self.ends_by_path: dict[str, str] = {}
+        self.ended: dict[str, tuple[str, dict]] = {}  # unit -> (ActiveState, properties) found over, to record
         # jobs' connections (`xce launch`) and the loop's poll()
         self.clients: dict[int, Client] = {}
         self.waiting: dict[str, int] = {}  # launch id -> fd of the `xce launch` waiting for it

@@ -209,7 +209,8 @@ class UnitState:
                 known = self.link.systemd_known([unit])
             if known.get(unit, True):  # True: systemd did not answer, so nothing is known lost
                 return "running", u.start_time, None, None
-            if u.pid is None and unit not in s.accepted and time.time() - (u.start_time or 0) < START_GRACE:
+            if (u.pid is None and unit not in s.accepted and unit not in s.ended
+                    and time.time() - (u.start_time or 0) < START_GRACE):
                 return "running", u.start_time, None, None
         if u.result is None:
             self.catch_up()  # it may have ended since we looked
@@ -226,6 +227,12 @@ class UnitState:
         (tree.kill_lost_session), and the job's process group, recognised by that session: the
         kernel does not reuse a pid while a session or group of that number exists.
         """
+        self.link.forget_end(unit)  # a watched unit's PropertiesChanged are of no use now
+        ended = self.state.ended.pop(unit, None)
+        if ended is not None:  # over, and kept loaded for its result by systemd (link.systemd_known)
+            self.record_ended(unit, u, ended[1])
+            self.link.release(unit, ended[0])
+            return
         if u.pid and u.boot != self.state.boot:
             reason = "supervisor lost: the host restarted while the job ran, so its exit status is unknown"
         elif u.mode != "plain":
@@ -234,7 +241,13 @@ class UnitState:
                 f"result), so the job's exit status is unknown; see journalctl {'--user ' if u.mode == 'user' else ''}"
                 f"-u {unit}"
             )
-            if u.direct is not None:
+            if u.direct is not None and u.direct.get("record") == "agent":  # kept loaded until recorded: gone
+                reason = (
+                    f"lost: systemd does not know unit {unit}, which the agent had not recorded (the host "
+                    f"restarted, or it never started), so the job's exit status is unknown; see journalctl "
+                    f"{'--user ' if u.mode == 'user' else ''}-u {unit}"
+                )
+            elif u.direct is not None:
                 reason = (
                     f"lost: systemd does not know unit {unit} and its ExecStopPost recorded no result (it never "
                     f"started, or ended unrecorded), so the job's exit status is unknown; see journalctl "
@@ -259,6 +272,17 @@ class UnitState:
                 reason += "; its remaining processes were killed"
         result = make_result(u.start_time or time.time(), reason, mode=u.mode)
         self.append(record("finished", unit=unit, result=result), sync=True)
+
+    def record_ended(self, unit: str, u: Unit, props: dict) -> None:
+        """Record the result of a direct unit that records none of its own, from what systemd says of
+        it (`props`: systemd.END_PROPERTIES). Not fdatasync'ed here: reported() has it synced before
+        the line that carries it goes out, one sync for all the results of a loop turn."""
+        from .systemd import unit_result
+
+        limits = (u.direct or {}).get("limits") or (None, None)
+        host_dir = os.path.join(self.state.units_dir, unit)
+        result = unit_result(unit, props, u.start_time or time.time(), u.mode, host_dir, tuple(limits))
+        self.append(record("finished", unit=unit, result=result))
 
     def reported(self, unit: str, result: dict) -> dict:
         """`result` of `unit`, about to go out: make sure it is on disk before the line is written."""

@@ -1,5 +1,7 @@
 """Direct units: the job as its unit's main process, with no Python in the unit; the shell scripts
-that are its ExecStart and ExecStopPost, written into SPOOL/bin named by their content.
+that are its ExecStart and ExecStopPost, written into SPOOL/bin named by their content; and, for a
+unit whose end the agent records itself (no ExecStopPost: `agent_records`), its result from what
+systemd says of it (unit_result, the twin of STOP_SCRIPT).
 
 Invariant: a unit's command lines and properties hold only checked paths, names and numbers (see
 EXEC_SCRIPT): the job's argv and env travel in a 0600 file in its host directory (ENV_FILE), never
@@ -95,6 +97,66 @@ printf "$f" "$unit" "$code" "$sig" "$start" $((end / 100)) $((end % 100)) $((cpu
 exec 3>&-
 exec @SYNC@ -d "$j"
 """
+
+
+# A unit's properties that unit_result reads (the Service interface's, and ActiveState, SubState).
+END_PROPERTIES = ("Result", "ExecMainCode", "ExecMainStatus", "ExecMainExitTimestamp", "CPUUsageNSec")
+CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3  # ExecMainCode: how the main process ended (waitid's)
+NO_VALUE = (1 << 64) - 1  # what systemd says of a number it does not have (CPUUsageNSec)
+
+
+def unit_over(active: str, sub: str, props: dict) -> bool:
+    """Whether a unit that records no result of its own (RemainAfterExit=yes, CollectMode=inactive:
+    manager.unit_properties) is over: failed, or its main process has exited and it is exited
+    (active), inactive (stopped), or being stopped no more. `props`: unit_result's."""
+    if active == "failed":
+        return True
+    return bool(props.get("ExecMainExitTimestamp")) and (sub == "exited" or active == "inactive")
+
+
+def unit_result(unit: str, props: dict, start_time: float, mode: str, host_dir: str, limits: tuple) -> dict:
+    """The result of a direct unit that has no ExecStopPost, worded as STOP_SCRIPT words it, from
+    the unit's properties (`props`: END_PROPERTIES) and the reasons the agent left in its host
+    directory (a kill's, a signal's). `limits`: (run limit, memory limit) as formatted, or None.
+    systemd keeps no CPU time or peak memory of a unit once its cgroup is gone (252, hybrid: not
+    even with CPUAccounting=yes), and it is gone as soon as the unit is over: systemd prunes it on
+    entering "exited" as on "failed", so the agent cannot read the files STOP_SCRIPT reads either
+    (bench/exited_unit_cgroup.py). cpu_time is CPUUsageNSec where systemd has it, else 0, and
+    max_rss 0, unknown."""
+    from .jsonl import loads
+    from .util import read_text
+
+    how, status, result = props.get("ExecMainCode", 0), props.get("ExecMainStatus", 0), props.get("Result") or None
+    code = status if how == CLD_EXITED else None
+    sig = status if how in (CLD_KILLED, CLD_DUMPED) else None
+    journalctl = f"journalctl {'--user ' if mode == 'user' else ''}-u {unit}"
+    run, mem = limits
+    reason = None
+    kill = read_text(os.path.join(host_dir, "kill_reason"))
+    if mem and result == "oom-kill":
+        reason = f"memory limit {mem} exceeded"
+    elif kill and kill.startswith('"'):
+        reason = loads(kill.encode())
+    elif result == "timeout" and run:
+        reason = f"run limit {run} reached"
+    elif sig is not None:
+        name = SIGNAL_NAMES.get(sig) or f"SIGRTMIN+{sig - signal.SIGRTMIN}"
+        reason = f"killed by signal {name}"
+        signalled = (read_text(os.path.join(host_dir, "signalled")) or "").split(" ", 1)
+        if len(signalled) == 2 and f"SIG{signalled[0]}" == name:
+            reason = loads(signalled[1].encode())
+    elif not how:
+        reason = f"the job did not start ({result}); see {journalctl}"
+    elif code is not None and 200 <= code <= 249:
+        reason = f"exit status {code}: systemd uses 200-249 for its own failures to start a job; see {journalctl}"
+    end = props.get("ExecMainExitTimestamp") or 0
+    cpu = props.get("CPUUsageNSec", NO_VALUE)
+    return {
+        "exit_code": code, "signal": sig, "start_time": start_time,
+        "end_time": end / 1e6 if end else time.time(),
+        "cpu_time": 0.0 if cpu == NO_VALUE else cpu / 1e9, "max_rss": 0,
+        "reason": reason, "service_result": result, "mode": mode,
+    }
 
 
 def env_file_text(argv: list[str], env: dict[str, str]) -> bytes:

@@ -28,7 +28,7 @@ from .signals import REQUEST_NAMES, signal
 from .spawn import direct_start_problem
 from .supervisor import fork_supervisor, make_host_dir
 from .systemd import ENV_FILE, env_file_text
-from .util import job_umask, make_result, write_file
+from .util import format_limit, format_size, job_umask, make_result, write_file
 from .validate import Refused, valid_unit_name, validate
 from .zygote import START_GRACE_PLAIN
 
@@ -149,6 +149,10 @@ class UnitOps:
                     direct["umask"] = spec["umask"]
                 if user is not None:  # its tasks run as the job's user too
                     direct["user"] = user
+                if self.manager.agent_records(spec):  # no ExecStopPost: manager.py
+                    direct["record"] = "agent"
+                    direct["limits"] = [format_limit(spec["run_limit"]) if spec.get("run_limit") else None,
+                                        format_size(int(spec["mem_limit"])) if spec.get("mem_limit") else None]
         try:
             mode: dict[str, Any] = {} if s.mode == "plain" else {"mode": s.mode}
             if direct is not None:
