@@ -45,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from cluster import BenchCluster, is_agent, machine_busy_seconds, proc_status, wait_done, wait_idle
-from remote_cpu import HostCgroupCpu, agent_pids, cpu_seconds, named_pids
+from remote_cpu import HostCgroupCpu, agent_pids, cpu_by_pid, cpu_spent, named_pids
 from report import Report, remote_goals, section
 from stats import table
 
@@ -107,7 +107,7 @@ class Side:
         """One batch POST of n `true` jobs until the last is DONE: the rate and CPU per job (ms)."""
         client = self.c.client()
         parties = self.parties()
-        before = {k: cpu_seconds(v) for k, v in parties.items()}
+        before = {k: cpu_by_pid(v) for k, v in parties.items()}
         host0, busy0 = self.host_cpu() if self.host_cpu else None, machine_busy_seconds()
         t0 = time.perf_counter()
         ids = client.post("/jobs", {"jobs": [self.c.spec(["true"])] * n})["ids"]
@@ -115,7 +115,7 @@ class Side:
         wall = time.perf_counter() - t0
         out = {"rate": n / wall, "done": sum(1 for j in reply["jobs"] if j["state"] == "DONE") if reply else 0,
                "machine_ms": (machine_busy_seconds() - busy0) / n * 1000,
-               **{f"{k}_ms": (cpu_seconds(v) - before[k]) / n * 1000 for k, v in parties.items()}}
+               **{f"{k}_ms": cpu_spent(before[k], v) / n * 1000 for k, v in parties.items()}}
         host1 = self.host_cpu() if self.host_cpu else None
         if host0 is not None and host1 is not None:
             out["hosts_ms"] = (host1 - host0) / n * 1000

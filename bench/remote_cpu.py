@@ -13,16 +13,28 @@ from xce_lite import testhosts
 
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
+def cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    """Each live process's own CPU seconds (user + system); one gone is left out."""
+    found = {}
     tick = os.sysconf("SC_CLK_TCK")
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+        found[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    return sum(cpu_by_pid(pids).values())
+
+
+def cpu_spent(before: dict[int, float], pids: list[int]) -> float:
+    """CPU seconds the processes of `before` spent since, counting only those still alive: one
+    that ended meanwhile (a reused supervisor let go) is left out rather than subtracted, which
+    made the agents' figure negative (its CPU in the run is lost: a small undercount)."""
+    return sum(now - before[pid] for pid, now in cpu_by_pid(pids).items() if pid in before)
 
 
 class HostCgroupCpu:
