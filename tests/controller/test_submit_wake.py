@@ -8,6 +8,7 @@ real local host (tests/support/cluster.py), sessions counted by its metrics."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 from tests.support.cluster import Cluster
@@ -168,5 +169,30 @@ def test_a_real_controller_defers_one_post_sessions_while_full_across_a_kill_9()
         wait_until(lambda: _reasoned(c, first + second), 30, "every job's pend reason after the restart")
         c.ok("kill", str(holders[0]))  # a slot frees: the pending jobs run through it, none lost
         wait_until(lambda: _done(c, [extra, *first, *second]), 120, "every deferred job to run")
+    finally:
+        c.close()
+
+
+def test_a_submit_deferred_while_the_controller_sleeps_a_long_tick_has_its_reason_within_the_bound():
+    """`serve` asleep for a 60 s tick when a submit is deferred: it is not woken (that is the
+    point), so it sleeps in steps of DEFER_BOUND while every slot is taken, and the job's session
+    comes within that bound, not at the next tick."""
+    c = Cluster(config=f"""\
+        cluster: t{os.getpid()}w
+        hosts:
+          - {{name: local, slots: 2, mem: 1G}}
+        queues:
+          - {{name: normal, default: true}}
+        controller: {{tick: 60s, grace: 2s}}
+        """)
+    try:
+        c.start()
+        holders = [c.submit("sleep", "300") for _ in range(2)]
+        for job_id in holders:
+            c.wait_state(job_id, {"RUN"})
+        extra = c.submit("true")  # wakes the tick (its hosts had free slots): its session finds none
+        wait_until(lambda: c.job(extra)["pend_reason"], 30, "the first pending job's reason")
+        deferred = c.submit("true")  # left to the sleeping tick
+        wait_until(lambda: c.job(deferred)["pend_reason"], 20, "the deferred job's reason (the tick is 60 s)")
     finally:
         c.close()

@@ -122,3 +122,27 @@ def test_a_channel_lost_while_corked_fails_the_held_requests_once(pipes: Pipes) 
             pipes.channel.send("forget", units=["u0"])
     assert len(errors) == 1 and isinstance(errors[0], HostUnreachable)
     assert pipes.events.empty()
+
+
+def test_a_heartbeat_ping_goes_out_while_a_cork_is_held() -> None:
+    """The heartbeat thread's ping waits for its reply: held by a cork that a stalled block (another
+    host's write) keeps open, it would starve this healthy host into HostLost."""
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    agent_in, agent_out = os.fdopen(r1, "rb"), os.fdopen(w2, "wb", buffering=0)
+    events: queue.Queue = queue.Queue()
+    channel = AgentChannel(os.fdopen(r2, "rb"), os.fdopen(w1, "wb"), events.put, "fake", 5.0,
+                           heartbeat=0.05, heartbeat_timeout=2.0)
+    try:
+        with channel.corked():
+            channel.send("forget", units=["u0"])  # held, and goes out with the ping
+            ready = select.select([agent_in], [], [], 10)[0]
+            assert ready, "no ping reached the agent while the cork was held"
+            forget, ping = json.loads(agent_in.readline()), json.loads(agent_in.readline())
+            assert (forget["op"], ping["op"]) == ("forget", "ping")
+            agent_out.write(json.dumps({"id": ping["id"], "ok": True}).encode() + b"\n")
+        assert not any(isinstance(e, HostLost) for e in list(events.queue))
+    finally:
+        agent_out.close()
+        channel.close()
+        agent_in.close()

@@ -216,10 +216,7 @@ class Controller:
             while not self._stopping.is_set():
                 retry = self.commits.wait()
                 wait = self.units.starts.sleep(min(self.state.config.controller.tick, self.leases.wait()), self.units)
-                with self.state.mu:  # a deferred submit's session waits DEFER_BOUND at most (submit_wake.py)
-                    wait = submit_wake.bounded(self.state, wait, self._clock.time()) if retry is None else wait
-                self.state.wake.wait(wait if retry is None else min(wait, retry + 0.01))
-                self.state.wake.clear()
+                self._sleep(wait if retry is None else min(wait, retry + 0.01), deferrable=retry is None)
                 if not self._stopping.is_set():
                     try:
                         self.tick(self._clock.time())
@@ -232,6 +229,20 @@ class Controller:
                                   f"its log says why, and `xce controller status` shows it") from err
         finally:
             self._shutdown()
+
+    def _sleep(self, wait: float, deferrable: bool) -> None:
+        """Sleep `wait` s, or until woken. While every slot is taken a submit leaves the tick asleep
+        (submit_wake.py): then in steps of DEFER_BOUND, so that one deferred during the sleep still
+        has its session within that bound (`deferrable`: not while the store refuses commits)."""
+        end = self._clock.time() + wait
+        while True:
+            with self.state.mu:
+                now = self._clock.time()
+                left = submit_wake.bounded(self.state, end - now, now) if deferrable else end - now
+                step = min(left, submit_wake.DEFER_BOUND) if deferrable and self.state.full else left
+            if self.state.wake.wait(max(0.0, step)) or step >= left:
+                break
+        self.state.wake.clear()
 
     def _connected(self) -> dict:
         """The connected hosts' handles, as of now."""

@@ -92,7 +92,8 @@ class SwitchingScheduler:
         if not self._background:
             self._worker().start()
             return True
-        self._starter = threading.Thread(target=self._worker().start, name="xce-scheduler-start", daemon=True)
+        self._starter = threading.Thread(target=_start_quietly, args=(self._worker(),), name="xce-scheduler-start",
+                                         daemon=True)
         self._starter.start()
         return False
 
@@ -136,3 +137,13 @@ class SwitchingScheduler:
             self._starter = None
         if self._process is not None:
             self._process.close()
+
+
+def _start_quietly(process: Any) -> None:
+    """The worker's first start, on a thread of its own. A failure (no fd, no memory) is not told
+    here, where it would be a bare traceback in the log: the next send to the worker starts it
+    again, under the controller's lock, and a failure there is the controller's to report."""
+    try:
+        process.start()
+    except Exception:  # told by the next send's start, as above
+        pass

@@ -223,8 +223,8 @@ class AgentChannel:
             def pong(_reply: dict | None, _error: Exception | None, answered: threading.Event = answered) -> None:
                 answered.set()
 
-            try:
-                self.request_nowait("ping", pong)
+            try:  # never held by a cork (`now`): a block stalled on another host must not starve this one's ping
+                self._write("ping", {}, _Pending(pong), now=True)
             except HostUnreachable:
                 return  # lost already
             if not answered.wait(timeout) and not self._stopped.is_set():
