@@ -77,7 +77,8 @@ def test_a_hosts_unit_accounting_reaches_its_agents_command_line(tmp_path: Path)
     from xce_lite.controller.seams import real_host_factory
     from xce_lite.home.paths import Home
 
-    config = load_config(config_file(tmp_path, GOOD.replace("    mem: 4096\n", "    mem: 4096\n    unit_accounting: false\n")))
+    text = GOOD.replace("    mem: 4096\n", "    mem: 4096\n    unit_accounting: false\n")
+    config = load_config(config_file(tmp_path, text))
     assert [h.unit_accounting for h in config.hosts] == [True, False]
     home = Home(tmp_path / "home")
     argvs = [real_host_factory(h, config, home)().agent_argv() for h in config.hosts]
