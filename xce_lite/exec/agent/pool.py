@@ -16,8 +16,8 @@ workers"). A worker is what a fresh supervisor is, for each job it runs:
   zygote's), umask (the job's), fds (none but the worker's socket and its journal fd, both
   close-on-exec: the job inherits none; the journal fd holds no lock between appends), signal
   mask and dispositions (the job gets every signal at its default, spawn.py), rlimits (those the
-  agent was started with, fds.py; never changed per job; a job of the same user could change its parent's with prlimit, as it could the
-  agent's own);
+  agent was started with, fds.py; never changed per job; a job of the same user could change its
+  parent's with prlimit, as it could the agent's own);
 - a signal meant for the previous job never reaches the next one, and none meant for the next job
   is lost: a worker says it is done ("d") only once the result is durable; the agent reads the
   result (from then on it sends nothing to that unit's supervisor) and only then releases the
