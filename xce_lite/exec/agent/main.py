@@ -153,6 +153,9 @@ def serve_main(argv: list[str], bundle) -> int:
         prepare_spool(spool, code)
     except (OSError, SyntaxError) as exc:
         return fatal(f"cannot prepare spool {spool}: {exc}; check the spool's file system")
+    from .fds import raise_fd_limit
+
+    raise_fd_limit()  # one socket per reused supervisor: see fds.py (jobs keep the limit we were given)
     zygote = None
     if mode == "plain":  # forked now, before the server's modules and state grow this process
         from .zygote import start_zygote

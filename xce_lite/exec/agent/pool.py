@@ -15,9 +15,9 @@ workers"). A worker is what a fresh supervisor is, for each job it runs:
 - nothing is inherited from the previous job: cwd (back to the zygote's), environment (the
   zygote's), umask (the job's), fds (none but the worker's socket and its journal fd, both
   close-on-exec: the job inherits none; the journal fd holds no lock between appends), signal
-  mask and dispositions (the job gets every signal at its default, spawn.py), rlimits (never
-  changed by us; a job of the same user could change its parent's with prlimit, as it could the
-  agent's own);
+  mask and dispositions (the job gets every signal at its default, spawn.py), rlimits (those the
+  agent was started with, fds.py; never changed per job; a job of the same user could change its
+  parent's with prlimit, as it could the agent's own);
 - a signal meant for the previous job never reaches the next one, and none meant for the next job
   is lost: a worker says it is done ("d") only once the result is durable; the agent reads the
   result (from then on it sends nothing to that unit's supervisor) and only then releases the
@@ -67,7 +67,7 @@ def send_job(sock, line: bytes, lock_fd: int) -> None:
     """Hand a worker its job: the request line, and the spool lock's fd with its first byte."""
     import _socket
 
-    fd = lock_fd.to_bytes(4, sys.byteorder, signed=True)
+    fd = pack_fds([lock_fd])
     sent = send(sock, lambda: sock.sendmsg([line], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fd)]))
     while sent < len(line):
         sent += send(sock, lambda rest=line[sent:]: sock.send(rest))
@@ -78,7 +78,8 @@ def send(sock, call) -> int:
     worker's buffer is full, for up to SEND_WAIT; OSError (TimeoutError) past that: the worker is
     stuck. The agent's ends are non-blocking so that a send or a recv costs one syscall, not a
     poll first (a socket with a timeout polls before each): a job's line and the one-byte answers
-    fit a socket's buffer, so the wait is never taken in practice."""
+    fit a socket's buffer, so the wait is never taken in practice. poll, not select: an agent with
+    a worker per running job holds fds above select's 1024."""
     import select
     import time
 
@@ -91,7 +92,9 @@ def send(sock, call) -> int:
             deadline = deadline or now + SEND_WAIT
             if now >= deadline:
                 raise TimeoutError(f"a worker read nothing for {SEND_WAIT:g} s") from None
-            select.select([], [sock], [], deadline - now)
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLOUT)
+            poller.poll(int((deadline - now) * 1000) + 1)
 
 
 def send_with_fds(fd: int, data: bytes | memoryview, fds: list[int]) -> int:
@@ -100,10 +103,23 @@ def send_with_fds(fd: int, data: bytes | memoryview, fds: list[int]) -> int:
 
     sock = _socket.socket(fileno=fd)
     try:
-        payload = b"".join(f.to_bytes(4, sys.byteorder, signed=True) for f in fds)
-        return sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, payload)])
+        return sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, pack_fds(fds))])
     finally:
         sock.detach()  # the fd stays the Zygote's
+
+
+def pack_fds(fds: list[int]) -> bytes:
+    """The data of an SCM_RIGHTS message passing `fds`."""
+    return b"".join(f.to_bytes(4, sys.byteorder, signed=True) for f in fds)
+
+
+def unpack_fds(anc: list[tuple[int, int, bytes]]) -> list[int]:
+    """The fds passed in recvmsg's ancillary data `anc` (SCM_RIGHTS), in order."""
+    import _socket
+
+    return [int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
+            for level, kind, payload in anc if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
+            for i in range(0, len(payload) - len(payload) % 4, 4)]
 
 
 def receive_job(sock) -> tuple[bytes, int] | None:
@@ -114,10 +130,7 @@ def receive_job(sock) -> tuple[bytes, int] | None:
     while not data.endswith(b"\n"):
         # close-on-exec, as the lock fd a fresh supervisor inherits: no job may hold the lock
         chunk, anc, _flags, _addr = sock.recvmsg(1 << 16, _socket.CMSG_SPACE(4), _socket.MSG_CMSG_CLOEXEC)
-        for level, kind, payload in anc:
-            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-                fds += [int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
-                        for i in range(0, len(payload) - len(payload) % 4, 4)]
+        fds += unpack_fds(anc)
         if not chunk:
             for fd in fds:
                 os.close(fd)

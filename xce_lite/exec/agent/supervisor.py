@@ -12,6 +12,7 @@ import gc
 import os
 import time
 
+from .fds import restore_for_jobs
 from .hooks import run_hooks, with_hooks
 from .recorders import JournalRecorder
 from .signals import SUPERVISOR_SIGNALS, signal
@@ -219,6 +220,7 @@ def fork_detached(run, close: tuple[int, ...] = ()) -> int:
         try:
             gc.disable()  # a short-lived copy: collections would only add copy-on-write faults
             signal.set_wakeup_fd(-1)  # the agent's wake-up pipe is not ours
+            restore_for_jobs()  # forked by the agent itself (none is left to do in the zygote's forks)
             for fd in close:
                 os.close(fd)
             run()
@@ -248,6 +250,7 @@ def fork_task_supervisor(recorder: JournalRecorder, spec: dict) -> tuple[int, in
         try:
             gc.disable()
             signal.set_wakeup_fd(-1)
+            restore_for_jobs()  # the agent's raised fd limit is not its tasks' (fds.py)
             os.setsid()
             os.closerange(0, go_r)  # the agent's pipes, lock, journal and sockets are not ours
             os.closerange(go_r + 1, 1 << 20)

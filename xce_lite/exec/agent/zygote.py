@@ -31,8 +31,9 @@ import os
 import sys
 import time
 
+from .fds import keep_only, restore_for_jobs
 from .jsonl import dumps, loads
-from .pool import Workers, poolable, send_with_fds, worker_main
+from .pool import Workers, poolable, send_with_fds, unpack_fds, worker_main
 from .recorders import JournalRecorder
 from .signals import signal
 from .supervisor import become_supervisor, fork_detached
@@ -62,9 +63,11 @@ class Zygote:
         """Start a supervisor for each (unit, spec, start_time), in one round trip at most; (pid,
         None) or (None, why) for each, in order. A poolable unit goes to an idle worker (no round
         trip), else to a new one the zygote forks on a socket passed to it ("w", NEW_WORKERS per
-        request at most); any other unit to a fresh supervisor. OSError if the zygote is gone, or
-        made no progress for REPLY_TIMEOUT (killed then): the items may have started or not."""
+        request at most; a fresh one if the agent cannot make that socket: out of fds); any other
+        unit to a fresh supervisor. OSError only if the zygote is gone, or made no progress for
+        REPLY_TIMEOUT (killed then): the items may have started or not."""
         import _socket
+        from _socket import AF_UNIX, SOCK_CLOEXEC, SOCK_STREAM, socketpair
 
         answers: list[tuple[int | None, str | None] | None] = [None] * len(items)
         asked: list[tuple[int, _socket.socket | None, bytes]] = []  # (item, our end of a new worker's socket, line)
@@ -78,10 +81,13 @@ class Zygote:
                         self.kids.add(pid)
                         answers[i] = (pid, None)
                         continue
-                    if len(theirs) < NEW_WORKERS:
-                        mine, other = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
-                        theirs.append(other)
-                        asked.append((i, mine, line))
+                    try:  # out of fds (EMFILE) is the agent's trouble, not a lost zygote: a fresh supervisor then
+                        pair = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC) if len(theirs) < NEW_WORKERS else None
+                    except OSError:
+                        pair = None
+                    if pair is not None:
+                        theirs.append(pair[1])
+                        asked.append((i, pair[0], line))
                         continue
                 asked.append((i, None, line))
             request = b"".join(b"w\n" if end is not None else line for _i, end, line in asked)
@@ -109,9 +115,13 @@ class Zygote:
     def talk(self, request: bytes, forks: int, fds: list[int]) -> list[tuple[int | None, str | None]]:
         """Write `request` (`fds` passed on its first byte: one per "w" line, in order) and read the
         answers of its `forks` lines. Its bytes are written as the zygote reads them, its lines
-        read meanwhile: neither waits for the other with a full buffer. OSError as spawn()."""
+        read meanwhile: neither waits for the other with a full buffer. OSError as spawn(). poll,
+        not select: a zygote forked anew may get fds above select's 1024."""
         import select
 
+        poller = select.poll()
+        poller.register(self.replies, select.POLLIN)
+        poller.register(self.requests, select.POLLOUT)
         data = memoryview(request)
         answers: list[tuple[int | None, str | None]] = []
         deadline = time.monotonic() + REPLY_TIMEOUT
@@ -124,6 +134,8 @@ class Zygote:
                     deadline = time.monotonic() + REPLY_TIMEOUT
                 except BlockingIOError:
                     pass
+                if not data:
+                    poller.unregister(self.requests)
             for line in self.read() if ready else ():
                 deadline = time.monotonic() + REPLY_TIMEOUT
                 if line[:1] == b"+":
@@ -139,7 +151,7 @@ class Zygote:
             if left <= 0:
                 self.kill()
                 raise OSError(f"the zygote made no progress for {REPLY_TIMEOUT:g} s")
-            ready = bool(select.select([self.replies], [self.requests] if data else [], [], left)[0])
+            ready = any(fd == self.replies for fd, _ev in poller.poll(int(left * 1000) + 1))
         return answers
 
     def read(self) -> list[bytes]:
@@ -205,25 +217,6 @@ def start_zygote(spool: str, lock_fd: int) -> Zygote:
     return Zygote(pid, req_w, rep_r)
 
 
-def keep_only(fds: set[int]) -> None:
-    """Close every fd above 2 but `fds`; 0 and 1 (the controller's pipes, which the agent's end
-    must close) become /dev/null, and so does 2 unless it is a log file (an SSH session's stderr
-    would be held open)."""
-    import stat
-
-    low = 3
-    for fd in sorted(fds):
-        os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, 1 << 20)
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0)
-    os.dup2(null, 1)
-    if not stat.S_ISREG(os.fstat(2).st_mode):
-        os.dup2(null, 2)
-    os.close(null)
-
-
 def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
     """The zygote's loop: fork a supervisor per request line (a worker per "w", on the socket that
     came with it), report each one's end, and return at EOF of `requests` (the agent is gone).
@@ -235,6 +228,7 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
     gc.disable()  # nothing it keeps makes cycles; collections would only touch pages its forks share
     signal.set_wakeup_fd(-1)  # the agent's (when it forks a new zygote), not ours
     keep_only({lock_fd, requests, replies})
+    restore_for_jobs()  # the agent's own is raised (fds.py): the supervisors, and their jobs, get this one
     load_prctl()  # once here: every supervisor inherits it
     import resource  # noqa: F401 - os.wait4 imports it for its rusage: once here, not in every supervisor
     boot = boot_id()
@@ -260,10 +254,7 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
         if requests in ready:
             data, anc, _flags, _addr = channel.recvmsg(1 << 16, _socket.CMSG_SPACE(4 * NEW_WORKERS),
                                                        _socket.MSG_CMSG_CLOEXEC)
-            for level, kind, payload in anc:
-                if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-                    sockets += [int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
-                                for i in range(0, len(payload) - len(payload) % 4, 4)]
+            sockets += unpack_fds(anc)
             if not data:
                 return
             *lines, pending = (pending + data).split(b"\n")
@@ -280,7 +271,10 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
                         finally:
                             os.close(fd)
                     else:
-                        out.append(b"+%d\n" % fork_detached(lambda line=line: supervise(line, spool, boot), mine))
+                        # not holding a worker's socket passed later in this request: its agent would
+                        # never see EOF once that worker died, and could hand a job to a dead worker
+                        fork = fork_detached(lambda line=line: supervise(line, spool, boot), (*mine, *sockets))
+                        out.append(b"+%d\n" % fork)
                 except OSError as exc:
                     out.append(f"!{exc}\n".encode("utf-8", "replace"))
         while reap:  # every supervisor that ended (SIGCHLD may merge several)
@@ -365,6 +359,8 @@ class ZygoteOps:
                 exits += s.zygote.exits
                 s.zygote.exits = []
             self.unit_state.reaped_children(exits)
+            for pid, _status in exits[len(ended) :]:  # the zygote reaped it: a worker is gone, whatever its socket says
+                self.workers.forget(pid)
             for pid in ended:
                 self.workers.release(pid)
 
