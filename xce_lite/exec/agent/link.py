@@ -29,6 +29,9 @@ class ManagerLink:
 
     def __init__(self, state: AgentState):
         self.state = state
+        # units over and recorded, to be let go: True while a release is sent (or answered, until
+        # the unit's UnitRemoved), False when it is to be sent again (retry_releases)
+        self.to_release: dict[str, bool] = {}
 
     def connect_bus(self, now: bool = False) -> Bus | None:
         """Reach the manager's private socket, unless connected (tried at most once a second while
@@ -70,6 +73,8 @@ class ManagerLink:
         s.ends.clear()  # watched on the lost connection: again once asked about (systemd_known)
         s.ends_by_path.clear()
         s.held.clear()  # their JobRemoved will not come: a signal now goes straight to systemd
+        for unit in self.to_release:  # sent, maybe unread or unanswered, or the UnitRemoved lost
+            self.to_release[unit] = False
 
     def systemd_known(self, units: list[str]) -> dict[str, bool]:
         """unit -> True if systemd knows it (loaded, and active, activating, deactivating or
@@ -77,7 +82,8 @@ class ManagerLink:
         units systemd was not asked about (it did not answer; another mode's) are left out. One
         ListUnitsByNames call for all of `units`; a unit it says is there is tracked from then on.
         A unit that records no result of its own and is over (exited, or failed) is not known: its
-        properties go to state.ended, whence record_lost takes its result."""
+        properties go to state.ended, whence record_lost takes its result; one whose properties
+        could not be read is left out (not tracked: asked again), for its PropertiesChanged went by."""
         s = self.state
         names = [u for u in units if s.units[u].mode == s.mode]
         bus = self.connect_bus() if names else None
@@ -86,51 +92,69 @@ class ManagerLink:
         for unit in names:
             if agent_recorded(s.units[unit].direct):
                 self.watch_end(unit)
-        try:
-            listed = bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in names],))[0]
-        except DBusError as exc:
-            print(f"agent: ListUnitsByNames failed ({exc}); its units are not judged now", file=sys.stderr)
-            return {}
-        except OSError as exc:
-            self.bus_lost(exc)
+        listed = self.list_units(bus, names)
+        if listed is None:
             return {}
         known = {}
         for name, _desc, load, active, sub, _following, path, job, *_rest in listed:
             unit = name.removesuffix(".service")
-            if unit in s.units:
-                alive = active in ("active", "activating", "deactivating", "reloading")
+            if unit not in s.units:
+                continue
+            alive = active in ("active", "activating", "deactivating", "reloading")
+            over = active == "failed" or sub == "exited"  # or stays so: it records no result of its own
+            if load == "loaded" and over and agent_recorded(s.units[unit].direct):
+                props = self.end_properties(path)
+                if s.bus is not bus:  # lost on the way: what was tracked is doubtful again (bus_lost)
+                    return {}
+                if props is None or not unit_over(active, sub, props):
+                    continue  # systemd holds its result, unread yet: neither running nor lost
+                s.ended[unit] = (active, props)
+                known[unit] = False
+            else:
                 known[unit] = load == "loaded" and (alive or job != 0)
-                over = active == "failed" or sub == "exited"  # or stays so: it records no result of its own
-                if load == "loaded" and over and agent_recorded(s.units[unit].direct):
-                    props = self.end_properties(path)
-                    if props is not None and unit_over(active, sub, props):
-                        s.ended[unit] = (active, props)
-                        known[unit] = False
-                if known[unit]:
-                    s.tracked.add(unit)
-                else:
-                    self.forget_end(unit)
+            if known[unit]:
+                s.tracked.add(unit)
+            else:
+                self.forget_end(unit)
         return known
 
-    def release_recorded(self) -> None:
-        """Let go the units an earlier agent recorded but did not release (it died in between): each
-        was kept loaded for its result, which the journal has. One ListUnitsByNames call."""
-        s = self.state
-        units = [u for u, unit in s.units.items()
-                 if unit.result is not None and unit.mode == s.mode and agent_recorded(unit.direct)]
-        bus = self.connect_bus(now=True) if units else None
-        if bus is None:
-            return
+    def list_units(self, bus: Bus, units: list[str]) -> list | None:
+        """ListUnitsByNames of `units` (one call): its rows (name, description, load, active, sub,
+        following, path, job id, ...), or None if systemd did not answer (its units are not judged now)."""
         try:
-            listed = bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in units],))[0]
-        except DBusError:
-            return
+            return bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in units],))[0]
+        except DBusError as exc:
+            print(f"agent: ListUnitsByNames failed ({exc}); its units are not judged now", file=sys.stderr)
         except OSError as exc:
             self.bus_lost(exc)
+        return None
+
+    def release_recorded(self) -> None:
+        """At start: let go the units an earlier agent recorded but did not release (it died in
+        between): each was kept loaded for its result, which the journal has."""
+        s = self.state
+        for u, unit in s.units.items():
+            if unit.result is not None and unit.mode == s.mode and agent_recorded(unit.direct):
+                self.to_release.setdefault(u, False)
+        self.retry_releases(now=True)
+
+    def retry_releases(self, now: bool = False) -> None:
+        """Release again the units whose release was not sent, failed, or was lost with the connection
+        (to_release: False), as systemd now lists them (one ListUnitsByNames call); one it no
+        longer holds over leaves the set. Called at start and from poll_watched (which reconnects)."""
+        units = [u for u, out in self.to_release.items() if not out]
+        bus = self.connect_bus(now=now) if units else None
+        if bus is None:
+            return
+        listed = self.list_units(bus, units)
+        if listed is None:
             return
         for name, _desc, load, active, sub, *_rest in listed:
+            unit = name.removesuffix(".service")
             if load == "loaded" and (active == "failed" or sub == "exited"):
-                self.release(name.removesuffix(".service"), active)
+                self.release(unit, active)
+            else:  # gone, or stopped by someone else: nothing to let go
+                self.to_release.pop(unit, None)
 
     def end_properties(self, path: str) -> dict | None:
         """systemd.END_PROPERTIES of the unit at `path` (one GetAll call), None if it did not answer."""
@@ -166,15 +190,27 @@ class ManagerLink:
                 s.bus.watch.discard(path)
 
     def release(self, unit: str, active: str) -> None:
-        """Let systemd forget a unit over whose result is recorded: it was kept loaded for it."""
+        """Let systemd forget a unit over whose result is recorded: it was kept loaded for it. Not
+        connected, or the call fails or is lost: retried (retry_releases) until its UnitRemoved."""
         s = self.state
-        if s.bus is None or active == "inactive":  # not connected (it stays: harmless); inactive: gone already
+        if active == "inactive":  # gone already
+            return
+        self.to_release[unit] = s.bus is not None
+        if s.bus is None:
             return
         if active == "failed":
             serial = s.bus.send("ResetFailedUnit", "s", (f"{unit}.service",))
         else:
             serial = s.bus.send("StopUnit", "ss", (f"{unit}.service", "replace"))
         s.calls[serial] = ("release", unit)
+
+    def release_failed(self, unit: str, error: str | None) -> None:
+        """A release call's error reply: a unit systemd no longer has is let go; else tried again."""
+        if unit in self.to_release:
+            if error == "org.freedesktop.systemd1.NoSuchUnit":
+                del self.to_release[unit]
+            else:
+                self.to_release[unit] = False
 
 
 def agent_recorded(direct: dict | None) -> bool:
