@@ -93,7 +93,7 @@ def test_a_getall_refused_leaves_an_ended_unit_to_be_asked_again(tmp_path):
     assert s.ended["a"][0] == "active" and s.ended["b"][0] == "failed"
 
 
-def test_a_release_not_sent_or_refused_is_sent_again_until_the_unit_is_gone(tmp_path):
+def test_a_release_not_sent_refused_or_lost_is_sent_again_until_the_unit_is_gone(tmp_path):
     units = {"a": ("active", "exited"), "b": ("failed", "failed")}
     manager = Manager(units, {})
     s, link = agent(tmp_path, manager)
@@ -101,18 +101,25 @@ def test_a_release_not_sent_or_refused_is_sent_again_until_the_unit_is_gone(tmp_
     s.next_connect = 1e18
     link.release("a", "active")  # recorded while reconnecting: nothing can be sent
     link.release("b", "failed")
-    assert manager.sent == [] and link.to_release == {"a": False, "b": False}
+    link.retry_releases()  # not connected yet
+    assert manager.sent == []
     s.bus = manager  # connected again
     link.retry_releases()
     assert sorted(manager.sent) == [("ResetFailedUnit", "b"), ("StopUnit", "a")]
-    assert link.to_release == {"a": True, "b": True}
-    link.release_failed("b", "org.freedesktop.DBus.Error.AccessDenied")  # refused: tried again
+    assert sorted(s.calls.values()) == [("release", "a"), ("release", "b")]
+    link.release_failed("b", "org.freedesktop.DBus.Error.AccessDenied")  # refused: sent again
     manager.sent.clear()
     link.retry_releases()
     assert manager.sent == [("ResetFailedUnit", "b")]
-    link.bus_lost(OSError(errno.ECONNRESET, "re-exec"))  # its reply, or its UnitRemoved, went with it
-    assert link.to_release == {"a": False, "b": False}
-    del manager.units["a"]  # gone meanwhile (its UnitRemoved lost): leaves the set
-    manager.closed, s.bus, manager.sent = False, manager, []
+    link.bus_lost(OSError(errno.ECONNRESET, "re-exec"))  # the replies, or the UnitRemoved, went with it
+    assert s.calls == {} and link.unsent == {"a", "b"}
+    manager.closed, manager.sent = False, []
+    s.bus = manager
+    link.send_releases()  # as connect_bus does on connecting
+    assert sorted(manager.sent) == [("ResetFailedUnit", "b"), ("StopUnit", "a")]
+    link.release_failed("a", "org.freedesktop.systemd1.NoSuchUnit")  # gone meanwhile: let go
+    link.released("b")  # its UnitRemoved
+    assert link.to_release == {} and link.unsent == set()
+    manager.sent.clear()
     link.retry_releases()
-    assert manager.sent == [("ResetFailedUnit", "b")] and link.to_release == {"b": True}
+    assert manager.sent == []

@@ -29,9 +29,11 @@ class ManagerLink:
 
     def __init__(self, state: AgentState):
         self.state = state
-        # units over and recorded, to be let go: True while a release is sent (or answered, until
-        # the unit's UnitRemoved), False when it is to be sent again (retry_releases)
-        self.to_release: dict[str, bool] = {}
+        # units over and recorded, to be let go: unit -> its ActiveState then ("failed", or "active"
+        # and exited), until its UnitRemoved (or NoSuchUnit); `unsent`: those whose release is to be
+        # sent (again): not connected, refused, or lost with the connection (send_releases)
+        self.to_release: dict[str, str] = {}
+        self.unsent: set[str] = set()
 
     def connect_bus(self, now: bool = False) -> Bus | None:
         """Reach the manager's private socket, unless connected (tried at most once a second while
@@ -50,6 +52,7 @@ class ManagerLink:
             return None
         if s.poller is not None:
             s.poller.register(bus.fileno(), 1)  # POLLIN
+        self.send_releases()
         return bus
 
     def bus_lost(self, exc: Exception) -> None:
@@ -73,8 +76,7 @@ class ManagerLink:
         s.ends.clear()  # watched on the lost connection: again once asked about (systemd_known)
         s.ends_by_path.clear()
         s.held.clear()  # their JobRemoved will not come: a signal now goes straight to systemd
-        for unit in self.to_release:  # sent, maybe unread or unanswered, or the UnitRemoved lost
-            self.to_release[unit] = False
+        self.unsent.update(self.to_release)  # sent, maybe unread or unanswered, or the UnitRemoved lost
 
     def systemd_known(self, units: list[str]) -> dict[str, bool]:
         """unit -> True if systemd knows it (loaded, and active, activating, deactivating or
@@ -131,30 +133,15 @@ class ManagerLink:
 
     def release_recorded(self) -> None:
         """At start: let go the units an earlier agent recorded but did not release (it died in
-        between): each was kept loaded for its result, which the journal has."""
+        between): each was kept loaded for its result, which the journal has. One ListUnitsByNames call."""
         s = self.state
-        for u, unit in s.units.items():
-            if unit.result is not None and unit.mode == s.mode and agent_recorded(unit.direct):
-                self.to_release.setdefault(u, False)
-        self.retry_releases(now=True)
-
-    def retry_releases(self, now: bool = False) -> None:
-        """Release again the units whose release was not sent, failed, or was lost with the connection
-        (to_release: False), as systemd now lists them (one ListUnitsByNames call); one it no
-        longer holds over leaves the set. Called at start and from poll_watched (which reconnects)."""
-        units = [u for u, out in self.to_release.items() if not out]
-        bus = self.connect_bus(now=now) if units else None
-        if bus is None:
-            return
-        listed = self.list_units(bus, units)
-        if listed is None:
-            return
-        for name, _desc, load, active, sub, *_rest in listed:
-            unit = name.removesuffix(".service")
+        units = [u for u, unit in s.units.items()
+                 if unit.result is not None and unit.mode == s.mode and agent_recorded(unit.direct)]
+        bus = self.connect_bus(now=True) if units else None
+        listed = self.list_units(bus, units) if bus is not None else None
+        for name, _desc, load, active, sub, *_rest in listed or ():
             if load == "loaded" and (active == "failed" or sub == "exited"):
-                self.release(unit, active)
-            else:  # gone, or stopped by someone else: nothing to let go
-                self.to_release.pop(unit, None)
+                self.release(name.removesuffix(".service"), active)
 
     def end_properties(self, path: str) -> dict | None:
         """systemd.END_PROPERTIES of the unit at `path` (one GetAll call), None if it did not answer."""
@@ -190,27 +177,46 @@ class ManagerLink:
                 s.bus.watch.discard(path)
 
     def release(self, unit: str, active: str) -> None:
-        """Let systemd forget a unit over whose result is recorded: it was kept loaded for it. Not
-        connected, or the call fails or is lost: retried (retry_releases) until its UnitRemoved."""
-        s = self.state
+        """Let systemd forget a unit over whose result is recorded: it was kept loaded for it. Sent
+        again (send_releases) until its UnitRemoved if not connected, refused, or lost with the connection."""
         if active == "inactive":  # gone already
             return
-        self.to_release[unit] = s.bus is not None
+        self.to_release[unit] = active
+        self.unsent.add(unit)
+        self.send_releases()
+
+    def send_releases(self) -> None:
+        """Send the releases still to be sent, if connected (called on connecting, and by poll_watched)."""
+        s = self.state
         if s.bus is None:
             return
-        if active == "failed":
-            serial = s.bus.send("ResetFailedUnit", "s", (f"{unit}.service",))
-        else:
-            serial = s.bus.send("StopUnit", "ss", (f"{unit}.service", "replace"))
-        s.calls[serial] = ("release", unit)
+        for unit in self.unsent:
+            if self.to_release[unit] == "failed":
+                serial = s.bus.send("ResetFailedUnit", "s", (f"{unit}.service",))
+            else:
+                serial = s.bus.send("StopUnit", "ss", (f"{unit}.service", "replace"))
+            s.calls[serial] = ("release", unit)
+        self.unsent.clear()
+
+    def retry_releases(self) -> None:
+        """Send the releases still to be sent, reconnecting if need be (at most once a second)."""
+        if self.unsent:
+            self.connect_bus()  # connected again: it sends them
+            self.send_releases()
 
     def release_failed(self, unit: str, error: str | None) -> None:
-        """A release call's error reply: a unit systemd no longer has is let go; else tried again."""
+        """A release call's error reply: a unit systemd no longer has is let go; else sent again."""
         if unit in self.to_release:
             if error == "org.freedesktop.systemd1.NoSuchUnit":
                 del self.to_release[unit]
+                self.unsent.discard(unit)
             else:
-                self.to_release[unit] = False
+                self.unsent.add(unit)
+
+    def released(self, unit: str) -> None:
+        """The unit's UnitRemoved came: systemd let it go."""
+        if self.to_release.pop(unit, None) is not None:
+            self.unsent.discard(unit)
 
 
 def agent_recorded(direct: dict | None) -> bool:

@@ -63,7 +63,7 @@ class Manager:
                 self.unit_changed(message)
             elif message.kind == DBUS_SIGNAL and message.member == "UnitRemoved" and message.body:
                 unit = str(message.body[0]).removesuffix(".service")
-                self.link.to_release.pop(unit, None)  # let go at last
+                self.link.released(unit)
                 if unit in s.units:
                     s.tracked.discard(unit)
                     s.removed.append(unit)
