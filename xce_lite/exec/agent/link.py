@@ -7,7 +7,8 @@ connection is lost, every call not answered is forgotten (a start is no longer "
 supervisor waiting for its attach is told) and what systemd tracked is doubtful until asked again.
 A unit whose end the agent records itself (manager.agent_records) is watched (its PropertiesChanged
 read) from before systemd is asked about it, so that no end of it between the two goes unseen: it
-stays loaded once over, and no UnitRemoved would come.
+stays loaded once over, and no UnitRemoved would come. Once its result is recorded it is released
+(StopUnit or ResetFailedUnit), again and again if need be, until its UnitRemoved: never left loaded.
 """
 
 from __future__ import annotations
