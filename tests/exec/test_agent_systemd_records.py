@@ -193,3 +193,37 @@ def test_a_unit_systemd_forgot_while_no_agent_ran_is_lost_as_after_a_reboot(agen
     result = second.finished(unit, timeout=40)
     assert result.exit_code is None and result.signal is None
     assert result.reason.startswith(f"lost: systemd does not know unit {unit}, which the agent had not recorded")
+
+
+def test_jobs_that_end_while_systemd_reexecutes_keep_their_exit_status_and_are_all_let_go(agents, systemd_hosts, work):
+    # systemd closes the agent's connection at each re-exec: PropertiesChanged, GetAll replies and
+    # releases in flight are lost with it. Faults in sequence: ends during re-execs, then the agent
+    # killed, ends with no agent, a new agent, more ends during more re-execs, then the results forgotten.
+    host, first = systemd_hosts[0], agents()
+    units = [name(f"re{i}") for i in range(12)]
+    first.launch([request(u, py(HOLD_JOB, str(work / f"go{i}"), str(i % 3)), work) for i, u in enumerate(units)])
+    for i in range(12):
+        running(work / f"go{i}")
+
+    def end_during_reexec(ends: list[int]) -> None:
+        reexec = subprocess.Popen(host.nsenter_argv(["systemctl", "daemon-reexec"]))
+        for i in ends:
+            (work / f"go{i}").touch()
+        assert reexec.wait(60) == 0
+
+    for ends in ([0, 1], [2, 3], [4, 5]):  # back to back: the next one while it asks about the last one's
+        end_during_reexec(ends)
+    first.finished(units[0], timeout=60)  # reconnected and recording
+    in_host(host, "kill", "-9", str(first.hello.extra["pid"]))
+    end_during_reexec([6])
+    second = agents()
+    listed = {u.unit: u for u in second.list_units()}  # those not finished are watched from here on
+    for ends in ([7, 8], [9, 10], [11], []):
+        end_during_reexec(ends)
+    results = {u: listed[u].result if listed[u].status == "finished" else second.finished(u, timeout=60)
+               for u in units}
+    for i, u in enumerate(units):
+        result = results[u]
+        assert (result.exit_code, result.signal, result.reason) == (i % 3, None, None), u
+    second.forget(units)
+    wait_until(lambda: all(gone(host, u) for u in units), 30, "every recorded unit let go")

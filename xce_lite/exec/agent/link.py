@@ -7,7 +7,8 @@ connection is lost, every call not answered is forgotten (a start is no longer "
 supervisor waiting for its attach is told) and what systemd tracked is doubtful until asked again.
 A unit whose end the agent records itself (manager.agent_records) is watched (its PropertiesChanged
 read) from before systemd is asked about it, so that no end of it between the two goes unseen: it
-stays loaded once over, and no UnitRemoved would come.
+stays loaded once over, and no UnitRemoved would come. Once its result is recorded it is released
+(StopUnit or ResetFailedUnit), again and again if need be, until its UnitRemoved: never left loaded.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ class ManagerLink:
 
     def __init__(self, state: AgentState):
         self.state = state
+        # units over and recorded, to be let go: unit -> its ActiveState then ("failed", or "active"
+        # and exited), until its UnitRemoved (or NoSuchUnit); `unsent`: those whose release is to be
+        # sent (again): not connected, refused, or lost with the connection (send_releases)
+        self.to_release: dict[str, str] = {}
+        self.unsent: set[str] = set()
 
     def connect_bus(self, now: bool = False) -> Bus | None:
         """Reach the manager's private socket, unless connected (tried at most once a second while
@@ -47,6 +53,7 @@ class ManagerLink:
             return None
         if s.poller is not None:
             s.poller.register(bus.fileno(), 1)  # POLLIN
+        self.send_releases()
         return bus
 
     def bus_lost(self, exc: Exception) -> None:
@@ -70,6 +77,7 @@ class ManagerLink:
         s.ends.clear()  # watched on the lost connection: again once asked about (systemd_known)
         s.ends_by_path.clear()
         s.held.clear()  # their JobRemoved will not come: a signal now goes straight to systemd
+        self.unsent.update(self.to_release)  # sent, maybe unread or unanswered, or the UnitRemoved lost
 
     def systemd_known(self, units: list[str]) -> dict[str, bool]:
         """unit -> True if systemd knows it (loaded, and active, activating, deactivating or
@@ -77,7 +85,8 @@ class ManagerLink:
         units systemd was not asked about (it did not answer; another mode's) are left out. One
         ListUnitsByNames call for all of `units`; a unit it says is there is tracked from then on.
         A unit that records no result of its own and is over (exited, or failed) is not known: its
-        properties go to state.ended, whence record_lost takes its result."""
+        properties go to state.ended, whence record_lost takes its result; one whose properties
+        could not be read is left out (not tracked: asked again), for its PropertiesChanged went by."""
         s = self.state
         names = [u for u in units if s.units[u].mode == s.mode]
         bus = self.connect_bus() if names else None
@@ -86,49 +95,52 @@ class ManagerLink:
         for unit in names:
             if agent_recorded(s.units[unit].direct):
                 self.watch_end(unit)
-        try:
-            listed = bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in names],))[0]
-        except DBusError as exc:
-            print(f"agent: ListUnitsByNames failed ({exc}); its units are not judged now", file=sys.stderr)
-            return {}
-        except OSError as exc:
-            self.bus_lost(exc)
+        listed = self.list_units(bus, names)
+        if listed is None:
             return {}
         known = {}
         for name, _desc, load, active, sub, _following, path, job, *_rest in listed:
             unit = name.removesuffix(".service")
-            if unit in s.units:
-                alive = active in ("active", "activating", "deactivating", "reloading")
+            if unit not in s.units:
+                continue
+            alive = active in ("active", "activating", "deactivating", "reloading")
+            over = active == "failed" or sub == "exited"  # or stays so: it records no result of its own
+            if load == "loaded" and over and agent_recorded(s.units[unit].direct):
+                props = self.end_properties(path)
+                if s.bus is not bus:  # lost on the way: what was tracked is doubtful again (bus_lost)
+                    return {}
+                if props is None or not unit_over(active, sub, props):
+                    continue  # systemd holds its result, unread yet: neither running nor lost
+                s.ended[unit] = (active, props)
+                known[unit] = False
+            else:
                 known[unit] = load == "loaded" and (alive or job != 0)
-                over = active == "failed" or sub == "exited"  # or stays so: it records no result of its own
-                if load == "loaded" and over and agent_recorded(s.units[unit].direct):
-                    props = self.end_properties(path)
-                    if props is not None and unit_over(active, sub, props):
-                        s.ended[unit] = (active, props)
-                        known[unit] = False
-                if known[unit]:
-                    s.tracked.add(unit)
-                else:
-                    self.forget_end(unit)
+            if known[unit]:
+                s.tracked.add(unit)
+            else:
+                self.forget_end(unit)
         return known
 
+    def list_units(self, bus: Bus, units: list[str]) -> list | None:
+        """ListUnitsByNames of `units` (one call): its rows (name, description, load, active, sub,
+        following, path, job id, ...), or None if systemd did not answer (its units are not judged now)."""
+        try:
+            return bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in units],))[0]
+        except DBusError as exc:
+            print(f"agent: ListUnitsByNames failed ({exc}); its units are not judged now", file=sys.stderr)
+        except OSError as exc:
+            self.bus_lost(exc)
+        return None
+
     def release_recorded(self) -> None:
-        """Let go the units an earlier agent recorded but did not release (it died in between): each
-        was kept loaded for its result, which the journal has. One ListUnitsByNames call."""
+        """At start: let go the units an earlier agent recorded but did not release (it died in
+        between): each was kept loaded for its result, which the journal has. One ListUnitsByNames call."""
         s = self.state
         units = [u for u, unit in s.units.items()
                  if unit.result is not None and unit.mode == s.mode and agent_recorded(unit.direct)]
         bus = self.connect_bus(now=True) if units else None
-        if bus is None:
-            return
-        try:
-            listed = bus.call("ListUnitsByNames", "as", ([f"{u}.service" for u in units],))[0]
-        except DBusError:
-            return
-        except OSError as exc:
-            self.bus_lost(exc)
-            return
-        for name, _desc, load, active, sub, *_rest in listed:
+        listed = self.list_units(bus, units) if bus is not None else None
+        for name, _desc, load, active, sub, *_rest in listed or ():
             if load == "loaded" and (active == "failed" or sub == "exited"):
                 self.release(name.removesuffix(".service"), active)
 
@@ -166,15 +178,46 @@ class ManagerLink:
                 s.bus.watch.discard(path)
 
     def release(self, unit: str, active: str) -> None:
-        """Let systemd forget a unit over whose result is recorded: it was kept loaded for it."""
-        s = self.state
-        if s.bus is None or active == "inactive":  # not connected (it stays: harmless); inactive: gone already
+        """Let systemd forget a unit over whose result is recorded: it was kept loaded for it. Sent
+        again (send_releases) until its UnitRemoved if not connected, refused, or lost with the connection."""
+        if active == "inactive":  # gone already
             return
-        if active == "failed":
-            serial = s.bus.send("ResetFailedUnit", "s", (f"{unit}.service",))
-        else:
-            serial = s.bus.send("StopUnit", "ss", (f"{unit}.service", "replace"))
-        s.calls[serial] = ("release", unit)
+        self.to_release[unit] = active
+        self.unsent.add(unit)
+        self.send_releases()
+
+    def send_releases(self) -> None:
+        """Send the releases still to be sent, if connected (called on connecting, and by poll_watched)."""
+        s = self.state
+        if s.bus is None:
+            return
+        for unit in self.unsent:
+            if self.to_release[unit] == "failed":
+                serial = s.bus.send("ResetFailedUnit", "s", (f"{unit}.service",))
+            else:
+                serial = s.bus.send("StopUnit", "ss", (f"{unit}.service", "replace"))
+            s.calls[serial] = ("release", unit)
+        self.unsent.clear()
+
+    def retry_releases(self) -> None:
+        """Send the releases still to be sent, reconnecting if need be (at most once a second)."""
+        if self.unsent:
+            self.connect_bus()  # connected again: it sends them
+            self.send_releases()
+
+    def release_failed(self, unit: str, error: str | None) -> None:
+        """A release call's error reply: a unit systemd no longer has is let go; else sent again."""
+        if unit in self.to_release:
+            if error == "org.freedesktop.systemd1.NoSuchUnit":
+                del self.to_release[unit]
+                self.unsent.discard(unit)
+            else:
+                self.unsent.add(unit)
+
+    def released(self, unit: str) -> None:
+        """The unit's UnitRemoved came: systemd let it go."""
+        if self.to_release.pop(unit, None) is not None:
+            self.unsent.discard(unit)
 
 
 def agent_recorded(direct: dict | None) -> bool:

@@ -63,6 +63,7 @@ class Manager:
                 self.unit_changed(message)
             elif message.kind == DBUS_SIGNAL and message.member == "UnitRemoved" and message.body:
                 unit = str(message.body[0]).removesuffix(".service")
+                self.link.released(unit)
                 if unit in s.units:
                     s.tracked.discard(unit)
                     s.removed.append(unit)
@@ -136,7 +137,10 @@ class Manager:
                 self.start_failed(unit, f"systemd refused the unit: {error}")
         elif what == "attach":
             answer_tasks(call[2], error)
-        elif error is not None and what != "release":  # a released unit may be gone already
+        elif what == "release":
+            if error is not None:
+                self.link.release_failed(unit, message.error)
+        elif error is not None:
             print(f"agent: {what} of unit {unit} failed: {error}", file=sys.stderr)
 
     def start_unit(self, spec: dict, direct: bool) -> None:

@@ -176,7 +176,7 @@ class Agent:
         writing = False  # POLLOUT asked for the bus: calls wait in its buffer
         reap = True  # children that ended before SIGCHLD was ours to hear
         while True:
-            watching = s.watched or s.orphan
+            watching = s.watched or s.orphan or self.link.unsent  # releases to send again: link.py
             timeout = max(0.0, next_watch - time.monotonic()) * 1000 if watching else None
             if s.compact_soon:
                 timeout = min(timeout if timeout is not None else COMPACT_RETRY, COMPACT_RETRY)

@@ -346,6 +346,7 @@ class UnitState:
         for unit in units:
             if self.report_if_finished(unit, known):
                 s.watched.discard(unit)
+        self.link.retry_releases()
 
     def ask_systemd(self, units: list[str]) -> dict[str, bool]:
         """link.systemd_known() for those of `units` that only systemd can judge now: systemd units with
