@@ -12,8 +12,7 @@ import resource
 import signal
 import sys
 
-from tests.exec.test_agent_zygote import children, zygote_of
-from tests.support.agent_local import WAIT_JOB, finished, journal
+from tests.support.agent_local import WAIT_JOB, children, finished, journal, zygote_of
 from tests.support.procs import proc_field
 from tests.support.waiting import wait_until
 from xce_lite.exec.host import JobUser, LaunchRequest

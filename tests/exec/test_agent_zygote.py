@@ -10,11 +10,10 @@ import sys
 import threading
 
 
-from tests.support.agent_local import WAIT_JOB, finished, journal, journal_result
+from tests.support.agent_local import WAIT_JOB, children, finished, journal, journal_result, zygote_of
 from tests.support.procs import proc_field
 from tests.support.waiting import wait_until
 from xce_lite.exec.host import LaunchRequest, UnitFinished
-from xce_lite.exec.local import LocalHost
 
 
 def waiter(tmp_path, unit: str, code: int = 0) -> LaunchRequest:
@@ -22,19 +21,6 @@ def waiter(tmp_path, unit: str, code: int = 0) -> LaunchRequest:
     argv = (sys.executable, "-c", WAIT_JOB, str(tmp_path / f"go-{unit}"), str(code))
     return LaunchRequest(unit=unit, argv=argv, env={"PATH": os.environ["PATH"]}, cwd=str(tmp_path),
                          stdout=str(tmp_path / f"{unit}.out"), stderr=None)
-
-
-def children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except FileNotFoundError:
-        return []
-
-
-def zygote_of(host: LocalHost) -> int:
-    """The agent's zygote: its one child that is no job's supervisor (those are the zygote's)."""
-    return wait_until(lambda: children(host.agent_pid) and children(host.agent_pid)[0], 10, "the agent's zygote")
 
 
 def test_launches_fork_supervisors_from_the_zygote_not_the_agent(hosts, spool, tmp_path):

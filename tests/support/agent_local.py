@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 
 from tests.support.procs import proc_field
+from tests.support.waiting import wait_until
 from xce_lite.exec import bundle
 from xce_lite.exec.host import UnitFinished
+from xce_lite.exec.local import LocalHost
 
 # The one file hosts get, built from xce_lite/exec/agent/; under the source tree, which the test hosts
 # can read too (their users get a copy, copy_in).
@@ -95,3 +97,16 @@ def finished(events: queue.Queue, *units: str, timeout: float = 30) -> dict[str,
         if isinstance(event, UnitFinished):
             got.setdefault(event.unit, event)
     return got
+
+
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def zygote_of(host: LocalHost) -> int:
+    """The agent's zygote: its one child that is no job's supervisor (those are the zygote's)."""
+    return wait_until(lambda: children(host.agent_pid) and children(host.agent_pid)[0], 10, "the agent's zygote")
