@@ -118,7 +118,7 @@ def test_a_release_not_sent_refused_or_lost_is_sent_again_until_the_unit_is_gone
     link.send_releases()  # as connect_bus does on connecting
     assert sorted(manager.sent) == [("ResetFailedUnit", "b"), ("StopUnit", "a")]
     link.release_failed("a", "org.freedesktop.systemd1.NoSuchUnit")  # gone meanwhile: let go
-    link.released("b")  # its UnitRemoved
+    link.released("b")  # its release answered
     assert link.to_release == {} and link.unsent == set()
     manager.sent.clear()
     link.retry_releases()

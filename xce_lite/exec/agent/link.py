@@ -8,7 +8,9 @@ supervisor waiting for its attach is told) and what systemd tracked is doubtful 
 A unit whose end the agent records itself (manager.agent_records) is watched (its PropertiesChanged
 read) from before systemd is asked about it, so that no end of it between the two goes unseen: it
 stays loaded once over, and no UnitRemoved would come. Once its result is recorded it is released
-(StopUnit or ResetFailedUnit), again and again if need be, until its UnitRemoved: never left loaded.
+(StopUnit or ResetFailedUnit), again and again if need be, until systemd answers that call (or
+says it has no such unit): never left loaded. Not until its UnitRemoved: a re-executing systemd
+sends UnitRemoved for every unit, then drops the connection with the release perhaps unread.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class ManagerLink:
     def __init__(self, state: AgentState):
         self.state = state
         # units over and recorded, to be let go: unit -> its ActiveState then ("failed", or "active"
-        # and exited), until its UnitRemoved (or NoSuchUnit); `unsent`: those whose release is to be
+        # and exited), until systemd answers its release (or NoSuchUnit); `unsent`: those whose release is to be
         # sent (again): not connected, refused, or lost with the connection (send_releases)
         self.to_release: dict[str, str] = {}
         self.unsent: set[str] = set()
@@ -77,7 +79,7 @@ class ManagerLink:
         s.ends.clear()  # watched on the lost connection: again once asked about (systemd_known)
         s.ends_by_path.clear()
         s.held.clear()  # their JobRemoved will not come: a signal now goes straight to systemd
-        self.unsent.update(self.to_release)  # sent, maybe unread or unanswered, or the UnitRemoved lost
+        self.unsent.update(self.to_release)  # sent, maybe unread: unanswered
 
     def systemd_known(self, units: list[str]) -> dict[str, bool]:
         """unit -> True if systemd knows it (loaded, and active, activating, deactivating or
@@ -179,7 +181,7 @@ class ManagerLink:
 
     def release(self, unit: str, active: str) -> None:
         """Let systemd forget a unit over whose result is recorded: it was kept loaded for it. Sent
-        again (send_releases) until its UnitRemoved if not connected, refused, or lost with the connection."""
+        again (send_releases) until answered if not connected, refused, or lost with the connection."""
         if active == "inactive":  # gone already
             return
         self.to_release[unit] = active
@@ -215,7 +217,8 @@ class ManagerLink:
                 self.unsent.add(unit)
 
     def released(self, unit: str) -> None:
-        """The unit's UnitRemoved came: systemd let it go."""
+        """systemd answered the unit's release: it is reset or being stopped, and then collected
+        (CollectMode=inactive), a stop job surviving a re-exec."""
         if self.to_release.pop(unit, None) is not None:
             self.unsent.discard(unit)
 

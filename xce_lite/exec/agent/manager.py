@@ -63,7 +63,6 @@ class Manager:
                 self.unit_changed(message)
             elif message.kind == DBUS_SIGNAL and message.member == "UnitRemoved" and message.body:
                 unit = str(message.body[0]).removesuffix(".service")
-                self.link.released(unit)
                 if unit in s.units:
                     s.tracked.discard(unit)
                     s.removed.append(unit)
@@ -137,9 +136,11 @@ class Manager:
                 self.start_failed(unit, f"systemd refused the unit: {error}")
         elif what == "attach":
             answer_tasks(call[2], error)
-        elif what == "release":
+        elif what == "release":  # answered: done; refused: again (not on UnitRemoved, which a re-exec sends for all)
             if error is not None:
                 self.link.release_failed(unit, message.error)
+            else:
+                self.link.released(unit)
         elif error is not None:
             print(f"agent: {what} of unit {unit} failed: {error}", file=sys.stderr)
 
