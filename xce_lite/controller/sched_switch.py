@@ -8,10 +8,13 @@ grows with the set (~0.8 ms at 10,000), all of it holding the GIL, while the wor
 controller's thread ~0.25 ms at any size: measured with one POST per job and every slot full, the
 controller's main thread spends less per POST inline at 1,500 pending, more at 4,000, and 5x more
 at 10,000, where the API's rate drops (DESIGN.md's promise: a large session does not hold the GIL
-over the API's threads). So a session goes to the worker when the set is larger than `up`, or
-when `slow_run` inline sessions in a row (full ones aside: their cost is known, and is less inline
-than through the worker's pickling) each took more than `slow` seconds of the thread's CPU (many
-hosts, a costly policy); then `up` drops to that size. It comes back at `down` jobs or fewer
+over the API's threads). The bound is 1,000, not the 1,500-2,000 that CPU alone would choose: an
+inline session of 2,000 jobs raised the controller's peak RSS with 10,000 pending by ~1.5 MB, to the
+60 MB goal's edge (bench/run.py --only rss, 19:18 on 2026-12-02). So a session goes to the worker
+when the set is larger than `up`, or when `slow_run` inline sessions in a row (full ones aside:
+their cost is known, and is less inline than through the worker's pickling) each took more than
+`slow` seconds of the thread's CPU (many hosts, a costly policy); then `up` drops to that size. It
+comes back at `down` jobs or fewer
 (hysteresis: `down` < `up`, so the side does not flap).
 
 Invariants: the side taking over starts afresh (`resync`: the whole pending set, every reason
@@ -33,7 +36,7 @@ from xce_lite.controller import sched_worker
 from xce_lite.controller.pending_set import PendingSet
 from xce_lite.sched.core import Decisions, Snapshot
 
-UP, DOWN = 2000, 1000  # pending jobs: to the worker above UP, back inline at DOWN or fewer
+UP, DOWN = 1000, 500  # pending jobs: to the worker above UP, back inline at DOWN or fewer
 SLOW = 0.003  # s of the controller thread's CPU for an inline session (not a full one): too long,
 SLOW_RUN = 3  # when that many in a row are (one alone may be a GC pass or a burst of submissions)
 

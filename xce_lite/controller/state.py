@@ -137,6 +137,7 @@ class ControllerState:
     dirty: bool = True  # something changed since the last scheduling session
     gate_dirty: bool = True  # a state changed since the gate last decided (gating.py)
     full: bool = False  # the last session's hosts had no free slot: a submit need not wake the tick (submit_wake.py)
+    deferred_jobs: int = 0  # jobs submitted since, their sessions waiting (submit_wake.DEFER_JOBS)
     deferred_since: float | None = None  # the first submit whose session waits, not taken by a tick yet
     finished: threading.Condition = field(init=False)  # on `mu`
 

@@ -11,6 +11,8 @@ Invariants:
   takes jobs (state "ok"), and no pools are configured (a session may grow one). `full` is decided
   afresh each time the tick takes `dirty`; what frees a slot or brings a host (a unit's end, a
   host's event, a reconfig) wakes the tick itself, which then schedules the deferred jobs too;
+- the sessions of DEFER_JOBS jobs at most wait together: the next session's changes (pickled to
+  the scheduler's worker in one message) stay that small, and so does the controller's peak memory;
 - a deferred submit waits DEFER_BOUND at most: `serve` sleeps no longer (`bounded`), so its job's
   pend reason shows within that bound (while the store refuses commits, submits are refused too, and
   `serve` waits for the retry). A restart loses nothing: the jobs are stored, and the first
@@ -26,6 +28,7 @@ from xce_lite.sched.fit import SLOTS
 from xce_lite.sched.placement import HostView
 
 DEFER_BOUND = 0.1  # seconds a submit's session may wait while no slot is free
+DEFER_JOBS = 1000  # jobs whose session may wait together: the next session's changes stay this small
 
 
 def no_room(hosts: Iterable[HostView]) -> bool:
@@ -38,13 +41,15 @@ def taken(state: Any, hosts: tuple[HostView, ...] | None) -> None:
     session's, None: no session) says. Without a session nothing says the hosts are full."""
     state.full = hosts is not None and no_room(hosts)
     state.deferred_since = None
+    state.deferred_jobs = 0
 
 
-def wakes(state: Any, now: float) -> bool:
+def wakes(state: Any, now: float, jobs: int = 1) -> bool:
     """A submit's call, holding the lock, after marking the state dirty: whether to wake the tick
     now (True), or to leave its session to the next tick, DEFER_BOUND at most from the first
     submit left so (False)."""
-    if not state.full or state.config.pools:
+    state.deferred_jobs += jobs
+    if not state.full or state.config.pools or state.deferred_jobs >= DEFER_JOBS:
         return True
     if state.deferred_since is None:
         state.deferred_since = now

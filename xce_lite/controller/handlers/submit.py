@@ -85,7 +85,8 @@ class Submitting:
             accept.admit(self.gating, self.state.pending, ids, accepted, caller.user, now,  # pending in one step
                          self._templates_now())
             self.state.dirty = True
-            wake = submit_wake.wakes(self.state, now)  # not while no slot is free: the session waits a little
+            jobs = sum(len(item.indices) or 1 for item in accepted)
+            wake = submit_wake.wakes(self.state, now, jobs)  # not while no slot is free: the session waits a little
         if wake:
             self.state.wake.set()
         return {"ids": ids, "queues": [item.queue for item in accepted],
