@@ -218,7 +218,10 @@ def _group_commit(ctl, jobs) -> None:
 
 
 def serve(home: str, stats_path: str, what_if: set[str]) -> None:
-    from xce_lite.controller.foreground import run_foreground
+    try:
+        from xce_lite.controller.foreground import run_foreground
+    except ImportError:  # trees before foreground.py (df9920d) kept it in core
+        from xce_lite.controller.core import run_foreground  # type: ignore[no-redef]
     from xce_lite.home.paths import Home
 
     _instrument(what_if)
@@ -268,6 +271,33 @@ def critical_path(store: Path, ids: list[int]) -> dict[str, float]:
     return {k: 1000 * statistics.median(v) for k, v in parts.items() if v}
 
 
+def cpu_split(c) -> dict[str, float]:
+    """CPU seconds so far of the controller's main thread, its other threads (API, heartbeat, agent
+    links), the scheduler's processes (forkserver, worker) and the agent with its children, read
+    with psutil from outside (a process that ended in between drops out of its part)."""
+    import psutil
+
+    from cluster import is_agent
+
+    parts = {"main thread": 0.0, "other threads": 0.0, "scheduler processes": 0.0, "agent+jobs": 0.0}
+    try:
+        ctl = psutil.Process(c.pid)
+        for t in ctl.threads():
+            parts["main thread" if t.id == c.pid else "other threads"] += t.user_time + t.system_time
+        for child in ctl.children(recursive=False):
+            try:
+                tree = [child, *child.children(recursive=True)]
+                key = "agent+jobs" if is_agent(child.cmdline()) else "scheduler processes"
+                for q in tree:
+                    t = q.cpu_times()
+                    parts[key] += t.user + t.system + t.children_user + t.children_system
+            except psutil.NoSuchProcess:
+                pass
+    except psutil.NoSuchProcess:
+        pass
+    return parts
+
+
 def drive(args) -> None:
     from cluster import BenchCluster, wait_done
 
@@ -308,8 +338,10 @@ def drive(args) -> None:
             ids = client.post("/jobs", {"jobs": [spec] * args.jobs})["ids"]
         t_sub = time.perf_counter()
         measured = ids[: args.measure] if args.measure else ids
+        cpu0 = cpu_split(c)
         reply = wait_done(client, measured, time.monotonic() + 300)
         wall = time.perf_counter() - t0
+        cpu1 = cpu_split(c)
         done = sum(1 for j in reply["jobs"] if j["state"] == "DONE") if reply else 0
         path = critical_path(c.home / "xce.db", measured)
         client.post("/controller/stop", {})
@@ -324,6 +356,8 @@ def drive(args) -> None:
     behind = f" (the first {n} of {args.jobs} submitted)" if n < args.jobs else ""
     print(f"\n{n} jobs{behind} ({'one POST each' if args.one_each else 'one batch POST'}), what-if: {label}: "
           f"wall {wall:.2f} s = {n / wall:.0f} jobs/s; submit {t_sub - t0:.3f} s; {done} DONE")
+    print("  CPU ms per job from the submit's reply to the last measured job done (whole run's parts): "
+          + "; ".join(f"{k} {1000 * (cpu1.get(k, 0.0) - v) / n:.3f}" for k, v in cpu0.items()))
     ticks = stats.get("Controller.tick", [0, 0.0])[0]
     print(f"  {ticks} ticks (+10 warm-up jobs and the idle ticks are included in the counts below)")
     if path:
