@@ -17,7 +17,9 @@ from tests.support.waiting import wait_until
 from xce_lite.controller.pending_set import PendingSet
 from xce_lite.controller.sched_worker import InlineScheduler, SchedulerProcess
 from xce_lite.sched.core import QueuePolicy, Snapshot, schedule
+from xce_lite.sched.fairshare import USER, FairShare, FairShareInput, QueueShare
 from xce_lite.sched.placement import HostView
+from xce_lite.sched.reasons import FrozenMap
 
 QUEUES = (QueuePolicy("normal", 30), QueuePolicy("high", 50))
 
@@ -144,3 +146,22 @@ def test_pending_set_reports_changes_once():
     assert added == () and removed == (1,) and checksum[0] == 1
     assert pending.take_changes(full=False)[:2] == ((), ())
     assert [j.id for j in pending.take_changes(full=True)[0]] == [2]
+
+
+def test_fair_share_sessions_in_the_worker_decide_as_the_core(worker):
+    """The worker hands the core its jobs as a view of the set it keeps, not a tuple (sched_worker._serve):
+    fair share, which orders every job itself, decides there as on the whole snapshot."""
+    fair = FairShareInput((QueueShare("normal", FairShare(USER, 3600.0), FrozenMap({"alice": 36000.0})),),
+                          FrozenMap({USER: FrozenMap({})}))
+    pending = PendingSet()
+    for job_id in range(1, 41):
+        pending.add(job(job_id, user=("alice", "bob", "carol")[job_id % 3]))
+    hosts = (host("h1", slots=3),)
+    for _ in range(5):
+        base = Snapshot(hosts, (), QUEUES, fairshare=fair)
+        expected = schedule(Snapshot(hosts, tuple(pending.values()), QUEUES, fairshare=fair))
+        worker.send(pending, base, 1_000_000)
+        got = worker.receive()
+        assert got is not None and got.dispatches == expected.dispatches and expected.dispatches
+        for d in got.dispatches:
+            pending.discard(d.job_id)
