@@ -149,10 +149,12 @@ class SwitchingScheduler:
         if self._slow_seen >= self.slow_run:
             # this size and more go to the worker from now on (it resyncs at the next send)
             self._slow_seen = 0
-            if self._rose:  # the last rise was too much: wait longer before the next one
-                self.rise_after = min(self.rise_after * 2, RISE_AFTER * RISE_CAP)
-            self._rose = False
-            self.up = max(1, min(self.up, self._size - 1))
+            up = max(1, min(self.up, self._size - 1))
+            if up < self.up:  # (a set past `up` ran inline only while the worker started: no news)
+                if self._rose:  # the last rise was too much: wait longer before the next one
+                    self.rise_after = min(self.rise_after * 2, RISE_AFTER * RISE_CAP)
+                self._rose = False
+            self.up = up
             self.down = min(self.down, self.up // 2)
         return decisions
 
