@@ -222,6 +222,30 @@ def test_a_lowered_bound_rises_back_after_sessions_without_a_slow_one_and_waits_
         seam.close()
 
 
+def test_the_inline_side_lets_go_of_the_set_when_the_worker_takes_over_and_answers_in_full_when_back():
+    """What the inline side indexed of the pending set is the controller's memory (~2 MB at the
+    4,000-6,000 jobs a switch meets in bench/run.py's rss run): it is dropped at the switch, and
+    the sessions back inline still give the core's answers on the whole snapshot."""
+    seam = SwitchingScheduler(up=4, down=2, slow=None, timeout=30, background_start=False)
+    c = MiniController(seam)
+    try:
+        for job_id in range(1, 4):
+            c.pending.add(job(job_id, slots=8))  # more than any host has: they all wait
+        c.session()
+        assert not seam.in_worker and len(seam._inline._backlog) == 3 and len(seam._inline._sent) == 3
+        for job_id in range(4, 8):
+            c.pending.add(job(job_id, slots=8))
+        c.session()
+        assert seam.in_worker
+        assert len(seam._inline._backlog) == 0 and len(seam._inline._sent) == 0
+        for job_id in range(3, 8):
+            c.pending.discard(job_id)
+        c.session()  # 2 jobs: inline again, afresh (MiniController checks the answer and every reason)
+        assert not seam.in_worker and len(seam._inline._backlog) == 2
+    finally:
+        seam.close()
+
+
 def test_the_worker_first_starts_on_a_thread_of_its_own_and_sessions_stay_inline_until_it_is_up():
     """`send` runs under the controller's lock: the worker's first start (~0.3 s) is not made there."""
     seam = SwitchingScheduler(up=4, down=2, slow=None, timeout=30)

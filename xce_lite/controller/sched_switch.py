@@ -122,6 +122,8 @@ class SwitchingScheduler:
             self.switches += 1
             # the side taking over missed the changes the other one took: it starts afresh
             (self._worker() if to_worker else self._inline).resync()
+            if to_worker:
+                self._inline.let_go()  # what it holds of the set is the controller's memory, idle now
         self._side = self._worker() if to_worker else self._inline
         # an inline session's cost tells something unless it is a full one (known to cost) or skipped
         measure, skipped = not to_worker and not self._inline.full_next, self._inline.skipped
