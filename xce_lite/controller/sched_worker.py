@@ -44,6 +44,7 @@ from xce_lite.sched.sent_reasons import SentReasons
 from xce_lite.sched.settled import Expected, expect, moved_on, repeats
 
 NOTHING_NEW = Decisions((), (), True)  # the answer of a session that would repeat the last one
+PIECE_JOBS = 1000  # jobs per message to the worker at most (SchedulerProcess.send)
 
 
 class _Shortcut:
@@ -85,6 +86,7 @@ class _Session:
     checksum: tuple[int, int]
     budget: int
     reasons_all: bool | tuple[int, ...] = False  # answer every reason (or these jobs'), not only the changed ones
+    more: bool = False  # more of this session's jobs follow in the next message: take these, do not answer yet
 
 
 def _apply_changes(sent: SentReasons, session: _Session) -> None:
@@ -138,6 +140,8 @@ def _serve(conn) -> None:
             jobs[job.id] = job
             backlog.add(job)
         _apply_changes(sent, session)
+        if session.more:
+            continue
         if (count, total) != session.checksum:
             conn.send(None)  # out of step: ask for everything
             continue
@@ -215,6 +219,12 @@ class SchedulerProcess:
         if self._shortcut is not None:
             self._shortcut.forget()
         self._sent = (base, budget)
+        # Many jobs go in pieces of PIECE_JOBS: pickling 10,000s at once (a whole set sent when the
+        # worker takes over from the inline side, 4,000-6,000 jobs in run.py's rss run) holds the
+        # pickler's memo of every object it wrote, ~0.8 kB a job, at the controller's peak RSS.
+        while len(added) > PIECE_JOBS:
+            self._conn.send(_Session(full, base, added[:PIECE_JOBS], removed, checksum, budget, more=True))
+            full, added, removed = False, added[PIECE_JOBS:], ()
         self._conn.send(_Session(full, base, added, removed, checksum, budget, reasons_all))
 
     def resync(self) -> None:
