@@ -210,3 +210,28 @@ def test_sending_a_whole_set_of_5000_jobs_holds_no_pickle_memo_of_all_of_them(wo
         tracemalloc.stop()
     assert worker.receive() is not None
     assert peak < 2 * 1024 * 1024, peak
+
+
+def test_a_worker_killed_just_before_a_send_costs_one_session_never_an_error(worker):
+    """SIGKILLed, the worker may still look alive to the next send, which then writes into a broken
+    pipe (a whole set's first piece does not fit in the pipe): that session answers None (the
+    controller sends it again, in full), as a death seen in receive does, and the reasons held
+    after the next one are the core's whole answer's. Ten times in a row."""
+    pending = PendingSet()
+    for job_id in range(1, 3001):
+        pending.add(job(job_id, slots=8))  # more than any host has: they all wait
+    hosts = (host("h1", slots=2),)
+    live: dict[int, str] = {}  # the controller's live reasons, fed with the answers' changes
+    for k in range(10):
+        live.update(_session(worker, pending, hosts).pend_reasons)
+        os.kill(worker._proc.pid, signal.SIGKILL)
+        pending.add(job(5000 + k, slots=8))  # a change: the session is not skipped, it meets the dead worker
+        if k % 2:
+            worker.resync()  # a whole set to send (sched_switch: the worker takes over), in pieces
+        got = _session(worker, pending, hosts)
+        if got is None:  # the death seen: the next session sends everything
+            got = _session(worker, pending, hosts)
+        assert got is not None
+        live.update(got.pend_reasons)
+        expected = schedule(Snapshot(hosts, tuple(pending.values()), QUEUES))
+        assert {i: live.get(i) for i in pending} == dict(expected.pend_reasons)

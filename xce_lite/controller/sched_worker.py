@@ -222,10 +222,13 @@ class SchedulerProcess:
         # Many jobs go in pieces of PIECE_JOBS: pickling 10,000s at once (a whole set sent when the
         # worker takes over from the inline side, 4,000-6,000 jobs in run.py's rss run) holds the
         # pickler's memo of every object it wrote, ~0.8 kB a job, at the controller's peak RSS.
-        while len(added) > PIECE_JOBS:
-            self._conn.send(_Session(full, base, added[:PIECE_JOBS], removed, checksum, budget, more=True))
-            full, added, removed = False, added[PIECE_JOBS:], ()
-        self._conn.send(_Session(full, base, added, removed, checksum, budget, reasons_all))
+        try:
+            while len(added) > PIECE_JOBS:
+                self._conn.send(_Session(full, base, added[:PIECE_JOBS], removed, checksum, budget, more=True))
+                full, added, removed = False, added[PIECE_JOBS:], ()
+            self._conn.send(_Session(full, base, added, removed, checksum, budget, reasons_all))
+        except (OSError, ValueError):  # it died just now (is_alive had not seen it yet): as in receive
+            self.close()
 
     def resync(self) -> None:
         """The next session sends the whole pending set, and none is skipped on the memory of an
@@ -244,6 +247,8 @@ class SchedulerProcess:
             return NOTHING_NEW
         base, budget = self._sent
         self._sent = None
+        if self._conn is None:  # the send found it dead: the next send starts a new one, in full
+            return None
         try:
             if not self._conn.poll(self._timeout):
                 self.close()
