@@ -3,6 +3,7 @@
 
     python bench/ticktime.py [--jobs 1000] [--one-each] [--what-if NAME[,NAME...]]
     python bench/ticktime.py --jobs 10000 --measure 300    # throughput with a 10k backlog
+    python bench/ticktime.py --jobs 10000 --measure 200 --behind-sleepers   # as bench/run.py's backlog figure
 
 The controller runs as its own process, exactly as `xce controller start --foreground` runs it
 (`run_foreground`), but started through this file so that timers can be wrapped around its methods
@@ -33,6 +34,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -217,11 +219,43 @@ def _group_commit(ctl, jobs) -> None:
     ctl.Controller._renew_leases = _renew_leases
 
 
+def _time_gc() -> None:
+    """The cycle collector's passes in the controller, by generation, as steps ("gc generation N"):
+    with 10,000s of jobs held, a pass over the oldest generation is a long pause of every thread."""
+    import gc
+
+    began: dict[str, tuple[float, float]] = {}
+
+    def callback(phase: str, info: dict) -> None:
+        name = f"gc generation {info['generation']}"
+        if phase == "start":
+            began[name] = (time.perf_counter(), time.thread_time())
+        elif name in began:
+            t0, c0 = began.pop(name)
+            with _stats_lock:
+                entry = _stats[name]
+                entry[0] += 1
+                entry[1] += time.perf_counter() - t0
+                entry[2] += time.thread_time() - c0
+
+    gc.callbacks.append(callback)
+
+
 def serve(home: str, stats_path: str, what_if: set[str]) -> None:
-    from xce_lite.controller.foreground import run_foreground
+    try:
+        from xce_lite.controller.foreground import run_foreground
+    except ImportError:  # trees before foreground.py (df9920d) kept it in core
+        from xce_lite.controller.core import run_foreground  # type: ignore[no-redef]
     from xce_lite.home.paths import Home
 
     _instrument(what_if)
+    _time_gc()
+
+    def _reset(*_args) -> None:  # --behind-sleepers: count from the sleepers' kill only
+        with _stats_lock:
+            _stats.clear()
+
+    signal.signal(signal.SIGUSR1, _reset)
     try:
         run_foreground(Home(Path(home)))
     finally:
@@ -268,6 +302,55 @@ def critical_path(store: Path, ids: list[int]) -> dict[str, float]:
     return {k: 1000 * statistics.median(v) for k, v in parts.items() if v}
 
 
+def cpu_split(c) -> dict[str, float]:
+    """CPU seconds so far of the controller's main thread, its other threads (API, heartbeat, agent
+    links), the scheduler's processes (forkserver, worker) and the agent with its children, read
+    with psutil from outside (a process that ended in between drops out of its part)."""
+    import psutil
+
+    from cluster import is_agent
+
+    parts = {"main thread": 0.0, "other threads": 0.0, "scheduler processes": 0.0, "agent+jobs": 0.0}
+    try:
+        ctl = psutil.Process(c.pid)
+        for t in ctl.threads():
+            parts["main thread" if t.id == c.pid else "other threads"] += t.user_time + t.system_time
+        for child in ctl.children(recursive=False):
+            try:
+                tree = [child, *child.children(recursive=True)]
+                key = "agent+jobs" if is_agent(child.cmdline()) else "scheduler processes"
+                for q in tree:
+                    t = q.cpu_times()
+                    parts[key] += t.user + t.system + t.children_user + t.children_system
+            except psutil.NoSuchProcess:
+                pass
+    except psutil.NoSuchProcess:
+        pass
+    return parts
+
+
+def backlog_behind_sleepers(c, client, spec: dict, n: int) -> tuple[list[int], list[int]]:
+    """bench/run.py's backlog figure: two `sleep 600` jobs take both slots, `n` jobs are POSTed in
+    batches of 1,000 behind them, and a session sees the last one (its pend reason is stored).
+    The ids of the backlog and of the sleepers, not yet killed."""
+    sleepers = client.post("/jobs", {"jobs": [c.spec(["sleep", "600"])] * 2})["ids"]
+    deadline = time.monotonic() + 30
+    while {j["state"] for j in client.get("/jobs", ids=",".join(map(str, sleepers)))["jobs"]} != {"RUN"}:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the sleepers did not reach RUN within 30 s")
+        time.sleep(0.05)
+    ids: list[int] = []
+    for k in range(0, n, 1000):
+        ids += client.post("/jobs", {"jobs": [spec] * min(1000, n - k)})["ids"]
+    deadline = time.monotonic() + 120
+    while not client.get("/jobs", ids=str(ids[-1]))["jobs"][0]["pend_reason"]:
+        if time.monotonic() > deadline:
+            raise RuntimeError("no session stored the last job's pend reason within 120 s")
+        time.sleep(0.02)
+    time.sleep(0.2)
+    return ids, sleepers
+
+
 def drive(args) -> None:
     from cluster import BenchCluster, wait_done
 
@@ -301,15 +384,25 @@ def drive(args) -> None:
         spec = c.spec(["true"])
         wait_done(client, client.post("/jobs", {"jobs": [spec] * 10})["ids"], time.monotonic() + 60)
         time.sleep(0.3)
-        t0 = time.perf_counter()
-        if args.one_each:
-            ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(args.jobs)]
+        if args.behind_sleepers:
+            ids, sleepers = backlog_behind_sleepers(c, client, spec, args.jobs)
+            os.kill(proc.pid, signal.SIGUSR1)  # the step counts start now
+            cpu0 = cpu_split(c)
+            t0 = time.perf_counter()
+            client.post("/jobs/kill", {"ids": sleepers})
+            t_sub = time.perf_counter()
         else:
-            ids = client.post("/jobs", {"jobs": [spec] * args.jobs})["ids"]
-        t_sub = time.perf_counter()
+            t0 = time.perf_counter()
+            if args.one_each:
+                ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(args.jobs)]
+            else:
+                ids = client.post("/jobs", {"jobs": [spec] * args.jobs})["ids"]
+            t_sub = time.perf_counter()
+            cpu0 = cpu_split(c)
         measured = ids[: args.measure] if args.measure else ids
         reply = wait_done(client, measured, time.monotonic() + 300)
         wall = time.perf_counter() - t0
+        cpu1 = cpu_split(c)
         done = sum(1 for j in reply["jobs"] if j["state"] == "DONE") if reply else 0
         path = critical_path(c.home / "xce.db", measured)
         client.post("/controller/stop", {})
@@ -322,8 +415,12 @@ def drive(args) -> None:
     label = ", ".join(what_if) or "as is"
     n = len(measured)
     behind = f" (the first {n} of {args.jobs} submitted)" if n < args.jobs else ""
-    print(f"\n{n} jobs{behind} ({'one POST each' if args.one_each else 'one batch POST'}), what-if: {label}: "
+    how = ("pending behind two sleepers, timed from their kill; 'submit' is the kill's POST" if args.behind_sleepers
+           else "one POST each" if args.one_each else "one batch POST")
+    print(f"\n{n} jobs{behind} ({how}), what-if: {label}: "
           f"wall {wall:.2f} s = {n / wall:.0f} jobs/s; submit {t_sub - t0:.3f} s; {done} DONE")
+    print("  CPU ms per job from the submit's reply to the last measured job done (whole run's parts): "
+          + "; ".join(f"{k} {1000 * (cpu1.get(k, 0.0) - v) / n:.3f}" for k, v in cpu0.items()))
     ticks = stats.get("Controller.tick", [0, 0.0])[0]
     print(f"  {ticks} ticks (+10 warm-up jobs and the idle ticks are included in the counts below)")
     if path:
@@ -342,6 +439,9 @@ def main() -> int:
     ap.add_argument("--one-each", action="store_true")
     ap.add_argument("--measure", type=int, default=0,
                     help="time only the first M jobs (the rest stay pending: a backlog), then stop")
+    ap.add_argument("--behind-sleepers", action="store_true",
+                    help="as bench/run.py's backlog figure: the --jobs POSTed (1,000 a POST) while two sleepers hold "
+                         "the slots; the clock, the CPU and the step counts start at the sleepers' kill")
     ap.add_argument("--what-if", default="", help=f"comma list of {', '.join(WHAT_IFS)}")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--stats", help=argparse.SUPPRESS)
