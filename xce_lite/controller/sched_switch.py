@@ -14,9 +14,9 @@ inline session of 2,000 jobs raised the controller's peak RSS with 10,000 pendin
 when the set is larger than `up`, or when `slow_run` inline sessions in a row (full ones aside:
 their cost is known, and is less inline than through the worker's pickling) each took more than
 `slow` seconds of the thread's CPU (many hosts, a costly policy); then `up` drops to that size. It
-comes back at `down` jobs or fewer
-(hysteresis: `down` < `up`, so the side does not flap). A lowered bound is a guess from a few
-sessions (a GC pass, a burst of submissions, a busy core can make them slow), so it rises again: after
+comes back at `down` jobs or fewer (hysteresis: `down` < `up`, so the side does not flap). A
+lowered bound is a guess from a few sessions (a GC pass, a burst of submissions, a busy core can
+make them slow), so it rises again: after
 `rise_after` sessions in a row with no slow inline one (fast inline sessions, and sessions in the
 worker, whose cost to this thread does not grow with the set), `up` doubles, never past the bounds
 it was made with; each lowering that follows a rise doubles the wait before the next rise (up to
