@@ -307,16 +307,20 @@ def test_a_job_a_user_cannot_start_ends_with_why(agent, base, users):
 
 
 def test_an_agent_that_is_not_root_says_so_and_refuses_other_users(base, users):
-    """On this machine: an agent run as U runs U's own jobs as before, and refuses V's."""
+    """On this machine: an agent run as U runs U's own jobs as before, and refuses V's. It is
+    started from a directory U cannot enter (as from root's 0700 checkout): its supervisors must
+    not need the agent's starting directory."""
     u, v = users["u"], users["v"]
     work = home_of(base, u)
+    closed = base / "closed"
+    closed.mkdir(mode=0o700)
     agent_copy = work / "agent.py"
     shutil.copy(AGENT, agent_copy)
     os.chown(agent_copy, u.pw_uid, u.pw_gid)
     argv = ["setpriv", f"--reuid={u.pw_uid}", f"--regid={u.pw_gid}", "--init-groups", "env", "-i",
             "PATH=/usr/bin:/bin", PY, "-S", "-E", str(agent_copy), "serve", "--spool",
             str(work / "spool"), "--mode", "plain", "--host-name", "mine"]
-    agent = HostAgent("mine", argv, work / "agent.log")
+    agent = HostAgent("mine", argv, work / "agent.log", cwd=closed)
     try:
         facts = agent.probe().extra
         assert facts["can_switch_user"] is False and "not root" in facts["can_switch_user_why"]

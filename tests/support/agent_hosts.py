@@ -50,12 +50,13 @@ def running(release: Path | str, timeout: float = 20) -> int:
 class HostAgent(AgentOps):
     """agent.py serving inside a test host: `argv` runs it there; the ops are AgentOps'."""
 
-    def __init__(self, name: str, argv: list[str], log: Path, run_as: testhosts.HostUser | None = None):
+    def __init__(self, name: str, argv: list[str], log: Path, run_as: testhosts.HostUser | None = None,
+                 cwd: Path | None = None):
         self.name, self.run_as = name, run_as
         self.events: queue.Queue = queue.Queue()
         self.seen: list = []
         with open(log, "ab") as err:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=cwd)
         self._channel = AgentChannel(self.proc.stdout, self.proc.stdin, self.events.put, name, timeout=30)
         try:
             self.hello = self.probe()

@@ -122,6 +122,9 @@ def serve_main(argv: list[str], bundle) -> int:
     os.closerange(3, 1 << 20)
     os.umask(AGENT_UMASK)  # what it (and the supervisors it forks) makes is private; jobs get their own
     spool = os.path.abspath(opts["--spool"])
+    # Started from a directory it may not enter (another user's, a 0700 checkout): its forks open
+    # "." (pool.py's workers return there between jobs), and every path it keeps is absolute.
+    os.chdir("/")
     try:
         os.makedirs(os.path.join(spool, BIN), exist_ok=True)
         os.makedirs(os.path.join(spool, UNITS), exist_ok=True)
