@@ -236,6 +236,7 @@ def test_after_a_planned_stop_and_start_a_host_cut_off_is_lost_in_seconds_not_at
         job_id = submit_logged(c, log)
         victim = next(h for h in own_pair if h.name == c.wait_state(job_id, {"RUN"}, timeout=60)["hosts"][0][0])
         c.ok("controller", "stop")  # every host holds an hour-long maintenance lease from here
+        time.sleep(8)  # away longer than the normal lease (6 s): every supervisor has read the hour
         c.start()
         hosts_ok(c, "both hosts back")
         wait_until(lambda: lowered(c, victim.name), 60, f"{victim.name} to confirm a grant of the new controller")
@@ -280,7 +281,8 @@ def test_a_stop_start_then_crash_then_an_agent_killed_only_its_supervisor_stops_
         log = c.work / "copies"
         job_id = submit_logged(c, log)
         victim = c.wait_state(job_id, {"RUN"})["hosts"][0][0]
-        c.ok("controller", "stop")
+        c.ok("controller", "stop")  # the maintenance lease: an hour
+        time.sleep(7)  # away longer than the normal lease (5 s): the supervisor has read the hour
         c.start()
         hosts_ok(c, "both hosts back")
         wait_until(lambda: lowered(c, victim), 60, f"{victim} to confirm a grant of the new controller")
