@@ -35,12 +35,6 @@ MAINTENANCE_WAIT = 5.0  # seconds a planned stop waits for the hosts to confirm 
 SENT_KEPT = 256  # grants per host kept until a confirmation covers them (older: no lowering from theirs)
 
 
-def lease_clock() -> float:
-    """The controller's lease clock (CLOCK_BOOTTIME: it runs on across a restart of the controller
-    and while this machine is suspended, which only makes the controller wait longer)."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
 @dataclass
 class HostLease:
     """One connection's lease state: the host's boot, its latest clock reading and when it was
@@ -138,7 +132,7 @@ class HostLeases:
             del sent[:-SENT_KEPT]
             try:
                 host.grant_lease(g.until, g.seconds, hl.boot,
-                                 partial(_heard, hl, done, self.confirmed.append, name, self.seq))
+                                 partial(_heard, hl, done, self.clock.lease, self.confirmed.append, name, self.seq))
             except (errors.ExecError, AttributeError):
                 continue  # lost meanwhile (HostDown follows), or a host without leases
             answered.append(done)
@@ -163,10 +157,9 @@ class HostLeases:
         if not lowered:
             return
         now, wall = self.clock.lease(), self.clock.time()
-        for name, ends in lowered.items():
-            if ends - now < self.settings().lease:  # a grant's own length is no news; a longer lease left
-                self.log(f"host {name} obeys this controller's lease now: out of reach, it may be declared "
-                         f"lost {max(0.0, ends - now):.0f} s from now at the soonest")
+        for name, ends in lowered.items():  # rare: a longer lease held before (a planned stop's)
+            self.log(f"host {name} obeys this controller's lease now: its lease ends "
+                     f"{max(0.0, ends - now):.0f} s from now at the latest")
         try:
             self.store.set_host_leases({name: leases.lowered_record(ends, now, self.boot, wall)
                                         for name, ends in lowered.items()})
@@ -195,12 +188,12 @@ class HostLeases:
                      "their jobs go on while the controller is stopped, up to that long")
 
 
-def _heard(hl: HostLease, done: threading.Event, confirm: Callable[[tuple], None], name: str, seq: int,
-           reply: dict | None, error: Exception | None) -> None:
+def _heard(hl: HostLease, done: threading.Event, now: Callable[[], float], confirm: Callable[[tuple], None],
+           name: str, seq: int, reply: dict | None, error: Exception | None) -> None:
     """A host's answer to a grant (reader thread): its clock reading is the base of the next one;
     the confirmation (with the reply's `bound`) goes to HostLeases.lower, on the tick's thread."""
     if error is None and reply is not None and reply.get("ok") and isinstance(reply.get("clock"), (int, float)):
-        heard = lease_clock()
+        heard = now()  # the controller's lease clock (seams.RealClock.lease: CLOCK_BOOTTIME)
         if heard > hl.latest[1]:
             hl.latest = (float(reply["clock"]), heard)
         bound = reply.get("bound")
