@@ -197,6 +197,7 @@ def _heard(hl: HostLease, done: threading.Event, now: Callable[[], float], confi
         if heard > hl.latest[1]:
             hl.latest = (float(reply["clock"]), heard)
         bound = reply.get("bound")
-        ok = isinstance(bound, (int, float)) and not isinstance(bound, bool) and 0 <= bound < float("inf")
-        confirm((name, seq, heard, float(bound) if ok else None))
+        if not isinstance(bound, (int, float)) or isinstance(bound, bool) or not 0 <= bound < float("inf"):
+            bound = None  # an older agent's reply, or one that binds nothing
+        confirm((name, seq, heard, bound))
         done.set()
