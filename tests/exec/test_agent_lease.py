@@ -237,6 +237,20 @@ def test_a_supervisor_that_read_an_hour_long_lease_obeys_a_shorter_grant_within_
     assert len(lines(log)) == 1 and lines(log)[0].startswith(f"post_job_exec job EXIT|{REASON}")
 
 
+def test_a_job_whose_lease_ran_out_during_its_pre_hooks_never_starts_with_its_agent_killed(agents, work, host):
+    """The supervisor looks at the lease between the pre hooks and the job: a job must not start,
+    even for a moment, once the controller may have run it elsewhere."""
+    agent = agents()
+    grant(agent, 5)
+    unit, log = name("late"), work / "hooks.log"
+    [reply] = agent.launch([hold(unit, work, hooks=(hook("pre_job_exec", log, layer="job", then="sleep 8"),))])
+    assert reply.status == "started", reply
+    wait_until(lambda: len(lines(log)) == 1, 20, "the pre hook to run")
+    subprocess.run(host.nsenter_argv(["kill", "-9", str(agent.hello.extra["pid"])]), check=True, timeout=30)
+    assert wait_result(work, unit, timeout=40)["reason"].startswith("lease expired: no word from the controller")
+    assert not journal(work / "spool")[unit]["job"]  # no job was ever started: no `started` with its pid
+
+
 def launched(work: Path, unit: str) -> dict:
     """The unit's `launched` record in the spool's journal."""
     data = (work / "spool" / "journal").read_bytes()

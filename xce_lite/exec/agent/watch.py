@@ -62,6 +62,7 @@ class Watch:
         self.lease_renewed = 0.0  # when the host's lease was last renewed, as last read (lease_left)
         self.lease_until: float | None = None  # the lease's end (lease clock), as last read; None: none
         self.lease_seen: tuple[int, int, int] | None = None  # SPOOL/lease's stamp when last read
+        self.lease_read = False  # SPOOL/lease was read before the job started (lease_lapsed)
 
     def start(self) -> None:
         """Start the job (self.pid); JobEnded if it cannot start. A "host" unit starts nothing."""
@@ -84,7 +85,7 @@ class Watch:
         run_deadline = began + run_limit if run_limit else None
         next_sample = began + MEM_SAMPLE_INTERVAL if mem_limit else None
         watch_lease = bool(self.spec.get("spool")) and self.spec.get("role") != "tasks"
-        lease_at = self.look_at_lease(began, force=True) if watch_lease else None
+        lease_at = self.look_at_lease(began, force=not self.lease_read) if watch_lease else None
         self.start_tasks()  # any that came before the supervisor could take its signal
         while True:
             self.reap()
@@ -137,6 +138,18 @@ class Watch:
                 self.begin_kill(expired_reason(self.lease_renewed))
             return None
         return now + (LEASE_REREAD if left is None else min(left, LEASE_REREAD))
+
+    def lease_lapsed(self) -> str | None:
+        """The end reason if the host's lease has run out before the job starts, else None. What it
+        read is where wait() starts from (one read of SPOOL/lease per job, not two)."""
+        spool = self.spec.get("spool")
+        if not spool or self.spec.get("role") == "tasks":
+            return None
+        self.lease_seen = lease_stamp(spool)
+        left = self.lease_left()
+        self.lease_until = None if left is None else clock() + left
+        self.lease_read = True
+        return expired_reason(self.lease_renewed) if left is not None and left <= 0 else None
 
     def lease_left(self) -> float | None:
         """Seconds left of the host's lease in SPOOL/lease (<= 0: it ran out), None without one."""
