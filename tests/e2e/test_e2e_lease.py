@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster, hosts_of, hosts_ok
+from tests.support.cluster import Cluster, HostOutage, hosts_of, hosts_ok
 from tests.support.procs import zombie
 from tests.support.remote import close, remote_config, sshd_pids, started_cluster, two_hosts_of_their_own
 from tests.support.waiting import wait_until
@@ -225,6 +225,80 @@ def test_a_restart_declares_a_host_lost_only_once_the_lease_it_last_granted_has_
             assert entries(log)[2][:2] == ("start", 2)  # after the first copy's post hook
     finally:
         close(c)
+
+
+def test_after_a_planned_stop_and_start_a_host_cut_off_is_lost_in_seconds_not_at_the_end_of_the_hour(
+        own_pair, testhosts_root):
+    c = started_cluster(fenced_config(own_pair, maintenance="1h"), testhosts_root)
+    try:
+        hosts_ok(c, "both hosts up")
+        log = c.work / "copies"
+        job_id = submit_logged(c, log)
+        victim = next(h for h in own_pair if h.name == c.wait_state(job_id, {"RUN"}, timeout=60)["hosts"][0][0])
+        c.ok("controller", "stop")  # every host holds an hour-long maintenance lease from here
+        time.sleep(8)  # away longer than the normal lease (6 s): every supervisor has read the hour
+        c.start()
+        hosts_ok(c, "both hosts back")
+        wait_until(lambda: lowered(c, victim.name), 60, f"{victim.name} to confirm a grant of the new controller")
+        with Partition(victim):
+            wait_until(lambda: ("post", 1) in {(e[0], e[1]) for e in entries(log)}, 60,
+                       f"host {victim.name} to stop the copy when the new controller's short lease ran out")
+            wait_until(lambda: (j := c.job(job_id))["attempt"] == 2 and j["state"] == "RUN", 60,
+                       "the job to run again on the other host within seconds, not an hour")
+            assert hosts_of(c)[victim.name]["lost"] is True
+        wait_until(lambda: hosts_of(c)[victim.name]["state"] == "ok", 120, f"{victim.name} back")
+        c.ok("kill", str(job_id))
+        c.wait_state(job_id, {"EXIT"}, timeout=60)
+        assert_one_copy_at_a_time(log, 2)
+    finally:
+        close(c)
+
+
+def lowered(c: Cluster, host: str) -> bool:
+    """Whether the controller's log says `host` obeys its own lease now (its reckoning came down)."""
+    return f"host {host} obeys this controller's lease now" in (c.home / "controller.log").read_text()
+
+
+PAIR = """\
+cluster: lr{pid}
+hosts:
+  - {{name: a, slots: 1, mem: 1G}}
+  - {{name: b, slots: 1, mem: 1G}}
+queues:
+  - {{name: normal, default: true}}
+controller: {{tick: 1s, grace: 1s, host_lost_after: 9s, lease: 5s, lease_margin: 2s, maintenance_lease: 1h}}
+"""
+
+
+def test_a_stop_start_then_crash_then_an_agent_killed_only_its_supervisor_stops_the_copy_before_the_requeue():
+    """The agent (which holds the lease in memory) killed and kept away, so only the supervisor that
+    read the hour-long maintenance lease can stop its copy: it must obey the new controller's short
+    grant, or the job, requeued within seconds, runs twice. A crash of the controller in between:
+    the next one knows from the store that the hour no longer binds."""
+    c = Cluster(config=PAIR.format(pid=os.getpid()))
+    try:
+        c.start()
+        log = c.work / "copies"
+        job_id = submit_logged(c, log)
+        victim = c.wait_state(job_id, {"RUN"})["hosts"][0][0]
+        c.ok("controller", "stop")  # the maintenance lease: an hour
+        time.sleep(7)  # away longer than the normal lease (5 s): the supervisor has read the hour
+        c.start()
+        hosts_ok(c, "both hosts back")
+        wait_until(lambda: lowered(c, victim), 60, f"{victim} to confirm a grant of the new controller")
+        c.kill9_controller()
+        with HostOutage(c, victim):  # its agent killed, its spool held: no agent there from now
+            c.start()
+            wait_until(lambda: counts(log) == (1, 1), 60, f"the supervisor on {victim} to stop the copy")
+            job = wait_until(lambda: (j := c.job(job_id))["attempt"] == 2 and j["state"] == "RUN" and j, 60,
+                             "the job to run again on the other host within seconds, not an hour")
+            assert job["hosts"][0][0] != victim and hosts_of(c)[victim]["lost"] is True
+        wait_until(lambda: hosts_of(c)[victim]["state"] == "ok", 60, f"{victim} back")
+        c.ok("kill", str(job_id))
+        c.wait_state(job_id, {"EXIT"}, timeout=60)
+        assert_one_copy_at_a_time(log, 2)
+    finally:
+        c.close()
 
 
 LOCAL = """\

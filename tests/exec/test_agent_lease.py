@@ -10,6 +10,7 @@ line to a log on the shared file system: one line per unit is the proof that the
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -213,6 +214,48 @@ def test_with_its_agent_killed_a_plain_supervisor_stops_its_job_at_the_lease_end
     subprocess.run(host.nsenter_argv(["kill", "-9", str(agent.hello.extra["pid"])]), check=True, timeout=30)
     assert wait_result(work, unit)["reason"].startswith(REASON)
     assert len(lines(log)) == 1 and lines(log)[0].startswith(f"post_job_exec job EXIT|{REASON}")
+
+
+def test_a_supervisor_that_read_an_hour_long_lease_obeys_a_shorter_grant_within_seconds_with_its_agent_killed(
+        agents, work, host, kind):
+    """`xce controller stop` leaves an hour-long lease, which the supervisors read; the next controller's
+    short grant replaces it, and its reply says that every unit obeys it within `bound` s, so the
+    controller stops reckoning with the hour. With the agent (which knows the grant) killed, the
+    supervisor alone must stop its job when the short lease runs out. On a systemd host the unit
+    has post hooks, so it runs under a supervisor of ours."""
+    agent = agents()
+    grant(agent, 3600)
+    unit, log = name("obeys"), work / "hooks.log"
+    [reply] = agent.launch([hold(unit, work, hooks=(hook("post_job_exec", log, layer="job"),))])
+    assert reply.status == "started", reply
+    running(work / f"{unit}.release")
+    assert launched(work, unit)["reread"] == 1.0  # its supervisor looks at the lease every second
+    reply = grant(agent, 3)
+    assert reply["bound"] == 1.0 and reply["until"] - reply["clock"] <= 3, reply
+    subprocess.run(host.nsenter_argv(["kill", "-9", str(agent.hello.extra["pid"])]), check=True, timeout=30)
+    assert wait_result(work, unit)["reason"].startswith(REASON)  # 3 or 4 s after the grant, not an hour
+    assert len(lines(log)) == 1 and lines(log)[0].startswith(f"post_job_exec job EXIT|{REASON}")
+
+
+def test_a_job_whose_lease_ran_out_during_its_pre_hooks_never_starts_with_its_agent_killed(agents, work, host):
+    """The supervisor looks at the lease between the pre hooks and the job: a job must not start,
+    even for a moment, once the controller may have run it elsewhere."""
+    agent = agents()
+    grant(agent, 5)
+    unit, log = name("late"), work / "hooks.log"
+    [reply] = agent.launch([hold(unit, work, hooks=(hook("pre_job_exec", log, layer="job", then="sleep 8"),))])
+    assert reply.status == "started", reply
+    wait_until(lambda: len(lines(log)) == 1, 20, "the pre hook to run")
+    subprocess.run(host.nsenter_argv(["kill", "-9", str(agent.hello.extra["pid"])]), check=True, timeout=30)
+    assert wait_result(work, unit, timeout=40)["reason"].startswith("lease expired: no word from the controller")
+    assert not journal(work / "spool")[unit]["job"]  # no job was ever started: no `started` with its pid
+
+
+def launched(work: Path, unit: str) -> dict:
+    """The unit's `launched` record in the spool's journal."""
+    data = (work / "spool" / "journal").read_bytes()
+    return next(rec for line in data.split(b"\n") if b'"launched"' in line
+                and (rec := json.loads(line)).get("unit") == unit)
 
 
 def host_alive(host, pid: int) -> bool:

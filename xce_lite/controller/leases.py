@@ -8,6 +8,11 @@ it late), the host's lease ends no later than `heard + lease` on the controller'
 two clocks' rate difference, which the margin covers along with the time the host takes to stop
 its jobs. Nothing here assumes the clocks agree on the time of day.
 
+The reckoning may come down (bound_ends_by): once a host confirms a grant with `bound` (its agent
+wrote it, and every unit there obeys the lease file within `bound` s), whatever it held before
+(a maintenance lease of an hour) binds nothing from `bound` s after the reply was heard: from
+then on only this grant and the ones sent after it count.
+
 The rule for declaring a host lost: out of reach for `host_lost_after`, AND `host_lost_after` since
 this controller started (a restart knows nothing of the time before it), AND past the end of every
 lease it (or an earlier controller, as stored) may have granted, plus the margin.
@@ -46,6 +51,15 @@ def lost_at(down_since: float, started: float, host_lost_after: float, ends_by: 
     return max(down_since + host_lost_after, started + host_lost_after, ends_by + margin)
 
 
+def bound_ends_by(heard: float, bound: float, later: list[float]) -> float:
+    """When a host's lease surely ends, on this controller's clock, once it confirmed (reply heard
+    at `heard`) a grant that binds every unit there within `bound` s: its spool held that grant
+    (or a later one) before it replied, grants on one channel arrive in order and the next agent
+    takes the spool only after this one let it go, so every unit obeys one of the grants sent
+    since, `later` (their `ends_by`, this grant's among them), at the latest from `heard + bound`."""
+    return max([heard + bound, *later])
+
+
 def stored_ends_by(stored: dict, boot: str, started: float) -> float:
     """When a lease stored by an earlier controller surely ends, on this controller's clock.
 
@@ -63,6 +77,13 @@ def stored_ends_by(stored: dict, boot: str, started: float) -> float:
 def stored_record(g: Grant, boot: str, granted_at: float) -> dict:
     """What the store keeps of a grant (`granted_at`: wall time, for people reading it)."""
     return {"boot": boot, "ends_by": g.ends_by, "seconds": g.seconds, "granted_at": granted_at}
+
+
+def lowered_record(ends_by: float, now: float, boot: str, granted_at: float) -> dict:
+    """What the store keeps of a lowered reckoning (bound_ends_by) made at `now`: as a grant's
+    record, with the longest the lease can have left from now as its length (what another boot's
+    controller counts from its start)."""
+    return {"boot": boot, "ends_by": ends_by, "seconds": max(0.0, ends_by - now), "granted_at": granted_at}
 
 
 # The first words of the reason a host gives a unit it stopped because its lease ran out (the

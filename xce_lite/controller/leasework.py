@@ -9,6 +9,9 @@ leases.py; here are the clock readings and the effects:
 - every grant is stored (meta rows `lease:HOST`) BEFORE it is sent, so that the next controller
   knows the longest lease any host may hold, whatever happened between;
 - a host out of reach is declared lost only when `leases.lost_at` says so (allows_loss);
+- a host's reckoning comes down when it confirms a grant that binds every unit there
+  (`leases.bound_ends_by`): a maintenance lease the hosts held over a restart stops counting once
+  they obey this controller's short grants; the lowered reckoning is stored too (lower);
 - a planned stop grants every connected host `maintenance_lease` first (grant_maintenance).
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -28,12 +32,7 @@ from xce_lite.exec.agent.util import boot_id
 from xce_lite.store.jobs import Requeue
 
 MAINTENANCE_WAIT = 5.0  # seconds a planned stop waits for the hosts to confirm their long lease
-
-
-def lease_clock() -> float:
-    """The controller's lease clock (CLOCK_BOOTTIME: it runs on across a restart of the controller
-    and while this machine is suspended, which only makes the controller wait longer)."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME)
+SENT_KEPT = 256  # grants per host kept until a confirmation covers them (older: no lowering from theirs)
 
 
 @dataclass
@@ -62,6 +61,10 @@ class HostLeases:
         self.ends: dict[str, float] = {
             host: leases.stored_ends_by(stored, self.boot, self.started)
             for host, stored in store.host_leases().items()}
+        self.seq = 0  # numbers this controller's grants, in the order they are sent (to any host)
+        self.sent: dict[str, list[tuple[int, float]]] = {}  # host -> (seq, ends_by) since its last confirmation
+        # (host, seq, heard, bound) of confirmed grants, appended by the reader threads
+        self.confirmed: deque[tuple[str, int, float, float | None]] = deque()
 
     def host_up(self, name: str, probe: Any) -> None:
         """A host's agent answers: a lease is granted to it at the next renewal."""
@@ -80,6 +83,7 @@ class HostLeases:
     def allows_loss(self, name: str) -> bool:
         """True once host `name`, out of reach, may be declared lost (leases.lost_at)."""
         c = self.settings()
+        self.lower()
         down = self.down.setdefault(name, self.clock.lease())
         ends_by = self.ends.get(name, leases.NEVER)
         return self.clock.lease() >= leases.lost_at(down, self.started, c.host_lost_after, ends_by, c.lease_margin)
@@ -94,6 +98,7 @@ class HostLeases:
         with `force`): stored first, then sent without waiting. The events are set as the hosts
         answer."""
         c = self.settings()
+        self.lower()
         seconds = c.lease if seconds is None else seconds
         interval = leases.renew_interval(c.lease)
         now = self.clock.lease()
@@ -118,15 +123,48 @@ class HostLeases:
             for name, record in longer.items():
                 self.ends[name] = record["ends_by"]
         answered = []
-        for _name, host, hl, g in grants:
+        for name, host, hl, g in grants:
             hl.sent = now
             done = threading.Event()
+            self.seq += 1
+            sent = self.sent.setdefault(name, [])
+            sent.append((self.seq, g.ends_by))  # before it is sent: its reply may come at once
+            del sent[:-SENT_KEPT]
             try:
-                host.grant_lease(g.until, g.seconds, hl.boot, partial(_heard, hl, done))
+                host.grant_lease(g.until, g.seconds, hl.boot,
+                                 partial(_heard, hl, done, self.clock.lease, self.confirmed.append, name, self.seq))
             except (errors.ExecError, AttributeError):
                 continue  # lost meanwhile (HostDown follows), or a host without leases
             answered.append(done)
         return answered
+
+    def lower(self) -> None:
+        """Lower each host's reckoning (self.ends) as its confirmations allow (leases.bound_ends_by),
+        and store it. Safe even if the store fails: a reckoning stored higher only makes the next
+        controller wait longer."""
+        lowered = {}
+        while self.confirmed:
+            name, seq, heard, bound = self.confirmed.popleft()
+            sent = self.sent.get(name, [])
+            if not sent or seq < sent[0][0]:  # a later grant's confirmation came first, or it was dropped
+                continue
+            self.sent[name] = later = [(n, ends_by) for n, ends_by in sent if n >= seq]
+            if bound is None:  # not written (came too late), or a unit there may not obey it soon
+                continue
+            ends = leases.bound_ends_by(heard, bound, [ends_by for _n, ends_by in later])
+            if ends < self.ends.get(name, leases.NEVER):
+                self.ends[name] = lowered[name] = ends
+        if not lowered:
+            return
+        now, wall = self.clock.lease(), self.clock.time()
+        for name, ends in lowered.items():  # rare: a longer lease held before (a planned stop's)
+            self.log(f"host {name} obeys this controller's lease now: its lease ends "
+                     f"{max(0.0, ends - now):.0f} s from now at the latest")
+        try:
+            self.store.set_host_leases({name: leases.lowered_record(ends, now, self.boot, wall)
+                                        for name, ends in lowered.items()})
+        except errors.StoreError as err:
+            self.log(f"cannot store the hosts' lowered leases ({err}); a next controller waits for the longer ones")
 
     def requeue_after_expiry(self, job: Any, host: str, result: Any) -> Requeue | None:
         """The requeue of an attempt its host stopped when the lease ran out (the controller was
@@ -150,10 +188,16 @@ class HostLeases:
                      "their jobs go on while the controller is stopped, up to that long")
 
 
-def _heard(hl: HostLease, done: threading.Event, reply: dict | None, error: Exception | None) -> None:
-    """A host's answer to a grant (reader thread): its clock reading is the base of the next one."""
+def _heard(hl: HostLease, done: threading.Event, now: Callable[[], float], confirm: Callable[[tuple], None],
+           name: str, seq: int, reply: dict | None, error: Exception | None) -> None:
+    """A host's answer to a grant (reader thread): its clock reading is the base of the next one;
+    the confirmation (with the reply's `bound`) goes to HostLeases.lower, on the tick's thread."""
     if error is None and reply is not None and reply.get("ok") and isinstance(reply.get("clock"), (int, float)):
-        heard = lease_clock()
+        heard = now()  # the controller's lease clock (seams.RealClock.lease: CLOCK_BOOTTIME)
         if heard > hl.latest[1]:
             hl.latest = (float(reply["clock"]), heard)
+        bound = reply.get("bound")
+        if not isinstance(bound, (int, float)) or isinstance(bound, bool) or not 0 <= bound < float("inf"):
+            bound = None  # an older agent's reply, or one that binds nothing
+        confirm((name, seq, heard, bound))
         done.set()

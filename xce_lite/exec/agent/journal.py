@@ -138,13 +138,16 @@ class Unit:
     """What the journal says of one unit: one launch of it, from `launched` until `forgotten`."""
 
     __slots__ = (
-        "boot", "direct", "durable", "job", "kill", "mode", "pid", "result", "result_end", "start_time",
-        "starttime", "uid",
+        "boot", "direct", "durable", "job", "kill", "mode", "pid", "reread", "result", "result_end",
+        "start_time", "starttime", "uid",
     )
 
     def __init__(self, start_time: float | None, mode: str = "plain", direct: dict | None = None,
-                 uid: int | None = None):
+                 uid: int | None = None, reread: float | None = None):
         self.start_time = start_time
+        # its supervisor looks at SPOOL/lease this often (lease.py); None: launched by an older
+        # agent, whose supervisor reads it only when the lease it read runs out
+        self.reread = reread
         self.uid = uid  # the user it runs as (runas.py); None: the agent's own
         self.mode = mode  # how it runs: "plain" (a forked supervisor), "systemd" or "user" (a unit)
         self.direct = direct  # a direct unit's {"stdout", "stderr", "grace"}; None: it has a supervisor
@@ -167,7 +170,7 @@ def fold(units: dict[str, Unit], data: bytes, offset: int, news: list | None = N
             event = rec["event"]
             if event == "launched":
                 units[rec["unit"]] = Unit(rec["start_time"], rec.get("mode", "plain"), rec.get("direct"),
-                                          rec.get("uid"))
+                                          rec.get("uid"), rec.get("reread"))
             elif event == "forgotten":
                 for name in rec["units"]:
                     units.pop(name, None)

@@ -14,6 +14,11 @@ started afresh, a maintenance lease) must not outlive the lease the controller o
 SPOOL/lease holds it ({"boot", "until", "renewed": when the last grant came, "seconds": its
 length}, replaced atomically at each grant), so that every supervisor (which outlives the agent)
 and the next agent enforce the same deadline: at it, each stops its units, with expired_reason().
+A supervisor looks at the file's stamp (inode, mtime) every LEASE_REREAD seconds and reads it again
+when it changed, so a shortened lease binds it within that time; the grant's reply says so
+("bound": LEASE_REREAD) once the file is written, if every supervisor that may run here does
+(units launched by an older agent, whose supervisors may not, are marked by a launched record
+without "reread"), and the controller may then lower its reckoning (controller/leases.py).
 A file of another boot is no lease (its units were lost with that boot); no file means no lease
 was ever granted here (an agent driven without leases). The agent's parts: HostLease (the `lease`
 request, the deadline) and LeaseEnforcer (its units stopped at it).
@@ -36,6 +41,7 @@ if TYPE_CHECKING:
 
 LEASE = "lease"  # in the spool
 LEASE_RETRY = 1.0  # seconds between two tries to stop a unit whose lease ran out
+LEASE_REREAD = 1.0  # seconds at most between two looks of a supervisor at SPOOL/lease (its stamp)
 
 
 def clock() -> float:
@@ -61,6 +67,18 @@ def read_lease(spool: str, boot: str) -> tuple[float, float] | None:
     return None
 
 
+def lease_stamp(spool: str) -> tuple[int, int, int] | None:
+    """What changes whenever SPOOL/lease is replaced (write_file renames a new file over it): its
+    inode, change time and size; None without a file. (Two grants within the file system's clock
+    tick into a reused inode of the same size could look alike: a reader also reads the file
+    again when the lease it read ends.)"""
+    try:
+        st = os.stat(os.path.join(spool, LEASE))
+    except OSError:
+        return None
+    return st.st_ino, st.st_ctime_ns, st.st_size
+
+
 def write_lease(spool: str, boot: str, until: float, renewed: float, seconds: float) -> None:
     data = {"boot": boot, "until": until, "renewed": renewed, "seconds": seconds}
     write_file(os.path.join(spool, LEASE), dumps(data))
@@ -79,9 +97,11 @@ class HostLease:
         s.lease = read_lease(s.spool, s.boot)
 
     def op_lease(self, req: dict) -> dict:
-        """{until (this host's clock), seconds, boot} -> clock, until (the lease in force): the lease
-        ends at `until` from now on (see the module docstring: it may shorten it). A grant whose
-        `until` has passed renews nothing; a grant for another boot is refused."""
+        """{until (this host's clock), seconds, boot} -> clock, until (the lease in force), bound: the
+        lease ends at `until` from now on (see the module docstring: it may shorten it). A grant whose
+        `until` has passed renews nothing; a grant for another boot is refused. `bound` is
+        LEASE_REREAD when this grant is written and every unit here that may still run obeys it
+        within that many seconds (the agent itself, or a supervisor that re-reads), else None."""
         from .validate import Refused
 
         s = self.state
@@ -93,6 +113,7 @@ class HostLease:
             raise Refused(f"lease: granted for boot {req.get('boot')!r}, this host runs boot {s.boot}")
         assert isinstance(until, (int, float)) and isinstance(seconds, (int, float))  # checked above
         now = clock()
+        bound = None
         if until > now:  # else it came too late to count: it renews nothing
             try:
                 write_lease(s.spool, s.boot, float(until), now, float(seconds))
@@ -100,7 +121,11 @@ class HostLease:
                 raise Refused(f"cannot write {os.path.join(s.spool, LEASE)}: {exc.strerror}") from None
             s.lease = (float(until), now)
             s.lease_acted = False  # a new deadline: enforced when it comes
-        return {"clock": now, "until": None if s.lease is None else s.lease[0]}
+            # a direct unit obeys the agent's own lease (in memory, replaced just now); a supervised
+            # one, its supervisor, which re-reads only if the agent that launched it said so
+            if all(u.direct is not None or u.reread or u.result is not None for u in s.units.values()):
+                bound = LEASE_REREAD
+        return {"clock": now, "until": None if s.lease is None else s.lease[0], "bound": bound}
 
     def lease_left(self) -> float | None:
         """Seconds until the lease runs out (<= 0: it has), or None without a lease."""

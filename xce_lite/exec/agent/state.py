@@ -166,6 +166,8 @@ class UnitState:
                 mode["direct"] = u.direct
             if u.uid is not None:
                 mode["uid"] = u.uid
+            if u.reread is not None:
+                mode["reread"] = u.reread
             parts.append(record("launched", unit=name, start_time=u.start_time, **mode))
             if u.pid is not None:
                 parts.append(

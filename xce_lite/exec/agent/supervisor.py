@@ -162,6 +162,9 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let
                     raise JobEnded(make_result(start_time, watch.kill_reason() or "killed"))
                 if failure:
                     raise JobEnded(make_result(start_time, failure))
+            lapsed = watch.lease_lapsed()  # ran out meanwhile (long pre hooks, the agent gone): no job
+            if lapsed is not None:
+                raise JobEnded(make_result(start_time, lapsed))
             watch.start()
         except JobEnded as ended:
             result = ended.result

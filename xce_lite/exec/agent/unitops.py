@@ -22,6 +22,7 @@ import time
 
 from .journal import record
 from .jsonl import dumps
+from .lease import LEASE_REREAD
 from .recorders import JournalRecorder
 from .runas import JOB_DIR, chown_to, remove_unit_dir, resolve_user, share_spool, user_env
 from .signals import REQUEST_NAMES, signal
@@ -159,6 +160,8 @@ class UnitOps:
                 mode["direct"] = direct
             if user is not None:  # whose `xce launch` may ask for tasks of it (tasks.py)
                 mode["uid"] = user["uid"]
+            if direct is None:  # its supervisor (watch.py) obeys a shortened lease within this
+                mode["reread"] = LEASE_REREAD
             self.unit_state.append(record("launched", unit=unit, start_time=start_time, **mode))
         except OSError as exc:
             reply["error"] = f"cannot write {s.journal_path}: {exc.strerror}; check the spool's file system"

@@ -21,7 +21,7 @@ from .signals import (
     signal,
     signal_name,
 )
-from .lease import clock, expired_reason, read_lease
+from .lease import LEASE_REREAD, clock, expired_reason, lease_stamp, read_lease
 from .spawn import JobEnded, open_outputs, spawn_job
 from .tree import descendants, leftovers_text, stop_leftovers
 from .util import boot_id, format_limit, format_size, read_json
@@ -60,6 +60,9 @@ class Watch:
         self.termed_groups: set[int] = set()  # process groups sent TERM by a kill, or as ending tasks
         self.leftovers = 0  # descendants left once the unit ended, killed then
         self.lease_renewed = 0.0  # when the host's lease was last renewed, as last read (lease_left)
+        self.lease_until: float | None = None  # the lease's end (lease clock), as last read; None: none
+        self.lease_seen: tuple[int, int, int] | None = None  # SPOOL/lease's stamp when last read
+        self.lease_read = False  # SPOOL/lease was read before the job started (lease_lapsed)
 
     def start(self) -> None:
         """Start the job (self.pid); JobEnded if it cannot start. A "host" unit starts nothing."""
@@ -81,8 +84,8 @@ class Watch:
         mem_limit: int = (self.spec.get("mem_limit") if self.spec.get("watch_mem_limit", True) else None) or 0
         run_deadline = began + run_limit if run_limit else None
         next_sample = began + MEM_SAMPLE_INTERVAL if mem_limit else None
-        left = self.lease_left()
-        lease_at = None if left is None else began + max(0.0, left)
+        watch_lease = bool(self.spec.get("spool")) and self.spec.get("role") != "tasks"
+        lease_at = self.look_at_lease(began, force=not self.lease_read) if watch_lease else None
         self.start_tasks()  # any that came before the supervisor could take its signal
         while True:
             self.reap()
@@ -97,10 +100,7 @@ class Watch:
                     self.begin_kill(f"memory limit {format_size(mem_limit)} exceeded")
                 next_sample = now + MEM_SAMPLE_INTERVAL
             if lease_at is not None and now >= lease_at:
-                left = self.lease_left()  # renewed meanwhile (look again then), or over: stop the job
-                lease_at = now + left if left is not None and left > 0 else None
-                if lease_at is None and left is not None and self.reason is None:
-                    self.begin_kill(expired_reason(self.lease_renewed))
+                lease_at = self.look_at_lease(now)
             if self.kill_at is not None and now >= self.kill_at:
                 self.kill_all(signal.SIGKILL)
                 self.kill_at = None
@@ -120,10 +120,39 @@ class Watch:
         grace = self.spec.get("grace")
         return 10.0 if grace is None else float(grace)
 
+    def look_at_lease(self, now: float, force: bool = False) -> float | None:
+        """The supervisor outlives the agent, so it enforces the host's lease itself (lease.py):
+        SPOOL/lease is read again when its stamp changed (a grant, which may shorten it), when the
+        lease read has run out (renewed meanwhile?) and with `force`; once it has run out, the job
+        is stopped. The stamp is looked at every LEASE_REREAD s, as the agent promises the
+        controller (a grant's `bound`). The next monotonic time to look (`now`: monotonic), or None
+        once the job is being stopped for it."""
+        stamp = lease_stamp(self.spec["spool"])
+        left = None if self.lease_until is None else self.lease_until - clock()
+        if force or stamp != self.lease_seen or (left is not None and left <= 0):
+            self.lease_seen = stamp  # taken before the read: a grant between the two is read next time
+            left = self.lease_left()
+            self.lease_until = None if left is None else clock() + left
+        if left is not None and left <= 0:
+            if self.reason is None:
+                self.begin_kill(expired_reason(self.lease_renewed))
+            return None
+        return now + (LEASE_REREAD if left is None else min(left, LEASE_REREAD))
+
+    def lease_lapsed(self) -> str | None:
+        """The end reason if the host's lease has run out before the job starts, else None. What it
+        read is where wait() starts from (one read of SPOOL/lease per job, not two)."""
+        spool = self.spec.get("spool")
+        if not spool or self.spec.get("role") == "tasks":
+            return None
+        self.lease_seen = lease_stamp(spool)
+        left = self.lease_left()
+        self.lease_until = None if left is None else clock() + left
+        self.lease_read = True
+        return expired_reason(self.lease_renewed) if left is not None and left <= 0 else None
+
     def lease_left(self) -> float | None:
-        """Seconds left of the host's lease in SPOOL/lease (<= 0: it ran out), None without one.
-        The supervisor outlives the agent, so it enforces the lease itself (lease.py), reading the
-        file again only when the lease it read runs out (the agent renews it meanwhile)."""
+        """Seconds left of the host's lease in SPOOL/lease (<= 0: it ran out), None without one."""
         spool = self.spec.get("spool")
         boot = getattr(self.recorder, "boot", None) or boot_id()  # a journal recorder has it: no read per job
         lease = read_lease(spool, boot) if spool and self.spec.get("role") != "tasks" else None
