@@ -1,0 +1,152 @@
+"""Prefill (issue 18): after a session, name for a running unit the pending job that will take its
+allocation over the moment it ends, so that the host starts it without waiting for the controller
+(HyperQueue assigns tasks beyond a worker's free resources for the same reason).
+
+Pure, like core.py: values in, values out, no clock. The caller (the controller; never the
+simulator, whose hashes stay as they are) decides whether to call it at all.
+
+Invariants:
+- A successor fits INSIDE its predecessor's allocation on that one host: its placement is searched
+  on a view of the host whose free amounts are exactly what the unit holds (slots, mem, every other
+  consumable, its GPU indices), with the host's own attributes, tags and state, so its -R select,
+  same, order and span rules hold as for a dispatch, and its queue's hosts must name the host.
+  Shared counters (licenses) are not taken over: a job that asks for one is never a successor.
+- At most one successor per running unit (`RunningUnit.taken`: it has one already), one unit per job.
+- Jobs are taken in a dispatch's order (queue priority, job priority, id), each meeting its queue's
+  running limits as if its predecessor's slots were already given back when they are of the same
+  queue (and user).
+- It names none where the order could not be kept or a rule is not modelled here: while some job
+  is old enough to hold a reservation (a successor would take what it waits for), for jobs of
+  fair-share queues (their order moves with each dispatch) and while project limits apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xce_lite.sched.core import Decisions, PendingJob, QueuePolicy, Snapshot, _within_limits
+from xce_lite.sched.fit import GPUS
+from xce_lite.sched.placement import HostView, place
+from xce_lite.sched.reasons import FrozenMap, Placement, Refusal
+
+EXAMINED = 1_000  # pending jobs looked at per call at most: a backlog costs no more than this
+
+
+@dataclass(frozen=True)
+class RunningUnit:
+    """A running job's unit on one host and what it holds there (base units, `slots` included)."""
+
+    job_id: int
+    host: str
+    queue: str
+    user: str
+    reserved: FrozenMap
+    gpus: tuple[int, ...] = ()
+    taken: bool = False  # it has a successor already
+
+
+@dataclass(frozen=True)
+class Successor:
+    job_id: int
+    after: int  # the job whose unit it follows
+    placement: Placement
+    profile_hash: str = ""
+
+    @property
+    def host(self) -> str:
+        return self.placement.allocs[0].host
+
+    @property
+    def reason(self) -> str:
+        """Its reason while it waits (stored with the DISP job, shown like any pend reason)."""
+        return queued_reason(self.host, self.after)
+
+
+def queued_reason(host: str, after: int) -> str:
+    return f"queued on {host} behind job {after}"
+
+
+def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningUnit, ...],
+               examined: int = EXAMINED) -> tuple[Successor, ...]:
+    """The successors to name now for `running`'s free units, given the session `decisions` made on
+    `snapshot` (its dispatched jobs are not candidates; their slots count for the queue limits)."""
+    units = [u for u in sorted(running, key=lambda u: (u.host, u.job_id)) if not u.taken]
+    if not units or not decisions.complete:
+        return ()
+    if snapshot.projects is not None and not snapshot.projects.open:
+        return ()
+    dispatched = {d.job_id for d in decisions.dispatches}
+    if snapshot.reserve_after > 0 and any(
+            j.id not in dispatched and j.blocked is None and snapshot.now - j.submit_time >= snapshot.reserve_after
+            for j in snapshot.jobs):
+        return ()
+    queues = {q.name: q for q in snapshot.queues}
+    no_policy = QueuePolicy("", priority=0)
+    fair = {q.queue for q in snapshot.fairshare.queues} if snapshot.fairshare is not None else set()
+    hosts = {h.name: h for h in snapshot.hosts}
+    views = {u: _inside(hosts.get(u.host), u) for u in units}
+    units = [u for u in units if views[u] is not None]
+
+    queue_used: dict[str, int] = {}
+    user_used: dict[tuple[str, str], int] = {}
+    for queue, user, slots in snapshot.running:
+        queue_used[queue] = queue_used.get(queue, 0) + slots
+        user_used[(queue, user)] = user_used.get((queue, user), 0) + slots
+    by_id = {j.id: j for j in snapshot.jobs}
+    for d in decisions.dispatches:
+        job = by_id.get(d.job_id)
+        if job is not None:
+            queue_used[job.queue] = queue_used.get(job.queue, 0) + d.placement.tasks
+            user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + d.placement.tasks
+
+    def rank(job: PendingJob) -> tuple:
+        return (-queues.get(job.queue, no_policy).priority, -job.priority, job.id)
+
+    chosen: list[Successor] = []
+    refused: set[tuple] = set()  # (shape, unit): refused there once, refused there again
+    candidates = sorted((j for j in snapshot.jobs if j.id not in dispatched and j.blocked is None
+                         and j.queue not in fair), key=rank)
+    for job in candidates[:examined]:
+        if not units:
+            break
+        policy = queues.get(job.queue, no_policy)
+        for unit in units:
+            if policy.hosts is not None and unit.host not in policy.hosts:
+                continue
+            key = (policy.hosts, job.request.min_tasks, job.request.max_tasks, job.request.resreq, unit)
+            if key in refused:
+                continue
+            give_back = unit.reserved.get("slots", 0) if unit.queue == job.queue else 0
+            give_back_user = give_back if unit.user == job.user else 0
+            queue_room = dict(queue_used)
+            queue_room[job.queue] = queue_room.get(job.queue, 0) - give_back
+            user_room = dict(user_used)
+            user_room[(job.queue, job.user)] = user_room.get((job.queue, job.user), 0) - give_back_user
+            why, request = _within_limits(job, policy, queue_room, user_room)
+            if why is not None:
+                continue
+            view = views[unit]
+            assert view is not None  # units without a view were left out above
+            result = place(request, (view,))
+            if isinstance(result, Refusal) or result.shared:
+                refused.add(key)
+                continue
+            chosen.append(Successor(job.id, unit.job_id, result, job.profile_hash))
+            units.remove(unit)
+            tasks = result.tasks - give_back
+            queue_used[job.queue] = queue_used.get(job.queue, 0) + tasks
+            user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + result.tasks \
+                - give_back_user
+            break
+    return tuple(chosen)
+
+
+def _inside(host: HostView | None, unit: RunningUnit) -> HostView | None:
+    """The host as a successor of `unit` sees it: free is what the unit holds; None if the host
+    takes no new work (closed, unreachable, unknown)."""
+    if host is None or host.state != "ok":
+        return None
+    free = {name: min(unit.reserved.get(name, 0), total) for name, total in host.total.items()}
+    if GPUS in free:
+        free[GPUS] = len(unit.gpus)  # its own indices, which it passes on
+    return host.with_free(FrozenMap(free), unit.gpus)
