@@ -133,7 +133,7 @@ def _long(job: dict) -> str:
     if job.get("retry") or job.get("retries"):
         lines.append(f"  Attempt: {job['attempt']}   Retries: {job['retries']}" +
                      (f" of {job['retry']}" if job.get("retry") is not None else ""))
-    if job["pend_reason"] and job["state"] == "PEND":
+    if job["pend_reason"] and job["state"] in ("PEND", "DISP"):  # DISP: a queued successor (prefill)
         lines.append(f"  Pending: {job['pend_reason']}")
     if job.get("fairshare"):
         lines.append(f"  Fair share: {fair_share_line(job['fairshare'])}")

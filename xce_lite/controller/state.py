@@ -59,6 +59,10 @@ class Active:
     # it, and its effective values): a launch then reads nothing back from the store. None after a
     # restart (recovery.py): a launch reads the stored row, a rare path
     launch_with: LaunchWith | None = None
+    # a queued successor (prefilling.py): the job whose unit it follows on its host, and whether it
+    # holds nothing of its own now (that job is active and not ending in this tick)
+    after: int | None = None
+    queued: bool = False
 
     @property
     def hosts(self) -> tuple[tuple[str, int], ...]:
@@ -110,6 +114,7 @@ class ControllerState:
     active: ActiveJobs = field(default_factory=ActiveJobs)  # a dict that keeps what sessions read (active.py)
     by_unit: dict[str, tuple[int, int]] = field(default_factory=dict)  # unit -> (job id, index)
     draining: dict[str, Draining] = field(default_factory=dict)
+    behind: dict[int, int] = field(default_factory=dict)  # successor job -> its predecessor (prefilling.py)
     # hosts
     links: dict[str, Any] = field(default_factory=dict)  # host -> its HostLink (exec/link.py)
     hosts: dict[str, Any] = field(default_factory=dict)  # host name -> its connected Host

@@ -114,7 +114,7 @@ class Successors:
             return
         ready = []
         for name, spec in s.queued.items():
-            pred = s.units.get(spec.get("after"))
+            pred = s.units.get(str(spec.get("after")))
             if pred is None or pred.result is not None:
                 ready.append((name, spec))
         if not ready:

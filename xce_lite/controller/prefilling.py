@@ -1,0 +1,134 @@
+"""Queued successors (issue 18, "prefill"): after a session, a pending job that fits inside a running
+job's allocation on its host (sched/prefill.py decides) is dispatched there queued behind it: stored
+DISP with the reason "queued on HOST behind job N", launched with `after` = that job's unit, and
+started by the host's agent the moment that unit ends, so a freed slot never waits for the
+controller (HyperQueue's prefill).
+
+A part of the controller (`Controller.prefill`), given the shared state and the projects' part. The
+tick asks it `hidden(closing)` before its snapshot and `extend(decisions, ...)` after its session;
+the units' part calls `unqueued` (a host's word that a successor left its queue) and `request_of`
+(the launch request with `after`).
+
+Invariants: no double booking: while its predecessor is active (and not ending in this tick) a
+successor holds nothing of its own in a session's view (`Active.queued`; the predecessor's
+allocation contains it), and once the predecessor ends, the successor's allocation counts.
+`state.behind` maps each successor to its predecessor until it starts; at most one successor per
+running unit. Never run twice: a successor is a DISP job like any other (unit names fence it; the
+agent journals its queue); a queue dropped when the host's lease ran out is launched again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Set as AbstractSet
+from dataclasses import replace
+from typing import Any
+
+from xce_lite.controller.state import NEW, RUNNING, SENT, Active, ControllerState
+from xce_lite.exec.host import LaunchRequest, UnitUnqueued
+from xce_lite.models import EXIT
+from xce_lite.sched.core import Decisions, Dispatch, Snapshot
+from xce_lite.sched.prefill import RunningUnit, successors
+
+_BEHIND = re.compile(r"^queued on \S+ behind job (\d+)$")
+
+
+def behind_of(reason: str | None) -> int | None:
+    """The predecessor a stored DISP job's reason names (a restart rebuilds `state.behind` from it)."""
+    match = _BEHIND.match(reason or "")
+    return int(match.group(1)) if match else None
+
+
+class Prefill:
+    """See the module docstring. `enabled`: the seams allow it (not the simulator); the config's
+    `controller: prefill` is read at each session. Everything here runs holding the state's lock,
+    except `extend`, which takes it."""
+
+    def __init__(self, state: ControllerState, projects: Any, units: Any, log: Any, enabled: bool = True) -> None:
+        self.state, self.projects, self.units, self.log, self.enabled = state, projects, units, log, enabled
+        units.on_unqueued, units.request_of = self.unqueued, self.request_of
+
+    def hidden(self, closing: AbstractSet[int]) -> set[int]:
+        """The successors that hold nothing of their own in this tick's session (their predecessor
+        is active and not in `closing`); each one's `queued` is set to match."""
+        out: set[int] = set()
+        active = self.state.active
+        with self.state.mu:
+            for job_id, pred in list(self.state.behind.items()):
+                job = active.get(job_id)
+                if job is None:  # not applied yet (extend cleans up: the tick's thread alone)
+                    continue
+                job.queued = pred in active and pred not in closing and not active[pred].ending
+                if job.queued:
+                    out.add(job_id)
+        return out
+
+    def extend(self, decisions: Decisions | None, hosts: Any, shared: Any, now: float,
+               closing: AbstractSet[int]) -> Decisions | None:
+        """`decisions` with a successor's dispatch for each running unit that can have one."""
+        config = self.state.config.controller
+        with self.state.mu:  # successors that ended, or whose dispatch was declined: all applied by now
+            for job_id in [j for j in self.state.behind if j not in self.state.active]:
+                del self.state.behind[job_id]
+        if decisions is None or hosts is None or not self.enabled or not config.prefill:
+            return decisions
+        with self.state.mu:
+            taken = set(self.state.behind.values())
+            # units that run, are on their way, or are dispatched now (their launch goes first, on
+            # the same channel): each may have one successor; a queued successor is none yet
+            running = [
+                RunningUnit(job.id, job.host_of(0), job.queue, job.user, job.holding.allocs[0].reserved,
+                            job.holding.allocs[0].gpus, job.id in taken)
+                for job in self.state.active.values()
+                if len(job.units) == 1 and job.status[0] in (SENT, RUNNING) and not job.ending and not job.killed
+                and job.after is None and not job.holding.shared and job.id not in closing]
+            for d in decisions.dispatches:
+                pending = self.state.pending.get(d.job_id)
+                if pending is not None and len(d.placement.allocs) == 1 and not d.placement.shared:
+                    alloc = d.placement.allocs[0]
+                    running.append(RunningUnit(d.job_id, alloc.host, pending.queue, pending.user, alloc.reserved,
+                                               alloc.gpus))
+            if not running or all(u.taken for u in running):
+                return decisions
+            if len(self.state.pending) <= len(decisions.dispatches):
+                return decisions  # nobody left to follow anyone
+            # the session's own jobs: its dispatches are no candidates, and their slots count for the limits
+            snapshot = Snapshot(hosts, tuple(self.state.pending.values()), self.state.queue_policies, shared,
+                                self.state.active.running(closing), now, config.reserve_after,
+                                **self.projects.inputs(now, closing))
+            chosen = successors(snapshot, decisions, tuple(running))
+            if not chosen:
+                return decisions
+            for s in chosen:
+                self.state.behind[s.job_id] = s.after
+        named = {s.job_id for s in chosen}
+        waiting = tuple((reason, kept) for reason, ids in decisions.waiting
+                        if (kept := tuple(i for i in ids if i not in named)))
+        extra = tuple(Dispatch(s.job_id, s.placement, s.profile_hash) for s in chosen)
+        return Decisions(decisions.dispatches + extra, waiting, decisions.complete)
+
+    def request_of(self, job: Active, request: LaunchRequest) -> LaunchRequest:
+        """The launch of `job`'s unit: with `after` while it is a successor of an active job."""
+        pred = self.state.active.get(job.after) if job.after is not None else None
+        if pred is None or request.unit != job.units[0]:
+            return request
+        return replace(request, after=pred.units[0])
+
+    def unqueued(self, event: UnitUnqueued, now: float) -> None:
+        """A successor left its host's queue (holding the lock): it runs, or it was refused, or
+        dropped at its host's lease end (launched again, after the lease is renewed)."""
+        units = self.units
+        job, index = units._unit(event.unit)
+        if job is None or index != 0:
+            return
+        self.state.behind.pop(job.id, None)
+        job.after, job.queued = None, False
+        self.state.dirty = True  # it holds its allocation now; its predecessor's is gone
+        if event.status in ("started", "running"):
+            units._mark_running(job, index, event.start_time or now)
+        elif event.status == "refused" and not job.ending:
+            units.end_job(job, EXIT, f"launch refused by host {event.host}: {event.error}", "launch_failed", now)
+        elif event.status == "dropped" and not job.ending:
+            self.log(f"job {job.id}: {event.error}; launching it again")
+            job.status[index] = NEW
+            units.to_launch.append(event.unit)
