@@ -58,6 +58,10 @@ class Prefill:
                 job = active.get(job_id)
                 if job is None:  # not applied yet (extend cleans up: the tick's thread alone)
                     continue
+                if job.status[0] == RUNNING:  # it started (adopted after a restart, or its reply came first)
+                    del self.state.behind[job_id]
+                    job.after, job.queued = None, False
+                    continue
                 job.queued = pred in active and pred not in closing and not active[pred].ending
                 if job.queued:
                     out.add(job_id)

@@ -1,0 +1,140 @@
+"""Queued successors end to end (issue 18, prefill): a real controller, its local agents and real
+jobs. A job that fits inside a running job's allocation waits DISP "queued on HOST behind job N" on
+that host and starts when that job ends; kills, a controller killed -9 and a host lost and back,
+in sequence, never run a job twice (each job appends its attempt to a file: counted).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.support.cluster import Cluster, HostOutage, hosts_of, running_cluster
+from tests.support.waiting import wait_until
+
+
+SHORT_LEASE = """\
+cluster: tp{pid}
+hosts:
+  - {{name: a, slots: 1, mem: 1G, tags: [ha]}}
+  - {{name: b, slots: 1, mem: 1G, tags: [hb]}}
+queues:
+  - {{name: normal, default: true}}
+controller:
+  tick: 1s
+  grace: 1s
+  lease: 3s
+  lease_margin: 1s
+  host_lost_after: 5s
+"""
+
+
+def held(c: Cluster, name: str, *options: str) -> int:
+    """A job that appends its attempt to work/NAME.runs, then runs until work/go-NAME exists."""
+    runs, go = c.work / f"{name}.runs", c.work / f"go-{name}"
+    return c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {runs}; while [ ! -e {go} ]; do sleep 0.05; done',
+                    options=options)
+
+
+def quick(c: Cluster, name: str, *options: str) -> int:
+    """A job that appends its attempt and the time to work/NAME.runs and ends."""
+    return c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {c.work / f"{name}.runs"}', options=options)
+
+
+def runs(c: Cluster, name: str) -> list[str]:
+    path: Path = c.work / f"{name}.runs"
+    return path.read_text().split() if path.exists() else []
+
+
+def queued(c: Cluster, job_id: int, host: str, after: int) -> dict:
+    """Wait until `job_id` is DISP queued on `host` behind `after`; its row."""
+    want = f"queued on {host} behind job {after}"
+    return wait_until(lambda: (j := c.job(job_id))["state"] == "DISP" and j["pend_reason"] == want and j,
+                      30, f"job {job_id} to be {want}")
+
+
+def test_successors_start_in_order_as_each_predecessor_ends_and_run_once():
+    with running_cluster(slots=1) as c:
+        a = held(c, "a")
+        c.wait_state(a, {"RUN"})
+        b, d = held(c, "b"), quick(c, "d")
+        row = queued(c, b, "local", a)
+        assert "queued on local behind job" in c.ok("jobs", "-l", str(b))
+        assert c.job(d)["state"] == "PEND" and runs(c, "b") == []  # one successor per unit; b waits, unstarted
+        (c.work / "go-a").touch()
+        c.wait_state(b, {"RUN"})
+        queued(c, d, "local", b)  # b runs now: d is its successor
+        assert c.job(a)["state"] == "DONE" and c.job(b)["pend_reason"] is None
+        (c.work / "go-b").touch()
+        c.wait_state(d, {"DONE"})
+        starts = {j: c.job(j)["start_time"] for j in (a, b, d)}
+        ends = {j: c.job(j)["end_time"] for j in (a, b, d)}
+        assert starts[b] >= ends[a] and starts[d] >= ends[b]  # a slot is never used twice at once
+        assert (runs(c, "a"), runs(c, "b"), runs(c, "d")) == (["1"], ["1"], ["1"])
+        assert row["hosts"] == [["local", 1]]
+
+
+def test_a_killed_successor_ends_exit_unstarted_and_the_next_one_takes_its_place():
+    with running_cluster(slots=1) as c:
+        a = held(c, "a")
+        c.wait_state(a, {"RUN"})
+        b = held(c, "b")
+        queued(c, b, "local", a)
+        c.ok("kill", str(b))
+        gone = c.wait_state(b, {"EXIT"})
+        assert gone["reason"].startswith("killed by") and gone["start_time"] is None, gone
+        d = quick(c, "d")
+        queued(c, d, "local", a)  # the unit has no successor any more: d follows a
+        (c.work / "go-a").touch()
+        c.wait_state(d, {"DONE"})
+        assert runs(c, "b") == [] and runs(c, "d") == ["1"] and c.job(a)["state"] == "DONE"
+        # and a killed predecessor lets its successor start
+        e = held(c, "e")
+        c.wait_state(e, {"RUN"})
+        f = quick(c, "f")
+        queued(c, f, "local", e)
+        c.ok("kill", str(e))
+        c.wait_state(f, {"DONE"})
+        assert runs(c, "f") == ["1"] and c.job(e)["state"] == "EXIT"
+
+
+def test_controller_killed_while_successors_wait_each_job_runs_exactly_once():
+    with running_cluster(slots=1) as c:
+        a = held(c, "a")
+        c.wait_state(a, {"RUN"})
+        b = held(c, "b")
+        queued(c, b, "local", a)
+        c.kill9_controller()
+        (c.work / "go-a").touch()  # a ends while no controller runs: the agent starts b by itself
+        wait_until(lambda: runs(c, "b") == ["1"], 30, "b to start with no controller")
+        c.start()
+        c.wait_state(b, {"RUN"})
+        assert c.job(a)["state"] == "DONE"
+        d = quick(c, "d")
+        queued(c, d, "local", b)
+        c.kill9_controller()  # and again, while d waits and b runs
+        c.start()
+        queued(c, d, "local", b)  # recovered as it was
+        (c.work / "go-b").touch()
+        c.wait_state(d, {"DONE"})
+        assert (runs(c, "a"), runs(c, "b"), runs(c, "d")) == (["1"], ["1"], ["1"])
+        assert c.job(b)["state"] == "DONE"
+
+
+def test_host_lost_while_a_successor_waits_then_back_runs_nothing_twice():
+    with running_cluster(config=SHORT_LEASE.format(pid=os.getpid())) as c:
+        a = held(c, "a", "-R", "select[ha]")
+        c.wait_state(a, {"RUN"})
+        b = quick(c, "b", "-R", "select[ha]")
+        queued(c, b, "a", a)
+        with HostOutage(c, "a"):  # the agent killed, its spool held: a runs on, b waits in the journal
+            wait_until(lambda: hosts_of(c)["a"]["state"] == "unreach", 30, "host a to show unreach")
+            wait_until(lambda: hosts_of(c)["a"].get("lost") is True, 90, "host a to be declared lost")
+            wait_until(lambda: c.job(a)["state"] == "PEND" and c.job(b)["state"] == "PEND", 30,
+                       "a and b requeued")
+        wait_until(lambda: hosts_of(c)["a"]["state"] == "ok", 60, "host a to come back")
+        (c.work / "go-a").touch()
+        c.wait_state(b, {"DONE"}, timeout=60)
+        c.wait_state(a, {"DONE"}, timeout=60)
+        assert runs(c, "b") == ["2"]  # the first attempt never started: its queue was dropped
+        assert runs(c, "a") == ["1", "2"]  # the lease stopped the first copy; the requeued one ran
