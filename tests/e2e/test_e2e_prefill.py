@@ -7,6 +7,7 @@ in sequence, never run a job twice (each job appends its attempt to a file: coun
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from tests.support.cluster import Cluster, HostOutage, hosts_of, running_cluster
@@ -27,6 +28,23 @@ controller:
   lease_margin: 1s
   host_lost_after: 5s
 """
+
+
+ONE_SLOT = """\
+cluster: tq{pid}
+hosts:
+  - {{name: local, slots: 1, mem: 1G}}
+queues:
+  - {{name: normal, default: true}}
+controller:
+  tick: 1s
+  grace: 1s
+  prefill: true
+"""
+
+
+def one_slot() -> AbstractContextManager[Cluster]:
+    return running_cluster(config=ONE_SLOT.format(pid=os.getpid()))
 
 
 def held(c: Cluster, name: str, *options: str) -> int:
@@ -54,7 +72,7 @@ def queued(c: Cluster, job_id: int, host: str, after: int) -> dict:
 
 
 def test_successors_start_in_order_as_each_predecessor_ends_and_run_once():
-    with running_cluster(slots=1) as c:
+    with one_slot() as c:
         a = held(c, "a")
         c.wait_state(a, {"RUN"})
         b, d = held(c, "b"), quick(c, "d")
@@ -75,7 +93,7 @@ def test_successors_start_in_order_as_each_predecessor_ends_and_run_once():
 
 
 def test_a_killed_successor_ends_exit_unstarted_and_the_next_one_takes_its_place():
-    with running_cluster(slots=1) as c:
+    with one_slot() as c:
         a = held(c, "a")
         c.wait_state(a, {"RUN"})
         b = held(c, "b")
@@ -99,7 +117,7 @@ def test_a_killed_successor_ends_exit_unstarted_and_the_next_one_takes_its_place
 
 
 def test_controller_killed_while_successors_wait_each_job_runs_exactly_once():
-    with running_cluster(slots=1) as c:
+    with one_slot() as c:
         a = held(c, "a")
         c.wait_state(a, {"RUN"})
         b = held(c, "b")

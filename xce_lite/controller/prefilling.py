@@ -74,8 +74,8 @@ class Prefill:
         with self.state.mu:  # successors that ended, or whose dispatch was declined: all applied by now
             for job_id in [j for j in self.state.behind if j not in self.state.active]:
                 del self.state.behind[job_id]
-        if decisions is None or hosts is None or not self.enabled or not config.prefill:
-            return decisions
+        if decisions is None or hosts is None or not self.enabled or not config.prefill or self.state.config.pools:
+            return decisions  # (a pool's hosts come and go with their allocations: none queues there)
         with self.state.mu:
             taken = set(self.state.behind.values())
             # units that run, are on their way, or are dispatched now (their launch goes first, on
