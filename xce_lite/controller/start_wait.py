@@ -62,4 +62,4 @@ def quiet_launch(event: object) -> bool:
     refusal, no failure). Their starts go with the next commit (StartWaits.held_back); a short job's
     end wakes the tick for both; `serve` sleeps START_WAIT at most while replies are due (replies_due)."""
     return isinstance(event, UnitsLaunched) and not event.failed and event.error is None and all(
-        reply.status in ("started", "running") for reply in event.replies)
+        reply.status in ("started", "running", "queued") for reply in event.replies)  # queued: prefilling.py
