@@ -99,8 +99,10 @@ def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningU
             queue_used[job.queue] = queue_used.get(job.queue, 0) + d.placement.tasks
             user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + d.placement.tasks
 
-    def rank(job: PendingJob) -> tuple:
-        return (-queues.get(job.queue, no_policy).priority, -job.priority, job.id)
+    priority = {name: q.priority for name, q in queues.items()}
+
+    def rank(job: PendingJob) -> tuple:  # a dispatch's order (core.schedule's rank)
+        return (-priority.get(job.queue, 0), -job.priority, job.id)
 
     chosen: list[Successor] = []
     refused: set[tuple] = set()  # (shape, unit): refused there once, refused there again
