@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from xce_lite.sched.core import Decisions, PendingJob, QueuePolicy, Snapshot, _within_limits
 from xce_lite.sched.fit import GPUS
@@ -30,6 +31,7 @@ from xce_lite.sched.placement import HostView, place
 from xce_lite.sched.reasons import FrozenMap, Placement, Refusal
 
 EXAMINED = 1_000  # pending jobs looked at per call at most: a backlog costs no more than this
+RESERVED = "a reservation"  # in core.schedule's reasons of a job that holds one, and of those behind it
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,9 @@ class Successor:
         return queued_reason(self.host, self.after)
 
 
+_ID = attrgetter("id")
+
+
 def queued_reason(host: str, after: int) -> str:
     return f"queued on {host} behind job {after}"
 
@@ -76,9 +81,9 @@ def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningU
     if snapshot.projects is not None and not snapshot.projects.open:
         return ()
     dispatched = {d.job_id for d in decisions.dispatches}
-    if snapshot.reserve_after > 0 and any(
-            j.id not in dispatched and j.blocked is None and snapshot.now - j.submit_time >= snapshot.reserve_after
-            for j in snapshot.jobs):
+    # a job that holds a reservation says so in its reason, and so do the jobs behind it (core.py's
+    # words): the session's few reasons are read, not its 10,000 jobs
+    if snapshot.reserve_after > 0 and any(RESERVED in reason for reason, _ids in decisions.waiting):
         return ()
     queues = {q.name: q for q in snapshot.queues}
     no_policy = QueuePolicy("", priority=0)
@@ -92,7 +97,7 @@ def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningU
     for queue, user, slots in snapshot.running:
         queue_used[queue] = queue_used.get(queue, 0) + slots
         user_used[(queue, user)] = user_used.get((queue, user), 0) + slots
-    by_id = {j.id: j for j in snapshot.jobs}
+    by_id = {j.id: j for j in snapshot.jobs} if decisions.dispatches else {}
     for d in decisions.dispatches:
         job = by_id.get(d.job_id)
         if job is not None:
@@ -106,11 +111,17 @@ def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningU
 
     chosen: list[Successor] = []
     refused: set[tuple] = set()  # (shape, unit): refused there once, refused there again
-    candidates = sorted((j for j in snapshot.jobs if j.id not in dispatched and j.blocked is None
-                         and j.queue not in fair), key=rank)
-    for job in candidates[:examined]:
-        if not units:
+    if len({j.queue for j in snapshot.jobs}) == 1 and len({j.priority for j in snapshot.jobs}) == 1:
+        order = sorted(snapshot.jobs, key=_ID)  # one class: rank is id order (a key in C: a backlog's cost)
+    else:
+        order = sorted(snapshot.jobs, key=rank)
+    looked = 0
+    for job in order:
+        if not units or looked >= examined:
             break
+        if job.id in dispatched or job.blocked is not None or job.queue in fair:
+            continue
+        looked += 1
         policy = queues.get(job.queue, no_policy)
         for unit in units:
             if policy.hosts is not None and unit.host not in policy.hosts:
