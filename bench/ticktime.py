@@ -3,6 +3,7 @@
 
     python bench/ticktime.py [--jobs 1000] [--one-each] [--what-if NAME[,NAME...]]
     python bench/ticktime.py --jobs 10000 --measure 300    # throughput with a 10k backlog
+    python bench/ticktime.py --jobs 10000 --measure 200 --behind-sleepers   # as bench/run.py's backlog figure
 
 The controller runs as its own process, exactly as `xce controller start --foreground` runs it
 (`run_foreground`), but started through this file so that timers can be wrapped around its methods
@@ -33,6 +34,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +42,8 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
+
+from tick_readings import backlog_behind_sleepers, cpu_split, critical_path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -217,11 +221,43 @@ def _group_commit(ctl, jobs) -> None:
     ctl.Controller._renew_leases = _renew_leases
 
 
+def _time_gc() -> None:
+    """The cycle collector's passes in the controller, by generation, as steps ("gc generation N"):
+    with 10,000s of jobs held, a pass over the oldest generation is a long pause of every thread."""
+    import gc
+
+    began: dict[str, tuple[float, float]] = {}
+
+    def callback(phase: str, info: dict) -> None:
+        name = f"gc generation {info['generation']}"
+        if phase == "start":
+            began[name] = (time.perf_counter(), time.thread_time())
+        elif name in began:
+            t0, c0 = began.pop(name)
+            with _stats_lock:
+                entry = _stats[name]
+                entry[0] += 1
+                entry[1] += time.perf_counter() - t0
+                entry[2] += time.thread_time() - c0
+
+    gc.callbacks.append(callback)
+
+
 def serve(home: str, stats_path: str, what_if: set[str]) -> None:
-    from xce_lite.controller.foreground import run_foreground
+    try:
+        from xce_lite.controller.foreground import run_foreground
+    except ImportError:  # trees before foreground.py (df9920d) kept it in core
+        from xce_lite.controller.core import run_foreground  # type: ignore[no-redef]
     from xce_lite.home.paths import Home
 
     _instrument(what_if)
+    _time_gc()
+
+    def _reset(*_args) -> None:  # --behind-sleepers: count from the sleepers' kill only
+        with _stats_lock:
+            _stats.clear()
+
+    signal.signal(signal.SIGUSR1, _reset)
     try:
         run_foreground(Home(Path(home)))
     finally:
@@ -229,43 +265,6 @@ def serve(home: str, stats_path: str, what_if: set[str]) -> None:
             json.dump({k: v for k, v in _stats.items()}, f)
 
 
-def critical_path(store: Path, ids: list[int]) -> dict[str, float]:
-    """Medians of the steps of one job's life, from the store's own stamps (read-only).
-
-    dispatched: the controller's clock when it recorded the dispatch (after scheduling);
-    start_time: the agent's clock as it forked the supervisor; end_time: the supervisor's clock
-    after wait4; finished: the controller's clock when it took the finished event; then the gap
-    from a job's finish to the next dispatch (the slot standing empty).
-    """
-    import bisect
-    import statistics
-
-    import apsw
-
-    con = apsw.Connection(str(store), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        lo, hi = min(ids), max(ids)
-        ev: dict[int, dict[str, float]] = defaultdict(dict)
-        for job_id, kind, t in con.execute(
-                "SELECT job_id, kind, time FROM events WHERE job_id BETWEEN ? AND ?", (lo, hi)):
-            ev[job_id][kind] = t
-        rows = {job_id: (st, et) for job_id, st, et in con.execute(
-            "SELECT id, start_time, end_time FROM jobs WHERE id BETWEEN ? AND ?", (lo, hi))}
-    finally:
-        con.close()
-    disp_times = sorted(e["dispatched"] for e in ev.values() if "dispatched" in e)
-    parts: dict[str, list[float]] = defaultdict(list)
-    for job_id, e in ev.items():
-        st, et = rows.get(job_id, (None, None))
-        if not {"dispatched", "started", "finished"} <= e.keys() or st is None or et is None:
-            continue
-        parts["dispatch->agent forks supervisor"].append(st - e["dispatched"])
-        parts["agent fork->job ended (supervisor, job)"].append(et - st)
-        parts["job ended->controller has the event"].append(e["finished"] - et)
-        k = bisect.bisect_right(disp_times, e["finished"])
-        if k < len(disp_times):
-            parts["event->next dispatch (slot empty)"].append(disp_times[k] - e["finished"])
-    return {k: 1000 * statistics.median(v) for k, v in parts.items() if v}
 
 
 def drive(args) -> None:
@@ -301,15 +300,25 @@ def drive(args) -> None:
         spec = c.spec(["true"])
         wait_done(client, client.post("/jobs", {"jobs": [spec] * 10})["ids"], time.monotonic() + 60)
         time.sleep(0.3)
-        t0 = time.perf_counter()
-        if args.one_each:
-            ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(args.jobs)]
+        if args.behind_sleepers:
+            ids, sleepers = backlog_behind_sleepers(c, client, spec, args.jobs)
+            os.kill(proc.pid, signal.SIGUSR1)  # the step counts start now
+            cpu0 = cpu_split(c)
+            t0 = time.perf_counter()
+            client.post("/jobs/kill", {"ids": sleepers})
+            t_sub = time.perf_counter()
         else:
-            ids = client.post("/jobs", {"jobs": [spec] * args.jobs})["ids"]
-        t_sub = time.perf_counter()
+            t0 = time.perf_counter()
+            if args.one_each:
+                ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(args.jobs)]
+            else:
+                ids = client.post("/jobs", {"jobs": [spec] * args.jobs})["ids"]
+            t_sub = time.perf_counter()
+            cpu0 = cpu_split(c)
         measured = ids[: args.measure] if args.measure else ids
         reply = wait_done(client, measured, time.monotonic() + 300)
         wall = time.perf_counter() - t0
+        cpu1 = cpu_split(c)
         done = sum(1 for j in reply["jobs"] if j["state"] == "DONE") if reply else 0
         path = critical_path(c.home / "xce.db", measured)
         client.post("/controller/stop", {})
@@ -322,8 +331,12 @@ def drive(args) -> None:
     label = ", ".join(what_if) or "as is"
     n = len(measured)
     behind = f" (the first {n} of {args.jobs} submitted)" if n < args.jobs else ""
-    print(f"\n{n} jobs{behind} ({'one POST each' if args.one_each else 'one batch POST'}), what-if: {label}: "
+    how = ("pending behind two sleepers, timed from their kill; 'submit' is the kill's POST" if args.behind_sleepers
+           else "one POST each" if args.one_each else "one batch POST")
+    print(f"\n{n} jobs{behind} ({how}), what-if: {label}: "
           f"wall {wall:.2f} s = {n / wall:.0f} jobs/s; submit {t_sub - t0:.3f} s; {done} DONE")
+    print("  CPU ms per job from the submit's reply to the last measured job done (whole run's parts): "
+          + "; ".join(f"{k} {1000 * (cpu1.get(k, 0.0) - v) / n:.3f}" for k, v in cpu0.items()))
     ticks = stats.get("Controller.tick", [0, 0.0])[0]
     print(f"  {ticks} ticks (+10 warm-up jobs and the idle ticks are included in the counts below)")
     if path:
@@ -342,6 +355,9 @@ def main() -> int:
     ap.add_argument("--one-each", action="store_true")
     ap.add_argument("--measure", type=int, default=0,
                     help="time only the first M jobs (the rest stay pending: a backlog), then stop")
+    ap.add_argument("--behind-sleepers", action="store_true",
+                    help="as bench/run.py's backlog figure: the --jobs POSTed (1,000 a POST) while two sleepers hold "
+                         "the slots; the clock, the CPU and the step counts start at the sleepers' kill")
     ap.add_argument("--what-if", default="", help=f"comma list of {', '.join(WHAT_IFS)}")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--stats", help=argparse.SUPPRESS)

@@ -175,6 +175,77 @@ def test_the_side_follows_the_set_with_hysteresis_and_a_slow_inline_session_move
         seam.close()
 
 
+def test_a_lowered_bound_rises_back_after_sessions_without_a_slow_one_and_waits_longer_after_a_failed_rise():
+    """Slow inline sessions lower `up`; once sessions are fast again it doubles back to the bounds
+    made with (it used to stay low for the controller's life, every mid-sized set in the worker),
+    and a rise that proves too much again doubles the wait before the next one."""
+    seam = SwitchingScheduler(up=100, down=50, slow=0.0, slow_run=3, timeout=30, background_start=False)
+    seam.rise_after = 4  # sessions in a row without a slow one before a lowered bound doubles
+    c = MiniController(seam)
+    next_id = 1
+
+    def session(size: int) -> None:
+        nonlocal next_id
+        while len(c.pending) < size:
+            c.pending.add(job(next_id, slots=8))  # more than any host has: they all wait
+            next_id += 1
+        while len(c.pending) > size:
+            c.pending.discard(next(iter(c.pending)))
+        c.session()
+
+    try:
+        for size in (10, 11, 12, 13):  # a full session, then three slow ones in a row
+            session(size)
+        assert (seam.up, seam.down) == (12, 6)
+        seam.slow = 10.0  # the machine is calm again: no session is slow now
+        bounds = [(seam.up, seam.down)]
+        for size in range(14, 34):  # a rise after every 4 counted (a full session after a switch is not)
+            session(size)
+            if (seam.up, seam.down) != bounds[-1]:
+                bounds.append((seam.up, seam.down))
+        assert bounds == [(12, 6), (24, 12), (48, 24), (96, 48), (100, 50)]
+        session(40)  # at `down` or fewer: inline again
+        session(90)  # what the made bounds keep inline stays inline
+        assert not seam.in_worker and (seam.up, seam.down) == (100, 50)
+
+        seam.slow = 0.0  # costly again at this size: three slow sessions lower the bound again
+        for size in (91, 92, 93):
+            session(size)
+        assert (seam.up, seam.down) == (92, 46) and seam.rise_after == 8  # the rise failed: wait twice as long
+        seam.slow = 10.0
+        for size in range(94, 101):  # 7 sessions: no rise yet
+            session(size)
+        assert (seam.up, seam.down) == (92, 46)
+        session(101)
+        assert (seam.up, seam.down) == (100, 50)
+    finally:
+        seam.close()
+
+
+def test_the_inline_side_lets_go_of_the_set_when_the_worker_takes_over_and_answers_in_full_when_back():
+    """What the inline side indexed of the pending set is the controller's memory (~2 MB at the
+    4,000-6,000 jobs a switch meets in bench/run.py's rss run): it is dropped at the switch, and
+    the sessions back inline still give the core's answers on the whole snapshot."""
+    seam = SwitchingScheduler(up=4, down=2, slow=None, timeout=30, background_start=False)
+    c = MiniController(seam)
+    try:
+        for job_id in range(1, 4):
+            c.pending.add(job(job_id, slots=8))  # more than any host has: they all wait
+        c.session()
+        assert not seam.in_worker and len(seam._inline._backlog) == 3 and len(seam._inline._sent) == 3
+        for job_id in range(4, 8):
+            c.pending.add(job(job_id, slots=8))
+        c.session()
+        assert seam.in_worker
+        assert len(seam._inline._backlog) == 0 and len(seam._inline._sent) == 0
+        for job_id in range(3, 8):
+            c.pending.discard(job_id)
+        c.session()  # 2 jobs: inline again, afresh (MiniController checks the answer and every reason)
+        assert not seam.in_worker and len(seam._inline._backlog) == 2
+    finally:
+        seam.close()
+
+
 def test_the_worker_first_starts_on_a_thread_of_its_own_and_sessions_stay_inline_until_it_is_up():
     """`send` runs under the controller's lock: the worker's first start (~0.3 s) is not made there."""
     seam = SwitchingScheduler(up=4, down=2, slow=None, timeout=30)

@@ -9,6 +9,7 @@ line to a log on the shared file system: one line per unit is the proof that the
 
 from __future__ import annotations
 
+import concurrent.futures
 import subprocess
 import time
 from pathlib import Path
@@ -156,6 +157,49 @@ def test_a_new_agent_takes_the_spool_from_an_orphan_and_keeps_its_lease(agents, 
     assert 0 < second.hello.extra["lease"] <= 6  # the lease the first agent was granted holds
     assert {u.unit: u.status for u in second.list_units()}[unit] == "running"
     assert second.finished(unit, timeout=30).reason.startswith(REASON)
+
+
+def test_a_grant_replaces_a_longer_lease_an_earlier_controller_left_and_its_units_stop_at_its_end(agents, work):
+    """`xce controller stop` leaves a maintenance lease (an hour by default) in the spool; a cluster
+    started afresh (a new store, the same spool) knows nothing of it. Its grants rule from the
+    first: were the old lease kept, a job the new controller reckons fenced would run on, and run
+    twice once requeued."""
+    first = agents()
+    grant(first, 600)
+    first._channel.close(timeout=1)  # no unit runs: it leaves
+    second = agents()
+    assert second.hello.extra["lease"] > 500  # the earlier lease holds until the first grant
+    reply = grant(second, 4)
+    assert reply["until"] - reply["clock"] <= 4, reply
+    unit = name("shortened")
+    [started] = second.launch([hold(unit, work)])
+    assert started.status == "started", started
+    running(work / f"{unit}.release")
+    assert second.finished(unit, timeout=30).reason.startswith(REASON)
+
+
+def test_a_new_agent_asks_again_until_the_agent_reading_a_dying_channel_hands_the_spool_over(agents, work, host):
+    """A controller that reconnects while its old channel is still open on the host (sshd not yet
+    aware the client went): the old agent, still under its lease, refuses the first ask; once its
+    channel ends it is an orphan, and the next ask takes the spool within the new agent's lock wait
+    (10 s), not the next reconnect."""
+    first = agents()
+    grant(first, 60)
+    unit = name("asked")
+    [reply] = first.launch([hold(unit, work)])
+    assert reply.status == "started"
+    running(work / f"{unit}.release")
+    pid = first.hello.extra["pid"]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        second = pool.submit(agents)
+        time.sleep(2)  # a plain wait: the first ask must meet an agent that still reads its channel
+        assert not second.done() and host_alive(host, pid)
+        first._channel.close(timeout=1)
+        agent = second.result(timeout=30)
+    assert not host_alive(host, pid)
+    assert {u.unit: u.status for u in agent.list_units()}[unit] == "running"
+    (work / f"{unit}.release").touch()
+    assert agent.finished(unit).exit_code == 0
 
 
 @pytest.mark.parametrize("kind", ["plain"], indirect=True)  # a direct systemd unit has no supervisor of ours

@@ -14,8 +14,13 @@ inline session of 2,000 jobs raised the controller's peak RSS with 10,000 pendin
 when the set is larger than `up`, or when `slow_run` inline sessions in a row (full ones aside:
 their cost is known, and is less inline than through the worker's pickling) each took more than
 `slow` seconds of the thread's CPU (many hosts, a costly policy); then `up` drops to that size. It
-comes back at `down` jobs or fewer
-(hysteresis: `down` < `up`, so the side does not flap).
+comes back at `down` jobs or fewer (hysteresis: `down` < `up`, so the side does not flap). A
+lowered bound is a guess from a few sessions (a GC pass, a burst of submissions, a busy core can
+make them slow), so it rises again: after
+`rise_after` sessions in a row with no slow inline one (fast inline sessions, and sessions in the
+worker, whose cost to this thread does not grow with the set), `up` doubles, never past the bounds
+it was made with; each lowering that follows a rise doubles the wait before the next rise (up to
+RISE_CAP), so a cluster whose sessions really are costly pays a probe more and more rarely.
 
 Invariants: the side taking over starts afresh (`resync`: the whole pending set, every reason
 answered, no session skipped on the memory of an earlier answer), so neither side answers from
@@ -39,6 +44,8 @@ from xce_lite.sched.core import Decisions, Snapshot
 UP, DOWN = 1000, 500  # pending jobs: to the worker above UP, back inline at DOWN or fewer
 SLOW = 0.003  # s of the controller thread's CPU for an inline session (not a full one): too long,
 SLOW_RUN = 3  # when that many in a row are (one alone may be a GC pass or a burst of submissions)
+RISE_AFTER = 100  # sessions in a row without a slow inline one: a lowered `up` doubles (module docstring)
+RISE_CAP = 64  # the wait before a rise grows to RISE_AFTER * RISE_CAP sessions at most
 
 
 class SwitchingScheduler:
@@ -46,11 +53,16 @@ class SwitchingScheduler:
     session on the side its size calls for (module docstring). Not thread-safe: the tick alone."""
 
     def __init__(self, up: int = UP, down: int = DOWN, slow: float | None = SLOW, slow_run: int = SLOW_RUN,
-                 timeout: float = 60.0, shortcut: bool = True, background_start: bool = True) -> None:
+                 timeout: float = 60.0, shortcut: bool = True, background_start: bool = True,
+                 rise_after: int = RISE_AFTER) -> None:
         if not 0 <= down < up:
             raise ValueError(f"the scheduler's bounds must be 0 <= down < up (down {down}, up {up})")
         self.up, self.down, self.slow, self.slow_run = up, down, slow, slow_run
+        self._bounds = (up, down)  # as made: a lowered bound rises back to these at most
+        self.rise_after = rise_after  # the wait before the next rise, in sessions (doubles per failed rise)
         self._slow_seen = 0  # inline sessions in a row that took more than `slow`
+        self._fine_seen = 0  # sessions in a row, since the last change of `up`, with no slow inline one
+        self._rose = False  # the last change of `up` was a rise: a lowering now is a failed probe
         self._timeout, self._shortcut = timeout, shortcut
         self._inline = sched_worker.InlineScheduler(shortcut=shortcut)
         self._process: Any = None  # made when the set first passes `down`
@@ -110,6 +122,8 @@ class SwitchingScheduler:
             self.switches += 1
             # the side taking over missed the changes the other one took: it starts afresh
             (self._worker() if to_worker else self._inline).resync()
+            if to_worker:
+                self._inline.let_go()  # what it holds of the set is the controller's memory, idle now
         self._side = self._worker() if to_worker else self._inline
         # an inline session's cost tells something unless it is a full one (known to cost) or skipped
         measure, skipped = not to_worker and not self._inline.full_next, self._inline.skipped
@@ -120,18 +134,44 @@ class SwitchingScheduler:
         """The session's decisions; None if it must be sent again in full (see SchedulerProcess.receive)."""
         side, self._side = self._side, None
         if side is not self._inline:
-            return side.receive() if side is not None else None
+            decisions = side.receive() if side is not None else None
+            if decisions is not None:
+                self._fine()  # the worker's session: its cost to this thread does not grow with the set
+            return decisions
         began = time.thread_time()
         decisions = side.receive()
         if self.slow is None or not self._measure:
             return decisions
-        self._slow_seen = self._slow_seen + 1 if time.thread_time() - began > self.slow else 0
+        if time.thread_time() - began <= self.slow:
+            self._slow_seen = 0
+            self._fine()
+            return decisions
+        self._slow_seen += 1
+        self._fine_seen = 0
         if self._slow_seen >= self.slow_run:
             # this size and more go to the worker from now on (it resyncs at the next send)
             self._slow_seen = 0
-            self.up = max(1, min(self.up, self._size - 1))
+            up = max(1, min(self.up, self._size - 1))
+            if up < self.up:  # (a set past `up` ran inline only while the worker started: no news)
+                if self._rose:  # the last rise was too much: wait longer before the next one
+                    self.rise_after = min(self.rise_after * 2, RISE_AFTER * RISE_CAP)
+                self._rose = False
+            self.up = up
             self.down = min(self.down, self.up // 2)
         return decisions
+
+    def _fine(self) -> None:
+        """A session with no slow inline cost: after `rise_after` in a row, a lowered `up` doubles
+        (never past the bounds made with); the next slow run brings it down again."""
+        if (self.up, self.down) == self._bounds:
+            return
+        self._fine_seen += 1
+        if self._fine_seen < self.rise_after:
+            return
+        self._fine_seen = 0
+        self._rose = True
+        self.up = min(self._bounds[0], self.up * 2)
+        self.down = min(self._bounds[1], self.up // 2) if self.up < self._bounds[0] else self._bounds[1]
 
     def close(self) -> None:
         self._inline.close()

@@ -6,7 +6,10 @@ it counts while the host is suspended, so a host that sleeps through its lease w
 The controller never sends a time of its own: it grants `until` = a reading of this clock that the
 agent sent it (hello, ping, lease replies) + the lease, so no clock sync is assumed and a grant
 that arrives late (a frozen sshd, a stalled network) extends nothing the controller did not
-reckon with. A lease only grows.
+reckon with. Each grant replaces the lease, shorter or longer: grants on one channel arrive in the
+order they were sent, and a controller reckons with the longest lease it ever granted (and stored),
+so a shorter grant only fences its units sooner; a longer lease left by another controller (a store
+started afresh, a maintenance lease) must not outlive the lease the controller of now reckons with.
 
 SPOOL/lease holds it ({"boot", "until", "renewed": when the last grant came, "seconds": its
 length}, replaced atomically at each grant), so that every supervisor (which outlives the agent)
@@ -76,8 +79,9 @@ class HostLease:
         s.lease = read_lease(s.spool, s.boot)
 
     def op_lease(self, req: dict) -> dict:
-        """{until (this host's clock), seconds, boot} -> clock, until (the lease in force): extend
-        the lease to `until` (never shorten it). A grant for another boot is refused."""
+        """{until (this host's clock), seconds, boot} -> clock, until (the lease in force): the lease
+        ends at `until` from now on (see the module docstring: it may shorten it). A grant whose
+        `until` has passed renews nothing; a grant for another boot is refused."""
         from .validate import Refused
 
         s = self.state
@@ -90,12 +94,11 @@ class HostLease:
         assert isinstance(until, (int, float)) and isinstance(seconds, (int, float))  # checked above
         now = clock()
         if until > now:  # else it came too late to count: it renews nothing
-            longest = max(float(until), s.lease[0] if s.lease is not None else until)
             try:
-                write_lease(s.spool, s.boot, longest, now, float(seconds))
+                write_lease(s.spool, s.boot, float(until), now, float(seconds))
             except OSError as exc:
                 raise Refused(f"cannot write {os.path.join(s.spool, LEASE)}: {exc.strerror}") from None
-            s.lease = (longest, now)
+            s.lease = (float(until), now)
             s.lease_acted = False  # a new deadline: enforced when it comes
         return {"clock": now, "until": None if s.lease is None else s.lease[0]}
 

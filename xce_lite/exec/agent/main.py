@@ -16,6 +16,7 @@ from .jsonl import dumps
 from .util import AGENT_UMASK, BIN, UNITS, poke, read_text, shell_quote, write_file
 
 MODES = ("auto", "systemd", "user", "plain")
+HANDOVER_ASK = 1.0  # seconds between two asks to the spool's holder to hand it over
 USAGE = (
     "usage: agent.py serve --spool DIR [--host-name NAME] [--mode auto|systemd|user|plain] [--records unit|agent]\n"
     "                      [--lock-timeout SECONDS] [--journal-limit BYTES]\n"
@@ -67,18 +68,20 @@ def run_as_bytecode(spool: str, argv: list[str], bundle) -> None:
 
 def take_spool_lock(spool: str, timeout: float) -> int:
     """Hold the spool's exclusive lock (one agent per spool); wait up to `timeout` seconds for it.
-    An agent that holds it for no controller (an orphan enforcing a lease) is asked to hand over."""
+    An agent that holds it for no controller (an orphan enforcing a lease) is asked to hand over,
+    and asked again every HANDOVER_ASK seconds: one still reading a dying channel refuses, and hands
+    over only once it sees the channel end (or its lease run out)."""
     fd = os.open(os.path.join(spool, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     deadline = time.monotonic() + timeout
-    asked = False
+    ask_at = 0.0
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
-            if not asked:
+            if time.monotonic() >= ask_at:
                 poke(spool, handover=True)
-                asked = True
+                ask_at = time.monotonic() + HANDOVER_ASK
             if time.monotonic() >= deadline:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
                 raise SystemExit(
