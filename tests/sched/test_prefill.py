@@ -9,7 +9,7 @@ from dataclasses import replace
 from tests.support.sched import G, job, snap
 from xce_lite.sched.core import PendingJob, QueuePolicy, schedule
 from xce_lite.sched.placement import HostView, JobRequest
-from xce_lite.sched.prefill import RunningUnit, queued_reason, successors
+from xce_lite.sched.prefill import QueuedSuccessor, RunningUnit, queued_reason, successors, withdrawals
 from xce_lite.sched.reasons import FrozenMap
 from xce_lite.sched.resreq import parse
 
@@ -73,3 +73,41 @@ def test_none_where_a_rule_is_not_modelled_or_the_host_takes_nothing():
     dispatched_now = snap([HostView("h1", "ok", {"slots": 2, "mem": 8 * G}, {"slots": 1, "mem": 4 * G})],
                           [job(42), job(43)])
     assert chosen(dispatched_now, [unit(1)]) == [(43, 1, "h1")]  # 42 took the free slot: 43 follows unit 1
+
+
+def withdrawn(snapshot, queued) -> list[tuple[int, str]]:
+    """(successor, the host a dispatch would place it on) for what withdrawals() names after a real session."""
+    return [(job_id, p.allocs[0].host) for job_id, p in withdrawals(snapshot, schedule(snapshot), tuple(queued))]
+
+
+def test_a_queued_successor_is_withdrawn_only_where_a_dispatch_could_place_it_now():
+    waiting = [QueuedSuccessor(job(50), "h1", 1), QueuedSuccessor(job(51), "h1", 2)]
+    # every slot busy (the one-host case prefill is for): nothing is free, nobody is withdrawn
+    assert withdrawn(snap([full_host("h1"), full_host("h2")], []), waiting) == []
+    # one slot frees on h2: the first successor in dispatch order takes it, the other stays queued
+    freed = HostView("h2", "ok", {"slots": 2, "mem": 8 * G}, {"slots": 1, "mem": 4 * G})
+    assert withdrawn(snap([full_host("h1"), freed], []), waiting) == [(50, "h2")]
+    # a free slot of its own host counts the same
+    own = HostView("h1", "ok", {"slots": 2, "mem": 8 * G}, {"slots": 1, "mem": 4 * G})
+    assert withdrawn(snap([own], []), waiting[:1]) == [(50, "h1")]
+    # the session's own dispatches come first: a pending job took the free slot
+    assert withdrawn(snap([full_host("h1"), freed], [job(52)]), waiting) == []
+    # it must fit as a dispatch: its select rules and its queue's hosts hold
+    arm = QueuedSuccessor(job(53, R="select[type==arm]"), "h1", 1)
+    assert withdrawn(snap([full_host("h1"), freed], []), [arm]) == []
+    only_h1 = replace(snap([full_host("h1"), freed], []), queues=(QueuePolicy("normal", 30, hosts=frozenset({"h1"})),))
+    assert withdrawn(only_h1, waiting) == []
+    # a closed host's room is nobody's
+    assert withdrawn(snap([full_host("h1"), replace(freed, state="closed")], []), waiting) == []
+
+
+def test_no_withdrawal_while_a_reservation_is_held_or_after_an_incomplete_session():
+    freed = HostView("h2", "ok", {"slots": 2, "mem": 8 * G}, {"slots": 1, "mem": 4 * G})
+    waiting = [QueuedSuccessor(job(60), "h1", 1)]
+    big = PendingJob(61, "alice", "normal", JobRequest(61, 2, None, parse("")))
+    reserving = replace(snap([full_host("h1"), freed], [big]), now=100.0, reserve_after=10.0)
+    assert withdrawn(reserving, waiting) == []  # job 61 holds h2's free slot for itself
+    s = snap([full_host("h1"), freed], [])
+    assert withdrawals(s, None, tuple(waiting))[0][0] == 60  # no session ran (nothing pending): still named
+    incomplete = replace(schedule(s), complete=False)
+    assert withdrawals(s, incomplete, tuple(waiting)) == ()

@@ -18,6 +18,12 @@ Invariants:
 - It names none where the order could not be kept or a rule is not modelled here: while some job
   is old enough to hold a reservation (a successor would take what it waits for), for jobs of
   fair-share queues (their order moves with each dispatch) and while project limits apply.
+
+Withdrawal (`withdrawals`, HyperQueue retracts prefilled tasks the same way): a queued successor
+that a dispatch could place NOW on what is free once the session's dispatches are taken (another
+host, or a free slot of its own host) should not wait behind a unit that may run for hours. It is
+named for withdrawal; the host's answer decides (dropped: PEND again; started first: it runs). On a
+host whose every slot is busy nothing is free, so none is named there.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import attrgetter
 
-from xce_lite.sched.core import Decisions, PendingJob, QueuePolicy, Snapshot, _within_limits
+from xce_lite.sched.core import Decisions, PendingJob, QueuePolicy, Snapshot, _within_limits, take
 from xce_lite.sched.fit import GPUS
 from xce_lite.sched.placement import HostView, place
 from xce_lite.sched.reasons import FrozenMap, Placement, Refusal
@@ -62,6 +68,15 @@ class Successor:
     def reason(self) -> str:
         """Its reason while it waits (stored with the DISP job, shown like any pend reason)."""
         return queued_reason(self.host, self.after)
+
+
+@dataclass(frozen=True)
+class QueuedSuccessor:
+    """A successor waiting in its host's queue: the job as it was dispatched, where, and behind whom."""
+
+    job: PendingJob
+    host: str
+    after: int
 
 
 _ID = attrgetter("id")
@@ -163,3 +178,35 @@ def _inside(host: HostView | None, unit: RunningUnit) -> HostView | None:
     if GPUS in free:
         free[GPUS] = len(unit.gpus)  # its own indices, which it passes on
     return host.with_free(FrozenMap(free), unit.gpus)
+
+
+def withdrawals(snapshot: Snapshot, decisions: Decisions | None,
+                queued: tuple[QueuedSuccessor, ...]) -> tuple[tuple[int, Placement], ...]:
+    """(job id, where a dispatch could place it now) for each queued successor to withdraw.
+
+    `snapshot.hosts` are the session's views (a queued successor holds nothing of its own in them);
+    `decisions` the session's own (None: no session ran), whose dispatches take what they use first.
+    Successors are taken in a dispatch's order, each taking what it would use, so two are never
+    named for one free slot. None while a reservation is held (the free room is kept for the job
+    that holds it), nor after an incomplete session (its dispatches are not all known)."""
+    if not queued or (decisions is not None and not decisions.complete):
+        return ()
+    if decisions is not None and snapshot.reserve_after > 0 and any(
+            RESERVED in reason for reason, _ids in decisions.waiting):
+        return ()
+    hosts = [h for h in snapshot.hosts if h.state == "ok"]
+    shared = snapshot.shared_free
+    for d in decisions.dispatches if decisions is not None else ():
+        hosts, shared = take(hosts, shared, d.placement)
+    queues = {q.name: q for q in snapshot.queues}
+    priority = {name: q.priority for name, q in queues.items()}
+    out: list[tuple[int, Placement]] = []
+    for q in sorted(queued, key=lambda q: (-priority.get(q.job.queue, 0), -q.job.priority, q.job.id)):
+        policy = queues.get(q.job.queue)
+        allowed = [h for h in hosts if policy is None or policy.hosts is None or h.name in policy.hosts]
+        result = place(q.job.request, allowed, shared) if allowed else None
+        if result is None or isinstance(result, Refusal):
+            continue
+        out.append((q.job.id, result))
+        hosts, shared = take(hosts, shared, result)
+    return tuple(out)
