@@ -1,12 +1,15 @@
 """Queued successors end to end (issue 18, prefill): a real controller, its local agents and real
 jobs. A job that fits inside a running job's allocation waits DISP "queued on HOST behind job N" on
 that host and starts when that job ends; kills, a controller killed -9 and a host lost and back,
-in sequence, never run a job twice (each job appends its attempt to a file: counted).
+in sequence, never run a job twice (each job appends its attempt to a file: counted). A successor
+queued behind a long job is withdrawn to room that frees elsewhere, and the host's answer decides
+the race with its start.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -34,6 +37,20 @@ ONE_SLOT = """\
 cluster: tq{pid}
 hosts:
   - {{name: local, slots: 1, mem: 1G}}
+queues:
+  - {{name: normal, default: true}}
+controller:
+  tick: 1s
+  grace: 1s
+  prefill: true
+"""
+
+
+TWO_HOSTS = """\
+cluster: tw{pid}
+hosts:
+  - {{name: a, slots: 1, mem: 1G, tags: [ha]}}
+  - {{name: b, slots: 1, mem: 1G, tags: [hb]}}
 queues:
   - {{name: normal, default: true}}
 controller:
@@ -156,3 +173,46 @@ def test_host_lost_while_a_successor_waits_then_back_runs_nothing_twice():
         c.wait_state(a, {"DONE"}, timeout=60)
         assert runs(c, "b") == ["2"]  # the first attempt never started: its queue was dropped
         assert runs(c, "a") == ["1", "2"]  # the lease stopped the first copy; the requeued one ran
+
+
+def agent_pid(c: Cluster, host: str) -> int:
+    return int((c.home / "spool" / host / ".lock").read_text().split()[0])  # the serving agent's
+
+
+def two_busy_hosts(c: Cluster) -> tuple[int, int, int]:
+    """(long on a, other on b, s): s queued on a behind the long job, both hosts full."""
+    long, other = held(c, "long", "-R", "select[ha]"), held(c, "other", "-R", "select[hb]")
+    c.wait_state(long, {"RUN"}), c.wait_state(other, {"RUN"})
+    s = quick(c, "s")
+    queued(c, s, "a", long)  # units are offered host by host: a's first
+    return long, other, s
+
+
+def test_a_queued_successor_is_withdrawn_to_room_that_frees_elsewhere_and_runs_once():
+    with running_cluster(config=TWO_HOSTS.format(pid=os.getpid())) as c:
+        long, other, s = two_busy_hosts(c)
+        (c.work / "go-other").touch()  # b frees; a's job runs on for as long as it likes
+        done = c.wait_state(s, {"DONE"})
+        assert done["hosts"] == [["b", 1]] and c.job(long)["state"] == "RUN"  # long before the long job ends
+        assert runs(c, "s") == ["2"]  # attempt 1, withdrawn from a's queue, never started
+        assert "withdrawn from host a's queue" in c.ok("hist", str(s))
+        (c.work / "go-long").touch()
+        c.wait_state(long, {"DONE"})
+        assert (runs(c, "long"), runs(c, "other"), runs(c, "s")) == (["1"], ["1"], ["2"])
+        assert c.job(other)["state"] == "DONE"
+
+
+def test_a_withdrawal_that_finds_the_successor_started_leaves_it_running_where_it_is():
+    with running_cluster(config=TWO_HOSTS.format(pid=os.getpid())) as c:
+        long, other, s = two_busy_hosts(c)
+        pid = agent_pid(c, "a")
+        os.kill(pid, signal.SIGSTOP)  # a's agent hears of nothing until the withdrawal waits for it
+        try:
+            (c.work / "go-long").touch()  # a's job ends: its successor's slot is free, unknown to all
+            (c.work / "go-other").touch()  # b frees: the controller withdraws s from a's queue
+            wait_until(lambda: "withdrawn from host a's queue" in c.log_tail(), 30, "the withdrawal to be sent")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        done = c.wait_state(s, {"DONE"})
+        assert done["hosts"] == [["a", 1]]  # it started first: it ran where it was queued
+        assert runs(c, "s") == ["1"] and c.job(long)["state"] == "DONE" and c.job(other)["state"] == "DONE"

@@ -8,6 +8,9 @@ Each successor appends a line to a counter file when it runs, so that "exactly o
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 from pathlib import Path
 
 from tests.support.agent_local import WAIT_JOB, journal, journal_result
@@ -137,3 +140,50 @@ def test_a_killed_successor_ends_unstarted_and_a_killed_predecessor_starts_its_s
     (tmp_path / "go-a").touch()
     agent.finished("a")
     assert runs(tmp_path, "b") == 0 and runs(tmp_path, "s") == 1
+
+
+def test_a_withdrawal_drops_a_queued_unit_unstarted_and_loses_to_a_start(agents, spool, tmp_path):
+    first = agents()
+    first.launch(hold("a", tmp_path), hold("p", tmp_path))
+    first.launch(counted("b", tmp_path, after="a"), counted("s", tmp_path, after="p"))
+    job_pid(spool, "a"), job_pid(spool, "p")
+    assert first.request("withdraw", unit="b")["withdrawn"] is True  # still queued: dropped
+    gone = event(first, "unqueued", "b")
+    assert gone["status"] == "withdrawn" and gone["start_time"] is None
+    assert first.request("list")["queued"] == [{"unit": "s", "after": "p"}]
+    assert first.request("withdraw", unit="b")["withdrawn"] is False  # once only
+    assert first.request("withdraw", unit="nowhere")["withdrawn"] is False
+
+    # the race lost: s started (its predecessor ended) before the withdrawal came; it runs on
+    (tmp_path / "go-p").touch()
+    assert event(first, "unqueued", "s")["status"] == "started"
+    assert first.request("withdraw", unit="s")["withdrawn"] is False
+    assert first.finished("s")["exit_code"] == 0
+
+    # an agent killed -9 after the withdrawal does not bring b back: it is dropped in the journal
+    first.proc.kill()
+    first.close()
+    second = agents()
+    assert "queued" not in second.request("list")
+    (tmp_path / "go-a").touch()
+    second.finished("a")
+    assert runs(tmp_path, "b") == 0 and runs(tmp_path, "s") == 1
+
+
+def test_a_withdrawal_that_comes_after_its_predecessor_ended_finds_it_started(agent, spool, tmp_path):
+    agent.launch(hold("p", tmp_path))
+    agent.launch(counted("s", tmp_path, after="p"))
+    job_pid(spool, "p")
+    os.kill(agent.proc.pid, signal.SIGSTOP)  # the agent has not seen p's end when the withdrawal comes
+    try:
+        (tmp_path / "go-p").touch()
+        wait_until(lambda: journal_result(spool, "p"), 10, "p's result, written by its supervisor")
+        agent.next_id += 1
+        agent.proc.stdin.write(json.dumps({"id": agent.next_id, "op": "withdraw", "unit": "s"}).encode() + b"\n")
+        agent.proc.stdin.flush()
+    finally:
+        os.kill(agent.proc.pid, signal.SIGCONT)
+    assert agent.replies.get(timeout=20)["withdrawn"] is False  # started first: its slot is free here
+    assert event(agent, "unqueued", "s")["status"] == "started"
+    assert agent.finished("s")["exit_code"] == 0
+    assert runs(tmp_path, "s") == 1

@@ -308,14 +308,14 @@ class Controller:
             closing = {f.job_id for f, _event in finishing} | {r.job_id for r in requeues}
             dirty, self.state.dirty = self.state.dirty or bool(closing), False
             closing |= self.prefill.hidden(closing)  # queued successors hold nothing beside their predecessors
-            hosts = self._hosts_now(closing) if dirty and self.state.pending else None
+            hosts = self._hosts_now(closing) if dirty and (self.state.pending or self.state.behind) else None
             shared = self._shared_free(closing) if hosts is not None else None
             if dirty:
                 submit_wake.taken(self.state, hosts)  # a submit wakes the tick again unless these are full
         reasons: dict[int, str | None] = {}
         self.commits.in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
-            session = self._schedule(hosts, shared, now, closing) if hosts is not None else None
+            session = self._schedule(hosts, shared, now, closing) if hosts is not None and self.state.pending else None
             decisions = self.prefill.extend(self.pool_views.reasons(session), hosts, shared, now, closing)
             plans = self.dispatching.plans(decisions) if decisions is not None else []
             reasons = self.dispatching.reasons_to_store(decisions, now)

@@ -9,6 +9,13 @@ tick asks it `hidden(closing)` before its snapshot and `extend(decisions, ...)` 
 the units' part calls `unqueued` (a host's word that a successor left its queue) and `request_of`
 (the launch request with `after`).
 
+Withdrawal (HyperQueue retracts prefilled tasks): after each session, a queued successor that a
+dispatch could place now on free room (sched/prefill.withdrawals) is asked off its host's queue
+(`withdraw_nowait`); the host's answer decides the race: "withdrawn" -> the job is requeued to PEND
+(no retry counted) and dispatched as any; "started" first -> it is RUN where it is. One withdrawal
+in flight per job (`Active.withdrawing`). Only successors queued by this run are withdrawn: after a
+restart a successor's request is not in memory (`requests`), and it waits for its predecessor.
+
 Invariants: no double booking: while its predecessor is active (and not ending in this tick) a
 successor holds nothing of its own in a session's view (`Active.queued`; the predecessor's
 allocation contains it), and once the predecessor ends, the successor's allocation counts.
@@ -24,11 +31,13 @@ from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any
 
+from xce_lite import errors
 from xce_lite.controller.state import NEW, RUNNING, SENT, Active, ControllerState
 from xce_lite.exec.host import LaunchRequest, UnitUnqueued
 from xce_lite.models import EXIT
-from xce_lite.sched.core import Decisions, Dispatch, Snapshot
-from xce_lite.sched.prefill import RunningUnit, successors
+from xce_lite.sched.core import Decisions, Dispatch, PendingJob, Snapshot
+from xce_lite.sched.prefill import QueuedSuccessor, RunningUnit, successors, withdrawals
+from xce_lite.store.jobs import Requeue
 
 _BEHIND = re.compile(r"^queued on \S+ behind job (\d+)$")
 
@@ -47,6 +56,8 @@ class Prefill:
     def __init__(self, state: ControllerState, projects: Any, units: Any, log: Any, enabled: bool = True) -> None:
         self.state, self.projects, self.units, self.log, self.enabled = state, projects, units, log, enabled
         units.on_unqueued, units.request_of = self.unqueued, self.request_of
+        # each successor named by this run, as the session saw it (to withdraw it: its request)
+        self.requests: dict[int, PendingJob] = {}
 
     def hidden(self, closing: AbstractSet[int]) -> set[int]:
         """The successors that hold nothing of their own in this tick's session (their predecessor
@@ -74,8 +85,13 @@ class Prefill:
         with self.state.mu:  # successors that ended, or whose dispatch was declined: all applied by now
             for job_id in [j for j in self.state.behind if j not in self.state.active]:
                 del self.state.behind[job_id]
-        if decisions is None or hosts is None or not self.enabled or not config.prefill or self.state.config.pools:
+            for job_id in [j for j in self.requests if j not in self.state.behind]:
+                del self.requests[job_id]
+        if hosts is None or not self.enabled or not config.prefill or self.state.config.pools:
             return decisions  # (a pool's hosts come and go with their allocations: none queues there)
+        self.withdraw(decisions, hosts, shared, now)
+        if decisions is None:
+            return decisions
         with self.state.mu:
             taken = set(self.state.behind.values())
             # units that run, are on their way, or are dispatched now (their launch goes first, on
@@ -105,15 +121,48 @@ class Prefill:
                 return decisions
             for s in chosen:
                 self.state.behind[s.job_id] = s.after
+                if (job := self.state.pending.get(s.job_id)) is not None:
+                    self.requests[s.job_id] = job
         named = {s.job_id for s in chosen}
         waiting = tuple((reason, kept) for reason, ids in decisions.waiting
                         if (kept := tuple(i for i in ids if i not in named)))
         extra = tuple(Dispatch(s.job_id, s.placement, s.profile_hash) for s in chosen)
         return Decisions(decisions.dispatches + extra, waiting, decisions.complete)
 
+    def withdraw(self, decisions: Decisions | None, hosts: Any, shared: Any, now: float) -> None:
+        """Ask off its host's queue each queued successor that a dispatch could place now on the
+        room `decisions` leave free in `hosts` (the session's views, where it holds nothing)."""
+        with self.state.mu:
+            active = self.state.active
+            queued = tuple(
+                QueuedSuccessor(pending, job.host_of(0), job.after) for job_id, pending in self.requests.items()
+                if (job := active.get(job_id)) is not None and job.queued and job.after is not None
+                and job.status[0] == SENT and not (job.withdrawing or job.ending or job.killed))
+            if not queued:
+                return
+            snapshot = Snapshot(hosts, (), self.state.queue_policies, shared, (), now,
+                                self.state.config.controller.reserve_after)
+            named = withdrawals(snapshot, decisions, queued)
+            asks = []
+            for job_id, placement in named:
+                job = active[job_id]
+                job.withdrawing = True
+                asks.append((job, self.state.hosts.get(job.host_of(0)), placement.allocs[0].host))
+        for job, host, there in asks:  # no commit needed first: nothing changes until the host answers
+            try:
+                if host is None:
+                    raise errors.HostUnreachable(f"host {job.host_of(0)} is not connected")
+                host.withdraw_nowait(job.units[0])
+                self.log(f"job {job.id}: withdrawn from host {job.host_of(0)}'s queue (behind job {job.after}): "
+                         f"room is free on {there}")
+            except errors.HostUnreachable:
+                with self.state.mu:
+                    job.withdrawing = False  # asked again by a later session
+
     def request_of(self, job: Active, request: LaunchRequest) -> LaunchRequest:
         """The launch of `job`'s unit: with `after` while it is a successor of an active job."""
         pred = self.state.active.get(job.after) if job.after is not None else None
+        job.withdrawing = False  # launched again (its host lost a withdrawal's answer): it may be asked again
         if pred is None or request.unit != job.units[0]:
             return request
         return replace(request, after=pred.units[0])
@@ -126,9 +175,16 @@ class Prefill:
         if job is None or index != 0:
             return
         self.state.behind.pop(job.id, None)
-        job.after, job.queued = None, False
-        self.state.dirty = True  # it holds its allocation now; its predecessor's is gone
-        if event.status in ("started", "running"):
+        job.after, job.queued, job.withdrawing = None, False, False
+        self.state.dirty = True  # it holds its allocation now (its predecessor's is gone), or nothing
+        if event.status == "withdrawn":
+            job.status[index] = NEW  # nothing of it is on its host: nothing to stop or forget there
+            if not job.ending:  # back to PEND, dispatched as any (a kill meanwhile wins: kills.kill_wins)
+                job.ending = True
+                self.state.unrecorded_requeues.append(Requeue(
+                    job.id, job.state, f"withdrawn from host {event.host}'s queue: room freed elsewhere"))
+                self.state.wake.set()
+        elif event.status in ("started", "running"):
             units._mark_running(job, index, event.start_time or now)
         elif event.status == "refused" and not job.ending:
             units.end_job(job, EXIT, f"launch refused by host {event.host}: {event.error}", "launch_failed", now)

@@ -63,6 +63,7 @@ class Active:
     # holds nothing of its own now (that job is active and not ending in this tick)
     after: int | None = None
     queued: bool = False
+    withdrawing: bool = False  # asked its host to drop it from the queue; the host's answer decides
 
     @property
     def hosts(self) -> tuple[tuple[str, int], ...]:

@@ -167,6 +167,12 @@ class AgentOps:
             raise ValueError(f"signal {name!r} is not one of {', '.join(SIGNAL_NAMES)}")
         return bool(self._chan().request("signal", unit=unit, signal=name, reason=reason)["found"])
 
+    def withdraw_nowait(self, unit: str) -> None:
+        """Ask the agent to drop a queued successor unstarted and go on: its answer comes as a
+        UnitUnqueued event (status "withdrawn", or "started" if it started first); a lost channel
+        loses nothing (the unit is then listed queued, or not at all, and reconciled)."""
+        self._chan().request_nowait("withdraw", lambda _reply, _error: None, unit=unit)
+
     def list_units(self) -> list[UnitInfo]:
         listed = self._chan().request("list")
         return [

@@ -124,7 +124,8 @@ class UnitFinished:
 @dataclass(frozen=True)
 class UnitUnqueued:
     """A queued successor left its host's queue: "started" (or "running", "finished": adopted),
-    "refused" (error says why), or "dropped" (the host's lease ran out: it never started)."""
+    "refused" (error says why), "dropped" (the host's lease ran out: it never started), or
+    "withdrawn" (the controller asked, withdraw_nowait, before it started)."""
 
     host: str
     unit: str
@@ -237,6 +238,11 @@ class Host(Protocol):
 
     def list_units(self) -> list[UnitInfo]:
         """Every unit the host holds: running, and finished but not yet forgotten."""
+        ...
+
+    def withdraw_nowait(self, unit: str) -> None:
+        """Ask the host to drop a queued successor unstarted; the answer is a UnitUnqueued event
+        (status "withdrawn", or "started" when it started first)."""
         ...
 
     def forget(self, units: list[str], wait: bool = True) -> None:

@@ -34,7 +34,7 @@ from .util import VERSION
 from .validate import Refused
 from .zygote import ZygoteOps
 
-OPS = ("hello", "ping", "launch", "signal", "list", "forget", "read", "tasks", "launch_done", "lease")
+OPS = ("hello", "ping", "launch", "signal", "list", "forget", "read", "tasks", "launch_done", "lease", "withdraw")
 WATCH_INTERVAL = 0.5  # seconds between checks of units this agent did not fork
 COMPACT_RETRY = 50.0  # milliseconds before the next try to compact, when the journal's lock was busy
 
@@ -76,7 +76,7 @@ class Agent:
             "hello": self.reads.op_hello, "ping": self.reads.op_ping, "launch": self.successors.op_launch,
             "signal": self.successors.op_signal, "list": self.reads.op_list, "forget": self.unit_ops.op_forget,
             "read": self.reads.op_read, "tasks": self.tasks.op_tasks, "launch_done": self.tasks.op_launch_done,
-            "lease": self.host_lease.op_lease,
+            "lease": self.host_lease.op_lease, "withdraw": self.successors.op_withdraw,
         }
         self.host_lease.load_lease()
         s.jfd = self.unit_state.open_journal()

@@ -101,6 +101,23 @@ class Successors:
         self.unit_state.emit_finished(unit, result)
         return {"found": True}
 
+    def op_withdraw(self, req: dict) -> dict:
+        """Drop a queued unit unstarted, for the controller to place its job elsewhere (a withdrawal).
+        Whichever comes first, this or its start, decides: dropped -> `dequeued` (fdatasync'ed) and
+        an `unqueued` event status "withdrawn"; started already (or unknown here) -> withdrawn false,
+        and the `unqueued` event that said it started stands. One whose predecessor's end is known
+        by now is started first, not withdrawn: its slot is free here (no round trip lost)."""
+        s = self.state
+        self.unit_state.catch_up()
+        self.tend()
+        unit = req.get("unit")
+        if not (isinstance(unit, str) and unit in s.queued):
+            return {"withdrawn": False}
+        self.unit_state.append(record("dequeued", unit=unit, reason="withdrawn"), sync=True)
+        s.out.append(dumps({"event": "unqueued", "unit": unit, "status": "withdrawn", "start_time": None,
+                            "error": None}))
+        return {"withdrawn": True}
+
     def tend(self) -> None:
         """Once per loop turn, before the turn's lines go out (so a predecessor's `finished` and its
         successor's `unqueued` travel together): at the lease's end drop the queue; else start each
