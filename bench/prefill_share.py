@@ -8,7 +8,8 @@ lines to the agent). Counts, which the machine's load does not move; the wall fi
 
 A throw-away cluster (bench/cluster.py: one local host of 2 slots), warmed with 20 jobs; each run
 is one batch POST of --jobs `true` jobs until all are DONE. A job started as a successor is one
-whose `dispatched` event says `queued` (store/transitions.py). Asserts nothing.
+whose last `dispatched` event says `queued` (store/transitions.py); a withdrawn one (requeued
+from a host's queue to free room, controller/prefilling.py) is counted apart. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -52,12 +53,16 @@ def main(argv: list[str] | None = None) -> int:
             ms = 1000 * (used.user + used.system - cpu.user - cpu.system) / args.jobs
             store = JobStore(c.home / "xce.db", readonly=True)  # Home.store
             try:
-                queued = sum(any(kind == "dispatched" and data and "queued" in data
-                                 for _t, kind, data in store.events(job_id)) for job_id in ids)
+                queued = withdrawn = 0
+                for job_id in ids:  # its last dispatch queued it (a withdrawn one was dispatched again)
+                    history = store.events(job_id)
+                    dispatches = [data for _t, kind, data in history if kind == "dispatched"]
+                    queued += bool(dispatches and dispatches[-1] and "queued" in dispatches[-1])
+                    withdrawn += any(kind == "requeued" and "withdrawn" in str(data) for _t, kind, data in history)
             finally:
                 store.close()
             print(f"run {run + 1}: {args.jobs / wall:.0f} jobs/s; started as queued successors {queued} of "
-                  f"{args.jobs}; controller CPU per job {ms:.2f} ms, its writes per job "
+                  f"{args.jobs}, withdrawn {withdrawn}; controller CPU per job {ms:.2f} ms, its writes per job "
                   f"{(controller.io_counters()[1] - writes) / args.jobs:.2f}", flush=True)
             time.sleep(1)
     finally:
