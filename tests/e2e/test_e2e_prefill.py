@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import signal
 from contextlib import AbstractContextManager
-from pathlib import Path
 
 from tests.support.cluster import Cluster, HostOutage, hosts_of, running_cluster
+from tests.support.prefill import agent_pid, held, queued, quick, runs, two_busy_hosts
 from tests.support.waiting import wait_until
 
 
@@ -62,30 +62,6 @@ controller:
 
 def one_slot() -> AbstractContextManager[Cluster]:
     return running_cluster(config=ONE_SLOT.format(pid=os.getpid()))
-
-
-def held(c: Cluster, name: str, *options: str) -> int:
-    """A job that appends its attempt to work/NAME.runs, then runs until work/go-NAME exists."""
-    runs, go = c.work / f"{name}.runs", c.work / f"go-{name}"
-    return c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {runs}; while [ ! -e {go} ]; do sleep 0.05; done',
-                    options=options)
-
-
-def quick(c: Cluster, name: str, *options: str) -> int:
-    """A job that appends its attempt and the time to work/NAME.runs and ends."""
-    return c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {c.work / f"{name}.runs"}', options=options)
-
-
-def runs(c: Cluster, name: str) -> list[str]:
-    path: Path = c.work / f"{name}.runs"
-    return path.read_text().split() if path.exists() else []
-
-
-def queued(c: Cluster, job_id: int, host: str, after: int) -> dict:
-    """Wait until `job_id` is DISP queued on `host` behind `after`; its row."""
-    want = f"queued on {host} behind job {after}"
-    return wait_until(lambda: (j := c.job(job_id))["state"] == "DISP" and j["pend_reason"] == want and j,
-                      30, f"job {job_id} to be {want}")
 
 
 def test_successors_start_in_order_as_each_predecessor_ends_and_run_once():
@@ -173,19 +149,6 @@ def test_host_lost_while_a_successor_waits_then_back_runs_nothing_twice():
         c.wait_state(a, {"DONE"}, timeout=60)
         assert runs(c, "b") == ["2"]  # the first attempt never started: its queue was dropped
         assert runs(c, "a") == ["1", "2"]  # the lease stopped the first copy; the requeued one ran
-
-
-def agent_pid(c: Cluster, host: str) -> int:
-    return int((c.home / "spool" / host / ".lock").read_text().split()[0])  # the serving agent's
-
-
-def two_busy_hosts(c: Cluster) -> tuple[int, int, int]:
-    """(long on a, other on b, s): s queued on a behind the long job, both hosts full."""
-    long, other = held(c, "long", "-R", "select[ha]"), held(c, "other", "-R", "select[hb]")
-    c.wait_state(long, {"RUN"}), c.wait_state(other, {"RUN"})
-    s = quick(c, "s")
-    queued(c, s, "a", long)  # units are offered host by host: a's first
-    return long, other, s
 
 
 def test_a_queued_successor_is_withdrawn_to_room_that_frees_elsewhere_and_runs_once():
