@@ -12,6 +12,7 @@ import os
 import signal
 from contextlib import AbstractContextManager
 
+from tests.support.agent_local import journal_result
 from tests.support.cluster import Cluster, HostOutage, hosts_of, running_cluster
 from tests.support.prefill import agent_pid, held, queued, quick, runs, two_busy_hosts
 from tests.support.waiting import wait_until
@@ -172,6 +173,8 @@ def test_a_withdrawal_that_finds_the_successor_started_leaves_it_running_where_i
         os.kill(pid, signal.SIGSTOP)  # a's agent hears of nothing until the withdrawal waits for it
         try:
             (c.work / "go-long").touch()  # a's job ends: its successor's slot is free, unknown to all
+            unit = c.job(long)["unit"]
+            wait_until(lambda: journal_result(c.home / "spool" / "a", unit), 30, "the long job's result on a")
             (c.work / "go-other").touch()  # b frees: the controller withdraws s from a's queue
             wait_until(lambda: "withdrawn from host a's queue" in c.log_tail(), 30, "the withdrawal to be sent")
         finally:
