@@ -182,3 +182,27 @@ def test_a_withdrawal_that_finds_the_successor_started_leaves_it_running_where_i
         done = c.wait_state(s, {"DONE"})
         assert done["hosts"] == [["a", 1]]  # it started first: it ran where it was queued
         assert runs(c, "s") == ["1"] and c.job(long)["state"] == "DONE" and c.job(other)["state"] == "DONE"
+
+
+def test_a_successor_whose_predecessor_ended_before_its_launch_came_starts_at_once_and_takes_a_successor():
+    """The race behind a test that once timed out: b's launch reaches its host after a ended, so
+    the host starts b at once and says so in the launch reply (no `unqueued`); d, waiting, must
+    still become b's successor while b runs (prefilling.hidden wakes a session for it)."""
+    with one_slot() as c:
+        a = held(c, "a")
+        c.wait_state(a, {"RUN"})
+        pid = agent_pid(c, "local")
+        os.kill(pid, signal.SIGSTOP)  # b's launch waits in the channel
+        try:
+            b, d = held(c, "b"), held(c, "d")
+            queued(c, b, "local", a)
+            (c.work / "go-a").touch()
+            unit = c.job(a)["unit"]
+            wait_until(lambda: journal_result(c.home / "spool" / "local", unit), 30, "a's result in the journal")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        c.wait_state(b, {"RUN"})
+        queued(c, d, "local", b)
+        (c.work / "go-b").touch(), (c.work / "go-d").touch()
+        c.wait_state(d, {"DONE"})
+        assert (runs(c, "a"), runs(c, "b"), runs(c, "d")) == (["1"], ["1"], ["1"])

@@ -72,6 +72,10 @@ class Prefill:
                 if job.status[0] == RUNNING:  # it started (adopted after a restart, or its reply came first)
                     del self.state.behind[job_id]
                     job.after, job.queued = None, False
+                    # it may take a successor of its own now; nothing else may mark the state dirty
+                    # before it ends (its launch reply came after its predecessor's end: no unqueued)
+                    self.state.dirty = True
+                    self.state.wake.set()
                     continue
                 job.queued = pred in active and pred not in closing and not active[pred].ending
                 if job.queued:
