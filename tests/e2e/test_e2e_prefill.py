@@ -72,6 +72,10 @@ def test_successors_start_in_order_as_each_predecessor_ends_and_run_once():
         b, d = held(c, "b"), quick(c, "d")
         row = queued(c, b, "local", a)
         assert "queued on local behind job" in c.ok("jobs", "-l", str(b))
+        assert f"queued on local behind job {a}" in c.ok("jobs", "-p")  # it waits: listed with its reason
+        stop = c.xce("suspend", str(b))  # nothing runs to stop: refused, saying what to do instead
+        assert stop.returncode != 0 and "has not started" in stop.stdout + stop.stderr, stop
+        assert f"xce requeue --hold {b}" in stop.stdout + stop.stderr
         assert c.job(d)["state"] == "PEND" and runs(c, "b") == []  # one successor per unit; b waits, unstarted
         (c.work / "go-a").touch()
         c.wait_state(b, {"RUN"})
@@ -206,3 +210,20 @@ def test_a_successor_whose_predecessor_ended_before_its_launch_came_starts_at_on
         (c.work / "go-b").touch(), (c.work / "go-d").touch()
         c.wait_state(d, {"DONE"})
         assert (runs(c, "a"), runs(c, "b"), runs(c, "d")) == (["1"], ["1"], ["1"])
+
+
+def test_a_queued_successor_held_by_requeue_hold_never_starts_there_and_runs_once_released():
+    with one_slot() as c:
+        a = held(c, "a")
+        c.wait_state(a, {"RUN"})
+        b = quick(c, "b")
+        queued(c, b, "local", a)
+        c.ok("requeue", "--hold", str(b))  # what a refused suspend suggests: out of a's queue, held
+        c.wait_state(b, {"PSUSP"})
+        (c.work / "go-a").touch()
+        c.wait_state(a, {"DONE"})
+        c.ok("hosts")  # one more round trip: b did not start behind a
+        assert c.job(b)["state"] == "PSUSP" and runs(c, "b") == []
+        c.ok("release", str(b))
+        c.wait_state(b, {"DONE"})
+        assert runs(c, "b") == ["2"]  # the held attempt never started
