@@ -213,7 +213,7 @@ class JobActions:
         for job in (j for _label, jobs, _whole in self.owned_refs(caller, body) for j in jobs):
             if job.state == DISP and (job.pend_reason or "").startswith("queued on "):  # prefilling.py
                 results.append({"id": job.id, "ok": False, "message": (
-                    f"Job <{job.id}> is {job.pend_reason} and has not started: nothing to {signal.lower()}; "
+                    f"Job <{job.id}> is {job.pend_reason} and has not started: nothing to {event[:-1]}; "
                     f"`xce requeue --hold {job.id}` holds it (PSUSP), `xce kill {job.id}` drops it")})
                 continue
             job = self._start_stored(job) if job.state == DISP and event == "suspended" else job
