@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from tests.support.agent_local import journal_result
 from tests.support.cluster import Cluster, HostOutage, hosts_of, running_cluster
 from tests.support.prefill import held, queued, quick, runs
 from tests.support.trust import history
@@ -92,3 +93,31 @@ def test_a_queued_successor_killed_while_its_host_is_out_of_reach_then_restart_t
         assert runs(c, "s1") == [] and runs(c, "p1") == ["1", "2"]
         assert c.job(s1)["state"] == "EXIT" and "requeued" not in history(c, s1)
         assert "started" not in history(c, s1)
+
+
+LEASE_ONLY = PREFILL_HOSTS.replace("host_lost_after: 12s", "host_lost_after: 10m").replace("lease: 10s", "lease: 4s")
+
+
+def test_a_lease_that_runs_out_while_a_successor_waits_drops_it_unstarted_and_it_runs_once_after():
+    """Host a out of reach past its lease, never long enough to be lost: its job stops itself, the
+    next agent drops the queue (lease ran out), the controller launches the successor again once
+    it renewed the lease, and requeues the stopped job; each runs once more at most."""
+    with running_cluster(config=LEASE_ONLY.format(pid=os.getpid())) as c:
+        p1 = held(c, "p1", "-R", "select[ha]")
+        c.wait_state(p1, {"RUN"})
+        s1 = quick(c, "s1", "-R", "select[ha]")
+        queued(c, s1, "a", p1)
+        unit = c.job(p1)["unit"]
+        with HostOutage(c, "a"):
+            wait_until(lambda: hosts_of(c)["a"]["state"] == "unreach", 30, "host a to show unreach")
+            result = wait_until(lambda: journal_result(c.home / "spool" / "a", unit), 60,
+                                "p1 to stop itself when a's lease runs out")
+            assert "lease" in result["reason"], result
+            assert c.job(s1)["state"] == "DISP" and runs(c, "s1") == []  # out of reach, not lost
+        wait_until(lambda: hosts_of(c)["a"]["state"] == "ok", 60, "host a to come back")
+        c.wait_state(s1, {"DONE"}, timeout=60)
+        c.wait_state(p1, {"RUN"}, timeout=60)  # requeued after its lease stopped it: attempt 2
+        (c.work / "go-p1").touch()
+        c.wait_state(p1, {"DONE"})
+        assert runs(c, "s1") == ["1"] and runs(c, "p1") == ["1", "2"]
+        assert "requeued" in history(c, p1) and "requeued" not in history(c, s1)
