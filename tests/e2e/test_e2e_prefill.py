@@ -180,7 +180,7 @@ def test_a_withdrawal_that_finds_the_successor_started_leaves_it_running_where_i
             unit = c.job(long)["unit"]
             wait_until(lambda: journal_result(c.home / "spool" / "a", unit), 30, "the long job's result on a")
             (c.work / "go-other").touch()  # b frees: the controller withdraws s from a's queue
-            wait_until(lambda: "withdrawn from host a's queue" in c.log_tail(), 30, "the withdrawal to be sent")
+            wait_until(lambda: "withdrawing it from host a's queue" in c.log_tail(), 30, "the withdrawal to be sent")
         finally:
             os.kill(pid, signal.SIGCONT)
         done = c.wait_state(s, {"DONE"})

@@ -157,7 +157,7 @@ class Prefill:
                 if host is None:
                     raise errors.HostUnreachable(f"host {job.host_of(0)} is not connected")
                 host.withdraw_nowait(job.units[0])
-                self.log(f"job {job.id}: withdrawn from host {job.host_of(0)}'s queue (behind job {job.after}): "
+                self.log(f"job {job.id}: withdrawing it from host {job.host_of(0)}'s queue (behind job {job.after}): "
                          f"room is free on {there}")
             except errors.HostUnreachable:
                 with self.state.mu:
