@@ -170,6 +170,20 @@ def test_a_queued_successor_is_withdrawn_to_room_that_frees_elsewhere_and_runs_o
         assert c.job(other)["state"] == "DONE"
 
 
+def test_a_successor_recovered_by_a_restarted_controller_is_withdrawn_all_the_same():
+    with running_cluster(config=TWO_HOSTS.format(pid=os.getpid())) as c:
+        long, _other, s = two_busy_hosts(c)
+        c.kill9_controller()
+        c.start()
+        queued(c, s, "a", long)  # recovered from its stored reason, its request merged again
+        (c.work / "go-other").touch()
+        done = c.wait_state(s, {"DONE"})
+        assert done["hosts"] == [["b", 1]] and c.job(long)["state"] == "RUN" and runs(c, "s") == ["2"]
+        (c.work / "go-long").touch()
+        c.wait_state(long, {"DONE"})
+        assert runs(c, "long") == runs(c, "other") == ["1"]
+
+
 def test_a_withdrawal_that_finds_the_successor_started_leaves_it_running_where_it_is():
     with running_cluster(config=TWO_HOSTS.format(pid=os.getpid())) as c:
         long, other, s = two_busy_hosts(c)

@@ -13,8 +13,8 @@ Withdrawal (HyperQueue retracts prefilled tasks): after each session, a queued s
 dispatch could place now on free room (sched/prefill.withdrawals) is asked off its host's queue
 (`withdraw_nowait`); the host's answer decides the race: "withdrawn" -> the job is requeued to PEND
 (no retry counted) and dispatched as any; "started" first -> it is RUN where it is. One withdrawal
-in flight per job (`Active.withdrawing`). Only successors queued by this run are withdrawn: after a
-restart a successor's request is not in memory (`requests`), and it waits for its predecessor.
+in flight per job (`Active.withdrawing`). A restart rebuilds a successor's request from its row
+(recovery.py), so one recovered queued is withdrawn as well.
 
 Invariants: no double booking: while its predecessor is active (and not ending in this tick) a
 successor holds nothing of its own in a session's view (`Active.queued`; the predecessor's
@@ -35,7 +35,7 @@ from xce_lite import errors
 from xce_lite.controller.state import NEW, RUNNING, SENT, Active, ControllerState
 from xce_lite.exec.host import LaunchRequest, UnitUnqueued
 from xce_lite.models import EXIT
-from xce_lite.sched.core import Decisions, Dispatch, PendingJob, Snapshot
+from xce_lite.sched.core import Decisions, Dispatch, Snapshot
 from xce_lite.sched.prefill import QueuedSuccessor, RunningUnit, successors, withdrawals
 from xce_lite.store.jobs import Requeue
 
@@ -56,8 +56,7 @@ class Prefill:
     def __init__(self, state: ControllerState, projects: Any, units: Any, log: Any, enabled: bool = True) -> None:
         self.state, self.projects, self.units, self.log, self.enabled = state, projects, units, log, enabled
         units.on_unqueued, units.request_of = self.unqueued, self.request_of
-        # each successor named by this run, as the session saw it (to withdraw it: its request)
-        self.requests: dict[int, PendingJob] = {}
+        self.requests = state.behind_requests  # each successor's request (to withdraw it); recovery.py too
 
     def hidden(self, closing: AbstractSet[int]) -> set[int]:
         """The successors that hold nothing of their own in this tick's session (their predecessor
@@ -137,11 +136,14 @@ class Prefill:
         """Ask off its host's queue each queued successor that a dispatch could place now on the
         room `decisions` leave free in `hosts` (the session's views, where it holds nothing)."""
         with self.state.mu:
-            active = self.state.active
+            active, unsent = self.state.active, set(self.units.to_launch)
+            # on its host: launched (SENT), or listed queued there after a restart (NEW: reconcile
+            # leaves it as it is), not one whose launch is still to go
             queued = tuple(
                 QueuedSuccessor(pending, job.host_of(0), job.after) for job_id, pending in self.requests.items()
-                if (job := active.get(job_id)) is not None and job.queued and job.after is not None
-                and job.status[0] == SENT and not (job.withdrawing or job.ending or job.killed))
+                if pending.blocked is None and (job := active.get(job_id)) is not None and job.queued
+                and job.after is not None and not (job.withdrawing or job.ending or job.killed)
+                and (job.status[0] == SENT or (job.status[0] == NEW and job.units[0] not in unsent)))
             if not queued:
                 return
             snapshot = Snapshot(hosts, (), self.state.queue_policies, shared, (), now,

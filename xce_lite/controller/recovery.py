@@ -51,6 +51,8 @@ def load(state: ControllerState, store: Any, clock: Clock, log: Callable[[str], 
                             since=job.start_time or clock.time())
             if job.state == DISP and (pred := behind_of(job.pend_reason)) is not None:
                 state.behind[job.id] = active.after = pred  # a queued successor (prefilling.py)
+                state.behind_requests[job.id] = gating.pending_job(job.id, job.user, job.queue, job.spec,
+                                                                   job.submit_time)
             units.add_active(dispatching.with_workflow(active, job.array_id, job.effective))
             if active.killed:  # sent again: the first may never have reached the host (kills.py)
                 kills.mark(job.id, active.killed)

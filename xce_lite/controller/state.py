@@ -25,7 +25,7 @@ from xce_lite.controller.active import ActiveJobs
 from xce_lite.controller.pending_set import PendingSet
 from xce_lite.exec.host import JobResult
 from xce_lite.models import Job
-from xce_lite.sched.core import QueuePolicy
+from xce_lite.sched.core import PendingJob, QueuePolicy
 from xce_lite.sched.placement import HostView
 from xce_lite.sched.projects import Projects
 from xce_lite.sched.reasons import HostAlloc
@@ -116,6 +116,8 @@ class ControllerState:
     by_unit: dict[str, tuple[int, int]] = field(default_factory=dict)  # unit -> (job id, index)
     draining: dict[str, Draining] = field(default_factory=dict)
     behind: dict[int, int] = field(default_factory=dict)  # successor job -> its predecessor (prefilling.py)
+    # a successor's request as a dispatch sees it (to withdraw it to free room: prefilling.py)
+    behind_requests: dict[int, PendingJob] = field(default_factory=dict)
     # hosts
     links: dict[str, Any] = field(default_factory=dict)  # host -> its HostLink (exec/link.py)
     hosts: dict[str, Any] = field(default_factory=dict)  # host name -> its connected Host
