@@ -170,6 +170,13 @@ def report(bench: BenchCluster, ledger: Path, tally: Tally, acked: list[int], al
     try:
         every = store.jobs(None, include_finished=True)
         integrity = store.integrity(full=True)
+        # prefill (controller/prefilling.py): how many jobs waited queued behind another on its host
+        # (a dispatch that says so), and how many of those were withdrawn to room elsewhere
+        histories = [store.events(job.id) for job in every]
+        queued = sum(any(kind == "dispatched" and data and "queued" in data for _t, kind, data in h)
+                     for h in histories)
+        withdrawn = sum(any(kind == "requeued" and "withdrawn" in str(data) for _t, kind, data in h)
+                        for h in histories)
     finally:
         store.close()
     stored_ids = {job.id for job in every}
@@ -212,6 +219,7 @@ def report(bench: BenchCluster, ledger: Path, tally: Tally, acked: list[int], al
     print(f"  refused before sending, stored:    {sum(copies[t] for t in refused)} (of {len(refused)})")
     print(f"  requests that left two copies:     {len(duplicated)}")
     print(f"  PRAGMA integrity_check:            {integrity}")
+    print(f"  queued behind a job (prefill):     {queued} jobs; withdrawn to free room: {withdrawn}")
     broken = (lost or ran_twice or same_attempt_twice or never_ran or duplicated or integrity != "ok"
               or any(copies[t] != 1 for t in cut) or sum(copies[t] for t in refused) or not all_finished)
     print("  promises: " + ("BROKEN" if broken else "kept"))

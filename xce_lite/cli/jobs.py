@@ -19,7 +19,7 @@ from xce_lite.quantities import format_duration, format_size
 @click.option("-a", "show_all", is_flag=True, help="Include finished jobs.")
 @click.option("-l", "long", is_flag=True, help="Every field of each job.")
 @click.option("-p", "pending", is_flag=True, help="Pending jobs only, each with why it waits (unmet dependencies "
-                                                   "by name and state).")
+                                                   "by name and state), and jobs queued on a host behind another.")
 @click.option("-u", "user", help="This user's jobs; `all` for everyone's (default: yours).")
 @click.option("-P", "project", metavar="PATH", help="Jobs of this project only (lab/vision; see `xce projects`).")
 @click.option("--elements", is_flag=True, help="Each element of an array (42[7]), not one line per array.")
@@ -35,7 +35,7 @@ def jobs(ctx, show_all, long, pending, user, project, elements, as_json, ids) ->
     reply = client(ctx).get("/jobs", ids=",".join(ids) or None, all=show_all, user=user, project=project,
                              effective=long or None, history=long or None, elements=elements or pending or None)
     if pending:
-        reply["jobs"] = [j for j in reply["jobs"] if j["state"] in ("PEND", "PSUSP")]
+        reply["jobs"] = [j for j in reply["jobs"] if j["state"] in ("PEND", "PSUSP") or _queued(j)]
         reply["arrays"] = []
     if as_json:
         click.echo(json.dumps(reply, indent=2))
@@ -57,6 +57,11 @@ def jobs(ctx, show_all, long, pending, user, project, elements, as_json, ids) ->
     lines = [(job["id"], _row(job)) for job in reply["jobs"]] + [(a["id"], _array_row(a)) for a in reply["arrays"]]
     rows.extend(row for _id, row in sorted(lines, key=lambda pair: pair[0]))
     _table(rows)
+
+
+def _queued(job: dict) -> bool:
+    """A queued successor (prefill): DISP on its host behind another job, not started; it waits too."""
+    return job["state"] == "DISP" and (job.get("pend_reason") or "").startswith("queued on ")
 
 
 def display(job: dict) -> str:
@@ -133,7 +138,7 @@ def _long(job: dict) -> str:
     if job.get("retry") or job.get("retries"):
         lines.append(f"  Attempt: {job['attempt']}   Retries: {job['retries']}" +
                      (f" of {job['retry']}" if job.get("retry") is not None else ""))
-    if job["pend_reason"] and job["state"] == "PEND":
+    if job["pend_reason"] and job["state"] in ("PEND", "DISP"):  # DISP: a queued successor (prefill)
         lines.append(f"  Pending: {job['pend_reason']}")
     if job.get("fairshare"):
         lines.append(f"  Fair share: {fair_share_line(job['fairshare'])}")

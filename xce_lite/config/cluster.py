@@ -110,6 +110,10 @@ class ControllerConfig(StrictModel):
     # A submission's request id is remembered this long, so that a client's retry after a lost
     # reply is answered with what the first try stored (clients retry for seconds, a minute at most).
     keep_requests: Seconds = Field(default=86400.0, gt=0)
+    # Prefill: a job that fits inside a running job's allocation on its host is sent there queued
+    # behind it, and starts the moment it ends, without waiting for the controller (HyperQueue's
+    # prefill). At most one per running job; off: a freed slot waits for the next session.
+    prefill: bool = True
 
     @model_validator(mode="after")
     def _archive_outlives_live(self) -> ControllerConfig:

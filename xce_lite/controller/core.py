@@ -78,6 +78,7 @@ from xce_lite.controller.kill_marks import KillMarks
 from xce_lite.controller.kills import kill_wins
 from xce_lite.controller.leasework import HostLeases
 from xce_lite.controller.links import HostLinks
+from xce_lite.controller.prefilling import Prefill
 from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.pool_views import PoolViews
@@ -151,6 +152,7 @@ class Controller:
                                       lambda moves, verb, why: self.actions.move_pending(moves, verb, why))
         self.units = Units(state, self.store, self._clock, self.log, self._events, self._hostops, self.kills,
                            self.leases, self.launches, self.faults)  # what runs where (unitwork.py)
+        self.prefill = Prefill(state, self.projects, self.units, self.log, seams.prefill)  # queued successors
         self.pools = Pools(state, self.pool_records, self.pool_views, self.store, home, self._clock, self.log,
                            self._events, self._hosts_now, self.units.unit_finished, self.units.end_job)
         self.dispatching = Dispatching(state, self.store, self._clock, self.log, self.gating, self.projects,
@@ -305,15 +307,16 @@ class Controller:
             events, self.state.host_hook_events = self.state.host_hook_events, []
             closing = {f.job_id for f, _event in finishing} | {r.job_id for r in requeues}
             dirty, self.state.dirty = self.state.dirty or bool(closing), False
-            hosts = self._hosts_now(closing) if dirty and self.state.pending else None
+            closing |= self.prefill.hidden(closing)  # queued successors hold nothing beside their predecessors
+            hosts = self._hosts_now(closing) if dirty and (self.state.pending or self.state.behind) else None
             shared = self._shared_free(closing) if hosts is not None else None
             if dirty:
                 submit_wake.taken(self.state, hosts)  # a submit wakes the tick again unless these are full
         reasons: dict[int, str | None] = {}
         self.commits.in_commit = len(finishing) + len(started) + len(requeues) + len(events)
         try:
-            session = self._schedule(hosts, shared, now, closing) if hosts is not None else None
-            decisions = self.pool_views.reasons(session)
+            session = self._schedule(hosts, shared, now, closing) if hosts is not None and self.state.pending else None
+            decisions = self.prefill.extend(self.pool_views.reasons(session), hosts, shared, now, closing)
             plans = self.dispatching.plans(decisions) if decisions is not None else []
             reasons = self.dispatching.reasons_to_store(decisions, now)
             alone = not (finishing or plans or reasons or requeues or cancels or events)
@@ -355,6 +358,7 @@ class Controller:
         """What is free on each host; of jobs in `closing` (ending in this tick) only the units that
         still run hold anything (they drain: stopped, holding their resources until they end)."""
         draining = ((d.job_id, d.alloc) for d in self.state.draining.values())
+        closing = closing | self.prefill.hidden(closing)  # prefilling.py: no double booking
         allocs = self.state.active.allocs_by_host(closing, _still_runs, draining)  # kept as jobs come and go
         return self._hosts_view.of(self.state.host_totals, self.faults.scheduler_states(), allocs)
 
@@ -388,7 +392,7 @@ class Controller:
 
 def _still_runs(job: Active, index: int) -> bool:
     """Of a job ending in this tick, whether its unit `index` may still run (it holds its share)."""
-    return job.status[index] in (SENT, RUNNING)
+    return job.status[index] in (SENT, RUNNING) and not job.queued  # a queued one holds its predecessor's
 
 
 def _log(message: str) -> None:

@@ -24,6 +24,7 @@ from xce_lite.controller.seams import Clock
 from xce_lite.controller.state import NEW, Active, ControllerState, LaunchWith
 from xce_lite.models import DISP, PEND, Job, JobSpec, unit_name
 from xce_lite.sched.core import Decisions
+from xce_lite.sched.prefill import queued_reason
 from xce_lite.store.jobs import Finish, Plan, Requeue, TickRecord
 
 
@@ -86,12 +87,14 @@ class Dispatching:
             unit = unit_name(self.state.cluster, d.job_id, attempt, 0)
             holding = Holding.of(d.placement)
             # the merge's JSON is shared by the plans of one (spec, queue): nothing changes a plan's
-            plan = Plan(d.job_id, attempt, [list(h) for h in d.hosts], unit, holding.to_json(), memo[2])
+            pred = self.state.behind.get(d.job_id)  # a queued successor (prefilling.py)
+            reason = None if pred is None else queued_reason(d.hosts[0][0], pred)
+            plan = Plan(d.job_id, attempt, [list(h) for h in d.hosts], unit, holding.to_json(), memo[2], reason)
             plans.append(plan)
             # the row as this dispatch stores it: its launch reads nothing back (unitwork `_launch`)
             self.planned[d.job_id] = LaunchWith(
                 _with(job, state=DISP, attempt=attempt, hosts=tuple((h, n) for h, n in d.hosts), unit=unit,
-                      alloc=plan.alloc, effective=plan.effective, pend_reason=None), declined, holding)
+                      alloc=plan.alloc, effective=plan.effective, pend_reason=reason), declined, holding)
         return plans
 
     def _merged_now(self) -> dict[tuple[int, str], tuple[JobSpec, Effective | str, dict | None]]:
@@ -201,7 +204,7 @@ class Dispatching:
                     else Holding.from_json(plan.alloc, ())
                 active = Active(job_id, pending.user, pending.queue, DISP, attempt, holding, units, [NEW] * len(units),
                                 retries=self.state.retries.pop(job_id, 0), project=pending.project,
-                                since=self.clock.time(), launch_with=carried)
+                                since=self.clock.time(), launch_with=carried, after=self.state.behind.get(job_id))
                 effective = carried.effective if carried is not None else plan.effective
                 self.add_active(self.with_workflow(active, self.gating.array_of.get(job_id), effective))
                 self.launch_later(units)

@@ -175,6 +175,7 @@ def reconcile(listed: Iterable[UnitInfo], expected: Mapping[str, Expected]) -> R
     - a listed unit that runs is adopted if it belongs to an active job; running for a job that
       ended or was requeued (draining), or for no job at all (a copy from before a host was
       declared lost, or from a store restored from a backup), it is stopped;
+    - a listed unit still queued behind another (prefill) is left to start there, if expected;
     - an expected unit the host does not list is launched if it never ran (the launch may not have
       reached the host; its name makes the launch safe to repeat), and has vanished if it did;
       a draining unit not listed is gone (nothing holds its resources any more).
@@ -189,8 +190,10 @@ def reconcile(listed: Iterable[UnitInfo], expected: Mapping[str, Expected]) -> R
                 result.finished.append((info.unit, info.result))
             else:
                 result.forget.append(info.unit)
+        elif info.status == "queued" and want is not None and not want.draining:
+            continue  # a successor waiting behind a unit on its host (prefill): launched, not started
         elif want is None or want.draining:
-            result.stale.append(info.unit)
+            result.stale.append(info.unit)  # a queued one too: a stop drops it from its host's queue
         else:
             result.running.append((info.unit, info.start_time))
     for unit, want in expected.items():

@@ -110,6 +110,9 @@ class Seams:
     link_factory: Callable[..., Any] = HostLink  # (name, factory, events, log, backoff_max=) -> link
     hostops_factory: Callable[[Any], Any] = _real_hostops  # (events) -> HostOps-like
     scheduler_factory: Callable[[], Any] = _real_scheduler  # () -> SchedulerProcess-like
+    # queued successors (prefilling.py), where `controller: prefill` allows; the simulator's fake
+    # hosts keep no queue, and its decisions stay as they were
+    prefill: bool = True
 
 
 class InlineLink:

@@ -5,13 +5,15 @@ A short job's end follows its start within milliseconds, so a start alone is not
 depends on a start being stored: memory has the job RUN, and a restart adopts a DISP job whose unit
 runs, so a crash meanwhile loses nothing. A request that needs the start stored (a suspend: it moves
 RUN to USUSP) sets `state.store_starts_now`, wakes the tick, and reads the job again. Launch
-replies that only say the units run do not wake the tick either (unitwork.quiet_launch): while a
+replies that only say the units run do not wake the tick either (quiet_launch): while a
 launch is unanswered, `serve` sleeps START_WAIT at most.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from xce_lite.exec.host import UnitsLaunched
 
 START_WAIT = 0.05  # seconds a start alone may wait for a commit to join
 
@@ -53,3 +55,11 @@ class StartWaits:
         if self.since is not None:
             wait = max(0.0, min(wait, self.since + START_WAIT - self.clock.time()))
         return wait
+
+
+def quiet_launch(event: object) -> bool:
+    """Whether a host event needs no tick at once: a launch's replies that only say its units run (no
+    refusal, no failure). Their starts go with the next commit (StartWaits.held_back); a short job's
+    end wakes the tick for both; `serve` sleeps START_WAIT at most while replies are due (replies_due)."""
+    return isinstance(event, UnitsLaunched) and not event.failed and event.error is None and all(
+        reply.status in ("started", "running", "queued") for reply in event.replies)  # queued: prefilling.py

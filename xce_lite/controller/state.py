@@ -25,7 +25,7 @@ from xce_lite.controller.active import ActiveJobs
 from xce_lite.controller.pending_set import PendingSet
 from xce_lite.exec.host import JobResult
 from xce_lite.models import Job
-from xce_lite.sched.core import QueuePolicy
+from xce_lite.sched.core import PendingJob, QueuePolicy
 from xce_lite.sched.placement import HostView
 from xce_lite.sched.projects import Projects
 from xce_lite.sched.reasons import HostAlloc
@@ -59,6 +59,11 @@ class Active:
     # it, and its effective values): a launch then reads nothing back from the store. None after a
     # restart (recovery.py): a launch reads the stored row, a rare path
     launch_with: LaunchWith | None = None
+    # a queued successor (prefilling.py): the job whose unit it follows on its host, and whether it
+    # holds nothing of its own now (that job is active and not ending in this tick)
+    after: int | None = None
+    queued: bool = False
+    withdrawing: bool = False  # asked its host to drop it from the queue; the host's answer decides
 
     @property
     def hosts(self) -> tuple[tuple[str, int], ...]:
@@ -110,6 +115,9 @@ class ControllerState:
     active: ActiveJobs = field(default_factory=ActiveJobs)  # a dict that keeps what sessions read (active.py)
     by_unit: dict[str, tuple[int, int]] = field(default_factory=dict)  # unit -> (job id, index)
     draining: dict[str, Draining] = field(default_factory=dict)
+    behind: dict[int, int] = field(default_factory=dict)  # successor job -> its predecessor (prefilling.py)
+    # a successor's request as a dispatch sees it (to withdraw it to free room: prefilling.py)
+    behind_requests: dict[int, PendingJob] = field(default_factory=dict)
     # hosts
     links: dict[str, Any] = field(default_factory=dict)  # host -> its HostLink (exec/link.py)
     hosts: dict[str, Any] = field(default_factory=dict)  # host name -> its connected Host

@@ -36,10 +36,10 @@ from xce_lite.controller.kills import killed_reason, on_lost
 from xce_lite.controller.leasework import HostLeases
 from xce_lite.controller.outcomes import finish_from_result, retry_of
 from xce_lite.controller.seams import Clock
-from xce_lite.controller.start_wait import StartWaits
+from xce_lite.controller.start_wait import StartWaits, quiet_launch  # noqa: F401 (its home was here)
 from xce_lite.controller.state import ENDED, NEW, RUNNING, SENT, Active, ControllerState, Draining
 from xce_lite.controller.task_launches import TaskLaunches
-from xce_lite.exec.host import JobResult, LaunchRequested, TaskFinished, UnitFinished, UnitsLaunched
+from xce_lite.exec.host import JobResult, LaunchRequest, LaunchRequested, TaskFinished, UnitFinished, UnitsLaunched
 from xce_lite.exec.link import HostDown, HostUp
 from xce_lite.models import DISP, EXIT, RUN
 from xce_lite.quantities import format_duration
@@ -64,6 +64,10 @@ class Units:
         # most, since replies that only say the units run do not wake the tick (quiet_launch)
         self.replies_due: dict[str, int] = {}  # per host: launches sent, not answered yet
         self.starts = StartWaits(clock)  # starts that wait for a commit to join: the tick's (start_wait.py)
+        # queued successors (prefilling.py sets both): a host's word that one left its queue, and a
+        # launch request with the unit it follows
+        self.on_unqueued: Callable[[Any, float], None] = lambda _event, _now: None
+        self.request_of: Callable[[Active, LaunchRequest], LaunchRequest] = lambda _job, request: request
 
     def launch_later(self, units: tuple[str, ...]) -> None:
         """Dispatched units, sent to their hosts by the next `act`. Holds the lock."""
@@ -116,6 +120,8 @@ class Units:
                     self.faults.host_answers(event)
                 elif isinstance(event, CallDone):
                     self.faults.call_done(event)
+                else:  # UnitUnqueued (exec/host.py)
+                    self.on_unqueued(event, now)
 
     def unit_finished(self, host: str, unit: str, result: JobResult, now: float) -> None:
         """A unit ended (the result is durable on its host until we forget it)."""
@@ -374,7 +380,7 @@ class Units:
                 if launch.host not in self.state.hosts:
                     continue  # sent when its host lists its units again
                 job.status[index] = SENT
-                by_host[launch.host].append(launch.request)
+                by_host[launch.host].append(self.request_of(job, launch.request))
         for name, requests in by_host.items():
             host = self.state.hosts.get(name)
             try:
@@ -390,10 +396,3 @@ class Units:
                         if job is not None and job.status[index] == SENT:
                             job.status[index] = NEW
 
-
-def quiet_launch(event: object) -> bool:
-    """Whether a host event needs no tick at once: a launch's replies that only say its units run (no
-    refusal, no failure). Their starts go with the next commit (StartWaits.held_back); a short job's
-    end wakes the tick for both; `serve` sleeps START_WAIT at most while replies are due (replies_due)."""
-    return isinstance(event, UnitsLaunched) and not event.failed and event.error is None and all(
-        reply.status in ("started", "running") for reply in event.replies)

@@ -85,6 +85,7 @@ def request_to_json(r: LaunchRequest) -> dict:
         **({"starter": list(r.starter)} if r.starter else {}),
         **({"umask": r.umask} if r.umask is not None else {}),
         **({"user": user_to_json(r.user)} if r.user is not None else {}),
+        **({"after": r.after} if r.after is not None else {}),
     }
 
 
@@ -166,7 +167,14 @@ class AgentOps:
             raise ValueError(f"signal {name!r} is not one of {', '.join(SIGNAL_NAMES)}")
         return bool(self._chan().request("signal", unit=unit, signal=name, reason=reason)["found"])
 
+    def withdraw_nowait(self, unit: str) -> None:
+        """Ask the agent to drop a queued successor unstarted and go on: its answer comes as a
+        UnitUnqueued event (status "withdrawn", or "started" if it started first); a lost channel
+        loses nothing (the unit is then listed queued, or not at all, and reconciled)."""
+        self._chan().request_nowait("withdraw", lambda _reply, _error: None, unit=unit)
+
     def list_units(self) -> list[UnitInfo]:
+        listed = self._chan().request("list")
         return [
             UnitInfo(
                 unit=u["unit"],
@@ -174,8 +182,8 @@ class AgentOps:
                 start_time=u.get("start_time"),
                 result=result_from_json(u["result"]) if u.get("result") else None,
             )
-            for u in self._chan().request("list")["units"]
-        ]
+            for u in listed["units"]
+        ] + [UnitInfo(unit=q["unit"], status="queued") for q in listed.get("queued", ())]
 
     def forget(self, units: list[str], wait: bool = True) -> None:
         """Drop finished units; ExecError names any that are still running (the rest are dropped).

@@ -42,6 +42,7 @@ from xce_lite.exec.host import (
     LaunchRequested,
     TaskFinished,
     UnitFinished,
+    UnitUnqueued,
 )
 
 log = logging.getLogger(__name__)
@@ -270,6 +271,8 @@ class AgentChannel:
             elif event == "launch_requested":
                 self._emit(LaunchRequested(self.name, msg["launch_id"], msg["unit"], tuple(msg["argv"]),
                                            dict(msg["env"]), msg["cwd"]))
+            elif event == "unqueued":
+                self._emit(UnitUnqueued(self.name, msg["unit"], msg["status"], msg.get("start_time"), msg.get("error")))
             elif event == "task_finished":
                 self._emit(TaskFinished(self.name, msg["unit"], msg["launch_id"], msg["index"], msg["exit_code"],
                                         msg["signal"], msg.get("error")))

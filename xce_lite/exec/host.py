@@ -81,12 +81,15 @@ class LaunchRequest:
     umask: int | None = None  # the submitter's: the job's processes and new output files get it (None: 0o022)
     # The user the job runs as (shared mode; the agent must be root). None: as the agent's own user.
     user: JobUser | None = None
+    # A queued successor (issue 18, prefill): the unit on this host whose allocation it takes over;
+    # the host starts it when that unit ends (at once if it has). None: start now.
+    after: str | None = None
 
 
 @dataclass(frozen=True)
 class LaunchReply:
     unit: str
-    status: str  # "started" | "running" (adopted, still running) | "finished" (adopted, ended)
+    status: str  # "started" | "running" (adopted, still running) | "finished" (adopted, ended) | "queued"
     start_time: float | None = None  # epoch seconds the job started, when known
     error: str | None = None  # set when the launch was refused; status is then "refused"
 
@@ -119,6 +122,19 @@ class UnitFinished:
 
 
 @dataclass(frozen=True)
+class UnitUnqueued:
+    """A queued successor left its host's queue: "started" (or "running", "finished": adopted),
+    "refused" (error says why), "dropped" (the host's lease ran out: it never started), or
+    "withdrawn" (the controller asked, withdraw_nowait, before it started)."""
+
+    host: str
+    unit: str
+    status: str
+    start_time: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class HostLost:
     """The host's agent stopped answering. Its units may still be running; reconnect and list."""
 
@@ -129,7 +145,7 @@ class HostLost:
 @dataclass(frozen=True)
 class UnitInfo:
     unit: str
-    status: str  # "running" | "finished"
+    status: str  # "running" | "finished" | "queued" (a successor waiting behind a unit: not started)
     start_time: float | None = None
     result: JobResult | None = None
 
@@ -191,7 +207,7 @@ class FileChunk:
     eof: bool
 
 
-HostEvent = UnitFinished | HostLost | UnitsLaunched | LaunchRequested | TaskFinished
+HostEvent = UnitFinished | HostLost | UnitsLaunched | LaunchRequested | TaskFinished | UnitUnqueued
 
 
 class EventSink(Protocol):
@@ -222,6 +238,11 @@ class Host(Protocol):
 
     def list_units(self) -> list[UnitInfo]:
         """Every unit the host holds: running, and finished but not yet forgotten."""
+        ...
+
+    def withdraw_nowait(self, unit: str) -> None:
+        """Ask the host to drop a queued successor unstarted; the answer is a UnitUnqueued event
+        (status "withdrawn", or "started" when it started first)."""
         ...
 
     def forget(self, units: list[str], wait: bool = True) -> None:

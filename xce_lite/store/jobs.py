@@ -81,6 +81,7 @@ class Plan:
     unit: str
     alloc: dict | None = None
     effective: dict | None = None
+    reason: str | None = None  # a queued successor's ("queued on H behind job N"); None for a dispatch
 
 
 @dataclass(frozen=True)

@@ -53,22 +53,26 @@ def dispatch(con: apsw.Connection, plans: Sequence, now: float, plan_type: type)
     for i, p in enumerate(items):
         effective = _effective_text(p.effective) if p.effective is not None else None
         rows.append((p.attempt, json.dumps(p.hosts), p.unit,
-                     json.dumps(p.alloc, ensure_ascii=True) if p.alloc is not None else None, effective, p.job_id, i))
+                     json.dumps(p.alloc, ensure_ascii=True) if p.alloc is not None else None, effective,
+                     getattr(p, "reason", None), p.job_id, i))
     moved = guarded(con, "UPDATE jobs SET state = 'DISP', attempt = ?, hosts = ?, unit = ?, alloc = ?, effective = ?, "
-                         "pend_reason = NULL WHERE id = ? AND state = 'PEND' RETURNING ?", rows)
+                         "pend_reason = ? WHERE id = ? AND state = 'PEND' RETURNING ?", rows)
     happened = []
     for i in moved:
         p = items[i]
         data = {"attempt": p.attempt, "hosts": p.hosts, "unit": p.unit}
         if p.effective is not None:
             data.update(app=p.effective.get("app"), profile_hash=p.effective.get("profile_hash"))
+        if getattr(p, "reason", None):  # a queued successor (controller/prefilling.py)
+            data["queued"] = p.reason
         happened.append((p.job_id, now, "dispatched", data))
     events(con, happened)
     return [items[i].job_id for i in moved]
 
 
 def started(con: apsw.Connection, items: Sequence[tuple[int, float]], now: float) -> list[int]:
-    moved = guarded(con, "UPDATE jobs SET state = 'RUN', start_time = ? WHERE id = ? AND state = 'DISP' RETURNING ?",
+    moved = guarded(con, "UPDATE jobs SET state = 'RUN', start_time = ?, pend_reason = NULL WHERE id = ? "
+                         "AND state = 'DISP' RETURNING ?",
                     [(start_time, job_id, i) for i, (job_id, start_time) in enumerate(items)])
     events(con, [(items[i][0], now, "started", {"start_time": items[i][1]}) for i in moved])
     return [items[i][0] for i in moved]

@@ -211,6 +211,12 @@ class JobActions:
         keeps counting while a job is suspended."""
         results: list[dict] = []
         for job in (j for _label, jobs, _whole in self.owned_refs(caller, body) for j in jobs):
+            if job.state == DISP and (job.pend_reason or "").startswith("queued on "):  # prefilling.py
+                verb = "suspend" if event == "suspended" else "resume"
+                results.append({"id": job.id, "ok": False, "message": (
+                    f"Job <{job.id}> is {job.pend_reason} and has not started: nothing to {verb}; "
+                    f"`xce requeue --hold {job.id}` holds it (PSUSP), `xce kill {job.id}` drops it")})
+                continue
             job = self._start_stored(job) if job.state == DISP and event == "suspended" else job
             target = _next_or_refuse(job, event, results)
             if target is None:

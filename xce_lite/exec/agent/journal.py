@@ -161,16 +161,26 @@ class Unit:
         self.durable = False  # the result is known to be on disk (besides result_end <= synced)
 
 
-def fold(units: dict[str, Unit], data: bytes, offset: int, news: list | None = None) -> None:
+def fold(units: dict[str, Unit], data: bytes, offset: int, news: list | None = None,
+         queued: dict[str, dict] | None = None) -> None:
     """Apply the journal records in `data` (read at `offset`, ending at a newline) to `units`; the
     records that change what the agent must do (a unit's first `finished`, `started`,
-    `task_finished`) are appended to `news`, if given."""
+    `task_finished`) are appended to `news`, if given. `queued`, if given, is kept as the queue of
+    successors (successors.py): unit -> its launch request, from `queued` to `launched` or `dequeued`."""
     for rec, end in parse_records(data, offset):
         try:
             event = rec["event"]
             if event == "launched":
                 units[rec["unit"]] = Unit(rec["start_time"], rec.get("mode", "plain"), rec.get("direct"),
                                           rec.get("uid"), rec.get("reread"))
+                if queued is not None:
+                    queued.pop(rec["unit"], None)
+            elif event == "queued" or event == "dequeued":
+                if queued is not None:
+                    if event == "queued":
+                        queued[rec["unit"]] = rec["spec"]
+                    else:
+                        queued.pop(rec["unit"], None)
             elif event == "forgotten":
                 for name in rec["units"]:
                     units.pop(name, None)

@@ -79,7 +79,11 @@ class Reads:
             if result is not None:
                 self.unit_state.reported(unit, result)
             units.append({"unit": unit, "status": state, "start_time": start_time, "result": result})
-        return {"units": units}
+        if not s.queued:
+            return {"units": units}
+        # successors waiting behind a running unit (successors.py): not units yet, so apart
+        return {"units": units, "queued": [{"unit": name, "after": spec.get("after")}
+                                           for name, spec in sorted(s.queued.items())]}
 
     def op_read(self, req: dict) -> dict:
         """A piece of a file (for `xce peek`): up to `max` bytes from `offset`, base64."""

@@ -27,13 +27,14 @@ from .reads import Reads
 from .shared import AgentState
 from .signals import signal
 from .state import UnitState
+from .successors import Successors
 from .tasks import TaskOps
 from .unitops import UnitOps
 from .util import VERSION
 from .validate import Refused
 from .zygote import ZygoteOps
 
-OPS = ("hello", "ping", "launch", "signal", "list", "forget", "read", "tasks", "launch_done", "lease")
+OPS = ("hello", "ping", "launch", "signal", "list", "forget", "read", "tasks", "launch_done", "lease", "withdraw")
 WATCH_INTERVAL = 0.5  # seconds between checks of units this agent did not fork
 COMPACT_RETRY = 50.0  # milliseconds before the next try to compact, when the journal's lock was busy
 
@@ -70,11 +71,12 @@ class Agent:
         self.tasks = TaskOps(s, self.unit_state, self.unit_ops, self.manager)
         self.reads = Reads(s, self.unit_state, self.host_lease)
         self.lease_enforcer = LeaseEnforcer(s, self.host_lease, self.unit_state, self.unit_ops)
+        self.successors = Successors(s, self.unit_state, self.unit_ops, self.host_lease)
         self.ops = {  # OPS, each to its part
-            "hello": self.reads.op_hello, "ping": self.reads.op_ping, "launch": self.unit_ops.op_launch,
-            "signal": self.unit_ops.op_signal, "list": self.reads.op_list, "forget": self.unit_ops.op_forget,
+            "hello": self.reads.op_hello, "ping": self.reads.op_ping, "launch": self.successors.op_launch,
+            "signal": self.successors.op_signal, "list": self.reads.op_list, "forget": self.unit_ops.op_forget,
             "read": self.reads.op_read, "tasks": self.tasks.op_tasks, "launch_done": self.tasks.op_launch_done,
-            "lease": self.host_lease.op_lease,
+            "lease": self.host_lease.op_lease, "withdraw": self.successors.op_withdraw,
         }
         self.host_lease.load_lease()
         s.jfd = self.unit_state.open_journal()
@@ -175,6 +177,7 @@ class Agent:
         next_watch = time.monotonic() + WATCH_INTERVAL
         writing = False  # POLLOUT asked for the bus: calls wait in its buffer
         reap = True  # children that ended before SIGCHLD was ours to hear
+        self.successors.tend()  # successors an earlier agent queued whose predecessor ended meanwhile
         while True:
             watching = s.watched or s.orphan or self.link.unsent  # releases to send again: link.py
             timeout = max(0.0, next_watch - time.monotonic()) * 1000 if watching else None
@@ -234,6 +237,10 @@ class Agent:
                     self.manager.finish_starting()
                     self.flush()
                     return
+            # last before the lines go out: after every way this turn learnt of an end, and the
+            # lease's check (a lapsed lease drops the queue); a predecessor's `finished` and its
+            # successor's `unqueued` leave together
+            self.successors.tend()
             self.unit_state.maybe_compact()
             self.flush()
 

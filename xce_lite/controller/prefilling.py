@@ -1,0 +1,200 @@
+"""Queued successors (issue 18, "prefill"): after a session, a pending job that fits inside a running
+job's allocation on its host (sched/prefill.py decides) is dispatched there queued behind it: stored
+DISP with the reason "queued on HOST behind job N", launched with `after` = that job's unit, and
+started by the host's agent the moment that unit ends, so a freed slot never waits for the
+controller (HyperQueue's prefill).
+
+A part of the controller (`Controller.prefill`), given the shared state and the projects' part. The
+tick asks it `hidden(closing)` before its snapshot and `extend(decisions, ...)` after its session;
+the units' part calls `unqueued` (a host's word that a successor left its queue) and `request_of`
+(the launch request with `after`).
+
+Withdrawal (HyperQueue retracts prefilled tasks): after each session, a queued successor that a
+dispatch could place now on free room (sched/prefill.withdrawals) is asked off its host's queue
+(`withdraw_nowait`); the host's answer decides the race: "withdrawn" -> the job is requeued to PEND
+(no retry counted) and dispatched as any; "started" first -> it is RUN where it is. One withdrawal
+in flight per job (`Active.withdrawing`). A restart rebuilds a successor's request from its row
+(recovery.py), so one recovered queued is withdrawn as well.
+
+Invariants: no double booking: while its predecessor is active (and not ending in this tick) a
+successor holds nothing of its own in a session's view (`Active.queued`; the predecessor's
+allocation contains it), and once the predecessor ends, the successor's allocation counts.
+`state.behind` maps each successor to its predecessor until it starts; at most one successor per
+running unit. Never run twice: a successor is a DISP job like any other (unit names fence it; the
+agent journals its queue); a queue dropped when the host's lease ran out is launched again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Set as AbstractSet
+from dataclasses import replace
+from typing import Any
+
+from xce_lite import errors
+from xce_lite.controller.state import NEW, RUNNING, SENT, Active, ControllerState
+from xce_lite.exec.host import LaunchRequest, UnitUnqueued
+from xce_lite.models import EXIT
+from xce_lite.sched.core import Decisions, Dispatch, Snapshot
+from xce_lite.sched.prefill import QueuedSuccessor, RunningUnit, successors, withdrawals
+from xce_lite.store.jobs import Requeue
+
+_BEHIND = re.compile(r"^queued on \S+ behind job (\d+)$")
+
+
+def behind_of(reason: str | None) -> int | None:
+    """The predecessor a stored DISP job's reason names (a restart rebuilds `state.behind` from it)."""
+    match = _BEHIND.match(reason or "")
+    return int(match.group(1)) if match else None
+
+
+class Prefill:
+    """See the module docstring. `enabled`: the seams allow it (not the simulator); the config's
+    `controller: prefill` is read at each session. Everything here runs holding the state's lock,
+    except `extend`, which takes it."""
+
+    def __init__(self, state: ControllerState, projects: Any, units: Any, log: Any, enabled: bool = True) -> None:
+        self.state, self.projects, self.units, self.log, self.enabled = state, projects, units, log, enabled
+        units.on_unqueued, units.request_of = self.unqueued, self.request_of
+        self.requests = state.behind_requests  # each successor's request (to withdraw it); recovery.py too
+
+    def hidden(self, closing: AbstractSet[int]) -> set[int]:
+        """The successors that hold nothing of their own in this tick's session (their predecessor
+        is active and not in `closing`); each one's `queued` is set to match."""
+        out: set[int] = set()
+        active = self.state.active
+        with self.state.mu:
+            for job_id, pred in list(self.state.behind.items()):
+                job = active.get(job_id)
+                if job is None:  # not applied yet (extend cleans up: the tick's thread alone)
+                    continue
+                if job.status[0] == RUNNING:  # it started (adopted after a restart, or its reply came first)
+                    del self.state.behind[job_id]
+                    job.after, job.queued = None, False
+                    # it may take a successor of its own now; nothing else may mark the state dirty
+                    # before it ends (its launch reply came after its predecessor's end: no unqueued)
+                    self.state.dirty = True
+                    self.state.wake.set()
+                    continue
+                job.queued = pred in active and pred not in closing and not active[pred].ending
+                if job.queued:
+                    out.add(job_id)
+        return out
+
+    def extend(self, decisions: Decisions | None, hosts: Any, shared: Any, now: float,
+               closing: AbstractSet[int]) -> Decisions | None:
+        """`decisions` with a successor's dispatch for each running unit that can have one."""
+        config = self.state.config.controller
+        with self.state.mu:  # successors that ended, or whose dispatch was declined: all applied by now
+            for job_id in [j for j in self.state.behind if j not in self.state.active]:
+                del self.state.behind[job_id]
+            for job_id in [j for j in self.requests if j not in self.state.behind]:
+                del self.requests[job_id]
+        if hosts is None or not self.enabled or not config.prefill or self.state.config.pools:
+            return decisions  # (a pool's hosts come and go with their allocations: none queues there)
+        self.withdraw(decisions, hosts, shared, now)
+        if decisions is None:
+            return decisions
+        with self.state.mu:
+            taken = set(self.state.behind.values())
+            # units that run, are on their way, or are dispatched now (their launch goes first, on
+            # the same channel): each may have one successor; a queued successor is none yet
+            running = [
+                RunningUnit(job.id, job.host_of(0), job.queue, job.user, job.holding.allocs[0].reserved,
+                            job.holding.allocs[0].gpus, job.id in taken)
+                for job in self.state.active.values()
+                if len(job.units) == 1 and job.status[0] in (SENT, RUNNING) and not job.ending and not job.killed
+                and job.after is None and not job.holding.shared and job.id not in closing]
+            for d in decisions.dispatches:
+                pending = self.state.pending.get(d.job_id)
+                if pending is not None and len(d.placement.allocs) == 1 and not d.placement.shared:
+                    alloc = d.placement.allocs[0]
+                    running.append(RunningUnit(d.job_id, alloc.host, pending.queue, pending.user, alloc.reserved,
+                                               alloc.gpus))
+            if not running or all(u.taken for u in running):
+                return decisions
+            if len(self.state.pending) <= len(decisions.dispatches):
+                return decisions  # nobody left to follow anyone
+            # the session's own jobs: its dispatches are no candidates, and their slots count for the limits
+            snapshot = Snapshot(hosts, tuple(self.state.pending.values()), self.state.queue_policies, shared,
+                                self.state.active.running(closing), now, config.reserve_after,
+                                **self.projects.inputs(now, closing))
+            chosen = successors(snapshot, decisions, tuple(running))
+            if not chosen:
+                return decisions
+            for s in chosen:
+                self.state.behind[s.job_id] = s.after
+                if (job := self.state.pending.get(s.job_id)) is not None:
+                    self.requests[s.job_id] = job
+        named = {s.job_id for s in chosen}
+        waiting = tuple((reason, kept) for reason, ids in decisions.waiting
+                        if (kept := tuple(i for i in ids if i not in named)))
+        extra = tuple(Dispatch(s.job_id, s.placement, s.profile_hash) for s in chosen)
+        return Decisions(decisions.dispatches + extra, waiting, decisions.complete)
+
+    def withdraw(self, decisions: Decisions | None, hosts: Any, shared: Any, now: float) -> None:
+        """Ask off its host's queue each queued successor that a dispatch could place now on the
+        room `decisions` leave free in `hosts` (the session's views, where it holds nothing)."""
+        with self.state.mu:
+            active, unsent = self.state.active, set(self.units.to_launch)
+            # on its host: launched (SENT), or listed queued there after a restart (NEW: reconcile
+            # leaves it as it is), not one whose launch is still to go
+            queued = tuple(
+                QueuedSuccessor(pending, job.host_of(0), job.after) for job_id, pending in self.requests.items()
+                if pending.blocked is None and (job := active.get(job_id)) is not None and job.queued
+                and job.after is not None and not (job.withdrawing or job.ending or job.killed)
+                and (job.status[0] == SENT or (job.status[0] == NEW and job.units[0] not in unsent)))
+            if not queued:
+                return
+            snapshot = Snapshot(hosts, (), self.state.queue_policies, shared, (), now,
+                                self.state.config.controller.reserve_after)
+            named = withdrawals(snapshot, decisions, queued)
+            asks = []
+            for job_id, placement in named:
+                job = active[job_id]
+                job.withdrawing = True
+                asks.append((job, self.state.hosts.get(job.host_of(0)), placement.allocs[0].host))
+        for job, host, there in asks:  # no commit needed first: nothing changes until the host answers
+            try:
+                if host is None:
+                    raise errors.HostUnreachable(f"host {job.host_of(0)} is not connected")
+                host.withdraw_nowait(job.units[0])
+                self.log(f"job {job.id}: withdrawing it from host {job.host_of(0)}'s queue (behind job {job.after}): "
+                         f"room is free on {there}")
+            except errors.HostUnreachable:
+                with self.state.mu:
+                    job.withdrawing = False  # asked again by a later session
+
+    def request_of(self, job: Active, request: LaunchRequest) -> LaunchRequest:
+        """The launch of `job`'s unit: with `after` while it is a successor of an active job."""
+        pred = self.state.active.get(job.after) if job.after is not None else None
+        job.withdrawing = False  # launched again (its host lost a withdrawal's answer): it may be asked again
+        if pred is None or request.unit != job.units[0]:
+            return request
+        return replace(request, after=pred.units[0])
+
+    def unqueued(self, event: UnitUnqueued, now: float) -> None:
+        """A successor left its host's queue (holding the lock): it runs, or it was refused, or
+        dropped at its host's lease end (launched again, after the lease is renewed)."""
+        units = self.units
+        job, index = units._unit(event.unit)
+        if job is None or index != 0:
+            return
+        self.state.behind.pop(job.id, None)
+        job.after, job.queued, job.withdrawing = None, False, False
+        self.state.dirty = True  # it holds its allocation now (its predecessor's is gone), or nothing
+        if event.status == "withdrawn":
+            job.status[index] = NEW  # nothing of it is on its host: nothing to stop or forget there
+            if not job.ending:  # back to PEND, dispatched as any (a kill meanwhile wins: kills.kill_wins)
+                job.ending = True
+                self.state.unrecorded_requeues.append(Requeue(
+                    job.id, job.state, f"withdrawn from host {event.host}'s queue: room freed elsewhere"))
+                self.state.wake.set()
+        elif event.status in ("started", "running"):
+            units._mark_running(job, index, event.start_time or now)
+        elif event.status == "refused" and not job.ending:
+            units.end_job(job, EXIT, f"launch refused by host {event.host}: {event.error}", "launch_failed", now)
+        elif event.status == "dropped" and not job.ending:
+            self.log(f"job {job.id}: {event.error}; launching it again")
+            job.status[index] = NEW
+            units.to_launch.append(event.unit)
