@@ -38,7 +38,7 @@ from xce_lite.api.client import Client
 from xce_lite.exec.local import supervisor_pids
 
 
-def _write_config(home: Path, slots: int, tick: str, grace: str) -> None:
+def _write_config(home: Path, slots: int, tick: str, grace: str, prefill: bool | None) -> None:
     (home / "xce.yaml").write_text(textwrap.dedent(f"""\
         cluster: b{os.getpid()}
         hosts:
@@ -51,14 +51,15 @@ def _write_config(home: Path, slots: int, tick: str, grace: str) -> None:
         controller:
           tick: {tick}
           grace: {grace}
-        """))
+        """) + ("" if prefill is None else f"  prefill: {str(prefill).lower()}\n"))
 
 
 class BenchCluster:
     def __init__(self, slots: int = 2, tick: str = "1s", grace: str = "2s", config: str | None = None,
-                 work: Path | None = None):
-        """`config`: the whole xce.yaml (default: one local host of `slots`); `work`: where jobs run
-        (default: beside the home in /tmp; jobs on test hosts need one outside /tmp)."""
+                 work: Path | None = None, prefill: bool | None = None):
+        """`config`: the whole xce.yaml (default: one local host of `slots`, `prefill` as given, else
+        the default); `work`: where jobs run (default: beside the home in /tmp; jobs on test hosts
+        need one outside /tmp)."""
         self.root = Path(tempfile.mkdtemp(prefix="xb-", dir="/tmp"))
         self.home = self.root / "h"
         self.work = work or self.root / "w"
@@ -66,7 +67,7 @@ class BenchCluster:
         self.work.mkdir(parents=True, exist_ok=True)
         self.out = str(self.work / "out")  # every job's stdout and stderr: one shared junk file
         if config is None:
-            _write_config(self.home, slots, tick, grace)
+            _write_config(self.home, slots, tick, grace, prefill)
         else:
             (self.home / "xce.yaml").write_text(config)
         if len(os.fsencode(self.socket)) > 107:

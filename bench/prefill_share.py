@@ -33,10 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--prefill", choices=("true", "false"), default="true")
     args = parser.parse_args(argv)
-    c = BenchCluster(slots=2)
-    if args.prefill == "false":
-        config = c.home / "xce.yaml"
-        config.write_text(config.read_text().replace("controller:\n", "controller:\n  prefill: false\n", 1))
+    c = BenchCluster(slots=2, prefill=args.prefill == "true")
     c.start()
     try:
         warm(c)

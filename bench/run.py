@@ -157,7 +157,8 @@ def bench_latency(rep: Report, c: BenchCluster, samples: int) -> None:
 # ---- 5: controller RSS with 10,000 pending ------------------------------------------------------------
 
 
-def bench_rss(rep: Report, n_pending: int, batch: int, backlog_jobs: int, runs: int = 1) -> None:
+def bench_rss(rep: Report, n_pending: int, batch: int, backlog_jobs: int, runs: int = 1,
+              prefill: bool | None = None) -> None:
     """Section 5, `runs` times (each on a fresh controller), every figure a median over them: the
     backlog figure times ~0.6 s of work, so one run of it swings with whatever else the shared
     machine does in that second (0.62x-0.85x of the empty queue in one session, same tree)."""
@@ -165,7 +166,7 @@ def bench_rss(rep: Report, n_pending: int, batch: int, backlog_jobs: int, runs: 
     got: dict[str, list[float]] = {}
     pending_seen = n_pending
     for run in range(runs):
-        pending_seen = _rss_once(got, n_pending, batch, backlog_jobs, run + 1)
+        pending_seen = _rss_once(got, n_pending, batch, backlog_jobs, run + 1, prefill)
     peak, rss = got.get("peak", []), got.get("rss", [])
     rep.add(f"controller VmHWM (peak RSS) with {pending_seen} pending", "MB", peak, goal="<= 60 MB",
             met=bool(peak) and statistics.median(peak) <= 60, peers=PEERS_RSS, key="rss_peak")
@@ -185,10 +186,11 @@ def bench_rss(rep: Report, n_pending: int, batch: int, backlog_jobs: int, runs: 
                 peers="Slurm at 10k pending: main sched cycle 15 ms", key="tput_backlog")
 
 
-def _rss_once(got: dict[str, list[float]], n_pending: int, batch: int, backlog_jobs: int, run: int) -> int:
+def _rss_once(got: dict[str, list[float]], n_pending: int, batch: int, backlog_jobs: int, run: int,
+              prefill: bool | None) -> int:
     """One run of section 5 on a fresh controller; its figures appended to `got`. The pending
     count the controller reported."""
-    c = BenchCluster(slots=2)
+    c = BenchCluster(slots=2, prefill=prefill)
     pending_seen = n_pending
     try:
         c.start()
@@ -273,6 +275,9 @@ def _interrupt(*_args) -> None:
 # ---- main ------------------------------------------------------------------------------------------
 
 
+PREFILL = {"default": None, "on": True, "off": False}  # --prefill -> BenchCluster(prefill=)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3, help="runs of each 1000-job figure and floor (default 3)")
@@ -286,6 +291,8 @@ def main() -> int:
                     help="runs of section rss, each on a fresh controller: its figures (the backlog's too) are "
                          "medians over them (default 3)")
     ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of {','.join(SECTIONS)}")
+    ap.add_argument("--prefill", choices=("default", "on", "off"), default="default",
+                    help="the controllers' `prefill:` (throughput, latency, cli, rss): default leaves it unset")
     ap.add_argument("--no-hq", action="store_true", help="skip the HyperQueue floor")
     ap.add_argument("--hq-venv", default="/tmp/bench-hq-venv", help="venv holding hyperqueue (made if missing)")
     ap.add_argument("--no-hq-install", action="store_true", help="never pip install hyperqueue into --hq-venv")
@@ -315,9 +322,10 @@ def main() -> int:
         print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (the machine is shared)")
     except OSError:
         pass
+    print(f"prefill: {args.prefill} (xce.yaml's controller.prefill; the default is off)")
     rep = Report()
     if only & {"throughput", "latency", "cli"}:
-        c = BenchCluster(slots=2)
+        c = BenchCluster(slots=2, prefill=PREFILL[args.prefill])
         try:
             c.start()
             if "throughput" in only:
@@ -329,7 +337,7 @@ def main() -> int:
         finally:
             c.stop()
     if "rss" in only:
-        bench_rss(rep, args.pending, 1000, args.backlog_jobs, args.rss_runs)
+        bench_rss(rep, args.pending, 1000, args.backlog_jobs, args.rss_runs, PREFILL[args.prefill])
     if "floors" in only:
         bench_xargs(rep, args.runs, args.jobs)
         if not args.no_hq:

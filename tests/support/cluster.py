@@ -56,7 +56,6 @@ class Cluster:
             controller:
               tick: 1s
               grace: {grace}
-              prefill: false
             """))
         self.env = dict(os.environ, XCE_HOME=str(self.home))
         Cluster.live.append(self)

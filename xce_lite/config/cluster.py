@@ -112,8 +112,10 @@ class ControllerConfig(StrictModel):
     keep_requests: Seconds = Field(default=86400.0, gt=0)
     # Prefill: a job that fits inside a running job's allocation on its host is sent there queued
     # behind it, and starts the moment it ends, without waiting for the controller (HyperQueue's
-    # prefill). At most one per running job; off: a freed slot waits for the next session.
-    prefill: bool = True
+    # prefill). At most one per running job; off: a freed slot waits for the next session. Off by
+    # default: a queued job keeps its place even if a job of higher priority comes later, and LSF
+    # users expect priority order (README, "Prefill").
+    prefill: bool = False
 
     @model_validator(mode="after")
     def _archive_outlives_live(self) -> ControllerConfig:
