@@ -9,7 +9,14 @@ from dataclasses import replace
 from tests.support.sched import G, job, snap
 from xce_lite.sched.core import PendingJob, QueuePolicy, schedule
 from xce_lite.sched.placement import HostView, JobRequest
-from xce_lite.sched.prefill import QueuedSuccessor, RunningUnit, queued_reason, successors, withdrawals
+from xce_lite.sched.prefill import (
+    QueuedSuccessor,
+    RunningUnit,
+    outranked,
+    queued_reason,
+    successors,
+    withdrawals,
+)
 from xce_lite.sched.reasons import FrozenMap
 from xce_lite.sched.resreq import parse
 
@@ -111,3 +118,61 @@ def test_no_withdrawal_while_a_reservation_is_held_or_after_an_incomplete_sessio
     assert withdrawals(s, None, tuple(waiting))[0][0] == 60  # no session ran (nothing pending): still named
     incomplete = replace(schedule(s), complete=False)
     assert withdrawals(s, incomplete, tuple(waiting)) == ()
+
+
+def gives_way(snapshot, queued, units, placed=frozenset()) -> list[tuple[int, int]]:
+    """(queued successor, the pending job of higher rank it gives way to) after a real session."""
+    return list(outranked(snapshot, schedule(snapshot), tuple(queued), tuple(units), frozenset(placed)))
+
+
+def test_a_queued_successor_gives_way_to_a_pending_job_of_higher_rank_that_fits_inside_its_unit():
+    behind_a = QueuedSuccessor(job(70), "h1", 1)  # 70 queued behind unit 1, every slot busy
+    a = unit(1, taken=True)
+    # a job submitted later to a queue of higher priority, or with a higher -sp priority: 70 gives way
+    assert gives_way(snap([full_host()], [job(71, queue="high")], {"normal": 30, "high": 50}), [behind_a], [a]) \
+        == [(70, 71)]
+    assert gives_way(snap([full_host()], [replace(job(72), priority=5)]), [behind_a], [a]) == [(70, 72)]
+    # equal rank (a later id) or lower: nothing
+    assert gives_way(snap([full_host()], [job(73)]), [behind_a], [a]) == []
+    assert gives_way(snap([full_host()], [job(74, queue="low")], {"normal": 30, "low": 10}), [behind_a], [a]) == []
+    # of higher rank but it does not fit inside unit 1 (more memory, more slots, other rules): nothing
+    high = {"normal": 30, "high": 50}
+    for big in (job(75, queue="high", R="rusage[mem=6G]"), job(76, queue="high", slots=2),
+                job(77, queue="high", R="select[type==arm]")):
+        assert gives_way(snap([full_host()], [big], high), [behind_a], [a]) == [], big
+    only_h2 = replace(snap([full_host()], [job(78, queue="high")], high),
+                      queues=(QueuePolicy("normal", 30), QueuePolicy("high", 50, hosts=frozenset({"h2"}))))
+    assert gives_way(only_h2, [behind_a], [a]) == []  # its queue's hosts do not name h1
+
+
+def test_a_job_of_higher_rank_placed_or_named_elsewhere_displaces_nobody_and_each_takes_one_place():
+    high = {"normal": 30, "high": 50}
+    a, b = unit(1, taken=True), unit(2, taken=True)
+    first, second = QueuedSuccessor(job(80), "h1", 1), QueuedSuccessor(job(81), "h1", 2)
+    # one job of higher rank: the last-ranked successor gives way, the other keeps its place
+    assert gives_way(snap([full_host()], [job(82, queue="high")], high), [first, second], [a, b]) == [(81, 82)]
+    # two of them: both give way, the higher-ranked job taking the later successor's place
+    both = snap([full_host()], [job(82, queue="high"), job(83, queue="high")], high)
+    assert gives_way(both, [first, second], [a, b]) == [(81, 82), (80, 83)]
+    # named a successor of a free unit in this session, or dispatched by it: nobody gives way to it
+    assert gives_way(snap([full_host()], [job(82, queue="high")], high), [first], [a], placed={82}) == []
+    free = HostView("h1", "ok", {"slots": 2, "mem": 8 * G}, {"slots": 1, "mem": 4 * G})
+    assert gives_way(snap([free], [job(84, queue="high")], high), [first], [a]) == []  # 84 is dispatched
+    # a held (blocked) job is no candidate; nor is any while a reservation is held
+    blocked = replace(job(85, queue="high"), blocked="done(9)")
+    assert gives_way(snap([full_host()], [blocked], high), [first], [a]) == []
+    big = PendingJob(86, "alice", "high", JobRequest(86, 2, None, parse("")))
+    reserving = replace(snap([full_host()], [big, job(87, queue="high")], high), now=100.0, reserve_after=10.0)
+    assert gives_way(reserving, [first], [a]) == []  # 86 holds a reservation: successors() names nobody
+
+
+def test_after_the_withdrawal_the_next_session_names_the_job_of_higher_rank_there_and_no_thrash():
+    high = {"normal": 30, "high": 50}
+    s = snap([full_host()], [job(91, queue="high")], high)
+    assert gives_way(s, [QueuedSuccessor(job(90), "h1", 1)], [unit(1, taken=True)]) == [(90, 91)]
+    # the host dropped 90: it is pending again beside 91; unit 1 is free
+    after = snap([full_host()], [job(90), job(91, queue="high")], high)
+    assert chosen(after, [unit(1)]) == [(91, 1, "h1")]
+    # and 91 queued there, 90 pending, displaces nobody: it ranks after 91
+    assert gives_way(snap([full_host()], [job(90)], high), [QueuedSuccessor(job(91, queue="high"), "h1", 1)],
+                     [unit(1, taken=True)]) == []

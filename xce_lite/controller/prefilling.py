@@ -13,7 +13,9 @@ Withdrawal (HyperQueue retracts prefilled tasks): after each session, a queued s
 dispatch could place now on free room (sched/prefill.withdrawals) is asked off its host's queue
 (`withdraw_nowait`); the host's answer decides the race: "withdrawn" -> the job is requeued to PEND
 (no retry counted) and dispatched as any; "started" first -> it is RUN where it is. One withdrawal
-in flight per job (`Active.withdrawing`). A restart rebuilds a successor's request from its row
+in flight per job (`Active.withdrawing`). A queued successor is withdrawn the same way when a
+pending job of higher rank could take its place (sched/prefill.outranked; looked for after this
+session's successors are named, so a job named elsewhere now displaces nobody). A restart rebuilds a successor's request from its row
 (recovery.py), so one recovered queued is withdrawn as well.
 
 Invariants: no double booking: while its predecessor is active (and not ending in this tick) a
@@ -36,7 +38,7 @@ from xce_lite.controller.state import NEW, RUNNING, SENT, Active, ControllerStat
 from xce_lite.exec.host import LaunchRequest, UnitUnqueued
 from xce_lite.models import EXIT
 from xce_lite.sched.core import Decisions, Dispatch, Snapshot
-from xce_lite.sched.prefill import QueuedSuccessor, RunningUnit, successors, withdrawals
+from xce_lite.sched.prefill import QueuedSuccessor, RunningUnit, Successor, outranked, successors, withdrawals
 from xce_lite.store.jobs import Requeue
 
 _BEHIND = re.compile(r"^queued on \S+ behind job (\d+)$")
@@ -57,6 +59,7 @@ class Prefill:
         self.state, self.projects, self.units, self.log, self.enabled = state, projects, units, log, enabled
         units.on_unqueued, units.request_of = self.unqueued, self.request_of
         self.requests = state.behind_requests  # each successor's request (to withdraw it); recovery.py too
+        self.why: dict[int, str] = {}  # a withdrawal asked -> why (the requeue's reason says it)
 
     def hidden(self, closing: AbstractSet[int]) -> set[int]:
         """The successors that hold nothing of their own in this tick's session (their predecessor
@@ -92,17 +95,33 @@ class Prefill:
                 del self.requests[job_id]
         if hosts is None or not self.enabled or not config.prefill or self.state.config.pools:
             return decisions  # (a pool's hosts come and go with their allocations: none queues there)
-        self.withdraw(decisions, hosts, shared, now)
-        if decisions is None:
+        chosen = self._name(decisions, hosts, shared, now, closing) if decisions is not None else ()
+        # after naming: a job named a successor now takes no queued one's place
+        self.withdraw(decisions, hosts, shared, now, closing, frozenset(s.job_id for s in chosen))
+        if decisions is None or not chosen:
             return decisions
+        named = {s.job_id for s in chosen}
+        waiting = tuple((reason, kept) for reason, ids in decisions.waiting
+                        if (kept := tuple(i for i in ids if i not in named)))
+        extra = tuple(Dispatch(s.job_id, s.placement, s.profile_hash) for s in chosen)
+        return Decisions(decisions.dispatches + extra, waiting, decisions.complete)
+
+    def _snapshot(self, hosts: Any, shared: Any, now: float, closing: AbstractSet[int]) -> Snapshot:
+        """The session's own jobs (holding the lock): its dispatches are no candidates, and their
+        slots count for the limits."""
+        return Snapshot(hosts, tuple(self.state.pending.values()), self.state.queue_policies, shared,
+                        self.state.active.running(closing), now, self.state.config.controller.reserve_after,
+                        **self.projects.inputs(now, closing))
+
+    def _name(self, decisions: Decisions, hosts: Any, shared: Any, now: float,
+              closing: AbstractSet[int]) -> tuple[Successor, ...]:
+        """The successors named now (recorded in `state.behind`), one for each unit that can have one."""
         with self.state.mu:
             taken = set(self.state.behind.values())
             # units that run, are on their way, or are dispatched now (their launch goes first, on
             # the same channel): each may have one successor; a queued successor is none yet
             running = [
-                RunningUnit(job.id, job.host_of(0), job.queue, job.user, job.holding.allocs[0].reserved,
-                            job.holding.allocs[0].gpus, job.id in taken)
-                for job in self.state.active.values()
+                _unit_of(job, job.id in taken) for job in self.state.active.values()
                 if len(job.units) == 1 and job.status[0] in (SENT, RUNNING) and not job.ending and not job.killed
                 and job.after is None and not job.holding.shared and job.id not in closing]
             for d in decisions.dispatches:
@@ -112,29 +131,21 @@ class Prefill:
                     running.append(RunningUnit(d.job_id, alloc.host, pending.queue, pending.user, alloc.reserved,
                                                alloc.gpus))
             if not running or all(u.taken for u in running):
-                return decisions
+                return ()
             if len(self.state.pending) <= len(decisions.dispatches):
-                return decisions  # nobody left to follow anyone
-            # the session's own jobs: its dispatches are no candidates, and their slots count for the limits
-            snapshot = Snapshot(hosts, tuple(self.state.pending.values()), self.state.queue_policies, shared,
-                                self.state.active.running(closing), now, config.reserve_after,
-                                **self.projects.inputs(now, closing))
-            chosen = successors(snapshot, decisions, tuple(running))
-            if not chosen:
-                return decisions
+                return ()  # nobody left to follow anyone
+            chosen = successors(self._snapshot(hosts, shared, now, closing), decisions, tuple(running))
             for s in chosen:
                 self.state.behind[s.job_id] = s.after
                 if (job := self.state.pending.get(s.job_id)) is not None:
                     self.requests[s.job_id] = job
-        named = {s.job_id for s in chosen}
-        waiting = tuple((reason, kept) for reason, ids in decisions.waiting
-                        if (kept := tuple(i for i in ids if i not in named)))
-        extra = tuple(Dispatch(s.job_id, s.placement, s.profile_hash) for s in chosen)
-        return Decisions(decisions.dispatches + extra, waiting, decisions.complete)
+        return chosen
 
-    def withdraw(self, decisions: Decisions | None, hosts: Any, shared: Any, now: float) -> None:
+    def withdraw(self, decisions: Decisions | None, hosts: Any, shared: Any, now: float,
+                 closing: AbstractSet[int], placed: frozenset[int] = frozenset()) -> None:
         """Ask off its host's queue each queued successor that a dispatch could place now on the
-        room `decisions` leave free in `hosts` (the session's views, where it holds nothing)."""
+        room `decisions` leave free in `hosts` (the session's views, where it holds nothing), and
+        each one a pending job of higher rank, not in `placed`, could replace (sched/prefill.outranked)."""
         with self.state.mu:
             active, unsent = self.state.active, set(self.units.to_launch)
             # on its host: launched (SENT), or listed queued there after a restart (NEW: reconcile
@@ -148,19 +159,27 @@ class Prefill:
                 return
             snapshot = Snapshot(hosts, (), self.state.queue_policies, shared, (), now,
                                 self.state.config.controller.reserve_after)
-            named = withdrawals(snapshot, decisions, queued)
+            named = [(job_id, f"room is free on {p.allocs[0].host}")
+                     for job_id, p in withdrawals(snapshot, decisions, queued)]
+            left = tuple(q for q in queued if q.job.id not in {job_id for job_id, _why in named})
+            if left and decisions is not None and len(self.state.pending) > len(decisions.dispatches) + len(placed):
+                units = tuple(_unit_of(pred, True) for q in left
+                              if (pred := active.get(q.after)) is not None and len(pred.units) == 1)
+                named += [(job_id, f"job {first} ranks before it") for job_id, first in
+                          outranked(self._snapshot(hosts, shared, now, closing), decisions, left, units, placed)]
             asks = []
-            for job_id, placement in named:
+            for job_id, why in named:
                 job = active[job_id]
                 job.withdrawing = True
-                asks.append((job, self.state.hosts.get(job.host_of(0)), placement.allocs[0].host))
-        for job, host, there in asks:  # no commit needed first: nothing changes until the host answers
+                self.why[job_id] = why
+                asks.append((job, self.state.hosts.get(job.host_of(0)), why))
+        for job, host, why in asks:  # no commit needed first: nothing changes until the host answers
             try:
                 if host is None:
                     raise errors.HostUnreachable(f"host {job.host_of(0)} is not connected")
                 host.withdraw_nowait(job.units[0])
                 self.log(f"job {job.id}: withdrawing it from host {job.host_of(0)}'s queue (behind job {job.after}): "
-                         f"room is free on {there}")
+                         f"{why}")
             except errors.HostUnreachable:
                 with self.state.mu:
                     job.withdrawing = False  # asked again by a later session
@@ -181,6 +200,7 @@ class Prefill:
         if job is None or index != 0:
             return
         self.state.behind.pop(job.id, None)
+        why = self.why.pop(job.id, "")  # why it was withdrawn, if it was asked (none after a restart)
         job.after, job.queued, job.withdrawing = None, False, False
         self.state.dirty = True  # it holds its allocation now (its predecessor's is gone), or nothing
         if event.status == "withdrawn":
@@ -188,7 +208,7 @@ class Prefill:
             if not job.ending:  # back to PEND, dispatched as any (a kill meanwhile wins: kills.kill_wins)
                 job.ending = True
                 self.state.unrecorded_requeues.append(Requeue(
-                    job.id, job.state, f"withdrawn from host {event.host}'s queue: room freed elsewhere"))
+                    job.id, job.state, f"withdrawn from host {event.host}'s queue" + (f": {why}" if why else "")))
                 self.state.wake.set()
         elif event.status in ("started", "running"):
             units._mark_running(job, index, event.start_time or now)
@@ -198,3 +218,9 @@ class Prefill:
             self.log(f"job {job.id}: {event.error}; launching it again")
             job.status[index] = NEW
             units.to_launch.append(event.unit)
+
+
+def _unit_of(job: Active, taken: bool) -> RunningUnit:
+    """`job`'s one unit as a predecessor sees it (what it holds on its host)."""
+    alloc = job.holding.allocs[0]
+    return RunningUnit(job.id, job.host_of(0), job.queue, job.user, alloc.reserved, alloc.gpus, taken)

@@ -23,7 +23,10 @@ Withdrawal (`withdrawals`, HyperQueue retracts prefilled tasks the same way): a 
 that a dispatch could place NOW on what is free once the session's dispatches are taken (another
 host, or a free slot of its own host) should not wait behind a unit that may run for hours. It is
 named for withdrawal; the host's answer decides (dropped: PEND again; started first: it runs). On a
-host whose every slot is busy nothing is free, so none is named there.
+host whose every slot is busy nothing is free, so none is named there. And (`outranked`) a queued
+successor gives way to a pending job of higher rank that successors() would name behind its unit
+instead (LSF users expect priority order): it is withdrawn the same way, and the next session names
+that job there.
 """
 
 from __future__ import annotations
@@ -91,82 +94,158 @@ def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningU
     """The successors to name now for `running`'s free units, given the session `decisions` made on
     `snapshot` (its dispatched jobs are not candidates; their slots count for the queue limits)."""
     units = [u for u in sorted(running, key=lambda u: (u.host, u.job_id)) if not u.taken]
-    if not units or not decisions.complete:
+    if not units or not _may_name(snapshot, decisions):
         return ()
-    if snapshot.projects is not None and not snapshot.projects.open:
-        return ()
-    dispatched = {d.job_id for d in decisions.dispatches}
-    # a job that holds a reservation says so in its reason, and so do the jobs behind it (core.py's
-    # words): the session's few reasons are read, not its 10,000 jobs
-    if snapshot.reserve_after > 0 and any(RESERVED in reason for reason, _ids in decisions.waiting):
-        return ()
-    queues = {q.name: q for q in snapshot.queues}
-    no_policy = QueuePolicy("", priority=0)
-    fair = {q.queue for q in snapshot.fairshare.queues} if snapshot.fairshare is not None else set()
     hosts = {h.name: h for h in snapshot.hosts}
     views = {u: _inside(hosts.get(u.host), u) for u in units}
     units = [u for u in units if views[u] is not None]
-
-    queue_used: dict[str, int] = {}
-    user_used: dict[tuple[str, str], int] = {}
-    for queue, user, slots in snapshot.running:
-        queue_used[queue] = queue_used.get(queue, 0) + slots
-        user_used[(queue, user)] = user_used.get((queue, user), 0) + slots
-    by_id = {j.id: j for j in snapshot.jobs} if decisions.dispatches else {}
-    for d in decisions.dispatches:
-        job = by_id.get(d.job_id)
-        if job is not None:
-            queue_used[job.queue] = queue_used.get(job.queue, 0) + d.placement.tasks
-            user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + d.placement.tasks
-
-    priority = {name: q.priority for name, q in queues.items()}
-
-    def rank(job: PendingJob) -> tuple:  # a dispatch's order (core.schedule's rank)
-        return (-priority.get(job.queue, 0), -job.priority, job.id)
-
+    room = _Room(snapshot, decisions)
+    dispatched = {d.job_id for d in decisions.dispatches}
     chosen: list[Successor] = []
-    refused: set[tuple] = set()  # (shape, unit): refused there once, refused there again
-    if len({j.queue for j in snapshot.jobs}) == 1 and len({j.priority for j in snapshot.jobs}) == 1:
-        order = sorted(snapshot.jobs, key=_ID)  # one class: rank is id order (a key in C: a backlog's cost)
-    else:
-        order = sorted(snapshot.jobs, key=rank)
     looked = 0
-    for job in order:
+    for job in room.order(snapshot.jobs):
         if not units or looked >= examined:
             break
-        if job.id in dispatched or job.blocked is not None or job.queue in fair:
+        if job.id in dispatched or job.blocked is not None or job.queue in room.fair:
             continue
         looked += 1
-        policy = queues.get(job.queue, no_policy)
         for unit in units:
-            if policy.hosts is not None and unit.host not in policy.hosts:
-                continue
-            key = (policy.hosts, job.request.min_tasks, job.request.max_tasks, job.request.resreq, unit)
-            if key in refused:
-                continue
-            give_back = unit.reserved.get("slots", 0) if unit.queue == job.queue else 0
-            give_back_user = give_back if unit.user == job.user else 0
-            queue_room = dict(queue_used)
-            queue_room[job.queue] = queue_room.get(job.queue, 0) - give_back
-            user_room = dict(user_used)
-            user_room[(job.queue, job.user)] = user_room.get((job.queue, job.user), 0) - give_back_user
-            why, request = _within_limits(job, policy, queue_room, user_room)
-            if why is not None:
-                continue
-            view = views[unit]
-            assert view is not None  # units without a view were left out above
-            result = place(request, (view,))
-            if isinstance(result, Refusal) or result.shared:
-                refused.add(key)
+            result = room.behind(job, unit, views[unit])
+            if result is None:
                 continue
             chosen.append(Successor(job.id, unit.job_id, result, job.profile_hash))
             units.remove(unit)
-            tasks = result.tasks - give_back
-            queue_used[job.queue] = queue_used.get(job.queue, 0) + tasks
-            user_used[(job.queue, job.user)] = user_used.get((job.queue, job.user), 0) + result.tasks \
-                - give_back_user
+            room.take(job, unit, result)
             break
     return tuple(chosen)
+
+
+def outranked(snapshot: Snapshot, decisions: Decisions, queued: tuple[QueuedSuccessor, ...],
+              units: tuple[RunningUnit, ...], placed: frozenset[int] = frozenset(),
+              examined: int = EXAMINED) -> tuple[tuple[int, int], ...]:
+    """(queued successor, the pending job it gives way to) for each queued successor S that a
+    pending job J of higher rank (a dispatch's order) could replace behind S's unit, as
+    successors() would name it there: J fits inside the unit, its rules and limits hold, and it is
+    neither dispatched by the session nor in `placed` (named a successor elsewhere now).
+
+    `units` are the predecessors (`QueuedSuccessor.after`); `snapshot.jobs` the pending jobs. Jobs
+    are taken in rank order and each gives way to one successor, the last-ranked it can replace, so
+    the next session names J there (its unit is the only free one J fits) and S, pending, ranks
+    after J: no thrash, and each withdrawal puts a job of higher rank in a place, so it ends.
+    The same guards as successors(); at most `examined` pending jobs looked at."""
+    if not queued or not _may_name(snapshot, decisions):
+        return ()
+    room = _Room(snapshot, decisions)
+    by_id = {u.job_id: u for u in units}
+    hosts = {h.name: h for h in snapshot.hosts}
+    waiting = []  # (rank of S, S, its unit, the unit's view)
+    for q in queued:
+        unit = by_id.get(q.after)
+        view = _inside(hosts.get(q.host), unit) if unit is not None and unit.host == q.host else None
+        if view is not None:
+            waiting.append((room.rank(q.job), q, unit, view))
+    if not waiting:
+        return ()
+    waiting.sort(key=lambda w: w[0])
+    dispatched = {d.job_id for d in decisions.dispatches}
+    out: list[tuple[int, int]] = []
+    looked = 0
+    for job in room.order(snapshot.jobs):
+        if not waiting or looked >= examined or room.rank(job) >= waiting[-1][0]:
+            break  # (no queued successor ranks after the jobs still to come)
+        if job.id in dispatched or job.id in placed or job.blocked is not None or job.queue in room.fair:
+            continue
+        looked += 1
+        rank = room.rank(job)
+        for index in range(len(waiting) - 1, -1, -1):  # the last-ranked successor first
+            s_rank, q, unit, view = waiting[index]
+            if s_rank <= rank:
+                break
+            result = room.behind(job, unit, view)
+            if result is None:
+                continue
+            out.append((q.job.id, job.id))
+            del waiting[index]
+            room.take(job, unit, result)
+            break
+    return tuple(out)
+
+
+def _may_name(snapshot: Snapshot, decisions: Decisions) -> bool:
+    """Whether successors may be named after this session: it is complete, no project limits
+    apply, and no job holds a reservation (a job that holds one says so in its reason, and so do
+    the jobs behind it, core.py's words: the session's few reasons are read, not its 10,000 jobs)."""
+    if not decisions.complete:
+        return False
+    if snapshot.projects is not None and not snapshot.projects.open:
+        return False
+    return not (snapshot.reserve_after > 0 and any(RESERVED in reason for reason, _ids in decisions.waiting))
+
+
+class _Room:
+    """The queues' running limits as successors meet them (the session's dispatches count), the
+    rank of a dispatch, and each job's fit behind a unit."""
+
+    def __init__(self, snapshot: Snapshot, decisions: Decisions) -> None:
+        self.queues = {q.name: q for q in snapshot.queues}
+        self.priority = {name: q.priority for name, q in self.queues.items()}
+        self.fair = {q.queue for q in snapshot.fairshare.queues} if snapshot.fairshare is not None else set()
+        self.queue_used: dict[str, int] = {}
+        self.user_used: dict[tuple[str, str], int] = {}
+        for queue, user, slots in snapshot.running:
+            self._add(queue, user, slots, slots)
+        by_id = {j.id: j for j in snapshot.jobs} if decisions.dispatches else {}
+        for d in decisions.dispatches:
+            job = by_id.get(d.job_id)
+            if job is not None:
+                self._add(job.queue, job.user, d.placement.tasks, d.placement.tasks)
+        self.refused: set[tuple] = set()  # (shape, unit): refused there once, refused there again
+        self.one_class = len({j.queue for j in snapshot.jobs}) == 1 and len({j.priority for j in snapshot.jobs}) == 1
+
+    def _add(self, queue: str, user: str, tasks: int, user_tasks: int) -> None:
+        self.queue_used[queue] = self.queue_used.get(queue, 0) + tasks
+        self.user_used[(queue, user)] = self.user_used.get((queue, user), 0) + user_tasks
+
+    def rank(self, job: PendingJob) -> tuple:  # a dispatch's order (core.schedule's rank)
+        return (-self.priority.get(job.queue, 0), -job.priority, job.id)
+
+    def order(self, jobs: tuple[PendingJob, ...]) -> list[PendingJob]:
+        # one class: rank is id order (a key in C: a backlog's cost)
+        return sorted(jobs, key=_ID) if self.one_class else sorted(jobs, key=self.rank)
+
+    def _give_back(self, job: PendingJob, unit: RunningUnit) -> tuple[int, int]:
+        """The unit's slots, given back for `job`'s limits when of its queue (and user)."""
+        slots = unit.reserved.get("slots", 0) if unit.queue == job.queue else 0
+        return slots, slots if unit.user == job.user else 0
+
+    def behind(self, job: PendingJob, unit: RunningUnit, view: HostView | None) -> Placement | None:
+        """Where `job` goes inside `unit`, or None: its queue's hosts, limits and rules must hold."""
+        policy = self.queues.get(job.queue, _NO_POLICY)
+        if view is None or (policy.hosts is not None and unit.host not in policy.hosts):
+            return None
+        key = (policy.hosts, job.request.min_tasks, job.request.max_tasks, job.request.resreq, unit)
+        if key in self.refused:
+            return None
+        give_back, give_back_user = self._give_back(job, unit)
+        queue_room = dict(self.queue_used)
+        queue_room[job.queue] = queue_room.get(job.queue, 0) - give_back
+        user_room = dict(self.user_used)
+        user_room[(job.queue, job.user)] = user_room.get((job.queue, job.user), 0) - give_back_user
+        why, request = _within_limits(job, policy, queue_room, user_room)
+        if why is not None:
+            return None
+        result = place(request, (view,))
+        if isinstance(result, Refusal) or result.shared:
+            self.refused.add(key)
+            return None
+        return result
+
+    def take(self, job: PendingJob, unit: RunningUnit, result: Placement) -> None:
+        give_back, give_back_user = self._give_back(job, unit)
+        self._add(job.queue, job.user, result.tasks - give_back, result.tasks - give_back_user)
+
+
+_NO_POLICY = QueuePolicy("", priority=0)
 
 
 def _inside(host: HostView | None, unit: RunningUnit) -> HostView | None:
