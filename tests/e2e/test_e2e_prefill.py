@@ -3,7 +3,7 @@ jobs. A job that fits inside a running job's allocation waits DISP "queued on HO
 that host and starts when that job ends; kills, a controller killed -9 and a host lost and back,
 in sequence, never run a job twice (each job appends its attempt to a file: counted). A successor
 queued behind a long job is withdrawn to room that frees elsewhere, and the host's answer decides
-the race with its start.
+the race with its start; one gives way to a job of higher rank submitted after it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ controller:
   lease: 3s
   lease_margin: 1s
   host_lost_after: 5s
+  prefill: true
 """
 
 
@@ -54,6 +55,20 @@ hosts:
   - {{name: b, slots: 1, mem: 1G, tags: [hb]}}
 queues:
   - {{name: normal, default: true}}
+controller:
+  tick: 1s
+  grace: 1s
+  prefill: true
+"""
+
+
+TWO_QUEUES = """\
+cluster: tr{pid}
+hosts:
+  - {{name: local, slots: 1, mem: 1G}}
+queues:
+  - {{name: normal, priority: 30, default: true}}
+  - {{name: high, priority: 50}}
 controller:
   tick: 1s
   grace: 1s
@@ -241,3 +256,30 @@ def test_a_queued_successor_held_by_requeue_hold_never_starts_there_and_runs_onc
         c.ok("release", str(b))
         c.wait_state(b, {"DONE"})
         assert runs(c, "b") == ["2"]  # the held attempt never started
+
+
+def test_a_queued_successor_gives_way_to_a_job_of_higher_rank_which_runs_first_each_once():
+    with running_cluster(config=TWO_QUEUES.format(pid=os.getpid())) as c:
+        a = held(c, "a")
+        c.wait_state(a, {"RUN"})
+        b = held(c, "b")
+        queued(c, b, "local", a)
+        hi = quick(c, "hi", "-q", "high")  # later, of a queue of higher priority: it takes b's place
+        queued(c, hi, "local", a)
+        assert c.job(b)["state"] == "PEND" and runs(c, "b") == []
+        assert f"withdrawn from host local's queue: job {hi} ranks before it" in c.ok("hist", str(b))
+        c.kill9_controller()  # a restart in the middle: hi is recovered queued, b stays pending
+        c.start()
+        queued(c, hi, "local", a)
+        sp = quick(c, "sp", "-sp", "90")  # of b's queue, with a higher -sp: second after hi, before b
+        c.ok("hosts")  # one more round trip: b keeps no place ahead of it
+        assert c.job(b)["state"] == "PEND" and c.job(sp)["state"] == "PEND"
+        (c.work / "go-a").touch()
+        c.wait_state(hi, {"DONE"}), c.wait_state(sp, {"DONE"})
+        (c.work / "go-b").touch()
+        c.wait_state(b, {"DONE"})
+        jobs = {j: c.job(j) for j in (a, hi, sp, b)}
+        assert jobs[hi]["start_time"] >= jobs[a]["end_time"]  # the slot is never used twice at once
+        assert jobs[sp]["start_time"] >= jobs[hi]["end_time"] and jobs[b]["start_time"] >= jobs[sp]["end_time"]
+        assert (runs(c, "a"), runs(c, "hi"), runs(c, "sp"), runs(c, "b")) == (["1"], ["1"], ["1"], ["2"])
+        assert c.ok("hist", str(b)).count("withdrawn from host") == 1  # no thrash: it never came back before hi
