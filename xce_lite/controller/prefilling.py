@@ -15,8 +15,9 @@ dispatch could place now on free room (sched/prefill.withdrawals) is asked off i
 (no retry counted) and dispatched as any; "started" first -> it is RUN where it is. One withdrawal
 in flight per job (`Active.withdrawing`). A queued successor is withdrawn the same way when a
 pending job of higher rank could take its place (sched/prefill.outranked; looked for after this
-session's successors are named, so a job named elsewhere now displaces nobody). A restart rebuilds a successor's request from its row
-(recovery.py), so one recovered queued is withdrawn as well.
+session's successors are named, so a job named elsewhere now displaces nobody). A restart
+rebuilds a successor's request from its row (recovery.py), so one recovered queued is withdrawn as
+well.
 
 Invariants: no double booking: while its predecessor is active (and not ending in this tick) a
 successor holds nothing of its own in a session's view (`Active.queued`; the predecessor's

@@ -138,10 +138,12 @@ def outranked(snapshot: Snapshot, decisions: Decisions, queued: tuple[QueuedSucc
     room = _Room(snapshot, decisions)
     by_id = {u.job_id: u for u in units}
     hosts = {h.name: h for h in snapshot.hosts}
-    waiting = []  # (rank of S, S, its unit, the unit's view)
+    waiting: list[tuple[tuple, QueuedSuccessor, RunningUnit, HostView]] = []  # (rank of S, S, its unit, view)
     for q in queued:
         unit = by_id.get(q.after)
-        view = _inside(hosts.get(q.host), unit) if unit is not None and unit.host == q.host else None
+        if unit is None or unit.host != q.host:
+            continue
+        view = _inside(hosts.get(q.host), unit)
         if view is not None:
             waiting.append((room.rank(q.job), q, unit, view))
     if not waiting:
