@@ -201,7 +201,11 @@ class _Room:
             job = by_id.get(d.job_id)
             if job is not None:
                 self._add(job.queue, job.user, d.placement.tasks, d.placement.tasks)
-        self.refused: set[tuple] = set()  # (shape, unit): refused there once, refused there again
+        self.refused: set[tuple[int, int]] = set()  # (shape, unit id): refused there once, refused there again
+        # each shape (queue hosts, tasks, -R) as a small number, the last job's kept: a job is
+        # tried against many units, and hashing its -R each time was most of a backlog's cost
+        self.shapes: dict[tuple, int] = {}
+        self._last: tuple[PendingJob | None, int] = (None, 0)
         self.one_class = len({j.queue for j in snapshot.jobs}) == 1 and len({j.priority for j in snapshot.jobs}) == 1
 
     def _add(self, queue: str, user: str, tasks: int, user_tasks: int) -> None:
@@ -225,7 +229,10 @@ class _Room:
         policy = self.queues.get(job.queue, _NO_POLICY)
         if view is None or (policy.hosts is not None and unit.host not in policy.hosts):
             return None
-        key = (policy.hosts, job.request.min_tasks, job.request.max_tasks, job.request.resreq, unit)
+        if self._last[0] is not job:
+            shape = (policy.hosts, job.request.min_tasks, job.request.max_tasks, job.request.resreq)
+            self._last = (job, self.shapes.setdefault(shape, len(self.shapes)))
+        key = (self._last[1], unit.job_id)
         if key in self.refused:
             return None
         give_back, give_back_user = self._give_back(job, unit)
