@@ -176,3 +176,12 @@ def test_after_the_withdrawal_the_next_session_names_the_job_of_higher_rank_ther
     # and 91 queued there, 90 pending, displaces nobody: it ranks after 91
     assert gives_way(snap([full_host()], [job(90)], high), [QueuedSuccessor(job(91, queue="high"), "h1", 1)],
                      [unit(1, taken=True)]) == []
+
+
+def test_a_backlog_costs_no_more_than_the_examined_jobs():
+    high = {"normal": 30, "high": 50}
+    # 101 and 102 rank before 70; 101 does not fit inside unit 1 (two slots), 102 does
+    s = snap([full_host()], [job(101, queue="high", slots=2), job(102, queue="high")], high)
+    behind_a, a = QueuedSuccessor(job(70), "h1", 1), unit(1, taken=True)
+    assert list(outranked(s, schedule(s), (behind_a,), (a,))) == [(70, 102)]
+    assert list(outranked(s, schedule(s), (behind_a,), (a,), examined=1)) == []  # 102 is not looked at
