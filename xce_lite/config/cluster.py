@@ -113,8 +113,8 @@ class ControllerConfig(StrictModel):
     # Prefill: a job that fits inside a running job's allocation on its host is sent there queued
     # behind it, and starts the moment it ends, without waiting for the controller (HyperQueue's
     # prefill). At most one per running job; off: a freed slot waits for the next session. Off by
-    # default: a queued job keeps its place even if a job of higher priority comes later, and LSF
-    # users expect priority order (README, "Prefill").
+    # default for now: a queued job shows "queued on HOST behind job N" where LSF users read why it
+    # waits (the resource, the limit), and it has not run with the whole suite on (README, "Prefill").
     prefill: bool = False
 
     @model_validator(mode="after")
