@@ -156,13 +156,16 @@ class Prefill:
                 if pending.blocked is None and (job := active.get(job_id)) is not None and job.queued
                 and job.after is not None and not (job.withdrawing or job.ending or job.killed)
                 and (job.status[0] == SENT or (job.status[0] == NEW and job.units[0] not in unsent)))
+            if self.why:  # a withdrawal never answered (its host was lost, the job requeued): forgotten
+                self.why = {job_id: why for job_id, why in self.why.items() if job_id in active}
             if not queued:
                 return
             snapshot = Snapshot(hosts, (), self.state.queue_policies, shared, (), now,
                                 self.state.config.controller.reserve_after)
             named = [(job_id, f"room is free on {p.allocs[0].host}")
                      for job_id, p in withdrawals(snapshot, decisions, queued)]
-            left = tuple(q for q in queued if q.job.id not in {job_id for job_id, _why in named})
+            withdrawn = {job_id for job_id, _why in named}
+            left = tuple(q for q in queued if q.job.id not in withdrawn)
             if left and decisions is not None and len(self.state.pending) > len(decisions.dispatches) + len(placed):
                 units = tuple(_unit_of(pred, True) for q in left
                               if (pred := active.get(q.after)) is not None and len(pred.units) == 1)
@@ -184,6 +187,7 @@ class Prefill:
             except errors.HostUnreachable:
                 with self.state.mu:
                     job.withdrawing = False  # asked again by a later session
+                    self.why.pop(job.id, None)
 
     def request_of(self, job: Active, request: LaunchRequest) -> LaunchRequest:
         """The launch of `job`'s unit: with `after` while it is a successor of an active job."""
