@@ -63,6 +63,9 @@ class Watch:
         self.lease_until: float | None = None  # the lease's end (lease clock), as last read; None: none
         self.lease_seen: tuple[int, int, int] | None = None  # SPOOL/lease's stamp when last read
         self.lease_read = False  # SPOOL/lease was read before the job started (lease_lapsed)
+        # tasks of `xce launch` may wait in the host directory before the wait begins (False: the
+        # supervisor made it empty, and each task written since came with a TASKS_SIGNAL, held)
+        self.tasks_waiting = True
 
     def start(self) -> None:
         """Start the job (self.pid); JobEnded if it cannot start. A "host" unit starts nothing."""
@@ -86,7 +89,8 @@ class Watch:
         next_sample = began + MEM_SAMPLE_INTERVAL if mem_limit else None
         watch_lease = bool(self.spec.get("spool")) and self.spec.get("role") != "tasks"
         lease_at = self.look_at_lease(began, force=not self.lease_read) if watch_lease else None
-        self.start_tasks()  # any that came before the supervisor could take its signal
+        if self.tasks_waiting:
+            self.start_tasks()  # any that came before the supervisor could take its signal
         while True:
             self.reap()
             if self.ended():
