@@ -52,6 +52,19 @@ def supervisors_seconds(zygotes: list[psutil.Process]) -> float:
     return total
 
 
+def io_calls(process: psutil.Process) -> tuple[int, int]:
+    """(read, write) system calls of the process itself. /proc/PID/io also counts the children it
+    has reaped (the kernel adds a reaped child's counts to its parent's, as it does CPU to
+    cutime): the zygote's, read so, jumped by a retired worker's whole life (~10 reads per job it
+    ran, MAX_JOBS of them) in the run where it exited, which showed as 12-22 agent reads per job
+    instead of ~2. A single-threaded process's own counts are its one task's (/proc/PID/task/PID/io,
+    which holds no child's); a threaded one's stay the whole, since a task that ended is only there."""
+    if process.num_threads() != 1:
+        return tuple(process.io_counters()[:2])  # type: ignore[return-value]
+    fields = dict(line.split(": ") for line in open(f"/proc/{process.pid}/task/{process.pid}/io").read().splitlines())
+    return int(fields["syscr"]), int(fields["syscw"])
+
+
 def role(process: psutil.Process, controller_pid: int) -> str:
     if process.pid == controller_pid:
         return "controller"
@@ -90,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             supervised = supervisors_seconds(zygotes)
             # the worker blocks on its pipe between sessions: its voluntary switches count its wake-ups
             woken = {p.pid: p.num_ctx_switches().voluntary for p in processes}
-            syscalls = {p.pid: p.io_counters()[:2] for p in processes}  # (reads, writes): counts, as wake-ups
+            syscalls = {p.pid: io_calls(p) for p in processes}  # (reads, writes): counts, as wake-ups
             busy, start = machine_busy_seconds(), time.perf_counter()
             ids = client.post("/jobs", {"jobs": [c.spec(["true"])] * args.jobs})["ids"]
             wait_done(client, ids, time.monotonic() + 600)
@@ -106,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             counts = []
             for name in ("controller", "agent"):  # the tick's writes to the agent, the agent's reads and wake-ups
                 mine = [p for p in processes if role(p, c.pid) == name]
-                reads = sum(p.io_counters()[0] - syscalls[p.pid][0] for p in mine)
-                writes = sum(p.io_counters()[1] - syscalls[p.pid][1] for p in mine)
+                reads = sum(io_calls(p)[0] - syscalls[p.pid][0] for p in mine)
+                writes = sum(io_calls(p)[1] - syscalls[p.pid][1] for p in mine)
                 wake = sum(p.num_ctx_switches().voluntary - woken[p.pid] for p in mine)
                 counts.append(f"{name} reads {reads / args.jobs:.2f}, writes {writes / args.jobs:.2f}, "
                               f"wake-ups {wake / args.jobs:.2f}")

@@ -52,6 +52,7 @@ from .util import job_umask
 POOL_IDLE = 64  # idle workers the agent keeps (about the jobs a host runs at once); more are let go
 IDLE_FOR = 60.0  # seconds an idle worker is kept
 DRAIN_WAIT = 0.5  # seconds a launch waits for a released worker to be idle, rather than fork one
+DRAIN_READ = 1.0  # seconds after its release a worker no launch took is read for its "i" (idle from then)
 SEND_WAIT = 10.0  # seconds the agent waits for a worker to read what it sends; then it is given up
 MAX_JOBS = 1000  # jobs a worker runs before it exits (gc is off in it: cycles are never collected)
 
@@ -222,7 +223,11 @@ class Workers:
     (non-blocking), which are idle (released, and said so) and since when. The zygote forks a
     worker with the other end (a "w" request, the fd passed with it) and reaps it; the agent hands
     it each job, hears its "d" and "i" and releases it itself, with no hop through the zygote.
-    Single-threaded, in the agent's loop; `poller` (the serve loop's) polls the sockets."""
+    Single-threaded, in the agent's loop; `poller` (the serve loop's) polls the sockets of the
+    workers that run a job (their "d", or EOF), not those released: a released worker's "i" is
+    read when a launch wants a worker (take), or DRAIN_READ after its release (expire), so the
+    agent does not wake for it (it came ~0.4 times per job as a wake-up of its own). A worker that
+    dies meanwhile is reported by the zygote, which reaps it."""
 
     def __init__(self, lock_fd: int):
         self.lock_fd, self.poller = lock_fd, None
@@ -230,25 +235,56 @@ class Workers:
         self.pids: dict[int, int] = {}  # socket fd -> pid
         self.idle: list[tuple[int, float]] = []  # (pid, released at), the latest last: the warmest first
         self.done: set[int] = set()  # said "d", not yet released
-        self.draining: set[int] = set()  # released, told so, not yet idle (its "i" to come)
+        self.draining: dict[int, float] = {}  # released (and when), not yet idle: its "i" to come, or unread
+        self.polled: set[int] = set()  # socket fds on `poller`: the workers that run a job
         self.ended: list[int] = []  # said "d" (its job's result is durable), not yet taken by the agent
 
     def watch(self, poller) -> None:
-        """Poll the sockets on `poller` (the serve loop's), those there are and those to come."""
+        """Poll the sockets of busy workers on `poller` (the serve loop's), those there are and
+        those to come."""
         self.poller = poller
-        for fd in self.pids:
+        for fd in self.polled:
             poller.register(fd, 1)  # POLLIN
+
+    def poll(self, fd: int, on: bool) -> None:
+        """Hear the worker of socket `fd` on the serve loop's poller (it runs a job), or not."""
+        if on != (fd in self.polled):
+            if on:
+                self.polled.add(fd)
+            else:
+                self.polled.discard(fd)
+            if self.poller is not None:
+                if on:
+                    self.poller.register(fd, 1)  # POLLIN: its "d", or EOF
+                else:
+                    self.poller.unregister(fd)
+
+    def read_drained(self, now: float, before: float | None = None) -> None:
+        """Read the "i" (or EOF) of released workers, the earliest released first: those released
+        before `before`; without it, until one is idle (a launch wants one). The idle ones join
+        `idle`; a read that finds nothing yet costs one syscall."""
+        for pid, since in list(self.draining.items()):
+            if before is None and self.idle:
+                return
+            if before is not None and since >= before:
+                return  # released in order: the rest came later
+            self.readable(self.socks[pid].fileno(), now)
 
     def take(self, line: bytes) -> int | None:
         """Hand the job of `line` to an idle worker; its pid, or None if none is to be had (fork
         one: `add`). With none idle but some dropping their stale signals (a few syscalls), one of
         those is waited for, up to DRAIN_WAIT: a fork costs more."""
+        import time
+
+        if self.draining:
+            self.read_drained(time.monotonic())
         if not self.idle and self.draining:
             self.wait_idle()
         while self.idle:
             pid, _since = self.idle.pop()
             try:
                 send_job(self.socks[pid], line, self.lock_fd)
+                self.poll(self.socks[pid].fileno(), True)
                 return pid
             except OSError:  # it died meanwhile (the zygote reports its end), or is stuck
                 self.forget(pid)
@@ -259,8 +295,7 @@ class Workers:
         that cannot be done (the worker is let go: it exits at EOF)."""
         sock.setblocking(False)  # see send(): SEND_WAIT for a worker that reads nothing
         self.socks[pid], self.pids[sock.fileno()] = sock, pid
-        if self.poller is not None:
-            self.poller.register(sock.fileno(), 1)  # POLLIN: its "d", or EOF
+        self.poll(sock.fileno(), True)
         try:
             send_job(sock, line, self.lock_fd)
         except OSError:
@@ -303,7 +338,7 @@ class Workers:
                 self.done.add(pid)
                 self.ended.append(pid)
             elif byte == ord("i") and pid in self.draining:  # it dropped its stale signals: idle
-                self.draining.discard(pid)
+                del self.draining[pid]
                 self.idle.append((pid, now))
                 while len(self.idle) > POOL_IDLE:  # the oldest idle ones beyond POOL_IDLE go
                     self.forget(self.idle.pop(0)[0])
@@ -311,6 +346,8 @@ class Workers:
     def release(self, pid: int) -> None:
         """The agent knows the worker's job has ended, and sends that job no signal from now on:
         tell the worker, which drops the signals sent for that job and then says it is idle."""
+        import time
+
         if pid not in self.done:
             return  # gone meanwhile
         self.done.discard(pid)
@@ -320,13 +357,20 @@ class Workers:
         except OSError:
             self.forget(pid)
             return
-        self.draining.add(pid)
+        self.draining[pid] = time.monotonic()
+        self.poll(sock.fileno(), False)  # its "i" is read when a worker is wanted: no wake-up for it
 
     def expire(self, now: float) -> float | None:
-        """Let go of the workers idle for IDLE_FOR; seconds until the next one is due (None: none)."""
+        """Read the "i" of the workers released DRAIN_READ ago that no launch took, and let go of
+        the workers idle for IDLE_FOR; seconds until the next of these is due (None: none)."""
+        if self.draining:
+            self.read_drained(now, now - DRAIN_READ)
         while self.idle and now - self.idle[0][1] >= IDLE_FOR:
             self.forget(self.idle.pop(0)[0])
-        return None if not self.idle else max(0.0, self.idle[0][1] + IDLE_FOR - now)
+        due = [t + DRAIN_READ - now for t in self.draining.values()]
+        if self.idle:
+            due.append(self.idle[0][1] + IDLE_FOR - now)
+        return max(0.0, min(due)) if due else None
 
     def forget(self, pid: int) -> None:
         """Close our end of the worker's socket (an idle worker exits at that EOF; a busy one once
@@ -336,11 +380,10 @@ class Workers:
             return
         fd = sock.fileno()
         self.pids.pop(fd, None)
-        if self.poller is not None:
-            self.poller.unregister(fd)
+        self.poll(fd, False)
         sock.close()
         self.done.discard(pid)
-        self.draining.discard(pid)
+        self.draining.pop(pid, None)
         self.idle = [(p, t) for p, t in self.idle if p != pid]
 
     def forget_all(self) -> None:

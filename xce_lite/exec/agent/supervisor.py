@@ -23,8 +23,10 @@ from .util import make_result, proc_stat, write_all, write_file
 from .watch import Watch
 
 
-def make_host_dir(spec: dict) -> None:
-    """The unit's host directory (XCE_JOB_HOST_DIR), with its hostfile if the launch gave one.
+def make_host_dir(spec: dict) -> bool:
+    """The unit's host directory (XCE_JOB_HOST_DIR), with its hostfile if the launch gave one; True
+    if this call made it (then no tasks of `xce launch` wait in it: one written later comes with
+    TASKS_SIGNAL).
 
     An existing one is kept: in plain mode the agent may have put tasks of `xce launch` there first.
     A job run as another user (spec `user`) gets its own directory inside ours (spec job_dir, theirs,
@@ -34,9 +36,10 @@ def make_host_dir(spec: dict) -> None:
     path, user = spec["host_dir"], spec.get("user")
     try:
         os.mkdir(path, 0o700)
-        fresh = user is None  # ours alone, and empty: no reader can see a hostfile half-written
+        made = True
     except FileExistsError:
-        fresh = False
+        made = False
+    fresh = made and user is None  # ours alone, and empty: no reader can see a hostfile half-written
     job_dir = path
     if user is not None:
         os.chmod(path, 0o711)
@@ -59,6 +62,7 @@ def make_host_dir(spec: dict) -> None:
         else:
             write_file(hostfile, data)
         chown_to(hostfile, user)
+    return made
 
 
 def remove_host_dir(spec: dict) -> None:
@@ -151,7 +155,9 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let
         try:
             if own_dir:
                 try:
-                    make_host_dir(spec)
+                    # made empty here, and no hook takes a TASKS_SIGNAL before the job's wait: that
+                    # signal brings every task written from now on, so no listing of it at the start
+                    watch.tasks_waiting = not make_host_dir(spec) or hooks
                 except OSError as exc:
                     reason = f"cannot make the job's host directory {spec['host_dir']}: {exc.strerror}"
                     raise JobEnded(make_result(start_time, reason)) from None

@@ -27,6 +27,9 @@ from .tree import descendants, leftovers_text, stop_leftovers
 from .util import boot_id, format_limit, format_size, read_json
 
 MEM_SAMPLE_INTERVAL = 0.5  # seconds between RSS samples of a job with a memory limit
+# ((spool, boot, SPOOL/lease's stamp taken before the read), (until, renewed)): the lease this
+# process read last, which a reused supervisor's next job takes while the stamp is the same
+_lease_read: tuple[tuple, tuple[float, float]] = ((), (0.0, 0.0))
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -63,6 +66,9 @@ class Watch:
         self.lease_until: float | None = None  # the lease's end (lease clock), as last read; None: none
         self.lease_seen: tuple[int, int, int] | None = None  # SPOOL/lease's stamp when last read
         self.lease_read = False  # SPOOL/lease was read before the job started (lease_lapsed)
+        # tasks of `xce launch` may wait in the host directory before the wait begins (False: the
+        # supervisor made it empty, and each task written since came with a TASKS_SIGNAL, held)
+        self.tasks_waiting = True
 
     def start(self) -> None:
         """Start the job (self.pid); JobEnded if it cannot start. A "host" unit starts nothing."""
@@ -86,7 +92,8 @@ class Watch:
         next_sample = began + MEM_SAMPLE_INTERVAL if mem_limit else None
         watch_lease = bool(self.spec.get("spool")) and self.spec.get("role") != "tasks"
         lease_at = self.look_at_lease(began, force=not self.lease_read) if watch_lease else None
-        self.start_tasks()  # any that came before the supervisor could take its signal
+        if self.tasks_waiting:
+            self.start_tasks()  # any that came before the supervisor could take its signal
         while True:
             self.reap()
             if self.ended():
@@ -152,10 +159,22 @@ class Watch:
         return expired_reason(self.lease_renewed) if left is not None and left <= 0 else None
 
     def lease_left(self) -> float | None:
-        """Seconds left of the host's lease in SPOOL/lease (<= 0: it ran out), None without one."""
+        """Seconds left of the host's lease in SPOOL/lease (<= 0: it ran out), None without one.
+        Called just after `lease_seen` was taken: a reused supervisor (pool.py) takes the lease an
+        earlier job of its own read under that very stamp (the file was not replaced since), and
+        reads the file again for one that has run out, as look_at_lease does (renewed meanwhile?)."""
+        global _lease_read
         spool = self.spec.get("spool")
         boot = getattr(self.recorder, "boot", None) or boot_id()  # a journal recorder has it: no read per job
-        lease = read_lease(spool, boot) if spool and self.spec.get("role") != "tasks" else None
+        if not spool or self.spec.get("role") == "tasks":
+            return None
+        key = (spool, boot, self.lease_seen)
+        if self.lease_seen is not None and _lease_read[0] == key and _lease_read[1][0] > clock():
+            lease: tuple[float, float] | None = _lease_read[1]
+        else:
+            lease = read_lease(spool, boot)
+            if lease is not None:
+                _lease_read = (key, lease)
         if lease is None:
             return None
         self.lease_renewed = lease[1]

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""CPU per job of one reused supervisor (exec/agent/pool.py's worker) and of its `true` jobs, with
+this process as its agent: no controller, no agent loop, so ~1 s per run and little else in it.
+
+    python bench/worker_loop.py [--jobs 900] [--runs 3] [--tree CHECKOUT]
+    python bench/worker_loop.py --without dir,sync,tasks,lease     # what each part costs (stubbed)
+    python bench/worker_loop.py --tree /work/wt/NAME-old --runs 1  # alternate with this tree's runs
+
+A worker forked as the zygote forks one (fork_detached), on a socket; each job is what the agent
+hands a worker (a spec like a plain launch's: env of 15 variables, a hostfile, the spool's lease,
+the journal) and the release ("r", "i") that follows its "d". Per job, from /proc/PID/stat (clock
+ticks: keep --jobs near MAX_JOBS for resolution): the worker's own user and system CPU and its
+reaped jobs'. --without stubs parts in the worker (a what-if: never a mode to run in): `dir` the
+host directory (mkdir, hostfile, unlink, rmdir), `sync` the result's fdatasync, `tasks` the
+listing of the host directory for tasks, `lease` the reads of SPOOL/lease. Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def job_line(spool: str, work: str, name: str, encode) -> bytes:
+    host_dir = f"{spool}/units/{name}"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "XCE_APP": "default", "XCE_JOBID": name,
+           "XCE_JOB_NAME": "true", "XCE_QUEUE": "normal", "XCE_SLOTS": "1", "XCE_HOSTS": "local",
+           "XCE_ATTEMPT": "1", "XCE_HOST_NTASKS": "1", "XCE_HOST_TASK_INDEX": "0", "XCE_UNIT": name,
+           "XCE_JOB_HOST_DIR": host_dir, "XCE_LAUNCH_SOCKET": f"{spool}/agent.sock",
+           "XCE_HOSTFILE": f"{host_dir}/hostfile"}
+    now = time.time()
+    spec = {"unit": name, "argv": ["true"], "env": env, "cwd": work, "stdout": f"{work}/out", "stderr": None,
+            "run_limit": None, "mem_limit": None, "grace": 2.0, "hostfile": "local slots=1\n", "hooks": None,
+            "profile_env": None, "post_failure": None, "starter": None, "umask": None, "role": "job",
+            "start_time": now, "spool": spool, "mode": "plain", "host_dir": host_dir,
+            "host_dir_by": "supervisor", "hooks_by": "supervisor"}
+    return (encode({"unit": name, "spec": spec, "start_time": now}) + "\n").encode("ascii")
+
+
+def stub(parts: set[str]) -> None:
+    """In the worker (after its fork): replace the named parts by nothing."""
+    from xce_lite.exec.agent import journal, supervisor, watch
+
+    if "dir" in parts:
+        supervisor.make_host_dir = lambda spec: True  # type: ignore[assignment, return-value]
+        supervisor.remove_host_dir = lambda spec: None  # type: ignore[assignment]
+    if "sync" in parts:
+        journal.os = type("NoSyncOs", (), {"__getattr__": lambda self, name: getattr(os, name),  # type: ignore
+                                           "fdatasync": staticmethod(lambda fd: None)})()
+    if "tasks" in parts:
+        watch.Watch.start_tasks = lambda self: None  # type: ignore[method-assign]
+    if "lease" in parts:
+        watch.Watch.lease_lapsed = lambda self: None  # type: ignore[method-assign]
+        watch.Watch.look_at_lease = lambda self, now, force=False: None  # type: ignore[method-assign]
+
+
+def ticks(pid: int) -> list[int]:
+    """utime, stime, cutime, cstime of `pid`, in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        return [int(x) for x in f.read().rsplit(")", 1)[1].split()[11:15]]
+
+
+def run(jobs: int, parts: set[str]) -> list[float]:
+    """One worker, a warm-up of 50 jobs, then `jobs`; ms per job: worker user, system, jobs."""
+    import gc
+
+    from xce_lite.exec.agent.fds import restore_for_jobs
+    from xce_lite.exec.agent.journal import record
+    from xce_lite.exec.agent.jsonl import encode
+    from xce_lite.exec.agent.lease import clock, write_lease
+    from xce_lite.exec.agent.pool import MAX_JOBS, send_job, worker_main
+    from xce_lite.exec.agent.supervisor import fork_detached
+    from xce_lite.exec.agent.tree import load_prctl
+    from xce_lite.exec.agent.util import boot_id
+
+    assert jobs + 50 < MAX_JOBS, f"--jobs must stay below {MAX_JOBS - 50}: a worker leaves after MAX_JOBS"
+    root = tempfile.mkdtemp(prefix="xb-wl-", dir="/tmp")
+    try:
+        spool, work = f"{root}/spool", f"{root}/w"
+        os.makedirs(f"{spool}/units")
+        os.mkdir(work)
+        with open(f"{spool}/journal", "wb") as f:
+            f.write(record("journal", version=1))
+        lock = os.open(f"{spool}/.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        boot = boot_id()
+        write_lease(spool, boot, clock() + 3600, clock(), 3600)
+        gc.disable()  # as in the zygote
+        restore_for_jobs()
+        load_prctl()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+
+        def worker() -> None:
+            stub(parts)
+            worker_main(theirs.fileno(), spool, boot)
+
+        pid = fork_detached(worker)
+        theirs.close()
+
+        def one(i: int) -> None:
+            send_job(ours, job_line(spool, work, f"u{i}", encode), lock)
+            assert ours.recv(1) == b"d"
+            ours.sendall(b"r")
+            assert ours.recv(1) == b"i"
+
+        for i in range(50):
+            one(i)
+        before = ticks(pid)
+        for i in range(50, 50 + jobs):
+            one(i)
+        after = ticks(pid)
+        ours.close()
+        os.waitpid(pid, 0)
+        os.close(lock)
+        per = [1000 * (b - a) / os.sysconf("SC_CLK_TCK") / jobs for a, b in zip(before, after)]
+        return [per[0], per[1], per[2] + per[3]]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=900)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tree", default=str(Path(__file__).resolve().parents[1]), help="the checkout to measure")
+    parser.add_argument("--without", default="", help="parts stubbed in the worker: dir,sync,tasks,lease")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, args.tree)
+    parts = {p for p in args.without.split(",") if p}
+    unknown = parts - {"dir", "sync", "tasks", "lease"}
+    if unknown:
+        parser.error(f"unknown parts {sorted(unknown)}")
+    print(f"tree {args.tree}; {args.jobs} `true` jobs per run; without {sorted(parts) or 'nothing'}; "
+          f"load {os.getloadavg()[0]:.1f}")
+    rows = []
+    for n in range(args.runs):
+        user, system, jobs = run(args.jobs, parts)
+        rows.append((user + system, user, system, jobs))
+        print(f"run {n + 1}: worker {user + system:.3f} ms per job (user {user:.3f}, system {system:.3f}); "
+              f"its jobs {jobs:.3f} ms (load {os.getloadavg()[0]:.1f})", flush=True)
+    if args.runs > 1:
+        med = [statistics.median(c) for c in zip(*rows)]
+        print(f"median: worker {med[0]:.3f} ms (user {med[1]:.3f}, system {med[2]:.3f}); jobs {med[3]:.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
