@@ -30,6 +30,7 @@ from xce_lite.controller.pool_views import PoolViews
 from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.shared import Access, Handler
 from xce_lite.controller.state import ControllerState
+from xce_lite.controller.wait_ended import wait_ended
 from xce_lite.home.paths import Home
 from xce_lite.models import DONE, EXIT, PEND, PENDING_STATES, Job
 from xce_lite.sched.placement import HostView, JobRequest, place
@@ -149,11 +150,8 @@ class JobViews:
         deadline = time.monotonic() + timeout
         with self.state.mu:
             state, gate = self.state, self.gating.gate
-            while any(i in state.pending or i in gate or i in state.held or i in state.active for i in ids):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self.state.finished.wait(left)
+            wait_ended(state.finished, ids, lambda i: i in state.pending or i in gate or i in state.held
+                       or i in state.active, deadline)  # linear in the ids, not per wake-up (wait_ended.py)
         jobs = self.store.jobs(ids)
         finished = all(j.state in (DONE, EXIT) for j in jobs)
         return {"schema": 1, "finished": finished, "jobs": self.to_wire(jobs)}
