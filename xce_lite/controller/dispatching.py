@@ -65,7 +65,8 @@ class Dispatching:
         self.planned = {}
         if not decisions.dispatches:
             return []
-        jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches])}
+        # through the writer connection: its page cache outlives the tick's commits (JobReads.jobs)
+        jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches], writer=True)}
         merged = self._merged_now()
         plans = []
         for d in decisions.dispatches:
