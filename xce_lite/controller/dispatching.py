@@ -215,5 +215,8 @@ class Dispatching:
                     self.state.wake.set()  # a dependant may go now, or be cancelled: do not wait a tick
             if record.finished or record.requeued or record.cancelled or record.killed:
                 self.state.dirty = True
-                self.state.finished.notify_all()
+                if self.state.waited and not self.state.waited.keys().isdisjoint(
+                        (*record.finished, *record.cancelled, *record.killed, *(r.job_id for r in requeues),
+                         *(f.job_id for f, _event in finishing))):  # only a wait this tick may end (wait_ended.py)
+                    self.state.finished.notify_all()
         self.planned = {}

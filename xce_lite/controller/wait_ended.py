@@ -8,19 +8,26 @@ of the controller's CPU per job in bench/cpu_per_job.py). So each wake-up checks
 job still open; one found ended is looked at again only when the scan reaches the end, by one full
 pass under the lock that confirms none reopened meanwhile (a requeue). The answer is the same: the
 wait returns at an instant, under the lock, when no job of the list is open, or at its deadline.
+
+Nor is the waiter woken by every tick that ends a job: it sleeps until the LAST job of its list still
+open ends (`waited`, which the tick's `Dispatching.apply` reads: it notifies only when it ends a
+job some wait sleeps on; a pending job killed by hand notifies always). Jobs end about in id order,
+so a wait over 1,000 jobs is woken a few times instead of ~1,000 (each wake-up a lock handoff
+and a switch of threads while the tick runs).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 
 def wait_ended(finished: Any, ids: Sequence[int], is_open: Callable[[int], bool], deadline: float,
-               clock: Callable[[], float] = time.monotonic) -> None:
+               waited: Counter[int], clock: Callable[[], float] = time.monotonic) -> None:
     """Block on the condition `finished` (whose lock the caller holds) until no job of `ids` is open,
-    or `clock()` reaches `deadline`."""
+    or `clock()` reaches `deadline`; while asleep the last job still open is in `waited`."""
     first, n = 0, len(ids)
     while True:
         while first < n and not is_open(ids[first]):
@@ -32,4 +39,11 @@ def wait_ended(finished: Any, ids: Sequence[int], is_open: Callable[[int], bool]
         left = deadline - clock()
         if left <= 0:
             return
-        finished.wait(left)
+        last = next(ids[k] for k in range(n - 1, first - 1, -1) if is_open(ids[k]))  # ids[first] is open
+        waited[last] += 1
+        try:
+            finished.wait(left)
+        finally:
+            waited[last] -= 1
+            if not waited[last]:
+                del waited[last]

@@ -151,7 +151,7 @@ class JobViews:
         with self.state.mu:
             state, gate = self.state, self.gating.gate
             wait_ended(state.finished, ids, lambda i: i in state.pending or i in gate or i in state.held
-                       or i in state.active, deadline)  # linear in the ids, not per wake-up (wait_ended.py)
+                       or i in state.active, deadline, state.waited)  # linear in the ids (wait_ended.py)
         jobs = self.store.jobs(ids)
         finished = all(j.state in (DONE, EXIT) for j in jobs)
         return {"schema": 1, "finished": finished, "jobs": self.to_wire(jobs)}
