@@ -108,11 +108,16 @@ class JobViews:
         wired = []
         for j in jobs:
             job = job_to_wire(j)
-            eff = self._job_effective(j)
-            if isinstance(eff, Effective):
-                job.update(min_slots=eff.min_tasks, max_slots=eff.max_tasks)
+            eff: Effective | str | None = None
+            if j.effective and not with_effective:  # the task counts alone: no Effective built per job
+                tasks: tuple[int, int] | None = (j.effective["min_tasks"], j.effective["max_tasks"])
+            else:
+                eff = self._job_effective(j)
+                tasks = (eff.min_tasks, eff.max_tasks) if isinstance(eff, Effective) else None
+            if tasks is not None:
+                job.update(min_slots=tasks[0], max_slots=tasks[1])
                 if not j.hosts:
-                    job["slots"] = eff.min_tasks
+                    job["slots"] = tasks[0]
             if with_effective:
                 job["effective"] = describe(eff) if isinstance(eff, Effective) else []
                 job["effective_problem"] = eff if isinstance(eff, str) else None
