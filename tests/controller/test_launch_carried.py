@@ -27,13 +27,17 @@ APPS = """\
 
 
 class CountingStore(JobStore):
-    """The real store, counting the job rows each `jobs` call reads by id."""
+    """The real store, counting the job rows each `jobs` call reads by id (and those it reads through
+    the writer connection, whose cache outlives the tick's commits: JobReads.jobs)."""
 
     reads: Counter[int]
+    by_writer: Counter[int]
 
     def jobs(self, ids=None, *args, **kw):
         if ids:
             type(self).reads.update(ids)
+            if kw.get("writer"):
+                type(self).by_writer.update(ids)
         return super().jobs(ids, *args, **kw)
 
 
@@ -58,7 +62,7 @@ def expected(p: InProc, job_id: int) -> list:
 
 
 def test_a_dispatch_reads_its_row_once_and_launches_what_is_stored():
-    CountingStore.reads = Counter()
+    CountingStore.reads, CountingStore.by_writer = Counter(), Counter()
     p = InProc(hosts=("h1", "h2", "h3"), applications=APPS, store_class=CountingStore)
     try:
         p.step(0.1)  # the hosts come up
@@ -75,6 +79,7 @@ def test_a_dispatch_reads_its_row_once_and_launches_what_is_stored():
         assert {p.job(i).state for i in ids} == {"RUN"}
         # the plan's read checks the job is still PEND; the launch reads nothing back
         assert {i: read[i] for i in ids} == dict.fromkeys(ids, 1)
+        assert {i: CountingStore.by_writer[i] for i in ids} == dict.fromkeys(ids, 1)  # the plan's read
         by_unit = {r.unit: r for r in sent}
         for job_id in ids:
             for request in expected(p, job_id):
@@ -88,7 +93,7 @@ def test_a_dispatch_reads_its_row_once_and_launches_what_is_stored():
 def test_after_a_restart_a_launch_reads_the_stored_row():
     """A dispatch stored but never launched (its host refused the connection at the launch) is
     launched after a restart from the stored row, as its dispatch would have launched it."""
-    CountingStore.reads = Counter()
+    CountingStore.reads, CountingStore.by_writer = Counter(), Counter()
     p = InProc(hosts=("h1",), applications=APPS, store_class=CountingStore)
     try:
         p.step(0.1)

@@ -65,7 +65,8 @@ class Dispatching:
         self.planned = {}
         if not decisions.dispatches:
             return []
-        jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches])}
+        # through the writer connection: its page cache outlives the tick's commits (JobReads.jobs)
+        jobs = {job.id: job for job in self.store.jobs([d.job_id for d in decisions.dispatches], writer=True)}
         merged = self._merged_now()
         plans = []
         for d in decisions.dispatches:
@@ -214,5 +215,8 @@ class Dispatching:
                     self.state.wake.set()  # a dependant may go now, or be cancelled: do not wait a tick
             if record.finished or record.requeued or record.cancelled or record.killed:
                 self.state.dirty = True
-                self.state.finished.notify_all()
+                if self.state.waited and not self.state.waited.keys().isdisjoint(
+                        (*record.finished, *record.cancelled, *record.killed, *(r.job_id for r in requeues),
+                         *(f.job_id for f, _event in finishing))):  # only a wait this tick may end (wait_ended.py)
+                    self.state.finished.notify_all()
         self.planned = {}

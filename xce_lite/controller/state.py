@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,6 +149,9 @@ class ControllerState:
     deferred_jobs: int = 0  # jobs submitted since, their sessions waiting (submit_wake.DEFER_JOBS)
     deferred_since: float | None = None  # the first submit whose session waits, not taken by a tick yet
     finished: threading.Condition = field(init=False)  # on `mu`
+    # job id -> the waits (`xce wait`) asleep until it ends (wait_ended.py): a tick that ends none of
+    # them wakes no waiter
+    waited: Counter[int] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.use(self.config, self.profiles)

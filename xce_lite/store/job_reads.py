@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 
 import apsw
 
@@ -39,6 +40,9 @@ class JobReads:
     def _reader(self) -> apsw.Connection:  # provided by JobStore
         raise NotImplementedError
 
+    def _writer_read(self) -> AbstractContextManager[apsw.Connection]:  # provided by JobStore
+        raise NotImplementedError
+
     # ---- reads ------------------------------------------------------------------------------
 
     def unfinished(self) -> list[Job]:
@@ -48,9 +52,13 @@ class JobReads:
 
     def jobs(self, ids: Sequence[int] | None = None, user: str | None = None,
              include_finished: bool = False, limit: int | None = None, elements: bool = True,
-             project: str | None = None) -> list[Job]:
+             project: str | None = None, writer: bool = False) -> list[Job]:
         """Jobs by id, or a user's (unfinished unless `include_finished`); `elements` False leaves
-        out array elements (the listing shows their arrays instead); `project`: of that project only."""
+        out array elements (the listing shows their arrays instead); `project`: of that project only.
+        `writer`: read through the writer connection, under the write lock (the controller's tick
+        reads the rows it dispatches so): SQLite drops a connection's whole page cache when another
+        connection has committed since its last read, so the tick's own read connection read every
+        page of the path again after each of the tick's commits; the writer's cache outlives them."""
         where: list[str] = []
         args: list[object] = []
         if ids:
@@ -72,6 +80,9 @@ class JobReads:
         sql += " ORDER BY id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
+        if writer:
+            with self._writer_read() as con:
+                return self._jobs_of(con.execute(sql, args))
         return self._jobs_of(self._reader().execute(sql, args))
 
     def _jobs_of(self, rows: Iterable[tuple]) -> list[Job]:

@@ -12,9 +12,10 @@ bounded by the threads alive: the one of a thread that ended is closed when the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,6 +154,12 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
                     self._readers.pop(thread).close()
                 self._readers[threading.current_thread()] = con
         return con
+
+    @contextlib.contextmanager
+    def _writer_read(self) -> Iterator[apsw.Connection]:
+        """The writer connection for a read, under the write lock (JobReads.jobs's `writer`)."""
+        with self._lock:
+            yield self._con
 
     def reader_count(self) -> int:
         """Read connections open now (one per thread that has read and still lives)."""

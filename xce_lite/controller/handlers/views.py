@@ -30,6 +30,7 @@ from xce_lite.controller.pool_views import PoolViews
 from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.shared import Access, Handler
 from xce_lite.controller.state import ControllerState
+from xce_lite.controller.wait_ended import wait_ended
 from xce_lite.home.paths import Home
 from xce_lite.models import DONE, EXIT, PEND, PENDING_STATES, Job
 from xce_lite.sched.placement import HostView, JobRequest, place
@@ -107,11 +108,16 @@ class JobViews:
         wired = []
         for j in jobs:
             job = job_to_wire(j)
-            eff = self._job_effective(j)
-            if isinstance(eff, Effective):
-                job.update(min_slots=eff.min_tasks, max_slots=eff.max_tasks)
+            eff: Effective | str | None = None
+            if j.effective and not with_effective:  # the task counts alone: no Effective built per job
+                tasks: tuple[int, int] | None = (j.effective["min_tasks"], j.effective["max_tasks"])
+            else:
+                eff = self._job_effective(j)
+                tasks = (eff.min_tasks, eff.max_tasks) if isinstance(eff, Effective) else None
+            if tasks is not None:
+                job.update(min_slots=tasks[0], max_slots=tasks[1])
                 if not j.hosts:
-                    job["slots"] = eff.min_tasks
+                    job["slots"] = tasks[0]
             if with_effective:
                 job["effective"] = describe(eff) if isinstance(eff, Effective) else []
                 job["effective_problem"] = eff if isinstance(eff, str) else None
@@ -149,11 +155,8 @@ class JobViews:
         deadline = time.monotonic() + timeout
         with self.state.mu:
             state, gate = self.state, self.gating.gate
-            while any(i in state.pending or i in gate or i in state.held or i in state.active for i in ids):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self.state.finished.wait(left)
+            wait_ended(state.finished, ids, lambda i: i in state.pending or i in gate or i in state.held
+                       or i in state.active, deadline, state.waited)  # linear in the ids (wait_ended.py)
         jobs = self.store.jobs(ids)
         finished = all(j.state in (DONE, EXIT) for j in jobs)
         return {"schema": 1, "finished": finished, "jobs": self.to_wire(jobs)}
