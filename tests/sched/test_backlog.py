@@ -91,6 +91,22 @@ def _told_step(snapshot: Snapshot, budget: int, sides: list) -> tuple:
     return answers[0]
 
 
+def _between(sides: list, gone: set[int], added: list[PendingJob], asked: list[int], resend: bool) -> None:
+    """What the scheduler seams do between sessions (sched_worker._apply_changes): jobs gone and
+    added forgotten and re-indexed, reasons asked again, a full resend."""
+    for backlog, _cache, sent, _told in sides:
+        sent.forget(gone)
+        sent.forget(j.id for j in added)
+        for job_id in gone:
+            backlog.discard(job_id)
+        for j in added:
+            backlog.add(j)
+        if asked:
+            sent.ask_again(asked)
+        if resend:
+            sent.clear()
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snapshot=busy_snapshots(), budget=budgets, data=st.data())
 def test_a_session_that_leaves_out_told_tails_answers_what_the_whole_answer_does(
@@ -117,17 +133,7 @@ def test_a_session_that_leaves_out_told_tails_answers_what_the_whole_answer_does
         asked = data.draw(st.lists(st.sampled_from(jobs), max_size=3)) if jobs and data.draw(st.booleans()) else []
         resend = data.draw(st.integers(0, 5)) == 0
         jobs = list({j.id: j for j in [j for j in jobs if j.id not in gone] + added}.values())
-        for backlog, _cache, sent, _told in sides:
-            sent.forget(gone)
-            sent.forget(j.id for j in added)
-            for job_id in gone:
-                backlog.discard(job_id)
-            for job in added:
-                backlog.add(job)
-            if asked:
-                sent.ask_again(j.id for j in asked)
-            if resend:
-                sent.clear()
+        _between(sides, gone, added, [j.id for j in asked], resend)
         queues = snapshot.queues
         if data.draw(st.booleans()):  # a reconfig changed the queues' priorities
             queues = tuple(QueuePolicy(q.name, data.draw(st.integers(0, 3)), q.hosts, q.running_limit,
@@ -193,14 +199,4 @@ def test_told_tails_of_a_few_large_classes_through_a_drain(data: st.DataObject) 
         for job_id in gone:
             del jobs[job_id]
         jobs.update((j.id, j) for j in added)
-        for backlog, _cache, sent, _told in sides:
-            sent.forget(gone)
-            sent.forget(j.id for j in added)
-            for job_id in gone:
-                backlog.discard(job_id)
-            for j in added:
-                backlog.add(j)
-            if asked:
-                sent.ask_again(asked)
-            if resend:
-                sent.clear()
+        _between(sides, gone, added, asked, resend)
