@@ -95,7 +95,7 @@ def _apply_changes(sent: SentReasons, session: _Session) -> None:
         sent.clear()
         return
     if session.reasons_all:
-        sent.forget(session.reasons_all)
+        sent.ask_again(session.reasons_all)
     sent.forget(session.removed)
     sent.forget(job.id for job in session.added)
 
@@ -149,7 +149,7 @@ def _serve(conn) -> None:
         # only, in this process (never pickled, kept or compared), and the core only takes its
         # length and iterates it. A tuple of 10,000s of jobs, made and freed per session, touched
         # every job twice: ~0.13 ms of each steady session's 0.56 (bench/sched_sides.py --no-add).
-        decisions = _schedule_without_gc(_with_jobs(session.base, jobs.values()), session.budget, cache, backlog)
+        decisions = _schedule_without_gc(_with_jobs(session.base, jobs.values()), session.budget, cache, backlog, sent)
         conn.send((_changed_reasons(sent, decisions), cache.settled))
 
 
@@ -159,14 +159,15 @@ def _with_jobs(base: Snapshot, jobs: Collection[PendingJob]) -> Snapshot:
     return Snapshot(**{**vars(base), "jobs": jobs})
 
 
-def _schedule_without_gc(snapshot: Snapshot, budget: int, cache: SessionCache, backlog: Backlog) -> Decisions:
+def _schedule_without_gc(snapshot: Snapshot, budget: int, cache: SessionCache, backlog: Backlog,
+                         sent: SentReasons) -> Decisions:
     """A session allocates many small objects and frees them by reference counting alone (it makes
     no cycles), so the cycle collector's passes over this process's heap (10,000s of pending jobs)
     would find nothing: paused for the call. Here, not in the core: the core stays a pure function
     with no effect on the interpreter."""
     gc.disable()
     try:
-        return schedule(snapshot, budget, cache=cache, backlog=backlog)
+        return schedule(snapshot, budget, cache=cache, backlog=backlog, told=sent.tails)
     finally:
         gc.enable()
 
@@ -347,7 +348,7 @@ class InlineScheduler:
         session, self._session = self._session, None
         if session is None:
             return None
-        decisions = schedule(session, self._budget, cache=self._cache, backlog=self._backlog)
+        decisions = schedule(session, self._budget, cache=self._cache, backlog=self._backlog, told=self._sent.tails)
         if self._shortcut is not None and self._base is not None:
             self._shortcut.answered(self._base, decisions, self._cache.settled, self._budget)
         return _changed_reasons(self._sent, decisions)

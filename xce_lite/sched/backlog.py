@@ -11,6 +11,18 @@ come to hold a reservation (it has waited `reserve_after`): then they are examin
 
 Invariant: walking the classes gives the decisions the plain walk over every job in order gives,
 byte for byte (a property test compares them). Pure: no I/O, no clock.
+
+Told tails (`walk(..., told=)`): with a backlog, a session ends with each waiting class's tail given
+one reason, and the next session gives most of those tails the same reason again: 10,000s of ids
+copied into the answer only for the caller to find them all told already (sent_reasons.py). A
+caller that answers only what changed keeps `told` (SentReasons.tails) between sessions: per class,
+the rank from which its jobs were given a reason in the last session, and that reason. A later tail
+of the class with the same reason then gives only the jobs the told part lacks: those ranked before
+it (the walk stopped earlier this time) and those added to the class since (`_Class.fresh`: every
+job of a class emptied and made again, or re-ranked, is one of them). Every other job of
+the tail was told that reason then and nothing told it another since, so leaving it out of the answer
+changes nothing the caller reports (the caller drops `told` whenever it may hold another reason for
+a job: sent_reasons.py).
 """
 
 from __future__ import annotations
@@ -25,6 +37,8 @@ if TYPE_CHECKING:
 
 Rank = tuple[int, int, int]
 CUTS_FREE, CUTS_PER_JOB = 64, 4  # see Backlog.walk
+FRESH_MAX = 1024  # jobs added to a class since its tail was told, remembered one by one at most
+Told = dict[tuple, tuple[Rank, str]]  # class -> (the rank its told tail starts at, the reason it was told)
 
 
 def class_of(job: PendingJob) -> tuple:
@@ -33,13 +47,16 @@ def class_of(job: PendingJob) -> tuple:
 
 
 class _Class:
-    __slots__ = ("ids", "jobs", "ranks", "times")
+    __slots__ = ("fresh", "ids", "jobs", "ranks", "times")
 
     def __init__(self) -> None:
         self.ranks: list[Rank] = []  # its jobs' ranks, in order; then the jobs and their ids alike
         self.jobs: list[PendingJob] = []
         self.ids: list[int] = []
         self.times: list[float] = []  # its jobs' submit times (the jobs' own float objects), earliest first
+        # The ranks of the jobs added since its tail was last told (module docstring, Told tails);
+        # None: more than FRESH_MAX, the next tail is given whole.
+        self.fresh: list[Rank] | None = []
 
     def oldest_submit(self) -> float:
         return self.times[0]
@@ -70,6 +87,10 @@ class Backlog:
         cls.jobs.insert(i, job)
         cls.ids.insert(i, job.id)
         cls.times.insert(bisect_left(cls.times, job.submit_time), job.submit_time)
+        if cls.fresh is not None:
+            cls.fresh.append(rank)
+            if len(cls.fresh) > FRESH_MAX:
+                cls.fresh = None
         self._jobs[job.id] = (job, key, rank)
 
     def discard(self, job_id: int) -> None:
@@ -99,7 +120,7 @@ class Backlog:
 
     def walk(self, examine: Callable[[PendingJob], str | None], changed: Callable[[], int],
              waiting: dict[str, list[int]], may_reserve: Callable[[Callable[[], float]], bool],
-             lasting: Callable[[], bool]) -> None:
+             lasting: Callable[[], bool], told: Told | None = None) -> None:
         """Examine the jobs in rank order, as `schedule` does one by one, but give a class's jobs
         the reason of the first of them that waits, at once, until the state changes.
 
@@ -111,7 +132,10 @@ class Backlog:
 
         Each change sends the frozen classes back to be examined; a session of many changes over
         many small classes would pay that again and again, so past CUTS_PER_JOB such returns per
-        job (and CUTS_FREE in all) the rest is examined one job at a time, as without classes."""
+        job (and CUTS_FREE in all) the rest is examined one job at a time, as without classes.
+
+        `told` (module docstring, Told tails): the last session's told tails, replaced by this
+        session's; a tail's jobs already told its reason are left out of `waiting`."""
         heap: list[tuple[Rank, int, tuple]] = [(cls.ranks[0], 0, key) for key, cls in self._classes.items()]
         heapify(heap)
         frozen: dict[tuple, tuple[int, str]] = {}  # class -> (from which of its jobs, the reason they get)
@@ -151,10 +175,35 @@ class Backlog:
                 frozen[key] = (nxt, reason)
             else:
                 heappush(heap, (cls.ranks[nxt], nxt, key))
+        tails: Told = {}
         for fkey, (fpos, freason) in (*frozen.items(), *kept.items()):
-            give(classes[fkey], fpos, None, freason)
+            cls = classes[fkey]
+            last = told.get(fkey) if told is not None else None
+            if last is None or last[1] != freason or cls.fresh is None:
+                give(cls, fpos, None, freason)
+            else:
+                _give_untold(cls, fpos, last[0], freason, give)
+            if told is not None:
+                tails[fkey] = (cls.ranks[fpos], freason)
+                cls.fresh = []
+        if told is not None:  # a class with no tail now: whatever it told may have changed
+            told.clear()
+            told.update(tails)
         for reason in unordered:  # a reason several classes met: their ids in rank order, as one by one
             waiting[reason].sort(key=lambda job_id: entries[job_id][2])
 
     def __iter__(self) -> Iterator[PendingJob]:
         return (entry[0] for entry in self._jobs.values())
+
+
+def _give_untold(cls: _Class, start: int, told_from: Rank, reason: str,
+                 give: Callable[[_Class, int, int | None, str], None]) -> None:
+    """Give the jobs of `cls`'s tail from `start` that were not told `reason` with the tail told from
+    rank `told_from`: those ranked before it, and those added since (`cls.fresh`), in rank order."""
+    end = bisect_left(cls.ranks, told_from, start)
+    if end > start:
+        give(cls, start, end, reason)
+    for rank in sorted(set(cls.fresh or ())):
+        i = bisect_left(cls.ranks, rank, end)  # (one ranked before `end`, given above or examined, is not found)
+        if i < len(cls.ranks) and cls.ranks[i] == rank:  # (nor one discarded since)
+            give(cls, i, i + 1, reason)

@@ -38,6 +38,8 @@ a cache or without, warm or cold (the tests compare them after random changes).
 A backlog (`schedule(..., backlog=)`, backlog.py): the same pending jobs grouped by class, kept by
 the caller from one call to the next, so a session over a large backlog gives a class's waiting
 jobs their common reason at once instead of examining each; the same decisions, byte for byte.
+With `told=` too (backlog.py, Told tails), `waiting` leaves out the jobs told the same reason before:
+for a caller that answers only the reasons that changed, which then answers the same.
 
 Observing (the simulator's trace): `schedule(..., observe=f)` calls `f(Examined(...))` for every job
 it examines, in order, with what it found: the plan, the search's full `Refusal` (per-host reasons
@@ -51,7 +53,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from xce_lite.sched.backlog import Backlog
+from xce_lite.sched.backlog import Backlog, Told
 from xce_lite.sched.fairshare import FairShareInput, Ordering
 from xce_lite.sched.fit import taken
 from xce_lite.sched.placement import HostView, JobRequest
@@ -190,7 +192,7 @@ class Decisions:
 
 
 def schedule(snapshot: Snapshot, budget: int = 1_000_000, observe: Callable[[Examined], None] | None = None,
-             cache: SessionCache | None = None, backlog: Backlog | None = None) -> Decisions:
+             cache: SessionCache | None = None, backlog: Backlog | None = None, told: Told | None = None) -> Decisions:
     """Decide which pending jobs start now and why the others wait.
 
     `budget` bounds the jobs examined in this session; the rest keep their previous reasons and
@@ -199,7 +201,8 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000, observe: Callable[[Exa
     decision. `cache`, if given, carries what this call reads from the last call that had it to
     the next (module docstring, Carrying over); it cannot change a decision either. `backlog`, if
     given, holds the same jobs as `snapshot.jobs`, by class (backlog.py), so that a class's jobs
-    that all wait for one reason are given it at once; it cannot change a decision either.
+    that all wait for one reason are given it at once; it cannot change a decision either. `told`
+    (with `backlog`; module docstring) leaves told jobs out of `waiting`, never out of a decision.
     """
     queues = {q.name: q for q in snapshot.queues}
     no_policy = QueuePolicy("", priority=0)
@@ -321,8 +324,10 @@ def schedule(snapshot: Snapshot, budget: int = 1_000_000, observe: Callable[[Exa
     if backlog is not None and ordering is None and observe is None and len(backlog) == len(snapshot.jobs) \
             and len(snapshot.jobs) <= budget:  # (fair share orders jobs as it goes; observing wants each)
         backlog.rank_by({q.name: q.priority for q in snapshot.queues})
-        backlog.walk(examine, lambda: changes, waiting, may_reserve, lambda: kind == BLOCKED)
+        backlog.walk(examine, lambda: changes, waiting, may_reserve, lambda: kind == BLOCKED, told)
     else:
+        if told is not None:  # every job gets its reason here: no tail stays told for a later call
+            told.clear()
         for examined, job in enumerate(order if order is not None else sorted(snapshot.jobs, key=rank)):
             if examined >= budget:
                 complete = False

@@ -10,27 +10,45 @@ So a job is forgotten whenever the receiver may hold something else for it: it w
 declined dispatch gets another reason), it left or (re)joined the pending set, or the receiver
 asked for it again; `clear` (a full resend) forgets everything. Pure: no I/O, no clock. The group
 operations run on sets, so a session with nothing new costs no Python step per job.
+
+`tails` (backlog.py, Told tails) goes further: the sessions given it leave out of their answer the
+class tails told already, so a steady session over a backlog costs no step per waiting job at all.
+It holds only while every job of such a tail was told that reason: so `ask_again` (the receiver
+wants some jobs' reasons: a pool reworded them) and `clear` drop it. Jobs forgotten because they
+left or joined the set, or were dispatched, leave it true: the backlog's classes see them go, or
+count them as added (`_Class.fresh`), and a dispatched job was examined, ranked before its tail.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from xce_lite.sched.backlog import Told
 
 Waiting = tuple[tuple[str, tuple[int, ...]], ...]
 
 
 class SentReasons:
-    __slots__ = ("_by", "_of")
+    __slots__ = ("_by", "_of", "tails")
 
     def __init__(self) -> None:
         self._of: dict[int, str] = {}  # job id -> the reason last reported
         self._by: dict[str, set[int]] = {}  # the same, by reason
+        self.tails: Told = {}  # the class tails told (module docstring): given to schedule(told=)
 
     def __len__(self) -> int:
         return len(self._of)
 
     def clear(self) -> None:
-        self._of, self._by = {}, {}
+        self._of, self._by, self.tails = {}, {}, {}
+
+    def ask_again(self, ids: Iterable[int]) -> None:
+        """The receiver wants these jobs' reasons again (it may hold others): `forget`, and no tail
+        is taken as told any more (the jobs may be anywhere in one)."""
+        self.forget(ids)
+        self.tails.clear()
 
     def forget(self, ids: Iterable[int]) -> None:
         """The receiver may hold another reason for these jobs (or none): report them again."""
