@@ -12,8 +12,10 @@ the Python API send them (Client.submit), and prints per POST: the client's CPU 
 the controller's CPU (every thread's schedstat) split into its main thread (the tick a submit
 wakes; not the request path) and its other threads (the API's serving thread and workers, and
 the host links, idle here), and the rate. CPU time is what the machine's load moves least; quote
-`uptime` beside it. With --strace, one more run under `strace -c -f` counts the controller's
-system calls per POST (deterministic, unlike times; strace slows that run, its rate is not one).
+`uptime` beside it. The API server's counters close the figures: requests a lingering worker took
+itself (`kept`, server.py's linger) and connections handed back to the serving thread. With
+--strace, one more run under `strace -c -f` counts the controller's system calls per POST
+(deterministic, unlike times; strace slows that run, its rate is not one).
 Asserts nothing.
 """
 
@@ -127,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                            ("main", "controller main thread CPU ms/POST"), ("rate", "POSTs/s")):
             values = [r[key] for r in runs]
             print(f"  {label:44s} {statistics.median(values):8.3f} ({min(values):.3f}-{max(values):.3f})")
+        api = client.get("/status")["api"]
+        print(f"  API server: {api.get('kept', '-')} requests kept by the worker that answered the one before "
+              f"(linger), {api['handed_back']} handed back, {api['threads']} worker threads")
         if args.strace:
             total, calls = strace_counts(c, spec, min(args.posts, 500))
             print(f"  controller system calls per POST {total:.1f}: "
