@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.rawhttp import reply as _reply
 from tests.support.waiting import wait_until
 from xce_lite.api.limits import Limits
 from xce_lite.api.pool import WorkerPool
@@ -23,20 +24,6 @@ from xce_lite.api.server import ApiServer
 def _request(n: int) -> bytes:
     body = json.dumps({"n": n}).encode()
     return f"POST /xce/v1/echo HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
-
-
-def _reply(sock: socket.socket) -> tuple[int, dict]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"closed without a reply (got {data!r})"
-        data += chunk
-    head, body = data.split(b"\r\n\r\n", 1)
-    lines = head.decode().split("\r\n")
-    length = next(int(v) for k, _, v in (line.partition(":") for line in lines[1:]) if k.lower() == "content-length")
-    while len(body) < length:
-        body += sock.recv(65536)
-    return int(lines[0].split()[1]), json.loads(body[:length])
 
 
 @pytest.fixture
