@@ -2,6 +2,7 @@
 """The one-POST request path (issue 18): what one `POST /jobs` of one job costs, server and client apart.
 
     python bench/one_post.py [--runs 3] [--posts 2000] [--backlog 0] [--strace]
+    python bench/one_post.py --running [--runs 3] [--posts 1000]    # run.py's one-POST figure, split
     cp bench/one_post.py OTHER/bench/ && python OTHER/bench/one_post.py    # another checkout, alternate
 
 A throw-away cluster (bench/cluster.py: one local host of 2 slots) whose two slots hold `sleep`
@@ -12,9 +13,15 @@ the Python API send them (Client.submit), and prints per POST: the client's CPU 
 the controller's CPU (every thread's schedstat) split into its main thread (the tick a submit
 wakes; not the request path) and its other threads (the API's serving thread and workers, and
 the host links, idle here), and the rate. CPU time is what the machine's load moves least; quote
-`uptime` beside it. With --strace, one more run under `strace -c -f` counts the controller's
-system calls per POST (deterministic, unlike times; strace slows that run, its rate is not one).
-Asserts nothing.
+`uptime` beside it. The API server's counters close the figures: requests a lingering worker took
+itself (`kept`, server.py's linger) and connections handed back to the serving thread. With
+--strace, one more run under `strace -c -f` counts the controller's system calls per POST
+(deterministic, unlike times; strace slows that run, its rate is not one).
+With --running the slots are free and the `true` jobs run beside the POSTs (sent as run.py's
+one-POST figure sends them: Client.post, no request id), each run waiting until all are done: it
+prints the submit phase and first POST -> all done (wall), the same CPU split per job over the
+whole run (the main thread: the ticks that dispatch and record the jobs), and the ticks and
+scheduling sessions per job (the controller's metrics). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster import BenchCluster
+from cluster import BenchCluster, wait_done
 
 
 def thread_cpu(pid: int) -> dict[int, int]:
@@ -57,18 +64,35 @@ def settle(pid: int, quiet: float = 0.3, timeout: float = 30.0) -> None:
         last = now
 
 
-def run_once(c: BenchCluster, spec: dict, posts: int) -> dict[str, float]:
+def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False) -> dict[str, float]:
     client = c.client()
     pid = c.pid
+    counted = _ticks(client) if running else (0, 0)
     before, client0, wall0 = thread_cpu(pid), time.thread_time(), time.perf_counter()
-    for _ in range(posts):
-        client.submit({"jobs": [spec]})
-    wall, client_cpu, after = time.perf_counter() - wall0, time.thread_time() - client0, thread_cpu(pid)
+    if running:  # as run.py's one-POST figure: no request id
+        ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(posts)]
+    else:
+        for _ in range(posts):
+            client.submit({"jobs": [spec]})
+    wall, client_cpu = time.perf_counter() - wall0, time.thread_time() - client0
+    done = wall
+    if running:
+        wait_done(client, ids, time.monotonic() + 300)
+        done = time.perf_counter() - wall0
+    after = thread_cpu(pid)
     used = {tid: after[tid] - before.get(tid, 0) for tid in after}
     main = used.get(pid, 0) / 1e6 / posts
     others = sum(v for tid, v in used.items() if tid != pid) / 1e6 / posts
     mine = 1000 * client_cpu / posts
-    return {"client": mine, "main": main, "api": others, "request": others + mine, "rate": posts / wall}
+    ticks = [(b - a) / posts for a, b in zip(counted, _ticks(client))] if running else [0.0, 0.0]
+    return {"client": mine, "main": main, "api": others, "request": others + mine, "rate": posts / wall,
+            "submit": wall, "done": done, "ticks": ticks[0], "sessions": ticks[1]}
+
+
+def _ticks(client) -> tuple[int, int]:
+    """Ticks and scheduling sessions the controller has run (its metrics' histogram counts)."""
+    histograms = client.get("/metrics")["registry"]["histograms"]
+    return histograms.get("tick", {}).get("count", 0), histograms.get("session", {}).get("count", 0)
 
 
 def strace_counts(c: BenchCluster, spec: dict, posts: int) -> tuple[float, list[tuple[str, float]]]:
@@ -99,34 +123,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--posts", type=int, default=2000)
     parser.add_argument("--backlog", type=int, default=0, help="jobs pending before the runs")
     parser.add_argument("--strace", action="store_true", help="count the controller's system calls per POST")
+    parser.add_argument("--running", action="store_true", help="free slots: the jobs run beside the POSTs")
     args = parser.parse_args(argv)
     c = BenchCluster(slots=2)
     c.start()
     try:
         client = c.client()
-        client.post("/jobs", {"jobs": [c.spec(["sleep", "600"])] * 2})  # both slots busy: the rest pends
-        spec = c.spec(["true"], name="post")
+        if not args.running:
+            client.post("/jobs", {"jobs": [c.spec(["sleep", "600"])] * 2})  # both slots busy: the rest pends
+        spec = c.spec(["true"], name="post") if not args.running else c.spec(["true"])
         if args.backlog:
             client.post("/jobs", {"jobs": [spec] * args.backlog})
-        for _ in range(200):  # warm up: the workers exist, the spec is admitted
-            client.submit({"jobs": [spec]})
+        warm = [client.submit({"jobs": [spec]})["ids"][0] for _ in range(200)]  # workers exist, spec admitted
+        if args.running:
+            wait_done(client, warm, time.monotonic() + 120)
         settle(c.pid)
         runs = []
         for run in range(args.runs):
-            r = run_once(c, spec, args.posts)
+            r = run_once(c, spec, args.posts, args.running)
             runs.append(r)
             print(f"run {run + 1}: client {r['client']:.3f} + controller API/other threads {r['api']:.3f} = "
                   f"{r['request']:.3f} ms CPU per POST; controller main thread {r['main']:.3f} ms; "
-                  f"{r['rate']:.0f} POSTs/s", flush=True)
+                  f"{r['rate']:.0f} POSTs/s" + (f"; submit phase {r['submit']:.3f} s, all done {r['done']:.3f} s, "
+                                                 f"{r['ticks']:.2f} ticks, {r['sessions']:.2f} sessions per job"
+                                                 if args.running else ""), flush=True)
             settle(c.pid)
         load = os.getloadavg()
-        print(f"\n{args.runs} runs of {args.posts} one-job POSTs (request ids), {args.backlog} pending before; "
+        kind = "jobs run beside, to all done" if args.running else "request ids"
+        print(f"\n{args.runs} runs of {args.posts} one-job POSTs ({kind}), {args.backlog} pending before; "
               f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; medians (min-max)")
-        for key, label in (("client", "client CPU ms/POST"), ("api", "controller API+other threads CPU ms/POST"),
-                           ("request", "request path CPU ms/POST (the two above)"),
-                           ("main", "controller main thread CPU ms/POST"), ("rate", "POSTs/s")):
+        rows = [("client", "client CPU ms/POST"), ("api", "controller API+other threads CPU ms/POST"),
+                ("request", "request path CPU ms/POST (the two above)"),
+                ("main", "controller main thread CPU ms/POST"), ("rate", "POSTs/s")]
+        if args.running:
+            rows += [("submit", "submit phase s"), ("done", "first POST -> all done s"),
+                     ("ticks", "ticks per job"), ("sessions", "sessions per job")]
+        for key, label in rows:
             values = [r[key] for r in runs]
             print(f"  {label:44s} {statistics.median(values):8.3f} ({min(values):.3f}-{max(values):.3f})")
+        api = client.get("/status")["api"]
+        print(f"  API server: {api.get('kept', '-')} requests kept by the worker that answered the one before "
+              f"(linger), {api['handed_back']} handed back, {api['threads']} worker threads")
         if args.strace:
             total, calls = strace_counts(c, spec, min(args.posts, 500))
             print(f"  controller system calls per POST {total:.1f}: "

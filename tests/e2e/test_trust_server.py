@@ -14,6 +14,7 @@ import threading
 import pytest
 
 from tests.support.cluster import Cluster
+from tests.support.rawhttp import reply as _reply
 from tests.support.waiting import wait_until
 from xce_lite import errors
 from xce_lite.api.client import Client
@@ -32,21 +33,6 @@ def _connect(c: Cluster, timeout: float = 10) -> socket.socket:
     sock.connect(str(c.home / "xce.sock"))  # blocking: waits while the listen backlog is full
     sock.settimeout(timeout)
     return sock
-
-
-def _reply(sock: socket.socket) -> tuple[int, dict]:
-    """Read one response: (status, JSON body)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"the connection closed without a reply (got {data!r})"
-        data += chunk
-    head, body = data.split(b"\r\n\r\n", 1)
-    lines = head.decode().split("\r\n")
-    length = next(int(v) for n, _, v in (line.partition(":") for line in lines[1:]) if n.lower() == "content-length")
-    while len(body) < length:
-        body += sock.recv(65536)
-    return int(lines[0].split()[1]), json.loads(body[:length])
 
 
 def _raw(c: Cluster, data: bytes) -> tuple[int, dict]:

@@ -24,6 +24,7 @@ class Limits:
     request_timeout: float = 10.0  # from a request's first byte to its last (slow senders get 408)
     send_timeout: float = 10.0  # a client that does not read its reply for this long is dropped
     queue_wait: float = 10.0  # a request waits this long for a free worker, then gets 503
+    linger: float = 0.05  # a worker that answered waits this long for the connection's next request
     max_body: int = 16 << 20
     max_head: int = 64 << 10
 

@@ -3,7 +3,9 @@
 Invariants: never more than `size` threads, started only when work arrives and none is idle, and
 kept (so that whatever a thread holds, such as the store's read connection, is reused, not
 remade per request); work runs in arrival order; work that waited longer than the caller allows is
-taken back with `expired`, so that the caller can answer it (503) instead of letting it wait on.
+taken back with `expired`, so that the caller can answer it (503) instead of letting it wait on;
+a thread may wait a moment for a next item of its own (`linger`: the server's kept-alive
+connection) only while no item waits and fewer than half the threads do so.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class WorkerPool:
         self._threads: list[threading.Thread] = []
         self._idle = 0  # threads waiting for work and not yet woken for an item
         self._busy = 0
+        self._lingering = 0  # threads between `linger` and `lingered`
         self._closed = False
 
     def submit(self, item: Any, now: float) -> None:
@@ -38,6 +41,20 @@ class WorkerPool:
                                           daemon=True)
                 self._threads.append(thread)
                 thread.start()
+
+    def linger(self) -> bool:
+        """Whether the calling thread, done with its item, may wait a moment for a next one of its
+        own: not while work waits, nor beyond half the threads the pool may have, so that others'
+        work still finds a thread. True takes a place: give it back with `lingered`."""
+        with self._cond:
+            if self._items or self._lingering >= self.size // 2:
+                return False
+            self._lingering += 1
+            return True
+
+    def lingered(self) -> None:
+        with self._cond:
+            self._lingering -= 1
 
     def expired(self, before: float) -> list[Any]:
         """Take back every queued item that arrived before `before` (oldest first)."""
@@ -54,7 +71,8 @@ class WorkerPool:
 
     def stats(self) -> dict[str, int]:
         with self._cond:
-            return {"threads": len(self._threads), "busy": self._busy, "queued": len(self._items)}
+            return {"threads": len(self._threads), "busy": self._busy, "queued": len(self._items),
+                    "lingering": self._lingering}
 
     def close(self) -> list[Any]:
         """Stop taking work; the items still queued (the caller closes them). Running work finishes."""

@@ -15,6 +15,9 @@ Bounded (observed before: a thread and a store connection per client connection,
   it again itself (one epoll_ctl), under the lock and only while it is still open and known, so
   that a closed connection's reused descriptor is never armed for it. The serving thread is woken
   for a connection a worker hands back only when bytes of a next request are already buffered.
+- a worker that answered waits `linger` seconds at most for the connection's next request itself
+  (one poll(2)), while no work is queued and at most half the workers do so: one client's requests
+  back to back cost no hand-over between threads. Meanwhile the connection is busy (not watched).
 - handlers run on at most `workers` threads (pool.py); a request that finds none free for
   `queue_wait` seconds is answered 503, saying to retry. A long poll (`/jobs/wait`) holds a
   worker: at most `long_polls` of them are held at their full length, the others are answered as
@@ -33,30 +36,17 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
-from xce_lite.api import http1
+from xce_lite.api import http1, sockio
 from xce_lite.api.caller import Caller, Callers
 from xce_lite.api.limits import LIMITS_ENV, Limits
 from xce_lite.api.pool import WorkerPool
 from xce_lite.api.routing import LONG_POLLS, Routes, call, short_timeout
+from xce_lite.api.sockio import Conn
 
 
 _ARMED = select.EPOLLIN | select.EPOLLONESHOT  # a connection watched for its next request
-
-
-class _Conn:
-    """One client connection. While `busy` a worker owns it; otherwise the serving thread does."""
-
-    __slots__ = ("buffer", "busy", "caller", "fd", "last", "sock", "started")
-
-    def __init__(self, sock: socket.socket, caller: Caller, now: float):
-        self.sock = sock
-        self.fd = sock.fileno()  # the key in ApiServer._conns (a closed socket forgets its fd)
-        self.caller = caller
-        self.buffer = bytearray()
-        self.last = now  # when it last sent bytes or got a reply
-        self.started: float | None = None  # when the request being received began
-        self.busy = False
 
 
 class ApiServer:
@@ -84,8 +74,8 @@ class ApiServer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._conns: dict[int, _Conn] = {}  # fd -> connection (busy ones included)
-        self._returned: list[_Conn] = []  # handed back by workers, for the serving thread to watch again
+        self._conns: dict[int, Conn] = {}  # fd -> connection (busy ones included)
+        self._returned: list[Conn] = []  # handed back by workers, for the serving thread to watch again
         self._mu = threading.Lock()
         self._pool = WorkerPool(self.limits.workers, self._work)
         self._callers = Callers()
@@ -93,7 +83,8 @@ class ApiServer:
         self._long_polls = 0  # long polls being held at their full length
         self._stop = threading.Event()
         self._stopped = threading.Event()
-        self.counts = {"accepted": 0, "evicted": 0, "busy_503": 0, "timeouts": 0, "refused": 0, "handed_back": 0}
+        self.counts = {"accepted": 0, "evicted": 0, "busy_503": 0, "timeouts": 0, "refused": 0, "handed_back": 0,
+                       "kept": 0}
 
     # ---- the serving thread ----------------------------------------------------------------------
 
@@ -111,7 +102,7 @@ class ApiServer:
                         if fd == listener:
                             self._accept()
                         elif fd == wake:
-                            _drain(self._wake_r)
+                            sockio.drain(self._wake_r)
                         else:
                             conn = conns.get(fd)
                             if conn is not None and not conn.busy:  # else a reused descriptor's stale event
@@ -186,7 +177,7 @@ class ApiServer:
             victim = self._longest_idle() if full else None
             if full and victim is None:
                 self.counts["busy_503"] += 1
-                _send_and_close(sock, http1.error_response(
+                sockio.send_and_close(sock, http1.error_response(
                     503, f"the controller has {self.limits.max_connections} connections open, all of them with a "
                          f"request in progress; retry in a moment", kind="ControllerDown"))
                 continue
@@ -198,55 +189,70 @@ class ApiServer:
             except OSError:
                 sock.close()
                 continue
-            conn = _Conn(sock, caller, now)
+            conn = Conn(sock, caller, now)
             with self._mu:
                 self._conns[conn.fd] = conn
             self.counts["accepted"] += 1
             self._epoll.register(conn.fd, _ARMED)
 
-    def _longest_idle(self) -> _Conn | None:
+    def _longest_idle(self) -> Conn | None:
         with self._mu:
             return min((c for c in self._conns.values() if not c.busy and not c.buffer),
                        key=lambda c: c.last, default=None)
 
-    def _read(self, conn: _Conn) -> None:
+    def _read(self, conn: Conn) -> None:
+        got = self._receive(conn)
+        if got is None or (got and not self._take_request(conn, conn.last)):
+            self._arm(conn)
+
+    def _receive(self, conn: Conn) -> bool | None:
+        """Bytes of `conn` into its buffer: True; None if there were none after all; False if the
+        connection ended (it is closed)."""
         try:
             data = conn.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
-            self._arm(conn)
-            return
+            return None
         except OSError:
             data = b""
         if not data:
             self._close(conn)
-            return
+            return False
         now = time.monotonic()
         conn.last = now
         if conn.started is None:
             conn.started = now
         conn.buffer += data
-        if not self._take_request(conn, now):
-            self._arm(conn)
+        return True
 
-    def _take_request(self, conn: _Conn, now: float) -> bool:
+    def _take_request(self, conn: Conn, now: float) -> bool:
         """If `conn.buffer` holds a whole request, hand it to a worker; refuse a malformed one.
         False if it needs more bytes: the caller arms it again."""
+        request = self._request_in(conn, now)
+        if request is None:
+            return False
+        if request is not False:
+            conn.busy = True  # not armed (one-shot): the worker arms it again when it has answered
+            self._pool.submit((conn, request), now)
+        return True
+
+    def _request_in(self, conn: Conn, now: float) -> http1.Request | Literal[False] | None:
+        """The whole request at the start of `conn.buffer`, taken out of it; None if it needs more
+        bytes; False if it is malformed (answered with its status, and the connection closed)."""
         try:
             found = http1.parse(conn.buffer, self.limits.max_head, self.limits.max_body)
         except http1.Malformed as err:
-            self.counts["refused"] += 1
+            with self._mu:
+                self.counts["refused"] += 1
             self._refuse(conn, http1.error_response(err.status, str(err), "SpecError"))
-            return True
-        if found is None:
             return False
+        if found is None:
+            return None
         request, used = found
         del conn.buffer[:used]
         conn.started = now if conn.buffer else None
-        conn.busy = True  # not armed (one-shot): the worker arms it again when it has answered
-        self._pool.submit((conn, request), now)
-        return True
+        return request
 
-    def _arm(self, conn: _Conn) -> None:
+    def _arm(self, conn: Conn) -> None:
         """Watch `conn` for its next bytes (again: it is watched one-shot)."""
         try:
             self._epoll.modify(conn.fd, _ARMED)
@@ -283,18 +289,18 @@ class ApiServer:
             elif conn.started is None and now - conn.last > self.limits.idle_timeout:
                 self._close(conn)
 
-    def _refuse(self, conn: _Conn, reply: bytes) -> None:
+    def _refuse(self, conn: Conn, reply: bytes) -> None:
         self._unwatch(conn)
         conn.busy = True  # no longer watched
-        _send_and_close(conn.sock, reply)
+        sockio.send_and_close(conn.sock, reply)
         self._forget(conn)
 
-    def _close(self, conn: _Conn) -> None:
+    def _close(self, conn: Conn) -> None:
         self._unwatch(conn)
         self._forget(conn)
         conn.sock.close()
 
-    def _unwatch(self, conn: _Conn) -> None:
+    def _unwatch(self, conn: Conn) -> None:
         """No event of `conn` any more (closing it would do that too, but only once no other
         descriptor refers to its socket)."""
         try:
@@ -302,7 +308,7 @@ class ApiServer:
         except (OSError, ValueError):  # not registered, or the epoll is closed at shutdown
             pass
 
-    def _forget(self, conn: _Conn) -> None:
+    def _forget(self, conn: Conn) -> None:
         with self._mu:
             if self._conns.get(conn.fd) is conn:
                 del self._conns[conn.fd]
@@ -315,24 +321,31 @@ class ApiServer:
 
     # ---- the workers --------------------------------------------------------------------------------
 
-    def _work(self, item: tuple[_Conn, http1.Request]) -> None:
+    def _work(self, item: tuple[Conn, http1.Request]) -> None:
         conn, request = item
-        status, payload = self._answer(conn.caller, request)
-        close = not request.keep_alive or self._stop.is_set()
-        try:
-            _send(conn.sock, http1.response(status, payload, close), self.limits.send_timeout)
-        except OSError:
-            close = True
-        if close:
-            self._forget(conn)
-            conn.sock.close()
-            return
-        if conn.buffer:  # bytes of a next request came with this one: the serving thread parses them
-            with self._mu:
-                self._returned.append(conn)
-                self.counts["handed_back"] += 1
-            self._wakeup()
-            return
+        while True:
+            status, payload = self._answer(conn.caller, request)
+            close = not request.keep_alive or self._stop.is_set()
+            try:
+                sockio.send(conn.sock, http1.response(status, payload, close), self.limits.send_timeout)
+            except OSError:
+                close = True
+            if close:
+                self._forget(conn)
+                conn.sock.close()
+                return
+            if conn.buffer:  # bytes of a next request came with this one: the serving thread parses them
+                with self._mu:
+                    self._returned.append(conn)
+                    self.counts["handed_back"] += 1
+                self._wakeup()
+                return
+            following = self._linger(conn)
+            if following is False:  # closed, or refused
+                return
+            if following is None:
+                break
+            request = following
         with self._mu:
             if self._conns.get(conn.fd) is conn:  # else forgotten meanwhile: closed below
                 conn.busy = False
@@ -344,6 +357,29 @@ class ApiServer:
                     conn.busy = True  # not watched: closed below by its owner, this thread
         self._forget(conn)
         conn.sock.close()  # a socket object closes once (its descriptor is -1 after), never another's
+
+    def _linger(self, conn: Conn) -> http1.Request | Literal[False] | None:
+        """The next request on `conn`, which this worker has just answered, if it arrives whole
+        within `limits.linger` while workers are to spare (pool.py): a client that sends request
+        after request (one POST per job) is served by one thread, without a wake-up of the serving
+        thread, a hand-over to a worker and an epoll_ctl per request. None: it did not (come, or
+        come whole), the serving thread watches it again; False: it ended, or was refused."""
+        if not self._pool.linger():
+            return None
+        try:
+            came = sockio.readable(conn.sock, self.limits.linger)
+        finally:
+            self._pool.lingered()
+        if not came or self._stop.is_set():
+            return None
+        got = self._receive(conn)
+        if got is not True:
+            return got  # None: nothing after all; False: it ended
+        request = self._request_in(conn, conn.last)
+        if isinstance(request, http1.Request):
+            with self._mu:
+                self.counts["kept"] += 1
+        return request
 
     def _answer(self, caller: Caller, request: http1.Request) -> tuple[int, bytes]:
         if request.path in LONG_POLLS:
@@ -359,35 +395,3 @@ class ApiServer:
                     self._long_polls -= held
         return call(self.routes, caller, request, request.query, self.log)
 
-
-def _send(sock: socket.socket, data: bytes, timeout: float) -> None:
-    """All of `data` on the non-blocking `sock`: at once if the socket's buffer takes it (a reply
-    mostly fits), else waiting at most `timeout` for it to drain (OSError if it does not)."""
-    try:
-        sent = sock.send(data)
-    except (BlockingIOError, InterruptedError):
-        sent = 0
-    if sent == len(data):
-        return
-    sock.settimeout(timeout)
-    try:
-        sock.sendall(memoryview(data)[sent:])
-    finally:
-        sock.setblocking(False)
-
-
-def _send_and_close(sock: socket.socket, reply: bytes) -> None:
-    """Best effort, without blocking: a small reply fits in the socket's buffer."""
-    try:
-        sock.send(reply)
-    except OSError:
-        pass
-    sock.close()
-
-
-def _drain(sock: socket.socket) -> None:
-    try:
-        while sock.recv(4096):
-            pass
-    except (BlockingIOError, InterruptedError):
-        pass
