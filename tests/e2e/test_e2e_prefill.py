@@ -1,9 +1,10 @@
-"""Queued successors end to end (issue 18, prefill): a real controller, its local agents and real
-jobs. A job that fits inside a running job's allocation waits DISP "queued on HOST behind job N" on
-that host and starts when that job ends; kills, a controller killed -9 and a host lost and back,
-in sequence, never run a job twice (each job appends its attempt to a file: counted). A successor
-queued behind a long job is withdrawn to room that frees elsewhere, and the host's answer decides
-the race with its start; one gives way to a job of higher rank submitted after it.
+"""Queued successors end to end (issue 18, prefill): a real controller, its local agents and real jobs
+(prefill is on by default). A job that fits inside a running job's allocation waits DISP on that host,
+queued behind that job, keeping the pend reason a dispatch gives it, and starts when that job ends;
+kills, a controller killed -9 and a host lost and back, in sequence, never run a job twice (each job
+appends its attempt to a file: counted). A successor queued behind a long job is withdrawn to room that
+frees elsewhere, and the host's answer decides the race with its start; one gives way to a job of higher
+rank submitted after it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ controller:
   lease: 3s
   lease_margin: 1s
   host_lost_after: 5s
-  prefill: true
 """
 
 
@@ -44,7 +44,6 @@ queues:
 controller:
   tick: 1s
   grace: 1s
-  prefill: true
 """
 
 
@@ -58,7 +57,6 @@ queues:
 controller:
   tick: 1s
   grace: 1s
-  prefill: true
 """
 
 
@@ -72,7 +70,6 @@ queues:
 controller:
   tick: 1s
   grace: 1s
-  prefill: true
 """
 
 
@@ -283,3 +280,28 @@ def test_a_queued_successor_gives_way_to_a_job_of_higher_rank_which_runs_first_e
         assert jobs[sp]["start_time"] >= jobs[hi]["end_time"] and jobs[b]["start_time"] >= jobs[sp]["end_time"]
         assert (runs(c, "a"), runs(c, "hi"), runs(c, "sp"), runs(c, "b")) == (["1"], ["1"], ["1"], ["2"])
         assert c.ok("hist", str(b)).count("withdrawn from host") == 1  # no thrash: it never came back before hi
+
+
+def test_a_queued_successor_keeps_the_reason_a_dispatch_gives_it_and_says_where_it_waits():
+    """What an LSF user reads of a queued successor: the pend reason a dispatch would give it (what
+    it waits for), then where it waits; `xce why` tries it on the hosts as they are now, and a
+    restarted controller says the same."""
+    with one_slot() as c:
+        a = held(c, "a")
+        c.wait_state(a, {"RUN"})
+        b = quick(c, "b")
+        assert queued(c, b, "local", a)["pend_reason"] == "local: slots needed 1, free 0"
+        where = f"queued on local behind job {a}: starts when it ends"
+        long = c.ok("jobs", "-l", str(b))
+        assert f"Pending: local: slots needed 1, free 0\n  Pending: {where}\n" in long
+        assert f"dispatched: attempt 1 on 1*local, queued on local behind job {a}" in long  # its history
+        assert f"DISP  sh\n  local: slots needed 1, free 0\n  {where}\n" in c.ok("jobs", "-p")
+        assert f"Job <{b}> DISP: local: slots needed 1, free 0\n  local: slots needed 1, free 0\n  {where}\n" \
+            in c.ok("why", str(b))
+        c.kill9_controller()
+        c.start()
+        assert queued(c, b, "local", a)["pend_reason"] == "local: slots needed 1, free 0"
+        assert where in c.ok("why", str(b))
+        (c.work / "go-a").touch()
+        assert c.xce("wait", str(b)).returncode == 0 and runs(c, "b") == ["1"]
+        assert c.job(b)["pend_reason"] is None and c.job(b)["queued_behind"] is None

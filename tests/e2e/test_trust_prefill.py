@@ -2,8 +2,7 @@
 successors behind running ones: a controller killed -9 while successors wait, a host lost (its
 lease runs out first: its jobs stop, its queue is dropped) and back, a kill of a queued successor
 while its host is out of reach, across a restart. Each job appends its attempt to a file: nothing
-runs twice, nothing is lost, a killed job never runs. The harness's own config has prefill off
-(tests/support/cluster.py); these clusters turn it on.
+runs twice, nothing is lost, a killed job never runs. Prefill is on by default.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ controller:
   host_lost_after: 12s
   lease: 10s
   lease_margin: 1s
-  prefill: true
 """
 
 

@@ -30,8 +30,8 @@ def queued(c: Cluster, job_id: int, host: str, after: int) -> dict:
     message has the job's and its predecessor's rows and the controller's log (what it did)."""
     want = f"queued on {host} behind job {after}"
     try:
-        return wait_until(lambda: (j := c.job(job_id))["state"] == "DISP" and j["pend_reason"] == want and j,
-                          30, f"job {job_id} to be {want}")
+        return wait_until(lambda: (j := c.job(job_id))["state"] == "DISP" and j["queued_behind"] == after
+                          and j["hosts"][0][0] == host and j, 30, f"job {job_id} to be {want}")
     except AssertionError as err:
         raise AssertionError(f"{err}\njob {job_id}: {c.job(job_id)}\njob {after}: {c.job(after)}\n"
                              f"controller log:\n{c.log_tail(40)}") from None

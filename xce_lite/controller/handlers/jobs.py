@@ -31,6 +31,7 @@ from xce_lite.controller.shared import Access, Handler
 from xce_lite.controller.state import ControllerState
 from xce_lite.lifecycle import next_state
 from xce_lite.models import ACTIVE_STATES, DISP, DONE, EXIT, FINISHED_STATES, PEND, PSUSP, RUN, Job
+from xce_lite.sched.prefill import queued_reason
 from xce_lite.store.jobs import Requeue
 
 
@@ -211,10 +212,12 @@ class JobActions:
         keeps counting while a job is suspended."""
         results: list[dict] = []
         for job in (j for _label, jobs, _whole in self.owned_refs(caller, body) for j in jobs):
-            if job.state == DISP and (job.pend_reason or "").startswith("queued on "):  # prefilling.py
-                verb = "suspend" if event == "suspended" else "resume"
+            with self.state.mu:
+                behind = self.state.behind.get(job.id) if job.state == DISP else None  # prefilling.py
+            if behind is not None:
+                verb, where = "suspend" if event == "suspended" else "resume", queued_reason(job.hosts[0][0], behind)
                 results.append({"id": job.id, "ok": False, "message": (
-                    f"Job <{job.id}> is {job.pend_reason} and has not started: nothing to {verb}; "
+                    f"Job <{job.id}> is {where} and has not started: nothing to {verb}; "
                     f"`xce requeue --hold {job.id}` holds it (PSUSP), `xce kill {job.id}` drops it")})
                 continue
             job = self._start_stored(job) if job.state == DISP and event == "suspended" else job

@@ -31,8 +31,9 @@ from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.shared import Access, Handler
 from xce_lite.controller.state import ControllerState
 from xce_lite.home.paths import Home
-from xce_lite.models import DONE, EXIT, PEND, PENDING_STATES, Job
+from xce_lite.models import DISP, DONE, EXIT, PEND, PENDING_STATES, Job
 from xce_lite.sched.placement import HostView, JobRequest, place
+from xce_lite.sched.prefill import queued_reason
 from xce_lite.sched.reasons import FrozenMap, Refusal
 
 
@@ -121,6 +122,9 @@ class JobViews:
             for job in wired:
                 if job["state"] == PEND and job["id"] in self.state.reasons:
                     job["pend_reason"] = self.state.reasons[job["id"]]
+                # a queued successor (prefilling.py): DISP on its host, not started; it starts when
+                # that job ends. Its pend_reason is the scheduler's, as if it pended.
+                job["queued_behind"] = self.state.behind.get(job["id"]) if job["state"] == DISP else None
         return wired
 
     def _job_effective(self, job: Job) -> Effective | str | None:
@@ -204,6 +208,10 @@ class JobViews:
         if not refs or len(refs[0][1]) != 1:
             raise errors.SpecError("name a job or an array element: /jobs/why?id=JOBID (or 42[7])")
         job = self.access.owned(caller, refs[0][1])[0]
+        with self.state.mu:
+            behind = self.state.behind.get(job.id) if job.state == DISP else None
+        if behind is not None:  # a queued successor: why a dispatch cannot place it, then where it waits
+            return self._why_placed(job, f"{queued_reason(job.hosts[0][0], behind)}: starts when it ends")
         if job.state != PEND:
             return {"id": job.id, "state": job.state, "lines": [f"Job <{job.display_id}> is {job.state}, not pending"
                                                                 + (f": {job.reason}" if job.reason else "")]}
@@ -212,6 +220,11 @@ class JobViews:
             reason = self.state.reasons.get(job.id)
         if gated:  # it is not the scheduler's to place yet
             return {"id": job.id, "state": job.state, "summary": reason or "waiting for its dependency", "lines": []}
+        return self._why_placed(job)
+
+    def _why_placed(self, job: Job, queued: str | None = None) -> dict:
+        """`api_why`'s reply for a job the scheduler places: the placement tried now. `queued`: it
+        is a queued successor, waiting there (the last line); if it fits now, the session's reason."""
         with self.state.mu:
             hosts, shared = self.hosts_now(), self.shared_free()
         eff = self._job_effective(job)
@@ -227,12 +240,16 @@ class JobViews:
         request = JobRequest(job.id, eff.min_tasks, eff.max_tasks, eff.resreq)
         hosts, request = self.pool_views.why(job.queue, hosts, request, eff.run_limit)  # pools.py
         result = place(request, hosts, shared)
+        if not isinstance(result, Refusal) and queued is not None:  # (a queue limit, say: the hosts have room)
+            return {"id": job.id, "state": job.state, "effective": rows, "summary": job.pend_reason,
+                    "lines": [queued], **extra}
         if not isinstance(result, Refusal):
             where = " ".join(f"{n}*{h}" for h, n in result.hosts)
             return {"id": job.id, "state": job.state, "effective": rows,
                     "lines": [f"it fits now ({where}); the scheduler will start it at its next session"], **extra}
         return {"id": job.id, "state": job.state, "effective": rows, "summary": self.pool_views.words(result.summary()),
-                "lines": [self.pool_views.words(line) for line in result.details()], **extra}
+                "lines": [self.pool_views.words(line) for line in result.details()] + ([queued] if queued else []),
+                **extra}
 
     def api_peek(self, caller: Caller, query: dict, body: Any) -> dict:
         """A piece of a job's output file, read on its first host through the agent (shared file
