@@ -1,5 +1,5 @@
 """Queued successors end to end (issue 18, prefill): a real controller, its local agents and real jobs
-(prefill is on by default). A job that fits inside a running job's allocation waits DISP on that host,
+(prefill is on by default). A job that fits inside a running job's allocation waits on that host (PEND),
 queued behind that job, keeping the pend reason a dispatch gives it, and starts when that job ends;
 kills, a controller killed -9 and a host lost and back, in sequence, never run a job twice (each job
 appends its attempt to a file: counted). A successor queued behind a long job is withdrawn to room that
@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 
 from tests.support.agent_local import journal_result
 from tests.support.cluster import Cluster, HostOutage, hosts_of, running_cluster
-from tests.support.prefill import agent_pid, held, queued, quick, runs, two_busy_hosts
+from tests.support.prefill import agent_pid, held, pending, queued, quick, runs, two_busy_hosts
 from tests.support.waiting import wait_until
 
 
@@ -88,7 +88,7 @@ def test_successors_start_in_order_as_each_predecessor_ends_and_run_once():
         stop = c.xce("suspend", str(b))  # nothing runs to stop: refused, saying what to do instead
         assert stop.returncode != 0 and "has not started" in stop.stdout + stop.stderr, stop
         assert f"xce requeue --hold {b}" in stop.stdout + stop.stderr
-        assert c.job(d)["state"] == "PEND" and runs(c, "b") == []  # one successor per unit; b waits, unstarted
+        assert pending(c, d) and runs(c, "b") == []  # one successor per unit; b waits, unstarted
         (c.work / "go-a").touch()
         c.wait_state(b, {"RUN"})
         queued(c, d, "local", b)  # b runs now: d is its successor
@@ -158,7 +158,7 @@ def test_host_lost_while_a_successor_waits_then_back_runs_nothing_twice():
         with HostOutage(c, "a"):  # the agent killed, its spool held: a runs on, b waits in the journal
             wait_until(lambda: hosts_of(c)["a"]["state"] == "unreach", 30, "host a to show unreach")
             wait_until(lambda: hosts_of(c)["a"].get("lost") is True, 90, "host a to be declared lost")
-            wait_until(lambda: c.job(a)["state"] == "PEND" and c.job(b)["state"] == "PEND", 30,
+            wait_until(lambda: pending(c, a) and pending(c, b), 30,
                        "a and b requeued")
         wait_until(lambda: hosts_of(c)["a"]["state"] == "ok", 60, "host a to come back")
         (c.work / "go-a").touch()
@@ -263,14 +263,14 @@ def test_a_queued_successor_gives_way_to_a_job_of_higher_rank_which_runs_first_e
         queued(c, b, "local", a)
         hi = quick(c, "hi", "-q", "high")  # later, of a queue of higher priority: it takes b's place
         queued(c, hi, "local", a)
-        assert c.job(b)["state"] == "PEND" and runs(c, "b") == []
+        assert pending(c, b) and runs(c, "b") == []
         assert f"withdrawn from host local's queue: job {hi} ranks before it" in c.ok("hist", str(b))
         c.kill9_controller()  # a restart in the middle: hi is recovered queued, b stays pending
         c.start()
         queued(c, hi, "local", a)
         sp = quick(c, "sp", "-sp", "90")  # of b's queue, with a higher -sp: second after hi, before b
         c.ok("hosts")  # one more round trip: b keeps no place ahead of it
-        assert c.job(b)["state"] == "PEND" and c.job(sp)["state"] == "PEND"
+        assert pending(c, b) and pending(c, sp)
         (c.work / "go-a").touch()
         c.wait_state(hi, {"DONE"}), c.wait_state(sp, {"DONE"})
         (c.work / "go-b").touch()
@@ -295,8 +295,8 @@ def test_a_queued_successor_keeps_the_reason_a_dispatch_gives_it_and_says_where_
         long = c.ok("jobs", "-l", str(b))
         assert f"Pending: local: slots needed 1, free 0\n  Pending: {where}\n" in long
         assert f"dispatched: attempt 1 on 1*local, queued on local behind job {a}" in long  # its history
-        assert f"DISP  sh\n  local: slots needed 1, free 0\n  {where}\n" in c.ok("jobs", "-p")
-        assert f"Job <{b}> DISP: local: slots needed 1, free 0\n  local: slots needed 1, free 0\n  {where}\n" \
+        assert f"PEND  sh\n  local: slots needed 1, free 0\n  {where}\n" in c.ok("jobs", "-p")
+        assert f"Job <{b}> PEND: local: slots needed 1, free 0\n  local: slots needed 1, free 0\n  {where}\n" \
             in c.ok("why", str(b))
         c.kill9_controller()
         c.start()

@@ -35,7 +35,7 @@ def jobs(ctx, show_all, long, pending, user, project, elements, as_json, ids) ->
     reply = client(ctx).get("/jobs", ids=",".join(ids) or None, all=show_all, user=user, project=project,
                              effective=long or None, history=long or None, elements=elements or pending or None)
     if pending:
-        reply["jobs"] = [j for j in reply["jobs"] if j["state"] in ("PEND", "PSUSP") or _queued(j)]
+        reply["jobs"] = [j for j in reply["jobs"] if j["state"] in ("PEND", "PSUSP")]
         reply["arrays"] = []
     if as_json:
         click.echo(json.dumps(reply, indent=2))
@@ -60,14 +60,14 @@ def jobs(ctx, show_all, long, pending, user, project, elements, as_json, ids) ->
 
 
 def _queued(job: dict) -> bool:
-    """A queued successor (prefill): DISP on its host behind another job, not started; it waits too."""
-    return job["state"] == "DISP" and job.get("queued_behind") is not None
+    """A queued successor (prefill): on its host behind another job, not started; shown PEND."""
+    return job.get("queued_behind") is not None
 
 
 def waits(job: dict) -> list[str]:
     """Why a waiting job waits, as lines: its pend reason (a queued successor keeps the one a
     dispatch would give it), then, for a queued successor, where it waits and until when."""
-    if job["state"] not in ("PEND", "DISP"):
+    if job["state"] != "PEND":
         return []
     lines = [job["pend_reason"]] if job["pend_reason"] else []
     if _queued(job):
@@ -150,7 +150,7 @@ def _long(job: dict) -> str:
     if job.get("retry") or job.get("retries"):
         lines.append(f"  Attempt: {job['attempt']}   Retries: {job['retries']}" +
                      (f" of {job['retry']}" if job.get("retry") is not None else ""))
-    lines.extend(f"  Pending: {why}" for why in waits(job))  # DISP: a queued successor (prefill)
+    lines.extend(f"  Pending: {why}" for why in waits(job))
     if job.get("fairshare"):
         lines.append(f"  Fair share: {fair_share_line(job['fairshare'])}")
     if job.get("effective"):

@@ -99,7 +99,7 @@ class JobViews:
             for job in wired:
                 job["history"] = [{"time": t, "kind": kind, "data": data}
                                   for t, kind, data in self.store.events(job["id"])]
-        return {"schema": 1, "jobs": wired, "arrays": summaries}
+        return {"schema": 1, "jobs": wired, "arrays": self._queued_as_pending(summaries) if summaries else summaries}
 
     def to_wire(self, jobs: list[Job], with_effective: bool = False) -> list[dict]:
         """Jobs as the API shows them: pend reasons are the live ones (the store's may lag a second);
@@ -122,10 +122,28 @@ class JobViews:
             for job in wired:
                 if job["state"] == PEND and job["id"] in self.state.reasons:
                     job["pend_reason"] = self.state.reasons[job["id"]]
-                # a queued successor (prefilling.py): DISP on its host, not started; it starts when
-                # that job ends. Its pend_reason is the scheduler's, as if it pended.
-                job["queued_behind"] = self.state.behind.get(job["id"]) if job["state"] == DISP else None
+                # a queued successor (prefilling.py), DISP on its host behind a running job, has not
+                # started: users see it PEND (as LSF and Slurm users expect), with the reason the
+                # session gave it, and where it waits
+                behind = self.state.behind.get(job["id"]) if job["state"] == DISP else None
+                job["queued_behind"] = behind
+                if behind is not None:
+                    job["state"] = PEND
         return wired
+
+    def _queued_as_pending(self, summaries: list[dict]) -> list[dict]:
+        """Arrays' counts by state with their queued successors counted PEND (to_wire)."""
+        by_id = {s["id"]: s for s in summaries}
+        with self.state.mu:
+            for job_id in self.state.behind:
+                active = self.state.active.get(job_id)
+                states = by_id[active.array_id]["states"] if active and active.array_id in by_id else None
+                if states and states.get(DISP):
+                    states[DISP] -= 1
+                    states[PEND] = states.get(PEND, 0) + 1
+                    if not states[DISP]:
+                        del states[DISP]
+        return summaries
 
     def _job_effective(self, job: Job) -> Effective | str | None:
         """Fixed at dispatch, else live for a waiting job; the reason when it cannot be merged now."""
@@ -169,6 +187,8 @@ class JobViews:
             views = self.hosts_now()
             running: dict[str, int] = defaultdict(int)
             for job in self.state.active.values():
+                if job.id in self.state.behind:
+                    continue  # a queued successor: it waits (to_wire), holding nothing of its own
                 for host, _tasks in job.hosts:
                     running[host] += 1
             probes, since, why = dict(self.state.probes), dict(self.state.down_since), dict(self.state.down_why)
@@ -211,7 +231,8 @@ class JobViews:
         with self.state.mu:
             behind = self.state.behind.get(job.id) if job.state == DISP else None
         if behind is not None:  # a queued successor: why a dispatch cannot place it, then where it waits
-            return self._why_placed(job, f"{queued_reason(job.hosts[0][0], behind)}: starts when it ends")
+            reply = self._why_placed(job, f"{queued_reason(job.hosts[0][0], behind)}: starts when it ends")
+            return {**reply, "state": PEND}  # as `xce jobs` shows it (to_wire)
         if job.state != PEND:
             return {"id": job.id, "state": job.state, "lines": [f"Job <{job.display_id}> is {job.state}, not pending"
                                                                 + (f": {job.reason}" if job.reason else "")]}
@@ -288,12 +309,17 @@ class JobViews:
     def api_queues(self, caller: Caller, query: dict, body: Any) -> dict:
         counts = self.store.counts_by_queue()
         default = self.state.config.default_queue.name
+        queued: dict[str, int] = defaultdict(int)  # queued successors: stored DISP, shown PEND (to_wire)
+        with self.state.mu:
+            for job_id in self.state.behind:
+                if (active := self.state.active.get(job_id)) is not None:
+                    queued[active.queue] += 1
         return {"schema": 1, "queues": [
             {"name": q.name, "priority": q.priority, "default": q.name == default,
              "description": q.description, "fairshare": q.fairshare.model_dump() if q.fairshare else None,
              "users": q.users, "groups": q.groups,  # who may submit (None and None: everyone)
-             "pend": counts.get((q.name, "PEND"), 0) + counts.get((q.name, "PSUSP"), 0),
-             "run": counts.get((q.name, "RUN"), 0) + counts.get((q.name, "DISP"), 0)}
+             "pend": counts.get((q.name, "PEND"), 0) + counts.get((q.name, "PSUSP"), 0) + queued.get(q.name, 0),
+             "run": counts.get((q.name, "RUN"), 0) + counts.get((q.name, "DISP"), 0) - queued.get(q.name, 0)}
             for q in self.state.config.queues]}
 
     def api_stop(self, caller: Caller, query: dict, body: Any) -> dict:
