@@ -13,6 +13,8 @@ import os
 import signal
 from contextlib import AbstractContextManager
 
+import pytest
+
 from tests.support.agent_local import journal_result
 from tests.support.cluster import Cluster, HostOutage, hosts_of, running_cluster
 from tests.support.prefill import agent_pid, held, pending, queued, quick, runs, two_busy_hosts
@@ -238,13 +240,16 @@ def test_a_successor_whose_predecessor_ended_before_its_launch_came_starts_at_on
         assert (runs(c, "a"), runs(c, "b"), runs(c, "d")) == (["1"], ["1"], ["1"])
 
 
-def test_a_queued_successor_held_by_requeue_hold_never_starts_there_and_runs_once_released():
+@pytest.mark.parametrize("hold", [("requeue", "--hold"), ("hold",)])
+def test_a_queued_successor_held_by_requeue_hold_never_starts_there_and_runs_once_released(hold):
+    """`xce requeue --hold` (what a refused suspend suggests) and `xce hold` (it shows PEND: held as
+    a pending job is) take it out of its host's queue, held."""
     with one_slot() as c:
         a = held(c, "a")
         c.wait_state(a, {"RUN"})
         b = quick(c, "b")
         queued(c, b, "local", a)
-        c.ok("requeue", "--hold", str(b))  # what a refused suspend suggests: out of a's queue, held
+        c.ok(*hold, str(b))
         c.wait_state(b, {"PSUSP"})
         (c.work / "go-a").touch()
         c.wait_state(a, {"DONE"})
