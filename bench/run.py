@@ -322,7 +322,7 @@ def main() -> int:
         print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (the machine is shared)")
     except OSError:
         pass
-    print(f"prefill: {args.prefill} (xce.yaml's controller.prefill; the default is off)")
+    print(f"prefill: {args.prefill} (xce.yaml's controller.prefill; the default is on)")
     rep = Report()
     if only & {"throughput", "latency", "cli"}:
         c = BenchCluster(slots=2, prefill=PREFILL[args.prefill])

@@ -129,9 +129,11 @@ def _metric(c: Cluster, name: str) -> float:
 
 
 def _reasoned(c: Cluster, ids: list[int]) -> bool:
-    """Whether every job of `ids` is listed pending with a pend reason."""
+    """Whether every job of `ids` is listed pending with a pend reason (a queued successor, prefill's
+    DISP behind a running job, keeps the reason its session gave it: it waits too)."""
     listed = {j["id"]: j for j in json.loads(c.ok("jobs", "--json"))["jobs"]}
-    return all(i in listed and listed[i]["state"] == "PEND" and listed[i]["pend_reason"] for i in ids)
+    return all(i in listed and (listed[i]["state"] == "PEND" or listed[i]["queued_behind"] is not None)
+               and listed[i]["pend_reason"] for i in ids)
 
 
 def _done(c: Cluster, ids: list[int]) -> bool:

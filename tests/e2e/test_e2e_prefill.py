@@ -1,9 +1,10 @@
-"""Queued successors end to end (issue 18, prefill): a real controller, its local agents and real
-jobs. A job that fits inside a running job's allocation waits DISP "queued on HOST behind job N" on
-that host and starts when that job ends; kills, a controller killed -9 and a host lost and back,
-in sequence, never run a job twice (each job appends its attempt to a file: counted). A successor
-queued behind a long job is withdrawn to room that frees elsewhere, and the host's answer decides
-the race with its start; one gives way to a job of higher rank submitted after it.
+"""Queued successors end to end (issue 18, prefill): a real controller, its local agents and real jobs
+(prefill is on by default). A job that fits inside a running job's allocation waits on that host (PEND),
+queued behind that job, keeping the pend reason a dispatch gives it, and starts when that job ends;
+kills, a controller killed -9 and a host lost and back, in sequence, never run a job twice (each job
+appends its attempt to a file: counted). A successor queued behind a long job is withdrawn to room that
+frees elsewhere, and the host's answer decides the race with its start; one gives way to a job of higher
+rank submitted after it.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import os
 import signal
 from contextlib import AbstractContextManager
 
+import pytest
+
 from tests.support.agent_local import journal_result
 from tests.support.cluster import Cluster, HostOutage, hosts_of, running_cluster
-from tests.support.prefill import agent_pid, held, queued, quick, runs, two_busy_hosts
+from tests.support.prefill import agent_pid, held, pending, queued, quick, runs, two_busy_hosts
 from tests.support.waiting import wait_until
 
 
@@ -31,7 +34,6 @@ controller:
   lease: 3s
   lease_margin: 1s
   host_lost_after: 5s
-  prefill: true
 """
 
 
@@ -44,7 +46,6 @@ queues:
 controller:
   tick: 1s
   grace: 1s
-  prefill: true
 """
 
 
@@ -58,7 +59,6 @@ queues:
 controller:
   tick: 1s
   grace: 1s
-  prefill: true
 """
 
 
@@ -72,7 +72,6 @@ queues:
 controller:
   tick: 1s
   grace: 1s
-  prefill: true
 """
 
 
@@ -91,7 +90,7 @@ def test_successors_start_in_order_as_each_predecessor_ends_and_run_once():
         stop = c.xce("suspend", str(b))  # nothing runs to stop: refused, saying what to do instead
         assert stop.returncode != 0 and "has not started" in stop.stdout + stop.stderr, stop
         assert f"xce requeue --hold {b}" in stop.stdout + stop.stderr
-        assert c.job(d)["state"] == "PEND" and runs(c, "b") == []  # one successor per unit; b waits, unstarted
+        assert pending(c, d) and runs(c, "b") == []  # one successor per unit; b waits, unstarted
         (c.work / "go-a").touch()
         c.wait_state(b, {"RUN"})
         queued(c, d, "local", b)  # b runs now: d is its successor
@@ -161,7 +160,7 @@ def test_host_lost_while_a_successor_waits_then_back_runs_nothing_twice():
         with HostOutage(c, "a"):  # the agent killed, its spool held: a runs on, b waits in the journal
             wait_until(lambda: hosts_of(c)["a"]["state"] == "unreach", 30, "host a to show unreach")
             wait_until(lambda: hosts_of(c)["a"].get("lost") is True, 90, "host a to be declared lost")
-            wait_until(lambda: c.job(a)["state"] == "PEND" and c.job(b)["state"] == "PEND", 30,
+            wait_until(lambda: pending(c, a) and pending(c, b), 30,
                        "a and b requeued")
         wait_until(lambda: hosts_of(c)["a"]["state"] == "ok", 60, "host a to come back")
         (c.work / "go-a").touch()
@@ -241,13 +240,16 @@ def test_a_successor_whose_predecessor_ended_before_its_launch_came_starts_at_on
         assert (runs(c, "a"), runs(c, "b"), runs(c, "d")) == (["1"], ["1"], ["1"])
 
 
-def test_a_queued_successor_held_by_requeue_hold_never_starts_there_and_runs_once_released():
+@pytest.mark.parametrize("hold", [("requeue", "--hold"), ("hold",)])
+def test_a_queued_successor_held_by_requeue_hold_never_starts_there_and_runs_once_released(hold):
+    """`xce requeue --hold` (what a refused suspend suggests) and `xce hold` (it shows PEND: held as
+    a pending job is) take it out of its host's queue, held."""
     with one_slot() as c:
         a = held(c, "a")
         c.wait_state(a, {"RUN"})
         b = quick(c, "b")
         queued(c, b, "local", a)
-        c.ok("requeue", "--hold", str(b))  # what a refused suspend suggests: out of a's queue, held
+        c.ok(*hold, str(b))
         c.wait_state(b, {"PSUSP"})
         (c.work / "go-a").touch()
         c.wait_state(a, {"DONE"})
@@ -266,14 +268,14 @@ def test_a_queued_successor_gives_way_to_a_job_of_higher_rank_which_runs_first_e
         queued(c, b, "local", a)
         hi = quick(c, "hi", "-q", "high")  # later, of a queue of higher priority: it takes b's place
         queued(c, hi, "local", a)
-        assert c.job(b)["state"] == "PEND" and runs(c, "b") == []
+        assert pending(c, b) and runs(c, "b") == []
         assert f"withdrawn from host local's queue: job {hi} ranks before it" in c.ok("hist", str(b))
         c.kill9_controller()  # a restart in the middle: hi is recovered queued, b stays pending
         c.start()
         queued(c, hi, "local", a)
         sp = quick(c, "sp", "-sp", "90")  # of b's queue, with a higher -sp: second after hi, before b
         c.ok("hosts")  # one more round trip: b keeps no place ahead of it
-        assert c.job(b)["state"] == "PEND" and c.job(sp)["state"] == "PEND"
+        assert pending(c, b) and pending(c, sp)
         (c.work / "go-a").touch()
         c.wait_state(hi, {"DONE"}), c.wait_state(sp, {"DONE"})
         (c.work / "go-b").touch()
@@ -283,3 +285,28 @@ def test_a_queued_successor_gives_way_to_a_job_of_higher_rank_which_runs_first_e
         assert jobs[sp]["start_time"] >= jobs[hi]["end_time"] and jobs[b]["start_time"] >= jobs[sp]["end_time"]
         assert (runs(c, "a"), runs(c, "hi"), runs(c, "sp"), runs(c, "b")) == (["1"], ["1"], ["1"], ["2"])
         assert c.ok("hist", str(b)).count("withdrawn from host") == 1  # no thrash: it never came back before hi
+
+
+def test_a_queued_successor_keeps_the_reason_a_dispatch_gives_it_and_says_where_it_waits():
+    """What an LSF user reads of a queued successor: the pend reason a dispatch would give it (what
+    it waits for), then where it waits; `xce why` tries it on the hosts as they are now, and a
+    restarted controller says the same."""
+    with one_slot() as c:
+        a = held(c, "a")
+        c.wait_state(a, {"RUN"})
+        b = quick(c, "b")
+        assert queued(c, b, "local", a)["pend_reason"] == "local: slots needed 1, free 0"
+        where = f"queued on local behind job {a}: starts when it ends"
+        long = c.ok("jobs", "-l", str(b))
+        assert f"Pending: local: slots needed 1, free 0\n  Pending: {where}\n" in long
+        assert f"dispatched: attempt 1 on 1*local, queued on local behind job {a}" in long  # its history
+        assert f"PEND  sh\n  local: slots needed 1, free 0\n  {where}\n" in c.ok("jobs", "-p")
+        assert f"Job <{b}> PEND: local: slots needed 1, free 0\n  local: slots needed 1, free 0\n  {where}\n" \
+            in c.ok("why", str(b))
+        c.kill9_controller()
+        c.start()
+        assert queued(c, b, "local", a)["pend_reason"] == "local: slots needed 1, free 0"
+        assert where in c.ok("why", str(b))
+        (c.work / "go-a").touch()
+        assert c.xce("wait", str(b)).returncode == 0 and runs(c, "b") == ["1"]
+        assert c.job(b)["pend_reason"] is None and c.job(b)["queued_behind"] is None

@@ -2,8 +2,7 @@
 successors behind running ones: a controller killed -9 while successors wait, a host lost (its
 lease runs out first: its jobs stop, its queue is dropped) and back, a kill of a queued successor
 while its host is out of reach, across a restart. Each job appends its attempt to a file: nothing
-runs twice, nothing is lost, a killed job never runs. The harness's own config has prefill off
-(tests/support/cluster.py); these clusters turn it on.
+runs twice, nothing is lost, a killed job never runs. Prefill is on by default.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import os
 
 from tests.support.agent_local import journal_result
 from tests.support.cluster import Cluster, HostOutage, hosts_of, running_cluster
-from tests.support.prefill import held, queued, quick, runs
+from tests.support.prefill import held, pending, queued, quick, runs
 from tests.support.trust import history
 from tests.support.waiting import wait_until
 
@@ -29,7 +28,6 @@ controller:
   host_lost_after: 12s
   lease: 10s
   lease_margin: 1s
-  prefill: true
 """
 
 
@@ -41,7 +39,7 @@ def lose_and_requeue(c: Cluster, host: str, *jobs: int) -> None:
     """Within a HostOutage of `host`: wait until it is lost and `jobs` are PEND again."""
     wait_until(lambda: hosts_of(c)[host]["state"] == "unreach", 30, f"host {host} to show unreach")
     wait_until(lambda: hosts_of(c)[host].get("lost") is True, 90, f"host {host} to be declared lost")
-    wait_until(lambda: all(c.job(j)["state"] == "PEND" for j in jobs), 30, f"jobs {jobs} requeued")
+    wait_until(lambda: all(pending(c, j) for j in jobs), 30, f"jobs {jobs} requeued")
 
 
 def test_successors_through_a_controller_kill9_then_a_host_lost_and_back_each_job_runs_once():
@@ -84,7 +82,7 @@ def test_a_queued_successor_killed_while_its_host_is_out_of_reach_then_restart_t
             c.start()
             final = c.wait_state(s1, {"EXIT"}, timeout=90)  # once a is lost: kill wins over the requeue
             assert final["reason"].startswith("killed by"), final["reason"]
-            wait_until(lambda: c.job(p1)["state"] == "PEND", 60, "p1 requeued")
+            wait_until(lambda: pending(c, p1), 60, "p1 requeued")
         wait_until(lambda: hosts_of(c)["a"]["state"] == "ok", 60, "host a to come back")
         c.wait_state(p1, {"RUN"}, timeout=60)
         (c.work / "go-p1").touch()
@@ -113,7 +111,7 @@ def test_a_lease_that_runs_out_while_a_successor_waits_drops_it_unstarted_and_it
             result = wait_until(lambda: journal_result(c.home / "spool" / "a", unit), 60,
                                 "p1 to stop itself when a's lease runs out")
             assert "lease" in result["reason"], result
-            assert c.job(s1)["state"] == "DISP" and runs(c, "s1") == []  # out of reach, not lost
+            assert c.job(s1)["queued_behind"] == p1 and runs(c, "s1") == []  # out of reach, not lost: still queued
         wait_until(lambda: hosts_of(c)["a"]["state"] == "ok", 60, "host a to come back")
         c.wait_state(s1, {"DONE"}, timeout=60)
         c.wait_state(p1, {"RUN"}, timeout=60)  # requeued after its lease stopped it: attempt 2

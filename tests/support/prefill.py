@@ -25,13 +25,19 @@ def runs(c: Cluster, name: str) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+def pending(c: Cluster, job_id: int) -> bool:
+    """Whether `job_id` is PEND and queued nowhere (a queued successor shows PEND too)."""
+    job = c.job(job_id)
+    return job["state"] == "PEND" and job["queued_behind"] is None
+
+
 def queued(c: Cluster, job_id: int, host: str, after: int) -> dict:
-    """Wait until `job_id` is DISP queued on `host` behind `after`; its row. On a timeout the
-    message has the job's and its predecessor's rows and the controller's log (what it did)."""
+    """Wait until `job_id` is queued on `host` behind `after` (stored DISP, shown PEND); its row. On
+    a timeout the message has the job's and its predecessor's rows and the controller's log."""
     want = f"queued on {host} behind job {after}"
     try:
-        return wait_until(lambda: (j := c.job(job_id))["state"] == "DISP" and j["pend_reason"] == want and j,
-                          30, f"job {job_id} to be {want}")
+        return wait_until(lambda: (j := c.job(job_id))["state"] == "PEND" and j["queued_behind"] == after
+                          and j["hosts"][0][0] == host and j, 30, f"job {job_id} to be {want}")
     except AssertionError as err:
         raise AssertionError(f"{err}\njob {job_id}: {c.job(job_id)}\njob {after}: {c.job(after)}\n"
                              f"controller log:\n{c.log_tail(40)}") from None

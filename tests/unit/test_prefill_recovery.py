@@ -1,7 +1,7 @@
 """The controller's side of queued successors that needs no host (issue 18, prefill): a host's
 `list` of a successor still queued is adopted as it is (never launched again, never judged
 vanished) when the controller expects it, and stopped when it does not; a restart finds a
-successor's predecessor again in its stored reason; a successor found started wakes a session."""
+successor's predecessor again in its last dispatch's event; a successor found started wakes a session."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from xce_lite.config.cluster import ClusterConfig
 from xce_lite.config.sched_view import Holding
 from xce_lite.controller.jobunits import Expected, reconcile
-from xce_lite.controller.prefilling import Prefill, behind_of
+from xce_lite.controller.prefilling import Prefill, behind_in, behind_of
 from xce_lite.controller.state import RUNNING, SENT, Active, ControllerState
 from xce_lite.exec.host import UnitInfo
 from xce_lite.models import DISP, RUN
@@ -30,11 +30,19 @@ def test_a_listed_queued_unit_is_left_to_start_if_expected_and_stopped_if_not() 
     assert sorted(seen.stale) == ["u-drain", "u-stale"]  # a stop drops them from the host's queue
 
 
-def test_a_restart_reads_the_predecessor_from_the_stored_reason() -> None:
+def test_a_restart_reads_the_predecessor_from_the_last_dispatch_event() -> None:
     assert behind_of(queued_reason("h1", 42)) == 42
     assert behind_of("queued on node-7.lab behind job 7") == 7
     for other in (None, "", "local: slots needed 1, free 0", "queued on h1 behind job x"):
         assert behind_of(other) is None
+    queued = {"attempt": 2, "hosts": [["h1", 1]], "queued": queued_reason("h1", 42)}
+    plain = {"attempt": 1, "hosts": [["h1", 1]]}
+    assert behind_in([(1.0, "submitted", None), (2.0, "dispatched", plain), (3.0, "requeued", {"reason": "x"}),
+                      (4.0, "dispatched", queued)]) == 42
+    # its pend reason is the scheduler's: only the dispatch says where it waits; a later plain
+    # dispatch (withdrawn, then dispatched as any job) is no successor
+    assert behind_in([(2.0, "dispatched", queued), (3.0, "requeued", None), (4.0, "dispatched", plain)]) is None
+    assert behind_in([(1.0, "submitted", None)]) is None
 
 
 def test_a_successor_found_started_by_its_launch_reply_makes_the_next_tick_name_its_own_successor() -> None:

@@ -35,7 +35,7 @@ def jobs(ctx, show_all, long, pending, user, project, elements, as_json, ids) ->
     reply = client(ctx).get("/jobs", ids=",".join(ids) or None, all=show_all, user=user, project=project,
                              effective=long or None, history=long or None, elements=elements or pending or None)
     if pending:
-        reply["jobs"] = [j for j in reply["jobs"] if j["state"] in ("PEND", "PSUSP") or _queued(j)]
+        reply["jobs"] = [j for j in reply["jobs"] if j["state"] in ("PEND", "PSUSP")]
         reply["arrays"] = []
     if as_json:
         click.echo(json.dumps(reply, indent=2))
@@ -48,7 +48,7 @@ def jobs(ctx, show_all, long, pending, user, project, elements, as_json, ids) ->
         return
     if pending:
         for first, last, job in _pending_groups(reply["jobs"]):
-            why = job["pend_reason"] or ("held" if job["state"] == "PSUSP" else "not scheduled yet")
+            why = "\n  ".join(waits(job)) or ("held" if job["state"] == "PSUSP" else "not scheduled yet")
             shown = display(first) if first is last else f"{first['array_id']}[{first['array_index']}-" \
                                                            f"{last['array_index']}]"
             click.echo(f"{shown}  {job['user']}  {job['state']}  {_clip(job['name'], 24)}\n  {why}")
@@ -60,8 +60,19 @@ def jobs(ctx, show_all, long, pending, user, project, elements, as_json, ids) ->
 
 
 def _queued(job: dict) -> bool:
-    """A queued successor (prefill): DISP on its host behind another job, not started; it waits too."""
-    return job["state"] == "DISP" and (job.get("pend_reason") or "").startswith("queued on ")
+    """A queued successor (prefill): on its host behind another job, not started; shown PEND."""
+    return job.get("queued_behind") is not None
+
+
+def waits(job: dict) -> list[str]:
+    """Why a waiting job waits, as lines: its pend reason (a queued successor keeps the one a
+    dispatch would give it), then, for a queued successor, where it waits and until when."""
+    if job["state"] != "PEND":
+        return []
+    lines = [job["pend_reason"]] if job["pend_reason"] else []
+    if _queued(job):
+        lines.append(f"queued on {job['hosts'][0][0]} behind job {job['queued_behind']}: starts when it ends")
+    return lines
 
 
 def display(job: dict) -> str:
@@ -100,7 +111,8 @@ def _pending_groups(jobs: list[dict]) -> list[tuple[dict, dict, dict]]:
     for job in jobs:
         last = groups[-1][-1] if groups else None
         if (last is not None and job.get("array_id") is not None and job["array_id"] == last.get("array_id")
-                and (job["pend_reason"], job["state"]) == (last["pend_reason"], last["state"])):
+                and (job["pend_reason"], job["state"], job.get("queued_behind"))
+                == (last["pend_reason"], last["state"], last.get("queued_behind"))):
             groups[-1].append(job)
         else:
             groups.append([job])
@@ -138,8 +150,7 @@ def _long(job: dict) -> str:
     if job.get("retry") or job.get("retries"):
         lines.append(f"  Attempt: {job['attempt']}   Retries: {job['retries']}" +
                      (f" of {job['retry']}" if job.get("retry") is not None else ""))
-    if job["pend_reason"] and job["state"] in ("PEND", "DISP"):  # DISP: a queued successor (prefill)
-        lines.append(f"  Pending: {job['pend_reason']}")
+    lines.extend(f"  Pending: {why}" for why in waits(job))
     if job.get("fairshare"):
         lines.append(f"  Fair share: {fair_share_line(job['fairshare'])}")
     if job.get("effective"):
@@ -167,7 +178,8 @@ def _event_detail(event: dict) -> str:
     """What an event says in a few words: the attempt and hosts of a dispatch, why a requeue."""
     data = event.get("data") or {}
     if event["kind"] == "dispatched":
-        return f": attempt {data.get('attempt')} on {' '.join(f'{n}*{h}' for h, n in data.get('hosts') or [])}"
+        return (f": attempt {data.get('attempt')} on {' '.join(f'{n}*{h}' for h, n in data.get('hosts') or [])}"
+                + (f", {data['queued']}" if data.get("queued") else ""))  # a queued successor (prefill)
     if event["kind"] == "finished":
         return f": {data.get('state')}" + (f", exit code {data['exit_code']}" if data.get("exit_code") is not None
                                           else "")

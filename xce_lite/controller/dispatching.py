@@ -85,12 +85,13 @@ class Dispatching:
             with self.state.mu:
                 attempt = self.state.attempts.get(d.job_id, 0) + 1
                 self.state.retries[d.job_id] = job.retries  # the dispatched job's retry count so far
+                pred = self.state.behind.get(d.job_id)  # a queued successor (prefilling.py): it keeps
+                reason = None if pred is None else self.state.reasons.get(d.job_id)  # its pend reason
             unit = unit_name(self.state.cluster, d.job_id, attempt, 0)
             holding = Holding.of(d.placement)
             # the merge's JSON is shared by the plans of one (spec, queue): nothing changes a plan's
-            pred = self.state.behind.get(d.job_id)  # a queued successor (prefilling.py)
-            reason = None if pred is None else queued_reason(d.hosts[0][0], pred)
-            plan = Plan(d.job_id, attempt, [list(h) for h in d.hosts], unit, holding.to_json(), memo[2], reason)
+            plan = Plan(d.job_id, attempt, [list(h) for h in d.hosts], unit, holding.to_json(), memo[2], reason,
+                        None if pred is None else queued_reason(d.hosts[0][0], pred))
             plans.append(plan)
             # the row as this dispatch stores it: its launch reads nothing back (unitwork `_launch`)
             self.planned[d.job_id] = LaunchWith(

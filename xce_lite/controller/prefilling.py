@@ -1,8 +1,10 @@
 """Queued successors (issue 18, "prefill"): after a session, a pending job that fits inside a running
 job's allocation on its host (sched/prefill.py decides) is dispatched there queued behind it: stored
-DISP with the reason "queued on HOST behind job N", launched with `after` = that job's unit, and
-started by the host's agent the moment that unit ends, so a freed slot never waits for the
-controller (HyperQueue's prefill).
+DISP, launched with `after` = that job's unit, and started by the host's agent the moment that unit
+ends, so a freed slot never waits for the controller (HyperQueue's prefill). Its pend reason stays
+the one the session gave it (why a dispatch could not place it: what an LSF user looks for); where
+it waits is `state.behind` (the API's `queued_behind`), and its dispatched event's "queued" says
+it in the store (a restart reads it there: `behind_in`).
 
 A part of the controller (`Controller.prefill`), given the shared state and the projects' part. The
 tick asks it `hidden(closing)` before its snapshot and `extend(decisions, ...)` after its session;
@@ -46,9 +48,16 @@ _BEHIND = re.compile(r"^queued on \S+ behind job (\d+)$")
 
 
 def behind_of(reason: str | None) -> int | None:
-    """The predecessor a stored DISP job's reason names (a restart rebuilds `state.behind` from it)."""
+    """The predecessor `reason` ("queued on HOST behind job N") names, or None."""
     match = _BEHIND.match(reason or "")
     return int(match.group(1)) if match else None
+
+
+def behind_in(events: list[tuple[float, str, dict | None]]) -> int | None:
+    """The predecessor a DISP job waits behind, from its events (the last dispatch's "queued"; a
+    restart rebuilds `state.behind` from it), or None: it was dispatched as any job."""
+    last = next((data for _t, kind, data in reversed(events) if kind == "dispatched"), None)
+    return behind_of((last or {}).get("queued"))
 
 
 class Prefill:
@@ -102,10 +111,16 @@ class Prefill:
         if decisions is None or not chosen:
             return decisions
         named = {s.job_id for s in chosen}
-        waiting = tuple((reason, kept) for reason, ids in decisions.waiting
-                        if (kept := tuple(i for i in ids if i not in named)))
+        waiting = []
+        with self.state.mu:
+            for reason, ids in decisions.waiting:
+                kept = tuple(i for i in ids if i not in named)
+                if len(kept) < len(ids):  # a successor keeps the reason this session gave it (its pend reason)
+                    self.state.reasons.update((i, reason) for i in ids if i in named)
+                if kept:
+                    waiting.append((reason, kept))
         extra = tuple(Dispatch(s.job_id, s.placement, s.profile_hash) for s in chosen)
-        return Decisions(decisions.dispatches + extra, waiting, decisions.complete)
+        return Decisions(decisions.dispatches + extra, tuple(waiting), decisions.complete)
 
     def _snapshot(self, hosts: Any, shared: Any, now: float, closing: AbstractSet[int]) -> Snapshot:
         """The session's own jobs (holding the lock): its dispatches are no candidates, and their

@@ -16,7 +16,7 @@ from xce_lite.controller.dispatching import Dispatching
 from xce_lite.controller.gating import Gating
 from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.kill_marks import KillMarks
-from xce_lite.controller.prefilling import behind_of
+from xce_lite.controller.prefilling import behind_in
 from xce_lite.controller.seams import Clock
 from xce_lite.controller.state import NEW, RUNNING, Active, ControllerState
 from xce_lite.controller.unitwork import Units
@@ -49,7 +49,7 @@ def load(state: ControllerState, store: Any, clock: Clock, log: Callable[[str], 
             active = Active(job.id, job.user, job.queue, job.state, job.attempt, holding, names, status,
                             retries=job.retries, killed=killed.get(job.id), project=job.project,
                             since=job.start_time or clock.time())
-            if job.state == DISP and (pred := behind_of(job.pend_reason)) is not None:
+            if job.state == DISP and (pred := behind_in(store.events(job.id))) is not None:
                 state.behind[job.id] = active.after = pred  # a queued successor (prefilling.py)
                 state.behind_requests[job.id] = gating.pending_job(job.id, job.user, job.queue, job.spec,
                                                                    job.submit_time)

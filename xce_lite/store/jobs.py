@@ -82,7 +82,8 @@ class Plan:
     unit: str
     alloc: dict | None = None
     effective: dict | None = None
-    reason: str | None = None  # a queued successor's ("queued on H behind job N"); None for a dispatch
+    reason: str | None = None  # a queued successor's pend reason (the session's); None for a dispatch
+    queued: str | None = None  # a queued successor's "queued on H behind job N" (its dispatched event)
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,8 @@ def dispatch(con: apsw.Connection, plans: Sequence, now: float, plan_type: type)
         data = {"attempt": p.attempt, "hosts": p.hosts, "unit": p.unit}
         if p.effective is not None:
             data.update(app=p.effective.get("app"), profile_hash=p.effective.get("profile_hash"))
-        if getattr(p, "reason", None):  # a queued successor (controller/prefilling.py)
-            data["queued"] = p.reason
+        if getattr(p, "queued", None):  # a queued successor (controller/prefilling.py)
+            data["queued"] = p.queued
         happened.append((p.job_id, now, "dispatched", data))
     events(con, happened)
     return [items[i].job_id for i in moved]

@@ -31,6 +31,7 @@ from xce_lite.controller.shared import Access, Handler
 from xce_lite.controller.state import ControllerState
 from xce_lite.lifecycle import next_state
 from xce_lite.models import ACTIVE_STATES, DISP, DONE, EXIT, FINISHED_STATES, PEND, PSUSP, RUN, Job
+from xce_lite.sched.prefill import queued_reason
 from xce_lite.store.jobs import Requeue
 
 
@@ -109,23 +110,24 @@ class JobActions:
         results = []
         for _label, jobs, _whole in self.owned_refs(caller, body):
             for job in jobs:
-                name = job.display_id
-                with self.state.mu:
-                    active = self.state.active.get(job.id)
-                    if active is None or active.ending or job.state not in ACTIVE_STATES:
-                        ok, message = False, (f"Job <{name}> is {job.state}: only a dispatched or running job is "
-                                              f"requeued" + ("; submit it again" if job.state in FINISHED_STATES
-                                                             else ""))
-                    elif active.killed:  # kill wins (kills.py): the store would refuse it too
-                        ok, message = False, f"Job <{name}> is being killed ({active.killed}); it is not requeued"
-                    else:
-                        active.ending = True
-                        self.state.unrecorded_requeues.append(
-                            Requeue(job.id, active.state, f"requeued by {caller.user}", hold=hold))
-                        ok, message = True, f"Job <{name}> is being requeued" + (" and held" if hold else "")
-                results.append({"id": name, "ok": ok, "message": message})
+                ok, message = self._requeue_one(job, f"requeued by {caller.user}", hold)
+                results.append({"id": job.display_id, "ok": ok, "message": message})
         self.state.wake.set()
         return {"results": results}
+
+    def _requeue_one(self, job: Job, reason: str, hold: bool) -> tuple[bool, str]:
+        """A dispatched or running job back to PEND (`hold`: PSUSP) by the tick: (done, what to say)."""
+        name = job.display_id
+        with self.state.mu:
+            active = self.state.active.get(job.id)
+            if active is None or active.ending or job.state not in ACTIVE_STATES:
+                return False, (f"Job <{name}> is {job.state}: only a dispatched or running job is requeued"
+                               + ("; submit it again" if job.state in FINISHED_STATES else ""))
+            if active.killed:  # kill wins (kills.py): the store would refuse it too
+                return False, f"Job <{name}> is being killed ({active.killed}); it is not requeued"
+            active.ending = True
+            self.state.unrecorded_requeues.append(Requeue(job.id, active.state, reason, hold=hold))
+            return True, f"Job <{name}> is being requeued" + (" and held" if hold else "")
 
     def api_kill(self, caller: Caller, query: dict, body: Any) -> dict:
         results = []
@@ -181,10 +183,17 @@ class JobActions:
         results = []
         for label, jobs, whole in self.owned_refs(caller, body):
             refused: list[dict] = []
-            movable = [(job, target) for job in jobs if (target := _next_or_refuse(job, event, refused)) is not None]
+            queued = self._hold_queued(jobs, reason) if event == "held" else {}
+            if queued and not whole:
+                results.append({"id": label, "ok": queued[jobs[0].id], "message": f"Job <{label}> is held" if
+                                queued[jobs[0].id] else f"Job <{label}> changed meanwhile; look again with "
+                                                        f"`xce jobs {label}`"})
+                continue
+            movable = [(job, target) for job in jobs if job.id not in queued
+                       and (target := _next_or_refuse(job, event, refused)) is not None]
             if event == "released":  # a job outside its project stays held (projects.py)
                 movable = self.projects.releasable(movable, refused)
-            moved = self.move_pending(movable, event, reason)
+            moved = self.move_pending(movable, event, reason) | {i for i, ok in queued.items() if ok}
             if whole:
                 results.append({"id": label, "ok": bool(moved) or not movable,
                                 "message": f"Array <{label}>: {len(moved)} element(s) {event}"
@@ -199,6 +208,14 @@ class JobActions:
         self.state.wake.set()
         return {"results": results}
 
+    def _hold_queued(self, jobs: list[Job], reason: str | None) -> dict[int, bool]:
+        """Hold the queued successors of `jobs` (prefilling.py: stored DISP, shown PEND, so held as
+        a pending job is): each leaves its host's queue and is PSUSP, as `xce requeue --hold` does it.
+        Their ids -> whether that is under way."""
+        with self.state.mu:
+            queued = [job for job in jobs if job.state == DISP and job.id in self.state.behind]
+        return {job.id: self._requeue_one(job, reason or "held", True)[0] for job in queued}
+
     def api_suspend(self, caller: Caller, query: dict, body: Any) -> dict:
         return self._suspend_or_resume(caller, body, "suspended", "STOP")
 
@@ -211,10 +228,12 @@ class JobActions:
         keeps counting while a job is suspended."""
         results: list[dict] = []
         for job in (j for _label, jobs, _whole in self.owned_refs(caller, body) for j in jobs):
-            if job.state == DISP and (job.pend_reason or "").startswith("queued on "):  # prefilling.py
-                verb = "suspend" if event == "suspended" else "resume"
+            with self.state.mu:
+                behind = self.state.behind.get(job.id) if job.state == DISP else None  # prefilling.py
+            if behind is not None:
+                verb, where = "suspend" if event == "suspended" else "resume", queued_reason(job.hosts[0][0], behind)
                 results.append({"id": job.id, "ok": False, "message": (
-                    f"Job <{job.id}> is {job.pend_reason} and has not started: nothing to {verb}; "
+                    f"Job <{job.id}> is {where} and has not started: nothing to {verb}; "
                     f"`xce requeue --hold {job.id}` holds it (PSUSP), `xce kill {job.id}` drops it")})
                 continue
             job = self._start_stored(job) if job.state == DISP and event == "suspended" else job

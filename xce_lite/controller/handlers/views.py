@@ -32,8 +32,9 @@ from xce_lite.controller.shared import Access, Handler
 from xce_lite.controller.state import ControllerState
 from xce_lite.controller.wait_ended import wait_ended
 from xce_lite.home.paths import Home
-from xce_lite.models import DONE, EXIT, PEND, PENDING_STATES, Job
+from xce_lite.models import DISP, DONE, EXIT, PEND, PENDING_STATES, Job
 from xce_lite.sched.placement import HostView, JobRequest, place
+from xce_lite.sched.prefill import queued_reason
 from xce_lite.sched.reasons import FrozenMap, Refusal
 
 
@@ -99,7 +100,7 @@ class JobViews:
             for job in wired:
                 job["history"] = [{"time": t, "kind": kind, "data": data}
                                   for t, kind, data in self.store.events(job["id"])]
-        return {"schema": 1, "jobs": wired, "arrays": summaries}
+        return {"schema": 1, "jobs": wired, "arrays": self._queued_as_pending(summaries) if summaries else summaries}
 
     def to_wire(self, jobs: list[Job], with_effective: bool = False) -> list[dict]:
         """Jobs as the API shows them: pend reasons are the live ones (the store's may lag a second);
@@ -127,7 +128,28 @@ class JobViews:
             for job in wired:
                 if job["state"] == PEND and job["id"] in self.state.reasons:
                     job["pend_reason"] = self.state.reasons[job["id"]]
+                # a queued successor (prefilling.py), DISP on its host behind a running job, has not
+                # started: users see it PEND (as LSF and Slurm users expect), with the reason the
+                # session gave it, and where it waits
+                behind = self.state.behind.get(job["id"]) if job["state"] == DISP else None
+                job["queued_behind"] = behind
+                if behind is not None:
+                    job["state"] = PEND
         return wired
+
+    def _queued_as_pending(self, summaries: list[dict]) -> list[dict]:
+        """Arrays' counts by state with their queued successors counted PEND (to_wire)."""
+        by_id = {s["id"]: s for s in summaries}
+        with self.state.mu:
+            for job_id in self.state.behind:
+                active = self.state.active.get(job_id)
+                states = by_id[active.array_id]["states"] if active and active.array_id in by_id else None
+                if states and states.get(DISP):
+                    states[DISP] -= 1
+                    states[PEND] = states.get(PEND, 0) + 1
+                    if not states[DISP]:
+                        del states[DISP]
+        return summaries
 
     def _job_effective(self, job: Job) -> Effective | str | None:
         """Fixed at dispatch, else live for a waiting job; the reason when it cannot be merged now."""
@@ -168,6 +190,8 @@ class JobViews:
             views = self.hosts_now()
             running: dict[str, int] = defaultdict(int)
             for job in self.state.active.values():
+                if job.id in self.state.behind:
+                    continue  # a queued successor: it waits (to_wire), holding nothing of its own
                 for host, _tasks in job.hosts:
                     running[host] += 1
             probes, since, why = dict(self.state.probes), dict(self.state.down_since), dict(self.state.down_why)
@@ -207,6 +231,11 @@ class JobViews:
         if not refs or len(refs[0][1]) != 1:
             raise errors.SpecError("name a job or an array element: /jobs/why?id=JOBID (or 42[7])")
         job = self.access.owned(caller, refs[0][1])[0]
+        with self.state.mu:
+            behind = self.state.behind.get(job.id) if job.state == DISP else None
+        if behind is not None:  # a queued successor: why a dispatch cannot place it, then where it waits
+            reply = self._why_placed(job, f"{queued_reason(job.hosts[0][0], behind)}: starts when it ends")
+            return {**reply, "state": PEND}  # as `xce jobs` shows it (to_wire)
         if job.state != PEND:
             return {"id": job.id, "state": job.state, "lines": [f"Job <{job.display_id}> is {job.state}, not pending"
                                                                 + (f": {job.reason}" if job.reason else "")]}
@@ -215,6 +244,11 @@ class JobViews:
             reason = self.state.reasons.get(job.id)
         if gated:  # it is not the scheduler's to place yet
             return {"id": job.id, "state": job.state, "summary": reason or "waiting for its dependency", "lines": []}
+        return self._why_placed(job)
+
+    def _why_placed(self, job: Job, queued: str | None = None) -> dict:
+        """`api_why`'s reply for a job the scheduler places: the placement tried now. `queued`: it
+        is a queued successor, waiting there (the last line); if it fits now, the session's reason."""
         with self.state.mu:
             hosts, shared = self.hosts_now(), self.shared_free()
         eff = self._job_effective(job)
@@ -230,12 +264,16 @@ class JobViews:
         request = JobRequest(job.id, eff.min_tasks, eff.max_tasks, eff.resreq)
         hosts, request = self.pool_views.why(job.queue, hosts, request, eff.run_limit)  # pools.py
         result = place(request, hosts, shared)
+        if not isinstance(result, Refusal) and queued is not None:  # (a queue limit, say: the hosts have room)
+            return {"id": job.id, "state": job.state, "effective": rows, "summary": job.pend_reason,
+                    "lines": [queued], **extra}
         if not isinstance(result, Refusal):
             where = " ".join(f"{n}*{h}" for h, n in result.hosts)
             return {"id": job.id, "state": job.state, "effective": rows,
                     "lines": [f"it fits now ({where}); the scheduler will start it at its next session"], **extra}
         return {"id": job.id, "state": job.state, "effective": rows, "summary": self.pool_views.words(result.summary()),
-                "lines": [self.pool_views.words(line) for line in result.details()], **extra}
+                "lines": [self.pool_views.words(line) for line in result.details()] + ([queued] if queued else []),
+                **extra}
 
     def api_peek(self, caller: Caller, query: dict, body: Any) -> dict:
         """A piece of a job's output file, read on its first host through the agent (shared file
@@ -274,12 +312,17 @@ class JobViews:
     def api_queues(self, caller: Caller, query: dict, body: Any) -> dict:
         counts = self.store.counts_by_queue()
         default = self.state.config.default_queue.name
+        queued: dict[str, int] = defaultdict(int)  # queued successors: stored DISP, shown PEND (to_wire)
+        with self.state.mu:
+            for job_id in self.state.behind:
+                if (active := self.state.active.get(job_id)) is not None:
+                    queued[active.queue] += 1
         return {"schema": 1, "queues": [
             {"name": q.name, "priority": q.priority, "default": q.name == default,
              "description": q.description, "fairshare": q.fairshare.model_dump() if q.fairshare else None,
              "users": q.users, "groups": q.groups,  # who may submit (None and None: everyone)
-             "pend": counts.get((q.name, "PEND"), 0) + counts.get((q.name, "PSUSP"), 0),
-             "run": counts.get((q.name, "RUN"), 0) + counts.get((q.name, "DISP"), 0)}
+             "pend": counts.get((q.name, "PEND"), 0) + counts.get((q.name, "PSUSP"), 0) + queued.get(q.name, 0),
+             "run": counts.get((q.name, "RUN"), 0) + counts.get((q.name, "DISP"), 0) - queued.get(q.name, 0)}
             for q in self.state.config.queues]}
 
     def api_stop(self, caller: Caller, query: dict, body: Any) -> dict:
