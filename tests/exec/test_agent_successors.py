@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 from tests.support.agent_local import WAIT_JOB, journal, journal_result
@@ -187,3 +188,28 @@ def test_a_withdrawal_that_comes_after_its_predecessor_ended_finds_it_started(ag
     assert event(agent, "unqueued", "s")["status"] == "started"
     assert agent.finished("s")["exit_code"] == 0
     assert runs(tmp_path, "s") == 1
+
+
+def test_an_orphan_agent_starts_a_successor_whose_predecessor_ended_before_it_leaves(agent, spool, tmp_path):
+    """The controller died (stdin EOF) while a ran and b waited behind it: the agent stays under its
+    lease. a's end, learnt in the turn where the orphan checks whether anything still runs, starts b
+    before the agent leaves (it left first, and b waited in the journal for the next agent)."""
+    boot = agent.request("hello")["boot_id"]
+    clock = agent.request("ping")["clock"]
+    assert agent.request("lease", until=clock + 60, seconds=60, boot=boot)["ok"]
+    agent.launch(hold("a", tmp_path))
+    assert agent.launch(counted("b", tmp_path, after="a"))[0]["status"] == "queued"
+    job_pid(spool, "a")
+    agent.proc.stdin.close()  # the controller is gone: an orphan, a still runs
+    wait_until(lambda: b"staying to enforce it" in (spool.parent / "agent.stderr").read_bytes(), 10,
+               "the agent to stay as an orphan")
+    os.kill(agent.proc.pid, signal.SIGSTOP)  # its next turn learns of a's end and finds the watch due
+    try:
+        (tmp_path / "go-a").touch()
+        wait_until(lambda: journal_result(spool, "a"), 10, "a's result, written by its supervisor")
+        time.sleep(0.6)  # past the orphan's WATCH_INTERVAL (0.5 s): that turn asks whether anything runs
+    finally:
+        os.kill(agent.proc.pid, signal.SIGCONT)
+    wait_until(lambda: journal_result(spool, "b"), 20, "b to run and end with no controller")
+    assert runs(tmp_path, "b") == 1
+    wait_until(lambda: agent.proc.poll() is not None, 20, "the orphan to leave once nothing runs")

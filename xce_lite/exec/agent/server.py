@@ -8,8 +8,9 @@ ping, list, read). The Agent routes each request's op to its part.
 
 Single-threaded, so os.fork is safe. The agent never touches running jobs when it exits (on stdin
 EOF); it first waits for systemd's answer to the starts it asked for. Under a lease, an agent whose
-controller went away stays (without stdin) while units run: it stops them when the lease runs out,
-and leaves as soon as none runs or a new agent asks for the spool. See docs/agent-protocol.md.
+controller went away stays (without stdin) while units run or wait queued behind one (it starts
+them as their predecessors end, successors.py): it stops them when the lease runs out, and leaves
+as soon as none runs or waits, or a new agent asks for the spool. See docs/agent-protocol.md.
 """
 
 from __future__ import annotations
@@ -129,11 +130,18 @@ class Agent:
         known = self.unit_state.ask_systemd(doubtful)
         return any(not self.unit_state.report_if_finished(unit, known) for unit in doubtful)
 
+    def orphan_work(self) -> bool:
+        """True while an orphan has something to see to: a successor queued here (this turn's
+        `tend` starts it if its predecessor has ended: running_units may be what just learnt of
+        that end, from the journal), or a unit that may run (its lease to enforce)."""
+        return bool(self.state.queued) or self.running_units()
+
     def stay_orphan(self) -> bool:
-        """At stdin EOF: stay, without a controller, while a lease is in force and units run (their
-        lease must be enforced by someone); False: exit now."""
+        """At stdin EOF: stay, without a controller, while a lease is in force and units run or
+        wait queued (their lease must be enforced by someone; a successor starts when its
+        predecessor ends); False: exit now."""
         left = self.host_lease.lease_left()
-        return left is not None and left > 0 and self.running_units()
+        return left is not None and left > 0 and self.orphan_work()
 
     def become_orphan(self) -> None:
         """Stay without a controller: its pipes (stdout; stderr too when it is the SSH session's)
@@ -233,7 +241,7 @@ class Agent:
                 next_watch = time.monotonic() + WATCH_INTERVAL
                 # a new agent takes the spool from one that no controller keeps: an orphan, or an
                 # agent whose lease ran out (its controller's channel is dead or frozen)
-                if s.handover or (s.orphan and not self.running_units()):
+                if s.handover or (s.orphan and not self.orphan_work()):
                     self.manager.finish_starting()
                     self.flush()
                     return
