@@ -39,7 +39,11 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.when == "call" and report.failed:
         for c in Cluster.live:
-            report.sections.append((f"controller log of {c.home} (its last lines)", c.log_tail()))
+            report.sections.append((f"controller and agents of {c.home} (their last lines)", c.report()))
+        for home, text in Cluster.failed:  # closed by the failing block itself (running_cluster)
+            report.sections.append((f"controller and agents of {home} (their last lines)", text))
+    if report.when == "call":
+        Cluster.failed.clear()
 
 
 pytest_plugins = ["tests.support.testhosts_fixture", "tests.support.fixtures"]

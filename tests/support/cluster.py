@@ -32,6 +32,9 @@ from xce_lite.exec.local import supervisor_pids
 
 class Cluster:
     live: ClassVar[list[Cluster]] = []  # the clusters not yet closed: a failed test's report shows their logs
+    # (home, report()) of each cluster a `running_cluster` block closed on its way out of a failure:
+    # its files are gone by the time the test's report is made (tests/conftest.py shows these)
+    failed: ClassVar[list[tuple[Path, str]]] = []
 
     def __init__(self, slots: int = 2, grace: str = "2s", config: str | None = None, work: Path | None = None):
         """`work`: where jobs run and write (default: beside the home, under /tmp); jobs on test hosts
@@ -120,6 +123,27 @@ class Cluster:
             return "(no controller log)"
         return "\n".join(text.splitlines()[-lines:])
 
+    def report(self) -> str:
+        """What a failed test's report shows of this cluster: the last lines of the controller's log
+        and of each local agent's, and the last records of each local host's journal (kind and unit)."""
+        parts = [self.log_tail()]
+        spools = self.home / "spool"
+        for log in sorted(spools.glob("agent-*.log")):
+            lines = log.read_text(errors="replace").splitlines()[-20:]
+            parts.append(f"---- {log.name} (its last lines)\n" + "\n".join(lines))
+        for journal in sorted(spools.glob("*/journal")):
+            records = []
+            for line in journal.read_text(errors="replace").splitlines()[-40:]:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                after = (rec.get("spec") or {}).get("after")  # a queued successor's predecessor
+                words = [rec.get("event"), rec.get("unit"), after and f"after {after}", rec.get("reason")]
+                records.append(" ".join(str(w) for w in words if w))
+            parts.append(f"---- {journal.parent.name}'s journal (its last records)\n" + "\n".join(records))
+        return "\n".join(parts)
+
     def close(self) -> None:
         if self in Cluster.live:
             Cluster.live.remove(self)
@@ -167,5 +191,8 @@ def running_cluster(**kw) -> Iterator[Cluster]:
     try:
         c.start()
         yield c
+    except BaseException:
+        Cluster.failed.append((c.home, c.report()))  # read now: close() removes its files
+        raise
     finally:
         c.close()
