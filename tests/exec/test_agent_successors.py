@@ -41,6 +41,17 @@ def event(agent: RawAgent, kind: str, unit_name: str) -> dict:
                       20, f"the {kind} event of {unit_name}")
 
 
+def b_behind_a_under_lease(agent: RawAgent, spool: Path, tmp: Path, seconds: float) -> str:
+    """A lease of `seconds` granted, a running (held), b queued behind it; the agent's boot id."""
+    boot = agent.request("hello")["boot_id"]
+    clock = agent.request("ping")["clock"]
+    assert agent.request("lease", until=clock + seconds, seconds=seconds, boot=boot)["ok"]
+    agent.launch(hold("a", tmp))
+    assert agent.launch(counted("b", tmp, after="a"))[0]["status"] == "queued"
+    job_pid(spool, "a")
+    return boot
+
+
 def test_a_queued_successor_starts_when_its_predecessor_ends_not_before(agent, spool, tmp_path):
     [a] = agent.launch(hold("a", tmp_path, 3))
     [b] = agent.launch(counted("b", tmp_path, after="a"))
@@ -101,12 +112,7 @@ def test_the_queue_survives_an_agent_kill_and_its_successor_runs_once(agents, sp
 
 
 def test_a_lapsed_lease_drops_the_queue_and_a_later_launch_runs_it_once(agent, spool, tmp_path):
-    boot = agent.request("hello")["boot_id"]
-    clock = agent.request("ping")["clock"]
-    assert agent.request("lease", until=clock + 2, seconds=2, boot=boot)["ok"]
-    agent.launch(hold("a", tmp_path))
-    assert agent.launch(counted("b", tmp_path, after="a"))[0]["status"] == "queued"
-    job_pid(spool, "a")
+    boot = b_behind_a_under_lease(agent, spool, tmp_path, 2)
 
     dropped = event(agent, "unqueued", "b")  # the lease runs out: a is stopped, b dropped unstarted
     assert dropped["status"] == "dropped" and "lease ran out" in dropped["error"]
@@ -194,12 +200,7 @@ def test_an_orphan_agent_starts_a_successor_whose_predecessor_ended_before_it_le
     """The controller died (stdin EOF) while a ran and b waited behind it: the agent stays under its
     lease. a's end, learnt in the turn where the orphan checks whether anything still runs, starts b
     before the agent leaves (it left first, and b waited in the journal for the next agent)."""
-    boot = agent.request("hello")["boot_id"]
-    clock = agent.request("ping")["clock"]
-    assert agent.request("lease", until=clock + 60, seconds=60, boot=boot)["ok"]
-    agent.launch(hold("a", tmp_path))
-    assert agent.launch(counted("b", tmp_path, after="a"))[0]["status"] == "queued"
-    job_pid(spool, "a")
+    b_behind_a_under_lease(agent, spool, tmp_path, 60)
     agent.proc.stdin.close()  # the controller is gone: an orphan, a still runs
     wait_until(lambda: b"staying to enforce it" in (spool.parent / "agent.stderr").read_bytes(), 10,
                "the agent to stay as an orphan")
