@@ -107,8 +107,7 @@ def _arrays(jobs: list[dict]) -> dict[int, list[dict]]:
 def _counts_line(jobs: list[dict]) -> str:
     done = sum(j["state"] == "DONE" for j in jobs)
     failed = sum(j["state"] == "EXIT" for j in jobs)
-    # a queued successor (DISP behind another job on its host, prefill) has not started: pending
-    running = sum(j["state"] in ("DISP", "RUN", "USUSP", "SSUSP") and j.get("queued_behind") is None for j in jobs)
+    running = sum(j["state"] in ("DISP", "RUN", "USUSP", "SSUSP") for j in jobs)  # a queued successor shows PEND
     pending = len(jobs) - done - failed - running
     return f"{done} DONE, {failed} EXIT, {running} running, {pending} pending (of {len(jobs)})"
 

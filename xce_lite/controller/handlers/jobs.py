@@ -234,7 +234,8 @@ class JobActions:
                 verb, where = "suspend" if event == "suspended" else "resume", queued_reason(job.hosts[0][0], behind)
                 results.append({"id": job.id, "ok": False, "message": (
                     f"Job <{job.id}> is {where} and has not started: nothing to {verb}; "
-                    f"`xce requeue --hold {job.id}` holds it (PSUSP), `xce kill {job.id}` drops it")})
+                    f"`xce hold {job.id}` (or `xce requeue --hold {job.id}`) holds it (PSUSP), `xce kill {job.id}` "
+                    f"drops it")})
                 continue
             job = self._start_stored(job) if job.state == DISP and event == "suspended" else job
             target = _next_or_refuse(job, event, results)
