@@ -109,6 +109,24 @@ def test_a_request_in_pieces_a_malformed_one_and_a_client_that_leaves_during_the
     wait_until(lambda: api.stats()["connections"] == 0, 5, "the closed connection forgotten before the linger ends")
 
 
+def test_a_worker_lingering_when_the_server_stops_closes_its_connection_itself(server):
+    """server_close lists the idle connections once: one a worker armed again after that would
+    stay open (and be collected unclosed). A worker that finds the server stopping closes it."""
+    api, path = server(linger=30)
+    with _connect(path) as sock:
+        sock.sendall(_request(1))
+        _reply(sock)
+        wait_until(lambda: api.stats()["lingering"] == 1, 5, "the worker to linger")
+        api.shutdown()  # the serving loop ends; server_close has not run
+        sock.sendall(_request(2))
+        try:  # closed by the worker: not answered, not watched again (a reset: it left bytes unread)
+            ended = sock.recv(1) == b""
+        except ConnectionResetError:
+            ended = True
+        assert ended
+    assert api.stats()["connections"] == 0
+
+
 def test_the_pool_lets_at_most_half_its_threads_linger_and_none_while_work_waits():
     pool = WorkerPool(4, run=lambda _item: None)
     assert pool.linger() and pool.linger()

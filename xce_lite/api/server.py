@@ -128,8 +128,9 @@ class ApiServer:
     def server_close(self) -> None:
         for conn, _request in self._pool.close():  # the queued (connection, request) items
             self._close(conn)
-        with self._mu:
-            idle = [c for c in self._conns.values() if not c.busy]
+        with self._mu:  # workers close their own from now on (_work); these are the serving thread's
+            idle = [c for c in self._conns.values() if not c.busy] + self._returned
+            self._returned = []
         for conn in idle:
             self._close(conn)
         self._listener.close()
@@ -336,10 +337,14 @@ class ApiServer:
                 return
             if conn.buffer:  # bytes of a next request came with this one: the serving thread parses them
                 with self._mu:
-                    self._returned.append(conn)
-                    self.counts["handed_back"] += 1
-                self._wakeup()
-                return
+                    stopping = self._stop.is_set()  # the serving thread takes nothing back any more
+                    if not stopping:
+                        self._returned.append(conn)
+                        self.counts["handed_back"] += 1
+                if not stopping:
+                    self._wakeup()
+                    return
+                break
             following = self._linger(conn)
             if following is False:  # closed, or refused
                 return
@@ -347,7 +352,9 @@ class ApiServer:
                 break
             request = following
         with self._mu:
-            if self._conns.get(conn.fd) is conn:  # else forgotten meanwhile: closed below
+            # Stopping: closed below, by this thread, since server_close may have listed the idle
+            # connections already; else it is its to close (it takes the list under this lock).
+            if self._conns.get(conn.fd) is conn and not self._stop.is_set():
                 conn.busy = False
                 conn.last = time.monotonic()
                 try:  # under the lock: closers forget it under the lock before they close it
