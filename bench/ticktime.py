@@ -72,7 +72,7 @@ def _timed(name: str, fn):
 
 def _instrument(what_if: set[str]) -> None:
     from xce_lite.controller import core as ctl
-    from xce_lite.controller import dispatching, gating, leasework, sched_worker, unitwork
+    from xce_lite.controller import dispatching, gating, leasework, prefilling, sched_worker, unitwork
     from xce_lite.exec import agentops
     from xce_lite.store import db, jobs
 
@@ -92,6 +92,7 @@ def _instrument(what_if: set[str]) -> None:
             (gating.Gating, "Gating", ("step",)),
             (leasework.HostLeases, "HostLeases", ("renew",)),
             (dispatching.Dispatching, "Dispatching", ("plans", "reasons_to_store", "apply")),
+            (prefilling.Prefill, "Prefill", ("hidden", "extend", "withdraw")),
             (jobs.JobStore, "JobStore", ("submit", "finish", "dispatch", "started", "set_pend_reasons", "jobs",
                                          "record_tick", "set_host_leases", "record_event", "set_meta", "_write")),
             (agentops.AgentOps, "host", ("launch", "launch_nowait", "forget"))):
