@@ -260,6 +260,33 @@ def test_a_queued_successor_held_by_requeue_hold_never_starts_there_and_runs_onc
         assert runs(c, "b") == ["2"]  # the held attempt never started
 
 
+def test_an_array_with_a_queued_element_is_held_whole_and_runs_each_element_once_released():
+    """`xce hold ARRAY` while one element waits queued behind a running job (shown PEND, with no
+    execution host yet): every element is held, the queued one leaves its host's queue and never
+    starts there; released, each runs once."""
+    with one_slot() as c:
+        a = held(c, "a")
+        c.wait_state(a, {"RUN"})
+        array = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {c.work}/e$XCE_ARRAY_INDEX.runs',
+                         options=("-J", "arr[1-3]"))
+        first = queued(c, array, "local", a)  # the array's id is its first element's
+        assert first["array_index"] == 1 and first["id"] == array
+        row = next(line.split() for line in c.ok("jobs", "--elements").splitlines() if line.split()[0] == f"{array}[1]")
+        assert row[2] == "PEND" and row[5] == "-"  # STAT, EXEC_HOST
+        assert c.ok("hold", str(array)).strip() == f"Array <{array}>: 3 element(s) held"
+        for element in range(array, array + 3):
+            c.wait_state(element, {"PSUSP"})
+        (c.work / "go-a").touch()
+        c.wait_state(a, {"DONE"})
+        c.ok("hosts")  # one more round trip: the held element did not start behind a
+        assert all(c.job(e)["state"] == "PSUSP" for e in range(array, array + 3))
+        assert [runs(c, f"e{i}") for i in (1, 2, 3)] == [[], [], []]
+        c.ok("release", str(array))
+        for element in range(array, array + 3):
+            c.wait_state(element, {"DONE"})
+        assert [runs(c, f"e{i}") for i in (1, 2, 3)] == [["2"], ["1"], ["1"]]  # the queued one requeued once
+
+
 def test_a_queued_successor_gives_way_to_a_job_of_higher_rank_which_runs_first_each_once():
     with running_cluster(config=TWO_QUEUES.format(pid=os.getpid())) as c:
         a = held(c, "a")

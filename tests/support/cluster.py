@@ -79,7 +79,9 @@ class Cluster:
         return int(self.ok("submit", "--parsable", *options, "--", *command).strip())
 
     def job(self, job_id: int) -> dict:
-        return json.loads(self.ok("jobs", "--json", str(job_id)))["jobs"][0]
+        """The row of job `job_id`; of an array's first element too (its id is the array's)."""
+        return next(j for j in json.loads(self.ok("jobs", "--json", "--elements", str(job_id)))["jobs"]
+                    if j["id"] == job_id)
 
     def wait_state(self, job_id: int, states: set[str], timeout: float = 30) -> dict:
         found: dict = {}

@@ -80,7 +80,8 @@ def display(job: dict) -> str:
 
 
 def _row(job: dict) -> tuple[str, ...]:
-    hosts = ",".join(f"{n}*{h}" if n > 1 else h for h, n in job["hosts"]) or "-"
+    # A queued successor has not started: no execution host yet, as bjobs shows a PEND job
+    hosts = "-" if _queued(job) else ",".join(f"{n}*{h}" if n > 1 else h for h, n in job["hosts"]) or "-"
     name = job["name"] + (f"[{job['array_index']}]" if job.get("array_index") else "")
     return (display(job), job["user"], job["state"], job["queue"], str(job["slots"]), hosts, _clip(name, 24),
             when(job["submit_time"]))
