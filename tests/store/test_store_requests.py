@@ -13,7 +13,7 @@ import pytest
 from tests.support.store import DATA, T, spec
 from xce_lite.config.cluster import ControllerConfig
 from xce_lite.controller.retention import Retention
-from xce_lite.errors import SpecError
+from xce_lite.errors import SpecError, StoreUnavailable
 from xce_lite.store.jobs import JobStore
 from xce_lite.store.workflows import FlowRecord, FlowStep, NewJob
 
@@ -129,3 +129,17 @@ def test_a_new_job_request_id_is_claimed_without_a_lookup_and_a_repeat_rolls_its
     # the ids go on from the first submission's: nothing of the repeats was kept
     assert store.submit_once([NewJob(spec("true"), "normal")], "alice", T + 3, "req-claim-2") == ([ids[0] + 1], True)
     assert store.integrity() == "ok"
+
+
+def test_a_repeat_is_answered_while_the_store_refuses_writes(store: JobStore) -> None:
+    ids, _ = store.submit_once([NewJob(spec("true"), "normal")], "alice", T, "req-full-1")
+
+    def full(*_args):
+        raise StoreUnavailable("the job store cannot be written (FullError); free disk space")
+
+    store._insert = full  # type: ignore[method-assign]  # the disk filled up after the first one
+    assert store.submit_once([NewJob(spec("true"), "normal")], "alice", T + 1, "req-full-1") == (ids, False)
+    with pytest.raises(StoreUnavailable):  # a new one is refused, and says why
+        store.submit_once([NewJob(spec("true"), "normal")], "alice", T + 2, "req-full-2")
+    with pytest.raises(SpecError, match="another user's submission"):
+        store.submit_once([NewJob(spec("true"), "normal")], "bob", T + 3, "req-full-1")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import apsw
 
-from xce_lite.errors import SpecError
+from xce_lite.errors import SpecError, StoreUnavailable
 from xce_lite.store.workflows import FlowRecord, NewJob
 
 JOBS, FLOW = "jobs", "flow"  # what a request id was used for: a reply is stored for a flow only
@@ -53,6 +53,11 @@ class RequestStore:
                 return ids, True
             except _Seen:
                 pass
+            except StoreUnavailable:  # a repeat needs no write: answered while the store refuses them
+                found = _request(self._reader(), request_id, user, JOBS)
+                if found is None:
+                    raise
+                return found[0], False
             with self._write() as con:
                 found = _request(con, request_id, user, JOBS)
             if found is not None:
