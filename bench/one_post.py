@@ -12,7 +12,8 @@ one job each over one kept-alive connection, each with its own request id, as `x
 the Python API send them (Client.submit), and prints per POST: the client's CPU (this thread),
 the controller's CPU (every thread's schedstat) split into its main thread (the tick a submit
 wakes; not the request path) and its other threads (the API's serving thread and workers, and
-the host links, idle here), and the rate. CPU time is what the machine's load moves least; quote
+the host links, idle here; the busiest of them apart: the API worker that lingers on the connection
+and serves every POST, server.py), and the rate. CPU time is what the machine's load moves least; quote
 `uptime` beside it. The API server's counters close the figures: requests a lingering worker took
 itself (`kept`, server.py's linger) and connections handed back to the serving thread. With
 --strace, one more run under `strace -c -f` counts the controller's system calls per POST
@@ -83,10 +84,11 @@ def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False) -> 
     used = {tid: after[tid] - before.get(tid, 0) for tid in after}
     main = used.get(pid, 0) / 1e6 / posts
     others = sum(v for tid, v in used.items() if tid != pid) / 1e6 / posts
+    worker = max((v for tid, v in used.items() if tid != pid), default=0) / 1e6 / posts
     mine = 1000 * client_cpu / posts
     ticks = [(b - a) / posts for a, b in zip(counted, _ticks(client))] if running else [0.0, 0.0]
-    return {"client": mine, "main": main, "api": others, "request": others + mine, "rate": posts / wall,
-            "submit": wall, "done": done, "ticks": ticks[0], "sessions": ticks[1]}
+    return {"client": mine, "main": main, "api": others, "worker": worker, "request": others + mine,
+            "rate": posts / wall, "submit": wall, "done": done, "ticks": ticks[0], "sessions": ticks[1]}
 
 
 def _ticks(client) -> tuple[int, int]:
@@ -153,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{args.runs} runs of {args.posts} one-job POSTs ({kind}), {args.backlog} pending before; "
               f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; medians (min-max)")
         rows = [("client", "client CPU ms/POST"), ("api", "controller API+other threads CPU ms/POST"),
+                ("worker", "  of which the busiest (the API worker)"),
                 ("request", "request path CPU ms/POST (the two above)"),
                 ("main", "controller main thread CPU ms/POST"), ("rate", "POSTs/s")]
         if args.running:

@@ -186,3 +186,31 @@ def test_in_shared_mode_submits_alike_are_stamped_once_and_each_checked(monkeypa
         assert stamped is not specs[0] and stamped.exdata["run_as"]["groups"][-1] == 4242
     finally:
         p.close()
+
+
+def test_an_output_directory_that_is_the_working_directory_is_looked_up_once(monkeypatch):
+    p = InProc(hosts=("h1",), slots=1)
+    try:
+        caller = p.caller()
+        looked: list[str] = []
+        real = os.path.isdir
+
+        def isdir(path):
+            looked.append(str(path))
+            return real(path)
+
+        monkeypatch.setattr(os.path, "isdir", isdir)
+        work, logs = str(p.work), p.work / "logs"
+        logs.mkdir()
+        both = {"argv": ["true"], "cwd": work, "stdout": f"{work}/o-%J", "stderr": f"{work}/e-%J", "hold": True}
+        _post(p, caller, {"jobs": [both]})
+        assert looked == [work]  # -o and -e go where the job runs: that directory was found just now
+        looked.clear()
+        _post(p, caller, {"jobs": [dict(both, stdout=f"{logs}/o-%J", stderr=f"{logs}/e-%J")]})
+        assert looked == [work, str(logs)]  # another directory: looked up, once for both
+        for option, field in (("-o", "stdout"), ("-e", "stderr")):  # a missing one is refused as before
+            with pytest.raises(SpecError, match=f"^{option} {work}/gone/x: its directory does not exist"):
+                _post(p, caller, {"jobs": [dict(both, **{field: f"{work}/gone/x"})]})
+        assert len(p.ctl.store.unfinished()) == 2
+    finally:
+        p.close()

@@ -13,7 +13,7 @@ import pytest
 from tests.support.store import DATA, T, spec
 from xce_lite.config.cluster import ControllerConfig
 from xce_lite.controller.retention import Retention
-from xce_lite.errors import SpecError
+from xce_lite.errors import SpecError, StoreUnavailable
 from xce_lite.store.jobs import JobStore
 from xce_lite.store.workflows import FlowRecord, FlowStep, NewJob
 
@@ -100,3 +100,46 @@ def test_the_v1_store_gets_request_replies_and_prunes(tmp_path: Path) -> None:
         assert store.prune_requests(T + 101 * DAY, 10) == 1 and store.integrity() == "ok"
     finally:
         store.close()
+
+
+class _Statements:
+    """The store's writer connection, noting each statement handed to it."""
+
+    def __init__(self, con) -> None:
+        self.con, self.sql = con, []
+
+    def execute(self, sql, *args, **kw):
+        self.sql.append(sql)
+        return self.con.execute(sql, *args, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.con, name)
+
+
+def test_a_new_job_request_id_is_claimed_without_a_lookup_and_a_repeat_rolls_its_jobs_back(store: JobStore) -> None:
+    written = store._con = _Statements(store._con)
+    ids, new = store.submit_once([NewJob(spec("true"), "normal")], "alice", T, "req-claim-1")
+    assert new and not [s for s in written.sql if s.lstrip().startswith("SELECT") and "submit_requests" in s]
+    assert [s.split("(")[0] for s in written.sql if "submit_requests" in s] == ["INSERT INTO submit_requests"]
+    # a repeat is answered with the first one's jobs; what it inserted before finding the id is gone
+    assert store.submit_once([NewJob(spec("true"), "normal")] * 3, "alice", T + 1, "req-claim-1") == (ids, False)
+    with pytest.raises(SpecError, match="another user's submission"):
+        store.submit_once([NewJob(spec("true"), "normal")], "bob", T + 2, "req-claim-1")
+    assert [j.id for j in store.jobs(include_finished=True)] == ids and store.request_count() == 1
+    # the ids go on from the first submission's: nothing of the repeats was kept
+    assert store.submit_once([NewJob(spec("true"), "normal")], "alice", T + 3, "req-claim-2") == ([ids[0] + 1], True)
+    assert store.integrity() == "ok"
+
+
+def test_a_repeat_is_answered_while_the_store_refuses_writes(store: JobStore) -> None:
+    ids, _ = store.submit_once([NewJob(spec("true"), "normal")], "alice", T, "req-full-1")
+
+    def full(*_args):
+        raise StoreUnavailable("the job store cannot be written (FullError); free disk space")
+
+    store._insert = full  # type: ignore[method-assign]  # the disk filled up after the first one
+    assert store.submit_once([NewJob(spec("true"), "normal")], "alice", T + 1, "req-full-1") == (ids, False)
+    with pytest.raises(StoreUnavailable):  # a new one is refused, and says why
+        store.submit_once([NewJob(spec("true"), "normal")], "alice", T + 2, "req-full-2")
+    with pytest.raises(SpecError, match="another user's submission"):
+        store.submit_once([NewJob(spec("true"), "normal")], "bob", T + 3, "req-full-1")

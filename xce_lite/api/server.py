@@ -122,7 +122,7 @@ class ApiServer:
     def shutdown(self) -> None:
         """Stop serving (requests in progress finish on their workers) and wait for the loop to end."""
         self._stop.set()
-        self._wakeup()
+        sockio.wake(self._wake_w)
         self._stopped.wait(10)
 
     def server_close(self) -> None:
@@ -135,7 +135,7 @@ class ApiServer:
             self._close(conn)
         self._listener.close()
         self._epoll.close()
-        self._wake_r.close()  # _wakeup after this is a no-op (OSError)
+        self._wake_r.close()  # sockio.wake after this is a no-op (OSError)
         self._wake_w.close()
 
     def stats(self) -> dict[str, int]:
@@ -314,12 +314,6 @@ class ApiServer:
             if self._conns.get(conn.fd) is conn:
                 del self._conns[conn.fd]
 
-    def _wakeup(self) -> None:
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass  # already full of wake-ups, or closed at shutdown
-
     # ---- the workers --------------------------------------------------------------------------------
 
     def _work(self, item: tuple[Conn, http1.Request]) -> None:
@@ -342,7 +336,7 @@ class ApiServer:
                         self._returned.append(conn)
                         self.counts["handed_back"] += 1
                 if not stopping:
-                    self._wakeup()
+                    sockio.wake(self._wake_w)
                     return
                 break
             following = self._linger(conn)

@@ -53,6 +53,14 @@ def send_and_close(sock: socket.socket, reply: bytes) -> None:
     sock.close()
 
 
+def wake(sock: socket.socket) -> None:
+    """One byte into the serving thread's wake-up pipe (its other end is drained by `drain`)."""
+    try:
+        sock.send(b"x")
+    except OSError:
+        pass  # already full of wake-ups, or closed at shutdown
+
+
 def drain(sock: socket.socket) -> None:
     try:
         while sock.recv(4096):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import apsw
 
-from xce_lite.errors import SpecError
+from xce_lite.errors import SpecError, StoreUnavailable
 from xce_lite.store.workflows import FlowRecord, NewJob
 
 JOBS, FLOW = "jobs", "flow"  # what a request id was used for: a reply is stored for a flow only
@@ -39,14 +39,30 @@ class RequestStore:
                     depends=None) -> tuple[list[int], bool]:
         """`submit`, remembering `request_id` in the same transaction: (ids, True) when stored now;
         (the ids stored the first time, False) when the request id was seen before, storing nothing.
-        SpecError if another user sent that request id, or sent it with a flow."""
-        with self._write() as con:
-            found = _request(con, request_id, user, JOBS)
+        SpecError if another user sent that request id, or sent it with a flow.
+
+        A new request id (nearly every one) costs no lookup: the jobs are inserted and the id claimed
+        (`_claim`); only an id that is already there rolls that back and is looked up, under the
+        write lock as before, so a repeat stores nothing and is answered (or refused) as before."""
+        while True:
+            try:
+                with self._write() as con:
+                    ids = self._insert(con, jobs, user, now, depends, None)
+                    if not _claim(con, request_id, user, ids, now):
+                        raise _Seen  # rolls the jobs back: the first submission stored them
+                return ids, True
+            except _Seen:
+                pass
+            except StoreUnavailable:  # a repeat needs no write: answered while the store refuses them
+                found = _request(self._reader(), request_id, user, JOBS)
+                if found is None:
+                    raise
+                return found[0], False
+            with self._write() as con:
+                found = _request(con, request_id, user, JOBS)
             if found is not None:
                 return found[0], False
-            ids = self._insert(con, jobs, user, now, depends, None)
-            _remember(con, request_id, user, ids, now, None)
-        return ids, True
+            # forgotten in between (prune_requests): a new submission after all
 
     def submitted(self, request_id: str, user: str) -> list[int] | None:
         """The ids a job submission with this request id stored, or None if none did."""
@@ -99,8 +115,26 @@ def _request(con: apsw.Connection, request_id: str, user: str, kind: str) -> tup
     return json.loads(row[1]), (json.loads(row[2]) if row[2] is not None else None)
 
 
+class _Seen(Exception):
+    """The request id is in submit_requests already: the transaction that found it is rolled back."""
+
+
+def _claim(con: apsw.Connection, request_id: str, user: str, ids: list[int], now: float) -> bool:
+    """Remember a job submission's request id, unless it is there already: whether it was new. One
+    statement for a new id (no SELECT before it: one-POST-per-job submits are mostly new ones)."""
+    con.execute("INSERT INTO submit_requests(request_id, user, job_ids, submit_time) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(request_id) DO NOTHING",
+                (request_id, user, _ids_text(ids), now))
+    return con.changes() == 1
+
+
 def _remember(con: apsw.Connection, request_id: str, user: str, ids: list[int], now: float,
               reply: dict | None) -> None:
     con.execute("INSERT INTO submit_requests(request_id, user, job_ids, submit_time, reply) VALUES (?, ?, ?, ?, ?)",
-                (request_id, user, "[" + ", ".join(map(str, ids)) + "]", now,  # json.dumps' text, without it
+                (request_id, user, _ids_text(ids), now,
                  json.dumps(reply, ensure_ascii=True) if reply is not None else None))
+
+
+def _ids_text(ids: list[int]) -> str:
+    """The ids as JSON: json.dumps' text, without it."""
+    return "[" + ", ".join(map(str, ids)) + "]"

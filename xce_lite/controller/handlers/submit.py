@@ -118,9 +118,15 @@ class Submitting:
             raise errors.SpecError(f"working directory {spec.cwd} does not exist or is not a directory")
         if not os.access(spec.cwd, os.R_OK | os.X_OK):
             raise errors.SpecError(f"working directory {spec.cwd} is not readable by the controller")
+        checked = spec.cwd  # a directory found just now is not looked up again (-o and -e mostly go there)
         for option, path in (("-o", spec.stdout), ("-e", spec.stderr)):
-            if path is not None and not os.path.isdir(os.path.dirname(path) or "/"):
-                raise errors.SpecError(f"{option} {path}: its directory does not exist; create it first")
+            if path is None:
+                continue
+            directory = os.path.dirname(path) or "/"
+            if directory != checked:
+                if not os.path.isdir(directory):
+                    raise errors.SpecError(f"{option} {path}: its directory does not exist; create it first")
+                checked = directory
         return self.access.as_submitter(spec, queue_name, caller), queue_name  # shared.py: queue ACL, run as whom
 
     def _admitted(self, raw: Any) -> tuple[JobSpec, str, Effective]:
