@@ -10,7 +10,9 @@ with the spec, effective values and allocation a real run stores; then each tick
 started, job i-2 finished. Per tick it prints medians of: the thread's CPU (all of record_tick, and
 its COMMIT alone: writing the WAL frames and the fsync), the wall time, and two counts the
 machine's load does not move: statements run (apsw's exec trace; an executemany counts each row)
-and WAL frames written by the commit (SQLite's WAL hook: pages appended). The same for one submit.
+and WAL frames written by the commit (SQLite's WAL hook: pages appended); and the means of the CPU
+and the frames, which count the ticks whose COMMIT ran the WAL's auto-checkpoint (the medians hide
+them). The same for one submit.
 Asserts nothing; measures the tree this file is in.
 """
 
