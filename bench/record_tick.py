@@ -10,7 +10,9 @@ with the spec, effective values and allocation a real run stores; then each tick
 started, job i-2 finished. Per tick it prints medians of: the thread's CPU (all of record_tick, and
 its COMMIT alone: writing the WAL frames and the fsync), the wall time, and two counts the
 machine's load does not move: statements run (apsw's exec trace; an executemany counts each row)
-and WAL frames written by the commit (SQLite's WAL hook: pages appended). The same for one submit.
+and WAL frames written by the commit (SQLite's WAL hook: pages appended); and the means of the CPU
+and the frames, which count the ticks whose COMMIT ran the WAL's auto-checkpoint (the medians hide
+them). The same for one submit.
 Asserts nothing; measures the tree this file is in.
 """
 
@@ -107,7 +109,9 @@ def one_run(jobs: int, where: str) -> dict[str, float]:
     med = statistics.median
     return {"tick_cpu_ms": med(cpu) * 1e3, "commit_cpu_ms": med(commit) * 1e3, "tick_wall_ms": med(wall) * 1e3,
             "frames": med(frames), "statements": med(statements), "submit_cpu_ms": med(sub_cpu) * 1e3,
-            "submit_frames": med(sub_frames), "submit_statements": med(sub_statements)}
+            "submit_frames": med(sub_frames), "submit_statements": med(sub_statements),
+            # means too: the median hides the WAL's auto-checkpoints (one COMMIT in ~125 copies the pages back)
+            "tick_cpu_mean_ms": statistics.fmean(cpu) * 1e3, "frames_mean": statistics.fmean(frames)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     print(f"median of {args.runs}: record_tick CPU {med['tick_cpu_ms']:.3f} ms "
           f"(COMMIT {med['commit_cpu_ms']:.3f}), wall {med['tick_wall_ms']:.3f} ms, {med['statements']:g} statements, "
-          f"{med['frames']:g} WAL frames per tick; "
+          f"{med['frames']:g} WAL frames per tick (means, checkpoints included: CPU {med['tick_cpu_mean_ms']:.3f} ms, "
+          f"{med['frames_mean']:.2f} frames); "
           f"submit CPU {med['submit_cpu_ms']:.3f} ms, {med['submit_statements']:g} statements, "
           f"{med['submit_frames']:g} WAL frames")
     print(f"load {os.getloadavg()[0]:.2f}")

@@ -115,8 +115,7 @@ class Controller:
 
     def __init__(self, home: Home, log=None, seams: Seams | None = None):
         """`seams`: the clock, store, hosts and scheduler to use (seams.py); None: the real ones."""
-        self.home = home
-        self.log = log or _log
+        self.home, self.log = home, log or _log
         self.seams = seams = seams or Seams()
         self._clock = seams.clock
         config, profiles = load_cluster(home.config)
@@ -319,8 +318,9 @@ class Controller:
             decisions = self.prefill.extend(self.pool_views.reasons(session), hosts, shared, now, closing)
             plans = self.dispatching.plans(decisions) if decisions is not None else []
             reasons = self.dispatching.reasons_to_store(decisions, now)
-            alone = not (finishing or plans or reasons or requeues or cancels or events)
-            started = self.units.starts.held_back(started, alone, now, self.state)  # [] if they wait (start_wait.py)
+            others = bool(plans or reasons or requeues or cancels or events)  # ends may wait (start_wait.py), unless:
+            urgent = len(self.gating.gate) > 0 or self.commits.problem is not None or not self.seams.end_waits
+            finishing, started = self.units.starts.waiting(finishing, started, others, now, self.state, urgent)
             writes = TickWrites(now, finishing, started, plans, reasons, requeues, cancels, events)
             record = self.store.record_tick(writes) if writes else None
             if not writes and self.commits.problem is not None:
@@ -341,7 +341,7 @@ class Controller:
         self.units.act()
         busy = bool(finishing or started or plans or requeues or cancels)
         self._retention.step(self.store, self.state.config.controller, now, busy)
-        if self.state.unrecorded or self.state.unrecorded_requeues:  # (starts: start_wait.py)
+        if self.units.starts.news(self.state) or self.state.unrecorded_requeues:  # (what waits: start_wait.py)
             self.state.wake.set()  # store launch outcomes at once (with whatever else came meanwhile)
         self.metrics.observe("tick", time.monotonic() - began)  # metrics:
 

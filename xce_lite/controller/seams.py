@@ -113,6 +113,9 @@ class Seams:
     # queued successors (prefilling.py), where `controller: prefill` allows; the simulator's fake
     # hosts keep no queue, and its decisions stay as they were
     prefill: bool = True
+    # ends alone that wait END_WAIT for a commit to join (start_wait.py); not where the clock jumps
+    # from event to event (the simulator's): there a wait would last until the next event
+    end_waits: bool = True
 
 
 class InlineLink:

@@ -73,7 +73,7 @@ class Controlled:
         seams = Seams(clock=self.clock, store=store,
                       host_factory=lambda config: (lambda: self.cluster.host(config.name)),
                       link_factory=lambda *a, **kw: _Link(self, *a, **kw), hostops_factory=InlineHostOps,
-                      scheduler_factory=self.scheduler_factory, prefill=False)
+                      scheduler_factory=self.scheduler_factory, prefill=False, end_waits=False)
         ctl = Controller(self.home, log=self.log, seams=seams)
         ctl._load()
         ctl._hold_outside_projects(ctl.store.unfinished())
