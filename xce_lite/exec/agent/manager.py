@@ -74,6 +74,7 @@ class Manager:
                 self.answered(s.calls.pop(message.reply_to), message)
         if s.removed:
             self.unit_state.catch_up()
+            self.unit_state.take_records(list(dict.fromkeys(s.removed)))  # their stop scripts' (systemd.STOP_RECORD)
             units = [u for u in dict.fromkeys(s.removed) if u in s.watched]
             s.removed.clear()
             known = self.unit_state.ask_systemd(units)
