@@ -8,8 +8,9 @@ bench-units-PID and stops it BY PID at the end. Inside the host one Python proce
 nsenter once) starts --units `true` units over the manager's private socket (the agent's dbus.py),
 ONE AT A TIME as a host with one slot runs jobs: StartTransientUnit, then wait for its UnitRemoved.
 Each variant adds one thing to the bare unit (Type=exec, CollectMode=inactive-or-failed,
-ExecStart=/bin/true), so the figures say what each costs. Printed per variant, medians of --runs
-runs interleaved: wall ms per unit (start -> removed), PID 1's CPU ms per unit (/proc/1/stat), and
+ExecStart=/bin/true), so the figures say what each costs (the stop_* variants' journal and record
+files lie on the machine's disk, in the host's directory, as a spool does). Printed per variant,
+medians of --runs runs interleaved: wall ms per unit (start -> removed), PID 1's CPU ms per unit (/proc/1/stat), and
 the whole host's CPU ms per unit (its cpuacct cgroup on this machine: PID 1, the units, the loop).
 The CPU figures are what to compare on a busy machine; the wall figures move with its load. A unit
 gone without its UnitRemoved seen (a second with no message, then GetUnit says no such unit) is
