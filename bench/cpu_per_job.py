@@ -14,7 +14,9 @@ scheduler's worker; the supervisors with their jobs (the zygote's children, reap
 the worker's wake-ups per job (its voluntary context switches: it blocks on its pipe between
 sessions, so about one per session it runs; a count, which the machine's load does not move), and
 the controller's and the agent's read and write system calls and wake-ups per job (counts too: a
-line to the agent is a write of the controller, a read and a wake-up of the agent).
+line to the agent is a write of the controller, a read and a wake-up of the agent); and the
+kernel's share, which no process of ours is charged with (kthreads.py: its threads' CPU, jbd2,
+kworker, ksoftirqd and the rest, and the interrupts'), with this script's own (it polls the jobs).
 Asserts nothing.
 """
 
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psutil
 from cluster import BenchCluster, machine_busy_seconds, wait_done, warm
+from kthreads import KernelShare, describe
 
 
 def cpu_seconds(process: psutil.Process) -> float:
@@ -104,10 +107,12 @@ def main(argv: list[str] | None = None) -> int:
             # the worker blocks on its pipe between sessions: its voluntary switches count its wake-ups
             woken = {p.pid: p.num_ctx_switches().voluntary for p in processes}
             syscalls = {p.pid: io_calls(p) for p in processes}  # (reads, writes): counts, as wake-ups
+            kernel, me = KernelShare(), time.process_time()
             busy, start = machine_busy_seconds(), time.perf_counter()
             ids = client.post("/jobs", {"jobs": [c.spec(["true"])] * args.jobs})["ids"]
             wait_done(client, ids, time.monotonic() + 600)
             wall, busy = time.perf_counter() - start, machine_busy_seconds() - busy
+            kernel_spent, me = kernel.seconds(), time.process_time() - me
             per_role: dict[str, float] = {}
             for p in processes:
                 name = role(p, c.pid)
@@ -126,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                               f"wake-ups {wake / args.jobs:.2f}")
             print(f"run {run + 1}: {args.jobs / wall:.0f} jobs/s; CPU per job: machine {1000 * busy / args.jobs:.2f} "
                   f"ms, {parts}; scheduler worker wake-ups per job {wakes / args.jobs:.2f}; per job: "
-                  f"{'; '.join(counts)}", flush=True)
+                  f"{'; '.join(counts)}; {describe(kernel_spent, args.jobs)}; "
+                  f"this script {1000 * me / args.jobs:.2f} ms", flush=True)
             time.sleep(1)
     finally:
         c.stop()
