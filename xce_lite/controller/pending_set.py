@@ -30,6 +30,7 @@ class PendingSet:
         self._count, self._sum = 0, 0
         self._reasons_all = False  # the next answer gives every waiting job's reason
         self._reasons_of: set[int] = set()  # and these jobs' reasons
+        self._watchers: list[set[int]] = []  # watch(): other readers of what changed
 
     def report_reasons_again(self, ids: Iterable[int] | None = None) -> None:
         """The controller's live reasons may differ from what the scheduler last answered (an
@@ -54,7 +55,16 @@ class PendingSet:
         """Whether the next answer must give some reason again (take_reasons_again)."""
         return self._reasons_all or bool(self._reasons_of)
 
+    def watch(self) -> set[int]:
+        """A set that every later add, replacement and discard puts its job's id in, for a reader
+        other than the session (prefilling.py's ranked index), which empties it itself."""
+        ids: set[int] = set()
+        self._watchers.append(ids)
+        return ids
+
     def add(self, job: PendingJob) -> None:
+        for ids in self._watchers:
+            ids.add(job.id)
         old = self._jobs.get(job.id)
         if old is None:
             self._count += 1
@@ -69,6 +79,8 @@ class PendingSet:
     def add_all(self, jobs: list[PendingJob]) -> None:
         """`add` each, in one step (a submission's 1,000 jobs)."""
         fresh = {job.id: job for job in jobs}
+        for ids in self._watchers:
+            ids.update(fresh)
         # views on both sides: isdisjoint walks the smaller (given the dict itself, it walks every
         # pending job: a one-job submit would cost a pass over the backlog)
         if not fresh.keys().isdisjoint(self._jobs.keys()):  # replaced: rare, one at a time
@@ -91,6 +103,8 @@ class PendingSet:
     def discard(self, job_id: int) -> PendingJob | None:
         job = self._jobs.pop(job_id, None)
         if job is not None:
+            for ids in self._watchers:
+                ids.add(job_id)
             self._count -= 1
             self._sum = (self._sum - job_id * _MIX) & _MASK
             self._added.pop(job_id, None)
