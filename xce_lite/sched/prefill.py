@@ -114,6 +114,8 @@ def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningU
         if job.id in dispatched or job.blocked is not None or job.queue in room.fair:
             continue
         looked += 1
+        if room.hopeless(job):
+            continue
         for unit in units:
             result = room.behind(job, unit, views[unit])
             if result is None:
@@ -122,6 +124,8 @@ def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningU
             units.remove(unit)
             room.take(job, unit, result)
             break
+        else:
+            room.refused_by_all(job, [u.job_id for u in units])
     return tuple(chosen)
 
 
@@ -163,6 +167,8 @@ def outranked(snapshot: Snapshot, decisions: Decisions, queued: tuple[QueuedSucc
         if job.id in dispatched or job.id in placed or job.blocked is not None or job.queue in room.fair:
             continue
         looked += 1
+        if room.hopeless(job):
+            continue
         rank = room.rank(job)
         for index in range(len(waiting) - 1, -1, -1):  # the last-ranked successor first
             s_rank, q, unit, view = waiting[index]
@@ -175,6 +181,8 @@ def outranked(snapshot: Snapshot, decisions: Decisions, queued: tuple[QueuedSucc
             del waiting[index]
             room.take(job, unit, result)
             break
+        else:
+            room.refused_by_all(job, [w[2].job_id for w in waiting])
     return tuple(out)
 
 
@@ -212,6 +220,7 @@ class _Room:
         # tried against many units, and hashing its -R each time was most of a backlog's cost
         self.shapes: dict[tuple, int] = {}
         self._last: tuple[PendingJob | None, int] = (None, 0)
+        self.dead: set[int] = set()  # shapes refused inside every unit still free: their jobs are skipped
 
     def shape_of(self, job: PendingJob) -> int:
         """`job`'s shape (queue hosts, tasks, -R) as a small number."""
@@ -220,6 +229,19 @@ class _Room:
             shape = (policy.hosts, job.request.min_tasks, job.request.max_tasks, job.request.resreq)
             self._last = (job, self.shapes.setdefault(shape, len(self.shapes)))
         return self._last[1]
+
+    def hopeless(self, job: PendingJob) -> bool:
+        """Whether `job`'s shape was refused inside every unit still free (refused_by_all): a
+        backlog of jobs too big for the units is passed over without a try per unit."""
+        return bool(self.dead) and self.shape_of(job) in self.dead
+
+    def refused_by_all(self, job: PendingJob, units: list[int]) -> None:
+        """After `job` found no place in `units` (the ids of those still free): if placement refused
+        its shape in each one, every job of that shape is hopeless for the rest of this call
+        (a refusal there is for good within a call, and units are only taken away, never added)."""
+        shape = self.shape_of(job)
+        if all((shape, unit) in self.refused for unit in units):
+            self.dead.add(shape)
 
     def _add(self, queue: str, user: str, tasks: int, user_tasks: int) -> None:
         self.queue_used[queue] = self.queue_used.get(queue, 0) + tasks
