@@ -131,13 +131,32 @@ def test_a_reset_sorts_everything_again_and_a_pending_set_tells_each_change():
     pending.add_all([job(3), job(1), job(2)])
     pending.add(replace(job(2), priority=5))  # replaced
     pending.discard(1)
-    assert changed == {1, 2, 3} and len(pending) == 2
+    assert changed == {1: None, 2: None, 3: None} and len(pending) == 2  # none was pending before
     ranked.sync(pending, changed, {"normal": 30})
     changed.clear()
     assert [j.id for j in ranked] == [2, 3]
+    first = pending.get(2)
+    pending.add(job(2))  # each change is told with the job as it was at the last sync
+    pending.discard(2)
+    pending.add(job(4))
+    pending.discard(3)
+    assert changed == {2: first, 3: job(3), 4: None}
+    ranked.sync(pending, changed, {"normal": 30})
+    changed.clear()
+    assert [j.id for j in ranked] == [4]
+    pending.add(replace(job(2), priority=5))
+    pending.add(job(3))
+    ranked.sync(pending, changed, {"normal": 30})
+    changed.clear()
+    assert [j.id for j in ranked] == [2, 3, 4]
     pending.add(job(1))
     changed.clear()  # this change went uncounted (prefilling.extend when prefill is off) ...
-    assert [j.id for j in ranked] == [2, 3]
+    assert [j.id for j in ranked] == [2, 3, 4]
     ranked.reset()  # ... so the next sync sorts everything
     ranked.sync(pending, changed, {"normal": 30})
-    assert [j.id for j in ranked] == [2, 1, 3] and len(ranked) == 3
+    assert [j.id for j in ranked] == [2, 1, 3, 4] and len(ranked) == 4
+    pending.add(job(0))
+    changed.clear()  # uncounted again, and not reset: the job it is told left next was never kept,
+    pending.discard(0)  # so it sorts everything rather than take out the job where 0 would be (1)
+    ranked.sync(pending, changed, {"normal": 30})
+    assert [j.id for j in ranked] == [2, 1, 3, 4] and len(ranked) == 4
