@@ -1,7 +1,8 @@
 """controller/prefilling.py keeps the pending jobs in a dispatch's order from tick to tick
 (sched/prefill_rank.py, issue 18): a successor is named from that order as the plain sort of the
-whole pending set would name it, through adds, replacements, removals, new queue priorities and
-ticks where prefill was off (their changes went uncounted: everything is sorted again)."""
+whole pending set would name it, through adds, replacements, removals, new queue priorities, ticks
+without a session (their changes kept) and ticks where prefill was off (past what a sync sorts
+anyway, their changes dropped: everything is sorted again)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from xce_lite.models import RUN
 from xce_lite.sched.core import Decisions, PendingJob, QueuePolicy, Snapshot
 from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched.prefill import RunningUnit, successors
+from xce_lite.sched.prefill_rank import REBUILD
 from xce_lite.sched.reasons import FrozenMap, HostAlloc
 from xce_lite.sched.resreq import parse
 
@@ -56,12 +58,15 @@ def test_the_kept_order_names_what_a_sort_of_every_pending_job_would_through_eac
     assert named(prefill, state) == [(30, 1)]
     state.pending.add(pend(30, priority=0))
     assert named(prefill, state) == [(21, 1)]
-    prefill.enabled = False  # a tick without prefill: what changes now is not counted ...
     state.pending.add(pend(5))
     state.pending.discard(21)
+    assert prefill.extend(None, None, None, 10.0, set()) is None  # a tick without a session ...
+    assert len(prefill.changed) == 2  # ... keeps what changed for the next: a few bisects, no sort
+    prefill.enabled = False  # ticks without prefill: past what a sync would sort anyway ...
+    state.pending.add_all([pend(i) for i in range(1_000, 1_000 + REBUILD + 20)])
     assert prefill.extend(None, HOSTS, FrozenMap({}), 10.0, set()) is None
-    assert not prefill.changed  # (not kept while prefill is off: it would grow with every job)
-    prefill.enabled = True  # ... so the order is sorted again
+    assert not prefill.changed  # ... what changed is dropped (it would grow with every job) ...
+    prefill.enabled = True  # ... and the order sorted again
     assert named(prefill, state) == [(5, 1)]
     state.pending.add(PendingJob(200, "alice", "high", JobRequest(200, 1, None, parse(""))))
     assert named(prefill, state) == [(5, 1)]  # an unknown queue: priority 0, ranks by id
@@ -83,6 +88,7 @@ def test_a_tick_reads_the_jobs_that_changed_not_the_whole_pending_set(monkeypatc
     monkeypatch.setattr(state.pending, "values", lambda: (_ for _ in ()).throw(AssertionError("a pass over all")))
     state.pending.add(pend(10))  # ranks first
     state.pending.discard(20)
+    prefill.extend(None, None, None, 10.0, set())  # a tick without a session between: nothing sorted
     waiting = (("no room", tuple(state.pending)),)
     decisions = prefill.extend(Decisions((), waiting, True), HOSTS, FrozenMap({}), 10.0, set())
     assert [(d.job_id, state.behind[d.job_id]) for d in decisions.dispatches] == [(10, 1)]

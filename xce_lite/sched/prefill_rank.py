@@ -61,11 +61,16 @@ class Ranked:
         """What changed is not known (changes went uncounted): the next sync sorts everything."""
         self._priority = None
 
+    def sorts_anyway(self, changes: int) -> bool:
+        """Whether the next sync, told this many changes, sorts everything (the caller may drop
+        them and `reset()` instead of keeping them)."""
+        return self._priority is None or changes > REBUILD + self._count // 8
+
     def sync(self, jobs: Jobs, changed: Mapping[int, PendingJob | None], priority: Mapping[str, int]) -> None:
         """Bring the order up to `jobs`, given what `changed` since the last sync (id -> the job as
         it was then, or None) and the queues' priorities now."""
         self._jobs = jobs
-        if priority != self._priority or len(changed) > REBUILD + self._count // 8:
+        if priority != self._priority or self.sorts_anyway(len(changed)):
             self._rebuild(jobs, priority)
             return
         for job_id, before in changed.items():
