@@ -47,6 +47,10 @@ def rank_of(job: PendingJob, priority: Mapping[str, int]) -> tuple[int, int, int
     return (-priority.get(job.queue, 0), -job.priority, job.id)
 
 
+def _class_of(job: PendingJob, priority: Mapping[str, int]) -> Class:
+    return (-priority.get(job.queue, 0), -job.priority)
+
+
 class Ranked:
     """The pending jobs in a dispatch's order (see the module docstring)."""
 
@@ -79,7 +83,7 @@ class Ranked:
                 return
             job = jobs.get(job_id)
             if job is not None:
-                cls = (-priority.get(job.queue, 0), -job.priority)
+                cls = _class_of(job, priority)
                 ids = self._ids.get(cls)
                 if ids is None:
                     ids = self._ids[cls] = []
@@ -88,7 +92,7 @@ class Ranked:
                 self._count += 1
 
     def _take_out(self, job: PendingJob, priority: Mapping[str, int]) -> bool:
-        cls = (-priority.get(job.queue, 0), -job.priority)
+        cls = _class_of(job, priority)
         ids = self._ids.get(cls, [])
         at = bisect_left(ids, job.id)
         if at == len(ids) or ids[at] != job.id:
@@ -104,7 +108,7 @@ class Ranked:
         self._priority = dict(priority)
         self._ids, self._count = {}, 0
         for job in jobs.values():
-            cls = (-priority.get(job.queue, 0), -job.priority)
+            cls = _class_of(job, priority)
             ids = self._ids.get(cls)
             if ids is None:
                 ids = self._ids[cls] = []
