@@ -5,6 +5,7 @@
 does not move. Asserts nothing.
 
     python bench/prefill_outranked.py [--runs 5] [--jobs 10000] [--units 200] [--successors-only]
+    python bench/prefill_outranked.py --units 2     # as a 2-slot host's tick sees it (bench/ticktime.py)
 
 --successors-only measures successors() alone, so that this file run from an older tree (copied
 there) compares its successors() with this one's.
@@ -13,6 +14,11 @@ The snapshot: --units full hosts of 1 slot, each with a running unit and a succe
 it; --jobs pending jobs of the successors' queue and priority (none outranks them: the common case,
 every job looked at stops at the first), and the worst case: every pending job ranks first (a
 higher -sp) and none fits (2 slots), so EXAMINED jobs are each tried against every unit.
+
+Each is measured twice where the tree has sched/prefill_rank.py (branch prefill3): on the whole
+snapshot (the plain path: a sort of every pending job per call) and as controller/prefilling.py
+calls them, on the pending jobs kept in order (`Ranked`), a tick's changes synced in each call
+(one job gone, one added: what a 2-slot tick sees).
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ from xce_lite.sched.core import PendingJob, QueuePolicy, Snapshot, schedule
 from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched.reasons import FrozenMap
 from xce_lite.sched.resreq import parse
+
+try:
+    from xce_lite.sched.prefill_rank import Ranked
+except ImportError:  # a tree before branch prefill3: the plain path only
+    Ranked = None
 
 
 def build(jobs: int, units: int, slots: int, priority: int) -> tuple:
@@ -68,6 +79,25 @@ def cpu(fn, args: tuple, runs: int) -> float:
     return statistics.median(times) * 1000
 
 
+class Ticking:
+    """A Ranked over the snapshot's jobs, synced at each call after one job left and one came."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.jobs = {j.id: j for j in snapshot.jobs}
+        self.priority = {q.name: q.priority for q in snapshot.queues}
+        self.ranked, self.next_id = Ranked(), max(self.jobs) + 1
+        self.ranked.sync(self.jobs, {}, self.priority)
+        self.bare = replace(snapshot, jobs=())
+
+    def __call__(self, fn, *args):
+        gone = next(iter(self.jobs))
+        old = self.jobs.pop(gone)
+        self.jobs[self.next_id] = replace(old, id=self.next_id, request=replace(old.request, id=self.next_id))
+        self.ranked.sync(self.jobs, {gone: old, self.next_id: None}, self.priority)
+        self.next_id += 1
+        return fn(self.bare, *args, ranked=self.ranked)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -95,6 +125,14 @@ def main() -> int:
                   f"{tried_out} placements tried, CPU {out_ms:.1f} ms/call")
         print(f"{case}: successors() with the same units free: {tried_succ} placements tried, "
               f"CPU {succ_ms:.1f} ms/call")
+        if Ranked is None:
+            continue
+        tick = Ticking(snapshot)
+        kept_succ = cpu(tick, (prefill.successors, decisions, free), args.runs)
+        line = f"{case}: on the kept order (Ranked, a tick's changes synced): successors() {kept_succ:.2f} ms/call"
+        if not args.successors_only:
+            line += f", outranked() {cpu(tick, (prefill.outranked, decisions, queued, running), args.runs):.2f} ms/call"
+        print(line)
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.support.sched import G, job, snap
+from xce_lite.sched import prefill
 from xce_lite.sched.core import PendingJob, QueuePolicy, schedule
 from xce_lite.sched.placement import HostView, JobRequest
 from xce_lite.sched.prefill import (
@@ -185,3 +186,28 @@ def test_a_backlog_costs_no_more_than_the_examined_jobs():
     behind_a, a = QueuedSuccessor(job(70), "h1", 1), unit(1, taken=True)
     assert list(outranked(s, schedule(s), (behind_a,), (a,))) == [(70, 102)]
     assert list(outranked(s, schedule(s), (behind_a,), (a,), examined=1)) == []  # 102 is not looked at
+
+
+def test_a_shape_is_passed_over_only_once_placement_refused_it_inside_every_free_unit():
+    """10 and 11 have one shape (2 slots): 10 is refused inside unit 1 by placement (one slot) and
+    behind unit 2 by its user's limit (unit 2 is another queue's: it gives back nothing), so the
+    shape is not hopeless and 11 (another user) still goes behind unit 2."""
+    s = replace(snap([full_host(slots=3, mem=12 * G)], [job(10, slots=2), job(11, slots=2, user="bob")]),
+                queues=(QueuePolicy("normal", 30, user_running_limit=2), QueuePolicy("other", 30)),
+                running=(("normal", "alice", 1), ("other", "carol", 2)))
+    one, two = unit(1), unit(2, slots=2, mem=8 * G, queue="other", user="carol")
+    assert chosen(s, [one, two]) == [(11, 2, "h1")]
+    queued = (QueuedSuccessor(job(50), "h1", 1), QueuedSuccessor(job(51, slots=2), "h1", 2))
+    assert gives_way(s, queued, (replace(one, taken=True), replace(two, taken=True))) == [(51, 11)]
+
+
+def test_a_backlog_too_big_for_every_unit_is_tried_once_per_unit_not_once_per_job(monkeypatch):
+    s = snap([full_host("h1"), full_host("h2")], [job(i, slots=2) for i in range(10, 110)])
+    units = (unit(1, "h1"), unit(2, "h1"), unit(3, "h2"))
+    tries = []
+    real = prefill._Room.behind
+    monkeypatch.setattr(prefill._Room, "behind", lambda room, *args: tries.append(args) or real(room, *args))
+    assert chosen(s, units) == [] and len(tries) == 3  # job 10 in each unit; 11-109 are passed over
+    tries.clear()
+    queued = tuple(QueuedSuccessor(job(200 + u.job_id), u.host, u.job_id) for u in units)
+    assert gives_way(s, queued, tuple(replace(u, taken=True) for u in units)) == [] and len(tries) == 3

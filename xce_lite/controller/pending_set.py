@@ -30,6 +30,7 @@ class PendingSet:
         self._count, self._sum = 0, 0
         self._reasons_all = False  # the next answer gives every waiting job's reason
         self._reasons_of: set[int] = set()  # and these jobs' reasons
+        self._watchers: list[dict[int, PendingJob | None]] = []  # watch(): other readers of what changed
 
     def report_reasons_again(self, ids: Iterable[int] | None = None) -> None:
         """The controller's live reasons may differ from what the scheduler last answered (an
@@ -54,8 +55,18 @@ class PendingSet:
         """Whether the next answer must give some reason again (take_reasons_again)."""
         return self._reasons_all or bool(self._reasons_of)
 
+    def watch(self) -> dict[int, PendingJob | None]:
+        """A dict that every later add, replacement and discard enters its job in: its id -> the job
+        as it was before its first change since the reader last emptied it (None: not pending then).
+        For a reader other than the session (prefilling.py's ranked index), which empties it itself."""
+        before: dict[int, PendingJob | None] = {}
+        self._watchers.append(before)
+        return before
+
     def add(self, job: PendingJob) -> None:
         old = self._jobs.get(job.id)
+        for before in self._watchers:
+            before.setdefault(job.id, old)
         if old is None:
             self._count += 1
             self._sum = (self._sum + job.id * _MIX) & _MASK
@@ -75,6 +86,8 @@ class PendingSet:
             for job in fresh.values():
                 self.add(job)
             return
+        for before in self._watchers:  # none was pending (a set difference, no Python step per job)
+            before.update(dict.fromkeys(fresh.keys() - before.keys()))
         self._count += len(fresh)
         self._sum = (self._sum + sum(fresh) * _MIX) & _MASK
         if len(fresh) <= _INSORT_MAX:  # a few: each put in its place (a sort would pass over all)
@@ -91,6 +104,8 @@ class PendingSet:
     def discard(self, job_id: int) -> PendingJob | None:
         job = self._jobs.pop(job_id, None)
         if job is not None:
+            for before in self._watchers:
+                before.setdefault(job_id, job)
             self._count -= 1
             self._sum = (self._sum - job_id * _MIX) & _MASK
             self._added.pop(job_id, None)

@@ -31,12 +31,14 @@ that job there.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import attrgetter
 
 from xce_lite.sched.core import Decisions, PendingJob, QueuePolicy, Snapshot, _within_limits, take
 from xce_lite.sched.fit import GPUS
 from xce_lite.sched.placement import HostView, place
+from xce_lite.sched.prefill_rank import Ranked, rank_of
 from xce_lite.sched.reasons import FrozenMap, Placement, Refusal
 
 EXAMINED = 1_000  # pending jobs looked at per call at most: a backlog costs no more than this
@@ -90,16 +92,19 @@ def queued_reason(host: str, after: int) -> str:
 
 
 def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningUnit, ...],
-               examined: int = EXAMINED) -> tuple[Successor, ...]:
+               examined: int = EXAMINED, ranked: Ranked | None = None) -> tuple[Successor, ...]:
     """The successors to name now for `running`'s free units, given the session `decisions` made on
-    `snapshot` (its dispatched jobs are not candidates; their slots count for the queue limits)."""
+    `snapshot` (its dispatched jobs are not candidates; their slots count for the queue limits).
+    `ranked`: the pending jobs kept in order by the caller (prefill_rank.py, synced with
+    `snapshot.queues`' priorities), read instead of `snapshot.jobs` (then left empty): the same
+    answer without a pass over the backlog."""
     units = [u for u in sorted(running, key=lambda u: (u.host, u.job_id)) if not u.taken]
     if not units or not _may_name(snapshot, decisions):
         return ()
     hosts = {h.name: h for h in snapshot.hosts}
     views = {u: _inside(hosts.get(u.host), u) for u in units}
     units = [u for u in units if views[u] is not None]
-    room = _Room(snapshot, decisions)
+    room = _Room(snapshot, decisions, ranked)
     dispatched = {d.job_id for d in decisions.dispatches}
     chosen: list[Successor] = []
     looked = 0
@@ -109,6 +114,8 @@ def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningU
         if job.id in dispatched or job.blocked is not None or job.queue in room.fair:
             continue
         looked += 1
+        if room.hopeless(job):
+            continue
         for unit in units:
             result = room.behind(job, unit, views[unit])
             if result is None:
@@ -117,12 +124,14 @@ def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningU
             units.remove(unit)
             room.take(job, unit, result)
             break
+        else:
+            room.refused_by_all(job, [u.job_id for u in units])
     return tuple(chosen)
 
 
 def outranked(snapshot: Snapshot, decisions: Decisions, queued: tuple[QueuedSuccessor, ...],
               units: tuple[RunningUnit, ...], placed: frozenset[int] = frozenset(),
-              examined: int = EXAMINED) -> tuple[tuple[int, int], ...]:
+              examined: int = EXAMINED, ranked: Ranked | None = None) -> tuple[tuple[int, int], ...]:
     """(queued successor, the pending job it gives way to) for each queued successor S that a
     pending job J of higher rank (a dispatch's order) could replace behind S's unit, as
     successors() would name it there: J fits inside the unit, its rules and limits hold, and it is
@@ -132,10 +141,10 @@ def outranked(snapshot: Snapshot, decisions: Decisions, queued: tuple[QueuedSucc
     are taken in rank order and each gives way to one successor, the last-ranked it can replace, so
     the next session names J there (its unit is the only free one J fits) and S, pending, ranks
     after J: no thrash, and each withdrawal puts a job of higher rank in a place, so it ends.
-    The same guards as successors(); at most `examined` pending jobs looked at."""
+    The same guards as successors(), and `ranked` as there; at most `examined` pending jobs looked at."""
     if not queued or not _may_name(snapshot, decisions):
         return ()
-    room = _Room(snapshot, decisions)
+    room = _Room(snapshot, decisions, ranked)
     by_id = {u.job_id: u for u in units}
     hosts = {h.name: h for h in snapshot.hosts}
     waiting: list[tuple[tuple, QueuedSuccessor, RunningUnit, HostView]] = []  # (rank of S, S, its unit, view)
@@ -158,6 +167,8 @@ def outranked(snapshot: Snapshot, decisions: Decisions, queued: tuple[QueuedSucc
         if job.id in dispatched or job.id in placed or job.blocked is not None or job.queue in room.fair:
             continue
         looked += 1
+        if room.hopeless(job):
+            continue
         rank = room.rank(job)
         for index in range(len(waiting) - 1, -1, -1):  # the last-ranked successor first
             s_rank, q, unit, view = waiting[index]
@@ -170,6 +181,8 @@ def outranked(snapshot: Snapshot, decisions: Decisions, queued: tuple[QueuedSucc
             del waiting[index]
             room.take(job, unit, result)
             break
+        else:
+            room.refused_by_all(job, [w[2].job_id for w in waiting])
     return tuple(out)
 
 
@@ -188,7 +201,7 @@ class _Room:
     """The queues' running limits as successors meet them (the session's dispatches count), the
     rank of a dispatch, and each job's fit behind a unit."""
 
-    def __init__(self, snapshot: Snapshot, decisions: Decisions) -> None:
+    def __init__(self, snapshot: Snapshot, decisions: Decisions, ranked: Ranked | None = None) -> None:
         self.queues = {q.name: q for q in snapshot.queues}
         self.priority = {name: q.priority for name, q in self.queues.items()}
         self.fair = {q.queue for q in snapshot.fairshare.queues} if snapshot.fairshare is not None else set()
@@ -196,7 +209,8 @@ class _Room:
         self.user_used: dict[tuple[str, str], int] = {}
         for queue, user, slots in snapshot.running:
             self._add(queue, user, slots, slots)
-        by_id = {j.id: j for j in snapshot.jobs} if decisions.dispatches else {}
+        self.ranked = ranked
+        by_id = ranked if ranked is not None else {j.id: j for j in snapshot.jobs} if decisions.dispatches else {}
         for d in decisions.dispatches:
             job = by_id.get(d.job_id)
             if job is not None:
@@ -206,18 +220,42 @@ class _Room:
         # tried against many units, and hashing its -R each time was most of a backlog's cost
         self.shapes: dict[tuple, int] = {}
         self._last: tuple[PendingJob | None, int] = (None, 0)
-        self.one_class = len({j.queue for j in snapshot.jobs}) == 1 and len({j.priority for j in snapshot.jobs}) == 1
+        self.dead: set[int] = set()  # shapes refused inside every unit still free: their jobs are skipped
+
+    def shape_of(self, job: PendingJob) -> int:
+        """`job`'s shape (queue hosts, tasks, -R) as a small number."""
+        if self._last[0] is not job:
+            policy = self.queues.get(job.queue, _NO_POLICY)
+            shape = (policy.hosts, job.request.min_tasks, job.request.max_tasks, job.request.resreq)
+            self._last = (job, self.shapes.setdefault(shape, len(self.shapes)))
+        return self._last[1]
+
+    def hopeless(self, job: PendingJob) -> bool:
+        """Whether `job`'s shape was refused inside every unit still free (refused_by_all): a
+        backlog of jobs too big for the units is passed over without a try per unit."""
+        return bool(self.dead) and self.shape_of(job) in self.dead
+
+    def refused_by_all(self, job: PendingJob, units: list[int]) -> None:
+        """After `job` found no place in `units` (the ids of those still free): if placement refused
+        its shape in each one, every job of that shape is hopeless for the rest of this call
+        (a refusal there is for good within a call, and units are only taken away, never added)."""
+        shape = self.shape_of(job)
+        if all((shape, unit) in self.refused for unit in units):
+            self.dead.add(shape)
 
     def _add(self, queue: str, user: str, tasks: int, user_tasks: int) -> None:
         self.queue_used[queue] = self.queue_used.get(queue, 0) + tasks
         self.user_used[(queue, user)] = self.user_used.get((queue, user), 0) + user_tasks
 
     def rank(self, job: PendingJob) -> tuple:  # a dispatch's order (core.schedule's rank)
-        return (-self.priority.get(job.queue, 0), -job.priority, job.id)
+        return rank_of(job, self.priority)
 
-    def order(self, jobs: tuple[PendingJob, ...]) -> list[PendingJob]:
+    def order(self, jobs: tuple[PendingJob, ...]) -> Iterable[PendingJob]:
+        if self.ranked is not None:  # kept in this order by the caller: nothing to sort
+            return self.ranked
         # one class: rank is id order (a key in C: a backlog's cost)
-        return sorted(jobs, key=_ID) if self.one_class else sorted(jobs, key=self.rank)
+        one_class = len({j.queue for j in jobs}) == 1 and len({j.priority for j in jobs}) == 1
+        return sorted(jobs, key=_ID) if one_class else sorted(jobs, key=self.rank)
 
     def _give_back(self, job: PendingJob, unit: RunningUnit) -> tuple[int, int]:
         """The unit's slots, given back for `job`'s limits when of its queue (and user)."""
@@ -229,10 +267,7 @@ class _Room:
         policy = self.queues.get(job.queue, _NO_POLICY)
         if view is None or (policy.hosts is not None and unit.host not in policy.hosts):
             return None
-        if self._last[0] is not job:
-            shape = (policy.hosts, job.request.min_tasks, job.request.max_tasks, job.request.resreq)
-            self._last = (job, self.shapes.setdefault(shape, len(self.shapes)))
-        key = (self._last[1], unit.job_id)
+        key = (self.shape_of(job), unit.job_id)
         if key in self.refused:
             return None
         give_back, give_back_user = self._give_back(job, unit)
