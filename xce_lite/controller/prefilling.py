@@ -71,6 +71,10 @@ class Prefill:
         units.on_unqueued, units.request_of = self.unqueued, self.request_of
         self.requests = state.behind_requests  # each successor's request (to withdraw it); recovery.py too
         self.why: dict[int, str] = {}  # a withdrawal asked -> why (the requeue's reason says it)
+        # successor -> predecessor, for a successor that runs while its predecessor's end has not
+        # reached us yet (a launch reply may overtake that end): the predecessor stays taken, so
+        # it gets no second successor, which its host would start at once beside the first
+        self.started_early: dict[int, int] = {}
         # the pending jobs in a dispatch's order, kept from tick to tick (sched/prefill_rank.py):
         # successors() and outranked() read the best-ranked few, not a sort of the whole backlog
         self.ranked, self.changed = Ranked(), state.pending.watch()
@@ -87,6 +91,7 @@ class Prefill:
                     continue
                 if job.status[0] == RUNNING:  # it started (adopted after a restart, or its reply came first)
                     del self.state.behind[job_id]
+                    self._started(job_id, pred, closing)
                     job.after, job.queued = None, False
                     # it may take a successor of its own now; nothing else may mark the state dirty
                     # before it ends (its launch reply came after its predecessor's end: no unqueued)
@@ -98,6 +103,17 @@ class Prefill:
                     out.add(job_id)
         return out
 
+    def _unended(self, pred: int, closing: AbstractSet[int]) -> bool:
+        """Whether job `pred` is active and its end not known here (not ending, not in `closing`)."""
+        job = self.state.active.get(pred)
+        return job is not None and pred not in closing and not job.ending
+
+    def _started(self, job_id: int, pred: int, closing: AbstractSet[int]) -> None:
+        """Successor `job_id` of `pred` runs (holding the lock): if `pred`'s end has not reached us,
+        `pred` stays taken until it does (started_early)."""
+        if self._unended(pred, closing):
+            self.started_early[job_id] = pred
+
     def extend(self, decisions: Decisions | None, hosts: Any, shared: Any, now: float,
                closing: AbstractSet[int]) -> Decisions | None:
         """`decisions` with a successor's dispatch for each running unit that can have one."""
@@ -105,6 +121,9 @@ class Prefill:
         with self.state.mu:  # successors that ended, or whose dispatch was declined: all applied by now
             for job_id in [j for j in self.state.behind if j not in self.state.active]:
                 del self.state.behind[job_id]
+            for job_id, pred in list(self.started_early.items()):
+                if not self._unended(pred, closing) or job_id not in self.state.active:
+                    del self.started_early[job_id]
             for job_id in [j for j in self.requests if j not in self.state.behind]:
                 del self.requests[job_id]
         if hosts is None or not self.enabled or not config.prefill or self.state.config.pools:
@@ -151,7 +170,7 @@ class Prefill:
               closing: AbstractSet[int]) -> tuple[Successor, ...]:
         """The successors named now (recorded in `state.behind`), one for each unit that can have one."""
         with self.state.mu:
-            taken = set(self.state.behind.values())
+            taken = set(self.state.behind.values()) | set(self.started_early.values())
             # units that run, are on their way, or are dispatched now (their launch goes first, on
             # the same channel): each may have one successor; a queued successor is none yet
             running = [
@@ -239,7 +258,9 @@ class Prefill:
         job, index = units._unit(event.unit)
         if job is None or index != 0:
             return
-        self.state.behind.pop(job.id, None)
+        pred = self.state.behind.pop(job.id, None)
+        if pred is not None and event.status in ("started", "running"):
+            self._started(job.id, pred, frozenset())
         why = self.why.pop(job.id, "")  # why it was withdrawn, if it was asked (none after a restart)
         job.after, job.queued, job.withdrawing = None, False, False
         self.state.dirty = True  # it holds its allocation now (its predecessor's is gone), or nothing
