@@ -17,7 +17,8 @@ from xce_lite.controller.pending_set import PendingSet
 from xce_lite.sched import prefill, prefill_rank
 from xce_lite.sched.core import PendingJob, Snapshot, schedule
 from xce_lite.sched.prefill import QueuedSuccessor, RunningUnit, outranked, successors
-from xce_lite.sched.prefill_rank import Ranked, rank_of
+from xce_lite.sched.backlog import rank_of
+from xce_lite.sched.prefill_rank import Ranked
 from xce_lite.sched.reasons import FrozenMap
 
 

@@ -28,7 +28,7 @@ a job: sent_reasons.py).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,12 @@ Rank = tuple[int, int, int]
 CUTS_FREE, CUTS_PER_JOB = 64, 4  # see Backlog.walk
 FRESH_MAX = 1024  # jobs added to a class since its tail was told, remembered one by one at most
 Told = dict[tuple, tuple[Rank, str]]  # class -> (the rank its told tail starts at, the reason it was told)
+
+
+def rank_of(job: PendingJob, priority: Mapping[str, int]) -> Rank:
+    """A dispatch's order: queue priority, then job priority, then id (core's `rank`); prefill
+    (sched/prefill.py, prefill_rank.py) ranks by it too."""
+    return (-priority.get(job.queue, 0), -job.priority, job.id)
 
 
 def class_of(job: PendingJob) -> tuple:
@@ -78,7 +84,7 @@ class Backlog:
     def add(self, job: PendingJob) -> None:
         if job.id in self._jobs:
             self.discard(job.id)
-        key, rank = class_of(job), (-self._priority.get(job.queue, 0), -job.priority, job.id)
+        key, rank = class_of(job), rank_of(job, self._priority)
         cls = self._classes.get(key)
         if cls is None:
             cls = self._classes[key] = _Class()

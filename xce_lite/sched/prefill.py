@@ -38,7 +38,8 @@ from operator import attrgetter
 from xce_lite.sched.core import Decisions, PendingJob, QueuePolicy, Snapshot, _within_limits, take
 from xce_lite.sched.fit import GPUS
 from xce_lite.sched.placement import HostView, place
-from xce_lite.sched.prefill_rank import Ranked, rank_of
+from xce_lite.sched.backlog import rank_of
+from xce_lite.sched.prefill_rank import Ranked
 from xce_lite.sched.reasons import FrozenMap, Placement, Refusal
 
 EXAMINED = 1_000  # pending jobs looked at per call at most: a backlog costs no more than this

@@ -16,7 +16,7 @@ Invariant: after `sync(jobs, changed, priority)`, where `changed` maps every id 
 in or removed from `jobs` since the previous sync to its job as it was then (None: not in `jobs`),
 and `reset()` was called when that was not known, iterating yields exactly
 `sorted(jobs.values(), key=rank)` with rank = (-queue priority, -job priority, id): a dispatch's
-order, as prefill._Room.rank. A job told as left that is not where it was kept (changes went
+order (sched/backlog.rank_of). A job told as left that is not where it was kept (changes went
 untold without a reset) makes the sync sort everything rather than take out another. `jobs` is
 read, never copied: it must not change while the order is iterated.
 """
@@ -40,11 +40,6 @@ class Jobs(Protocol):
     def get(self, job_id: int) -> PendingJob | None: ...
 
     def values(self) -> Iterable[PendingJob]: ...
-
-
-def rank_of(job: PendingJob, priority: Mapping[str, int]) -> tuple[int, int, int]:
-    """A dispatch's order (core.schedule's rank; prefill._Room.rank)."""
-    return (-priority.get(job.queue, 0), -job.priority, job.id)
 
 
 def _class_of(job: PendingJob, priority: Mapping[str, int]) -> Class:
