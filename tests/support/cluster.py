@@ -80,8 +80,10 @@ class Cluster:
 
     def job(self, job_id: int) -> dict:
         """The row of job `job_id`; of an array's first element too (its id is the array's)."""
-        return next(j for j in json.loads(self.ok("jobs", "--json", "--elements", str(job_id)))["jobs"]
-                    if j["id"] == job_id)
+        rows = json.loads(self.ok("jobs", "--json", "--elements", str(job_id)))["jobs"]
+        found = [j for j in rows if j["id"] == job_id]
+        assert found, f"`xce jobs {job_id}` lists no job {job_id}: {[j['id'] for j in rows]}"
+        return found[0]
 
     def wait_state(self, job_id: int, states: set[str], timeout: float = 30) -> dict:
         found: dict = {}
