@@ -26,6 +26,7 @@ import time
 
 from hyperqueue import Job, LocalCluster
 from hyperqueue.cluster import WorkerConfig
+from stats import machine_busy_seconds
 
 
 def _wait(client, submitted) -> None:
@@ -60,14 +61,17 @@ def one_run(n: int, cwd: str) -> dict:
         job = Job(default_workdir=cwd)
         for i in range(n):
             _program(job, i == n - 1, marker)
+        busy0 = machine_busy_seconds()
         w0, t0 = time.time(), time.perf_counter()
         sub = client.submit(job)
         t1 = time.perf_counter()
         _wait(client, [sub])
         t2 = time.perf_counter()
         array_wall = _ended(marker) - w0
+        array_cpu = (machine_busy_seconds() - busy0) / n
 
         subs = []
+        busy3 = machine_busy_seconds()
         w3, t3 = time.time(), time.perf_counter()
         for i in range(n):
             one = Job(default_workdir=cwd)
@@ -76,8 +80,9 @@ def one_run(n: int, cwd: str) -> dict:
         t4 = time.perf_counter()
         _wait(client, subs)
         t5 = time.perf_counter()
-        return {"array_submit": t1 - t0, "array_wall": array_wall, "array_polled": t2 - t0,
-                "jobs_submit": t4 - t3, "jobs_wall": _ended(marker) - w3, "jobs_polled": t5 - t3}
+        jobs_cpu = (machine_busy_seconds() - busy3) / n
+        return {"array_submit": t1 - t0, "array_wall": array_wall, "array_polled": t2 - t0, "array_cpu": array_cpu,
+                "jobs_submit": t4 - t3, "jobs_wall": _ended(marker) - w3, "jobs_polled": t5 - t3, "jobs_cpu": jobs_cpu}
     finally:
         cluster.stop()
 
