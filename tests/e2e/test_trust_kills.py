@@ -141,7 +141,7 @@ def frozen_host_config(host: testhosts.TestHost, keepalive: str = "10m", lost_af
 def test_kill_on_a_host_whose_sshd_is_frozen_troubles_that_host_alone_and_lands_when_it_thaws(
         kind, request, testhosts_root):
     host = request.getfixturevalue(f"{kind}_hosts")[0]
-    c = started_cluster(frozen_host_config(host), testhosts_root)
+    c = started_cluster(frozen_host_config(host), testhosts_root, [host])
     frozen: list[int] = []
     try:
         hosts_ok(c, "both hosts up")
@@ -168,6 +168,9 @@ def test_kill_on_a_host_whose_sshd_is_frozen_troubles_that_host_alone_and_lands_
         assert final["reason"].startswith("killed by"), final
         wait_until(lambda: hosts_of(c)[host.name]["trouble"] is None, 60, f"{host.name} out of trouble")
         assert c.controller_pid == pid and "requeued" not in history(c, job_id)
+    except BaseException:
+        c.keep_report()  # before the thaw: the host's side as the test saw it
+        raise
     finally:
         for p in frozen:
             with contextlib.suppress(ProcessLookupError):
@@ -181,7 +184,7 @@ def test_kill_on_a_host_whose_sshd_is_frozen_troubles_that_host_alone_and_lands_
 def test_kill_while_a_frozen_host_is_out_of_reach_then_lost_then_thawed_never_runs_the_job_again(
         kind, request, testhosts_root):
     host = request.getfixturevalue(f"{kind}_hosts")[0]
-    c = started_cluster(frozen_host_config(host, keepalive="1s", lost_after="12s", lease="8s"), testhosts_root)
+    c = started_cluster(frozen_host_config(host, keepalive="1s", lost_after="12s", lease="8s"), testhosts_root, [host])
     frozen: list[int] = []
     try:
         hosts_ok(c, "both hosts up")
@@ -207,6 +210,9 @@ def test_kill_while_a_frozen_host_is_out_of_reach_then_lost_then_thawed_never_ru
         final = c.job(job_id)
         assert (final["state"], final["attempt"]) == ("EXIT", 1) and final["reason"].startswith("killed by")
         assert runs(log) == ["1"] and "requeued" not in history(c, job_id)
+    except BaseException:
+        c.keep_report()  # before the thaw: the host's side as the test saw it
+        raise
     finally:
         for p in frozen:
             with contextlib.suppress(ProcessLookupError):
