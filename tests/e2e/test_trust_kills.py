@@ -97,7 +97,8 @@ def test_kill_not_delivered_before_the_lease_stopped_the_job_ends_it_with_the_ki
     With a controller restart between the kill and the host's return: the recorded kill survives it."""
     c = two_hosts
     log, stopped = c.work / "attempts", c.work / "stopped"
-    job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap "touch {stopped}; exit 0" TERM; '
+    # markers by the shell itself, not a forked `touch`: see the frozen host's test below
+    job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap ": > {stopped}; exit 0" TERM; '
                                   "sleep 300 & wait", options=("-R", "select[ha]"))
     c.wait_state(job_id, {"RUN"})
     with HostOutage(c, "a"):
@@ -189,7 +190,12 @@ def test_kill_while_a_frozen_host_is_out_of_reach_then_lost_then_thawed_never_ru
     try:
         hosts_ok(c, "both hosts up")
         log, stopped = c.work / "attempts", c.work / "stopped"
-        job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap "touch {stopped}; exit 0" TERM; '
+        # The marker is made by the shell itself (a redirection), not by a `touch` it forks: a
+        # direct systemd unit is stopped with TERM to every process of its cgroup, and systemd sweeps
+        # the cgroup again until it finds no process it has not signalled, so a child that the
+        # trap forks meanwhile is TERMed too: on a busy box (systemd held off the CPU in the middle
+        # of its sweep) `touch` died before it made the file, now and then (bench/stop_sweep.py)
+        job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap ": > {stopped}; exit 0" TERM; '
                                       "sleep 300 & wait", options=("-R", "select[far]"))
         c.wait_state(job_id, {"RUN"}, timeout=60)
         frozen = sshd_pids(host)
@@ -230,8 +236,8 @@ def test_the_result_of_a_copy_given_up_on_never_counts_across_a_restart(two_host
     c = two_hosts
     log, go = c.work / "attempts", c.work / "go"
     job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; '
-                                  f'if [ "$XCE_ATTEMPT" = 1 ]; then trap "touch {c.work}/ended1; exit 7" TERM; '
-                                  f'while [ ! -e {go} ]; do sleep 0.1; done; touch {c.work}/ended1; exit 7; fi')
+                                  f'if [ "$XCE_ATTEMPT" = 1 ]; then trap ": > {c.work}/ended1; exit 7" TERM; '
+                                  f'while [ ! -e {go} ]; do sleep 0.1; done; : > {c.work}/ended1; exit 7; fi')
     first = c.wait_state(job_id, {"RUN"})["hosts"][0][0]
     with HostOutage(c, first):
         done = c.wait_state(job_id, {"DONE"}, timeout=60)  # lost, requeued, run on the other host
