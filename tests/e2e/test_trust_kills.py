@@ -97,7 +97,8 @@ def test_kill_not_delivered_before_the_lease_stopped_the_job_ends_it_with_the_ki
     With a controller restart between the kill and the host's return: the recorded kill survives it."""
     c = two_hosts
     log, stopped = c.work / "attempts", c.work / "stopped"
-    job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap "touch {stopped}; exit 0" TERM; '
+    # markers by the shell itself, not a forked `touch`: see the frozen host's test below
+    job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap ": > {stopped}; exit 0" TERM; '
                                   "sleep 300 & wait", options=("-R", "select[ha]"))
     c.wait_state(job_id, {"RUN"})
     with HostOutage(c, "a"):
@@ -141,7 +142,7 @@ def frozen_host_config(host: testhosts.TestHost, keepalive: str = "10m", lost_af
 def test_kill_on_a_host_whose_sshd_is_frozen_troubles_that_host_alone_and_lands_when_it_thaws(
         kind, request, testhosts_root):
     host = request.getfixturevalue(f"{kind}_hosts")[0]
-    c = started_cluster(frozen_host_config(host), testhosts_root)
+    c = started_cluster(frozen_host_config(host), testhosts_root, [host])
     frozen: list[int] = []
     try:
         hosts_ok(c, "both hosts up")
@@ -168,6 +169,9 @@ def test_kill_on_a_host_whose_sshd_is_frozen_troubles_that_host_alone_and_lands_
         assert final["reason"].startswith("killed by"), final
         wait_until(lambda: hosts_of(c)[host.name]["trouble"] is None, 60, f"{host.name} out of trouble")
         assert c.controller_pid == pid and "requeued" not in history(c, job_id)
+    except BaseException:
+        c.keep_report()  # before the thaw: the host's side as the test saw it
+        raise
     finally:
         for p in frozen:
             with contextlib.suppress(ProcessLookupError):
@@ -181,12 +185,17 @@ def test_kill_on_a_host_whose_sshd_is_frozen_troubles_that_host_alone_and_lands_
 def test_kill_while_a_frozen_host_is_out_of_reach_then_lost_then_thawed_never_runs_the_job_again(
         kind, request, testhosts_root):
     host = request.getfixturevalue(f"{kind}_hosts")[0]
-    c = started_cluster(frozen_host_config(host, keepalive="1s", lost_after="12s", lease="8s"), testhosts_root)
+    c = started_cluster(frozen_host_config(host, keepalive="1s", lost_after="12s", lease="8s"), testhosts_root, [host])
     frozen: list[int] = []
     try:
         hosts_ok(c, "both hosts up")
         log, stopped = c.work / "attempts", c.work / "stopped"
-        job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap "touch {stopped}; exit 0" TERM; '
+        # The marker is made by the shell itself (a redirection), not by a `touch` it forks: a
+        # direct systemd unit is stopped with TERM to every process of its cgroup, and systemd sweeps
+        # the cgroup again until it finds no process it has not signalled, so a child that the
+        # trap forks meanwhile is TERMed too: on a busy box (systemd held off the CPU in the middle
+        # of its sweep) `touch` died before it made the file, now and then (bench/stop_sweep.py)
+        job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; trap ": > {stopped}; exit 0" TERM; '
                                       "sleep 300 & wait", options=("-R", "select[far]"))
         c.wait_state(job_id, {"RUN"}, timeout=60)
         frozen = sshd_pids(host)
@@ -207,6 +216,9 @@ def test_kill_while_a_frozen_host_is_out_of_reach_then_lost_then_thawed_never_ru
         final = c.job(job_id)
         assert (final["state"], final["attempt"]) == ("EXIT", 1) and final["reason"].startswith("killed by")
         assert runs(log) == ["1"] and "requeued" not in history(c, job_id)
+    except BaseException:
+        c.keep_report()  # before the thaw: the host's side as the test saw it
+        raise
     finally:
         for p in frozen:
             with contextlib.suppress(ProcessLookupError):
@@ -224,8 +236,8 @@ def test_the_result_of_a_copy_given_up_on_never_counts_across_a_restart(two_host
     c = two_hosts
     log, go = c.work / "attempts", c.work / "go"
     job_id = c.submit("sh", "-c", f'echo "$XCE_ATTEMPT" >> {log}; '
-                                  f'if [ "$XCE_ATTEMPT" = 1 ]; then trap "touch {c.work}/ended1; exit 7" TERM; '
-                                  f'while [ ! -e {go} ]; do sleep 0.1; done; touch {c.work}/ended1; exit 7; fi')
+                                  f'if [ "$XCE_ATTEMPT" = 1 ]; then trap ": > {c.work}/ended1; exit 7" TERM; '
+                                  f'while [ ! -e {go} ]; do sleep 0.1; done; : > {c.work}/ended1; exit 7; fi')
     first = c.wait_state(job_id, {"RUN"})["hosts"][0][0]
     with HostOutage(c, first):
         done = c.wait_state(job_id, {"DONE"}, timeout=60)  # lost, requeued, run on the other host

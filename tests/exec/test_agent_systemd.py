@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.agent_local import AGENT, WAIT_JOB, journal
+from tests.support.agent_local import AGENT, WAIT_JOB, journal, recorded_result
 from tests.support.agent_hosts import (
     HOLD_JOB,
     PY,
@@ -163,7 +163,7 @@ def test_an_agent_killed_and_started_again_adopts_running_units_and_reports_fini
         running(work / release)
     in_host(systemd_hosts[0], "kill", "-9", str(first.hello.extra["pid"]))
     (work / "go-early").touch()
-    wait_until(lambda: journal(work / "spool")[early]["result"], 20, "early's result, written with no agent")
+    wait_until(lambda: recorded_result(work / "spool", early), 20, "early's result, written with no agent")
     second = root_agents()
     listed = {u.unit: u for u in second.list_units()}
     assert listed[early].status == "finished" and listed[early].result.exit_code == 3
@@ -345,9 +345,9 @@ def test_an_agent_that_exits_first_starts_the_units_it_queued(root_agents, work)
     agent, units = root_agents(), [name(f"q{i}") for i in range(12)]
     agent.launch([request(unit, ["true"], work) for unit in units])
     agent.close()  # at once: most are still queued for systemd-run
-    results = wait_until(lambda: all(journal(work / "spool")[u]["result"] for u in units) and journal(work / "spool"),
+    results = wait_until(lambda: all(results := [recorded_result(work / "spool", u) for u in units]) and results,
                          60, "every queued unit's result")
-    assert {u: results[u]["result"]["exit_code"] for u in units} == dict.fromkeys(units, 0)
+    assert {u: r["exit_code"] for u, r in zip(units, results)} == dict.fromkeys(units, 0)
 
 
 def test_a_spool_path_systemd_would_split_falls_back_to_plain_or_is_fatal(root_agents, work):

@@ -25,7 +25,7 @@ from tests.support.agent_hosts import (
     running,
     shared_dir,
 )
-from tests.support.agent_local import AGENT, journal
+from tests.support.agent_local import AGENT, journal, recorded_result
 from tests.support.waiting import wait_until
 
 
@@ -167,7 +167,7 @@ def test_a_kill_before_the_agent_dies_and_a_memory_limit_keep_their_reasons(agen
     assert (result.reason, result.signal, result.exit_code) == ("killed by bob", signal.SIGKILL, None)
     in_host(host, "kill", "-9", str(first.hello.extra["pid"]))
     second = agents()
-    result = second.finished(fat, timeout=60) if journal(work / "spool")[fat]["result"] is None else None
+    result = second.finished(fat, timeout=60) if recorded_result(work / "spool", fat) is None else None
     listed = {u.unit: u for u in second.list_units()}
     result = result or listed[fat].result
     assert result.reason == "memory limit 64M exceeded" and result.exit_code is None

@@ -75,6 +75,15 @@ def journal_result(spool: Path, unit: str) -> dict | None:
     return journal(spool).get(unit, {}).get("result")
 
 
+def recorded_result(spool: Path, unit: str) -> dict | None:
+    """The unit's result: in the journal, or, for a direct systemd unit that ended while no agent ran,
+    in the record its stop script left in its host directory (systemd.STOP_RECORD), which the next
+    agent appends to the journal before it reports it."""
+    from xce_lite.exec.agent.systemd import stop_record
+
+    return journal_result(spool, unit) or stop_record(str(spool / "units" / unit), unit)
+
+
 def kill_leftovers(spool: Path) -> None:
     """Kill any job and supervisor still running from `spool` (pids checked against /proc)."""
     for unit in journal(spool).values():

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar
@@ -61,6 +61,8 @@ class Cluster:
               grace: {grace}
             """))
         self.env = dict(os.environ, XCE_HOME=str(self.home))
+        # more of what a failed test's report shows (report()): e.g. a test host's side (remote.py)
+        self.reporters: list[Callable[[], str]] = []
         Cluster.live.append(self)
 
     # ---- the CLI --------------------------------------------------------------------------------
@@ -129,10 +131,11 @@ class Cluster:
 
     def report(self) -> str:
         """What a failed test's report shows of this cluster: the last lines of the controller's log
-        and of each local agent's, and the last records of each local host's journal (kind and unit)."""
+        and of each agent's (local, and SSH hosts' stderr as it reached the controller), the last
+        records of each local host's journal (kind and unit), and what `reporters` add."""
         parts = [self.log_tail()]
         spools = self.home / "spool"
-        for log in sorted(spools.glob("agent-*.log")):
+        for log in [*sorted(spools.glob("agent-*.log")), *sorted(self.home.glob("agent-*.log"))]:
             lines = log.read_text(errors="replace").splitlines()[-20:]
             parts.append(f"---- {log.name} (its last lines)\n" + "\n".join(lines))
         for journal in sorted(spools.glob("*/journal")):
@@ -146,9 +149,21 @@ class Cluster:
                 words = [rec.get("event"), rec.get("unit"), after and f"after {after}", rec.get("reason")]
                 records.append(" ".join(str(w) for w in words if w))
             parts.append(f"---- {journal.parent.name}'s journal (its last records)\n" + "\n".join(records))
+        for reporter in self.reporters:
+            try:
+                parts.append(reporter())
+            except Exception as exc:  # a report must not hide the failure it reports
+                parts.append(f"---- {reporter!r} failed: {exc!r}")
         return "\n".join(parts)
 
+    def keep_report(self) -> None:
+        """Keep this cluster's report for the failing test's (once): its files go with close()."""
+        if all(home != self.home for home, _text in Cluster.failed):
+            Cluster.failed.append((self.home, self.report()))
+
     def close(self) -> None:
+        if sys.exc_info()[0] is not None:  # closed on a failure's way out (a test's `finally`)
+            self.keep_report()
         if self in Cluster.live:
             Cluster.live.remove(self)
         pid = self.controller_pid
@@ -196,7 +211,7 @@ def running_cluster(**kw) -> Iterator[Cluster]:
         c.start()
         yield c
     except BaseException:
-        Cluster.failed.append((c.home, c.report()))  # read now: close() removes its files
+        c.keep_report()  # read now: close() removes its files
         raise
     finally:
         c.close()

@@ -33,3 +33,31 @@ def test_a_failing_block_leaves_its_report_and_a_journal_is_summed_up_record_by_
         assert "started u1\nqueued u2 after u1\nfinished u1" in text
     finally:
         c.close()
+
+
+def test_a_cluster_closed_on_a_failures_way_out_leaves_its_report_once_with_what_its_reporters_add():
+    """A test that closes its cluster in a `finally` (started_cluster's, on test hosts) keeps its report,
+    once though it kept it already (before thawing a host); an SSH host's agent log (HOME/agent-NAME.log)
+    is in it, and what `reporters` add (a host's side), a reporter that fails saying so."""
+    Cluster.failed.clear()
+    c = Cluster()
+    (c.home / "agent-host1.log").write_text("agent: lease expired: stopping 1 unit(s)\n")
+    c.reporters += [lambda: "---- test host host1: its side", lambda: 1 / 0]
+    with pytest.raises(AssertionError):
+        try:
+            try:
+                raise AssertionError("the test's failure")
+            except BaseException:
+                c.keep_report()  # as the frozen-host tests do before they thaw sshd
+                raise
+        finally:
+            c.close()
+    [(home, text)] = Cluster.failed
+    Cluster.failed.clear()
+    assert home == c.home and not home.exists()
+    assert "agent: lease expired: stopping 1 unit(s)" in text and "---- test host host1: its side" in text
+    assert "ZeroDivisionError" in text
+
+    quiet = Cluster()
+    quiet.close()  # no failure on its way: nothing kept
+    assert Cluster.failed == []

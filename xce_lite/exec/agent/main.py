@@ -155,7 +155,7 @@ def serve_main(argv: list[str], bundle) -> int:
         if mode != "plain":
             code = bundle.compiled(os.path.join(spool, BIN))
             if host["tools"] is not None:
-                scripts = unit_scripts(spool, cgroup, host["tools"])
+                scripts = unit_scripts(spool, cgroup)
         prepare_spool(spool, code)
     except (OSError, SyntaxError) as exc:
         return fatal(f"cannot prepare spool {spool}: {exc}; check the spool's file system")

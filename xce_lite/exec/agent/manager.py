@@ -46,7 +46,8 @@ class Manager:
 
     def handle_bus(self) -> None:
         """Act on what the manager sent: replies to calls, and the UnitRemoved of known units (whose
-        result is then in the journal, or they are lost)."""
+        result is then in the journal or, a direct unit's, in the file its stop script left; else they
+        are lost)."""
         s = self.state
         bus = s.bus
         if bus is None:  # not connected (callers check first): nothing to read
@@ -74,6 +75,7 @@ class Manager:
                 self.answered(s.calls.pop(message.reply_to), message)
         if s.removed:
             self.unit_state.catch_up()
+            self.unit_state.take_records(list(dict.fromkeys(s.removed)))  # their stop scripts' (systemd.STOP_RECORD)
             units = [u for u in dict.fromkeys(s.removed) if u in s.watched]
             s.removed.clear()
             known = self.unit_state.ask_systemd(units)
@@ -230,7 +232,7 @@ class Manager:
         if user is None:
             return props + [start, ("ExecStopPost", ("a(sasb)", [("/bin/sh", stop, True)]))]
         # As the job's user: systemd drops to them (and sets HOME, USER, LOGNAME) before ExecStart;
-        # the stop script, which appends to our journal, keeps root's privileges ("+", the flag
+        # the stop script, which writes into our unit directory, keeps root's privileges ("+", the flag
         # "privileged"). The job's env file is theirs (it is their env); its directory, ours.
         return props + [
             ("User", ("s", user["name"])), ("Group", ("s", str(user["gid"]))),

@@ -208,6 +208,8 @@ class UnitState:
             return "running", u.start_time, None, None  # forked by a zygote that died: zygote.py
         if u.result is None and (unit in s.starting or unit in s.tracked):
             return "running", u.start_time, None, None
+        if u.result is None and u.direct is not None:  # its stop script may have left its record
+            self.take_records([unit])
         if u.result is None and u.mode != "plain":  # the rare path: `post` runs, or it never started
             if known is None or unit not in known:
                 known = self.link.systemd_known([unit])
@@ -222,6 +224,16 @@ class UnitState:
             self.record_lost(unit, u)
         assert u.result is not None  # record_lost's `finished` record, folded by append
         return "finished", u.result.get("start_time"), u.result, None
+
+    def take_records(self, units: list[str]) -> None:
+        """Append, in one write with one fdatasync, the finished records that the stop scripts of
+        these direct units left (systemd.stop_records): durable before anything reports them, and
+        before their host directories go (catch_up folds them)."""
+        from .systemd import stop_records
+
+        found = stop_records(self.state.units_dir, self.state.units, units)
+        if found:
+            self.append(found, sync=True)
 
     def record_lost(self, unit: str, u: Unit) -> None:
         """Record (durably) the result of a unit whose supervisor died, or whose host restarted.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from .journal import JOURNAL
+from .journal import Unit, record
 from .signals import SIGNAL_NAMES, signal
 from .util import BIN, UNITS, shell_quote, write_file
 
@@ -39,13 +39,13 @@ EXEC_SCRIPT = r"""# written by the xce host agent: a direct unit's ExecStart (se
 exec "$@"
 """
 STOP_SCRIPT = r"""# written by the xce host agent: a direct unit's ExecStopPost (see agent.py), which systemd runs
-# however the unit ended. Appends THE finished record of unit $1 to the journal, fdatasync'ed, worded
-# as the supervisor words its results. Args: UNIT START_TIME MODE RUN_LIMIT MEM_LIMIT BOOT (the boot's
-# epoch in 1/100 s); "-" for no limit. Only shell builtins, but for flock (the journal's shared lock)
-# and sync.
+# however the unit ended. Writes THE finished record of unit $1, worded as the supervisor words its
+# results, to UNITS/$1/finished, which the agent appends to its journal, fdatasync'ed, before anything
+# reports it (systemd.STOP_RECORD). Args: UNIT START_TIME MODE RUN_LIMIT MEM_LIMIT BOOT (the boot's
+# epoch in 1/100 s); "-" for no limit. Shell builtins only: no exec, no fork.
 umask 077
 IFS=' '
-unit=$1 start=$2 mode=$3 run=$4 mem=$5 boot=$6 dir=@UNITS@/$1 j=@JOURNAL@
+unit=$1 start=$2 mode=$3 run=$4 mem=$5 boot=$6 dir=@UNITS@/$1
 cpu=0 peak=0 oom=0 code=null sig=null reason=null
 while IFS=: read -r _ c p; do
   case $p in */"$unit".service) ;; */"$unit".service/.control) p=${p%/.control} ;; *) continue ;; esac
@@ -86,17 +86,22 @@ elif [ -z "$EXIT_CODE" ]; then
 elif [ "$code" != null ] && [ "$code" -ge 200 ] && [ "$code" -le 249 ]; then
   reason="\"exit status $code: systemd uses 200-249 for its own failures to start a job; see $journalctl\""
 fi
-f='\n{"event":"finished","unit":"%s","result":{"exit_code":%s,"signal":%s,"start_time":%s,"end_time":%d.%02d,'
+f='{"event":"finished","unit":"%s","result":{"exit_code":%s,"signal":%s,"start_time":%s,"end_time":%d.%02d,'
 f=$f'"cpu_time":%d.%09d,"max_rss":%d,"reason":%s,"service_result":%s,"mode":"%s"}}\n'
-exec 3>>"$j" && @FLOCK@ -s 3 || exit 1
-while ! [ /proc/self/fd/3 -ef "$j" ]; do exec 3>>"$j" && @FLOCK@ -s 3 || exit 1; done
+# No flock and no sync (each was an exec: 1.8 ms of the host's CPU per unit, bench/systemd_units.py):
+# the file is the unit's own, and the agent makes the record durable (see STOP_RECORD).
 printf "$f" "$unit" "$code" "$sig" "$start" $((end / 100)) $((end % 100)) $((cpu / 1000000000)) \
-  $((cpu % 1000000000)) "$peak" "$reason" "$result" "$mode" >&3
-# The lock goes with the fd, before the sync: a compaction that renames a new journal over $j in
-# between has copied this record into it, and fsynced it; then this syncs that one.
-exec 3>&-
-exec @SYNC@ -d "$j"
+  $((cpu % 1000000000)) "$peak" "$reason" "$result" "$mode" > "$dir/@RECORD@"
 """
+# Where STOP_SCRIPT leaves a unit's finished record: UNITS/UNIT/finished, one line. The agent reads it
+# once systemd has removed the unit (or no longer knows it), appends it to its journal with fdatasync
+# and only then reports it and removes the directory (state.UnitState.take_records). Why no sync here:
+# until the agent has read it the record may be only in the page cache, so an OS crash in that window
+# (milliseconds while the agent runs; up to the kernel's writeback, ~30 s, while it is away) loses it
+# and the unit is judged lost, as a crash a moment before the job's end would have it. An agent-records
+# unit (no ExecStopPost) has the same window, and a longer one: systemd's memory. The agent's own
+# fdatasync before a result goes out is what makes a reported result durable.
+STOP_RECORD = "finished"
 
 
 # A unit's properties that unit_result reads (the Service interface's, and ActiveState, SubState).
@@ -167,7 +172,43 @@ def env_file_text(argv: list[str], env: dict[str, str]) -> bytes:
     return "".join(lines).encode("utf-8", "surrogateescape")
 
 
-def unit_scripts(spool: str, cgroup: str | None, tools: dict[str, str]) -> tuple[str, str]:
+def stop_record(host_dir: str, unit: str) -> dict | None:
+    """The result STOP_SCRIPT left in the unit's host directory (STOP_RECORD), or None: none there
+    (the unit's stop script has not run, or it ended before it wrote: lost), or not a whole record
+    of this unit (an OS crash while it wrote: lost too)."""
+    from .jsonl import loads
+    from .util import read_text
+
+    try:
+        text = read_text(os.path.join(host_dir, STOP_RECORD))
+    except OSError:
+        return None
+    if not text or not text.endswith("\n"):
+        return None
+    try:
+        rec = loads(text)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict) or rec.get("event") != "finished" or rec.get("unit") != unit:
+        return None
+    result = rec.get("result")
+    return result if isinstance(result, dict) else None
+
+
+def stop_records(units_dir: str, units: dict[str, Unit], names: list[str]) -> bytes:
+    """The finished records (journal lines) that STOP_SCRIPT left for those of `names` that are
+    direct units with an ExecStopPost (not agent-recorded) and no result yet."""
+    found = []
+    for name in names:
+        u = units.get(name)
+        if u is not None and u.result is None and u.direct is not None and u.direct.get("record") != "agent":
+            result = stop_record(os.path.join(units_dir, name), name)
+            if result is not None:
+                found.append(record("finished", unit=name, result=result))
+    return b"".join(found)
+
+
+def unit_scripts(spool: str, cgroup: str | None) -> tuple[str, str]:
     """Write EXEC_SCRIPT and STOP_SCRIPT (made for this spool and host) into SPOOL/bin, named by
     their content, so that a unit started by an earlier agent keeps its own; their paths."""
     import hashlib
@@ -175,9 +216,8 @@ def unit_scripts(spool: str, cgroup: str | None, tools: dict[str, str]) -> tuple
     table = " ".join(f"{name[3:]}) sig={num} ;;" for num, name in sorted(SIGNAL_NAMES.items()))
     v2 = "/sys/fs/cgroup/unified" if cgroup == "hybrid" else "/sys/fs/cgroup"
     stop = STOP_SCRIPT
-    for key, value in (("UNITS", os.path.join(spool, UNITS)), ("JOURNAL", os.path.join(spool, JOURNAL)), ("V2", v2),
-                       ("HZ", str(os.sysconf("SC_CLK_TCK"))), ("SIGNALS", table), ("RTMIN", str(signal.SIGRTMIN)),
-                       ("FLOCK", tools["flock"]), ("SYNC", tools["sync"])):
+    for key, value in (("UNITS", os.path.join(spool, UNITS)), ("V2", v2), ("HZ", str(os.sysconf("SC_CLK_TCK"))),
+                       ("SIGNALS", table), ("RTMIN", str(signal.SIGRTMIN)), ("RECORD", STOP_RECORD)):
         stop = stop.replace(f"@{key}@", value)
     paths = []
     for kind, text in (("exec", EXEC_SCRIPT), ("stop", stop)):
