@@ -112,7 +112,7 @@ class ControllerConfig(StrictModel):
     keep_requests: Seconds = Field(default=86400.0, gt=0)
     # Prefill: a job that fits inside a running job's allocation on its host is sent there queued
     # behind it, and starts the moment it ends, without waiting for the controller (HyperQueue's
-    # prefill). At most one per running job; off: a freed slot waits for the next session. A queued
+    # prefill). At most `prefill_depth` per running job; off: a freed slot waits for the next session. A queued
     # job keeps the pend reason a dispatch would give it (the resource, the limit), and `xce why`
     # and `xce jobs -l` say where it waits as well (README, "Prefill").
     prefill: bool = True

@@ -21,12 +21,23 @@ session's successors are named, so a job named elsewhere now displaces nobody). 
 rebuilds a successor's request from its row (recovery.py), so one recovered queued is withdrawn as
 well.
 
+Chains (`controller: prefill_depth`, default 2): a queued successor that has none of its own may get
+one, inside its allocation, while the chain behind the unit that runs is shorter than the depth
+(`_depth`); only a chain's TAIL is withdrawn (a middle would have to pass its follower on). A
+successor that leaves its host's queue unstarted (withdrawn, refused, killed) passes its follower
+to its own predecessor, as the host's agent does (exec/agent/successors.py): `_pass_on` when the
+host says so, `_repoint` for one that ended (a kill) without a word of its queue. One dropped at a
+lease's end whose predecessor is not running there either (it was queued, or is being launched
+again itself) goes back to PEND rather than be launched beside it.
+
 Invariants: no double booking: while its predecessor is active (and not ending in this tick) a
 successor holds nothing of its own in a session's view (`Active.queued`; the predecessor's
 allocation contains it), and once the predecessor ends, the successor's allocation counts.
 `state.behind` maps each successor to its predecessor until it starts; at most one successor per
-running unit. Never run twice: a successor is a DISP job like any other (unit names fence it; the
-agent journals its queue); a queue dropped when the host's lease ran out is launched again.
+unit, running or queued (it is `taken` while one is behind it, or started early). Never run twice:
+a successor is a DISP job like any other (unit names fence it; the agent journals its queue); a
+queue dropped when the host's lease ran out is launched again (or, behind a unit not running
+there, requeued).
 """
 
 from __future__ import annotations
@@ -61,6 +72,24 @@ def behind_in(events: list[tuple[float, str, dict | None]]) -> int | None:
     return behind_of((last or {}).get("queued"))
 
 
+def recover_chains(behind: dict[int, int], active: Any, store: Any) -> None:
+    """After a restart (recovery.py): a successor whose predecessor ended unstarted while queued
+    itself (killed in its host's queue) waits behind that one's predecessor, as its agent says
+    (`Prefill._repoint`, from the store: the ended job is no longer in `behind`)."""
+    for job_id, first in list(behind.items()):
+        pred: int | None = first
+        for _ in range(8):  # (a chain is at most prefill_depth long)
+            if pred is None or pred in active:
+                break
+            rows = store.jobs([pred])
+            if not rows or rows[0].start_time is not None:
+                pred = None  # it ran: what it followed has ended too
+                break
+            pred = behind_in(store.events(pred))
+        if pred is not None and pred in active and pred != first:
+            behind[job_id] = active[job_id].after = pred
+
+
 class Prefill:
     """See the module docstring. `enabled`: the seams allow it (not the simulator); the config's
     `controller: prefill` is read at each session. Everything here runs holding the state's lock,
@@ -85,6 +114,7 @@ class Prefill:
         out: set[int] = set()
         active = self.state.active
         with self.state.mu:
+            self._repoint()
             for job_id, pred in list(self.state.behind.items()):
                 job = active.get(job_id)
                 if job is None:  # not applied yet (extend cleans up: the tick's thread alone)
@@ -103,6 +133,43 @@ class Prefill:
                     out.add(job_id)
         return out
 
+    def _repoint(self) -> None:
+        """Each successor behind one that ended never reported started (killed in its host's
+        queue: its agent passed the follower on likewise) follows that one's predecessor instead
+        (holding the lock). A start reported takes a job out of `state.behind`, so one still in it
+        that is no longer active left unstarted."""
+        behind, active = self.state.behind, self.state.active
+        for job_id, pred in list(behind.items()):
+            first = pred
+            for _ in range(len(behind)):  # (never circular: bounded anyway)
+                if pred in active or pred not in behind:
+                    break
+                pred = behind[pred]
+            if pred != first:
+                behind[job_id] = pred
+                if (job := active.get(job_id)) is not None:
+                    job.after = pred
+
+    def _pass_on(self, job_id: int, pred: int | None) -> None:
+        """`job_id` left its host's queue unstarted: its follower now waits behind `pred` (holding the lock)."""
+        if pred is None:
+            return
+        for follower in [f for f, p in self.state.behind.items() if p == job_id]:
+            self.state.behind[follower] = pred
+            if (job := self.state.active.get(follower)) is not None:
+                job.after = pred
+
+    def _depth(self, job: Active) -> int:
+        """How many queued successors `job` is behind: 0 for a unit that runs (or is on its way)."""
+        depth, active = 0, self.state.active
+        while job.after is not None and depth <= len(self.state.behind):
+            depth += 1
+            pred = active.get(job.after)
+            if pred is None:
+                break
+            job = pred
+        return depth
+
     def _unended(self, pred: int, closing: AbstractSet[int]) -> bool:
         """Whether job `pred` is active and its end not known here (not ending, not in `closing`)."""
         job = self.state.active.get(pred)
@@ -119,6 +186,7 @@ class Prefill:
         """`decisions` with a successor's dispatch for each running unit that can have one."""
         config = self.state.config.controller
         with self.state.mu:  # successors that ended, or whose dispatch was declined: all applied by now
+            self._repoint()
             for job_id in [j for j in self.state.behind if j not in self.state.active]:
                 del self.state.behind[job_id]
             for job_id, pred in list(self.started_early.items()):
@@ -169,14 +237,17 @@ class Prefill:
     def _name(self, decisions: Decisions, hosts: Any, shared: Any, now: float,
               closing: AbstractSet[int]) -> tuple[Successor, ...]:
         """The successors named now (recorded in `state.behind`), one for each unit that can have one."""
+        depth = self.state.config.controller.prefill_depth
         with self.state.mu:
             taken = set(self.state.behind.values()) | set(self.started_early.values())
             # units that run, are on their way, or are dispatched now (their launch goes first, on
-            # the same channel): each may have one successor; a queued successor is none yet
+            # the same channel), and queued successors launched less than `depth` deep: each may
+            # have one successor (a queued one on its host's queue, behind which it waits)
             running = [
                 _unit_of(job, job.id in taken) for job in self.state.active.values()
                 if len(job.units) == 1 and job.status[0] in (SENT, RUNNING) and not job.ending and not job.killed
-                and job.after is None and not job.holding.shared and job.id not in closing]
+                and not job.withdrawing and (job.after is None or self._depth(job) < depth)
+                and not job.holding.shared and job.id not in closing]
             for d in decisions.dispatches:
                 pending = self.state.pending.get(d.job_id)
                 if pending is not None and len(d.placement.allocs) == 1 and not d.placement.shared:
@@ -202,11 +273,13 @@ class Prefill:
         each one a pending job of higher rank, not in `placed`, could replace (sched/prefill.outranked)."""
         with self.state.mu:
             active, unsent = self.state.active, set(self.units.to_launch)
+            followed = set(self.state.behind.values()) | set(self.started_early.values())
             # on its host: launched (SENT), or listed queued there after a restart (NEW: reconcile
-            # leaves it as it is), not one whose launch is still to go
+            # leaves it as it is), not one whose launch is still to go; a chain's tail only
             queued = tuple(
                 QueuedSuccessor(pending, job.host_of(0), job.after) for job_id, pending in self.requests.items()
-                if pending.blocked is None and (job := active.get(job_id)) is not None and job.queued
+                if job_id not in followed and pending.blocked is None and (job := active.get(job_id)) is not None
+                and job.queued
                 and job.after is not None and not (job.withdrawing or job.ending or job.killed)
                 and (job.status[0] == SENT or (job.status[0] == NEW and job.units[0] not in unsent)))
             if self.why:  # a withdrawal never answered (its host was lost, the job requeued): forgotten
@@ -243,6 +316,12 @@ class Prefill:
                     job.withdrawing = False  # asked again by a later session
                     self.why.pop(job.id, None)
 
+    def _not_running(self, pred: int) -> bool:
+        """Whether active job `pred` is not known to run on its host: a queued successor still, or
+        to be launched (again); False if it ended (nothing of it holds the slot)."""
+        job = self.state.active.get(pred)
+        return job is not None and (pred in self.state.behind or job.status[0] == NEW)
+
     def request_of(self, job: Active, request: LaunchRequest) -> LaunchRequest:
         """The launch of `job`'s unit: with `after` while it is a successor of an active job."""
         pred = self.state.active.get(job.after) if job.after is not None else None
@@ -261,6 +340,20 @@ class Prefill:
         pred = self.state.behind.pop(job.id, None)
         if pred is not None and event.status in ("started", "running"):
             self._started(job.id, pred, frozenset())
+        elif event.status == "dropped" and not job.ending and pred is not None and self._not_running(pred):
+            # its predecessor was queued too (or is being launched again): launched now, it would
+            # start beside the unit that still holds the slot; dispatched again as any instead
+            job.status[index] = NEW
+            job.after, job.queued, job.withdrawing = None, False, False
+            job.ending = True
+            self.state.dirty = True
+            self.state.unrecorded_requeues.append(Requeue(job.id, job.state, f"dropped from host {event.host}'s "
+                                                          f"queue behind job {pred}: {event.error}"))
+            self.state.wake.set()
+            self.why.pop(job.id, None)
+            return
+        elif event.status != "dropped":
+            self._pass_on(job.id, pred)  # it left unstarted: its follower waits behind its predecessor now
         why = self.why.pop(job.id, "")  # why it was withdrawn, if it was asked (none after a restart)
         job.after, job.queued, job.withdrawing = None, False, False
         self.state.dirty = True  # it holds its allocation now (its predecessor's is gone), or nothing
