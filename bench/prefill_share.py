@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                         behind[job_id] = (when, int(str(last["queued"]).rsplit(" ", 1)[-1]))
                     withdrawn += any(kind == "requeued" and "withdrawn" in str(data) for _t, kind, data in history)
                 started = {job.id: job.start_time for job in store.jobs([p for _w, p in behind.values()])}
-                for when, pred in behind.values():  # its predecessor had not started when it was named
-                    chained += (started.get(pred) or 0.0) > when
+                for when, pred in behind.values():  # its predecessor, queued itself, had not started then
+                    chained += pred in behind and (started.get(pred) or 0.0) > when
             finally:
                 store.close()
             print(f"run {run + 1}: {args.jobs / wall:.0f} jobs/s; started as queued successors {queued} of "

@@ -64,8 +64,10 @@ def queue_behind(state: ControllerState, prefill: Prefill, job_id: int, pred: in
 
 def named(prefill: Prefill, state: ControllerState, closing: frozenset[int] = frozenset(),
           hosts: tuple[HostView, ...] = FULL) -> list[tuple[int, int]]:
-    """(successor, predecessor) named after a session that dispatched nothing (not applied: undone)."""
-    prefill.hidden(closing)
+    """(successor, predecessor) named after a session that dispatched nothing (not applied: undone),
+    `closing` as the tick passes it: with what hidden() returned (and the hosts' view asks again)."""
+    closing = closing | prefill.hidden(closing)
+    assert prefill.hidden(closing) <= closing  # (core._hosts_now): the same links hold nothing
     waiting = (("no room", tuple(state.pending)),)
     decisions = prefill.extend(Decisions((), waiting, True), hosts, FrozenMap({}), 10.0, closing)
     out = [(d.job_id, state.behind.pop(d.job_id)) for d in decisions.dispatches]
@@ -154,10 +156,10 @@ def test_a_restart_finds_a_killed_middles_follower_behind_the_unit_before_it():
     assert behind == {3: 2}
 
 
-def test_the_depth_is_one_or_more_and_two_by_default():
+def test_the_depth_is_one_or_more_and_one_by_default():
     config = {"cluster": "c", "hosts": [{"name": "h1", "slots": 1, "mem": "1G"}],
               "queues": [{"name": "normal", "default": True}]}
-    assert ClusterConfig.model_validate(config).controller.prefill_depth == 2
+    assert ClusterConfig.model_validate(config).controller.prefill_depth == 1
     for wrong in (0, -1, 9, "deep"):
         with pytest.raises(ValidationError):
             ClusterConfig.model_validate({**config, "controller": {"prefill_depth": wrong}})

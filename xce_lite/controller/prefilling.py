@@ -21,7 +21,7 @@ session's successors are named, so a job named elsewhere now displaces nobody). 
 rebuilds a successor's request from its row (recovery.py), so one recovered queued is withdrawn as
 well.
 
-Chains (`controller: prefill_depth`, default 2): a queued successor that has none of its own may get
+Chains (`controller: prefill_depth` > 1; default 1): a queued successor that has none of its own may get
 one, inside its allocation, while the chain behind the unit that runs is shorter than the depth
 (`_depth`); only a chain's TAIL is withdrawn (a middle would have to pass its follower on). A
 successor that leaves its host's queue unstarted (withdrawn, refused, killed) passes its follower
@@ -110,8 +110,9 @@ class Prefill:
 
     def hidden(self, closing: AbstractSet[int]) -> set[int]:
         """The successors that hold nothing of their own in this tick's session (their predecessor
-        is active and not in `closing`); each one's `queued` is set to match."""
-        out: set[int] = set()
+        is active, not ending, and not in `closing` unless it holds nothing itself: a chain's links
+        behind the unit that runs, so `closing` may hold what an earlier call returned); each one's
+        `queued` is set to match."""
         active = self.state.active
         with self.state.mu:
             self._repoint()
@@ -127,11 +128,23 @@ class Prefill:
                     # before it ends (its launch reply came after its predecessor's end: no unqueued)
                     self.state.dirty = True
                     self.state.wake.set()
-                    continue
-                job.queued = pred in active and pred not in closing and not active[pred].ending
-                if job.queued:
-                    out.add(job_id)
-        return out
+            memo: dict[int, bool] = {}
+            for job_id in self.state.behind:
+                if (job := active.get(job_id)) is not None:
+                    job.queued = self._holds_nothing(job_id, closing, memo)
+            return {job_id for job_id, hides in memo.items() if hides}
+
+    def _holds_nothing(self, job_id: int, closing: AbstractSet[int], memo: dict[int, bool]) -> bool:
+        """Whether successor `job_id` holds nothing of its own (see hidden; holding the lock)."""
+        if job_id in memo:
+            return memo[job_id]
+        memo[job_id] = False  # (a chain is never circular: guarded anyway)
+        pred = self.state.behind.get(job_id)
+        job = self.state.active.get(pred) if pred is not None else None
+        hides = (job_id in self.state.active and job is not None and not job.ending
+                 and (pred not in closing or self._holds_nothing(pred, closing, memo)))
+        memo[job_id] = hides
+        return hides
 
     def _repoint(self) -> None:
         """Each successor behind one that ended never reported started (killed in its host's
@@ -171,9 +184,10 @@ class Prefill:
         return depth
 
     def _unended(self, pred: int, closing: AbstractSet[int]) -> bool:
-        """Whether job `pred` is active and its end not known here (not ending, not in `closing`)."""
+        """Whether job `pred` is active and its end not known here (not ending, not in `closing`
+        unless there as a queued successor that holds nothing: hidden)."""
         job = self.state.active.get(pred)
-        return job is not None and pred not in closing and not job.ending
+        return job is not None and (pred not in closing or job.queued) and not job.ending
 
     def _started(self, job_id: int, pred: int, closing: AbstractSet[int]) -> None:
         """Successor `job_id` of `pred` runs (holding the lock): if `pred`'s end has not reached us,
@@ -247,7 +261,7 @@ class Prefill:
                 _unit_of(job, job.id in taken) for job in self.state.active.values()
                 if len(job.units) == 1 and job.status[0] in (SENT, RUNNING) and not job.ending and not job.killed
                 and not job.withdrawing and (job.after is None or self._depth(job) < depth)
-                and not job.holding.shared and job.id not in closing]
+                and not job.holding.shared and (job.id not in closing or job.queued)]
             for d in decisions.dispatches:
                 pending = self.state.pending.get(d.job_id)
                 if pending is not None and len(d.placement.allocs) == 1 and not d.placement.shared:
