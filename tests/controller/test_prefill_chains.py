@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from xce_lite.config.cluster import ClusterConfig
 from xce_lite.config.sched_view import Holding
-from xce_lite.controller.prefilling import Prefill, recover_chains
+from xce_lite.controller.prefill_chains import recover_chains
+from xce_lite.controller.prefilling import Prefill
 from xce_lite.controller.state import NEW, RUNNING, SENT, Active, ControllerState
 from xce_lite.exec.host import UnitUnqueued
 from xce_lite.models import DISP, RUN
@@ -31,8 +32,8 @@ FULL = (HostView("h1", "ok", {"slots": 1, "mem": G}, {"slots": 0, "mem": 0}),)  
 ROOM = FULL + (HostView("h2", "ok", {"slots": 1, "mem": G}, {"slots": 1, "mem": G}),)  # and h2 is free
 
 
-def pend(job_id: int) -> PendingJob:
-    return PendingJob(job_id, "alice", "normal", JobRequest(job_id, 1, None, parse("")))
+def pend(job_id: int, priority: int = 0) -> PendingJob:
+    return PendingJob(job_id, "alice", "normal", JobRequest(job_id, 1, None, parse("")), priority)
 
 
 def cluster(depth: int = 2) -> tuple[ControllerState, Prefill, list[str]]:
@@ -86,6 +87,17 @@ def test_a_queued_successor_gets_one_of_its_own_up_to_the_depth():
     state, prefill, _asked = cluster(depth=3)
     queue_behind(state, prefill, 3, 2)
     assert named(prefill, state) == [(4, 3)]
+
+
+def test_a_chain_keeps_a_dispatchs_order_a_job_of_higher_rank_goes_ahead_tail_first():
+    state, prefill, asked = cluster()
+    state.pending.add(pend(4, priority=5))  # later, of higher rank than the queued job 2
+    assert named(prefill, state) == []  # not behind job 2: it must go ahead of it, and job 2 takes none
+    assert asked == ["u2"]  # job 2 gives way (outranked): job 4 then follows job 1
+    state, prefill, asked = cluster()
+    queue_behind(state, prefill, 3, 2)
+    state.pending.add(pend(4, priority=5))
+    assert named(prefill, state) == [] and asked == ["u3"]  # the tail first; job 2 next time
 
 
 def test_started_early_holds_for_every_link():
@@ -156,10 +168,10 @@ def test_a_restart_finds_a_killed_middles_follower_behind_the_unit_before_it():
     assert behind == {3: 2}
 
 
-def test_the_depth_is_one_or_more_and_one_by_default():
+def test_the_depth_is_one_or_more_and_two_by_default():
     config = {"cluster": "c", "hosts": [{"name": "h1", "slots": 1, "mem": "1G"}],
               "queues": [{"name": "normal", "default": True}]}
-    assert ClusterConfig.model_validate(config).controller.prefill_depth == 1
+    assert ClusterConfig.model_validate(config).controller.prefill_depth == 2
     for wrong in (0, -1, 9, "deep"):
         with pytest.raises(ValidationError):
             ClusterConfig.model_validate({**config, "controller": {"prefill_depth": wrong}})

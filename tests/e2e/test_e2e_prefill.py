@@ -75,12 +75,15 @@ controller:
 """
 
 
-def one_slot() -> AbstractContextManager[Cluster]:
-    return running_cluster(config=ONE_SLOT.format(pid=os.getpid()))
+ONE_DEEP = "  prefill_depth: 1\n"  # one successor per running job (chains: test_e2e_prefill_chains.py)
+
+
+def one_slot(extra: str = "") -> AbstractContextManager[Cluster]:
+    return running_cluster(config=ONE_SLOT.format(pid=os.getpid()) + extra)
 
 
 def test_successors_start_in_order_as_each_predecessor_ends_and_run_once():
-    with one_slot() as c:
+    with one_slot(ONE_DEEP) as c:
         a = held(c, "a")
         c.wait_state(a, {"RUN"})
         b, d = held(c, "b"), quick(c, "d")
@@ -288,7 +291,7 @@ def test_an_array_with_a_queued_element_is_held_whole_and_runs_each_element_once
 
 
 def test_a_queued_successor_gives_way_to_a_job_of_higher_rank_which_runs_first_each_once():
-    with running_cluster(config=TWO_QUEUES.format(pid=os.getpid())) as c:
+    with running_cluster(config=TWO_QUEUES.format(pid=os.getpid()) + ONE_DEEP) as c:
         a = held(c, "a")
         c.wait_state(a, {"RUN"})
         b = held(c, "b")
@@ -338,69 +341,3 @@ def test_a_queued_successor_keeps_the_reason_a_dispatch_gives_it_and_says_where_
         assert c.xce("wait", str(b)).returncode == 0 and runs(c, "b") == ["1"]
         assert c.job(b)["pend_reason"] is None and c.job(b)["queued_behind"] is None
 
-
-CHAIN = """\
-cluster: tc{pid}
-hosts:
-  - {{name: a, slots: 1, mem: 1G}}
-queues:
-  - {{name: normal, default: true}}
-controller:
-  tick: 1s
-  grace: 1s
-  lease: 3s
-  lease_margin: 1s
-  host_lost_after: 5s
-  prefill_depth: 2
-"""
-
-
-def test_a_chain_two_deep_through_a_kill_of_its_middle_then_a_host_lost_and_back_runs_each_job_once():
-    with running_cluster(config=CHAIN.format(pid=os.getpid())) as c:
-        p = held(c, "p")
-        c.wait_state(p, {"RUN"})
-        m = held(c, "m")
-        queued(c, m, "a", p)
-        t = quick(c, "t")
-        queued(c, t, "a", m)  # behind a queued job: a chain two deep
-        c.ok("kill", str(m))  # its middle: t now waits behind p, never beside it
-        assert c.wait_state(m, {"EXIT"})["start_time"] is None
-        queued(c, t, "a", p)
-        x = quick(c, "x")
-        queued(c, x, "a", t)  # p has its successor still: x goes behind t, not beside it
-        assert runs(c, "t") == [] and runs(c, "x") == []
-        with HostOutage(c, "a"):  # p runs on; t and x wait in the journal; then the lease runs out
-            wait_until(lambda: hosts_of(c)["a"].get("lost") is True, 90, "host a to be declared lost")
-            wait_until(lambda: pending(c, p) and pending(c, t) and pending(c, x), 30, "p, t and x requeued")
-        wait_until(lambda: hosts_of(c)["a"]["state"] == "ok", 60, "host a to come back")
-        c.wait_state(p, {"RUN"}, timeout=60)
-        (c.work / "go-p").touch()
-        c.wait_state(t, {"DONE"}, timeout=60), c.wait_state(x, {"DONE"}, timeout=60), c.wait_state(p, {"DONE"})
-        jobs = {j: c.job(j) for j in (p, t, x)}
-        assert jobs[t]["start_time"] >= jobs[p]["end_time"] and jobs[x]["start_time"] >= jobs[t]["end_time"]
-        assert (runs(c, "p"), runs(c, "m"), runs(c, "t"), runs(c, "x")) == (["1", "2"], [], ["2"], ["2"])
-
-
-def test_a_chain_two_deep_through_controller_restarts_runs_each_job_once_in_order():
-    with running_cluster(config=CHAIN.format(pid=os.getpid())) as c:
-        p = held(c, "p")
-        c.wait_state(p, {"RUN"})
-        m = held(c, "m")
-        queued(c, m, "a", p)
-        t = quick(c, "t")
-        queued(c, t, "a", m)
-        c.kill9_controller()  # a restart in the middle: the chain is recovered as it was
-        c.start()
-        queued(c, m, "a", p), queued(c, t, "a", m)
-        c.kill9_controller()  # and p ends with no controller: m starts, t stays behind it
-        (c.work / "go-p").touch()
-        wait_until(lambda: runs(c, "m") == ["1"], 30, "m to start with no controller")
-        c.start()
-        c.wait_state(m, {"RUN"})
-        queued(c, t, "a", m)
-        assert runs(c, "t") == []
-        (c.work / "go-m").touch()
-        c.wait_state(t, {"DONE"})
-        jobs = {j: c.job(j) for j in (p, m, t)}
-        assert jobs[m]["start_time"] >= jobs[p]["end_time"] and jobs[t]["start_time"] >= jobs[m]["end_time"]
-        assert (runs(c, "p"), runs(c, "m"), runs(c, "t")) == (["1"], ["1"], ["1"])

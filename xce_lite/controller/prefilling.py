@@ -21,12 +21,13 @@ session's successors are named, so a job named elsewhere now displaces nobody). 
 rebuilds a successor's request from its row (recovery.py), so one recovered queued is withdrawn as
 well.
 
-Chains (`controller: prefill_depth` > 1; default 1): a queued successor that has none of its own may get
-one, inside its allocation, while the chain behind the unit that runs is shorter than the depth
-(`_depth`); only a chain's TAIL is withdrawn (a middle would have to pass its follower on). A
+Chains (`controller: prefill_depth`, default 2; 1: one per running unit): a queued successor
+that has none of its own may get one, inside its allocation, while the chain behind the unit that
+runs is shorter than the depth (prefill_chains.chain_depth); only a chain's TAIL is withdrawn (a middle would have
+to pass its follower on). A
 successor that leaves its host's queue unstarted (withdrawn, refused, killed) passes its follower
-to its own predecessor, as the host's agent does (exec/agent/successors.py): `_pass_on` when the
-host says so, `_repoint` for one that ended (a kill) without a word of its queue. One dropped at a
+to its own predecessor, as the host's agent does (exec/agent/successors.py): `pass_on` when the
+host says so, `repoint` for one that ended (a kill) without a word of its queue. One dropped at a
 lease's end whose predecessor is not running there either (it was queued, or is being launched
 again itself) goes back to PEND rather than be launched beside it.
 
@@ -42,52 +43,24 @@ there, requeued).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any
 
 from xce_lite import errors
+from xce_lite.controller.prefill_chains import behind_in as behind_in  # (re-exported: moved there)
+from xce_lite.controller.prefill_chains import behind_of as behind_of
+from xce_lite.controller.prefill_chains import chain_depth, pass_on, repoint
 from xce_lite.controller.state import NEW, RUNNING, SENT, Active, ControllerState
 from xce_lite.exec.host import LaunchRequest, UnitUnqueued
 from xce_lite.models import EXIT
+from xce_lite.sched.backlog import rank_of
 from xce_lite.sched.core import Decisions, Dispatch, Snapshot
 from xce_lite.sched.prefill import QueuedSuccessor, RunningUnit, Successor, outranked, successors, withdrawals
 from xce_lite.sched.prefill_rank import Ranked
 from xce_lite.store.jobs import Requeue
 
-_BEHIND = re.compile(r"^queued on \S+ behind job (\d+)$")
-
-
-def behind_of(reason: str | None) -> int | None:
-    """The predecessor `reason` ("queued on HOST behind job N") names, or None."""
-    match = _BEHIND.match(reason or "")
-    return int(match.group(1)) if match else None
-
-
-def behind_in(events: list[tuple[float, str, dict | None]]) -> int | None:
-    """The predecessor a DISP job waits behind, from its events (the last dispatch's "queued"; a
-    restart rebuilds `state.behind` from it), or None: it was dispatched as any job."""
-    last = next((data for _t, kind, data in reversed(events) if kind == "dispatched"), None)
-    return behind_of((last or {}).get("queued"))
-
-
-def recover_chains(behind: dict[int, int], active: Any, store: Any) -> None:
-    """After a restart (recovery.py): a successor whose predecessor ended unstarted while queued
-    itself (killed in its host's queue) waits behind that one's predecessor, as its agent says
-    (`Prefill._repoint`, from the store: the ended job is no longer in `behind`)."""
-    for job_id, first in list(behind.items()):
-        pred: int | None = first
-        for _ in range(8):  # (a chain is at most prefill_depth long)
-            if pred is None or pred in active:
-                break
-            rows = store.jobs([pred])
-            if not rows or rows[0].start_time is not None:
-                pred = None  # it ran: what it followed has ended too
-                break
-            pred = behind_in(store.events(pred))
-        if pred is not None and pred in active and pred != first:
-            behind[job_id] = active[job_id].after = pred
+FIRST_LOOKED = 64  # pending jobs looked at for the first that may run (_first_rank): past them, none is taken
 
 
 class Prefill:
@@ -115,7 +88,7 @@ class Prefill:
         `queued` is set to match."""
         active = self.state.active
         with self.state.mu:
-            self._repoint()
+            repoint(self.state.behind, self.state.active)
             for job_id, pred in list(self.state.behind.items()):
                 job = active.get(job_id)
                 if job is None:  # not applied yet (extend cleans up: the tick's thread alone)
@@ -140,48 +113,12 @@ class Prefill:
             return memo[job_id]
         memo[job_id] = False  # (a chain is never circular: guarded anyway)
         pred = self.state.behind.get(job_id)
-        job = self.state.active.get(pred) if pred is not None else None
-        hides = (job_id in self.state.active and job is not None and not job.ending
-                 and (pred not in closing or self._holds_nothing(pred, closing, memo)))
+        if pred is None or job_id not in self.state.active:
+            return False
+        job = self.state.active.get(pred)
+        hides = job is not None and not job.ending and (pred not in closing or self._holds_nothing(pred, closing, memo))
         memo[job_id] = hides
         return hides
-
-    def _repoint(self) -> None:
-        """Each successor behind one that ended never reported started (killed in its host's
-        queue: its agent passed the follower on likewise) follows that one's predecessor instead
-        (holding the lock). A start reported takes a job out of `state.behind`, so one still in it
-        that is no longer active left unstarted."""
-        behind, active = self.state.behind, self.state.active
-        for job_id, pred in list(behind.items()):
-            first = pred
-            for _ in range(len(behind)):  # (never circular: bounded anyway)
-                if pred in active or pred not in behind:
-                    break
-                pred = behind[pred]
-            if pred != first:
-                behind[job_id] = pred
-                if (job := active.get(job_id)) is not None:
-                    job.after = pred
-
-    def _pass_on(self, job_id: int, pred: int | None) -> None:
-        """`job_id` left its host's queue unstarted: its follower now waits behind `pred` (holding the lock)."""
-        if pred is None:
-            return
-        for follower in [f for f, p in self.state.behind.items() if p == job_id]:
-            self.state.behind[follower] = pred
-            if (job := self.state.active.get(follower)) is not None:
-                job.after = pred
-
-    def _depth(self, job: Active) -> int:
-        """How many queued successors `job` is behind: 0 for a unit that runs (or is on its way)."""
-        depth, active = 0, self.state.active
-        while job.after is not None and depth <= len(self.state.behind):
-            depth += 1
-            pred = active.get(job.after)
-            if pred is None:
-                break
-            job = pred
-        return depth
 
     def _unended(self, pred: int, closing: AbstractSet[int]) -> bool:
         """Whether job `pred` is active and its end not known here (not ending, not in `closing`
@@ -200,7 +137,7 @@ class Prefill:
         """`decisions` with a successor's dispatch for each running unit that can have one."""
         config = self.state.config.controller
         with self.state.mu:  # successors that ended, or whose dispatch was declined: all applied by now
-            self._repoint()
+            repoint(self.state.behind, self.state.active)
             for job_id in [j for j in self.state.behind if j not in self.state.active]:
                 del self.state.behind[job_id]
             for job_id, pred in list(self.started_early.items()):
@@ -257,11 +194,15 @@ class Prefill:
             # units that run, are on their way, or are dispatched now (their launch goes first, on
             # the same channel), and queued successors launched less than `depth` deep: each may
             # have one successor (a queued one on its host's queue, behind which it waits)
-            running = [
-                _unit_of(job, job.id in taken) for job in self.state.active.values()
+            units = [
+                job for job in self.state.active.values()
                 if len(job.units) == 1 and job.status[0] in (SENT, RUNNING) and not job.ending and not job.killed
-                and not job.withdrawing and (job.after is None or self._depth(job) < depth)
+                and not job.withdrawing and (job.after is None or chain_depth(job, self.state.active) < depth)
                 and not job.holding.shared and (job.id not in closing or job.queued)]
+            if any(job.after is not None for job in units):
+                first = self._first_rank()
+                units = [job for job in units if job.after is None or self._ranks_before(job.id, first)]
+            running = [_unit_of(job, job.id in taken) for job in units]
             for d in decisions.dispatches:
                 pending = self.state.pending.get(d.job_id)
                 if pending is not None and len(d.placement.allocs) == 1 and not d.placement.shared:
@@ -279,6 +220,26 @@ class Prefill:
                 if (job := self.state.pending.get(s.job_id)) is not None:
                     self.requests[s.job_id] = job
         return chosen
+
+    def _first_rank(self) -> tuple:
+        """The rank of the best-ranked pending job that may run (holding the lock; `()`, which no
+        rank is below, when the first few are all blocked)."""
+        priority = {q.name: q.priority for q in self.state.queue_policies}
+        for looked, job in enumerate(self._ranked_now()):
+            if job.blocked is None:
+                return rank_of(job, priority)
+            if looked >= FIRST_LOOKED:
+                break
+        return ()
+
+    def _ranks_before(self, job_id: int, first: tuple) -> bool:
+        """Whether queued successor `job_id` ranks before `first`: only then may it take a follower,
+        so that a chain keeps a dispatch's order (one of higher rank pending instead gets the chain's
+        place, sched/prefill.outranked, its tail first, and no job is named again behind the job it
+        is to go ahead of)."""
+        job = self.requests.get(job_id)
+        priority = {q.name: q.priority for q in self.state.queue_policies}
+        return job is not None and rank_of(job, priority) < first
 
     def withdraw(self, decisions: Decisions | None, hosts: Any, shared: Any, now: float,
                  closing: AbstractSet[int], placed: frozenset[int] = frozenset()) -> None:
@@ -367,7 +328,8 @@ class Prefill:
             self.why.pop(job.id, None)
             return
         elif event.status != "dropped":
-            self._pass_on(job.id, pred)  # it left unstarted: its follower waits behind its predecessor now
+            # it left unstarted: its follower waits behind its predecessor now
+            pass_on(self.state.behind, self.state.active, job.id, pred)
         why = self.why.pop(job.id, "")  # why it was withdrawn, if it was asked (none after a restart)
         job.after, job.queued, job.withdrawing = None, False, False
         self.state.dirty = True  # it holds its allocation now (its predecessor's is gone), or nothing

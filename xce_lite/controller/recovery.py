@@ -16,7 +16,7 @@ from xce_lite.controller.dispatching import Dispatching
 from xce_lite.controller.gating import Gating
 from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.kill_marks import KillMarks
-from xce_lite.controller.prefilling import behind_in, recover_chains
+from xce_lite.controller.prefill_chains import behind_in, recover_chains
 from xce_lite.controller.seams import Clock
 from xce_lite.controller.state import NEW, RUNNING, Active, ControllerState
 from xce_lite.controller.unitwork import Units
