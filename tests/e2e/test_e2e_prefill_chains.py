@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from tests.support.cluster import HostOutage, hosts_of, running_cluster
+from tests.support.cluster import Cluster, HostOutage, hosts_of, running_cluster
 from tests.support.prefill import held, pending, queued, quick, runs
 from tests.support.waiting import wait_until
 
@@ -29,14 +29,20 @@ TWO_QUEUES = CHAIN.replace("  - {{name: normal, default: true}}\n",
 SHORT_LEASE = "  lease: 3s\n  lease_margin: 1s\n  host_lost_after: 5s\n"  # a host lost within seconds
 
 
+def two_deep(c: Cluster, first: str, second: str, third: str) -> tuple[int, int, int]:
+    """`first` running (held), `second` (held) queued behind it, `third` (quick) behind `second`."""
+    a = held(c, first)
+    c.wait_state(a, {"RUN"})
+    b = held(c, second)
+    queued(c, b, "a", a)
+    t = quick(c, third)
+    queued(c, t, "a", b)  # behind a queued job: a chain two deep
+    return a, b, t
+
+
 def test_a_chain_two_deep_through_a_kill_of_its_middle_then_a_host_lost_and_back_runs_each_job_once():
     with running_cluster(config=CHAIN.format(pid=os.getpid()) + SHORT_LEASE) as c:
-        p = held(c, "p")
-        c.wait_state(p, {"RUN"})
-        m = held(c, "m")
-        queued(c, m, "a", p)
-        t = quick(c, "t")
-        queued(c, t, "a", m)  # behind a queued job: a chain two deep
+        p, m, t = two_deep(c, "p", "m", "t")
         c.ok("kill", str(m))  # its middle: t now waits behind p, never beside it
         assert c.wait_state(m, {"EXIT"})["start_time"] is None
         queued(c, t, "a", p)
@@ -57,12 +63,7 @@ def test_a_chain_two_deep_through_a_kill_of_its_middle_then_a_host_lost_and_back
 
 def test_a_chain_two_deep_through_controller_restarts_runs_each_job_once_in_order():
     with running_cluster(config=CHAIN.format(pid=os.getpid())) as c:
-        p = held(c, "p")
-        c.wait_state(p, {"RUN"})
-        m = held(c, "m")
-        queued(c, m, "a", p)
-        t = quick(c, "t")
-        queued(c, t, "a", m)
+        p, m, t = two_deep(c, "p", "m", "t")
         c.kill9_controller()  # a restart in the middle: the chain is recovered as it was
         c.start()
         queued(c, m, "a", p), queued(c, t, "a", m)
@@ -82,12 +83,7 @@ def test_a_chain_two_deep_through_controller_restarts_runs_each_job_once_in_orde
 
 def test_a_job_of_higher_rank_goes_ahead_of_a_chain_tail_first_and_each_runs_once_in_order():
     with running_cluster(config=TWO_QUEUES.format(pid=os.getpid())) as c:
-        a = held(c, "a")
-        c.wait_state(a, {"RUN"})
-        b = held(c, "b")
-        queued(c, b, "a", a)
-        t = quick(c, "t")
-        queued(c, t, "a", b)
+        a, b, t = two_deep(c, "a", "b", "t")
         hi = quick(c, "hi", "-q", "high")  # later, of a queue of higher priority: it goes next after a
         queued(c, hi, "a", a)
         (c.work / "go-a").touch()

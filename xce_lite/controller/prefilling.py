@@ -23,13 +23,14 @@ well.
 
 Chains (`controller: prefill_depth`, default 2; 1: one per running unit): a queued successor
 that has none of its own may get one, inside its allocation, while the chain behind the unit that
-runs is shorter than the depth (prefill_chains.chain_depth); only a chain's TAIL is withdrawn (a middle would have
-to pass its follower on). A
-successor that leaves its host's queue unstarted (withdrawn, refused, killed) passes its follower
-to its own predecessor, as the host's agent does (exec/agent/successors.py): `pass_on` when the
-host says so, `repoint` for one that ended (a kill) without a word of its queue. One dropped at a
-lease's end whose predecessor is not running there either (it was queued, or is being launched
-again itself) goes back to PEND rather than be launched beside it.
+runs is shorter than the depth (prefill_chains.chain_depth) and it ranks before every pending job
+that may run (`_ranks_before`: a chain keeps a dispatch's order). Only a chain's TAIL is withdrawn
+(a middle would have to pass its follower on). A successor that leaves its host's queue unstarted
+(withdrawn, refused, killed) passes its follower to its own predecessor, as the host's agent does
+(exec/agent/successors.py): `pass_on` when the host says so, `repoint` for one that ended (a kill)
+without a word of its queue. One dropped at a lease's end whose predecessor is not running there
+either (it was queued, or is being launched again itself) goes back to PEND rather than be
+launched beside it.
 
 Invariants: no double booking: while its predecessor is active (and not ending in this tick) a
 successor holds nothing of its own in a session's view (`Active.queued`; the predecessor's
@@ -327,7 +328,7 @@ class Prefill:
             self.state.wake.set()
             self.why.pop(job.id, None)
             return
-        elif event.status != "dropped":
+        elif event.status in ("withdrawn", "refused"):
             # it left unstarted: its follower waits behind its predecessor now
             pass_on(self.state.behind, self.state.active, job.id, pred)
         why = self.why.pop(job.id, "")  # why it was withdrawn, if it was asked (none after a restart)
