@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time each step of the controller's tick during a 1000-job run, and try what-if fixes.
 
-    python bench/ticktime.py [--jobs 1000] [--one-each] [--what-if NAME[,NAME...]]
+    python bench/ticktime.py [--jobs 1000] [--one-each] [--what-if NAME[,NAME...]] [--depth N]
     python bench/ticktime.py --jobs 10000 --measure 300    # throughput with a 10k backlog
     python bench/ticktime.py --jobs 10000 --measure 200 --behind-sleepers   # as bench/run.py's backlog figure
 
@@ -273,6 +273,9 @@ def drive(args) -> None:
 
     what_if = [w for w in args.what_if.split(",") if w]
     c = BenchCluster(slots=2)
+    if args.depth is not None:  # xce.yaml's controller.prefill_depth (default: the tree's)
+        config = c.home / "xce.yaml"
+        config.write_text(config.read_text().replace("controller:\n", f"controller:\n  prefill_depth: {args.depth}\n"))
     if "budget" in what_if:
         config = c.home / "xce.yaml"
         config.write_text(config.read_text().replace("controller:\n", "controller:\n  sched_budget: 64\n"))
@@ -339,7 +342,8 @@ def drive(args) -> None:
     print("  CPU ms per job from the submit's reply to the last measured job done (whole run's parts): "
           + "; ".join(f"{k} {1000 * (cpu1.get(k, 0.0) - v) / n:.3f}" for k, v in cpu0.items()))
     ticks = stats.get("Controller.tick", [0, 0.0])[0]
-    print(f"  {ticks} ticks (+10 warm-up jobs and the idle ticks are included in the counts below)")
+    print(f"  {ticks} ticks, {ticks / n:.2f} per job (+10 warm-up jobs and the idle ticks are included in the "
+          "counts below)")
     if path:
         print("  one job's path, medians over the run (ms): " + "; ".join(f"{k} {v:.2f}" for k, v in path.items()))
     # CPU: the calling thread's own (time.thread_time), which a busy machine's other processes do not move
@@ -354,6 +358,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--one-each", action="store_true")
+    ap.add_argument("--depth", type=int, default=None, help="controller.prefill_depth")
     ap.add_argument("--measure", type=int, default=0,
                     help="time only the first M jobs (the rest stay pending: a backlog), then stop")
     ap.add_argument("--behind-sleepers", action="store_true",

@@ -21,8 +21,9 @@ from xce_lite.sched.reasons import FrozenMap, HostAlloc
 from xce_lite.sched.resreq import parse
 
 G = 1024**3
+# one deep (a queued job gets no successor of its own): test_prefill_chains.py holds every link of a chain
 CONFIG = {"cluster": "c", "hosts": [{"name": "h1", "slots": 1, "mem": "1G"}],
-          "queues": [{"name": "normal", "default": True}]}
+          "queues": [{"name": "normal", "default": True}], "controller": {"prefill_depth": 1}}
 HOLDS = FrozenMap({"slots": 1, "mem": G})
 HOSTS = (HostView("h1", "ok", {"slots": 1, "mem": G}, {"slots": 0, "mem": 0}),)  # job 1 holds it all
 

@@ -75,12 +75,15 @@ controller:
 """
 
 
-def one_slot() -> AbstractContextManager[Cluster]:
-    return running_cluster(config=ONE_SLOT.format(pid=os.getpid()))
+ONE_DEEP = "  prefill_depth: 1\n"  # one successor per running job (chains: test_e2e_prefill_chains.py)
+
+
+def one_slot(extra: str = "") -> AbstractContextManager[Cluster]:
+    return running_cluster(config=ONE_SLOT.format(pid=os.getpid()) + extra)
 
 
 def test_successors_start_in_order_as_each_predecessor_ends_and_run_once():
-    with one_slot() as c:
+    with one_slot(ONE_DEEP) as c:
         a = held(c, "a")
         c.wait_state(a, {"RUN"})
         b, d = held(c, "b"), quick(c, "d")
@@ -288,7 +291,7 @@ def test_an_array_with_a_queued_element_is_held_whole_and_runs_each_element_once
 
 
 def test_a_queued_successor_gives_way_to_a_job_of_higher_rank_which_runs_first_each_once():
-    with running_cluster(config=TWO_QUEUES.format(pid=os.getpid())) as c:
+    with running_cluster(config=TWO_QUEUES.format(pid=os.getpid()) + ONE_DEEP) as c:
         a = held(c, "a")
         c.wait_state(a, {"RUN"})
         b = held(c, "b")
@@ -337,3 +340,4 @@ def test_a_queued_successor_keeps_the_reason_a_dispatch_gives_it_and_says_where_
         (c.work / "go-a").touch()
         assert c.xce("wait", str(b)).returncode == 0 and runs(c, "b") == ["1"]
         assert c.job(b)["pend_reason"] is None and c.job(b)["queued_behind"] is None
+

@@ -14,32 +14,10 @@ import signal
 import time
 from pathlib import Path
 
-from tests.support.agent_local import WAIT_JOB, journal, journal_result
-from tests.support.raw_agent import RawAgent, job_pid, py, unit
+from tests.support.agent_local import journal, journal_result
+from tests.support.agent_successors import counted, event, hold, runs
+from tests.support.raw_agent import RawAgent, job_pid
 from tests.support.waiting import wait_until
-
-COUNT = "import sys\nopen(sys.argv[1], 'a').write('ran\\n')\n"
-
-
-def hold(name: str, tmp: Path, code: int = 0) -> dict:
-    """A unit that runs until tmp/go-NAME exists, then exits `code`."""
-    return unit(name, py(WAIT_JOB, str(tmp / f"go-{name}"), str(code)), tmp)
-
-
-def counted(name: str, tmp: Path, after: str) -> dict:
-    """A successor of `after` that counts its runs in tmp/NAME.count."""
-    return unit(name, py(COUNT, str(tmp / f"{name}.count")), tmp, after=after)
-
-
-def runs(tmp: Path, name: str) -> int:
-    path = tmp / f"{name}.count"
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-def event(agent: RawAgent, kind: str, unit_name: str) -> dict:
-    return wait_until(lambda: next((e for e in agent.events if e["event"] == kind and e["unit"] == unit_name), None),
-                      20, f"the {kind} event of {unit_name}")
-
 
 def b_behind_a_under_lease(agent: RawAgent, spool: Path, tmp: Path, seconds: float) -> str:
     """A lease of `seconds` granted, a running (held), b queued behind it; the agent's boot id."""

@@ -112,10 +112,15 @@ class ControllerConfig(StrictModel):
     keep_requests: Seconds = Field(default=86400.0, gt=0)
     # Prefill: a job that fits inside a running job's allocation on its host is sent there queued
     # behind it, and starts the moment it ends, without waiting for the controller (HyperQueue's
-    # prefill). At most one per running job; off: a freed slot waits for the next session. A queued
+    # prefill). At most `prefill_depth` per running job; off: a freed slot waits for the next session. A queued
     # job keeps the pend reason a dispatch would give it (the resource, the limit), and `xce why`
     # and `xce jobs -l` say where it waits as well (README, "Prefill").
     prefill: bool = True
+    # How deep a host's queue behind one running job may be: 2 (the default) queues a job behind a
+    # queued one too, so that a host has the next job in hand when one ends even while the
+    # controller is still busy with the previous end (bench/README, "chain2": a quarter fewer
+    # ticks per job); 1 = one job per running job.
+    prefill_depth: int = Field(default=2, ge=1, le=8)
 
     @model_validator(mode="after")
     def _archive_outlives_live(self) -> ControllerConfig:

@@ -21,44 +21,47 @@ session's successors are named, so a job named elsewhere now displaces nobody). 
 rebuilds a successor's request from its row (recovery.py), so one recovered queued is withdrawn as
 well.
 
+Chains (`controller: prefill_depth`, default 2; 1: one per running unit): a queued successor
+that has none of its own may get one, inside its allocation, while the chain behind the unit that
+runs is shorter than the depth (prefill_chains.chain_depth) and it ranks before every pending job
+that may run (`_ranks_before`: a chain keeps a dispatch's order). Only a chain's TAIL is withdrawn
+(a middle would have to pass its follower on). A successor that leaves its host's queue unstarted
+(withdrawn, refused, killed) passes its follower to its own predecessor, as the host's agent does
+(exec/agent/successors.py): `pass_on` when the host says so, `repoint` for one that ended (a kill)
+without a word of its queue. One dropped at a lease's end whose predecessor is not running there
+either (it was queued, or is being launched again itself) goes back to PEND rather than be
+launched beside it.
+
 Invariants: no double booking: while its predecessor is active (and not ending in this tick) a
 successor holds nothing of its own in a session's view (`Active.queued`; the predecessor's
 allocation contains it), and once the predecessor ends, the successor's allocation counts.
 `state.behind` maps each successor to its predecessor until it starts; at most one successor per
-running unit. Never run twice: a successor is a DISP job like any other (unit names fence it; the
-agent journals its queue); a queue dropped when the host's lease ran out is launched again.
+unit, running or queued (it is `taken` while one is behind it, or started early). Never run twice:
+a successor is a DISP job like any other (unit names fence it; the agent journals its queue); a
+queue dropped when the host's lease ran out is launched again (or, behind a unit not running
+there, requeued).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from typing import Any
 
 from xce_lite import errors
+from xce_lite.controller.prefill_chains import behind_in as behind_in  # (re-exported: moved there)
+from xce_lite.controller.prefill_chains import behind_of as behind_of
+from xce_lite.controller.prefill_chains import chain_depth, pass_on, repoint
 from xce_lite.controller.state import NEW, RUNNING, SENT, Active, ControllerState
 from xce_lite.exec.host import LaunchRequest, UnitUnqueued
 from xce_lite.models import EXIT
+from xce_lite.sched.backlog import rank_of
 from xce_lite.sched.core import Decisions, Dispatch, Snapshot
 from xce_lite.sched.prefill import QueuedSuccessor, RunningUnit, Successor, outranked, successors, withdrawals
 from xce_lite.sched.prefill_rank import Ranked
 from xce_lite.store.jobs import Requeue
 
-_BEHIND = re.compile(r"^queued on \S+ behind job (\d+)$")
-
-
-def behind_of(reason: str | None) -> int | None:
-    """The predecessor `reason` ("queued on HOST behind job N") names, or None."""
-    match = _BEHIND.match(reason or "")
-    return int(match.group(1)) if match else None
-
-
-def behind_in(events: list[tuple[float, str, dict | None]]) -> int | None:
-    """The predecessor a DISP job waits behind, from its events (the last dispatch's "queued"; a
-    restart rebuilds `state.behind` from it), or None: it was dispatched as any job."""
-    last = next((data for _t, kind, data in reversed(events) if kind == "dispatched"), None)
-    return behind_of((last or {}).get("queued"))
+FIRST_LOOKED = 64  # pending jobs looked at for the first that may run (_first_rank): past them, none is taken
 
 
 class Prefill:
@@ -81,10 +84,12 @@ class Prefill:
 
     def hidden(self, closing: AbstractSet[int]) -> set[int]:
         """The successors that hold nothing of their own in this tick's session (their predecessor
-        is active and not in `closing`); each one's `queued` is set to match."""
-        out: set[int] = set()
+        is active, not ending, and not in `closing` unless it holds nothing itself: a chain's links
+        behind the unit that runs, so `closing` may hold what an earlier call returned); each one's
+        `queued` is set to match."""
         active = self.state.active
         with self.state.mu:
+            repoint(self.state.behind, self.state.active)
             for job_id, pred in list(self.state.behind.items()):
                 job = active.get(job_id)
                 if job is None:  # not applied yet (extend cleans up: the tick's thread alone)
@@ -97,16 +102,30 @@ class Prefill:
                     # before it ends (its launch reply came after its predecessor's end: no unqueued)
                     self.state.dirty = True
                     self.state.wake.set()
-                    continue
-                job.queued = pred in active and pred not in closing and not active[pred].ending
-                if job.queued:
-                    out.add(job_id)
-        return out
+            memo: dict[int, bool] = {}
+            for job_id in self.state.behind:
+                if (job := active.get(job_id)) is not None:
+                    job.queued = self._holds_nothing(job_id, closing, memo)
+            return {job_id for job_id, hides in memo.items() if hides}
+
+    def _holds_nothing(self, job_id: int, closing: AbstractSet[int], memo: dict[int, bool]) -> bool:
+        """Whether successor `job_id` holds nothing of its own (see hidden; holding the lock)."""
+        if job_id in memo:
+            return memo[job_id]
+        memo[job_id] = False  # (a chain is never circular: guarded anyway)
+        pred = self.state.behind.get(job_id)
+        if pred is None or job_id not in self.state.active:
+            return False
+        job = self.state.active.get(pred)
+        hides = job is not None and not job.ending and (pred not in closing or self._holds_nothing(pred, closing, memo))
+        memo[job_id] = hides
+        return hides
 
     def _unended(self, pred: int, closing: AbstractSet[int]) -> bool:
-        """Whether job `pred` is active and its end not known here (not ending, not in `closing`)."""
+        """Whether job `pred` is active and its end not known here (not ending, not in `closing`
+        unless there as a queued successor that holds nothing: hidden)."""
         job = self.state.active.get(pred)
-        return job is not None and pred not in closing and not job.ending
+        return job is not None and (pred not in closing or job.queued) and not job.ending
 
     def _started(self, job_id: int, pred: int, closing: AbstractSet[int]) -> None:
         """Successor `job_id` of `pred` runs (holding the lock): if `pred`'s end has not reached us,
@@ -119,6 +138,7 @@ class Prefill:
         """`decisions` with a successor's dispatch for each running unit that can have one."""
         config = self.state.config.controller
         with self.state.mu:  # successors that ended, or whose dispatch was declined: all applied by now
+            repoint(self.state.behind, self.state.active)
             for job_id in [j for j in self.state.behind if j not in self.state.active]:
                 del self.state.behind[job_id]
             for job_id, pred in list(self.started_early.items()):
@@ -169,14 +189,21 @@ class Prefill:
     def _name(self, decisions: Decisions, hosts: Any, shared: Any, now: float,
               closing: AbstractSet[int]) -> tuple[Successor, ...]:
         """The successors named now (recorded in `state.behind`), one for each unit that can have one."""
+        depth = self.state.config.controller.prefill_depth
         with self.state.mu:
             taken = set(self.state.behind.values()) | set(self.started_early.values())
             # units that run, are on their way, or are dispatched now (their launch goes first, on
-            # the same channel): each may have one successor; a queued successor is none yet
-            running = [
-                _unit_of(job, job.id in taken) for job in self.state.active.values()
+            # the same channel), and queued successors launched less than `depth` deep: each may
+            # have one successor (a queued one on its host's queue, behind which it waits)
+            units = [
+                job for job in self.state.active.values()
                 if len(job.units) == 1 and job.status[0] in (SENT, RUNNING) and not job.ending and not job.killed
-                and job.after is None and not job.holding.shared and job.id not in closing]
+                and not job.withdrawing and (job.after is None or chain_depth(job, self.state.active) < depth)
+                and not job.holding.shared and (job.id not in closing or job.queued)]
+            if any(job.after is not None for job in units):
+                first = self._first_rank()
+                units = [job for job in units if job.after is None or self._ranks_before(job.id, first)]
+            running = [_unit_of(job, job.id in taken) for job in units]
             for d in decisions.dispatches:
                 pending = self.state.pending.get(d.job_id)
                 if pending is not None and len(d.placement.allocs) == 1 and not d.placement.shared:
@@ -195,6 +222,26 @@ class Prefill:
                     self.requests[s.job_id] = job
         return chosen
 
+    def _first_rank(self) -> tuple:
+        """The rank of the best-ranked pending job that may run (holding the lock; `()`, which no
+        rank is below, when the first few are all blocked)."""
+        priority = {q.name: q.priority for q in self.state.queue_policies}
+        for looked, job in enumerate(self._ranked_now()):
+            if job.blocked is None:
+                return rank_of(job, priority)
+            if looked >= FIRST_LOOKED:
+                break
+        return ()
+
+    def _ranks_before(self, job_id: int, first: tuple) -> bool:
+        """Whether queued successor `job_id` ranks before `first`: only then may it take a follower,
+        so that a chain keeps a dispatch's order (one of higher rank pending instead gets the chain's
+        place, sched/prefill.outranked, its tail first, and no job is named again behind the job it
+        is to go ahead of)."""
+        job = self.requests.get(job_id)
+        priority = {q.name: q.priority for q in self.state.queue_policies}
+        return job is not None and rank_of(job, priority) < first
+
     def withdraw(self, decisions: Decisions | None, hosts: Any, shared: Any, now: float,
                  closing: AbstractSet[int], placed: frozenset[int] = frozenset()) -> None:
         """Ask off its host's queue each queued successor that a dispatch could place now on the
@@ -202,11 +249,13 @@ class Prefill:
         each one a pending job of higher rank, not in `placed`, could replace (sched/prefill.outranked)."""
         with self.state.mu:
             active, unsent = self.state.active, set(self.units.to_launch)
+            followed = set(self.state.behind.values()) | set(self.started_early.values())
             # on its host: launched (SENT), or listed queued there after a restart (NEW: reconcile
-            # leaves it as it is), not one whose launch is still to go
+            # leaves it as it is), not one whose launch is still to go; a chain's tail only
             queued = tuple(
                 QueuedSuccessor(pending, job.host_of(0), job.after) for job_id, pending in self.requests.items()
-                if pending.blocked is None and (job := active.get(job_id)) is not None and job.queued
+                if job_id not in followed and pending.blocked is None and (job := active.get(job_id)) is not None
+                and job.queued
                 and job.after is not None and not (job.withdrawing or job.ending or job.killed)
                 and (job.status[0] == SENT or (job.status[0] == NEW and job.units[0] not in unsent)))
             if self.why:  # a withdrawal never answered (its host was lost, the job requeued): forgotten
@@ -243,6 +292,12 @@ class Prefill:
                     job.withdrawing = False  # asked again by a later session
                     self.why.pop(job.id, None)
 
+    def _not_running(self, pred: int) -> bool:
+        """Whether active job `pred` is not known to run on its host: a queued successor still, or
+        to be launched (again); False if it ended (nothing of it holds the slot)."""
+        job = self.state.active.get(pred)
+        return job is not None and (pred in self.state.behind or job.status[0] == NEW)
+
     def request_of(self, job: Active, request: LaunchRequest) -> LaunchRequest:
         """The launch of `job`'s unit: with `after` while it is a successor of an active job."""
         pred = self.state.active.get(job.after) if job.after is not None else None
@@ -261,6 +316,21 @@ class Prefill:
         pred = self.state.behind.pop(job.id, None)
         if pred is not None and event.status in ("started", "running"):
             self._started(job.id, pred, frozenset())
+        elif event.status == "dropped" and not job.ending and pred is not None and self._not_running(pred):
+            # its predecessor was queued too (or is being launched again): launched now, it would
+            # start beside the unit that still holds the slot; dispatched again as any instead
+            job.status[index] = NEW
+            job.after, job.queued, job.withdrawing = None, False, False
+            job.ending = True
+            self.state.dirty = True
+            self.state.unrecorded_requeues.append(Requeue(job.id, job.state, f"dropped from host {event.host}'s "
+                                                          f"queue behind job {pred}: {event.error}"))
+            self.state.wake.set()
+            self.why.pop(job.id, None)
+            return
+        elif event.status in ("withdrawn", "refused"):
+            # it left unstarted: its follower waits behind its predecessor now
+            pass_on(self.state.behind, self.state.active, job.id, pred)
         why = self.why.pop(job.id, "")  # why it was withdrawn, if it was asked (none after a restart)
         job.after, job.queued, job.withdrawing = None, False, False
         self.state.dirty = True  # it holds its allocation now (its predecessor's is gone), or nothing

@@ -16,7 +16,7 @@ from xce_lite.controller.dispatching import Dispatching
 from xce_lite.controller.gating import Gating
 from xce_lite.controller.jobunits import job_units
 from xce_lite.controller.kill_marks import KillMarks
-from xce_lite.controller.prefilling import behind_in
+from xce_lite.controller.prefill_chains import behind_in, recover_chains
 from xce_lite.controller.seams import Clock
 from xce_lite.controller.state import NEW, RUNNING, Active, ControllerState
 from xce_lite.controller.unitwork import Units
@@ -56,5 +56,6 @@ def load(state: ControllerState, store: Any, clock: Clock, log: Callable[[str], 
             units.add_active(dispatching.with_workflow(active, job.array_id, job.effective))
             if active.killed:  # sent again: the first may never have reached the host (kills.py)
                 kills.mark(job.id, active.killed)
+    recover_chains(state.behind, state.active, store)
     if state.active:
         log(f"recovering {len(state.active)} dispatched or running jobs")

@@ -11,7 +11,9 @@ Invariants:
   consumable, its GPU indices), with the host's own attributes, tags and state, so its -R select,
   same, order and span rules hold as for a dispatch, and its queue's hosts must name the host.
   Shared counters (licenses) are not taken over: a job that asks for one is never a successor.
-- At most one successor per running unit (`RunningUnit.taken`: it has one already), one unit per job.
+- At most one successor per unit (`RunningUnit.taken`: it has one already), one unit per job. A
+  unit is one that runs, or a queued successor the caller lets have one (a chain, the controller's
+  `prefill_depth`): its successor fits inside what it holds, as for any unit.
 - Jobs are taken in a dispatch's order (queue priority, job priority, id), each meeting its queue's
   running limits as if its predecessor's slots were already given back when they are of the same
   queue (and user).

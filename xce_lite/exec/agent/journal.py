@@ -162,11 +162,13 @@ class Unit:
 
 
 def fold(units: dict[str, Unit], data: bytes, offset: int, news: list | None = None,
-         queued: dict[str, dict] | None = None) -> None:
+         queued: dict[str, dict] | None = None, left: dict[str, str] | None = None) -> None:
     """Apply the journal records in `data` (read at `offset`, ending at a newline) to `units`; the
     records that change what the agent must do (a unit's first `finished`, `started`,
     `task_finished`) are appended to `news`, if given. `queued`, if given, is kept as the queue of
-    successors (successors.py): unit -> its launch request, from `queued` to `launched` or `dequeued`."""
+    successors (successors.py): unit -> its launch request, from `queued` to `launched` or `dequeued`;
+    and `left` (with it) as the units that left it unstarted: unit -> the `after` it had there, so
+    that a follower naming it follows that one instead (successors.py, chains)."""
     for rec, end in parse_records(data, offset):
         try:
             event = rec["event"]
@@ -179,8 +181,13 @@ def fold(units: dict[str, Unit], data: bytes, offset: int, news: list | None = N
                 if queued is not None:
                     if event == "queued":
                         queued[rec["unit"]] = rec["spec"]
+                        if left is not None:
+                            left.pop(rec["unit"], None)  # queued again (after a drop): no leaver now
                     else:
-                        queued.pop(rec["unit"], None)
+                        spec = queued.pop(rec["unit"], None)
+                        after = spec.get("after") if isinstance(spec, dict) else None
+                        if left is not None and isinstance(after, str):
+                            left[rec["unit"]] = after
             elif event == "forgotten":
                 for name in rec["units"]:
                     units.pop(name, None)

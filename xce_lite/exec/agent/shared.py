@@ -40,9 +40,9 @@ class AgentState:
         "accepted", "base_limit", "bin_dir", "boot", "boot_cs", "bus", "calls", "child_units", "children", "clients",
         "code", "compact_soon", "doubtful", "ended", "ends", "ends_by_path", "handover", "held", "host", "host_name",
         "jfd", "journal_limit", "journal_path", "launch_codes", "lease", "lease_acted", "lease_retry",
-        "lease_retry_at", "listener", "lock_fd", "mode", "need_sync", "news", "next_connect", "offset", "orphan",
-        "out", "pending", "poller", "python", "queued", "removed", "scripts", "sock_path", "spool", "spool_shared",
-        "starting",
+        "lease_retry_at", "left", "listener", "lock_fd", "mode", "need_sync", "news", "next_connect", "offset",
+        "orphan", "out", "pending", "poller", "python", "queued", "removed", "scripts", "sock_path", "spool",
+        "spool_shared", "starting",
         "synced", "task_children", "tracked", "units", "units_dir", "waiting", "watched", "zygote",
     )
 
@@ -70,6 +70,7 @@ class AgentState:
         # units and their processes
         self.units: dict[str, Unit] = {}  # the fold of the journal
         self.queued: dict[str, dict] = {}  # unit -> launch request: successors waiting (successors.py)
+        self.left: dict[str, str] = {}  # unit -> its `after`: left the queue unstarted (successors.py)
         self.news: list[dict] | None = None  # records to act on, once serving (state.UnitState.catch_up)
         self.children: dict[int, str] = {}  # supervisor pid -> unit, for supervisors forked here or by the zygote
         self.zygote: Zygote | None = None  # plain mode's forker of supervisors (zygote.py), once there is one

@@ -90,7 +90,7 @@ class UnitState:
             data = os.pread(s.jfd, size - s.offset, s.offset)
         end = data.rfind(b"\n") + 1
         news = s.news
-        fold(s.units, data[:end], s.offset, news, s.queued)
+        fold(s.units, data[:end], s.offset, news, s.queued, s.left)
         s.offset += end
         if not news:
             return
@@ -177,6 +177,9 @@ class UnitState:
                 parts.append(record("kill_requested", unit=name, reason=u.kill))
             if u.result is not None:
                 parts.append(record("finished", unit=name, result=u.result))
+        for name, after in self.state.left.items():  # successors.py: a leaver its followers look through
+            parts.append(record("queued", unit=name, spec={"unit": name, "after": after})
+                         + record("dequeued", unit=name, reason="left"))
         for name, spec in self.state.queued.items():  # successors.py: a queued unit is no unit yet
             parts.append(record("queued", unit=name, spec=spec))
         return b"".join(parts)

@@ -10,6 +10,17 @@ record: its `launched` (it starts, under unitops's rules: a unit runs at most on
 with the kill's reason, never started). Nothing starts while the lease has lapsed: the queue is
 dropped instead and the controller, told so, requeues the jobs after host_lost_after. A queued unit
 is not in `units`: no process, no lease enforcement, no `list` status of its own (list's `queued`).
+
+Chains (the controller's `prefill_depth` > 1): `after` may name a QUEUED unit too; a unit starts
+when its predecessor is neither running nor queued here. A unit that leaves the queue unstarted
+(`dequeued`: killed, withdrawn, refused at its start, dropped) is kept in `left` with its own
+`after`, and a follower that names it (queued already, or launched later: a launch may cross a
+kill on the wire) waits behind that one instead (`predecessor`), so a leaver never lets its
+follower start beside the unit still running before it. No record of its own: journal.fold
+derives `left` from each `dequeued` and the `queued` record it ends, in journal order, so a
+restarted agent replays the same chains (a compaction writes each live entry as such a pair),
+and a follower's request stays as it was sent (it names the leaver; the leaver queued again is
+its predecessor again). An entry goes once what it points to neither runs nor waits here.
 """
 
 from __future__ import annotations
@@ -44,13 +55,36 @@ class Successors:
         ops = self.unit_ops
         self.unit_state.catch_up()
         forks: list[tuple[str, dict, float, dict]] = []
-        replies = []
-        for u in req.get("units", []):
+        units = req.get("units", [])
+        replies: list = [None] * len(units)
+        for index in chain_order(units):  # a chain's units in one request: each after its predecessor
+            u = units[index]
             reply = self.queue_one(u) if isinstance(u, dict) else None
-            replies.append(reply if reply is not None else ops.launch_one(u, forks))
+            replies[index] = reply if reply is not None else ops.launch_one(u, forks)
         if forks:
             ops.fork_supervisors(forks)
         return {"replies": replies}
+
+    def predecessor(self, after: object) -> str | None:
+        """The unit a successor launched `after` waits behind: `after`, or, if that one left the
+        queue unstarted, the one it waited behind, and so on (`left`); None: not a name."""
+        if not isinstance(after, str):
+            return None
+        s = self.state
+        for _ in range(len(s.left) + 1):  # (a chain of leavers is never circular: bounded anyway)
+            if after in s.queued or self.running(after) or after not in s.left:
+                break
+            after = s.left[after]
+        return after
+
+    def running(self, name: str) -> bool:
+        unit = self.state.units.get(name)
+        return unit is not None and unit.result is None
+
+    def waits(self, after: object) -> bool:
+        """Whether a successor launched `after` must wait: its predecessor runs or is queued here."""
+        pred = self.predecessor(after)
+        return pred is not None and (pred in self.state.queued or self.running(pred))
 
     def queue_one(self, u: dict) -> dict | None:
         """The reply for `u` if it is (or stays) queued, else None: launch it as any unit."""
@@ -61,8 +95,7 @@ class Successors:
                     "after": s.queued[name].get("after")}
         if after is None or name in s.units:
             return None  # not a successor, or launched already: unitops adopts it
-        pred = s.units.get(after) if isinstance(after, str) else None
-        if pred is None or pred.result is not None:
+        if not self.waits(after):
             return None  # its predecessor ended (or was never here): it starts at once
         reply = {"unit": name, "status": "refused", "start_time": None, "error": None}
         try:
@@ -121,30 +154,46 @@ class Successors:
     def tend(self) -> None:
         """Once per loop turn, before the turn's lines go out (so a predecessor's `finished` and its
         successor's `unqueued` travel together): at the lease's end drop the queue; else start each
-        queued unit whose predecessor is no longer running."""
+        queued unit whose predecessor is neither running nor queued (again after a refusal: its
+        follower's predecessor is then the refused unit's own)."""
         s = self.state
+        if s.left:
+            self.prune()
         if not s.queued:
             return
         lapsed = self.host_lease.lease_lapsed()
         if lapsed is not None:
-            self.drop(sorted(s.queued), f"dropped from the queue: {lapsed}")
+            self.drop(self.in_chain_order(), f"dropped from the queue: {lapsed}")
             return
-        ready = []
-        for name, spec in s.queued.items():
-            pred = s.units.get(str(spec.get("after")))
-            if pred is None or pred.result is not None:
-                ready.append((name, spec))
-        if not ready:
-            return
-        forks: list[tuple[str, dict, float, dict]] = []
-        replies = [self.unit_ops.launch_one(spec, forks) for _name, spec in ready]
-        if forks:
-            self.unit_ops.fork_supervisors(forks)
-        refused = [reply["unit"] for reply in replies if reply["unit"] in s.queued]
-        if refused:  # no `launched` record: it left the queue all the same, never started
-            self.unit_state.append(b"".join(record("dequeued", unit=u, reason="refused") for u in refused))
-        for reply in replies:
-            s.out.append(dumps({"event": "unqueued", **reply}))
+        while True:
+            ready = [(name, spec) for name, spec in s.queued.items() if not self.waits(spec.get("after"))]
+            if not ready:
+                return
+            forks: list[tuple[str, dict, float, dict]] = []
+            replies = [self.unit_ops.launch_one(spec, forks) for _name, spec in ready]
+            if forks:
+                self.unit_ops.fork_supervisors(forks)
+            refused = [reply["unit"] for reply in replies if reply["unit"] in s.queued]
+            if refused:  # no `launched` record: it left the queue all the same, never started
+                self.unit_state.append(b"".join(record("dequeued", unit=u, reason="refused") for u in refused))
+            for reply in replies:
+                s.out.append(dumps({"event": "unqueued", **reply}))
+            if not refused:
+                return
+
+    def prune(self) -> None:
+        """Forget the leavers whose chain leads to no unit that runs or waits here: a follower
+        naming one starts at once, as it would behind that unit, which has ended."""
+        s = self.state
+        for name in [n for n in s.left if not self.waits(n)]:
+            del s.left[name]
+
+    def in_chain_order(self) -> list[str]:
+        """The queued units, each after the one it waits behind (a relaunch in this order queues
+        the chain again as it was)."""
+        s = self.state
+        names = list(s.queued)
+        return [names[i] for i in chain_order([s.queued[name] for name in names])]
 
     def drop(self, units: list[str], reason: str) -> None:
         s = self.state
@@ -152,3 +201,24 @@ class Successors:
         for unit in units:
             s.out.append(dumps({"event": "unqueued", "unit": unit, "status": "dropped", "start_time": None,
                                 "error": reason}))
+
+
+def chain_order(units: list) -> list[int]:
+    """The indices of `units` (launch requests), each after the one its `after` names among them;
+    otherwise in their order."""
+    index = {u["unit"]: i for i, u in enumerate(units) if isinstance(u, dict) and isinstance(u.get("unit"), str)}
+    before = [index.get(u["after"]) if isinstance(u, dict) and isinstance(u.get("after"), str) else None
+              for u in units]
+    if all(i is None for i in before):
+        return list(range(len(units)))
+    out: list[int] = []
+    seen: set[int] = set()
+    for first in range(len(units)):
+        path: list[int] = []
+        i: int | None = first
+        while i is not None and i not in seen:  # up its chain to a unit placed already (or none)
+            seen.add(i)
+            path.append(i)
+            i = before[i]
+        out.extend(reversed(path))
+    return out
