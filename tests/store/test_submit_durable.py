@@ -56,6 +56,19 @@ def syncs(path: Path, monkeypatch: pytest.MonkeyPatch) -> Syncs:
     return watched
 
 
+@pytest.fixture
+def writer(path: Path, syncs: Syncs):
+    """The store as the controller opens it (its writer connection synced by walsync), closed after."""
+    store = JobStore(path)
+    yield store
+    syncs.release.set()  # a test that failed holding a sync lets its thread go
+    store.close()
+
+
+def _submit(store: JobStore, name: str) -> list[int]:
+    return store.submit([(spec(name), "normal")], "alice", T)
+
+
 def _in_thread(call) -> tuple[threading.Thread, list]:
     out: list = []
     thread = threading.Thread(target=lambda: out.append(call()), daemon=True)
@@ -63,83 +76,66 @@ def _in_thread(call) -> tuple[threading.Thread, list]:
     return thread, out
 
 
-def test_a_submit_returns_after_an_fdatasync_of_the_wal_begun_after_its_commit(path: Path, syncs: Syncs) -> None:
-    store = JobStore(path)
-    try:
-        assert store._con.execute("PRAGMA synchronous").get == 1  # NORMAL: SQLite does not sync the commit
-        for n in range(1, 4):
-            store.submit([(spec("true"), "normal")], "alice", T)
-            # the last sync began once the job was committed (readable), on the store's own WAL
-            assert syncs.calls[-1] == (os.stat(f"{path}-wal").st_ino, n)
-    finally:
-        store.close()
+def test_a_submit_returns_after_an_fdatasync_of_the_wal_begun_after_its_commit(path: Path, syncs: Syncs,
+                                                                               writer: JobStore) -> None:
+    assert writer._con.execute("PRAGMA synchronous").get == 1  # NORMAL: SQLite does not sync the commit
+    for n in range(1, 4):
+        _submit(writer, "true")
+        # the last sync began once the job was committed (readable), on the store's own WAL
+        assert syncs.calls[-1] == (os.stat(f"{path}-wal").st_ino, n)
 
 
 def test_a_writer_does_not_wait_for_another_writers_fdatasync_and_neither_returns_before_its_own(
-        path: Path, syncs: Syncs) -> None:
-    store = JobStore(path)
-    try:
-        store.submit([(spec("true"), "normal")], "alice", T)  # the WAL exists, and is synced once
-        syncs.hold = True
-        first, first_ids = _in_thread(lambda: store.submit([(spec("one"), "normal")], "alice", T))
-        assert syncs.held.wait(10)  # the first has committed and is in its fdatasync
-        second = store.submit([(spec("two"), "normal")], "alice", T)  # under FULL: behind the first's sync
-        assert second and first.is_alive() and not first_ids  # the first is not acknowledged before its sync
-        syncs.release.set()
-        first.join(10)
-        assert first_ids and first_ids[0][0] < second[0]
-    finally:
-        syncs.release.set()
-        store.close()
+        syncs: Syncs, writer: JobStore) -> None:
+    _submit(writer, "true")  # the WAL exists, and is synced once
+    syncs.hold = True
+    first, first_ids = _in_thread(lambda: _submit(writer, "one"))
+    assert syncs.held.wait(10)  # the first has committed and is in its fdatasync
+    second = _submit(writer, "two")  # under FULL: behind the first's sync
+    assert second and first.is_alive() and not first_ids  # the first is not acknowledged before its sync
+    syncs.release.set()
+    first.join(10)
+    assert first_ids and first_ids[0][0] < second[0]
 
 
-def test_settle_reads_returns_once_what_this_thread_may_have_read_is_on_disk(path: Path, syncs: Syncs) -> None:
-    store = JobStore(path)
-    try:
-        store.submit([(spec("true"), "normal")], "alice", T)
-        syncs.hold = True
-        writer, _ = _in_thread(lambda: store.submit([(spec("one"), "normal")], "alice", T))
-        assert syncs.held.wait(10)  # committed, its fdatasync not yet done
-        idle, _ = _in_thread(store.settle_reads)  # a thread that has not read waits for nothing, syncs nothing
-        idle.join(10)
-        assert not idle.is_alive() and len(syncs.calls) == 2
+def test_settle_reads_returns_once_what_this_thread_may_have_read_is_on_disk(syncs: Syncs, writer: JobStore) -> None:
+    _submit(writer, "true")
+    syncs.hold = True
+    first, _ = _in_thread(lambda: _submit(writer, "one"))
+    assert syncs.held.wait(10)  # committed, its fdatasync not yet done
+    idle, _ = _in_thread(writer.settle_reads)  # a thread that has not read waits for nothing, syncs nothing
+    idle.join(10)
+    assert not idle.is_alive() and len(syncs.calls) == 2
 
-        def read_then_settle() -> int:
-            seen = len(store.jobs(user="alice"))  # the commit is readable before its sync...
-            store.settle_reads()
-            return seen
+    def read_then_settle() -> int:
+        seen = len(writer.jobs(user="alice"))  # the commit is readable before its sync...
+        writer.settle_reads()
+        return seen
 
-        reader, seen = _in_thread(read_then_settle)
-        reader.join(10)
-        # ...so the reader's settle made it durable before returning (its own fdatasync, begun after it read)
-        assert seen == [2] and syncs.threads[-1] == reader.ident and syncs.calls[-1][1] == 2
-        assert store._sync is not None and store._sync.synced == store._sync.committed == 2
-        syncs.release.set()
-        writer.join(10)
-    finally:
-        syncs.release.set()
-        store.close()
+    reader, seen = _in_thread(read_then_settle)
+    reader.join(10)
+    # ...so the reader's settle made it durable before returning (its own fdatasync, begun after it read)
+    assert seen == [2] and syncs.threads[-1] == reader.ident and syncs.calls[-1][1] == 2
+    assert writer._sync is not None and writer._sync.synced == writer._sync.committed == 2
+    syncs.release.set()
+    first.join(10)
 
 
-def test_a_failed_fdatasync_refuses_that_write_and_every_later_one(path: Path, syncs: Syncs) -> None:
-    store = JobStore(path)
-    try:
-        store.submit([(spec("true"), "normal")], "alice", T)
-        syncs.fail = OSError(errno.EIO, "Input/output error")
-        with pytest.raises(StoreError, match="could not be synced"):
-            store.submit([(spec("one"), "normal")], "alice", T)
-        syncs.fail = None  # a second fdatasync may succeed though the pages are lost: not trusted
-        with pytest.raises(StoreError, match="could not be synced"):
-            store.submit([(spec("two"), "normal")], "alice", T)
-    finally:
-        store.close()
+def test_a_failed_fdatasync_refuses_that_write_and_every_later_one(syncs: Syncs, writer: JobStore) -> None:
+    _submit(writer, "true")
+    syncs.fail = OSError(errno.EIO, "Input/output error")
+    with pytest.raises(StoreError, match="could not be synced"):
+        _submit(writer, "one")
+    syncs.fail = None  # a second fdatasync may succeed though the pages are lost: not trusted
+    with pytest.raises(StoreError, match="could not be synced"):
+        _submit(writer, "two")
 
 
 def test_a_store_without_durability_or_a_read_only_one_syncs_nothing(path: Path, syncs: Syncs) -> None:
     JobStore(path).close()
     throwaway = JobStore(path, durable=False)  # the simulator's: synchronous=OFF
     try:
-        throwaway.submit([(spec("true"), "normal")], "alice", T)
+        _submit(throwaway, "true")
         assert throwaway._con.execute("PRAGMA synchronous").get == 0
     finally:
         throwaway.close()
