@@ -131,6 +131,25 @@ def test_a_failed_fdatasync_refuses_that_write_and_every_later_one(syncs: Syncs,
         _submit(writer, "two")
 
 
+def test_closing_the_store_waits_for_an_fdatasync_under_way_and_later_syncs_fail(path: Path, syncs: Syncs) -> None:
+    """The WAL's descriptor is not closed under a sync (its number could be another file's by then)."""
+    store = JobStore(path)
+    _submit(store, "true")
+    syncs.hold = True
+    writing, ids = _in_thread(lambda: _submit(store, "one"))
+    assert syncs.held.wait(10)
+    closing, _ = _in_thread(store.close)
+    closing.join(0.3)
+    assert closing.is_alive()  # waits for the sync under way
+    syncs.release.set()
+    writing.join(10)
+    closing.join(10)
+    assert len(ids) == 1 and not closing.is_alive()
+    assert store._sync is not None
+    with pytest.raises(StoreError, match="closed"):
+        store._sync.through(store._sync.committed + 1)  # a commit made after: its sync is refused
+
+
 def test_a_store_without_durability_or_a_read_only_one_syncs_nothing(path: Path, syncs: Syncs) -> None:
     JobStore(path).close()
     throwaway = JobStore(path, durable=False)  # the simulator's: synchronous=OFF

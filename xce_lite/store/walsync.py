@@ -19,6 +19,8 @@ Invariants:
 - the descriptor synced is the WAL the writer connection writes: opened after a commit (so the file
   exists) and checked by device and inode at each sync. SQLite does not replace the WAL while a
   connection has it open (it deletes it only when the last one closes); a changed file is refused.
+- the descriptor is closed (JobStore.close) only once no fdatasync uses it: its number, reused by
+  another file, is never synced in its place; a sync after that fails.
 - an fdatasync that fails leaves the commit's durability unknown (Linux may drop the pages it could
   not write, and a second fdatasync would then succeed): StoreError, and every later sync fails
   with it, so every later write is refused and the controller's next tick stops it on a fault; its
@@ -44,7 +46,8 @@ class WalSync:
         self._wal = wal
         self._fd: int | None = None
         self._file: tuple[int, int] | None = None  # (device, inode) of the WAL when it was opened
-        self._mu = threading.Lock()
+        self._mu = threading.Condition()  # guards the counters and the descriptor; close waits on it
+        self._using = 0  # fdatasyncs under way: the descriptor is not closed (and its number not reused) meanwhile
         self.committed = 0  # commits made on the writer connection (counted under its write lock)
         self.synced = 0  # of those, the first `synced` are known to be on disk
         self._failed: str | None = None
@@ -64,7 +67,12 @@ class WalSync:
             return
         target = self.committed  # each of these had written its frames before it was counted
         try:
-            os.fdatasync(self._descriptor())
+            try:
+                os.fdatasync(self._descriptor())
+            finally:
+                with self._mu:
+                    self._using -= 1
+                    self._mu.notify_all()
         except OSError as err:
             self._failed = (f"the job store's WAL could not be synced ({err}); what the last commits wrote may "
                             f"not be on disk, so the store takes no more writes: restart the controller, "
@@ -78,14 +86,21 @@ class WalSync:
         self.through(self.committed)
 
     def close(self) -> None:
+        """Close the descriptor once no fdatasync uses it; a sync after this fails (StoreError)."""
         with self._mu:
+            self._failed = self._failed or "the job store is closed"
+            self._mu.wait_for(lambda: self._using == 0)
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
 
     def _descriptor(self) -> int:
-        """The WAL's descriptor, opened at the first sync; OSError if the path names another file now."""
+        """The WAL's descriptor, opened at the first sync, counted as in use (`_using`); OSError if the
+        path names another file now, or the store is closed."""
         with self._mu:
+            self._using += 1
+            if self._fd is None and self._file is not None:
+                raise OSError("the job store is closed")
             now = os.stat(self._wal)
             if self._fd is None:
                 fd = os.open(self._wal, os.O_RDONLY | os.O_CLOEXEC)
