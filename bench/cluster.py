@@ -23,6 +23,8 @@ from pathlib import Path
 
 import psutil
 
+from stats import machine_busy_seconds  # noqa: F401  (re-exported: the benches import it from here)
+
 # Measure the tree this file is in, not whatever `pip install` put in site-packages: this process
 # imports from it, and so do the controllers and agents it starts.
 ROOT = str(Path(__file__).resolve().parents[1])
@@ -235,10 +237,3 @@ def warm(c: BenchCluster, jobs: int = 20) -> None:
     client = c.client()
     wait_done(client, client.post("/jobs", {"jobs": [c.spec(["true"])] * jobs})["ids"], time.monotonic() + 60)
     time.sleep(1)
-
-
-def machine_busy_seconds() -> float:
-    """The whole machine's busy CPU time so far: /proc/stat's user, nice, system, irq and softirq."""
-    with open("/proc/stat") as f:
-        user, nice, system, _idle, _iowait, irq, softirq = map(int, f.readline().split()[1:8])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")

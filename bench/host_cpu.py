@@ -24,10 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def machine_busy_seconds() -> float:
-    user, nice, system, _idle, _iowait, irq, softirq = map(int, open("/proc/stat").readline().split()[1:8])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+from stats import machine_busy_seconds
 
 
 def own(p) -> float:
