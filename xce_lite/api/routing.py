@@ -26,8 +26,10 @@ Routes = dict[tuple[str, str], Callable[[Caller, dict[str, str], Any], Any]]
 
 
 def call(routes: Routes, caller: Caller, request: http1.Request, query: dict[str, str],
-         log: Callable[[str], None]) -> tuple[int, bytes]:
-    """The status and JSON body answering `request` (with `query`, maybe cut short); never raises."""
+         log: Callable[[str], None], settle: Callable[[], None] | None = None) -> tuple[int, bytes]:
+    """The status and JSON body answering `request` (with `query`, maybe cut short); never raises.
+    `settle`, called once the handler is done, returns once what it may have read is on disk (the
+    store's settle_reads); if it cannot say so, the answer is that error instead."""
     method, path = request.method, request.path
     handler = routes.get((method, path.removeprefix(PREFIX)))
     try:
@@ -45,6 +47,11 @@ def call(routes: Routes, caller: Caller, request: http1.Request, query: dict[str
         log(f"internal error on {method} {path}: {err!r}")
         status, reply = 500, {"error": f"internal error in the controller: {err!r}; see its log",
                               "kind": "XceError"}
+    if settle is not None:
+        try:
+            settle()
+        except errors.XceError as err:
+            status, reply = 500, {"error": str(err), "kind": type(err).__name__}
     return status, json.dumps(reply, ensure_ascii=True).encode()
 
 

@@ -51,9 +51,10 @@ _ARMED = select.EPOLLIN | select.EPOLLONESHOT  # a connection watched for its ne
 
 class ApiServer:
     def __init__(self, path: Path, routes: Routes, log: Callable[[str], None], mode: int = 0o600,
-                 limits: Limits | None = None, group: int | None = None):
-        """`mode` of the socket (0600 personal; 0666 or, with `group`, 0660 shared); `group`: its gid."""
-        self.routes = routes
+                 limits: Limits | None = None, group: int | None = None, settle: Callable[[], None] | None = None):
+        """`mode` of the socket (0600 personal; 0666 or, with `group`, 0660 shared); `group`: its gid;
+        `settle`: called after each handler, before its reply (routing.call)."""
+        self.routes, self._settle = routes, settle
         self.log = log
         self.limits = limits or Limits.from_env(os.environ.get(LIMITS_ENV))
         path.unlink(missing_ok=True)  # a stale socket of a dead controller; we hold the home's lock
@@ -390,9 +391,9 @@ class ApiServer:
             try:
                 query = request.query if held else {**request.query,
                                                     "timeout": short_timeout(request.query.get("timeout"))}
-                return call(self.routes, caller, request, query, self.log)
+                return call(self.routes, caller, request, query, self.log, self._settle)
             finally:
                 with self._mu:
                     self._long_polls -= held
-        return call(self.routes, caller, request, request.query, self.log)
+        return call(self.routes, caller, request, request.query, self.log, self._settle)
 

@@ -87,10 +87,9 @@ from xce_lite.controller.recovery import load
 from xce_lite.controller.retention import Retention
 from xce_lite.controller.seams import Seams, WakingQueue
 from xce_lite.controller import submit_wake
-from xce_lite.controller.state import ControllerState
 from xce_lite.controller.shared import Access, Handler, socket_mode, store_refusal
 from xce_lite.controller.task_launches import TaskLaunches
-from xce_lite.controller.state import RUNNING, SENT, Active
+from xce_lite.controller.state import RUNNING, SENT, Active, ControllerState
 from xce_lite.controller.unitwork import Units, quiet_launch
 from xce_lite.exec.host import HostEvent
 from xce_lite.home.paths import Home
@@ -209,7 +208,8 @@ class Controller:
                 self._start_link(host_config)
             self.links.settle_local(lambda: self.tick(self._clock.time()), self._stopping)
             mode, group = socket_mode(self.state.config)  # shared.py: 0600, or open to the lab's users
-            self._server = ApiServer(self.home.socket, self.routes(), self.log, mode=mode, group=group)
+            self._server = ApiServer(self.home.socket, self.routes(), self.log, mode=mode, group=group,
+                                     settle=self.store.settle_reads)  # no reply tells what is not on disk
             threading.Thread(target=self._server.serve_forever, name="api", daemon=True).start()
             self.log(f"controller for cluster {self.state.cluster!r} serving at {self.home.socket}")
             if self.fault_record.previous is not None:

@@ -9,7 +9,9 @@ Invariants:
 - Writers take the lock up front (`BEGIN IMMEDIATE`): a deferred transaction that reads, then
   writes after another commit fails at once whatever the busy timeout.
 - `synchronous=FULL`: with NORMAL a committed dispatch can vanish after power loss and a job could
-  run twice. It costs ~0.15 ms a commit here.
+  run twice. It costs ~0.15 ms a commit here. JobStore's writer connection keeps that promise
+  another way (walsync.py): NORMAL, and an fdatasync of the WAL once the write lock is let go,
+  before `write` returns.
 - The store is 0600, and so are its WAL and shared-memory files (SQLite makes them with the mode of
   the database file): it holds every job's environment, secrets included. A store an older version
   left open to others is closed (0600) when it is opened for writing.
@@ -29,6 +31,7 @@ import apsw
 
 from xce_lite.errors import HomeError, StoreError, StoreUnavailable
 from xce_lite.shipped import shipped
+from xce_lite.store.walsync import WalSync
 
 APPLICATION_ID = 0x58434531  # "XCE1" in the database header: marks the file as an xce_lite store
 BUSY_TIMEOUT_MS = 10_000
@@ -175,8 +178,10 @@ def _migrate(con: apsw.Connection, current: int) -> None:
 
 @contextlib.contextmanager
 def write(con: apsw.Connection, lock: threading.Lock | None = None,
-          busy_ms: int | None = None) -> Iterator[apsw.Connection]:
-    """One write transaction, lock taken up front; commits on success, rolls back on error.
+          busy_ms: int | None = None, sync: WalSync | None = None) -> Iterator[apsw.Connection]:
+    """One write transaction, lock taken up front; commits on success, rolls back on error. With
+    `sync` (the connection runs synchronous=NORMAL: walsync.py), the commit is made durable after
+    the lock is let go, before this returns: the next writer need not wait for this one's fdatasync.
 
     apsw's `with con:` would open a deferred savepoint. On disk full SQLite has already rolled
     back, so our ROLLBACK fails too; the real cause (FullError, IOError) is reported as
@@ -212,6 +217,9 @@ def write(con: apsw.Connection, lock: threading.Lock | None = None,
                 con.execute("ROLLBACK")
             _raise_store_error(err)
             raise
+        made = sync.commit_made() if sync is not None else 0
+    if sync is not None:
+        sync.through(made)  # on disk before the caller goes on (replies, launches, changes its memory)
 
 
 def _raise_store_error(err: BaseException) -> None:

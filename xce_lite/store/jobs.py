@@ -31,6 +31,7 @@ from xce_lite.store.projects import ProjectStore
 from xce_lite.store.requests import RequestStore  # request ids: idempotent submission
 from xce_lite.store.usage import UsageStore  # metrics: the web's reads over time
 from xce_lite.store.newjobs import insert_jobs
+from xce_lite.store.walsync import WalSync
 from xce_lite.store import transitions
 from xce_lite.store.transitions import cancel as _cancel
 from xce_lite.store.transitions import finish as _finish
@@ -126,6 +127,8 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         self.path = path
         self._con = connect(path, create=not readonly, readonly=readonly, durable=durable)
         self._lock = threading.Lock()
+        # commits synced outside the write lock, before each write returns (walsync.py)
+        self._sync = WalSync(self._con, f"{path}-wal") if durable and not readonly else None
         # Set by the controller while the store refuses its commits (busy): writers then wait
         # IMPATIENT_MS for another process's lock, not the full busy timeout, so that a submit is
         # refused in a second or two instead of queueing behind the tick's own long wait.
@@ -141,10 +144,22 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
             for con in self._readers.values():
                 con.close()
             self._readers.clear()
+            if self._sync is not None:
+                self._sync.close()
             self._con.close()
+
+    def settle_reads(self) -> None:
+        """If this thread has read the store since its last call: return once every commit made so
+        far is on disk (walsync.py: another writer's commit is readable before its fdatasync). The
+        API server calls it before each reply, so that no reply tells what a power loss could undo."""
+        if getattr(self._local, "read", False):
+            self._local.read = False
+            if self._sync is not None:
+                self._sync.settle()
 
     def _reader(self) -> apsw.Connection:
         """This thread's read connection (made at its first read, kept while it lives)."""
+        self._local.read = True  # settle_reads
         con = getattr(self._local, "con", None)
         if con is None:
             con = connect(self.path, create=False, readonly=True)
@@ -159,6 +174,7 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
     @contextlib.contextmanager
     def _writer_read(self) -> Iterator[apsw.Connection]:
         """The writer connection for a read, under the write lock (JobReads.jobs's `writer`)."""
+        self._local.read = True  # settle_reads
         with self._lock:
             yield self._con
 
@@ -168,7 +184,7 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
             return len(self._readers)
 
     def _write(self):
-        return write(self._con, self._lock, IMPATIENT_MS if self.impatient else None)
+        return write(self._con, self._lock, IMPATIENT_MS if self.impatient else None, self._sync)
 
     # ---- meta -------------------------------------------------------------------------------
 
