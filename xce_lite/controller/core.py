@@ -86,7 +86,7 @@ from xce_lite.controller.pools import Pools, load_records
 from xce_lite.controller.recovery import load
 from xce_lite.controller.retention import Retention
 from xce_lite.controller.seams import Seams, WakingQueue
-from xce_lite.controller import submit_wake
+from xce_lite.controller import sleeping, submit_wake
 from xce_lite.controller.shared import Access, Handler, socket_mode, store_refusal
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.state import RUNNING, SENT, Active, ControllerState
@@ -231,20 +231,8 @@ class Controller:
             self._shutdown()
 
     def _sleep(self, wait: float, deferrable: bool) -> bool:
-        """Sleep `wait` s, or until woken (then True). While every slot is taken a submit leaves the tick asleep
-        (submit_wake.py): then in steps of DEFER_BOUND, so that one deferred during the sleep still
-        has its session within that bound (`deferrable`: not while the store refuses commits). The
-        price: while every slot is taken, up to 10 wake-ups a second (a lock, a clock read; no tick)."""
-        end = self._clock.time() + min(wait, self.dispatching.quiet_wait())  # reasons held back: a quiet tick
-        while True:
-            with self.state.mu:
-                now = self._clock.time()
-                left = submit_wake.bounded(self.state, end - now, now) if deferrable else end - now
-                step = min(left, submit_wake.DEFER_BOUND) if deferrable and self.state.full else left
-            if (woken := self.state.wake.wait(max(0.0, step))) or step >= left:
-                break
-        self.state.wake.clear()
-        return woken or self._clock.time() < end - 0.001  # or a deferred submit's bound cut it short
+        """Sleep `wait` s at most (sleeping.py); True if the next tick is not quiet."""
+        return sleeping.sleep(self.state, self._clock, wait, deferrable, self.dispatching.quiet_wait())
 
     def _connected(self) -> dict:
         """The connected hosts' handles, as of now."""
@@ -288,7 +276,7 @@ class Controller:
         """One pass at wall time `now`; see the module docstring. Everything learned and decided in
         it is stored in one durable commit, before any launch; launch replies are stored by the next
         pass. A store that cannot take the commit (busy, full) loses nothing: faults.py puts it all
-        back. `quiet`: nothing woke it, so the pend reasons held back are stored now (dispatching.py)."""
+        back. `quiet`: nothing woke it and no submit waits (sleeping.py): the reasons held back are stored now."""
         began = time.monotonic()  # metrics:
         self.units.collect(now)
         self.units.expire_lost_hosts(now)

@@ -30,7 +30,7 @@ from xce_lite.store.jobs import Finish, Plan, Requeue, TickRecord
 
 MERGES_KEPT = 4096  # (spec, queue) merges kept between sessions
 REASONS_EVERY = 1.0  # s: while busy, the changed pend reasons go to the store at most this often
-QUIET = 0.05  # s without a wake-up after which the serve loop ticks to store the reasons held back
+QUIET = 0.05  # s without a wake-up or a submit after which serve ticks to store the reasons held back
 
 
 def _with(job: Job, **changes: Any) -> Job:
@@ -155,7 +155,7 @@ class Dispatching:
     def reasons_to_store(self, decisions: Decisions | None, now: float, quiet: bool = False) -> dict[int, str | None]:
         """Keep every pend reason live in memory; hand the store the changed ones at most once a
         second while busy, so a busy queue costs no write per job per tick (the API reads the live
-        ones), and at once in a `quiet` tick (one nothing woke: `quiet_wait`). A backlog's reasons
+        ones), and at once in a `quiet` tick (nothing woke it, no submit waits: sleeping.py). A backlog's reasons
         are thus written while the controller has nothing else to do, not in the tick that next has
         work: 10,000 new jobs' reasons are a ~50 ms write, which held up the first launch after
         the slots freed (bench/README.md, branch backlog3). `decisions` carries only the reasons
