@@ -16,6 +16,17 @@ from xce_lite.controller.dispatching import QUIET
 from xce_lite.controller.seams import RealClock
 
 
+def _sleep_beside(ctl, action, deferrable: bool) -> tuple[bool, float]:
+    """`serve`'s sleep of 30 s asked while `action` runs on a timer 10 ms in: (its answer, seconds)."""
+    timer = threading.Timer(0.01, action)
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        return ctl._sleep(30.0, deferrable=deferrable), time.monotonic() - t0
+    finally:
+        timer.cancel()
+
+
 def _stored(p: InProc, ids: list[int]) -> list[str | None]:
     return [p.job(i).pend_reason for i in ids]
 
@@ -62,14 +73,8 @@ def test_serve_sleeps_no_longer_than_quiet_while_reasons_are_held_back_and_says_
         assert time.monotonic() - t0 < 15.0, "reasons held back: serve sleeps QUIET, not the 30 s asked"
 
         ctl.dispatching.held_back = False
-        timer = threading.Timer(0.05, ctl.state.wake.set)
-        timer.start()
-        t0 = time.monotonic()
-        try:
-            assert ctl._sleep(30.0, deferrable=False) is True, "a sleep cut short by the wake was woken"
-        finally:
-            timer.cancel()
-        assert time.monotonic() - t0 < 15.0
+        woken, took = _sleep_beside(ctl, ctl.state.wake.set, deferrable=False)
+        assert woken is True and took < 15.0, "a sleep cut short by the wake was woken"
     finally:
         p.close()
 
@@ -91,13 +96,8 @@ def test_a_submit_deferred_during_the_quiet_wait_keeps_its_bound_and_the_next_ti
             with ctl.state.mu:
                 assert submit_wake.wakes(ctl.state, ctl._clock.time()) is False
 
-        timer = threading.Timer(0.01, submit)
-        timer.start()
-        t0 = time.monotonic()
-        try:
-            assert ctl._sleep(30.0, deferrable=True) is True, "a submit waits for its session: not quiet"
-        finally:
-            timer.cancel()
-        assert time.monotonic() - t0 >= submit_wake.DEFER_BOUND, "the sleep ran on to the submit's bound"
+        woken, took = _sleep_beside(ctl, submit, deferrable=True)
+        assert woken is True, "a submit waits for its session: the next tick is not quiet"
+        assert took >= submit_wake.DEFER_BOUND, "the sleep ran on to the submit's bound"
     finally:
         p.close()
