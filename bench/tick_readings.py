@@ -48,6 +48,67 @@ def critical_path(store: Path, ids: list[int]) -> dict[str, float]:
     return {k: 1000 * statistics.median(v) for k, v in parts.items() if v}
 
 
+def timeline(store: Path, sleepers: list[int], ids: list[int], t_kill: float) -> dict[str, float]:
+    """--behind-sleepers: when things happened after the kill's POST (`t_kill`, time.time()), in ms
+    from the store's own stamps: the sleepers' ends, the first and the 2nd dispatch of the backlog,
+    and the rate of the rest (the steady part: its jobs per second, from the 3rd dispatch on)."""
+    import apsw
+
+    con = apsw.Connection(str(store), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        marks = ",".join("?" * len(sleepers))
+        asked = [t for (t,) in con.execute(
+            f"SELECT time FROM events WHERE kind='kill_requested' AND job_id IN ({marks})", sleepers)]
+        unit_ends = [t for (t,) in con.execute(f"SELECT end_time FROM jobs WHERE id IN ({marks})", sleepers) if t]
+        ends = [t for (t,) in con.execute(
+            f"SELECT time FROM events WHERE kind='finished' AND job_id IN ({marks})", sleepers)]
+        lo, hi = min(ids), max(ids)
+        disp = sorted(t for (t,) in con.execute(
+            "SELECT time FROM events WHERE kind='dispatched' AND job_id BETWEEN ? AND ?", (lo, hi)))
+        fin = sorted(t for (t,) in con.execute(
+            "SELECT time FROM events WHERE kind='finished' AND job_id BETWEEN ? AND ?", (lo, hi)))
+    finally:
+        con.close()
+    out: dict[str, float] = {}
+    if asked:
+        out["kill->kill_requested"] = 1000 * (max(asked) - t_kill)
+    if unit_ends:
+        out["kill->last sleeper's unit ended (host clock)"] = 1000 * (max(unit_ends) - t_kill)
+    if ends:
+        out["kill->last sleeper's end recorded"] = 1000 * (max(ends) - t_kill)
+    if disp:
+        out["kill->first dispatch"] = 1000 * (disp[0] - t_kill)
+    if len(disp) > 1:
+        out["kill->2nd dispatch"] = 1000 * (disp[1] - t_kill)
+    if fin:
+        out["kill->first job finished"] = 1000 * (fin[0] - t_kill)
+        out["kill->last job finished"] = 1000 * (fin[-1] - t_kill)
+    if len(fin) > 10:
+        out["steady jobs/s (3rd finish to last)"] = (len(fin) - 3) / max(fin[-1] - fin[2], 1e-9)
+    return out
+
+
+def count_reasons(store_class, stats, lock) -> None:
+    """In the timed controller: the pend reasons each tick's commit stores, summed as a step's
+    "calls" ("pend reasons stored (rows)"): a backlog's reasons are rows written, ~3 us each."""
+    real = store_class.record_tick
+
+    def record_tick(self, w):
+        with lock:
+            stats["pend reasons stored (rows)"][0] += len(w.reasons)
+        return real(self, w)
+
+    store_class.record_tick = record_tick
+
+
+def print_trace(traced: list, t_kill: float) -> None:
+    """--trace: the first steps after the kill, by start, in ms from the kill's POST."""
+    if traced:
+        print(f"  the first {len(traced)} steps after the kill (ms from the kill's POST: start, wall, CPU; by start):")
+        for name, start, dt, dc in sorted(traced, key=lambda r: r[1]):
+            print(f"    {1000 * (start - t_kill):8.2f} {1000 * dt:7.2f} {1000 * dc:7.2f}  {name}")
+
+
 def cpu_split(c) -> dict[str, float]:
     """CPU seconds so far of the controller's main thread, its other threads (API, heartbeat, agent
     links), the scheduler's processes (forkserver, worker) and the agent with its children, read

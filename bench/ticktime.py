@@ -4,6 +4,11 @@
     python bench/ticktime.py [--jobs 1000] [--one-each] [--what-if NAME[,NAME...]] [--depth N]
     python bench/ticktime.py --jobs 10000 --measure 300    # throughput with a 10k backlog
     python bench/ticktime.py --jobs 10000 --measure 200 --behind-sleepers   # as bench/run.py's backlog figure
+    python bench/ticktime.py --jobs 10000 --measure 200 --behind-sleepers --trace 60   # + the kill's first steps
+
+With --behind-sleepers it also prints, from the store's stamps, when things happened after the kill's
+POST (the sleepers' units ended, the first backlog job finished; tick_readings.timeline); --trace N
+lists the first N timed steps after the kill with their start times (which tick held up what).
 
 The controller runs as its own process, exactly as `xce controller start --foreground` runs it
 (`run_foreground`), but started through this file so that timers can be wrapped around its methods
@@ -43,7 +48,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from tick_readings import backlog_behind_sleepers, cpu_split, critical_path
+from tick_readings import backlog_behind_sleepers, count_reasons, cpu_split, critical_path, print_trace, timeline
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -52,6 +57,8 @@ WHAT_IFS = ("normal", "inproc", "worker", "asyncforget", "lean", "budget", "shms
 
 _stats: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])  # calls, wall s, the thread's CPU s
 _stats_lock = threading.Lock()
+_trace: list[tuple[str, float, float, float]] = []  # --trace: (step, time.time() at its start, wall s, CPU s)
+_trace_left = [0]  # steps still to trace, from the sleepers' kill (SIGUSR1)
 
 
 def _timed(name: str, fn):
@@ -67,6 +74,9 @@ def _timed(name: str, fn):
                 entry[0] += 1
                 entry[1] += dt
                 entry[2] += dc
+                if _trace_left[0] > 0:
+                    _trace_left[0] -= 1
+                    _trace.append((name, time.time() - dt, dt, dc))
     return wrapper
 
 
@@ -104,6 +114,7 @@ def _instrument(what_if: set[str]) -> None:
             name = f"host.{meth} (agent: sent, or a round trip)" if label == "host" else f"{label}.{meth}"
             setattr(cls, meth, _timed(name, fn))
 
+    count_reasons(jobs.JobStore, _stats, _stats_lock)
     if "normal" in what_if:
         real_connect = db.connect
 
@@ -244,7 +255,7 @@ def _time_gc() -> None:
     gc.callbacks.append(callback)
 
 
-def serve(home: str, stats_path: str, what_if: set[str]) -> None:
+def serve(home: str, stats_path: str, what_if: set[str], trace: int = 0) -> None:
     try:
         from xce_lite.controller.foreground import run_foreground
     except ImportError:  # trees before foreground.py (df9920d) kept it in core
@@ -257,13 +268,14 @@ def serve(home: str, stats_path: str, what_if: set[str]) -> None:
     def _reset(*_args) -> None:  # --behind-sleepers: count from the sleepers' kill only
         with _stats_lock:
             _stats.clear()
+            _trace_left[0] = trace
 
     signal.signal(signal.SIGUSR1, _reset)
     try:
         run_foreground(Home(Path(home)))
     finally:
         with open(stats_path, "w") as f:
-            json.dump({k: v for k, v in _stats.items()}, f)
+            json.dump({**{k: v for k, v in _stats.items()}, "_trace": _trace}, f)
 
 
 
@@ -286,7 +298,8 @@ def drive(args) -> None:
     stats_path = c.root / "stats.json"
     with open(c.home / "controller.log", "ab") as log:
         proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve", str(c.home),
-                                 "--stats", str(stats_path), "--what-if", ",".join(what_if)],
+                                 "--stats", str(stats_path), "--what-if", ",".join(what_if),
+                                 "--trace", str(args.trace)],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     c.pid = proc.pid
     try:
@@ -304,11 +317,12 @@ def drive(args) -> None:
         spec = c.spec(["true"])
         wait_done(client, client.post("/jobs", {"jobs": [spec] * 10})["ids"], time.monotonic() + 60)
         time.sleep(0.3)
+        t_kill, sleepers = 0.0, []
         if args.behind_sleepers:
             ids, sleepers = backlog_behind_sleepers(c, client, spec, args.jobs)
             os.kill(proc.pid, signal.SIGUSR1)  # the step counts start now
             cpu0 = cpu_split(c)
-            t0 = time.perf_counter()
+            t0, t_kill = time.perf_counter(), time.time()
             client.post("/jobs/kill", {"ids": sleepers})
             t_sub = time.perf_counter()
         else:
@@ -325,9 +339,11 @@ def drive(args) -> None:
         cpu1 = cpu_split(c)
         done = sum(1 for j in reply["jobs"] if j["state"] == "DONE") if reply else 0
         path = critical_path(c.home / "xce.db", measured)
+        marks = timeline(c.home / "xce.db", sleepers, measured, t_kill) if args.behind_sleepers else {}
         client.post("/controller/stop", {})
         proc.wait(60)
         stats = json.loads(stats_path.read_text())
+        traced = stats.pop("_trace", [])
     finally:
         c.stop()
         if shm is not None:
@@ -346,6 +362,9 @@ def drive(args) -> None:
           "counts below)")
     if path:
         print("  one job's path, medians over the run (ms): " + "; ".join(f"{k} {v:.2f}" for k, v in path.items()))
+    if marks:
+        print("  after the kill (ms, store stamps): " + "; ".join(f"{k} {v:.1f}" for k, v in marks.items()))
+    print_trace(traced, t_kill)
     # CPU: the calling thread's own (time.thread_time), which a busy machine's other processes do not move
     print(f"  {'step':44} {'calls':>6} {'total s':>8} {'% wall':>7} {'ms/call':>8} {'CPU ms/call':>12}")
     for name, (calls, total, *cpu) in sorted(stats.items(), key=lambda kv: -kv[1][1]):
@@ -365,6 +384,8 @@ def main() -> int:
                     help="as bench/run.py's backlog figure: the --jobs POSTed (1,000 a POST) while two sleepers hold "
                          "the slots; the clock, the CPU and the step counts start at the sleepers' kill")
     ap.add_argument("--what-if", default="", help=f"comma list of {', '.join(WHAT_IFS)}")
+    ap.add_argument("--trace", type=int, default=0,
+                    help="with --behind-sleepers: list the first N timed steps after the kill, with their start times")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--stats", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -372,7 +393,7 @@ def main() -> int:
     if what_if - set(WHAT_IFS):
         ap.error(f"unknown what-if: {', '.join(sorted(what_if - set(WHAT_IFS)))}")
     if args.serve:
-        serve(args.serve, args.stats, what_if)
+        serve(args.serve, args.stats, what_if, args.trace)
     else:
         drive(args)
     return 0

@@ -86,7 +86,7 @@ from xce_lite.controller.pools import Pools, load_records
 from xce_lite.controller.recovery import load
 from xce_lite.controller.retention import Retention
 from xce_lite.controller.seams import Seams, WakingQueue
-from xce_lite.controller import submit_wake
+from xce_lite.controller import sleeping, submit_wake
 from xce_lite.controller.shared import Access, Handler, socket_mode, store_refusal
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.state import RUNNING, SENT, Active, ControllerState
@@ -217,10 +217,10 @@ class Controller:
             while not self._stopping.is_set():
                 retry = self.commits.wait()
                 wait = self.units.starts.sleep(min(self.state.config.controller.tick, self.leases.wait()), self.units)
-                self._sleep(wait if retry is None else min(wait, retry + 0.01), deferrable=retry is None)
+                woken = self._sleep(wait if retry is None else min(wait, retry + 0.01), deferrable=retry is None)
                 if not self._stopping.is_set():
                     try:
-                        self.tick(self._clock.time())
+                        self.tick(self._clock.time(), quiet=not woken)
                     except errors.StoreUnavailable as err:  # a read the store refused: the next tick tries again
                         self.log(f"tick skipped: {err}")
         except Exception as err:  # unsafe to go on: say why (faults.py); faults that are not are handled within
@@ -231,20 +231,9 @@ class Controller:
         finally:
             self._shutdown()
 
-    def _sleep(self, wait: float, deferrable: bool) -> None:
-        """Sleep `wait` s, or until woken. While every slot is taken a submit leaves the tick asleep
-        (submit_wake.py): then in steps of DEFER_BOUND, so that one deferred during the sleep still
-        has its session within that bound (`deferrable`: not while the store refuses commits). The
-        price: while every slot is taken, up to 10 wake-ups a second (a lock, a clock read; no tick)."""
-        end = self._clock.time() + wait
-        while True:
-            with self.state.mu:
-                now = self._clock.time()
-                left = submit_wake.bounded(self.state, end - now, now) if deferrable else end - now
-                step = min(left, submit_wake.DEFER_BOUND) if deferrable and self.state.full else left
-            if self.state.wake.wait(max(0.0, step)) or step >= left:
-                break
-        self.state.wake.clear()
+    def _sleep(self, wait: float, deferrable: bool) -> bool:
+        """Sleep `wait` s at most (sleeping.py); True if the next tick is not quiet."""
+        return sleeping.sleep(self.state, self._clock, wait, deferrable, self.dispatching.quiet_wait())
 
     def _connected(self) -> dict:
         """The connected hosts' handles, as of now."""
@@ -284,11 +273,11 @@ class Controller:
 
     # ---- the tick ---------------------------------------------------------------------------
 
-    def tick(self, now: float) -> None:
+    def tick(self, now: float, quiet: bool = False) -> None:
         """One pass at wall time `now`; see the module docstring. Everything learned and decided in
         it is stored in one durable commit, before any launch; launch replies are stored by the next
         pass. A store that cannot take the commit (busy, full) loses nothing: faults.py puts it all
-        back."""
+        back. `quiet`: nothing woke it and no submit waits (sleeping.py): the reasons held back are stored now."""
         began = time.monotonic()  # metrics:
         self.units.collect(now)
         self.units.expire_lost_hosts(now)
@@ -317,7 +306,7 @@ class Controller:
             session = self._schedule(hosts, shared, now, closing) if hosts is not None and self.state.pending else None
             decisions = self.prefill.extend(self.pool_views.reasons(session), hosts, shared, now, closing)
             plans = self.dispatching.plans(decisions) if decisions is not None else []
-            reasons = self.dispatching.reasons_to_store(decisions, now)
+            reasons = self.dispatching.reasons_to_store(decisions, now, quiet)
             others = bool(plans or reasons or requeues or cancels or events)  # ends may wait (start_wait.py), unless:
             urgent = len(self.gating.gate) > 0 or self.commits.problem is not None or not self.seams.end_waits
             finishing, started = self.units.starts.waiting(finishing, started, others, now, self.state, urgent)

@@ -29,6 +29,8 @@ from xce_lite.store.jobs import Finish, Plan, Requeue, TickRecord
 
 
 MERGES_KEPT = 4096  # (spec, queue) merges kept between sessions
+REASONS_EVERY = 1.0  # s: while busy, the changed pend reasons go to the store at most this often
+QUIET = 0.05  # s without a wake-up or a submit after which serve ticks to store the reasons held back
 
 
 def _with(job: Job, **changes: Any) -> Job:
@@ -51,6 +53,7 @@ class Dispatching:
         self.projects, self.metrics = projects, metrics
         self.end_active, self.add_active, self.launch_later = end_active, add_active, launch_later
         self.reasons_flushed_at = 0.0
+        self.held_back = False  # a tick left changed reasons unstored (REASONS_EVERY): `quiet_wait`
         self.planned: dict[int, LaunchWith] = {}  # of the last `plans`: job id -> what its launch needs
         # (spec id, queue) -> (the spec, kept so that its id stays its own; its merge now, or why it
         # fails; the merge's JSON): `_merged_now`
@@ -149,24 +152,33 @@ class Dispatching:
             active.retry, active.retry_on = eff.retry, eff.retry_on
         return active
 
-    def reasons_to_store(self, decisions: Decisions | None, now: float) -> dict[int, str | None]:
+    def reasons_to_store(self, decisions: Decisions | None, now: float, quiet: bool = False) -> dict[int, str | None]:
         """Keep every pend reason live in memory; hand the store the changed ones at most once a
-        second, so a busy queue costs no write per job per tick (the API reads the live ones).
-        `decisions` carries only the reasons that changed since the scheduler's last answer
-        (sched_worker.py): the rest are in memory already."""
+        second while busy, so a busy queue costs no write per job per tick (the API reads the live
+        ones), and at once in a `quiet` tick (nothing woke it, no submit waits: sleeping.py). A backlog's reasons
+        are thus written while the controller has nothing else to do, not in the tick that next has
+        work: 10,000 new jobs' reasons are a ~50 ms write, which held up the first launch after
+        the slots freed (bench/README.md, branch backlog3). `decisions` carries only the reasons
+        that changed since the scheduler's last answer (sched_worker.py): the rest are in memory."""
         with self.state.mu:
             if decisions is not None:
                 for reason, ids in decisions.waiting:  # whole groups at C speed: a backlog has 10,000s
                     gone = self.state.pending.missing(ids)  # killed or held while the scheduler thought
                     still = ids if not gone else [i for i in ids if i not in gone]
                     self.state.reasons.update(dict.fromkeys(still, reason))
-            if now - self.reasons_flushed_at < 1.0:
+            if now - self.reasons_flushed_at < REASONS_EVERY and not (quiet and self.held_back):
+                self.held_back = True
                 return {}
-            self.reasons_flushed_at = now
+            self.reasons_flushed_at, self.held_back = now, False
             changed = {job_id: reason for job_id, reason in self.state.reasons.items()
                        if self.state.stored_reasons.get(job_id) != reason}
             self.state.stored_reasons.update(changed)
             return changed
+
+    def quiet_wait(self) -> float:
+        """How long the serve loop may sleep before a quiet tick stores the reasons held back: QUIET
+        while some are, else forever (its other bounds apply)."""
+        return QUIET if self.held_back else float("inf")
 
     def apply(self, record: TickRecord, finishing: list[tuple[Finish, str]], requeues: list[Requeue],
                plans: list[Plan]) -> None:
