@@ -275,9 +275,7 @@ def serve(home: str, stats_path: str, what_if: set[str], trace: int = 0) -> None
         run_foreground(Home(Path(home)))
     finally:
         with open(stats_path, "w") as f:
-            json.dump({**{k: v for k, v in _stats.items()}, "_trace": _trace}, f)
-
-
+            json.dump({**_stats, "_trace": _trace}, f)
 
 
 def drive(args) -> None:
@@ -285,12 +283,10 @@ def drive(args) -> None:
 
     what_if = [w for w in args.what_if.split(",") if w]
     c = BenchCluster(slots=2)
-    if args.depth is not None:  # xce.yaml's controller.prefill_depth (default: the tree's)
-        config = c.home / "xce.yaml"
-        config.write_text(config.read_text().replace("controller:\n", f"controller:\n  prefill_depth: {args.depth}\n"))
-    if "budget" in what_if:
-        config = c.home / "xce.yaml"
-        config.write_text(config.read_text().replace("controller:\n", "controller:\n  sched_budget: 64\n"))
+    extra = f"  prefill_depth: {args.depth}\n" if args.depth is not None else ""  # default: the tree's
+    extra += "  sched_budget: 64\n" if "budget" in what_if else ""
+    config = c.home / "xce.yaml"
+    config.write_text(config.read_text().replace("controller:\n", "controller:\n" + extra))
     shm = None
     if "shmspool" in what_if:
         shm = Path(tempfile.mkdtemp(prefix="xbspool-", dir="/dev/shm"))
