@@ -32,8 +32,6 @@ def behind_in(events: list[tuple[float, str, dict | None]]) -> int | None:
     return behind_of((last or {}).get("queued"))
 
 
-
-
 def repoint(behind: dict[int, int], active: Any) -> None:
     """Each successor behind one that ended never reported started (killed in its host's queue: its
     agent passed the follower on likewise) follows that one's predecessor instead. A start reported
