@@ -10,7 +10,8 @@ from types import SimpleNamespace
 from xce_lite.config.cluster import ClusterConfig
 from xce_lite.config.sched_view import Holding
 from xce_lite.controller.jobunits import Expected, reconcile
-from xce_lite.controller.prefilling import Prefill, behind_in, behind_of
+from xce_lite.controller.prefill_chains import behind_in, behind_of
+from xce_lite.controller.prefilling import Prefill
 from xce_lite.controller.state import RUNNING, SENT, Active, ControllerState
 from xce_lite.exec.host import UnitInfo
 from xce_lite.models import DISP, RUN

@@ -49,8 +49,6 @@ from dataclasses import replace
 from typing import Any
 
 from xce_lite import errors
-from xce_lite.controller.prefill_chains import behind_in as behind_in  # (re-exported: moved there)
-from xce_lite.controller.prefill_chains import behind_of as behind_of
 from xce_lite.controller.prefill_chains import chain_depth, pass_on, repoint
 from xce_lite.controller.state import NEW, RUNNING, SENT, Active, ControllerState
 from xce_lite.exec.host import LaunchRequest, UnitUnqueued
@@ -201,8 +199,9 @@ class Prefill:
                 and not job.withdrawing and (job.after is None or chain_depth(job, self.state.active) < depth)
                 and not job.holding.shared and (job.id not in closing or job.queued)]
             if any(job.after is not None for job in units):
-                first = self._first_rank()
-                units = [job for job in units if job.after is None or self._ranks_before(job.id, first)]
+                priority = {q.name: q.priority for q in self.state.queue_policies}
+                first = self._first_rank(priority)
+                units = [job for job in units if job.after is None or self._ranks_before(job.id, first, priority)]
             running = [_unit_of(job, job.id in taken) for job in units]
             for d in decisions.dispatches:
                 pending = self.state.pending.get(d.job_id)
@@ -222,10 +221,9 @@ class Prefill:
                     self.requests[s.job_id] = job
         return chosen
 
-    def _first_rank(self) -> tuple:
+    def _first_rank(self, priority: dict[str, int]) -> tuple:
         """The rank of the best-ranked pending job that may run (holding the lock; `()`, which no
-        rank is below, when the first few are all blocked)."""
-        priority = {q.name: q.priority for q in self.state.queue_policies}
+        rank is below, when the first few are all blocked); `priority`: each queue's."""
         for looked, job in enumerate(self._ranked_now()):
             if job.blocked is None:
                 return rank_of(job, priority)
@@ -233,13 +231,12 @@ class Prefill:
                 break
         return ()
 
-    def _ranks_before(self, job_id: int, first: tuple) -> bool:
+    def _ranks_before(self, job_id: int, first: tuple, priority: dict[str, int]) -> bool:
         """Whether queued successor `job_id` ranks before `first`: only then may it take a follower,
         so that a chain keeps a dispatch's order (one of higher rank pending instead gets the chain's
         place, sched/prefill.outranked, its tail first, and no job is named again behind the job it
         is to go ahead of)."""
         job = self.requests.get(job_id)
-        priority = {q.name: q.priority for q in self.state.queue_policies}
         return job is not None and rank_of(job, priority) < first
 
     def withdraw(self, decisions: Decisions | None, hosts: Any, shared: Any, now: float,
@@ -314,20 +311,11 @@ class Prefill:
         if job is None or index != 0:
             return
         pred = self.state.behind.pop(job.id, None)
+        # dropped behind a predecessor that was queued too (or is being launched again): launched
+        # now, it would start beside the unit that still holds the slot; dispatched again as any instead
+        behind_unstarted = event.status == "dropped" and pred is not None and self._not_running(pred)
         if pred is not None and event.status in ("started", "running"):
             self._started(job.id, pred, frozenset())
-        elif event.status == "dropped" and not job.ending and pred is not None and self._not_running(pred):
-            # its predecessor was queued too (or is being launched again): launched now, it would
-            # start beside the unit that still holds the slot; dispatched again as any instead
-            job.status[index] = NEW
-            job.after, job.queued, job.withdrawing = None, False, False
-            job.ending = True
-            self.state.dirty = True
-            self.state.unrecorded_requeues.append(Requeue(job.id, job.state, f"dropped from host {event.host}'s "
-                                                          f"queue behind job {pred}: {event.error}"))
-            self.state.wake.set()
-            self.why.pop(job.id, None)
-            return
         elif event.status in ("withdrawn", "refused"):
             # it left unstarted: its follower waits behind its predecessor now
             pass_on(self.state.behind, self.state.active, job.id, pred)
@@ -335,12 +323,9 @@ class Prefill:
         job.after, job.queued, job.withdrawing = None, False, False
         self.state.dirty = True  # it holds its allocation now (its predecessor's is gone), or nothing
         if event.status == "withdrawn":
-            job.status[index] = NEW  # nothing of it is on its host: nothing to stop or forget there
-            if not job.ending:  # back to PEND, dispatched as any (a kill meanwhile wins: kills.kill_wins)
-                job.ending = True
-                self.state.unrecorded_requeues.append(Requeue(
-                    job.id, job.state, f"withdrawn from host {event.host}'s queue" + (f": {why}" if why else "")))
-                self.state.wake.set()
+            self._requeue(job, index, f"withdrawn from host {event.host}'s queue" + (f": {why}" if why else ""))
+        elif behind_unstarted and not job.ending:
+            self._requeue(job, index, f"dropped from host {event.host}'s queue behind job {pred}: {event.error}")
         elif event.status in ("started", "running"):
             units._mark_running(job, index, event.start_time or now)
         elif event.status == "refused" and not job.ending:
@@ -349,6 +334,15 @@ class Prefill:
             self.log(f"job {job.id}: {event.error}; launching it again")
             job.status[index] = NEW
             units.to_launch.append(event.unit)
+
+    def _requeue(self, job: Active, index: int, reason: str) -> None:
+        """`job`, whose unit left its host's queue unstarted, back to PEND (holding the lock): nothing
+        of it is on its host, nothing to stop or forget there; a kill meanwhile wins (kills.kill_wins)."""
+        job.status[index] = NEW
+        if not job.ending:
+            job.ending = True
+            self.state.unrecorded_requeues.append(Requeue(job.id, job.state, reason))
+            self.state.wake.set()
 
 
 def _unit_of(job: Active, taken: bool) -> RunningUnit:
