@@ -104,11 +104,12 @@ def test_started_early_holds_for_every_link():
     state, prefill, _asked = cluster()
     job3 = queue_behind(state, prefill, 3, 2)
     job3.status[0] = RUNNING  # its launch reply said started: jobs 1 and 2 ended there, unknown here yet
-    assert named(prefill, state) == [(4, 3)]  # job 3 may have one; job 2 and job 1 stay taken
+    # job 3 may have a chain of its own (it runs: 4 behind it, 5 behind 4); job 2 and job 1 stay taken
+    assert named(prefill, state) == [(4, 3), (5, 4)]
     assert prefill.started_early == {3: 2}
     prefill.unqueued(UnitUnqueued("h1", "u2", "started", 5.0, None), 5.0)  # job 2's start arrives
     assert prefill.started_early == {3: 2, 2: 1}
-    assert all(pred == 3 for _job, pred in named(prefill, state))
+    assert [pred for _job, pred in named(prefill, state)] == [3, 4]
     state.active.pop(1), state.active.pop(2)  # both ends applied
     named(prefill, state)
     assert not prefill.started_early
@@ -175,3 +176,32 @@ def test_the_depth_is_one_or_more_and_two_by_default():
     for wrong in (0, -1, 9, "deep"):
         with pytest.raises(ValidationError):
             ClusterConfig.model_validate({**config, "controller": {"prefill_depth": wrong}})
+
+
+def test_one_session_fills_a_chain_to_the_depth():
+    state, prefill, _asked = cluster(depth=3)
+    assert named(prefill, state) == [(3, 2), (4, 3)]  # 1 <- 2 <- 3 <- 4: three deep, in one session
+    state, prefill, _asked = cluster(depth=2)
+    del state.behind[2], state.active[2]  # job 1 runs with nothing behind it
+    assert named(prefill, state) == [(3, 1), (4, 3)]
+
+
+def test_a_later_round_keeps_a_dispatchs_order():
+    state, prefill, _asked = cluster(depth=3)
+    del state.behind[2], state.active[2]
+    big = PendingJob(6, "alice", "normal", JobRequest(6, 2, None, parse("")), 5)  # first, fits no one slot
+    state.pending.add(big)
+    assert named(prefill, state) == [(3, 1)]  # behind the unit that runs; job 3 ranks after job 6: no more
+
+
+def test_while_a_withdrawal_is_in_flight_a_session_names_one_link_per_chain():
+    state, prefill, _asked = cluster(depth=3)
+    prefill.why[9] = "job 8 ranks before it"  # asked off a queue, not answered: job 9 may pend again soon
+    assert named(prefill, state) == [(3, 2)]  # no second round: job 9 may rank before job 4
+    state, prefill, _asked = cluster(depth=3)
+    job9 = queue_behind(state, prefill, 9, 2)
+    prefill.unqueued(UnitUnqueued("h1", "u9", "withdrawn", None, None), 5.0)  # answered: PEND after this tick
+    assert prefill.why == {} and [r.job_id for r in state.unrecorded_requeues] == [9]
+    assert named(prefill, state) == [(3, 2)]
+    state.active.pop(job9.id)  # the requeue applied: job 9 pends
+    assert named(prefill, state) == [(3, 2), (4, 3)]

@@ -23,7 +23,8 @@ from xce_lite.sched.resreq import parse
 
 G = 1024**3
 CONFIG = {"cluster": "c", "hosts": [{"name": "h1", "slots": 1, "mem": "1G"}],
-          "queues": [{"name": "normal", "default": True}]}
+          "queues": [{"name": "normal", "default": True}],
+          "controller": {"prefill_depth": 1}}  # one round of naming: what successors() names behind job 1
 HOLDS = FrozenMap({"slots": 1, "mem": G})
 HOSTS = (HostView("h1", "ok", {"slots": 1, "mem": G}, {"slots": 0, "mem": 0}),)  # job 1 holds it all
 

@@ -24,7 +24,9 @@ well.
 Chains (`controller: prefill_depth`, default 2; 1: one per running unit): a queued successor
 that has none of its own may get one, inside its allocation, while the chain behind the unit that
 runs is shorter than the depth (prefill_chains.chain_depth) and it ranks before every pending job
-that may run (`_ranks_before`: a chain keeps a dispatch's order). Only a chain's TAIL is withdrawn
+that may run (`_ranks_before`: a chain keeps a dispatch's order). One session fills a chain to the
+depth (`_name`'s rounds: each names behind the last round's successors), so that the controller may
+tick once per chain drained (quiet_ends.py), not once per link. Only a chain's TAIL is withdrawn
 (a middle would have to pass its follower on). A successor that leaves its host's queue unstarted
 (withdrawn, refused, killed) passes its follower to its own predecessor, as the host's agent does
 (exec/agent/successors.py): `pass_on` when the host says so, `repoint` for one that ended (a kill)
@@ -72,6 +74,7 @@ class Prefill:
         units.on_unqueued, units.request_of = self.unqueued, self.request_of
         self.requests = state.behind_requests  # each successor's request (to withdraw it); recovery.py too
         self.why: dict[int, str] = {}  # a withdrawal asked -> why (the requeue's reason says it)
+        self.returning: set[int] = set()  # withdrawn (or dropped) from a queue, active until back in PEND
         # successor -> predecessor, for a successor that runs while its predecessor's end has not
         # reached us yet (a launch reply may overtake that end): the predecessor stays taken, so
         # it gets no second successor, which its host would start at once beside the first
@@ -186,7 +189,9 @@ class Prefill:
 
     def _name(self, decisions: Decisions, hosts: Any, shared: Any, now: float,
               closing: AbstractSet[int]) -> tuple[Successor, ...]:
-        """The successors named now (recorded in `state.behind`), one for each unit that can have one."""
+        """The successors named now (recorded in `state.behind`): one for each unit that can have one,
+        then again behind each one just named while its chain is shorter than the depth (a whole
+        chain in one session: an emptied chain does not take `depth` sessions to fill)."""
         depth = self.state.config.controller.prefill_depth
         with self.state.mu:
             taken = set(self.state.behind.values()) | set(self.started_early.values())
@@ -198,34 +203,47 @@ class Prefill:
                 if len(job.units) == 1 and job.status[0] in (SENT, RUNNING) and not job.ending and not job.killed
                 and not job.withdrawing and (job.after is None or chain_depth(job, self.state.active) < depth)
                 and not job.holding.shared and (job.id not in closing or job.queued)]
+            priority = {q.name: q.priority for q in self.state.queue_policies}
             if any(job.after is not None for job in units):
-                priority = {q.name: q.priority for q in self.state.queue_policies}
                 first = self._first_rank(priority)
                 units = [job for job in units if job.after is None or self._ranks_before(job.id, first, priority)]
+            deep = {job.id: chain_depth(job, self.state.active) for job in units}  # queued links before it
             running = [_unit_of(job, job.id in taken) for job in units]
             for d in decisions.dispatches:
                 pending = self.state.pending.get(d.job_id)
                 if pending is not None and len(d.placement.allocs) == 1 and not d.placement.shared:
-                    alloc = d.placement.allocs[0]
-                    running.append(RunningUnit(d.job_id, alloc.host, pending.queue, pending.user, alloc.reserved,
-                                               alloc.gpus))
+                    running.append(_unit_named(d.job_id, d.placement, pending))
+                    deep[d.job_id] = 0
             if not running or all(u.taken for u in running):
                 return ()
-            if len(self.state.pending) <= len(decisions.dispatches):
-                return ()  # nobody left to follow anyone
-            chosen = successors(self._snapshot(hosts, shared, now, closing), decisions, tuple(running),
-                                ranked=self._ranked_now())
-            for s in chosen:
-                self.state.behind[s.job_id] = s.after
-                if (job := self.state.pending.get(s.job_id)) is not None:
-                    self.requests[s.job_id] = job
-        return chosen
+            snapshot, everyone = self._snapshot(hosts, shared, now, closing), list[Successor]()
+            while running and len(self.state.pending) > len(decisions.dispatches):  # else nobody left to follow
+                chosen = successors(snapshot, decisions, tuple(running), ranked=self._ranked_now())
+                for s in chosen:
+                    self.state.behind[s.job_id] = s.after
+                    deep[s.job_id] = deep[s.after] + 1
+                    if (job := self.state.pending.get(s.job_id)) is not None:
+                        self.requests[s.job_id] = job
+                everyone += chosen
+                # the next round: behind each one just named, as a dispatch (its launch follows its
+                # predecessor's, in the same batch) that ranks before every pending job left that may run
+                links = tuple(Dispatch(s.job_id, s.placement, s.profile_hash) for s in chosen)
+                decisions = Decisions(decisions.dispatches + links, decisions.waiting, decisions.complete)
+                self.returning &= self.state.active.keys()
+                if self.why or self.returning:  # a withdrawal in flight or unapplied: its job, pending
+                    break  # again after this tick, may rank before what a later round would name
+                first = self._first_rank(priority, {d.job_id for d in decisions.dispatches})
+                running = [_unit_named(s.job_id, s.placement, job) for s in chosen
+                           if deep[s.job_id] < depth and (job := self.requests.get(s.job_id)) is not None
+                           and rank_of(job, priority) < first]
+        return tuple(everyone)
 
-    def _first_rank(self, priority: dict[str, int]) -> tuple:
-        """The rank of the best-ranked pending job that may run (holding the lock; `()`, which no
-        rank is below, when the first few are all blocked); `priority`: each queue's."""
+    def _first_rank(self, priority: dict[str, int], leaving: AbstractSet[int] = frozenset()) -> tuple:
+        """The rank of the best-ranked pending job that may run, not in `leaving` (dispatched or named
+        now) (holding the lock; `()`, which no rank is below, when the first few are all blocked);
+        `priority`: each queue's."""
         for looked, job in enumerate(self._ranked_now()):
-            if job.blocked is None:
+            if job.blocked is None and job.id not in leaving:
                 return rank_of(job, priority)
             if looked >= FIRST_LOOKED:
                 break
@@ -341,8 +359,15 @@ class Prefill:
         job.status[index] = NEW
         if not job.ending:
             job.ending = True
+            self.returning.add(job.id)
             self.state.unrecorded_requeues.append(Requeue(job.id, job.state, reason))
             self.state.wake.set()
+
+
+def _unit_named(job_id: int, placement: Any, pending: Any) -> RunningUnit:
+    """A job dispatched or named a successor in this session, as a predecessor sees it."""
+    alloc = placement.allocs[0]
+    return RunningUnit(job_id, alloc.host, pending.queue, pending.user, alloc.reserved, alloc.gpus)
 
 
 def _unit_of(job: Active, taken: bool) -> RunningUnit:
