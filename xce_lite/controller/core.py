@@ -79,6 +79,7 @@ from xce_lite.controller.kills import kill_wins
 from xce_lite.controller.leasework import HostLeases
 from xce_lite.controller.links import HostLinks
 from xce_lite.controller.prefilling import Prefill
+from xce_lite.controller.quiet_ends import QuietEnds
 from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.metrics import Registry  # metrics:
 from xce_lite.controller.pool_views import PoolViews
@@ -90,7 +91,7 @@ from xce_lite.controller import sleeping, submit_wake
 from xce_lite.controller.shared import Access, Handler, socket_mode, store_refusal
 from xce_lite.controller.task_launches import TaskLaunches
 from xce_lite.controller.state import RUNNING, SENT, Active, ControllerState
-from xce_lite.controller.unitwork import Units, quiet_launch
+from xce_lite.controller.unitwork import Units
 from xce_lite.exec.host import HostEvent
 from xce_lite.home.paths import Home
 from xce_lite.models import Job, JobSpec
@@ -132,7 +133,8 @@ class Controller:
         self.started_at = self._clock.time()
         self.metrics = Registry()  # metrics: counters and durations for /metrics
         self._stopping = threading.Event()
-        self._events: queue.Queue[HostEvent] = WakingQueue(self.state.wake, quiet_launch)  # Units.replies_due
+        self.quiet_ends = QuietEnds(self.state, self._clock, seams.end_waits)  # launch replies, ends behind chains
+        self._events: queue.Queue[HostEvent] = WakingQueue(self.state.wake, self.quiet_ends)
         self.gating = Gating(self.state, self.store, self.pending_job)  # dependencies, arrays, job references
         self.access = Access(self.state, self.store, self.gating.expand_refs)  # shared.py: who may do what
         self.commits = StoreRetry(self.store, self._clock, self.log)  # the store-commit retry state
@@ -233,7 +235,7 @@ class Controller:
 
     def _sleep(self, wait: float, deferrable: bool) -> bool:
         """Sleep `wait` s at most (sleeping.py); True if the next tick is not quiet."""
-        return sleeping.sleep(self.state, self._clock, wait, deferrable, self.dispatching.quiet_wait())
+        return sleeping.sleep(self.state, self._clock, wait, deferrable, self.dispatching.quiet_wait(), self.quiet_ends)
 
     def _connected(self) -> dict:
         """The connected hosts' handles, as of now."""
@@ -279,9 +281,11 @@ class Controller:
         pass. A store that cannot take the commit (busy, full) loses nothing: faults.py puts it all
         back. `quiet`: nothing woke it and no submit waits (sleeping.py): the reasons held back are stored now."""
         began = time.monotonic()  # metrics:
+        self.quiet_ends.taken(self.units.starts)  # (before the queue is read: one that comes after bounds the next)
         self.units.collect(now)
         self.units.expire_lost_hosts(now)
         if not self.commits.due():
+            self.quiet_ends.publish(urgent=True)
             self.kills.deliver()  # recorded before: they need no commit of this tick
             self._renew_leases()  # nor do the leases: a store that refuses commits must not stop the jobs
             return
@@ -319,6 +323,7 @@ class Controller:
                 self.state.pending.report_reasons_again()
             self.commits.in_commit = 0
             self.faults.commit_failed(err, (finishing, started, requeues, events, reasons))
+            self.quiet_ends.publish(urgent=True)
             self.kills.deliver()
             self._renew_leases()  # a busy or full store must not make the hosts stop their jobs
             return
@@ -328,6 +333,8 @@ class Controller:
             self.dispatching.apply(record, finishing, requeues, plans)
         self._renew_leases()  # before any launch: on each host's channel a launch follows a grant
         self.units.act()
+        with self.state.mu:
+            self.quiet_ends.publish(urgent)  # which ends and starts need no tick until the next (quiet_ends.py)
         busy = bool(finishing or started or plans or requeues or cancels)
         self._retention.step(self.store, self.state.config.controller, now, busy)
         if self.units.starts.news(self.state) or self.state.unrecorded_requeues:  # (what waits: start_wait.py)

@@ -8,8 +8,10 @@ Invariants:
   while every slot is taken, up to 10 wake-ups a second (a lock, a clock read; no tick);
 - while pend reasons are held back (dispatching.Dispatching.quiet_wait: QUIET) it ends QUIET after
   it began, unless a submit was deferred meanwhile: then submits are arriving, and their bound rules;
-- the tick after it is quiet (returns False) only if nothing woke it and no submit waits for a
-  session: then, and only then, it stores the reasons held back (a backlog's reasons are written
+- quiet ends (quiet_ends.py) end it END_WAIT after the first came, at most; while any may come it
+  sleeps in steps of END_WAIT;
+- the tick after it is quiet (returns False) only if nothing woke it, no quiet end waits and no
+  submit waits for a session: then, and only then, it stores the reasons held back (a backlog's reasons are written
   while the controller is idle, not in the tick that next has work; a stream of one-POST submits
   into a full cluster keeps the once-a-second bound).
 """
@@ -21,9 +23,9 @@ from typing import Any
 from xce_lite.controller import submit_wake
 
 
-def sleep(state: Any, clock: Any, wait: float, deferrable: bool, quiet_wait: float) -> bool:
+def sleep(state: Any, clock: Any, wait: float, deferrable: bool, quiet_wait: float, ends: Any = None) -> bool:
     """Sleep as the module docstring says; True if the next tick is not quiet (woken, or a submit
-    waits for its session)."""
+    waits for its session, or an event that did not wake it: `ends`, quiet_ends.QuietEnds)."""
     begun = clock.time()
     end, quiet_end = begun + wait, begun + quiet_wait
     while True:
@@ -33,7 +35,9 @@ def sleep(state: Any, clock: Any, wait: float, deferrable: bool, quiet_wait: flo
             if state.deferred_since is None:  # no submit waits: the reasons held back want a quiet tick
                 left = min(left, quiet_end - now)
             step = min(left, submit_wake.DEFER_BOUND) if deferrable and state.full else left
+        if ends is not None:  # quiet ends: taken END_WAIT after the first at most
+            left, step = min(left, ends.bound(left)), ends.bound(step)
         if (woken := state.wake.wait(max(0.0, step))) or left <= 0:
             break
     state.wake.clear()
-    return woken or state.deferred_since is not None
+    return woken or state.deferred_since is not None or (ends is not None and ends.since is not None)

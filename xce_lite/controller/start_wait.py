@@ -101,7 +101,8 @@ class StartWaits:
         `units` (the tick's Units) has due, are taken in time."""
         if units.replies_due:
             wait = min(wait, START_WAIT)
-        for since, bound in ((self.since, START_WAIT), (self.ends_since, END_WAIT)):
+        # (ends_since alone, set before the tick by quiet_ends.QuietEnds.taken, bounds nothing: no end waits)
+        for since, bound in ((self.since, START_WAIT), (self.ends_since if self.ends_held else None, END_WAIT)):
             if since is not None:
                 wait = max(0.0, min(wait, since + bound - self.clock.time()))
         return wait

@@ -1,0 +1,135 @@
+"""Ends that do not wake the tick (quiet_ends.py, issue 18): a unit's end, and its queued successor's
+start, wait for the next tick while at least KEEP jobs stay queued behind the one that starts; the
+end that leaves fewer wakes it. The first quiet event bounds `serve`'s sleep to END_WAIT, and a
+quiet event that comes during a sleep bounds it too (steps of END_WAIT). Never quiet: a job a wait
+sleeps on, a dependency gate or a commit retried (`urgent`), an unstarted leaver, a killed or
+withdrawing job. Job 1 runs on h1; 2 is queued behind it, 3 behind 2 (prefill_depth 2)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from types import SimpleNamespace
+
+from xce_lite.controller import sleeping
+from xce_lite.controller.quiet_ends import KEEP, QuietEnds
+from xce_lite.controller.seams import FakeClock, WakingQueue
+from xce_lite.controller.start_wait import END_WAIT, StartWaits
+from xce_lite.exec.host import JobResult, LaunchReply, UnitFinished, UnitsLaunched, UnitUnqueued
+
+RESULT = JobResult(0, None, 1.0, 2.0, 0.0, 0)
+
+
+def _job(job_id: int) -> SimpleNamespace:
+    return SimpleNamespace(units=(f"u{job_id}",), ending=False, killed=None, withdrawing=False)
+
+
+def chain() -> tuple[QuietEnds, FakeClock]:
+    """What QuietEnds reads of the controller's state (state.py): job 1 runs, 2 behind it, 3 behind 2."""
+    state = SimpleNamespace(mu=threading.RLock(), active={i: _job(i) for i in (1, 2, 3)}, behind={2: 1, 3: 2},
+                            waited=Counter())
+    clock = FakeClock(10.0)
+    ends = QuietEnds(state, clock)
+    with state.mu:
+        ends.publish(urgent=False)
+    return ends, clock
+
+
+def test_an_end_and_its_successors_start_are_quiet_while_a_job_stays_queued_behind():
+    assert KEEP == 1
+    ends, clock = chain()
+    # job 1's end leaves 2 running, 3 queued behind it; job 2's end leaves none queued
+    assert ends.ending == {"u1": 1} and ends.starting == {"u2": 2}
+    assert ends(UnitFinished("h1", "u1", RESULT))
+    assert ends.since == 10.0  # stamped by the controller's clock: the bound counts from here
+    clock.now = 10.005
+    assert ends(UnitUnqueued("h1", "u2", "started", 10.004))
+    assert ends.since == 10.0  # the first one's stamp
+    assert not ends(UnitFinished("h1", "u2", RESULT))  # then only job 3 runs, nothing behind it: tick
+    for status in ("withdrawn", "refused", "dropped"):
+        assert not ends(UnitUnqueued("h1", "u2", status, None, "x"))
+    assert not ends(UnitFinished("h1", "u9", RESULT))  # a unit it does not know
+    assert ends(UnitsLaunched("h1", (LaunchReply("u3", "queued", None),)))  # launch replies, as before
+
+
+def test_never_quiet_where_someone_needs_the_end_at_once():
+    ends, _clock = chain()
+    ends.state.waited[1] += 1  # `xce wait` asleep on job 1, after the tick published: read live
+    assert not ends(UnitFinished("h1", "u1", RESULT)) and ends.since is None
+    with ends.state.mu:
+        ends.publish(urgent=False)
+    assert ends.ending == {}
+    with ends.state.mu:
+        ends.publish(urgent=True)  # a dependency gate, a commit retried, the simulator's clock
+    assert ends.ending == ends.starting == {}
+    for flag in ("killed", "withdrawing", "ending"):
+        ends, _clock = chain()
+        setattr(ends.state.active[1], flag, "x" if flag == "killed" else True)
+        with ends.state.mu:
+            ends.publish(urgent=False)
+        assert ends.ending == {}, flag
+    ends, _clock = chain()
+    ends.enabled = False  # Seams.end_waits off
+    with ends.state.mu:
+        ends.publish(urgent=False)
+    assert ends.ending == ends.starting == {}
+
+
+def test_a_quiet_end_does_not_wake_the_tick_and_the_tick_takes_its_stamp():
+    ends, clock = chain()
+    wake = threading.Event()
+    events = WakingQueue(wake, ends)
+    events.put(UnitFinished("h1", "u1", RESULT))
+    assert not wake.is_set() and events.qsize() == 1
+    events.put(UnitFinished("h1", "u2", RESULT))
+    assert wake.is_set()
+    starts = StartWaits(clock)
+    clock.now = 10.01
+    ends.taken(starts)
+    assert ends.since is None and starts.ends_since == 10.0  # a wait of its own in the tick counts from the end
+    # but the stamp alone bounds no sleep (a tick that returns early, the store's retry pending, would spin)
+    assert starts.sleep(1.0, SimpleNamespace(replies_due={})) == 1.0
+
+
+class _Sleeper(threading.Event):
+    """`state.wake` whose wait moves the fake clock by what it waited (nothing sets it)."""
+
+    def __init__(self, clock: FakeClock, arrive: list | None = None) -> None:
+        super().__init__()
+        self.clock, self.arrive, self.steps = clock, arrive or [], []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.steps.append(timeout)
+        self.clock.now += timeout or 0.0
+        if self.arrive:
+            self.arrive.pop()()  # an event comes during this step
+        return False
+
+
+def _state(clock: FakeClock, ends: QuietEnds, arrive: list | None = None) -> SimpleNamespace:
+    return SimpleNamespace(mu=threading.RLock(), deferred_since=None, full=False, wake=_Sleeper(clock, arrive))
+
+
+def test_serve_sleeps_END_WAIT_at_most_from_the_first_quiet_end():
+    ends, clock = chain()
+    ends(UnitFinished("h1", "u1", RESULT))
+    clock.now = 10.005
+    state = _state(clock, ends)
+    assert sleeping.sleep(state, clock, 30.0, False, float("inf"), ends) is True  # not a quiet tick
+    assert abs(clock.now - (10.0 + END_WAIT)) < 1e-9
+
+
+def test_a_quiet_end_that_comes_during_a_sleep_bounds_it():
+    ends, clock = chain()
+    state = _state(clock, ends, arrive=[lambda: ends(UnitFinished("h1", "u1", RESULT))])
+    assert sleeping.sleep(state, clock, 30.0, False, float("inf"), ends) is True
+    came = 10.0 + END_WAIT  # it came at the end of the first step (a step of END_WAIT: chains are queued)
+    assert state.wake.steps[0] == END_WAIT and abs(clock.now - (came + END_WAIT)) < 1e-9
+    with ends.state.mu:
+        ends.state.behind.clear()
+        ends.publish(urgent=False)  # no chain: nothing may be quiet, the sleep is the one asked
+    ends.since = None
+    state = _state(clock, ends)
+    start = clock.now
+    assert sleeping.sleep(state, clock, 30.0, False, float("inf"), ends) is False
+    assert abs(clock.now - start - 30.0) < 1e-6

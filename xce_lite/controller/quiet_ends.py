@@ -1,0 +1,106 @@
+"""Ends that do not wake the controller's tick (issue 18): the host events a tick need not follow at once.
+
+Why: each end woke the tick (~1.2 ms of the main thread's CPU, a session, a commit), though with a
+chain of queued successors (prefilling.py) the host starts the next job itself and nothing needs
+deciding until the chain runs short. So a unit's end, and its queued successor's start (the
+host's `unqueued` "started", which travels with it), wait in the event queue for the next tick while,
+after the end, at least KEEP jobs stay queued behind the one that starts; the end that leaves fewer
+wakes the tick, which collects them all and fills the chain again (one session names a whole chain).
+
+Invariants:
+- bounded: a quiet event waits END_WAIT at most. The first one since the tick's last `collect` is
+  stamped (`since`, by the controller's clock); `serve` sleeps to since + END_WAIT at most, and
+  while any event may be quiet it sleeps in steps of END_WAIT (a quiet event that arrives during a
+  sleep bounds it by the next step; the price: up to 50 wake-ups a second while chains are queued,
+  a lock and a clock read each, no tick). StartWaits' own wait of the same ends counts from `since`;
+- the link threads decide without the state's lock (`quiet` runs on them; a thread that holds the
+  lock may wait on a host's reply those threads deliver): they read `ending` and `starting`, dicts
+  the tick replaces whole (`publish`, holding the lock; a reference read is atomic), and `state.waited`
+  (one dict lookup). So a quiet decision is the last tick's view: what changed since on another
+  thread (a dependant submitted, a job killed) makes a wrong decision cost END_WAIT at most, and no
+  decision changes: the session sees the same ends, only later;
+- never quiet: ends of jobs anyone waits on (`xce wait`), or while any job has a dependency gate,
+  a failed commit is retried, or the clock jumps from event to event (the simulator: Seams.end_waits);
+  of multi-unit, ending, killed or withdrawing jobs; a successor's leaving its queue unstarted;
+- nothing is lost: the host keeps a result until the controller forgets the unit, after the commit.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from xce_lite.controller.start_wait import END_WAIT, quiet_launch
+from xce_lite.exec.host import UnitFinished, UnitUnqueued
+
+KEEP = 1  # jobs that must stay queued behind the one that starts for an end to be quiet
+
+
+class QuietEnds:
+    """The `quiet` rule of the controller's event queue (seams.WakingQueue); see the module docstring."""
+
+    def __init__(self, state: Any, clock: Any, enabled: bool = True) -> None:
+        self.state, self.clock, self.enabled = state, clock, enabled
+        # unit -> its job: units whose end may be quiet, and queued ones whose start may be (publish)
+        self.ending: dict[str, int] = {}
+        self.starting: dict[str, int] = {}
+        self.since: float | None = None  # when the first quiet event since the last collect came
+        self._mu = threading.Lock()  # `since` only (link threads of several hosts)
+
+    def __call__(self, event: Any) -> bool:
+        """Whether `event` needs no tick at once (on a link thread, after it was queued)."""
+        if quiet_launch(event):
+            return True
+        if isinstance(event, UnitFinished):
+            job_id = self.ending.get(event.unit)
+        elif isinstance(event, UnitUnqueued) and event.status in ("started", "running"):
+            job_id = self.starting.get(event.unit)
+        else:
+            return False
+        if job_id is None or job_id in self.state.waited:
+            return False
+        with self._mu:
+            if self.since is None:
+                self.since = self.clock.time()
+        return True
+
+    def taken(self, starts: Any) -> None:
+        """The tick is about to collect the queue: the quiet events wait no more; an end of theirs that
+        StartWaits holds back (`starts`) is taken END_WAIT after the first came, not after this tick."""
+        with self._mu:
+            since, self.since = self.since, None
+        if since is not None and (starts.ends_since is None or since < starts.ends_since):
+            starts.ends_since = since
+
+    def publish(self, urgent: bool) -> None:
+        """Which units' ends and starts may be quiet until the next tick (the tick, holding the lock;
+        `urgent`: a dependency gate, a commit retried, or the simulator's clock: none)."""
+        state = self.state
+        behind = state.behind
+        if urgent or not self.enabled or not behind:
+            self.ending, self.starting = {}, {}
+            return
+        follower = {pred: job_id for job_id, pred in behind.items()}
+        ending: dict[str, int] = {}
+        starting: dict[str, int] = {}
+        for job_id, pred in behind.items():
+            queued, link = 0, job_id
+            while queued < KEEP and (link := follower.get(link)) is not None:
+                queued += 1
+            if queued < KEEP:
+                continue
+            for one, quiet in ((pred, ending), (job_id, starting)):  # its end, and its successor's start
+                job = state.active.get(one)
+                if (job is not None and len(job.units) == 1 and not (job.ending or job.killed or job.withdrawing)
+                        and one not in state.waited):
+                    quiet[job.units[0]] = one
+        self.ending, self.starting = ending, starting  # replaced whole: the link threads read them unlocked
+
+    def bound(self, wait: float) -> float:
+        """`serve`'s sleep `wait`, no longer than a quiet event may wait (the step's bound: module docstring)."""
+        if self.ending or self.starting:
+            wait = min(wait, END_WAIT)
+        since = self.since
+        if since is not None:
+            wait = max(0.0, min(wait, since + END_WAIT - self.clock.time()))
+        return wait
