@@ -287,8 +287,8 @@ def test_an_array_with_a_queued_element_is_held_whole_and_runs_each_element_once
         c.ok("release", str(array))
         for element in range(array, array + 3):
             c.wait_state(element, {"DONE"})
-        # the queued ones requeued once: elements 1 and 2 (one session names a whole chain, prefill_depth 2)
-        assert [runs(c, f"e{i}") for i in (1, 2, 3)] == [["2"], ["2"], ["1"]]
+        # the queued ones requeued once: one session names a whole chain, here all three (prefill_depth 3)
+        assert [runs(c, f"e{i}") for i in (1, 2, 3)] == [["2"], ["2"], ["2"]]
 
 
 def test_a_queued_successor_gives_way_to_a_job_of_higher_rank_which_runs_first_each_once():

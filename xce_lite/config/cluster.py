@@ -116,11 +116,11 @@ class ControllerConfig(StrictModel):
     # job keeps the pend reason a dispatch would give it (the resource, the limit), and `xce why`
     # and `xce jobs -l` say where it waits as well (README, "Prefill").
     prefill: bool = True
-    # How deep a host's queue behind one running job may be: 2 (the default) queues a job behind a
-    # queued one too, so that a host has the next job in hand when one ends even while the
-    # controller is still busy with the previous end (bench/README, "chain2": a quarter fewer
-    # ticks per job); 1 = one job per running job.
-    prefill_depth: int = Field(default=2, ge=1, le=8)
+    # How deep a host's queue behind one running job may be: 3 (the default) queues jobs behind
+    # queued ones too, so that a host has the next jobs in hand when one ends, and the controller,
+    # woken only when a chain runs short (controller/quiet_ends.py), refills it once per few jobs
+    # (bench/README, "wake6": ~0.36 ticks per job against 0.52 at 2); 1 = one job per running job.
+    prefill_depth: int = Field(default=3, ge=1, le=8)
 
     @model_validator(mode="after")
     def _archive_outlives_live(self) -> ControllerConfig:
