@@ -1,7 +1,7 @@
 """Ends that do not wake the tick (quiet_ends.py, issue 18): a unit's end, and its queued successor's
 start, wait for the next tick while at least KEEP jobs stay queued behind the one that starts; the
-end that leaves fewer wakes it. The first quiet event bounds `serve`'s sleep to END_WAIT, and a
-quiet event that comes during a sleep bounds it too (steps of END_WAIT). Never quiet: a job a wait
+end that leaves fewer wakes it. The first quiet event bounds `serve`'s sleep to END_WAIT, and arms
+a timer that wakes the tick then unless a tick took the events first. Never quiet: a job a wait
 sleeps on, a dependency gate or a commit retried (`urgent`), an unstarted leaver, a killed or
 withdrawing job. Job 1 runs on h1; 2 is queued behind it, 3 behind 2 (prefill_depth 2)."""
 
@@ -27,7 +27,7 @@ def _job(job_id: int) -> SimpleNamespace:
 def chain() -> tuple[QuietEnds, FakeClock]:
     """What QuietEnds reads of the controller's state (state.py): job 1 runs, 2 behind it, 3 behind 2."""
     state = SimpleNamespace(mu=threading.RLock(), active={i: _job(i) for i in (1, 2, 3)}, behind={2: 1, 3: 2},
-                            waited=Counter())
+                            waited=Counter(), wake=threading.Event())
     clock = FakeClock(10.0)
     ends = QuietEnds(state, clock)
     with state.mu:
@@ -94,42 +94,38 @@ def test_a_quiet_end_does_not_wake_the_tick_and_the_tick_takes_its_stamp():
 class _Sleeper(threading.Event):
     """`state.wake` whose wait moves the fake clock by what it waited (nothing sets it)."""
 
-    def __init__(self, clock: FakeClock, arrive: list | None = None) -> None:
+    def __init__(self, clock: FakeClock) -> None:
         super().__init__()
-        self.clock, self.arrive, self.steps = clock, arrive or [], []
+        self.clock = clock
 
     def wait(self, timeout: float | None = None) -> bool:
-        self.steps.append(timeout)
         self.clock.now += timeout or 0.0
-        if self.arrive:
-            self.arrive.pop()()  # an event comes during this step
         return False
 
 
-def _state(clock: FakeClock, ends: QuietEnds, arrive: list | None = None) -> SimpleNamespace:
-    return SimpleNamespace(mu=threading.RLock(), deferred_since=None, full=False, wake=_Sleeper(clock, arrive))
+def _state(clock: FakeClock) -> SimpleNamespace:
+    return SimpleNamespace(mu=threading.RLock(), deferred_since=None, full=False, wake=_Sleeper(clock))
 
 
 def test_serve_sleeps_END_WAIT_at_most_from_the_first_quiet_end():
     ends, clock = chain()
     ends(UnitFinished("h1", "u1", RESULT))
     clock.now = 10.005
-    state = _state(clock, ends)
+    state = _state(clock)
     assert sleeping.sleep(state, clock, 30.0, False, float("inf"), ends) is True  # not a quiet tick
     assert abs(clock.now - (10.0 + END_WAIT)) < 1e-9
 
 
-def test_a_quiet_end_that_comes_during_a_sleep_bounds_it():
+def test_a_timer_wakes_the_tick_END_WAIT_after_the_first_quiet_event_unless_a_tick_took_them():
     ends, clock = chain()
-    state = _state(clock, ends, arrive=[lambda: ends(UnitFinished("h1", "u1", RESULT))])
-    assert sleeping.sleep(state, clock, 30.0, False, float("inf"), ends) is True
-    came = 10.0 + END_WAIT  # it came at the end of the first step (a step of END_WAIT: chains are queued)
-    assert state.wake.steps[0] == END_WAIT and abs(clock.now - (came + END_WAIT)) < 1e-9
-    with ends.state.mu:
-        ends.state.behind.clear()
-        ends.publish(urgent=False)  # no chain: nothing may be quiet, the sleep is the one asked
-    ends.since = None
-    state = _state(clock, ends)
-    start = clock.now
-    assert sleeping.sleep(state, clock, 30.0, False, float("inf"), ends) is False
-    assert abs(clock.now - start - 30.0) < 1e-6
+    wake = ends.state.wake
+    assert ends(UnitFinished("h1", "u1", RESULT))
+    assert not wake.wait(0.1)  # the controller's clock has not moved: within the bound
+    clock.now = 10.0 + END_WAIT
+    assert wake.wait(10.0)  # the timer saw the bound pass (it reads the clock again every END_WAIT at most)
+    wake.clear()
+    ends.taken(StartWaits(clock))  # the tick took them
+    assert ends(UnitUnqueued("h1", "u2", "started", 10.5))  # a new window
+    ends.taken(StartWaits(clock))  # taken within its bound: the timer does nothing
+    clock.now += 1.0
+    assert not wake.wait(0.1)

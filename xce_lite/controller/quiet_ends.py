@@ -9,10 +9,10 @@ wakes the tick, which collects them all and fills the chain again (one session n
 
 Invariants:
 - bounded: a quiet event waits END_WAIT at most. The first one since the tick's last `collect` is
-  stamped (`since`, by the controller's clock); `serve` sleeps to since + END_WAIT at most, and
-  while any event may be quiet it sleeps in steps of END_WAIT (a quiet event that arrives during a
-  sleep bounds it by the next step; the price: up to 50 wake-ups a second while chains are queued,
-  a lock and a clock read each, no tick). StartWaits' own wait of the same ends counts from `since`;
+  stamped (`since`, by the controller's clock) and arms a timer (one thread, started at the first
+  quiet event, asleep otherwise) that wakes the tick at since + END_WAIT unless a tick took the
+  events first; `serve` also sleeps to since + END_WAIT at most. StartWaits' own wait of the same
+  ends counts from `since`;
 - the link threads decide without the state's lock (`quiet` runs on them; a thread that holds the
   lock may wait on a host's reply those threads deliver): they read `ending` and `starting`, dicts
   the tick replaces whole (`publish`, holding the lock; a reference read is atomic), and `state.waited`
@@ -45,7 +45,10 @@ class QuietEnds:
         self.ending: dict[str, int] = {}
         self.starting: dict[str, int] = {}
         self.since: float | None = None  # when the first quiet event since the last collect came
-        self._mu = threading.Lock()  # `since` only (link threads of several hosts)
+        self._mu = threading.Lock()  # `since` and the timer's (link threads of several hosts, the tick)
+        self._timer = threading.Condition(self._mu)
+        self._taken = 0  # collects so far: a window of quiet events ends with one
+        self._thread: threading.Thread | None = None
 
     def __call__(self, event: Any) -> bool:
         """Whether `event` needs no tick at once (on a link thread, after it was queued)."""
@@ -62,13 +65,36 @@ class QuietEnds:
         with self._mu:
             if self.since is None:
                 self.since = self.clock.time()
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._wake_at_bound, name="quiet-ends", daemon=True)
+                    self._thread.start()
+                self._timer.notify()
         return True
+
+    def _wake_at_bound(self) -> None:
+        """The timer: wake the tick END_WAIT after the first quiet event of a window the tick has not
+        taken by then (taken: nothing to do; the next window arms it again)."""
+        with self._timer:
+            while True:
+                if self.since is None:
+                    self._timer.wait()
+                    continue
+                left = self.since + END_WAIT - self.clock.time()
+                if left > 0:
+                    self._timer.wait(left)  # (re-read: taken meanwhile, or the clock moved)
+                    continue
+                self.state.wake.set()
+                window = self._taken
+                while self._taken == window:  # until the tick takes them
+                    self._timer.wait()
 
     def taken(self, starts: Any) -> None:
         """The tick is about to collect the queue: the quiet events wait no more; an end of theirs that
         StartWaits holds back (`starts`) is taken END_WAIT after the first came, not after this tick."""
         with self._mu:
             since, self.since = self.since, None
+            self._taken += 1
+            self._timer.notify()
         if since is not None and (starts.ends_since is None or since < starts.ends_since):
             starts.ends_since = since
 
@@ -97,9 +123,7 @@ class QuietEnds:
         self.ending, self.starting = ending, starting  # replaced whole: the link threads read them unlocked
 
     def bound(self, wait: float) -> float:
-        """`serve`'s sleep `wait`, no longer than a quiet event may wait (the step's bound: module docstring)."""
-        if self.ending or self.starting:
-            wait = min(wait, END_WAIT)
+        """`serve`'s sleep `wait`, no longer than a quiet event that came already may wait."""
         since = self.since
         if since is not None:
             wait = max(0.0, min(wait, since + END_WAIT - self.clock.time()))

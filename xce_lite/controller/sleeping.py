@@ -8,8 +8,8 @@ Invariants:
   while every slot is taken, up to 10 wake-ups a second (a lock, a clock read; no tick);
 - while pend reasons are held back (dispatching.Dispatching.quiet_wait: QUIET) it ends QUIET after
   it began, unless a submit was deferred meanwhile: then submits are arriving, and their bound rules;
-- quiet ends (quiet_ends.py) end it END_WAIT after the first came, at most; while any may come it
-  sleeps in steps of END_WAIT;
+- quiet ends (quiet_ends.py) end it END_WAIT after the first came, at most (one that comes during
+  the sleep: its timer wakes it);
 - the tick after it is quiet (returns False) only if nothing woke it, no quiet end waits and no
   submit waits for a session: then, and only then, it stores the reasons held back (a backlog's reasons are written
   while the controller is idle, not in the tick that next has work; a stream of one-POST submits
@@ -36,7 +36,7 @@ def sleep(state: Any, clock: Any, wait: float, deferrable: bool, quiet_wait: flo
                 left = min(left, quiet_end - now)
             step = min(left, submit_wake.DEFER_BOUND) if deferrable and state.full else left
         if ends is not None:  # quiet ends: taken END_WAIT after the first at most
-            left, step = min(left, ends.bound(left)), ends.bound(step)
+            left, step = ends.bound(left), ends.bound(step)
         if (woken := state.wake.wait(max(0.0, step))) or left <= 0:
             break
     state.wake.clear()
