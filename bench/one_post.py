@@ -3,6 +3,7 @@
 
     python bench/one_post.py [--runs 3] [--posts 2000] [--backlog 0] [--strace]
     python bench/one_post.py --running [--runs 3] [--posts 1000]    # run.py's one-POST figure, split
+    python bench/one_post.py --running --syncs [--reader 0.005]     # fdatasyncs per POST, a reader beside
     cp bench/one_post.py OTHER/bench/ && python OTHER/bench/one_post.py    # another checkout, alternate
 
 A throw-away cluster (bench/cluster.py: one local host of 2 slots) whose two slots hold `sleep`
@@ -22,7 +23,10 @@ With --running the slots are free and the `true` jobs run beside the POSTs (sent
 one-POST figure sends them: Client.post, no request id), each run waiting until all are done: it
 prints the submit phase and first POST -> all done (wall), the same CPU split per job over the
 whole run (the main thread: the ticks that dispatch and record the jobs), and the ticks and
-scheduling sessions per job (the controller's metrics). Asserts nothing.
+scheduling sessions per job (the controller's metrics). --syncs counts the controller's fdatasync
+calls per POST in each run (`perf stat` of the syscall's tracepoint: needs perf and root); --reader S
+has a second client read the store (GET /jobs, as an `xce jobs` loop) every S seconds meanwhile.
+Asserts nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -65,10 +70,13 @@ def settle(pid: int, quiet: float = 0.3, timeout: float = 30.0) -> None:
         last = now
 
 
-def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False) -> dict[str, float]:
+def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False, syncs: bool = False,
+             reader: float = 0.0) -> dict[str, float]:
     client = c.client()
     pid = c.pid
     counted = _ticks(client) if running else (0, 0)
+    counter = _SyncCounter(pid) if syncs else None
+    reading = _Reader(c, reader) if reader else None
     before, client0, wall0 = thread_cpu(pid), time.thread_time(), time.perf_counter()
     machine0 = machine_busy_seconds()
     if running:  # as run.py's one-POST figure: no request id
@@ -83,6 +91,8 @@ def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False) -> 
         done = time.perf_counter() - wall0
     after = thread_cpu(pid)
     machine = 1000 * (machine_busy_seconds() - machine0) / posts
+    reads = reading.stop() if reading is not None else 0
+    synced = counter.stop() / posts if counter is not None else 0.0
     used = {tid: after[tid] - before.get(tid, 0) for tid in after}
     main = used.get(pid, 0) / 1e6 / posts
     others = sum(v for tid, v in used.items() if tid != pid) / 1e6 / posts
@@ -91,7 +101,44 @@ def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False) -> 
     ticks = [(b - a) / posts for a, b in zip(counted, _ticks(client))] if running else [0.0, 0.0]
     return {"client": mine, "main": main, "api": others, "worker": worker, "request": others + mine,
             "rate": posts / wall, "submit": wall, "machine": machine, "done": done, "ticks": ticks[0],
-            "sessions": ticks[1]}
+            "sessions": ticks[1], "syncs": synced, "reads": reads}
+
+
+class _SyncCounter:
+    """The fdatasync calls of process `pid` from now to `stop` (perf stat of the syscall's tracepoint)."""
+
+    def __init__(self, pid: int) -> None:
+        self.out = Path(tempfile.mkdtemp(prefix="one-post-")) / "perf.txt"
+        self.proc = subprocess.Popen(["perf", "stat", "-x,", "-e", "syscalls:sys_enter_fdatasync", "-p", str(pid),
+                                      "-o", str(self.out)], stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # attached
+
+    def stop(self) -> int:
+        self.proc.send_signal(2)
+        self.proc.wait()
+        lines = [line for line in self.out.read_text().splitlines() if "fdatasync" in line]
+        return int(lines[-1].split(",")[0]) if lines else 0
+
+
+class _Reader:
+    """A second client reading the store (GET /jobs) every `every` seconds until `stop`."""
+
+    def __init__(self, c: BenchCluster, every: float) -> None:
+        self.client, self.every, self.reads = c.new_client(), every, 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.done.wait(self.every):
+            self.client.get("/jobs")
+            self.reads += 1
+
+    def stop(self) -> int:
+        self.done.set()
+        self.thread.join()
+        self.client.close()
+        return self.reads
 
 
 def _ticks(client) -> tuple[int, int]:
@@ -129,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backlog", type=int, default=0, help="jobs pending before the runs")
     parser.add_argument("--strace", action="store_true", help="count the controller's system calls per POST")
     parser.add_argument("--running", action="store_true", help="free slots: the jobs run beside the POSTs")
+    parser.add_argument("--syncs", action="store_true", help="count the controller's fdatasyncs per POST (perf)")
+    parser.add_argument("--reader", type=float, default=0.0, help="a second client reads GET /jobs every S s")
     args = parser.parse_args(argv)
     c = BenchCluster(slots=2)
     c.start()
@@ -145,13 +194,15 @@ def main(argv: list[str] | None = None) -> int:
         settle(c.pid)
         runs = []
         for run in range(args.runs):
-            r = run_once(c, spec, args.posts, args.running)
+            r = run_once(c, spec, args.posts, args.running, args.syncs, args.reader)
             runs.append(r)
             print(f"run {run + 1}: client {r['client']:.3f} + controller API/other threads {r['api']:.3f} = "
                   f"{r['request']:.3f} ms CPU per POST; controller main thread {r['main']:.3f} ms; "
                   f"{r['rate']:.0f} POSTs/s" + (f"; submit phase {r['submit']:.3f} s, all done {r['done']:.3f} s, "
                                                  f"{r['ticks']:.2f} ticks, {r['sessions']:.2f} sessions per job"
-                                                 if args.running else ""), flush=True)
+                                                 if args.running else "")
+                  + (f"; {r['syncs']:.2f} fdatasyncs per POST" if args.syncs else "")
+                  + (f"; {r['reads']} reads beside" if args.reader else ""), flush=True)
             settle(c.pid)
         load = os.getloadavg()
         kind = "jobs run beside, to all done" if args.running else "request ids"
@@ -162,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                 ("request", "request path CPU ms/POST (the two above)"),
                 ("main", "controller main thread CPU ms/POST"), ("machine", "machine CPU ms/POST (all of /proc/stat)"),
                 ("rate", "POSTs/s")]
+        if args.syncs:
+            rows.append(("syncs", "controller fdatasyncs per POST"))
         if args.running:
             rows += [("submit", "submit phase s"), ("done", "first POST -> all done s"),
                      ("ticks", "ticks per job"), ("sessions", "sessions per job")]

@@ -46,6 +46,8 @@ class Syncs:
             self.hold = False
             self.held.set()
             assert self.release.wait(10)
+            if self.fail is not None:  # set while it was held: this one fails too
+                raise self.fail
         self.real(fd)
 
 
@@ -113,12 +115,52 @@ def test_settle_reads_returns_once_what_this_thread_may_have_read_is_on_disk(syn
         return seen
 
     reader, seen = _in_thread(read_then_settle)
-    reader.join(10)
-    # ...so the reader's settle made it durable before returning (its own fdatasync, begun after it read)
-    assert seen == [2] and syncs.threads[-1] == reader.ident and syncs.calls[-1][1] == 2
-    assert writer._sync is not None and writer._sync.synced == writer._sync.committed == 2
+    reader.join(0.3)
+    # ...so the reader's settle returns only once an fdatasync begun after that commit has: the one
+    # under way (the writer's), which it waits for instead of beginning a second (branch post4)
+    assert reader.is_alive() and len(syncs.calls) == 2
     syncs.release.set()
+    reader.join(10)
     first.join(10)
+    assert seen == [2] and len(syncs.calls) == 2 and syncs.calls[-1][1] == 2
+    assert writer._sync is not None and writer._sync.synced == writer._sync.committed == 2
+
+
+def test_a_settle_begins_its_own_fdatasync_when_none_under_way_covers_what_was_committed(
+        syncs: Syncs, writer: JobStore) -> None:
+    _submit(writer, "true")
+    sync = writer._sync
+    assert sync is not None and len(syncs.calls) == 1
+    sync.commit_made()  # a commit whose writer has not begun its sync yet: readable, not on disk
+    writer.jobs(user="alice")
+    writer.settle_reads()
+    assert len(syncs.calls) == 2 and syncs.threads[-1] == threading.get_ident()
+    assert sync.synced == sync.committed == 2
+
+
+def test_callers_waiting_for_an_fdatasync_that_fails_are_refused_not_left_waiting(
+        syncs: Syncs, writer: JobStore) -> None:
+    _submit(writer, "true")
+    syncs.hold = True
+    refused: list[str] = []
+
+    def refused_or_none(call) -> None:
+        try:
+            call()
+        except StoreError as err:
+            refused.append(str(err))
+
+    first, _ = _in_thread(lambda: refused_or_none(lambda: _submit(writer, "one")))
+    assert syncs.held.wait(10)
+    reader, _ = _in_thread(lambda: refused_or_none(lambda: (writer.jobs(user="alice"), writer.settle_reads())))
+    reader.join(0.3)
+    assert reader.is_alive()  # waits for the writer's fdatasync
+    syncs.fail = OSError(errno.EIO, "Input/output error")
+    syncs.release.set()
+    reader.join(10)
+    first.join(10)
+    assert not reader.is_alive() and len(refused) == 2 and all("could not be synced" in e for e in refused)
+    assert len(syncs.calls) == 2  # the reader began none of its own: that one was the first to fail
 
 
 def test_a_failed_fdatasync_refuses_that_write_and_every_later_one(syncs: Syncs, writer: JobStore) -> None:

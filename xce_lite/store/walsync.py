@@ -13,6 +13,10 @@ Invariants:
   an fdatasync of the WAL that began after its COMMIT has returned: it is on disk, as with FULL.
   An fdatasync writes every frame the file got before it began, so it makes every earlier commit
   durable too (`synced` counts the commits known to be on disk; `committed` those made).
+- no second fdatasync for commits one under way already takes (branch post4): a caller whose commits
+  an fdatasync begun after them will cover (a reader's settle while a writer syncs, mostly) waits for
+  that one to return instead of beginning its own; a caller with a commit made after every running
+  fdatasync began begins one, at once, beside them (writers still do not wait for one another).
 - what a reader may have seen is on disk before the API answers with it: between a COMMIT and its
   fdatasync, other connections can read the commit already (SQLite publishes it at COMMIT), so the
   API server calls `JobStore.settle_reads` after each handler that read the store, before it replies.
@@ -49,6 +53,7 @@ class WalSync:
         self._opened = False  # the descriptor was opened once (it is not opened again after close)
         self._mu = threading.Condition()  # guards the counters and the descriptor; close waits on it
         self._using = 0  # fdatasyncs under way: the descriptor is not closed (and its number not reused) meanwhile
+        self._running: list[int] = []  # the `committed` each fdatasync under way began at (it covers those)
         self.committed = 0  # commits made on the writer connection (counted under its write lock)
         self.synced = 0  # of those, the first `synced` are known to be on disk
         self._failed: str | None = None
@@ -60,27 +65,36 @@ class WalSync:
             return self.committed
 
     def through(self, seq: int) -> None:
-        """Return once commits 1..`seq` are on disk: at once if a sync since has made them so, else
+        """Return once commits 1..`seq` are on disk: at once if a sync since has made them so; after
+        the end of an fdatasync under way that began after commit `seq` (it takes it with it); else
         after an fdatasync of the WAL begun now (it takes every commit counted so far with it)."""
-        if self._failed is not None:
-            raise StoreError(self._failed)
-        if self.synced >= seq:
-            return
-        target = self.committed  # each of these had written its frames before it was counted
-        try:
-            try:
-                os.fdatasync(self._descriptor())
-            finally:
-                with self._mu:
-                    self._using -= 1
-                    self._mu.notify_all()
-        except OSError as err:
-            self._failed = (f"the job store's WAL could not be synced ({err}); what the last commits wrote may "
-                            f"not be on disk, so the store takes no more writes: restart the controller, "
-                            f"which reads what is on disk")
-            raise StoreError(self._failed) from err
         with self._mu:
-            self.synced = max(self.synced, target)
+            while True:
+                if self._failed is not None:
+                    raise StoreError(self._failed)
+                if self.synced >= seq:
+                    return
+                if not any(target >= seq for target in self._running):
+                    break
+                self._mu.wait()  # its end (or failure) notifies
+            target = self.committed  # each of these had written its frames before it was counted
+            self._running.append(target)
+        try:
+            os.fdatasync(self._descriptor())
+        except OSError as err:
+            with self._mu:
+                self._failed = (f"the job store's WAL could not be synced ({err}); what the last commits wrote "
+                                f"may not be on disk, so the store takes no more writes: restart the "
+                                f"controller, which reads what is on disk")
+            raise StoreError(self._failed) from err
+        else:
+            with self._mu:
+                self.synced = max(self.synced, target)
+        finally:
+            with self._mu:
+                self._using -= 1
+                self._running.remove(target)
+                self._mu.notify_all()  # close, and the callers waiting for this one
 
     def settle(self) -> None:
         """Return once every commit made so far is on disk."""
