@@ -10,7 +10,8 @@ A worker forked as the zygote forks one (fork_detached), on a socket; each job i
 hands a worker (a spec like a plain launch's: env of 15 variables, a hostfile, the spool's lease,
 the journal) and the release ("r", "i") that follows its "d". Per job, from /proc/PID/stat (clock
 ticks: keep --jobs near MAX_JOBS for resolution): the worker's own user and system CPU and its
-reaped jobs'. --without stubs parts in the worker (a what-if: never a mode to run in): `dir` the
+reaped jobs', and its run time from /proc/PID/schedstat (ns) and its wake-ups (voluntary context
+switches: a count). --without stubs parts in the worker (a what-if: never a mode to run in): `dir` the
 host directory (mkdir, hostfile, unlink, rmdir), `sync` the result's fdatasync, `tasks` the
 listing of the host directory for tasks, `lease` the reads of SPOOL/lease. The spool's units
 directory is where the tree's agent puts it (a tmpfs where its exec/agent/unitsdir.py is; else
@@ -74,8 +75,21 @@ def ticks(pid: int) -> list[int]:
         return [int(x) for x in f.read().rsplit(")", 1)[1].split()[11:15]]
 
 
+def run_ns(pid: int) -> int:
+    """The CPU time `pid` has run (ns, /proc/PID/schedstat: finer than the clock ticks)."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def wakeups(pid: int) -> int:
+    """`pid`'s voluntary context switches: how often it blocked and was woken (a count)."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("voluntary_ctxt_switches")).split()[1])
+
+
 def run(jobs: int, parts: set[str]) -> list[float]:
-    """One worker, a warm-up of 50 jobs, then `jobs`; ms per job: worker user, system, jobs."""
+    """One worker, a warm-up of 50 jobs, then `jobs`; per job: worker user, system, jobs, kernel (ms),
+    the worker's run time from schedstat (ms) and its wake-ups."""
     import gc
 
     from xce_lite.exec.agent.fds import restore_for_jobs
@@ -124,15 +138,16 @@ def run(jobs: int, parts: set[str]) -> list[float]:
 
         for i in range(50):
             one(i)
-        before, kernel = ticks(pid), KernelShare()
+        before, kernel, ns, woke = ticks(pid), KernelShare(), run_ns(pid), wakeups(pid)
         for i in range(50, 50 + jobs):
             one(i)
         after, kernel_spent = ticks(pid), kernel.seconds()
+        ns, woke = run_ns(pid) - ns, wakeups(pid) - woke
         ours.close()
         os.waitpid(pid, 0)
         os.close(lock)
         per = [1000 * (b - a) / os.sysconf("SC_CLK_TCK") / jobs for a, b in zip(before, after)]
-        return [per[0], per[1], per[2] + per[3], 1000 * kernel_spent["kernel"] / jobs]
+        return [per[0], per[1], per[2] + per[3], 1000 * kernel_spent["kernel"] / jobs, ns / 1e6 / jobs, woke / jobs]
     finally:
         if os.path.islink(f"{root}/spool/units"):
             shutil.rmtree(os.readlink(f"{root}/spool/units"), ignore_errors=True)
@@ -155,16 +170,16 @@ def main(argv: list[str] | None = None) -> int:
           f"load {os.getloadavg()[0]:.1f}")
     rows = []
     for n in range(args.runs):
-        user, system, jobs, kernel = run(args.jobs, parts)
-        rows.append((user + system, user, system, jobs, kernel, user + system + kernel))
-        print(f"run {n + 1}: worker {user + system:.3f} ms per job (user {user:.3f}, system {system:.3f}); "
-              f"its jobs {jobs:.3f} ms; the kernel's threads and interrupts {kernel:.3f} ms; worker + kernel "
-              f"{user + system + kernel:.3f} ms "
+        user, system, jobs, kernel, ran, woke = run(args.jobs, parts)
+        rows.append((user + system, user, system, jobs, kernel, user + system + kernel, ran, woke))
+        print(f"run {n + 1}: worker {user + system:.3f} ms per job (user {user:.3f}, system {system:.3f}; "
+              f"schedstat {ran:.3f}; {woke:.2f} wake-ups); its jobs {jobs:.3f} ms; the kernel's threads and "
+              f"interrupts {kernel:.3f} ms; worker + kernel {user + system + kernel:.3f} ms "
               f"(load {os.getloadavg()[0]:.1f})", flush=True)
     if args.runs > 1:
         med = [statistics.median(c) for c in zip(*rows)]
-        print(f"median: worker {med[0]:.3f} ms (user {med[1]:.3f}, system {med[2]:.3f}); jobs {med[3]:.3f} ms; "
-              f"kernel {med[4]:.3f} ms; worker + kernel {med[5]:.3f} ms")
+        print(f"median: worker {med[0]:.3f} ms (user {med[1]:.3f}, system {med[2]:.3f}; schedstat {med[6]:.3f}; "
+              f"{med[7]:.2f} wake-ups); jobs {med[3]:.3f} ms; kernel {med[4]:.3f} ms; worker + kernel {med[5]:.3f} ms")
     return 0
 
 
