@@ -17,7 +17,6 @@ import pwd
 import shutil
 import stat
 import subprocess
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pytest
 from tests.support.agent_hosts import PY, HostAgent, name
 from tests.support.agent_hosts import request as unit_request
 from tests.support.agent_local import AGENT
+from tests.support.localusers import shared_dir
 from tests.support.waiting import wait_until
 from xce_lite.exec.host import HookRun, JobUser, LaunchRequested, Task, TaskFinished
 
@@ -65,16 +65,8 @@ def users():
 @pytest.fixture
 def base():
     """A directory the users can pass through (0711) that the hosts share with this machine."""
-    parent = Path("/var/lib/xce-tests")
-    parent.mkdir(mode=0o711, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="runas-", dir=parent))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-    try:
-        parent.rmdir()
-    except OSError:
-        pass  # another test's directory is still there
+    with shared_dir("runas-") as path:
+        yield path
 
 
 def home_of(base: Path, entry) -> Path:

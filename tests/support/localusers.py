@@ -25,9 +25,16 @@ SHARED_PARENT = Path("/var/lib/xce-tests")
 @contextmanager
 def shared_dir(prefix: str = "shared-") -> Iterator[Path]:
     """A new directory users can pass through (0711) that test hosts see too (outside /tmp, outside
-    root's 0700 home); removed after."""
-    SHARED_PARENT.mkdir(mode=0o711, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=SHARED_PARENT))
+    root's 0700 home); removed after, with the parent once no other test (another pytest worker's,
+    another session's) has a directory there: so one may remove the parent between our mkdir of it
+    and our mkdtemp in it, and we make it again."""
+    while True:
+        SHARED_PARENT.mkdir(mode=0o711, exist_ok=True)
+        try:
+            path = Path(tempfile.mkdtemp(prefix=prefix, dir=SHARED_PARENT))
+            break
+        except FileNotFoundError:
+            continue
     path.chmod(0o711)
     try:
         yield path
