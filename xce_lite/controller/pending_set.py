@@ -86,8 +86,12 @@ class PendingSet:
             for job in fresh.values():
                 self.add(job)
             return
-        for before in self._watchers:  # none was pending (a set difference, no Python step per job)
-            before.update(dict.fromkeys(fresh.keys() - before.keys()))
+        for before in self._watchers:  # none was pending: the ids `before` lacks enter it as None
+            if len(fresh) < len(before):  # a set difference of the views would walk all of `before`
+                for job_id in fresh:
+                    before.setdefault(job_id, None)
+            else:  # (a set difference: no Python step per job)
+                before.update(dict.fromkeys(fresh.keys() - before.keys()))
         self._count += len(fresh)
         self._sum = (self._sum + sum(fresh) * _MIX) & _MASK
         if len(fresh) <= _INSORT_MAX:  # a few: each put in its place (a sort would pass over all)
