@@ -129,11 +129,3 @@ def test_a_timer_wakes_the_tick_END_WAIT_after_the_first_quiet_event_unless_a_ti
     ends.taken(StartWaits(clock))  # taken within its bound: the timer does nothing
     clock.now += 1.0
     assert not wake.wait(0.1)
-
-
-def test_a_host_whose_units_run_under_systemd_always_wakes_the_tick():
-    ends, _clock = chain()
-    under_systemd = JobResult(0, None, 1.0, 2.0, 0.0, 0, mode="systemd")
-    assert not ends(UnitFinished("h1", "u1", under_systemd)) and ends.since is None
-    assert not ends(UnitUnqueued("h1", "u2", "started", 10.004))  # that host's starts too, from then on
-    assert ends(UnitUnqueued("h2", "u2", "started", 10.004))  # another host's are still quiet

@@ -19,8 +19,7 @@ Invariants:
   (one dict lookup). So a quiet decision is the last tick's view: what changed since on another
   thread (a dependant submitted, a job killed) makes a wrong decision cost END_WAIT at most, and no
   decision changes: the session sees the same ends, only later;
-- never quiet: anything of a host that ran a unit under systemd (LOUD below); ends of jobs anyone
-  waits on (`xce wait`), or while any job has a dependency gate,
+- never quiet: ends of jobs anyone waits on (`xce wait`), or while any job has a dependency gate,
   a failed commit is retried, or the clock jumps from event to event (the simulator: Seams.end_waits);
   of multi-unit, ending, killed or withdrawing jobs; a successor's leaving its queue unstarted;
 - nothing is lost: the host keeps a result until the controller forgets the unit, after the commit.
@@ -35,12 +34,6 @@ from xce_lite.controller.start_wait import END_WAIT, quiet_launch
 from xce_lite.exec.host import UnitFinished, UnitUnqueued
 
 KEEP = 1  # jobs that must stay queued behind the one that starts for an end to be quiet
-# LOUD: a host whose units run under systemd (a result's mode) is left out. There, quiet ends made
-# 1,000 `true` jobs on 2 systemd test hosts run at 45 jobs/s instead of 134 (bench/remote.py --kinds
-# systemd, 2026-12-03 17:50-18:05; dispatched -> started 117 ms instead of 13): a unit's end and its
-# successor's start do not travel together there (the start waits for systemd's reply). Not yet
-# understood further; its ends wake the tick as before.
-SYSTEMD_MODES = ("systemd", "user")
 
 
 class QuietEnds:
@@ -52,7 +45,6 @@ class QuietEnds:
         self.ending: dict[str, int] = {}
         self.starting: dict[str, int] = {}
         self.since: float | None = None  # when the first quiet event since the last collect came
-        self.loud_hosts: set[str] = set()  # hosts that ran a unit under systemd (set.add: atomic)
         self._mu = threading.Lock()  # `since` and the timer's (link threads of several hosts, the tick)
         self._timer = threading.Condition(self._mu)
         self._taken = 0  # collects so far: a window of quiet events ends with one
@@ -63,15 +55,12 @@ class QuietEnds:
         if quiet_launch(event):
             return True
         if isinstance(event, UnitFinished):
-            if event.result.mode in SYSTEMD_MODES:  # its host wakes the tick from now on (LOUD)
-                self.loud_hosts.add(event.host)
-                return False
             job_id = self.ending.get(event.unit)
         elif isinstance(event, UnitUnqueued) and event.status in ("started", "running"):
             job_id = self.starting.get(event.unit)
         else:
             return False
-        if job_id is None or job_id in self.state.waited or event.host in self.loud_hosts:
+        if job_id is None or job_id in self.state.waited:
             return False
         with self._mu:
             if self.since is None:
