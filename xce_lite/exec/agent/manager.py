@@ -83,6 +83,16 @@ class Manager:
                 if self.unit_state.report_if_finished(unit, known):
                     s.watched.discard(unit)
 
+    def write_bus(self) -> None:
+        """Send what waits in the connection's buffer, as far as the socket takes it now."""
+        bus = self.state.bus
+        if bus is None:
+            return
+        try:
+            bus.write()
+        except OSError as exc:
+            self.link.bus_lost(exc)
+
     def unit_changed(self, message: DBusMessage) -> None:
         """Keep the last Service properties of a watched unit (undecoded: most are never read); on
         its Unit ones, record its result if it is over (systemd.unit_over)."""

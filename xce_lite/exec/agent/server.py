@@ -230,11 +230,6 @@ class Agent:
                 self.unit_state.reap()
             if s.bus is not None:
                 self.manager.handle_bus()
-            if s.bus is not None and bool(s.bus.out) != writing:
-                writing = bool(s.bus.out)
-                s.poller.modify(s.bus.fileno(), select.POLLIN | (select.POLLOUT if writing else 0))
-            elif s.bus is None:
-                writing = False
             self.lease_enforcer.enforce_lease()
             if time.monotonic() >= next_watch:
                 self.unit_state.poll_watched()
@@ -249,6 +244,13 @@ class Agent:
             # lease's check (a lapsed lease drops the queue); a predecessor's `finished` and its
             # successor's `unqueued` leave together
             self.successors.tend()
+            if s.bus is not None and s.bus.out:  # the start calls tend made go out now, not on the next turn
+                self.manager.write_bus()  # (which only an input would bring: a controller's quiet tick waits)
+            if s.bus is not None and bool(s.bus.out) != writing:
+                writing = bool(s.bus.out)
+                s.poller.modify(s.bus.fileno(), select.POLLIN | (select.POLLOUT if writing else 0))
+            elif s.bus is None:
+                writing = False
             self.unit_state.maybe_compact()
             self.flush()
 
