@@ -54,9 +54,10 @@ def new_request_id() -> str:
     random part alone was 128 bits, what secrets.token_hex gives, without its ~4 ms import). Ids
     made later sort later: the controller keeps them a day (keep_requests) in a table keyed by the
     id, and a new one goes into the page the last went to, not into a random page of that table
-    (with 200,000 kept: 0.5 instead of 3 page reads and 44 instead of 51 KB written per one-job
-    submit, bench/README branch post4). Unique as long as two ids of one nanosecond differ in 64
-    random bits; the controller checks nothing about them but their form (submit.request_id_of)."""
+    (with 200,000 kept: 0.41 instead of 2.8-2.9 read calls and 38.2 instead of 44 KB written per
+    one-job submit, `python3 bench/request_ids.py --runs 2`, bench/README branch post4). Unique as
+    long as two ids of one nanosecond differ in 64 random bits; the controller checks nothing about
+    them but their form (submit.request_id_of)."""
     return f"{time.time_ns():016x}{os.urandom(8).hex()}"
 
 
