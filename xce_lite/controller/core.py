@@ -155,6 +155,7 @@ class Controller:
         self.prefill = Prefill(state, self.projects, self.units, self.log, seams.prefill)  # queued successors
         self.pools = Pools(state, self.pool_records, self.pool_views, self.store, home, self._clock, self.log,
                            self._events, self._hosts_now, self.units.unit_finished, self.units.end_job)
+        self.units.hold_end = self.pools.ends.hold  # an end Slurm may explain waits for its word (pool_ends.py)
         self.dispatching = Dispatching(state, self.store, self._clock, self.log, self.gating, self.projects,
                                        self.metrics, self.units.end_active, self.units.add_active,
                                        self.units.launch_later)  # plans, reasons, apply

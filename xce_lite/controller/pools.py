@@ -36,6 +36,7 @@ from typing import Any
 
 from xce_lite.config.cluster import PoolConfig
 from xce_lite.controller.kills import on_lost
+from xce_lite.controller.pool_ends import PoolEnds, late_results
 from xce_lite.controller.pool_views import DRAIN_MARGIN, LIVE, AllocRecord, PoolRecords, PoolViews
 from xce_lite.controller.seams import Clock
 from xce_lite.controller.state import Active, ControllerState
@@ -43,7 +44,7 @@ from xce_lite.controller.slurmwork import Polled, SlurmWork, Submitted, pool_con
 from xce_lite.exec import bundle, slurm
 from xce_lite.exec.host import JobResult
 from xce_lite.exec.link import HostLink
-from xce_lite.exec.slurmhost import SlurmHost, results_on_disk
+from xce_lite.exec.slurmhost import SlurmHost
 from xce_lite.models import EXIT
 from xce_lite.sched import pools as policy
 from xce_lite.home.paths import Home
@@ -80,6 +81,7 @@ class Pools:
         self.clock, self.log, self.events, self.hosts_now = clock, log, events, hosts_now
         self.unit_finished, self.end_job = unit_finished, end_job
         self.slurm = SlurmWork(state.wake.set)  # the Slurm commands, never on the tick (slurmwork.py)
+        self.ends = PoolEnds(self._running_pool, unit_finished, self._poll_soon, log)  # ends Slurm may explain
 
     # ---- the step -------------------------------------------------------------------------------
 
@@ -90,12 +92,12 @@ class Pools:
         names = {p.name for p in self.state.config.pools} | {r.pool for r in self.records.allocs if r.state in LIVE}
         if not names and not self.slurm.busy():
             return
-        changed, fresh = False, set()
+        changed, fresh = False, {}
         for res in self.slurm.results():
             if isinstance(res, Polled):
                 changed |= self._pool_polled_now(res, now)
                 if res.jobs is not None:
-                    fresh.add(res.pool)
+                    fresh[res.pool] = res.began
             elif isinstance(res, Submitted):
                 changed |= self._pool_submitted(res, now)
             elif res.error is not None:
@@ -104,6 +106,10 @@ class Pools:
         for pool in self.state.config.pools:
             if pool.name in fresh:
                 changed |= self._pool_act(pool, now)
+        with self.state.mu:
+            for name, began in fresh.items():
+                self.ends.answered(name, began, now)
+            self.ends.expire(now)
         for name in sorted(names):
             if now - self.records.polled.get(name, 0.0) >= POLL and not self.slurm.outstanding(name, "poll"):
                 self.records.polled[name] = now
@@ -114,6 +120,14 @@ class Pools:
             self._save_pools()
             with self.state.mu:
                 self.state.dirty = True  # a session again: the pend reasons say what the pools do now
+
+    def _running_pool(self, host: str) -> str | None:
+        r = self.records.host_of.get(host, (None, ""))[0]
+        return r.pool if r is not None and r.state == "running" else None
+
+    def _poll_soon(self, pool: str) -> None:
+        self.records.polled[pool] = 0.0  # the next step asks (after one on its way, if any)
+        self.state.wake.set()
 
     def _pool_polled_now(self, res: Polled, now: float) -> bool:
         """An squeue's answer for pool `res.pool`: Slurm's trouble, or each allocation brought up to date."""
@@ -251,7 +265,9 @@ class Pools:
         counts). When Slurm no longer says when it ended, no such end counts: a requeue is safe."""
         r.state, r.reason, r.end_time = "ended", f"{why}; released: {r.release}" if r.release else why, now
         names = [n for n in r.host_names() if n in self.records.host_of or n in self.state.links] if r.job_id else []
-        late = self._pool_late_results(r, names, ended_at) if ended_at is not None else {}
+        pool = pool_config(self.state.config, r.pool)
+        late = {} if ended_at is None or pool is None or not r.job_id else \
+            late_results(pool_dir(self.home, pool), r.job_id, dict(zip(r.host_names(), r.nodes)), names, ended_at)
         with self.state.mu:
             for (host, unit), result in late.items():
                 if unit in self.state.by_unit:
@@ -285,22 +301,6 @@ class Pools:
                  + (f"; {len(victims)} job(s) {self.state.config.controller.on_host_lost}" if victims else ""))
         if victims:
             self.state.wake.set()
-
-    def _pool_late_results(self, r: AllocRecord, names: list[str], ended_at: float) -> dict:
-        """{(host, unit): result} of the units on `names` that ended before `ended_at`, by their
-        nodes' journals. A unit Slurm's end killed ends later (or never records): not counted."""
-        pool = pool_config(self.state.config, r.pool)
-        if pool is None or not r.job_id:
-            return {}
-        directory = pool_dir(self.home, pool)
-        out = {}
-        for name, node in zip(r.host_names(), r.nodes):
-            if name not in names:
-                continue
-            for unit, result in results_on_disk(directory, r.job_id, node).items():
-                if result.end_time is not None and result.end_time < ended_at:
-                    out[(name, unit)] = result
-        return out
 
     def _pool_act(self, pool: PoolConfig, now: float) -> bool:
         """The policy's decision for `pool`, carried out; True if a record changed."""

@@ -58,6 +58,7 @@ class Units:
         self.state, self.store, self.clock, self.log, self.events = state, store, clock, log, events
         self.hostops, self.kills, self.leases, self.launches, self.faults = hostops, kills, leases, launches, faults
         self.to_launch: list[str] = []  # units to send to their hosts
+        self.hold_end: Callable[[str, str, Active, JobResult, float], bool] = lambda *_: False  # pool_ends.py
         self.stops: list[tuple[str, str, str]] = []  # (host, unit, reason) to signal TERM
         self.forgets: dict[str, list[str]] = defaultdict(list)  # host -> units it may drop
         # launches sent whose replies are not collected yet: while any are, `serve` sleeps START_WAIT at
@@ -137,8 +138,8 @@ class Units:
         if job is None:
             self.forgets[host].append(unit)  # recorded already (a repeated event, or a stale copy's)
             return
-        if job.status[index] == ENDED:
-            return  # a unit's finished event may come twice (adoption, relaunch)
+        if job.status[index] == ENDED or (not job.ending and self.hold_end(host, unit, job, result, now)):
+            return  # a repeated event (adoption, relaunch), or one that waits for Slurm's word (pool_ends.py)
         job.status[index] = ENDED
         job.results[index] = result
         self.launches.unit_tasks_ended(job.id, index)
