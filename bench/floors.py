@@ -32,6 +32,29 @@ def bench_xargs(rep: Report, runs: int, n: int) -> None:
             key="tput_xargs")
 
 
+def bench_fsync(rep: Report, runs: int, writes: int = 200) -> None:
+    """The disk's floor under a durable submit: one fdatasync after a 4 KiB append (as SQLite's WAL
+    gets after each commit), on the file system the benchmark's homes are on (the temp dir).
+    A client that POSTs one job at a time and waits for each reply pays at least one per job."""
+    section(f"6c. floor: write 4 KiB + fdatasync on {tempfile.gettempdir()}, {writes} x {runs} runs")
+    medians = []
+    for _ in range(runs):
+        fd, path = tempfile.mkstemp(prefix="xb-fsync-")
+        try:
+            took = []
+            for _ in range(writes):
+                os.write(fd, b"x" * 4096)
+                t0 = time.perf_counter()
+                os.fdatasync(fd)
+                took.append(time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+            os.unlink(path)
+        medians.append(sorted(took)[len(took) // 2])
+    rep.add("fdatasync of a 4 KiB append (each run's median)", "s", medians,
+            peers="the least a durable one-POST round trip waits", key="fsync")
+
+
 def hq_python(venv: Path, allow_install: bool) -> tuple[Path | None, str]:
     python = venv / "bin" / "python"
     if python.exists() and _hq_importable(python):

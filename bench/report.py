@@ -128,4 +128,8 @@ def goals(rep: Report, only: set[str], hq: bool) -> list[tuple[str, str, str]]:
             if f"tput_{kind}" in f:
                 rows.append((f"(beside: {KINDS[kind]} / xargs -P2, no goal)",
                              f"{f[f'tput_{kind}'] / f['tput_xargs']:.2f}x", ""))
+    if f.get("fsync") and f.get("hq_jobs"):
+        ceiling = 1.0 / f["fsync"]  # one POST after another, each waits for at least this one sync
+        rows.append(("(beside: one-POST ceiling at one fdatasync per POST and no CPU, / HQ one-task)",
+                     f"{ceiling / f['hq_jobs']:.2f}x ({ceiling:.0f} jobs/s)", ""))
     return rows

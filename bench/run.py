@@ -14,7 +14,8 @@ Sections (see bench/README.md for what each figure means):
   rss         controller VmHWM/VmRSS with 10,000 jobs pending behind two `sleep 600` jobs; then, the
               sleepers killed, the rate of the first 200 jobs with that backlog behind them; --rss-runs
               times (3), each on a fresh controller, medians
-  floors      `seq 1000 | xargs -P2 -n1 true`, and HyperQueue's LocalCluster (from a separate venv)
+  floors      `seq 1000 | xargs -P2 -n1 true`, one fdatasync on the temp dir's disk, and HyperQueue's
+              LocalCluster (from a separate venv)
   remote      bench/remote.py: the same jobs on local, plain ssh and systemd ssh test hosts (same slots
               in total) and a bare systemd-run loop on those hosts, interleaved; needs root and boots
               test hosts (skipped, with the reason printed, where it cannot run)
@@ -43,7 +44,7 @@ sys.path.insert(0, str(HERE))
 
 from cluster import BenchCluster, is_agent, machine_busy_seconds, proc_status, pss, wait_done, wait_idle
 from cli_start import bench_cli
-from floors import bench_hq, bench_xargs
+from floors import bench_fsync, bench_hq, bench_xargs
 from remote import bench_remote
 from report import KINDS, Report, goals, section
 from stats import summary, table
@@ -340,6 +341,7 @@ def main() -> int:
         bench_rss(rep, args.pending, 1000, args.backlog_jobs, args.rss_runs, PREFILL[args.prefill])
     if "floors" in only:
         bench_xargs(rep, args.runs, args.jobs)
+        bench_fsync(rep, args.runs)
         if not args.no_hq:
             bench_hq(rep, args.runs, args.jobs, Path(args.hq_venv), not args.no_hq_install)
     if "remote" in only:
