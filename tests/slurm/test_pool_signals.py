@@ -6,9 +6,11 @@ load: the job then ended EXIT where it should have been requeued, as for a lost 
 made certain: slurmd is frozen (SIGSTOP), so Slurm's end of the allocation (scancel) signals nothing
 yet, and the pool's squeue is held at a gate (a wrapper on the controller's PATH); then the job is
 killed with SIGKILL from outside, after the allocation's end, and its end reaches the controller and
-waits. The gate opened, Slurm says the allocation ended: the job is requeued and runs DONE on a
-fresh allocation. In sequence, a job killed from outside while its allocation keeps running: its end
-counts once Slurm says so (EXIT, attempt 1).
+waits, across a kill -9 and restart of the controller (which finds the allocation ended before it
+linked its host again: the job is requeued all the same). The gate opened, Slurm says the
+allocation ended: the job is requeued and runs DONE on a fresh allocation. In sequence, a job
+killed from outside while its allocation keeps running: its end counts once Slurm says so (EXIT,
+attempt 1).
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ def test_an_end_by_an_outside_signal_waits_for_slurm_requeued_if_the_allocation_
                    "the controller to hold the job's end (or end the job)")
         time.sleep(1.0)  # were the end counted, it would be stored by now
         assert c.job(job)["state"] == "RUN", c.job(job)  # not EXIT: its end waits for Slurm
+        c.kill9_controller()  # a restart in the middle: what was held was in memory only
+        c.start()
+        time.sleep(1.0)
+        assert c.job(job)["state"] == "RUN", c.job(job)
         gate.unlink()
     finally:
         os.kill(slurmd.pid, signal.SIGCONT)

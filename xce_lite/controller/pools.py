@@ -264,7 +264,8 @@ class Pools:
         file system holds from before the allocation's end (its report died with the relay: it
         counts). When Slurm no longer says when it ended, no such end counts: a requeue is safe."""
         r.state, r.reason, r.end_time = "ended", f"{why}; released: {r.release}" if r.release else why, now
-        names = [n for n in r.host_names() if n in self.records.host_of or n in self.state.links] if r.job_id else []
+        # every host of it, linked or not: a controller restarted as Slurm ended it has not linked them yet
+        names = r.host_names() if r.job_id else []
         pool = pool_config(self.state.config, r.pool)
         late = {} if ended_at is None or pool is None or not r.job_id else \
             late_results(pool_dir(self.home, pool), r.job_id, dict(zip(r.host_names(), r.nodes)), names, ended_at)
