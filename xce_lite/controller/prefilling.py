@@ -58,6 +58,7 @@ from xce_lite.models import EXIT
 from xce_lite.sched.backlog import rank_of
 from xce_lite.sched.core import Decisions, Dispatch, Snapshot
 from xce_lite.sched.prefill import QueuedSuccessor, RunningUnit, Successor, outranked, successors, withdrawals
+from xce_lite.sched.prefill_memo import PlaceMemo
 from xce_lite.sched.prefill_rank import Ranked
 from xce_lite.store.jobs import Requeue
 
@@ -82,6 +83,7 @@ class Prefill:
         # the pending jobs in a dispatch's order, kept from tick to tick (sched/prefill_rank.py):
         # successors() and outranked() read the best-ranked few, not a sort of the whole backlog
         self.ranked, self.changed = Ranked(), state.pending.watch()
+        self.memo = PlaceMemo()  # placements inside units, kept from session to session (sched/prefill_memo.py)
 
     def hidden(self, closing: AbstractSet[int]) -> set[int]:
         """The successors that hold nothing of their own in this tick's session (their predecessor
@@ -218,7 +220,7 @@ class Prefill:
                 return ()
             snapshot, everyone = self._snapshot(hosts, shared, now, closing), list[Successor]()
             while running and len(self.state.pending) > len(decisions.dispatches):  # else nobody left to follow
-                chosen = successors(snapshot, decisions, tuple(running), ranked=self._ranked_now())
+                chosen = successors(snapshot, decisions, tuple(running), ranked=self._ranked_now(), memo=self.memo)
                 for s in chosen:
                     self.state.behind[s.job_id] = s.after
                     deep[s.job_id] = deep[s.after] + 1
@@ -288,7 +290,7 @@ class Prefill:
                               if (pred := active.get(q.after)) is not None and len(pred.units) == 1)
                 named += [(job_id, f"job {first} ranks before it") for job_id, first in
                           outranked(self._snapshot(hosts, shared, now, closing), decisions, left, units, placed,
-                                    ranked=self._ranked_now())]
+                                    ranked=self._ranked_now(), memo=self.memo)]
             asks = []
             for job_id, why in named:
                 job = active[job_id]
