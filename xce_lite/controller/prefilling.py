@@ -93,6 +93,7 @@ class Prefill:
         active = self.state.active
         with self.state.mu:
             repoint(self.state.behind, self.state.active)
+            followed = set(self.state.behind.values())
             for job_id, pred in list(self.state.behind.items()):
                 job = active.get(job_id)
                 if job is None:  # not applied yet (extend cleans up: the tick's thread alone)
@@ -101,10 +102,12 @@ class Prefill:
                     del self.state.behind[job_id]
                     self._started(job_id, pred, closing)
                     job.after, job.queued = None, False
-                    # it may take a successor of its own now; nothing else may mark the state dirty
-                    # before it ends (its launch reply came after its predecessor's end: no unqueued)
-                    self.state.dirty = True
-                    self.state.wake.set()
+                    # one with no follower may take a successor now; nothing else may mark the state dirty
+                    # before it ends (its launch reply came after its predecessor's end: no unqueued). One
+                    # with a follower keeps its chain going: it is refilled when it runs short (quiet_ends.py)
+                    if job_id not in followed:
+                        self.state.dirty = True
+                        self.state.wake.set()
             memo: dict[int, bool] = {}
             for job_id in self.state.behind:
                 if (job := active.get(job_id)) is not None:
