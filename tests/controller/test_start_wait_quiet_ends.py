@@ -24,10 +24,11 @@ def _job(job_id: int) -> SimpleNamespace:
     return SimpleNamespace(units=(f"u{job_id}",), ending=False, killed=None, withdrawing=False)
 
 
-def chain() -> tuple[QuietEnds, FakeClock]:
-    """What QuietEnds reads of the controller's state (state.py): job 1 runs, 2 behind it, 3 behind 2."""
-    state = SimpleNamespace(mu=threading.RLock(), active={i: _job(i) for i in (1, 2, 3)}, behind={2: 1, 3: 2},
-                            waited=Counter(), wake=threading.Event())
+def chain(jobs: int = 3) -> tuple[QuietEnds, FakeClock]:
+    """What QuietEnds reads of the controller's state (state.py): job 1 runs, 2 behind it, 3 behind 2
+    (`jobs` 2: nothing behind 2, so 1's end leaves none queued)."""
+    state = SimpleNamespace(mu=threading.RLock(), active={i: _job(i) for i in range(1, jobs + 1)},
+                            behind={i: i - 1 for i in range(2, jobs + 1)}, waited=Counter(), wake=threading.Event())
     clock = FakeClock(10.0)
     ends = QuietEnds(state, clock)
     with state.mu:
@@ -131,19 +132,8 @@ def test_a_timer_wakes_the_tick_END_WAIT_after_the_first_quiet_event_unless_a_ti
     assert not wake.wait(0.1)
 
 
-def _short_chain() -> tuple[QuietEnds, FakeClock]:
-    """Job 1 runs on h1 with job 2 queued behind it and nothing behind 2: 1's end leaves none queued."""
-    state = SimpleNamespace(mu=threading.RLock(), active={i: _job(i) for i in (1, 2)}, behind={2: 1},
-                            waited=Counter(), wake=threading.Event())
-    clock = FakeClock(10.0)
-    ends = QuietEnds(state, clock)
-    with state.mu:
-        ends.publish(urgent=False)
-    return ends, clock
-
-
 def test_an_end_during_a_tick_is_decided_by_the_maps_that_tick_publishes():
-    ends, clock = _short_chain()
+    ends, clock = chain(jobs=2)
     state = ends.state
     events = WakingQueue(state.wake, ends)
     assert ends.ending == {}  # by the last tick's maps job 1's end wakes the tick
@@ -169,7 +159,7 @@ def test_an_end_during_a_tick_is_decided_by_the_maps_that_tick_publishes():
 
 def test_an_end_deferred_during_a_tick_wakes_it_at_publish_when_the_new_maps_do_not_make_it_quiet():
     for urgent in (False, True):
-        ends, clock = _short_chain()
+        ends, clock = chain(jobs=2)
         state = ends.state
         ends.taken(StartWaits(clock))
         assert ends(UnitFinished("h1", "u1", RESULT))  # deferred
@@ -181,7 +171,7 @@ def test_an_end_deferred_during_a_tick_wakes_it_at_publish_when_the_new_maps_do_
 
 
 def test_a_tick_that_fails_before_its_publish_leaves_no_end_undecided():
-    ends, clock = _short_chain()
+    ends, clock = chain(jobs=2)
     ends.taken(StartWaits(clock))
     assert ends(UnitFinished("h1", "u1", RESULT))
     assert not ends.state.wake.is_set()
@@ -192,7 +182,7 @@ def test_a_tick_that_fails_before_its_publish_leaves_no_end_undecided():
 
 
 def test_no_end_is_deferred_where_quiet_ends_are_off():
-    ends, clock = _short_chain()
+    ends, clock = chain(jobs=2)
     ends.enabled = False  # Seams.end_waits off (the simulator)
     ends.taken(StartWaits(clock))
     assert not ends(UnitFinished("h1", "u1", RESULT))
