@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The controller's CPU time, system calls and wake-ups per job, thread by thread, during 1000-job runs.
 
-    python bench/ctl_threads.py [--runs 3] [--jobs 1000] [--prefill]
+    python bench/ctl_threads.py [--runs 3] [--jobs 1000] [--prefill] [--array]
     cp bench/ctl_threads.py OTHER/bench/ && python OTHER/bench/ctl_threads.py    # another checkout, same day
 
 bench/cpu_per_job.py gives the controller process as one (and its wake-ups are its main thread's
@@ -12,8 +12,9 @@ by role: `tick` (the main thread: collect, schedule, commit, launch), `agent rea
 that reads the local agent's lines: reads, no writes), `API worker` (one that writes replies: the
 batch POST, and the long-poll `GET /jobs/wait` with its reply), the others by number. A throw-away cluster
 (bench/cluster.py, one local host of 2 slots), warmed with 20 jobs; each run is one batch POST of
---jobs `true` jobs, waited for with /jobs/wait; `--prefill`: with `controller: prefill: true`
-(queued successors). Asserts nothing; measures the tree this file is in.
+--jobs `true` jobs (--array: one --jobs-element array, as bench/run.py's array line), waited for
+with /jobs/wait; `--prefill`: with `controller: prefill: true` (queued successors). Asserts
+nothing; measures the tree this file is in.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster import BenchCluster, wait_done, warm
+from cpu_per_job import submit
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -51,6 +53,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--prefill", action="store_true", help="controller: prefill: true (queued successors)")
+    ap.add_argument("--array", action="store_true", help="each run one POST of a --jobs-element array")
     args = ap.parse_args()
     c = BenchCluster(slots=2, prefill=True if args.prefill else None)
     try:
@@ -60,7 +63,7 @@ def main() -> int:
         for run in range(1, args.runs + 1):
             before = threads(c.pid)
             t0 = time.perf_counter()
-            wait_done(client, client.post("/jobs", {"jobs": [spec] * args.jobs})["ids"], time.monotonic() + 600)
+            wait_done(client, submit(client, spec, args.jobs, args.array), time.monotonic() + 600)
             wall = time.perf_counter() - t0
             after = threads(c.pid)
             parts = []

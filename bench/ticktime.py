@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Time each step of the controller's tick during a 1000-job run, and try what-if fixes.
 
-    python bench/ticktime.py [--jobs 1000] [--one-each] [--what-if NAME[,NAME...]] [--depth N]
+    python bench/ticktime.py [--jobs 1000] [--one-each | --array] [--what-if NAME[,NAME...]] [--depth N]
     python bench/ticktime.py --jobs 10000 --measure 300    # throughput with a 10k backlog
     python bench/ticktime.py --jobs 10000 --measure 200 --behind-sleepers   # as bench/run.py's backlog figure
     python bench/ticktime.py --jobs 10000 --measure 200 --behind-sleepers --trace 60   # + the kill's first steps
+    python bench/ticktime.py --jobs 1000 --profile 40 [--profile-keep F]   # + cProfile of the ticks (thread CPU)
 
 With --behind-sleepers it also prints, from the store's stamps, when things happened after the kill's
 POST (the sleepers' units ended, the first backlog job finished; tick_readings.timeline); --trace N
@@ -48,6 +49,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from tick_profile import print_profile, profile_ticks, time_gc
 from tick_readings import backlog_behind_sleepers, count_reasons, cpu_split, critical_path, print_trace, timeline
 
 HERE = Path(__file__).resolve().parent
@@ -233,37 +235,17 @@ def _group_commit(ctl, jobs) -> None:
     ctl.Controller._renew_leases = _renew_leases
 
 
-def _time_gc() -> None:
-    """The cycle collector's passes in the controller, by generation, as steps ("gc generation N"):
-    with 10,000s of jobs held, a pass over the oldest generation is a long pause of every thread."""
-    import gc
-
-    began: dict[str, tuple[float, float]] = {}
-
-    def callback(phase: str, info: dict) -> None:
-        name = f"gc generation {info['generation']}"
-        if phase == "start":
-            began[name] = (time.perf_counter(), time.thread_time())
-        elif name in began:
-            t0, c0 = began.pop(name)
-            with _stats_lock:
-                entry = _stats[name]
-                entry[0] += 1
-                entry[1] += time.perf_counter() - t0
-                entry[2] += time.thread_time() - c0
-
-    gc.callbacks.append(callback)
-
-
-def serve(home: str, stats_path: str, what_if: set[str], trace: int = 0) -> None:
+def serve(home: str, stats_path: str, what_if: set[str], trace: int = 0, profile: str | None = None) -> None:
     try:
         from xce_lite.controller.foreground import run_foreground
     except ImportError:  # trees before foreground.py (df9920d) kept it in core
         from xce_lite.controller.core import run_foreground  # type: ignore[no-redef]
     from xce_lite.home.paths import Home
 
+    if profile:
+        profile_ticks(profile)  # (under the timers: they time the tick with its profiler)
     _instrument(what_if)
-    _time_gc()
+    time_gc(_stats, _stats_lock)
 
     def _reset(*_args) -> None:  # --behind-sleepers: count from the sleepers' kill only
         with _stats_lock:
@@ -280,6 +262,7 @@ def serve(home: str, stats_path: str, what_if: set[str], trace: int = 0) -> None
 
 def drive(args) -> None:
     from cluster import BenchCluster, wait_done
+    from cpu_per_job import submit
 
     what_if = [w for w in args.what_if.split(",") if w]
     c = BenchCluster(slots=2)
@@ -292,10 +275,12 @@ def drive(args) -> None:
         shm = Path(tempfile.mkdtemp(prefix="xbspool-", dir="/dev/shm"))
         (c.home / "spool").symlink_to(shm, target_is_directory=True)
     stats_path = c.root / "stats.json"
+    prof_path = args.profile_keep or str(c.root / "ticks.prof")
     with open(c.home / "controller.log", "ab") as log:
         proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve", str(c.home),
                                  "--stats", str(stats_path), "--what-if", ",".join(what_if),
-                                 "--trace", str(args.trace)],
+                                 "--trace", str(args.trace)]
+                                + (["--profile-out", prof_path] if args.profile else []),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     c.pid = proc.pid
     try:
@@ -325,8 +310,8 @@ def drive(args) -> None:
             t0 = time.perf_counter()
             if args.one_each:
                 ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(args.jobs)]
-            else:
-                ids = client.post("/jobs", {"jobs": [spec] * args.jobs})["ids"]
+            else:  # one batch POST, or (--array) one job of N elements as bench/run.py's array line
+                ids = submit(client, spec, args.jobs, args.array)
             t_sub = time.perf_counter()
             cpu0 = cpu_split(c)
         measured = ids[: args.measure] if args.measure else ids
@@ -340,6 +325,8 @@ def drive(args) -> None:
         proc.wait(60)
         stats = json.loads(stats_path.read_text())
         traced = stats.pop("_trace", [])
+        if args.profile:
+            print_profile(prof_path, args.profile)
     finally:
         c.stop()
         if shm is not None:
@@ -348,7 +335,7 @@ def drive(args) -> None:
     n = len(measured)
     behind = f" (the first {n} of {args.jobs} submitted)" if n < args.jobs else ""
     how = ("pending behind two sleepers, timed from their kill; 'submit' is the kill's POST" if args.behind_sleepers
-           else "one POST each" if args.one_each else "one batch POST")
+           else "one POST each" if args.one_each else "one array" if args.array else "one batch POST")
     print(f"\n{n} jobs{behind} ({how}), what-if: {label}: "
           f"wall {wall:.2f} s = {n / wall:.0f} jobs/s; submit {t_sub - t0:.3f} s; {done} DONE")
     print("  CPU ms per job from the submit's reply to the last measured job done (whole run's parts): "
@@ -373,6 +360,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--one-each", action="store_true")
+    ap.add_argument("--array", action="store_true", help="one POST of a --jobs-element array (run.py's array line)")
     ap.add_argument("--depth", type=int, default=None, help="controller.prefill_depth")
     ap.add_argument("--measure", type=int, default=0,
                     help="time only the first M jobs (the rest stay pending: a backlog), then stop")
@@ -382,6 +370,10 @@ def main() -> int:
     ap.add_argument("--what-if", default="", help=f"comma list of {', '.join(WHAT_IFS)}")
     ap.add_argument("--trace", type=int, default=0,
                     help="with --behind-sleepers: list the first N timed steps after the kill, with their start times")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="cProfile the ticks by thread CPU; print the top N functions (own and cumulative)")
+    ap.add_argument("--profile-keep", metavar="FILE", help="with --profile: keep the pstats file there")
+    ap.add_argument("--profile-out", help=argparse.SUPPRESS)
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--stats", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -389,7 +381,7 @@ def main() -> int:
     if what_if - set(WHAT_IFS):
         ap.error(f"unknown what-if: {', '.join(sorted(what_if - set(WHAT_IFS)))}")
     if args.serve:
-        serve(args.serve, args.stats, what_if, args.trace)
+        serve(args.serve, args.stats, what_if, args.trace, args.profile_out)
     else:
         drive(args)
     return 0

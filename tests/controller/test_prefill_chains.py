@@ -205,3 +205,22 @@ def test_while_a_withdrawal_is_in_flight_a_session_names_one_link_per_chain():
     assert named(prefill, state) == [(3, 2)]
     state.active.pop(job9.id)  # the requeue applied: job 9 pends
     assert named(prefill, state) == [(3, 2), (4, 3)]
+
+
+def test_a_link_whose_launch_reply_says_it_started_wakes_the_tick_only_when_nobody_follows_it():
+    """A successor launched after its predecessor ended starts at once; its reply ("started") comes
+    before any unqueued. With a job queued behind it the chain goes on without a tick (it is refilled
+    when it runs short: quiet_ends.py); the chain's last link, with none behind it, may take one now."""
+    state, prefill, _asked = cluster(depth=3)
+    queue_behind(state, prefill, 3, 2)  # 1 runs, 2 behind it, 3 behind 2
+    state.active.pop(1)  # job 1 ended (applied)
+    state.active[2].status[0] = RUNNING  # job 2's launch reply: started
+    state.dirty = False
+    state.wake.clear()
+    prefill.hidden(frozenset())
+    assert 2 not in state.behind and state.behind == {3: 2}
+    assert not state.dirty and not state.wake.is_set()  # job 3 follows it: no tick for this
+    state.active.pop(2)  # job 2 ended too, and job 3's reply says it started: nothing follows job 3
+    state.active[3].status[0] = RUNNING
+    prefill.hidden(frozenset())
+    assert state.behind == {} and state.dirty and state.wake.is_set()

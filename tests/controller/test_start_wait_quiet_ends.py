@@ -24,10 +24,11 @@ def _job(job_id: int) -> SimpleNamespace:
     return SimpleNamespace(units=(f"u{job_id}",), ending=False, killed=None, withdrawing=False)
 
 
-def chain() -> tuple[QuietEnds, FakeClock]:
-    """What QuietEnds reads of the controller's state (state.py): job 1 runs, 2 behind it, 3 behind 2."""
-    state = SimpleNamespace(mu=threading.RLock(), active={i: _job(i) for i in (1, 2, 3)}, behind={2: 1, 3: 2},
-                            waited=Counter(), wake=threading.Event())
+def chain(jobs: int = 3) -> tuple[QuietEnds, FakeClock]:
+    """What QuietEnds reads of the controller's state (state.py): job 1 runs, 2 behind it, 3 behind 2
+    (`jobs` 2: nothing behind 2, so 1's end leaves none queued)."""
+    state = SimpleNamespace(mu=threading.RLock(), active={i: _job(i) for i in range(1, jobs + 1)},
+                            behind={i: i - 1 for i in range(2, jobs + 1)}, waited=Counter(), wake=threading.Event())
     clock = FakeClock(10.0)
     ends = QuietEnds(state, clock)
     with state.mu:
@@ -129,3 +130,59 @@ def test_a_timer_wakes_the_tick_END_WAIT_after_the_first_quiet_event_unless_a_ti
     ends.taken(StartWaits(clock))  # taken within its bound: the timer does nothing
     clock.now += 1.0
     assert not wake.wait(0.1)
+
+
+def test_an_end_during_a_tick_is_decided_by_the_maps_that_tick_publishes():
+    ends, clock = chain(jobs=2)
+    state = ends.state
+    events = WakingQueue(state.wake, ends)
+    assert ends.ending == {}  # by the last tick's maps job 1's end wakes the tick
+    events.put(UnitFinished("h1", "u1", RESULT))
+    assert state.wake.is_set()  # outside a tick: at once, as before
+    state.wake.clear()
+    ends.taken(StartWaits(clock))  # a tick runs (the one woken)...
+    clock.now = 10.003
+    events.put(UnitFinished("h1", "u1", RESULT))  # ...when the end comes: not decided yet
+    assert not state.wake.is_set() and ends.since is None
+    state.active[3] = _job(3)  # the tick names job 3 behind job 2: job 1's end leaves 3 queued
+    state.behind[3] = 2
+    clock.now = 10.004
+    with state.mu:
+        ends.publish(urgent=False)
+    assert ends.ending == {"u1": 1}
+    assert not state.wake.is_set()  # quiet by the new maps: it waits for the next tick...
+    assert ends.since == 10.003  # ...END_WAIT from when it came at most
+    # after the tick's publish, an event that no map makes quiet wakes at once again
+    events.put(UnitFinished("h1", "u3", RESULT))
+    assert state.wake.is_set()
+
+
+def test_an_end_deferred_during_a_tick_wakes_it_at_publish_when_the_new_maps_do_not_make_it_quiet():
+    for urgent in (False, True):
+        ends, clock = chain(jobs=2)
+        state = ends.state
+        ends.taken(StartWaits(clock))
+        assert ends(UnitFinished("h1", "u1", RESULT))  # deferred
+        assert not ends(UnitUnqueued("h1", "u2", "withdrawn", None, "x"))  # never quiet: at once, as before
+        state.wake.clear()
+        with state.mu:
+            ends.publish(urgent)  # no link named (or urgent: no map at all): the end wakes the tick
+        assert state.wake.is_set() and ends.since is None, urgent
+
+
+def test_a_tick_that_fails_before_its_publish_leaves_no_end_undecided():
+    ends, clock = chain(jobs=2)
+    ends.taken(StartWaits(clock))
+    assert ends(UnitFinished("h1", "u1", RESULT))
+    assert not ends.state.wake.is_set()
+    ends.abandon()  # serve's "tick skipped"
+    assert ends.state.wake.is_set()
+    ends.state.wake.clear()
+    assert not ends(UnitFinished("h1", "u1", RESULT)) and not ends.state.wake.is_set()  # no tick runs: not deferred
+
+
+def test_no_end_is_deferred_where_quiet_ends_are_off():
+    ends, clock = chain(jobs=2)
+    ends.enabled = False  # Seams.end_waits off (the simulator)
+    ends.taken(StartWaits(clock))
+    assert not ends(UnitFinished("h1", "u1", RESULT))

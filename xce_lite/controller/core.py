@@ -225,6 +225,7 @@ class Controller:
                     try:
                         self.tick(self._clock.time(), quiet=not woken)
                     except errors.StoreUnavailable as err:  # a read the store refused: the next tick tries again
+                        self.quiet_ends.abandon()  # the ends it would have decided at its end wake the next
                         self.log(f"tick skipped: {err}")
         except Exception as err:  # unsafe to go on: say why (faults.py); faults that are not are handled within
             self.fault_record.fatal(err)

@@ -58,6 +58,7 @@ from xce_lite.models import EXIT
 from xce_lite.sched.backlog import rank_of
 from xce_lite.sched.core import Decisions, Dispatch, Snapshot
 from xce_lite.sched.prefill import QueuedSuccessor, RunningUnit, Successor, outranked, successors, withdrawals
+from xce_lite.sched.prefill_memo import PlaceMemo
 from xce_lite.sched.prefill_rank import Ranked
 from xce_lite.store.jobs import Requeue
 
@@ -82,6 +83,7 @@ class Prefill:
         # the pending jobs in a dispatch's order, kept from tick to tick (sched/prefill_rank.py):
         # successors() and outranked() read the best-ranked few, not a sort of the whole backlog
         self.ranked, self.changed = Ranked(), state.pending.watch()
+        self.memo = PlaceMemo()  # placements inside units, kept from session to session (sched/prefill_memo.py)
 
     def hidden(self, closing: AbstractSet[int]) -> set[int]:
         """The successors that hold nothing of their own in this tick's session (their predecessor
@@ -91,6 +93,7 @@ class Prefill:
         active = self.state.active
         with self.state.mu:
             repoint(self.state.behind, self.state.active)
+            followed = set(self.state.behind.values())
             for job_id, pred in list(self.state.behind.items()):
                 job = active.get(job_id)
                 if job is None:  # not applied yet (extend cleans up: the tick's thread alone)
@@ -99,10 +102,12 @@ class Prefill:
                     del self.state.behind[job_id]
                     self._started(job_id, pred, closing)
                     job.after, job.queued = None, False
-                    # it may take a successor of its own now; nothing else may mark the state dirty
-                    # before it ends (its launch reply came after its predecessor's end: no unqueued)
-                    self.state.dirty = True
-                    self.state.wake.set()
+                    # one with no follower may take a successor now; nothing else may mark the state dirty
+                    # before it ends (its launch reply came after its predecessor's end: no unqueued). One
+                    # with a follower keeps its chain going: it is refilled when it runs short (quiet_ends.py)
+                    if job_id not in followed:
+                        self.state.dirty = True
+                        self.state.wake.set()
             memo: dict[int, bool] = {}
             for job_id in self.state.behind:
                 if (job := active.get(job_id)) is not None:
@@ -218,7 +223,7 @@ class Prefill:
                 return ()
             snapshot, everyone = self._snapshot(hosts, shared, now, closing), list[Successor]()
             while running and len(self.state.pending) > len(decisions.dispatches):  # else nobody left to follow
-                chosen = successors(snapshot, decisions, tuple(running), ranked=self._ranked_now())
+                chosen = successors(snapshot, decisions, tuple(running), ranked=self._ranked_now(), memo=self.memo)
                 for s in chosen:
                     self.state.behind[s.job_id] = s.after
                     deep[s.job_id] = deep[s.after] + 1
@@ -288,7 +293,7 @@ class Prefill:
                               if (pred := active.get(q.after)) is not None and len(pred.units) == 1)
                 named += [(job_id, f"job {first} ranks before it") for job_id, first in
                           outranked(self._snapshot(hosts, shared, now, closing), decisions, left, units, placed,
-                                    ranked=self._ranked_now())]
+                                    ranked=self._ranked_now(), memo=self.memo)]
             asks = []
             for job_id, why in named:
                 job = active[job_id]

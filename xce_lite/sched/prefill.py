@@ -41,6 +41,7 @@ from xce_lite.sched.core import Decisions, PendingJob, QueuePolicy, Snapshot, _w
 from xce_lite.sched.fit import GPUS
 from xce_lite.sched.placement import HostView, place
 from xce_lite.sched.backlog import rank_of
+from xce_lite.sched.prefill_memo import PlaceMemo
 from xce_lite.sched.prefill_rank import Ranked
 from xce_lite.sched.reasons import FrozenMap, Placement, Refusal
 
@@ -95,19 +96,22 @@ def queued_reason(host: str, after: int) -> str:
 
 
 def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningUnit, ...],
-               examined: int = EXAMINED, ranked: Ranked | None = None) -> tuple[Successor, ...]:
+               examined: int = EXAMINED, ranked: Ranked | None = None,
+               memo: PlaceMemo | None = None) -> tuple[Successor, ...]:
     """The successors to name now for `running`'s free units, given the session `decisions` made on
     `snapshot` (its dispatched jobs are not candidates; their slots count for the queue limits).
     `ranked`: the pending jobs kept in order by the caller (prefill_rank.py, synced with
     `snapshot.queues`' priorities), read instead of `snapshot.jobs` (then left empty): the same
-    answer without a pass over the backlog."""
+    answer without a pass over the backlog. `memo`: placements and views kept by the caller from
+    call to call (prefill_memo.py), which give the same answer."""
     units = [u for u in sorted(running, key=lambda u: (u.host, u.job_id)) if not u.taken]
     if not units or not _may_name(snapshot, decisions):
         return ()
     hosts = {h.name: h for h in snapshot.hosts}
-    views = {u: _inside(hosts.get(u.host), u) for u in units}
+    inside = _inside if memo is None else lambda host, unit: memo.inside(host, unit, _inside)
+    views = {u: inside(hosts.get(u.host), u) for u in units}
     units = [u for u in units if views[u] is not None]
-    room = _Room(snapshot, decisions, ranked)
+    room = _Room(snapshot, decisions, ranked, memo)
     dispatched = {d.job_id for d in decisions.dispatches}
     chosen: list[Successor] = []
     looked = 0
@@ -134,7 +138,8 @@ def successors(snapshot: Snapshot, decisions: Decisions, running: tuple[RunningU
 
 def outranked(snapshot: Snapshot, decisions: Decisions, queued: tuple[QueuedSuccessor, ...],
               units: tuple[RunningUnit, ...], placed: frozenset[int] = frozenset(),
-              examined: int = EXAMINED, ranked: Ranked | None = None) -> tuple[tuple[int, int], ...]:
+              examined: int = EXAMINED, ranked: Ranked | None = None,
+              memo: PlaceMemo | None = None) -> tuple[tuple[int, int], ...]:
     """(queued successor, the pending job it gives way to) for each queued successor S that a
     pending job J of higher rank (a dispatch's order) could replace behind S's unit, as
     successors() would name it there: J fits inside the unit, its rules and limits hold, and it is
@@ -144,10 +149,10 @@ def outranked(snapshot: Snapshot, decisions: Decisions, queued: tuple[QueuedSucc
     are taken in rank order and each gives way to one successor, the last-ranked it can replace, so
     the next session names J there (its unit is the only free one J fits) and S, pending, ranks
     after J: no thrash, and each withdrawal puts a job of higher rank in a place, so it ends.
-    The same guards as successors(), and `ranked` as there; at most `examined` pending jobs looked at."""
+    The same guards as successors(), and `ranked` and `memo` as there; at most `examined` pending jobs looked at."""
     if not queued or not _may_name(snapshot, decisions):
         return ()
-    room = _Room(snapshot, decisions, ranked)
+    room = _Room(snapshot, decisions, ranked, memo)
     by_id = {u.job_id: u for u in units}
     hosts = {h.name: h for h in snapshot.hosts}
     waiting: list[tuple[tuple, QueuedSuccessor, RunningUnit, HostView]] = []  # (rank of S, S, its unit, view)
@@ -155,7 +160,7 @@ def outranked(snapshot: Snapshot, decisions: Decisions, queued: tuple[QueuedSucc
         unit = by_id.get(q.after)
         if unit is None or unit.host != q.host:
             continue
-        view = _inside(hosts.get(q.host), unit)
+        view = _inside(hosts.get(q.host), unit) if memo is None else memo.inside(hosts.get(q.host), unit, _inside)
         if view is not None:
             waiting.append((room.rank(q.job), q, unit, view))
     if not waiting:
@@ -204,7 +209,8 @@ class _Room:
     """The queues' running limits as successors meet them (the session's dispatches count), the
     rank of a dispatch, and each job's fit behind a unit."""
 
-    def __init__(self, snapshot: Snapshot, decisions: Decisions, ranked: Ranked | None = None) -> None:
+    def __init__(self, snapshot: Snapshot, decisions: Decisions, ranked: Ranked | None = None,
+                 memo: PlaceMemo | None = None) -> None:
         self.queues = {q.name: q for q in snapshot.queues}
         self.priority = {name: q.priority for name, q in self.queues.items()}
         self.fair = {q.queue for q in snapshot.fairshare.queues} if snapshot.fairshare is not None else set()
@@ -212,7 +218,7 @@ class _Room:
         self.user_used: dict[tuple[str, str], int] = {}
         for queue, user, slots in snapshot.running:
             self._add(queue, user, slots, slots)
-        self.ranked = ranked
+        self.ranked, self.memo = ranked, memo
         by_id = ranked if ranked is not None else {j.id: j for j in snapshot.jobs} if decisions.dispatches else {}
         for d in decisions.dispatches:
             job = by_id.get(d.job_id)
@@ -281,7 +287,7 @@ class _Room:
         why, request = _within_limits(job, policy, queue_room, user_room)
         if why is not None:
             return None
-        result = place(request, (view,))
+        result = place(request, (view,)) if self.memo is None else self.memo.place(request, view)
         if isinstance(result, Refusal) or result.shared:
             self.refused.add(key)
             return None
