@@ -14,9 +14,12 @@ the Python API send them (Client.submit), and prints per POST: the client's CPU 
 the controller's CPU (every thread's schedstat) split into its main thread (the tick a submit
 wakes; not the request path) and its other threads (the API's serving thread and workers, and
 the host links, idle here; the busiest of them apart: the API worker that lingers on the connection
-and serves every POST, server.py), and the rate. CPU time is what the machine's load moves least; quote
-`uptime` beside it. The API server's counters close the figures: requests a lingering worker took
-itself (`kept`, server.py's linger) and connections handed back to the serving thread. With
+and serves every POST, server.py), and the rate; the round trip (wall per POST) and how much of it
+the API worker, the main thread and the client waited runnable for a CPU (schedstat's run-queue
+wait, over the POSTs alone: with jobs beside, the largest piece of a round trip). CPU time is what
+the machine's load moves least; quote `uptime` beside it. The API server's counters close the
+figures: requests a lingering worker took itself (`kept`, server.py's linger) and connections
+handed back to the serving thread. With
 --strace, one more run under `strace -c -f` counts the controller's system calls per POST
 (deterministic, unlike times; strace slows that run, its rate is not one).
 With --running the slots are free and the `true` jobs run beside the POSTs (sent as run.py's
@@ -58,6 +61,24 @@ def thread_cpu(pid: int) -> dict[int, int]:
     return out
 
 
+def thread_waits(pid: int) -> dict[int, int]:
+    """Nanoseconds each thread of `pid` alive now has waited runnable for a CPU (schedstat's second field)."""
+    out = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                out[int(task)] = int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended meanwhile
+    return out
+
+
+def own_wait() -> int:
+    """Nanoseconds this thread has waited runnable for a CPU."""
+    with open("/proc/thread-self/schedstat") as f:
+        return int(f.read().split()[1])
+
+
 def settle(pid: int, quiet: float = 0.3, timeout: float = 30.0) -> None:
     """Until the controller has used no CPU for `quiet` seconds."""
     deadline = time.monotonic() + timeout
@@ -78,6 +99,7 @@ def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False, syn
     counter = _SyncCounter(pid) if syncs else None
     reading = _Reader(c, reader) if reader else None
     before, client0, wall0 = thread_cpu(pid), time.thread_time(), time.perf_counter()
+    waits0, own0 = thread_waits(pid), own_wait()
     machine0 = machine_busy_seconds()
     if running:  # as run.py's one-POST figure: no request id
         ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(posts)]
@@ -85,6 +107,7 @@ def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False, syn
         for _ in range(posts):
             client.submit({"jobs": [spec]})
     wall, client_cpu = time.perf_counter() - wall0, time.thread_time() - client0
+    own1, waits1 = own_wait(), thread_waits(pid)
     done = wall
     if running:
         wait_done(client, ids, time.monotonic() + 300)
@@ -96,12 +119,18 @@ def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False, syn
     used = {tid: after[tid] - before.get(tid, 0) for tid in after}
     main = used.get(pid, 0) / 1e6 / posts
     others = sum(v for tid, v in used.items() if tid != pid) / 1e6 / posts
-    worker = max((v for tid, v in used.items() if tid != pid), default=0) / 1e6 / posts
+    busiest = max((tid for tid in used if tid != pid), key=lambda tid: used[tid], default=pid)
+    worker = used.get(busiest, 0) / 1e6 / posts
+    # run-queue waits over the POSTs alone (the submit phase), not to all done
+    worker_wait = (waits1.get(busiest, 0) - waits0.get(busiest, 0)) / 1e6 / posts
+    main_wait = (waits1.get(pid, 0) - waits0.get(pid, 0)) / 1e6 / posts
+    client_wait = (own1 - own0) / 1e6 / posts
     mine = 1000 * client_cpu / posts
     ticks = [(b - a) / posts for a, b in zip(counted, _ticks(client))] if running else [0.0, 0.0]
     return {"client": mine, "main": main, "api": others, "worker": worker, "request": others + mine,
             "rate": posts / wall, "submit": wall, "machine": machine, "done": done, "ticks": ticks[0],
-            "sessions": ticks[1], "syncs": synced, "reads": reads}
+            "sessions": ticks[1], "syncs": synced, "reads": reads, "worker_wait": worker_wait,
+            "main_wait": main_wait, "client_wait": client_wait, "round": 1000 * wall / posts}
 
 
 class _SyncCounter:
@@ -212,7 +241,10 @@ def main(argv: list[str] | None = None) -> int:
                 ("worker", "  of which the busiest (the API worker)"),
                 ("request", "request path CPU ms/POST (the two above)"),
                 ("main", "controller main thread CPU ms/POST"), ("machine", "machine CPU ms/POST (all of /proc/stat)"),
-                ("rate", "POSTs/s")]
+                ("rate", "POSTs/s"), ("round", "round trip ms (wall per POST)"),
+                ("worker_wait", "  the API worker's run-queue wait ms/POST"),
+                ("main_wait", "  the main thread's run-queue wait ms/POST"),
+                ("client_wait", "  the client's run-queue wait ms/POST")]
         if args.syncs:
             rows.append(("syncs", "controller fdatasyncs per POST"))
         if args.running:
