@@ -49,25 +49,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster import BenchCluster, machine_busy_seconds, wait_done
 
 
-def thread_cpu(pid: int) -> dict[int, int]:
-    """Nanoseconds on a CPU of each thread of `pid` alive now (schedstat's first field)."""
+def thread_cpu(pid: int, field: int = 0) -> dict[int, int]:
+    """Nanoseconds on a CPU of each thread of `pid` alive now (schedstat's first field); `field=1`:
+    nanoseconds each waited runnable for a CPU (its run-queue wait)."""
     out = {}
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                out[int(task)] = int(f.read().split()[0])
-        except (OSError, ValueError):
-            pass  # a thread that ended meanwhile
-    return out
-
-
-def thread_waits(pid: int) -> dict[int, int]:
-    """Nanoseconds each thread of `pid` alive now has waited runnable for a CPU (schedstat's second field)."""
-    out = {}
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                out[int(task)] = int(f.read().split()[1])
+                out[int(task)] = int(f.read().split()[field])
         except (OSError, ValueError, IndexError):
             pass  # a thread that ended meanwhile
     return out
@@ -99,7 +88,7 @@ def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False, syn
     counter = _SyncCounter(pid) if syncs else None
     reading = _Reader(c, reader) if reader else None
     before, client0, wall0 = thread_cpu(pid), time.thread_time(), time.perf_counter()
-    waits0, own0 = thread_waits(pid), own_wait()
+    waits0, own0 = thread_cpu(pid, 1), own_wait()
     machine0 = machine_busy_seconds()
     if running:  # as run.py's one-POST figure: no request id
         ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(posts)]
@@ -107,7 +96,7 @@ def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False, syn
         for _ in range(posts):
             client.submit({"jobs": [spec]})
     wall, client_cpu = time.perf_counter() - wall0, time.thread_time() - client0
-    own1, waits1 = own_wait(), thread_waits(pid)
+    own1, waits1 = own_wait(), thread_cpu(pid, 1)
     done = wall
     if running:
         wait_done(client, ids, time.monotonic() + 300)
