@@ -91,7 +91,7 @@ def test_the_slice_limit_may_be_zero_but_not_below():
         Limits.from_env("linger=0")
 
 
-def test_short_slice_keeps_the_nice_value_and_asks_nothing_for_zero():
+def test_short_slice_keeps_the_nice_value_asks_nothing_for_zero_and_says_what_the_kernel_clamped():
     result: list = []
 
     def run() -> None:
@@ -99,9 +99,9 @@ def test_short_slice_keeps_the_nice_value_and_asks_nothing_for_zero():
 
         os.setpriority(os.PRIO_PROCESS, 0, 3)  # this thread only (Linux: a thread's own nice value)
         result.append((cpuslice.short_slice(0), cpuslice.slice_of(), cpuslice.short_slice(), cpuslice.slice_of(),
-                       os.getpriority(os.PRIO_PROCESS, 0)))
+                       os.getpriority(os.PRIO_PROCESS, 0), cpuslice.short_slice(1.0), cpuslice.slice_of()))
 
     thread = threading.Thread(target=run)
     thread.start()
     thread.join()
-    assert result == [(False, DEFAULT, True, 100_000, 3)]
+    assert result == [(False, DEFAULT, True, 100_000, 3, True, 100_000_000)]  # the kernel's bound: 100 ms
