@@ -4,6 +4,7 @@
     python bench/one_post.py [--runs 3] [--posts 2000] [--backlog 0] [--strace]
     python bench/one_post.py --running [--runs 3] [--posts 1000]    # run.py's one-POST figure, split
     python bench/one_post.py --running --syncs [--reader 0.005]     # fdatasyncs per POST, a reader beside
+    python bench/one_post.py --hogs 2 [--posts 1000]                # what the POSTs take from CPU-bound jobs
     cp bench/one_post.py OTHER/bench/ && python OTHER/bench/one_post.py    # another checkout, alternate
 
 A throw-away cluster (bench/cluster.py: one local host of 2 slots) whose two slots hold `sleep`
@@ -14,9 +15,12 @@ the Python API send them (Client.submit), and prints per POST: the client's CPU 
 the controller's CPU (every thread's schedstat) split into its main thread (the tick a submit
 wakes; not the request path) and its other threads (the API's serving thread and workers, and
 the host links, idle here; the busiest of them apart: the API worker that lingers on the connection
-and serves every POST, server.py), and the rate. CPU time is what the machine's load moves least; quote
-`uptime` beside it. The API server's counters close the figures: requests a lingering worker took
-itself (`kept`, server.py's linger) and connections handed back to the serving thread. With
+and serves every POST, server.py), and the rate; the round trip (wall per POST) and how much of it
+the API worker, the main thread and the client waited runnable for a CPU (schedstat's run-queue
+wait, over the POSTs alone: with jobs beside, the largest piece of a round trip). CPU time is what
+the machine's load moves least; quote `uptime` beside it. The API server's counters close the
+figures: requests a lingering worker took itself (`kept`, server.py's linger) and connections
+handed back to the serving thread. With
 --strace, one more run under `strace -c -f` counts the controller's system calls per POST
 (deterministic, unlike times; strace slows that run, its rate is not one).
 With --running the slots are free and the `true` jobs run beside the POSTs (sent as run.py's
@@ -26,6 +30,9 @@ whole run (the main thread: the ticks that dispatch and record the jobs), and th
 scheduling sessions per job (the controller's metrics). --syncs counts the controller's fdatasync
 calls per POST in each run (`perf stat` of the syscall's tracepoint: needs perf and root); --reader S
 has a second client read the store (GET /jobs, as an `xce jobs` loop) every S seconds meanwhile.
+--hogs N runs N CPU-bound processes (`while True: pass`, each in its own session as a job is) beside
+the POSTs and prints the share of a CPU each got during them: what the request path takes from jobs
+that want the CPU (a change to the API threads' scheduling must not lower it).
 Asserts nothing.
 """
 
@@ -46,16 +53,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster import BenchCluster, machine_busy_seconds, wait_done
 
 
-def thread_cpu(pid: int) -> dict[int, int]:
-    """Nanoseconds on a CPU of each thread of `pid` alive now (schedstat's first field)."""
+def thread_cpu(pid: int, field: int = 0) -> dict[int, int]:
+    """Nanoseconds on a CPU of each thread of `pid` alive now (schedstat's first field); `field=1`:
+    nanoseconds each waited runnable for a CPU (its run-queue wait)."""
     out = {}
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                out[int(task)] = int(f.read().split()[0])
-        except (OSError, ValueError):
+                out[int(task)] = int(f.read().split()[field])
+        except (OSError, ValueError, IndexError):
             pass  # a thread that ended meanwhile
     return out
+
+
+def own_wait() -> int:
+    """Nanoseconds this thread has waited runnable for a CPU."""
+    with open("/proc/thread-self/schedstat") as f:
+        return int(f.read().split()[1])
 
 
 def settle(pid: int, quiet: float = 0.3, timeout: float = 30.0) -> None:
@@ -71,13 +85,14 @@ def settle(pid: int, quiet: float = 0.3, timeout: float = 30.0) -> None:
 
 
 def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False, syncs: bool = False,
-             reader: float = 0.0) -> dict[str, float]:
+             reader: float = 0.0, hogs: list[int] = ()) -> dict[str, float]:
     client = c.client()
     pid = c.pid
     counted = _ticks(client) if running else (0, 0)
     counter = _SyncCounter(pid) if syncs else None
     reading = _Reader(c, reader) if reader else None
     before, client0, wall0 = thread_cpu(pid), time.thread_time(), time.perf_counter()
+    waits0, own0, hogs0 = thread_cpu(pid, 1), own_wait(), sum(sum(thread_cpu(h).values()) for h in hogs)
     machine0 = machine_busy_seconds()
     if running:  # as run.py's one-POST figure: no request id
         ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(posts)]
@@ -85,6 +100,8 @@ def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False, syn
         for _ in range(posts):
             client.submit({"jobs": [spec]})
     wall, client_cpu = time.perf_counter() - wall0, time.thread_time() - client0
+    own1, waits1 = own_wait(), thread_cpu(pid, 1)
+    hogged = (sum(sum(thread_cpu(h).values()) for h in hogs) - hogs0) / 1e9 / wall / len(hogs) if hogs else 0.0
     done = wall
     if running:
         wait_done(client, ids, time.monotonic() + 300)
@@ -96,12 +113,18 @@ def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False, syn
     used = {tid: after[tid] - before.get(tid, 0) for tid in after}
     main = used.get(pid, 0) / 1e6 / posts
     others = sum(v for tid, v in used.items() if tid != pid) / 1e6 / posts
-    worker = max((v for tid, v in used.items() if tid != pid), default=0) / 1e6 / posts
+    busiest = max((tid for tid in used if tid != pid), key=lambda tid: used[tid], default=pid)
+    worker = used.get(busiest, 0) / 1e6 / posts
+    # run-queue waits over the POSTs alone (the submit phase), not to all done
+    worker_wait = (waits1.get(busiest, 0) - waits0.get(busiest, 0)) / 1e6 / posts
+    main_wait = (waits1.get(pid, 0) - waits0.get(pid, 0)) / 1e6 / posts
+    client_wait = (own1 - own0) / 1e6 / posts
     mine = 1000 * client_cpu / posts
     ticks = [(b - a) / posts for a, b in zip(counted, _ticks(client))] if running else [0.0, 0.0]
     return {"client": mine, "main": main, "api": others, "worker": worker, "request": others + mine,
             "rate": posts / wall, "submit": wall, "machine": machine, "done": done, "ticks": ticks[0],
-            "sessions": ticks[1], "syncs": synced, "reads": reads}
+            "sessions": ticks[1], "syncs": synced, "reads": reads, "worker_wait": worker_wait,
+            "main_wait": main_wait, "client_wait": client_wait, "round": 1000 * wall / posts, "hogs": hogged}
 
 
 class _SyncCounter:
@@ -178,9 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--running", action="store_true", help="free slots: the jobs run beside the POSTs")
     parser.add_argument("--syncs", action="store_true", help="count the controller's fdatasyncs per POST (perf)")
     parser.add_argument("--reader", type=float, default=0.0, help="a second client reads GET /jobs every S s")
+    parser.add_argument("--hogs", type=int, default=0, help="N CPU-bound processes beside: the CPU share each got")
     args = parser.parse_args(argv)
     c = BenchCluster(slots=2)
     c.start()
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(args.hogs)]
     try:
         client = c.client()
         if not args.running:
@@ -194,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         settle(c.pid)
         runs = []
         for run in range(args.runs):
-            r = run_once(c, spec, args.posts, args.running, args.syncs, args.reader)
+            r = run_once(c, spec, args.posts, args.running, args.syncs, args.reader, [h.pid for h in hogs])
             runs.append(r)
             print(f"run {run + 1}: client {r['client']:.3f} + controller API/other threads {r['api']:.3f} = "
                   f"{r['request']:.3f} ms CPU per POST; controller main thread {r['main']:.3f} ms; "
@@ -212,9 +238,14 @@ def main(argv: list[str] | None = None) -> int:
                 ("worker", "  of which the busiest (the API worker)"),
                 ("request", "request path CPU ms/POST (the two above)"),
                 ("main", "controller main thread CPU ms/POST"), ("machine", "machine CPU ms/POST (all of /proc/stat)"),
-                ("rate", "POSTs/s")]
+                ("rate", "POSTs/s"), ("round", "round trip ms (wall per POST)"),
+                ("worker_wait", "  the API worker's run-queue wait ms/POST"),
+                ("main_wait", "  the main thread's run-queue wait ms/POST"),
+                ("client_wait", "  the client's run-queue wait ms/POST")]
         if args.syncs:
             rows.append(("syncs", "controller fdatasyncs per POST"))
+        if hogs:
+            rows.append(("hogs", f"CPU share of each of the {len(hogs)} hogs"))
         if args.running:
             rows += [("submit", "submit phase s"), ("done", "first POST -> all done s"),
                      ("ticks", "ticks per job"), ("sessions", "sessions per job")]
@@ -229,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  controller system calls per POST {total:.1f}: "
                   + ", ".join(f"{name} {n:.1f}" for name, n in calls if n >= 0.5))
     finally:
+        for hog in hogs:  # ours, by PID
+            hog.kill()
+            hog.wait()
         c.stop()
     return 0
 

@@ -25,6 +25,7 @@ class Limits:
     send_timeout: float = 10.0  # a client that does not read its reply for this long is dropped
     queue_wait: float = 10.0  # a request waits this long for a free worker, then gets 503
     linger: float = 0.05  # a worker that answered waits this long for the connection's next request
+    slice: float = 0.0001  # the API threads' CPU slice (cpuslice.py: the kernel's least); 0: its default
     max_body: int = 16 << 20
     max_head: int = 64 << 10
 
@@ -45,8 +46,8 @@ class Limits:
                 number = int(value) if types[name] == "int" else float(value)
             except ValueError:
                 raise errors.ConfigError(f"{LIMITS_ENV}: {name}={value!r} is not a number") from None
-            if number <= 0:
-                raise errors.ConfigError(f"{LIMITS_ENV}: {name} must be above 0")
+            if number < 0 or (number == 0 and name != "slice"):  # slice=0: the kernel's default slice
+                raise errors.ConfigError(f"{LIMITS_ENV}: {name} must be above 0{' (or 0)' * (name == 'slice')}")
             changed: dict[str, Any] = {name: number}
             limits = replace(limits, **changed)
         return limits

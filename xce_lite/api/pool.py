@@ -17,9 +17,11 @@ from typing import Any
 
 
 class WorkerPool:
-    def __init__(self, size: int, run: Callable[[Any], None], name: str = "api-worker"):
+    def __init__(self, size: int, run: Callable[[Any], None], name: str = "api-worker",
+                 start: Callable[[], object] | None = None):
+        """`run(item)` on a worker thread for each item; `start()` first on each thread, once."""
         self.size = size
-        self._run = run
+        self._run, self._start = run, start
         self._name = name
         self._cond = threading.Condition()
         self._items: deque[tuple[float, Any]] = deque()
@@ -85,6 +87,8 @@ class WorkerPool:
         return left
 
     def _work(self) -> None:
+        if self._start is not None:
+            self._start()
         while True:
             with self._cond:
                 while not self._items:
