@@ -21,7 +21,7 @@ session's successors are named, so a job named elsewhere now displaces nobody). 
 rebuilds a successor's request from its row (recovery.py), so one recovered queued is withdrawn as
 well.
 
-Chains (`controller: prefill_depth`, default 3; 1: one per running unit): a queued successor
+Chains (`controller: prefill_depth`, default 5; 1: one per running unit): a queued successor
 that has none of its own may get one, inside its allocation, while the chain behind the unit that
 runs is shorter than the depth (prefill_chains.chain_depth) and it ranks before every pending job
 that may run (`_ranks_before`: a chain keeps a dispatch's order). One session fills a chain to the
