@@ -14,8 +14,9 @@ HostKeyError (hostkeys.py) or a ConfigError:
        exec /bin/sh -c '[ -f AGENT ] || exit 75; command -v PYTHON || exit 127; echo READY;
                         exec PYTHON -S -E AGENT serve --spool SPOOL --host-name NAME --mode MODE'
    AGENT is AGENT_DIR/agent-<sha256 prefix>.py: copies go by content, so a host runs exactly the
-   agent this controller ships. Only when that exits 75 (no such copy) is the agent copied, by one
-   more exec (written to a temporary name, then renamed; AGENT_DIR made 0700), and the exec repeated.
+   agent this controller ships. Only when that exits 75 (no such copy, or one of another size: cut
+   short) is the agent copied, by one more exec (written to a temporary name, renamed once whole;
+   AGENT_DIR made 0700: deploy_script), and the exec repeated.
    The READY line tells a started agent from a start that failed, before a byte of the protocol.
 3. hello, within `timeout`. Only then are the channel's events passed on to `events`: those of a
    failed attempt are dropped (connect raises instead).
@@ -39,6 +40,7 @@ import collections
 import logging
 import os
 import queue
+import secrets
 import shlex
 import threading
 from dataclasses import dataclass
@@ -171,7 +173,9 @@ def _start_agent(route: Route, deadline: Deadline, target: SshTarget, name: str,
     127/126 when the host's python cannot run), then execs the agent on the same channel."""
     data, copy = agent_copy()
     agent = f"{remote_path(target.agent_dir)}/{copy}"
-    script = (f"a={agent}; [ -f \"$a\" ] || exit {AGENT_MISSING}; p={shlex.quote(target.python)}; "
+    # a copy of another size is as missing (copied again): a file cut short, which Python would refuse
+    script = (f"a={agent}; [ -f \"$a\" ] && [ $(wc -c < \"$a\") -eq {len(data)} ] || exit {AGENT_MISSING}; "
+              f"p={shlex.quote(target.python)}; "
               f"command -v \"$p\" >/dev/null || {{ echo \"$p: not found\" >&2; exit 127; }}; echo {READY}; "
               f"exec \"$p\" -S -E \"$a\" serve --spool {remote_path(spool)} --host-name {shlex.quote(name)} "
               f"--mode {shlex.quote(mode)} --records {shlex.quote(records)}")
@@ -217,12 +221,23 @@ def _exec(route: Route, deadline: Deadline, target: SshTarget, step: str, comman
     return chan
 
 
+def deploy_script(agent_dir: str, copy: str, size: int) -> str:
+    """The host's side of copying the agent: its stdin to a temporary name, renamed to
+    AGENT_DIR/copy only once all `size` bytes are there. A copy cut short (the controller killed, or
+    the connection lost, mid-copy: `cat` sees an end of input either way) is never put in place,
+    where every later start would run it and fail. The temporary name ends in a token drawn here,
+    not the shell's $$: hosts that share a home (NFS; test hosts in PID namespaces) may copy at the
+    same moment with the same pid, and one's `cat >` would truncate the other's file."""
+    t = f"\"$d/.{copy}.{secrets.token_hex(8)}\""
+    return (f"umask 077; d={remote_path(agent_dir)}; mkdir -p \"$d\" && chmod 700 \"$d\" && cat > {t} "
+            f"|| {{ rm -f {t}; exit 1; }}; n=$(wc -c < {t}); [ $n -eq {size} ] || {{ rm -f {t}; "
+            f"echo \"only $n of {size} bytes came\" >&2; exit 1; }}; "
+            f"mv -f {t} \"$d/{copy}\" || {{ rm -f {t}; exit 1; }}")
+
+
 def _deploy(route: Route, deadline: Deadline, target: SshTarget, name: str, data: bytes, copy: str) -> None:
-    """Copy the agent to AGENT_DIR/copy: a temporary name first, then a rename."""
-    script = (f"umask 077; d={remote_path(target.agent_dir)}; t=\"$d/.{copy}.$$\"; "
-              f"mkdir -p \"$d\" && chmod 700 \"$d\" && cat > \"$t\" && mv -f \"$t\" \"$d/{copy}\" "
-              "|| { rm -f \"$t\"; exit 1; }")
-    chan = _exec(route, deadline, target, "copying the agent", _sh(script))
+    """Copy the agent to AGENT_DIR/copy (deploy_script)."""
+    chan = _exec(route, deadline, target, "copying the agent", _sh(deploy_script(target.agent_dir, copy, len(data))))
     try:
         deadline.arm("copying the agent", target.connect_timeout)
         chan.sendall(data)
