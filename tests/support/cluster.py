@@ -199,8 +199,20 @@ def hosts_of(c: Cluster) -> dict[str, dict]:
 
 
 def hosts_ok(c: Cluster, describe: str, timeout: float = 60) -> None:
-    """Wait until every host of `c` is ok (`describe` says which, for the message on timeout)."""
-    wait_until(lambda: all(h["state"] == "ok" for h in hosts_of(c).values()), timeout, describe)
+    """Wait until every host of `c` is ok (`describe` says which; the message on timeout names each
+    host's state and why it is not ok: an agent that cannot start says so there)."""
+    seen: dict[str, dict] = {}
+
+    def all_ok() -> bool:
+        seen.clear()
+        seen.update(hosts_of(c))
+        return all(h["state"] == "ok" for h in seen.values())
+
+    try:
+        wait_until(all_ok, timeout, describe)
+    except AssertionError as exc:
+        states = {name: (h["state"], h.get("unreach_why") or h.get("trouble")) for name, h in seen.items()}
+        raise AssertionError(f"{exc}; hosts: {states}") from None
 
 
 @contextmanager
