@@ -24,13 +24,13 @@ import apsw
 from xce_lite.models import JobSpec
 from xce_lite.store.accounting import AccountingStore  # hist and acct: live and archived jobs
 from xce_lite.store.archive import ArchiveStore, insert_event_anywhere  # retention
-from xce_lite.store.db import connect, write
+from xce_lite.store.db import connect, write, write_script
 from xce_lite.store.db import insert_event as _event
 from xce_lite.store.job_reads import JobReads  # jobs by id, user, project; events
 from xce_lite.store.projects import ProjectStore
 from xce_lite.store.requests import RequestStore  # request ids: idempotent submission
 from xce_lite.store.usage import UsageStore  # metrics: the web's reads over time
-from xce_lite.store.newjobs import insert_jobs
+from xce_lite.store.newjobs import ONE_JOB_PLAIN, insert_jobs, one_job, one_plain as _one_plain
 from xce_lite.store.walsync import WalSync
 from xce_lite.store import transitions
 from xce_lite.store.transitions import cancel as _cancel
@@ -186,6 +186,10 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
     def _write(self):
         return write(self._con, self._lock, IMPATIENT_MS if self.impatient else None, self._sync)
 
+    def _write_script(self, script: str, bindings: dict) -> list[tuple]:
+        return write_script(self._con, script, bindings, self._lock, IMPATIENT_MS if self.impatient else None,
+                            self._sync)
+
     # ---- meta -------------------------------------------------------------------------------
 
     def meta(self, key: str) -> str | None:
@@ -224,6 +228,9 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         """Store new jobs and arrays in one transaction; the id of each (an array's is its first
         element's). `depends(ids) -> [resolved dependency or None]` computes the dependencies once
         the ids are known (a flow's steps depend on each other); `flow` records the steps too."""
+        one = _one_plain(jobs, depends, flow)
+        if one is not None:  # a one-POST submit: one call into SQLite (db.write_script)
+            return [self._write_script(ONE_JOB_PLAIN, one_job(one, one.depend, user, now))[0][0]]
         with self._write() as con:
             return self._insert(con, jobs, user, now, depends, flow)
 
