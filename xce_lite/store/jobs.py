@@ -24,6 +24,7 @@ import apsw
 from xce_lite.models import JobSpec
 from xce_lite.store.accounting import AccountingStore  # hist and acct: live and archived jobs
 from xce_lite.store.archive import ArchiveStore, insert_event_anywhere  # retention
+from xce_lite.store.checkpoint import Checkpointer
 from xce_lite.store.db import connect, write, write_script
 from xce_lite.store.db import insert_event as _event
 from xce_lite.store.job_reads import JobReads  # jobs by id, user, project; events
@@ -129,6 +130,9 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         self._lock = threading.Lock()
         # commits synced outside the write lock, before each write returns (walsync.py)
         self._sync = WalSync(self._con, f"{path}-wal") if durable and not readonly else None
+        # the WAL checkpointed by a thread of its own, not in a writer's commit (checkpoint.py)
+        self._checkpoints = Checkpointer(self._con, path, self._sync, lambda p: connect(p, create=False)) \
+            if self._sync is not None else None
         # Set by the controller while the store refuses its commits (busy): writers then wait
         # IMPATIENT_MS for another process's lock, not the full busy timeout, so that a submit is
         # refused in a second or two instead of queueing behind the tick's own long wait.
@@ -140,6 +144,8 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         self._specs: dict[str, JobSpec] = {}  # spec texts parsed lately (job_reads.py)
 
     def close(self) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.close()
         with self._lock:
             for con in self._readers.values():
                 con.close()
@@ -184,9 +190,13 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
             return len(self._readers)
 
     def _write(self):
+        if self._checkpoints is not None:
+            self._checkpoints.start()
         return write(self._con, self._lock, IMPATIENT_MS if self.impatient else None, self._sync)
 
     def _write_script(self, script: str, bindings: dict) -> list[tuple]:
+        if self._checkpoints is not None:
+            self._checkpoints.start()
         return write_script(self._con, script, bindings, self._lock, IMPATIENT_MS if self.impatient else None,
                             self._sync)
 
