@@ -7,11 +7,15 @@ beside), and so did the tick's commits, while the submit behind them waited for 
 
 Invariants:
 - the writer connection never checkpoints (`wal_autocheckpoint(0)`); a thread of the store's with
-  its own connection runs a PASSIVE checkpoint at most every PERIOD seconds, and only after commits
-  (WalSync's count moved). PASSIVE takes no lock a writer or a reader waits for: commits and reads go
-  on beside it. What it copies is synced (its connection runs synchronous=FULL: the WAL before the
-  copy, the database after), and SQLite restarts the WAL only after a checkpoint that copied all of
-  it: a commit is never lost by a checkpoint, whichever connection runs it.
+  its own connection looks every PERIOD seconds, after commits (WalSync's count moved), at how many
+  frames the WAL holds (`mxFrame` in the WAL-index header, the -shm file's first bytes: sqlite.org/
+  walformat.html) and runs a PASSIVE checkpoint at PAGES or more, as often as SQLite's own would
+  have (its default: 1,000): no more syncs of the database file than before, and the WAL restarts
+  (is overwritten from its start) no sooner. PASSIVE takes no lock a writer or a reader waits
+  for: commits and reads go on beside it. What it copies is synced (its connection runs
+  synchronous=FULL: the WAL before the copy, the database after), and SQLite restarts the WAL
+  only after a checkpoint that copied all of it: a commit is never lost by a checkpoint, whichever
+  connection runs it.
 - the thread starts at the first commit (a store only read, or opened for a moment, has none) and
   `close` stops it, waiting for a checkpoint under way, before the store closes its connections.
 - a checkpoint that fails (busy: another process checkpoints; an I/O error) loses nothing (the WAL
@@ -20,6 +24,8 @@ Invariants:
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +34,8 @@ import apsw
 
 from xce_lite.store.walsync import WalSync
 
-PERIOD = 0.05  # s; at ~700 one-job commits a second (~8 pages each) a checkpoint copies ~300 pages
+PERIOD = 0.05  # s; ~700 one-job commits a second (~8 pages each) add ~300 frames in a period
+PAGES = 1000  # frames in the WAL that call for a checkpoint: SQLite's wal_autocheckpoint default
 
 
 class Checkpointer:
@@ -43,6 +50,7 @@ class Checkpointer:
         self._stop = threading.Event()
         self._mu = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._shm: int | None = None  # the -shm file, read by the thread only
         self.checkpoints = self.failures = 0  # run so far (tests, benches)
 
     def start(self) -> None:
@@ -59,6 +67,9 @@ class Checkpointer:
             thread = self._thread
         if thread is not None:
             thread.join()
+        if self._shm is not None:  # once the thread is gone
+            os.close(self._shm)
+            self._shm = None
 
     def _run(self) -> None:
         con = None
@@ -71,7 +82,9 @@ class Checkpointer:
                 seen = made
                 try:
                     if con is None:
-                        con = self._connect(self._path)
+                        con = self._connect(self._path)  # the -shm file exists from here on
+                    if self._frames() < PAGES:
+                        continue
                     con.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
                     self.checkpoints += 1
                 except Exception:  # busy, I/O, the store gone: tried again later (the WAL keeps what it holds)
@@ -80,3 +93,10 @@ class Checkpointer:
         finally:
             if con is not None:
                 con.close()
+
+    def _frames(self) -> int:
+        """The WAL's frames now (its WAL-index header's mxFrame, a native-order u32 at byte 16; read
+        without SQLite's locks: a moment's estimate, all that deciding when to checkpoint needs)."""
+        if self._shm is None:
+            self._shm = os.open(f"{self._path}-shm", os.O_RDONLY | os.O_CLOEXEC)
+        return int.from_bytes(os.pread(self._shm, 4, 16), sys.byteorder)
