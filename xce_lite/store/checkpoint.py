@@ -81,10 +81,10 @@ class Checkpointer:
                     continue
                 seen = made
                 try:
-                    if con is None:
-                        con = self._connect(self._path)  # the -shm file exists from here on
-                    if self._frames() < PAGES:
+                    if self._frames() < PAGES:  # (the writer's connection made the -shm file)
                         continue
+                    if con is None:  # made when first needed: a store written a little holds none
+                        con = self._connect(self._path)
                     con.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
                     self.checkpoints += 1
                 except Exception:  # busy, I/O, the store gone: tried again later (the WAL keeps what it holds)
