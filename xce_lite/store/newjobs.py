@@ -8,6 +8,8 @@ distinct spec, dependency and event is encoded to JSON once, and rows that diffe
 (an array's elements; a batch's neighbouring jobs of one spec) go in as ONE statement that SQLite
 repeats over a JSON list of the ids (`INSERT ... SELECT ... FROM json_each(?)`): no Python tuple, no
 bound parameter per row. Arrays go in before the jobs that name them, jobs before their events.
+A submission of one plain job (every one-POST submit) goes in by ONE_JOB_* instead: the same rows
+(tests/store/test_store_one_job.py) as one script that db.write_script runs by one call into SQLite.
 """
 
 from __future__ import annotations
