@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
 import pytest
 
 from tests.support.store import DATA, T, spec
@@ -116,16 +117,29 @@ class _Statements:
         return getattr(self.con, name)
 
 
+class _Full(_Statements):
+    """The writer connection on a full disk: every statement that would write fails as SQLite says."""
+
+    def execute(self, sql, *args, **kw):
+        if "INSERT" in sql:
+            raise apsw.FullError("database or disk is full")
+        return super().execute(sql, *args, **kw)
+
+
 def test_a_new_job_request_id_is_claimed_without_a_lookup_and_a_repeat_rolls_its_jobs_back(store: JobStore) -> None:
     written = store._con = _Statements(store._con)
     ids, new = store.submit_once([NewJob(spec("true"), "normal")], "alice", T, "req-claim-1")
-    assert new and not [s for s in written.sql if s.lstrip().startswith("SELECT") and "submit_requests" in s]
-    assert [s.split("(")[0] for s in written.sql if "submit_requests" in s] == ["INSERT INTO submit_requests"]
+    claims = [s for s in written.sql if "submit_requests" in s]  # one job: the claim is in the one script
+    assert new and len(claims) == 1 and "FROM submit_requests" not in claims[0]
+    assert "INSERT INTO submit_requests" in claims[0]
     # a repeat is answered with the first one's jobs; what it inserted before finding the id is gone
     assert store.submit_once([NewJob(spec("true"), "normal")] * 3, "alice", T + 1, "req-claim-1") == (ids, False)
     with pytest.raises(SpecError, match="another user's submission"):
         store.submit_once([NewJob(spec("true"), "normal")], "bob", T + 2, "req-claim-1")
     assert [j.id for j in store.jobs(include_finished=True)] == ids and store.request_count() == 1
+    # a repeat of one job (its script's claim fails on the key) leaves nothing of its own either
+    assert store.submit_once([NewJob(spec("true"), "normal")], "alice", T + 1, "req-claim-1") == (ids, False)
+    assert [j.id for j in store.jobs(include_finished=True)] == ids and store.integrity() == "ok"
     # the ids go on from the first submission's: nothing of the repeats was kept
     assert store.submit_once([NewJob(spec("true"), "normal")], "alice", T + 3, "req-claim-2") == ([ids[0] + 1], True)
     assert store.integrity() == "ok"
@@ -134,10 +148,7 @@ def test_a_new_job_request_id_is_claimed_without_a_lookup_and_a_repeat_rolls_its
 def test_a_repeat_is_answered_while_the_store_refuses_writes(store: JobStore) -> None:
     ids, _ = store.submit_once([NewJob(spec("true"), "normal")], "alice", T, "req-full-1")
 
-    def full(*_args):
-        raise StoreUnavailable("the job store cannot be written (FullError); free disk space")
-
-    store._insert = full  # type: ignore[method-assign]  # the disk filled up after the first one
+    store._con = _Full(store._con)  # the disk filled up after the first one
     assert store.submit_once([NewJob(spec("true"), "normal")], "alice", T + 1, "req-full-1") == (ids, False)
     with pytest.raises(StoreUnavailable):  # a new one is refused, and says why
         store.submit_once([NewJob(spec("true"), "normal")], "alice", T + 2, "req-full-2")

@@ -222,6 +222,39 @@ def write(con: apsw.Connection, lock: threading.Lock | None = None,
         sync.through(made)  # on disk before the caller goes on (replies, launches, changes its memory)
 
 
+def write_script(con: apsw.Connection, script: str, bindings: dict, lock: threading.Lock | None = None,
+                 busy_ms: int | None = None, sync: WalSync | None = None) -> list[tuple]:
+    """`write` of a whole transaction given as ONE script, "BEGIN IMMEDIATE; ...; COMMIT", run by
+    one call into SQLite; the rows its statements return (RETURNING). Same promises as `write`
+    (lock up front, rolled back on any error, durable before it returns, errors as StoreUnavailable
+    or StoreError). Why (branch post6): a one-job submit as five calls (BEGIN, the next id, the job,
+    its event, COMMIT) held the store's lock across four returns to Python, each of which could
+    lose the GIL to the tick's thread (apsw lets it go in every call) and wait for it with the lock
+    held; one call returns to Python once."""
+    with lock if lock is not None else contextlib.nullcontext():
+        if busy_ms is not None:
+            con.set_busy_timeout(busy_ms)
+        try:
+            rows = list(con.execute(script, bindings))
+        except BaseException as err:
+            if con.in_transaction:
+                with contextlib.suppress(apsw.SQLError):
+                    con.execute("ROLLBACK")
+            elif isinstance(err, apsw.BusyError):  # BEGIN IMMEDIATE waited out the busy timeout: as `write` says
+                raise StoreUnavailable(
+                    f"the job store is locked by another process (it held the write lock for more than "
+                    f"{(busy_ms or BUSY_TIMEOUT_MS) / 1000:g} s; see `fuser {con.filename}`)") from None
+            _raise_store_error(err)
+            raise
+        finally:
+            if busy_ms is not None:
+                con.set_busy_timeout(BUSY_TIMEOUT_MS)
+        made = sync.commit_made() if sync is not None else 0
+    if sync is not None:
+        sync.through(made)  # on disk before the caller goes on, as `write`
+    return rows
+
+
 def _raise_store_error(err: BaseException) -> None:
     cause: BaseException | None = err
     while cause is not None:

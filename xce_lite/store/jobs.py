@@ -24,13 +24,14 @@ import apsw
 from xce_lite.models import JobSpec
 from xce_lite.store.accounting import AccountingStore  # hist and acct: live and archived jobs
 from xce_lite.store.archive import ArchiveStore, insert_event_anywhere  # retention
-from xce_lite.store.db import connect, write
+from xce_lite.store.checkpoint import Checkpointer
+from xce_lite.store.db import connect, write, write_script
 from xce_lite.store.db import insert_event as _event
 from xce_lite.store.job_reads import JobReads  # jobs by id, user, project; events
 from xce_lite.store.projects import ProjectStore
 from xce_lite.store.requests import RequestStore  # request ids: idempotent submission
 from xce_lite.store.usage import UsageStore  # metrics: the web's reads over time
-from xce_lite.store.newjobs import insert_jobs
+from xce_lite.store.newjobs import ONE_JOB_PLAIN, insert_jobs, one_job, one_plain as _one_plain
 from xce_lite.store.walsync import WalSync
 from xce_lite.store import transitions
 from xce_lite.store.transitions import cancel as _cancel
@@ -129,6 +130,9 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         self._lock = threading.Lock()
         # commits synced outside the write lock, before each write returns (walsync.py)
         self._sync = WalSync(self._con, f"{path}-wal") if durable and not readonly else None
+        # the WAL checkpointed by a thread of its own, not in a writer's commit (checkpoint.py)
+        self._checkpoints = Checkpointer(self._con, path, self._sync, lambda p: connect(p, create=False)) \
+            if self._sync is not None else None
         # Set by the controller while the store refuses its commits (busy): writers then wait
         # IMPATIENT_MS for another process's lock, not the full busy timeout, so that a submit is
         # refused in a second or two instead of queueing behind the tick's own long wait.
@@ -140,6 +144,8 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         self._specs: dict[str, JobSpec] = {}  # spec texts parsed lately (job_reads.py)
 
     def close(self) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.close()
         with self._lock:
             for con in self._readers.values():
                 con.close()
@@ -184,7 +190,15 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
             return len(self._readers)
 
     def _write(self):
+        if self._checkpoints is not None:
+            self._checkpoints.start()
         return write(self._con, self._lock, IMPATIENT_MS if self.impatient else None, self._sync)
+
+    def _write_script(self, script: str, bindings: dict) -> list[tuple]:
+        if self._checkpoints is not None:
+            self._checkpoints.start()
+        return write_script(self._con, script, bindings, self._lock, IMPATIENT_MS if self.impatient else None,
+                            self._sync)
 
     # ---- meta -------------------------------------------------------------------------------
 
@@ -224,6 +238,9 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         """Store new jobs and arrays in one transaction; the id of each (an array's is its first
         element's). `depends(ids) -> [resolved dependency or None]` computes the dependencies once
         the ids are known (a flow's steps depend on each other); `flow` records the steps too."""
+        one = _one_plain(jobs, depends, flow)
+        if one is not None:  # a one-POST submit: one call into SQLite (db.write_script)
+            return [self._write_script(ONE_JOB_PLAIN, one_job(one, one.depend, user, now))[0][0]]
         with self._write() as con:
             return self._insert(con, jobs, user, now, depends, flow)
 

@@ -8,6 +8,8 @@ distinct spec, dependency and event is encoded to JSON once, and rows that diffe
 (an array's elements; a batch's neighbouring jobs of one spec) go in as ONE statement that SQLite
 repeats over a JSON list of the ids (`INSERT ... SELECT ... FROM json_each(?)`): no Python tuple, no
 bound parameter per row. Arrays go in before the jobs that name them, jobs before their events.
+A submission of one plain job (every one-POST submit) goes in by ONE_JOB_* instead: the same rows
+(tests/store/test_store_one_job.py) as one script that db.write_script runs by one call into SQLite.
 """
 
 from __future__ import annotations
@@ -33,9 +35,24 @@ _PLAIN_EVENTS = f"INSERT INTO {_EVENTS} SELECT value, ?1, 'submitted', ?2 FROM j
 _ELEMENT_EVENTS = f"INSERT INTO {_EVENTS} SELECT ?4 + key, ?1, 'submitted', ?2 FROM json_each(?3)"
 
 
+# One plain job (a one-POST submit) as one script (db.write_script): its id is the next one (after
+# the highest retention archived too, as JobStore._insert), its event names it by last_insert_rowid()
+# (jobs.id is the rowid); with a request id the claim is a plain INSERT, so a repeat fails on the
+# key (ConstraintError) and the whole transaction is rolled back.
+_NEXT_ID = ("max(coalesce(max(id), 0), coalesce((SELECT CAST(value AS INTEGER) FROM meta "
+            "WHERE key = 'job_id_floor'), 0)) + 1")
+ONE_JOB = (f"BEGIN IMMEDIATE; INSERT INTO {_JOBS} SELECT {_NEXT_ID}, :user, :queue, :state, :spec, :slots, :now, "
+           f":reason, :name, :depend, NULL, NULL, :project FROM jobs RETURNING id; "
+           f"INSERT INTO {_EVENTS} VALUES (last_insert_rowid(), :now, 'submitted', :data); ")
+ONE_JOB_PLAIN = ONE_JOB + "COMMIT"
+ONE_JOB_CLAIMED = (ONE_JOB + "INSERT INTO submit_requests(request_id, user, job_ids, submit_time) "
+                   "VALUES (:request_id, :user, '[' || (SELECT max(id) FROM jobs) || ']', :now); COMMIT")
+
+
 # The last spec encoded, (spec, its JSON, its display name): specs submitted alike, one POST each,
 # are one JobSpec object (the controller's admit memo), encoded once. Compared by identity (the
-# spec is kept, so its id stays its own); inserts run one at a time, under the store's write lock.
+# spec is kept, so its id stays its own). Each memo is one tuple, read once and replaced whole, so
+# threads that encode at once (one_job runs outside the store's lock) each get a matching pair.
 _last_text: tuple[JobSpec, str, str] | None = None
 _last_event: tuple[tuple, str] | None = None  # (user, queue, held, project) -> a plain job's event data
 
@@ -94,6 +111,25 @@ def insert_jobs(con: apsw.Connection, items: Sequence[NewJob], ids: Sequence[int
             con.execute(_PLAIN_EVENTS, (now, data, values))
         else:
             con.execute(_ELEMENT_EVENTS, (now, data, values, array_id))
+
+
+def one_plain(jobs: Sequence, depends, flow) -> NewJob | None:
+    """The one plain job (not an array) of a submission without a flow or dependencies computed
+    from ids, which ONE_JOB_* store; None for any other submission (insert_jobs stores it)."""
+    if len(jobs) != 1 or depends is not None or flow is not None:
+        return None
+    item = jobs[0]
+    return item if isinstance(item, NewJob) and not item.indices else None
+
+
+def one_job(item: NewJob, depend: dict | None, user: str, now: float) -> dict:
+    """The bindings of ONE_JOB_* for one plain job (no array): what insert_jobs stores for it."""
+    spec = item.spec
+    spec_text, name = _texts_of(spec)
+    return {"user": user, "queue": item.queue, "state": "PSUSP" if spec.hold else "PEND", "spec": spec_text,
+            "slots": spec.slots or 1, "now": now, "reason": "held at submission" if spec.hold else None,
+            "name": name, "depend": json.dumps(depend, ensure_ascii=True) if depend is not None else None,
+            "project": spec.project, "data": _event_text(user, item.queue, spec)}
 
 
 def _texts_of(spec: JobSpec) -> tuple[str, str]:

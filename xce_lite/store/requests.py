@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 import apsw
 
 from xce_lite.errors import SpecError, StoreUnavailable
+from xce_lite.store.newjobs import ONE_JOB_CLAIMED, one_job, one_plain
 from xce_lite.store.workflows import FlowRecord, NewJob
 
 JOBS, FLOW = "jobs", "flow"  # what a request id was used for: a reply is stored for a flow only
@@ -35,6 +36,9 @@ class RequestStore:
     def _insert(self, con, jobs, user, now, depends, flow) -> list[int]:  # provided by JobStore
         raise NotImplementedError
 
+    def _write_script(self, script: str, bindings: dict) -> list[tuple]:  # provided by JobStore
+        raise NotImplementedError
+
     def submit_once(self, jobs: Sequence[NewJob], user: str, now: float, request_id: str,
                     depends=None) -> tuple[list[int], bool]:
         """`submit`, remembering `request_id` in the same transaction: (ids, True) when stored now;
@@ -42,10 +46,17 @@ class RequestStore:
         SpecError if another user sent that request id, or sent it with a flow.
 
         A new request id (nearly every one) costs no lookup: the jobs are inserted and the id claimed
-        (`_claim`); only an id that is already there rolls that back and is looked up, under the
-        write lock as before, so a repeat stores nothing and is answered (or refused) as before."""
+        (`_claim`; for one plain job, all of it in one call into SQLite: newjobs.ONE_JOB_CLAIMED, whose
+        claim of an id seen before fails on its key and rolls back the job); only an id that is
+        already there rolls that back and is looked up, under the write lock as before, so a repeat
+        stores nothing and is answered (or refused) as before."""
+        one = one_plain(jobs, depends, None)
         while True:
             try:
+                if one is not None:  # one call into SQLite (db.write_script); a repeat fails on the claim's key
+                    rows = self._write_script(ONE_JOB_CLAIMED, {**one_job(one, one.depend, user, now),
+                                                                "request_id": request_id})
+                    return [rows[0][0]], True
                 with self._write() as con:
                     ids = self._insert(con, jobs, user, now, depends, None)
                     if not _claim(con, request_id, user, ids, now):
@@ -53,6 +64,9 @@ class RequestStore:
                 return ids, True
             except _Seen:
                 pass
+            except apsw.ConstraintError as err:  # rolled back; the one-job script's claim of an id seen before?
+                if one is None or _CLAIMED not in str(err):
+                    raise
             except StoreUnavailable:  # a repeat needs no write: answered while the store refuses them
                 found = _request(self._reader(), request_id, user, JOBS)
                 if found is None:
@@ -113,6 +127,9 @@ def _request(con: apsw.Connection, request_id: str, user: str, kind: str) -> tup
         raise SpecError(f"request id {request_id!r} was used for a {'flow' if used == FLOW else 'job'} submission, "
                         f"not this {'flow' if kind == FLOW else 'job'} submission; send a new one")
     return json.loads(row[1]), (json.loads(row[2]) if row[2] is not None else None)
+
+
+_CLAIMED = "submit_requests.request_id"  # the key a repeat's claim fails on (a UNIQUE constraint's message)
 
 
 class _Seen(Exception):

@@ -1,0 +1,70 @@
+"""The WAL is checkpointed by the store's own thread, never inside a writer's commit (store/checkpoint.py):
+a one-job submit never pays for copying the WAL into the database file and syncing it, under the
+store's lock. Checkpoints still happen (the WAL does not grow without end), and lose nothing."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tests.support.store import T, spec
+from xce_lite.store.checkpoint import PAGES
+from xce_lite.store.jobs import JobStore
+from xce_lite.store.workflows import NewJob
+
+
+def _submit(store: JobStore, count: int) -> list[int]:
+    ids = []
+    for i in range(count):
+        ids += store.submit([NewJob(spec("true", name=f"j{i}"), "normal")], "alice", T + i)
+    return ids
+
+
+def test_commits_never_checkpoint_however_long_the_wal(path: Path) -> None:
+    store = JobStore(path)
+    try:
+        store._checkpoints.close()  # its thread never starts: only the writer's commits could checkpoint
+        before = path.read_bytes()
+        _submit(store, 300)  # ~2,400 pages of WAL: SQLite's own checkpoint would have run at 1,000
+        assert store._checkpoints._frames() > PAGES
+        assert path.read_bytes() == before  # nothing copied into the database file
+    finally:
+        store.close()
+
+
+def test_the_thread_checkpoints_and_loses_nothing(path: Path) -> None:
+    store = JobStore(path)
+    ids: list[int] = []
+    try:
+        frames = [0]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the WAL starts again (after a whole checkpoint)
+            ids += store.submit([NewJob(spec("true", name=f"j{len(ids)}"), "normal")], "alice", T)
+            frames.append(store._checkpoints._frames())
+            if frames[-1] < frames[-2]:
+                break
+        assert frames[-1] < frames[-2] and max(frames) >= PAGES  # not before the WAL held PAGES frames
+        assert store._checkpoints.checkpoints >= 1 and store._checkpoints.failures == 0
+    finally:
+        store.close()
+    again = JobStore(path)  # what the checkpoints copied and what the WAL held: all of it
+    try:
+        assert [j.id for j in again.jobs(include_finished=True)] == ids
+        assert again.integrity() == "ok"
+    finally:
+        again.close()
+
+
+def test_a_store_only_read_or_closed_at_once_starts_no_thread(path: Path) -> None:
+    JobStore(path).close()
+    store = JobStore(path)
+    try:
+        store.jobs()
+        assert store._checkpoints._thread is None
+    finally:
+        store.close()
+    reader = JobStore(path, readonly=True)
+    try:
+        assert reader._checkpoints is None
+    finally:
+        reader.close()

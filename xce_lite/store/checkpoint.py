@@ -1,0 +1,102 @@
+"""The WAL's checkpoints on a thread of their own, not inside a writer's commit (issue 18, branch post6).
+
+Why: SQLite's automatic checkpoint runs inside the COMMIT that takes the WAL past 1,000 pages: that
+commit copies the WAL's pages into the database file and syncs both, under SQLite's write lock and
+the store's own lock. About one one-job submit in 120 paid it (1.2 ms of CPU, ~6 ms of wall with jobs
+beside), and so did the tick's commits, while the submit behind them waited for the store's lock.
+
+Invariants:
+- the writer connection never checkpoints (`wal_autocheckpoint(0)`); a thread of the store's with
+  its own connection looks every PERIOD seconds, after commits (WalSync's count moved), at how many
+  frames the WAL holds (`mxFrame` in the WAL-index header, the -shm file's first bytes: sqlite.org/
+  walformat.html) and runs a PASSIVE checkpoint at PAGES or more, as often as SQLite's own would
+  have (its default: 1,000): no more syncs of the database file than before, and the WAL restarts
+  (is overwritten from its start) no sooner. PASSIVE takes no lock a writer or a reader waits
+  for: commits and reads go on beside it. What it copies is synced (its connection runs
+  synchronous=FULL: the WAL before the copy, the database after), and SQLite restarts the WAL
+  only after a checkpoint that copied all of it: a commit is never lost by a checkpoint, whichever
+  connection runs it.
+- the thread starts at the first commit (a store only read, or opened for a moment, has none) and
+  `close` stops it, waiting for a checkpoint under way, before the store closes its connections.
+- a checkpoint that fails (busy: another process checkpoints; an I/O error) loses nothing (the WAL
+  keeps the pages): the next one tries again; the WAL grows meanwhile, as it would with SQLite's own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import apsw
+
+from xce_lite.store.walsync import WalSync
+
+PERIOD = 0.05  # s; ~700 one-job commits a second (~8 pages each) add ~300 frames in a period
+PAGES = 1000  # frames in the WAL that call for a checkpoint: SQLite's wal_autocheckpoint default
+
+
+class Checkpointer:
+    """See the module docstring. One per durable, writable JobStore."""
+
+    def __init__(self, writer: apsw.Connection, path: Path, sync: WalSync,
+                 connect: Callable[[Path], apsw.Connection]) -> None:
+        """`sync`: the writer's (it counts its commits); `connect(path)`: a read-write connection
+        of the store's (db.connect)."""
+        writer.wal_autocheckpoint(0)
+        self._path, self._sync, self._connect = path, sync, connect
+        self._stop = threading.Event()
+        self._mu = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._shm: int | None = None  # the -shm file, read by the thread only
+        self.checkpoints = self.failures = 0  # run so far (tests, benches)
+
+    def start(self) -> None:
+        """Called at each write of the writer: starts the thread at the first one."""
+        if self._thread is None:
+            with self._mu:
+                if self._thread is None and not self._stop.is_set():
+                    self._thread = threading.Thread(target=self._run, name="store-checkpoint", daemon=True)
+                    self._thread.start()
+
+    def close(self) -> None:
+        with self._mu:
+            self._stop.set()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        if self._shm is not None:  # once the thread is gone
+            os.close(self._shm)
+            self._shm = None
+
+    def _run(self) -> None:
+        con = None
+        seen = -1
+        try:
+            while not self._stop.wait(PERIOD):
+                made = self._sync.committed
+                if made == seen:
+                    continue
+                seen = made
+                try:
+                    if self._frames() < PAGES:  # (the writer's connection made the -shm file)
+                        continue
+                    if con is None:  # made when first needed: a store written a little holds none
+                        con = self._connect(self._path)
+                    con.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+                    self.checkpoints += 1
+                except Exception:  # busy, I/O, the store gone: tried again later (the WAL keeps what it holds)
+                    self.failures += 1
+                    seen = -1
+        finally:
+            if con is not None:
+                con.close()
+
+    def _frames(self) -> int:
+        """The WAL's frames now (its WAL-index header's mxFrame, a native-order u32 at byte 16; read
+        without SQLite's locks: a moment's estimate, all that deciding when to checkpoint needs)."""
+        if self._shm is None:
+            self._shm = os.open(f"{self._path}-shm", os.O_RDONLY | os.O_CLOEXEC)
+        return int.from_bytes(os.pread(self._shm, 4, 16), sys.byteorder)
