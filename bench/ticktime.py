@@ -117,6 +117,25 @@ def _instrument(what_if: set[str]) -> None:
             setattr(cls, meth, _timed(name, fn))
 
     count_reasons(jobs.JobStore, _stats, _stats_lock)
+    real_skips = sched_worker._Shortcut.skips
+
+    def skips(self, pending, base, budget):  # a count of sessions not run (sched/settled.py)
+        out = real_skips(self, pending, base, budget)
+        if out:
+            with _stats_lock:
+                _stats["sessions skipped (settled.py)"][0] += 1
+        return out
+
+    sched_worker._Shortcut.skips = skips
+    real_record = jobs.JobStore.record_tick
+
+    def record_tick(self, w):  # a count of jobs whose start and end one commit records
+        both = {job_id for job_id, _t in w.started} & {f.job_id for f, _e in w.finishes}
+        with _stats_lock:
+            _stats["jobs started and ended in one commit"][0] += len(both)
+        return real_record(self, w)
+
+    jobs.JobStore.record_tick = record_tick
     if "normal" in what_if:
         real_connect = db.connect
 

@@ -18,8 +18,9 @@ jobs whose reasons it words anew (a pool's state changed: controller/pool_views.
 those are sent again.
 
 A session that could only repeat the last answer is not run at all (sched/settled.py): when the
-last answer was settled and the new input is that one's with its dispatches taken out, the answer
-is known to be "nothing new" (no dispatch, no reason changed), and the worker is not woken.
+last answer was settled and the new input is that one's with its dispatches taken out (and jobs
+that waited gone from the set: prefill's successors), the answer is known to be "nothing new" (no
+dispatch, no reason changed), and the worker is not woken.
 
 The worker builds the same `Snapshot` value the core always takes and calls the same `schedule`,
 so decisions are what the core alone would give; the simulator calls `schedule` directly. The
@@ -68,7 +69,7 @@ class _Shortcut:
             last, decisions, settled, last_budget = self._answered
             self._answered = None
             self._expected = expect(last, decisions, pending.removed, last_budget, settled)
-        if self._expected is not None and repeats(self._expected, base, budget, pending.removed.keys(),
+        if self._expected is not None and repeats(self._expected, base, budget, pending.removed,
                                                   pending.has_added, pending.reasons_asked,
                                                   pending.waits_passing):
             self._expected = moved_on(self._expected, base.now)
