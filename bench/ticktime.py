@@ -50,6 +50,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from tick_profile import print_profile, profile_ticks, time_gc
+from tick_counts import count_shortcuts
 from tick_readings import backlog_behind_sleepers, count_reasons, cpu_split, critical_path, print_trace, timeline
 
 HERE = Path(__file__).resolve().parent
@@ -117,25 +118,7 @@ def _instrument(what_if: set[str]) -> None:
             setattr(cls, meth, _timed(name, fn))
 
     count_reasons(jobs.JobStore, _stats, _stats_lock)
-    real_skips = sched_worker._Shortcut.skips
-
-    def skips(self, pending, base, budget):  # a count of sessions not run (sched/settled.py)
-        out = real_skips(self, pending, base, budget)
-        if out:
-            with _stats_lock:
-                _stats["sessions skipped (settled.py)"][0] += 1
-        return out
-
-    sched_worker._Shortcut.skips = skips
-    real_record = jobs.JobStore.record_tick
-
-    def record_tick(self, w):  # a count of jobs whose start and end one commit records
-        both = {job_id for job_id, _t in w.started} & {f.job_id for f, _e in w.finishes}
-        with _stats_lock:
-            _stats["jobs started and ended in one commit"][0] += len(both)
-        return real_record(self, w)
-
-    jobs.JobStore.record_tick = record_tick
+    count_shortcuts(sched_worker, jobs, _stats, _stats_lock)
     if "normal" in what_if:
         real_connect = db.connect
 
