@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from itertools import islice
 
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot, take
 
@@ -70,16 +71,19 @@ def expect(base: Snapshot, decisions: Decisions, dispatched: Mapping[int, Pendin
 
 
 def repeats(expected: Expected, base: Snapshot, budget: int, removed: Mapping[int, PendingJob], added: bool,
-            reasons_again: bool, waits_passing: Callable[[float, float], bool]) -> bool:
+            reasons_again: bool, waits_passing: Callable[[float, float], bool], checked: int = 0) -> bool:
     """Whether a session on `base` (the jobs left out), with these changes to the pending set since
-    the last session sent (`removed`: the jobs that left it, as they were), would answer nothing:
-    no dispatch, no reason changed. `waits_passing(after, upto)`: whether a pending job was
-    submitted in (after, upto]."""
+    the last session sent (`removed`: the jobs that left it, as they were, in the order they left),
+    would answer nothing: no dispatch, no reason changed. `waits_passing(after, upto)`: whether a
+    pending job was submitted in (after, upto]. `checked`: the first entries of `removed` that an
+    earlier call with this `expected` (moved on) found left nothing behind (`_only_waited`): a job
+    that was no holder when it left is in no later answer either, so it is not looked at again
+    (removed grows while sessions are skipped: each call would walk all of it)."""
     e = expected.base
     if added or reasons_again or budget != expected.budget or len(removed) < len(expected.gone) \
             or not expected.gone.issubset(removed.keys()):
         return False
-    if len(removed) > len(expected.gone) and not _only_waited(expected, removed):
+    if len(removed) > len(expected.gone) and not _only_waited(expected, removed, checked):
         return False
     if base.fairshare is not None or base.reserve_after != e.reserve_after or \
             not (base.projects is e.projects or base.projects == e.projects):
@@ -97,7 +101,7 @@ def repeats(expected: Expected, base: Snapshot, budget: int, removed: Mapping[in
                                                   base.now - e.reserve_after + ROUNDING)
 
 
-def _only_waited(expected: Expected, removed: Mapping[int, PendingJob]) -> bool:
+def _only_waited(expected: Expected, removed: Mapping[int, PendingJob], checked: int = 0) -> bool:
     """Whether the jobs in `removed` but not dispatched by the last answer left nothing behind that
     a later job's answer read. Such a job was pending and waiting at the last answer (or came and
     went since: no session saw it); settled (`expect`), it was examined on the state the dispatches
@@ -112,7 +116,8 @@ def _only_waited(expected: Expected, removed: Mapping[int, PendingJob]) -> bool:
     if e.reserve_after <= 0:
         return True
     bound = e.now - e.reserve_after + ROUNDING
-    return all(job.submit_time > bound for job_id, job in removed.items() if job_id not in expected.gone)
+    gone = expected.gone
+    return all(job.submit_time > bound for job_id, job in islice(removed.items(), checked, None) if job_id not in gone)
 
 
 def moved_on(expected: Expected, now: float) -> Expected:
