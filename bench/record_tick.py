@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 """What one controller tick's commit costs the store, in a 2-slot `true` run's steady state.
 
-    python bench/record_tick.py [--jobs 2000] [--runs 3] [--dir /tmp]
+    python bench/record_tick.py [--jobs 2000] [--runs 3] [--dir /tmp] [--together]
     cp bench/record_tick.py OTHER/bench/ && python OTHER/bench/record_tick.py    # another tree
 
 A real store file (synchronous=FULL, WAL) gets --jobs jobs, one `submit` each (as one POST each),
 with the spec, effective values and allocation a real run stores; then each tick is one
-`record_tick` as the controller makes it while 2 slots turn over: job i dispatched, job i-1
-started, job i-2 finished. Per tick it prints medians of: the thread's CPU (all of record_tick, and
-its COMMIT alone: writing the WAL frames and the fsync), the wall time, and two counts the
-machine's load does not move: statements run (apsw's exec trace; an executemany counts each row)
-and WAL frames written by the commit (SQLite's WAL hook: pages appended); and the means of the CPU
-and the frames, which count the ticks whose COMMIT ran the WAL's auto-checkpoint (the medians hide
-them). The same for one submit.
+`record_tick` as the controller makes it while 2 slots turn over: job i dispatched, job i-1 started,
+job i-2 finished (--together: job i-1 started and finished, as a tick records a job whose start
+waited for its end: controller/start_wait.py). Per tick it prints medians of: the thread's CPU (all
+of record_tick, and its COMMIT alone: writing the WAL frames and the fsync), the wall time, and two
+counts the machine's load does not move: statements run (apsw's exec trace; an executemany counts
+each row) and WAL frames written by the commit (SQLite's WAL hook: pages appended); and the means of
+the CPU and the frames, which count the ticks whose COMMIT ran the WAL's auto-checkpoint (the
+medians hide them). The same for one submit.
 Asserts nothing; measures the tree this file is in.
 """
 
@@ -73,7 +74,7 @@ class Counter:
         return 0
 
 
-def one_run(jobs: int, where: str) -> dict[str, float]:
+def one_run(jobs: int, where: str, together: bool = False) -> dict[str, float]:
     spec = JobSpec.model_validate(SPEC) if hasattr(JobSpec, "model_validate") else JobSpec(**SPEC)
     with tempfile.TemporaryDirectory(prefix="xrt-", dir=where) as tmp:
         store = JobStore(Path(tmp) / "xce.db")
@@ -90,8 +91,9 @@ def one_run(jobs: int, where: str) -> dict[str, float]:
         cpu, commit, wall, frames, statements = [], [], [], [], []
         for i in range(len(ids) + 2):
             t = now + i * 0.01
-            finishes = [(Finish(ids[i - 2], "RUN", "DONE", t - 0.005, t, 0, None, 0.0004, 8_970_240, None),
-                         "finished")] if 2 <= i < len(ids) + 2 else []
+            lag = 1 if together else 2
+            finishes = [(Finish(ids[i - lag], "RUN", "DONE", t - 0.005, t, 0, None, 0.0004, 8_970_240, None),
+                         "finished")] if lag <= i < len(ids) + lag else []
             started = [(ids[i - 1], t - 0.001)] if 1 <= i <= len(ids) else []
             plans = [Plan(ids[i], 1, [["local", 1]], f"xce-b1-{ids[i]}-1-0", ALLOC, EFFECTIVE)] if i < len(ids) else []
             s0, f0 = count.statements, count.frames
@@ -119,12 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the store file goes (its file system)")
+    parser.add_argument("--together", action="store_true", help="each tick starts and ends the same job")
     args = parser.parse_args(argv)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print(f"tree {ROOT} ({head.stdout.strip()}); load {os.getloadavg()[0]:.2f}")
     runs = []
     for n in range(args.runs):
-        r = one_run(args.jobs, args.dir)
+        r = one_run(args.jobs, args.dir, args.together)
         runs.append(r)
         print(f"run {n + 1}: record_tick CPU {r['tick_cpu_ms']:.3f} ms (COMMIT {r['commit_cpu_ms']:.3f}), wall "
               f"{r['tick_wall_ms']:.3f} ms, {r['statements']:g} statements, {r['frames']:g} WAL frames; submit "

@@ -50,6 +50,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from tick_profile import print_profile, profile_ticks, time_gc
+from tick_counts import count_shortcuts
 from tick_readings import backlog_behind_sleepers, count_reasons, cpu_split, critical_path, print_trace, timeline
 
 HERE = Path(__file__).resolve().parent
@@ -117,6 +118,7 @@ def _instrument(what_if: set[str]) -> None:
             setattr(cls, meth, _timed(name, fn))
 
     count_reasons(jobs.JobStore, _stats, _stats_lock)
+    count_shortcuts(sched_worker, jobs, _stats, _stats_lock)
     if "normal" in what_if:
         real_connect = db.connect
 

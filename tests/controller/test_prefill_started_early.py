@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 from xce_lite.config.cluster import ClusterConfig
 from xce_lite.config.sched_view import Holding
+from xce_lite.controller.core import _still_runs
 from xce_lite.controller.prefilling import Prefill
 from xce_lite.controller.state import RUNNING, SENT, Active, ControllerState
 from xce_lite.exec.host import UnitUnqueued
@@ -68,3 +69,18 @@ def test_an_unqueued_start_before_the_predecessors_end_keeps_it_taken_too():
     state.active.pop(1)  # ended and applied: forgotten
     _named(prefill, state)
     assert not prefill.started_early
+
+
+def test_a_successor_started_before_its_predecessors_end_is_known_holds_nothing_until_that_end():
+    """The host started job 2 in the slot job 1 left; job 1, active here until its end arrives, holds
+    that slot in the views: job 2 holds nothing meanwhile (else the slot counts twice: a host view's
+    free slots went to -1), then its own allocation from the tick that learns job 1's end."""
+    state, prefill, pred, succ = _cluster()
+    assert prefill.hidden(frozenset()) == {2} and succ.queued
+    succ.status[0] = RUNNING  # its launch reply ("started") came; job 1's end has not
+    assert prefill.hidden(frozenset()) == {2} and succ.queued and prefill.started_early == {2: 1}
+    assert len(state.active.allocs_by_host({2}, _still_runs)["h1"]) == 1  # job 1's: the slot counts once
+    pred.ending = True  # job 1's end arrives: job 2 holds its own now
+    assert prefill.hidden(frozenset({1})) == set() and not succ.queued
+    _named(prefill, state, frozenset({1}))
+    assert not prefill.started_early and not succ.queued

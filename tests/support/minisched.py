@@ -63,3 +63,10 @@ class MiniController:
             self.live.pop(d.job_id, None)
             self.whole.pop(d.job_id, None)
             self.running[d.job_id] = (pending, d.placement)
+
+    def leave(self, job_id: int) -> None:
+        """Pending job `job_id` leaves the set without running here (prefill named it a successor: it
+        holds nothing in the views while queued; or it was killed)."""
+        assert self.pending.discard(job_id) is not None
+        self.live.pop(job_id, None)
+        self.whole.pop(job_id, None)

@@ -36,7 +36,8 @@ launched beside it.
 
 Invariants: no double booking: while its predecessor is active (and not ending in this tick) a
 successor holds nothing of its own in a session's view (`Active.queued`; the predecessor's
-allocation contains it), and once the predecessor ends, the successor's allocation counts.
+allocation contains it), queued or started early (before the predecessor's end reached us), and
+once the predecessor's end is known, the successor's allocation counts.
 `state.behind` maps each successor to its predecessor until it starts; at most one successor per
 unit, running or queued (it is `taken` while one is behind it, or started early). Never run twice:
 a successor is a DISP job like any other (unit names fence it; the agent journals its queue); a
@@ -109,16 +110,26 @@ class Prefill:
                         self.state.dirty = True
                         self.state.wake.set()
             memo: dict[int, bool] = {}
-            for job_id in self.state.behind:
+            for job_id in (*self.state.behind, *self.started_early):
                 if (job := active.get(job_id)) is not None:
                     job.queued = self._holds_nothing(job_id, closing, memo)
             return {job_id for job_id, hides in memo.items() if hides}
 
     def _holds_nothing(self, job_id: int, closing: AbstractSet[int], memo: dict[int, bool]) -> bool:
-        """Whether successor `job_id` holds nothing of its own (see hidden; holding the lock)."""
+        """Whether successor `job_id` holds nothing of its own (see hidden; holding the lock). One
+        that started before its predecessor's end reached us (started_early) holds nothing either
+        while that end is unknown here and it is not ending itself: the host started it in the slot
+        its predecessor left, which the predecessor, active here still, holds in the views (counted
+        twice, the host's view went below zero: a free slot of -1 in ~1 session in 4 of a
+        1,000-element array, bench/README.md, branch ctlcpu4)."""
         if job_id in memo:
             return memo[job_id]
         memo[job_id] = False  # (a chain is never circular: guarded anyway)
+        if job_id not in self.state.behind and job_id in self.started_early:
+            job = self.state.active.get(job_id)
+            hides = job is not None and not job.ending and self._unended(self.started_early[job_id], closing)
+            memo[job_id] = hides
+            return hides
         pred = self.state.behind.get(job_id)
         if pred is None or job_id not in self.state.active:
             return False
@@ -150,6 +161,8 @@ class Prefill:
             for job_id, pred in list(self.started_early.items()):
                 if not self._unended(pred, closing) or job_id not in self.state.active:
                     del self.started_early[job_id]
+                    if (job := self.state.active.get(job_id)) is not None and job_id not in self.state.behind:
+                        job.queued = False  # it holds its allocation now (hidden() decided so in this tick too)
             for job_id in [j for j in self.requests if j not in self.state.behind]:
                 del self.requests[job_id]
         if hosts is None or not self.enabled or not config.prefill or self.state.config.pools:

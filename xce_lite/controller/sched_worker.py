@@ -18,8 +18,9 @@ jobs whose reasons it words anew (a pool's state changed: controller/pool_views.
 those are sent again.
 
 A session that could only repeat the last answer is not run at all (sched/settled.py): when the
-last answer was settled and the new input is that one's with its dispatches taken out, the answer
-is known to be "nothing new" (no dispatch, no reason changed), and the worker is not woken.
+last answer was settled and the new input is that one's with its dispatches taken out (and jobs
+that waited gone from the set: prefill's successors), the answer is known to be "nothing new" (no
+dispatch, no reason changed), and the worker is not woken.
 
 The worker builds the same `Snapshot` value the core always takes and calls the same `schedule`,
 so decisions are what the core alone would give; the simulator calls `schedule` directly. The
@@ -54,6 +55,10 @@ class _Shortcut:
     def __init__(self) -> None:
         self._answered: tuple[Snapshot, Decisions, bool, int] | None = None
         self._expected: Expected | None = None
+        # the pending set's `removed` dict the last skip read, and how many of its entries it found
+        # left nothing behind (settled.repeats' `checked`): they are not walked again
+        self._removed: object = None
+        self._checked = 0
 
     def answered(self, base: Snapshot, decisions: Decisions, settled: bool, budget: int) -> None:
         self._answered, self._expected = (base, decisions, settled, budget), None
@@ -64,16 +69,20 @@ class _Shortcut:
     def skips(self, pending: PendingSet, base: Snapshot, budget: int) -> bool:
         """Whether the session on `base` with `pending`'s changes can be skipped (answer: NOTHING_NEW);
         when not, the caller sends it and gives its answer to `answered`."""
+        removed = pending.removed
         if self._answered is not None:  # the dispatched jobs have left the pending set by now
             last, decisions, settled, last_budget = self._answered
             self._answered = None
-            self._expected = expect(last, decisions, pending.removed, last_budget, settled)
-        if self._expected is not None and repeats(self._expected, base, budget, pending.removed.keys(),
-                                                  pending.has_added, pending.reasons_asked,
-                                                  pending.waits_passing):
+            self._expected = expect(last, decisions, removed, last_budget, settled)
+            self._removed = None
+        if self._removed is not removed:  # a new dict: the changes were taken since
+            self._removed, self._checked = removed, 0
+        if self._expected is not None and repeats(self._expected, base, budget, removed, pending.has_added,
+                                                  pending.reasons_asked, pending.waits_passing, self._checked):
             self._expected = moved_on(self._expected, base.now)
+            self._checked = len(removed)
             return True
-        self._expected = None
+        self._expected = self._removed = None
         return False
 
 

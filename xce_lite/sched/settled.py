@@ -9,6 +9,12 @@ and the running sums; queues, limits and budget as they were) and the last answe
 a session would dispatch nothing and give every job the reason it already has: its answer is
 known, and empty.
 
+Jobs that waited may leave the pending set too (prefill names them successors: controller/
+prefilling.py; a kill, a hold): a job that was examined and waited changed nothing the jobs after
+it met (no room, no running sum, no reservation: see `repeats`), so the others' answers stand and
+the departed ones need none. A job that may have held a reservation is the exception: the jobs
+behind it name it in their reasons.
+
 Time is the one input that moves. It counts only where a job may come to hold a reservation, so a
 job whose wait passes `reserve_after` between the two stops the shortcut; so do fair share (usage
 decays with time) and project limits (what running jobs hold per project is summed by the
@@ -17,8 +23,9 @@ caller, not here). Pure: no I/O, no clock. A wrong "no" costs a session; "yes" n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from itertools import islice
 
 from xce_lite.sched.core import Decisions, PendingJob, Snapshot, take
 
@@ -63,14 +70,20 @@ def expect(base: Snapshot, decisions: Decisions, dispatched: Mapping[int, Pendin
     return Expected(out, running, frozenset(d.job_id for d in decisions.dispatches), budget)
 
 
-def repeats(expected: Expected, base: Snapshot, budget: int, removed: Collection[int], added: bool,
-            reasons_again: bool, waits_passing: Callable[[float, float], bool]) -> bool:
+def repeats(expected: Expected, base: Snapshot, budget: int, removed: Mapping[int, PendingJob], added: bool,
+            reasons_again: bool, waits_passing: Callable[[float, float], bool], checked: int = 0) -> bool:
     """Whether a session on `base` (the jobs left out), with these changes to the pending set since
-    the last session sent, would answer nothing: no dispatch, no reason changed.
-    `waits_passing(after, upto)`: whether a pending job was submitted in (after, upto]."""
+    the last session sent (`removed`: the jobs that left it, as they were, in the order they left),
+    would answer nothing: no dispatch, no reason changed. `waits_passing(after, upto)`: whether a
+    pending job was submitted in (after, upto]. `checked`: the first entries of `removed` that an
+    earlier call with this `expected` (moved on) found left nothing behind (`_only_waited`): a job
+    that was no holder when it left is in no later answer either, so it is not looked at again
+    (removed grows while sessions are skipped: each call would walk all of it)."""
     e = expected.base
-    if added or reasons_again or budget != expected.budget or len(removed) != len(expected.gone) \
-            or not expected.gone.issuperset(removed):
+    if added or reasons_again or budget != expected.budget or len(removed) < len(expected.gone) \
+            or not expected.gone.issubset(removed.keys()):
+        return False
+    if len(removed) > len(expected.gone) and not _only_waited(expected, removed, checked):
         return False
     if base.fairshare is not None or base.reserve_after != e.reserve_after or \
             not (base.projects is e.projects or base.projects == e.projects):
@@ -86,6 +99,25 @@ def repeats(expected: Expected, base: Snapshot, budget: int, removed: Collection
     # ROUNDING both ways, so a job at the bound costs a session instead of a missed reservation
     return base.now > e.now and not waits_passing(e.now - e.reserve_after - ROUNDING,
                                                   base.now - e.reserve_after + ROUNDING)
+
+
+def _only_waited(expected: Expected, removed: Mapping[int, PendingJob], checked: int = 0) -> bool:
+    """Whether the jobs in `removed` but not dispatched by the last answer left nothing behind that
+    a later job's answer read. Such a job was pending and waiting at the last answer (or came and
+    went since: no session saw it); settled (`expect`), it was examined on the state the dispatches
+    leave and changed none of it: a job that waits takes no room, adds to no running sum (queue,
+    user, project: closed projects and fair share give no `Expected`), and a refusal it proved is
+    proved again alike by the next job of its shape (placement is pure). Only a reservation would
+    stay behind it ("waiting behind job N" in every later reason): a job whose wait had reached
+    `reserve_after` (ROUNDING early, as `repeats`) stops the shortcut. Where it left to (prefill
+    named it a successor, hidden in the views; a kill) the caller's hosts and running sums say,
+    compared by `repeats` as ever."""
+    e = expected.base
+    if e.reserve_after <= 0:
+        return True
+    bound = e.now - e.reserve_after + ROUNDING
+    gone = expected.gone
+    return all(job.submit_time > bound for job_id, job in islice(removed.items(), checked, None) if job_id not in gone)
 
 
 def moved_on(expected: Expected, now: float) -> Expected:

@@ -301,8 +301,7 @@ class JobStore(JobReads, WorkflowStore, UsageStore, ArchiveStore, AccountingStor
         """
         now = w.now
         with self._write() as con:
-            started_ids = _started(con, w.started, now)
-            finished_ids = _finish(con, w.finishes, now)
+            started_ids, finished_ids = transitions.started_and_finished(con, w.started, w.finishes, now)
             requeued_ids, killed_ids = _requeue(con, w.requeues, now)
             cancelled_ids = _cancel(con, w.cancels, now)
             dispatched_ids = _dispatch(con, w.plans, now)

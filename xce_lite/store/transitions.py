@@ -71,20 +71,37 @@ def dispatch(con: apsw.Connection, plans: Sequence, now: float, plan_type: type)
 
 
 def started(con: apsw.Connection, items: Sequence[tuple[int, float]], now: float) -> list[int]:
-    moved = guarded(con, "UPDATE jobs SET state = 'RUN', start_time = ?, pend_reason = NULL WHERE id = ? "
-                         "AND state = 'DISP' RETURNING ?",
-                    [(start_time, job_id, i) for i, (job_id, start_time) in enumerate(items)])
-    events(con, [(items[i][0], now, "started", {"start_time": items[i][1]}) for i in moved])
+    moved = _started(con, items)
+    events(con, _started_events(items, moved, now))
     return [items[i][0] for i in moved]
+
+
+def _started(con: apsw.Connection, items: Sequence[tuple[int, float]]) -> list[int]:
+    return guarded(con, "UPDATE jobs SET state = 'RUN', start_time = ?, pend_reason = NULL WHERE id = ? "
+                        "AND state = 'DISP' RETURNING ?",
+                   [(start_time, job_id, i) for i, (job_id, start_time) in enumerate(items)])
+
+
+def _started_events(items: Sequence[tuple[int, float]], moved: list[int], now: float) -> list[tuple]:
+    return [(items[i][0], now, "started", {"start_time": items[i][1]}) for i in moved]
 
 
 def finish(con: apsw.Connection, items: Sequence[tuple[Any, str]], now: float) -> list[int]:
     """(Finish, event kind) pairs."""
-    moved = guarded(con, "UPDATE jobs SET state = ?, start_time = coalesce(start_time, ?), end_time = ?, "
-                         "exit_code = ?, exit_signal = ?, cpu_time = ?, max_rss = ?, reason = ? "
-                         "WHERE id = ? AND state = ? RETURNING ?",
-                    [(f.state, f.start_time, f.end_time, f.exit_code, f.exit_signal, f.cpu_time, f.max_rss,
-                      f.reason, f.job_id, f.from_state, i) for i, (f, _event) in enumerate(items)])
+    moved = _finished(con, items)
+    events(con, _finished_events(items, moved, now))
+    return [items[i][0].job_id for i in moved]
+
+
+def _finished(con: apsw.Connection, items: Sequence[tuple[Any, str]]) -> list[int]:
+    return guarded(con, "UPDATE jobs SET state = ?, start_time = coalesce(start_time, ?), end_time = ?, "
+                        "exit_code = ?, exit_signal = ?, cpu_time = ?, max_rss = ?, reason = ? "
+                        "WHERE id = ? AND state = ? RETURNING ?",
+                   [(f.state, f.start_time, f.end_time, f.exit_code, f.exit_signal, f.cpu_time, f.max_rss,
+                     f.reason, f.job_id, f.from_state, i) for i, (f, _event) in enumerate(items)])
+
+
+def _finished_events(items: Sequence[tuple[Any, str]], moved: list[int], now: float) -> list[tuple]:
     rows = []
     for i in moved:
         f, event = items[i]
@@ -93,8 +110,48 @@ def finish(con: apsw.Connection, items: Sequence[tuple[Any, str]], now: float) -
         if f.hooks:
             data["hooks"] = list(f.hooks)
         rows.append((f.job_id, now, event, data))
-    events(con, rows)
-    return [items[i][0].job_id for i in moved]
+    return rows
+
+
+def started_and_finished(con: apsw.Connection, starts: Sequence[tuple[int, float]],
+                         finishes: Sequence[tuple[Any, str]], now: float) -> tuple[list[int], list[int]]:
+    """`started(starts)` then `finish(finishes)`, as one commit records them, but a job whose start
+    and end both come in it (once each; it ends from RUN, the state its start gives it) is moved
+    by ONE UPDATE, DISP -> its end, instead of two: the row ends as the two leave it (the start's
+    time, kept by the end's coalesce; the start's pend_reason NULL), and its two events are
+    written as the two would write them, in the same order (every start's, then every end's). One
+    that row does not take (it is not DISP) is left to the two statements, as before: the same
+    guards decide. Returns (ids started, ids finished)."""
+    once = _once(job_id for job_id, _t in starts)
+    start_of = {job_id: t for job_id, t in starts if job_id in once}
+    ended_once = _once(f.job_id for f, _e in finishes)
+    both = [(f, start_of[f.job_id]) for f, _e in finishes
+            if f.from_state == "RUN" and f.job_id in start_of and f.job_id in ended_once]
+    if not both:
+        return started(con, starts, now), finish(con, finishes, now)
+    fused = {both[i][0].job_id for i in guarded(
+        con, "UPDATE jobs SET state = ?, start_time = coalesce(?, ?), end_time = ?, exit_code = ?, exit_signal = ?, "
+             "cpu_time = ?, max_rss = ?, reason = ?, pend_reason = NULL WHERE id = ? AND state = 'DISP' RETURNING ?",
+        [(f.state, t, f.start_time, f.end_time, f.exit_code, f.exit_signal, f.cpu_time, f.max_rss, f.reason,
+          f.job_id, i) for i, (f, t) in enumerate(both)])}
+    rest = [i for i, (job_id, _t) in enumerate(starts) if job_id not in fused]
+    s_moved = {rest[k] for k in _started(con, [starts[i] for i in rest])}
+    rest = [i for i, (f, _e) in enumerate(finishes) if f.job_id not in fused]
+    f_moved = {rest[k] for k in _finished(con, [finishes[i] for i in rest])}
+    s_moved.update(i for i, (job_id, _t) in enumerate(starts) if job_id in fused)
+    f_moved.update(i for i, (f, _e) in enumerate(finishes) if f.job_id in fused)
+    s_order, f_order = sorted(s_moved), sorted(f_moved)
+    events(con, _started_events(starts, s_order, now) + _finished_events(finishes, f_order, now))
+    return [starts[i][0] for i in s_order], [finishes[i][0].job_id for i in f_order]
+
+
+def _once(ids: Any) -> set[int]:
+    """The ids that come exactly once in `ids`."""
+    seen: set[int] = set()
+    twice: set[int] = set()
+    for job_id in ids:
+        (twice if job_id in seen else seen).add(job_id)
+    return seen - twice
 
 
 def cancel(con: apsw.Connection, items: Sequence[tuple[int, str, str]], now: float) -> list[int]:
