@@ -41,13 +41,14 @@ if TYPE_CHECKING:
 import os
 import sys
 
+from .hostdirs import KeptDir
 from .journal import JOURNAL, SharedAppender
 from .jsonl import loads
 from .recorders import JournalRecorder
 from .signals import SUPERVISOR_SIGNALS, signal
-from .supervisor import become_supervisor
+from .supervisor import become_supervisor, own_starttime
 from .tree import become_subreaper, has_children
-from .util import job_umask
+from .util import UNITS, job_umask
 
 POOL_IDLE = 64  # idle workers the agent keeps (about the jobs a host runs at once); more are let go
 IDLE_FOR = 60.0  # seconds an idle worker is kept
@@ -187,35 +188,39 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
     env, raw, path = dict(os.environ), environ_raw(), os.environ.get("PATH")
     journal = SharedAppender(os.path.join(spool, JOURNAL))  # open from job to job: one open, not two per job
     sock = _socket.socket(fileno=sock_fd)
-    for count in range(1, MAX_JOBS + 1):
-        got = receive_job(sock)
-        if got is None:
-            return
-        line, lock = got
-        os.fchdir(home)
-        restore_environ(env, raw, path)
-        req = loads(line)
-        os.umask(job_umask(req["spec"]))
-        held = [lock]
+    kept = KeptDir(os.path.join(spool, UNITS), *own_starttime())  # its host directory between jobs (hostdirs.py)
+    try:
+        for count in range(1, MAX_JOBS + 1):
+            got = receive_job(sock)
+            if got is None:
+                return
+            line, lock = got
+            os.fchdir(home)
+            restore_environ(env, raw, path)
+            req = loads(line)
+            os.umask(job_umask(req["spec"]))
+            held = [lock]
 
-        def let_go(held=held) -> None:
-            if held[0] >= 0:
-                os.close(held[0])
-                held[0] = -1
+            def let_go(held=held) -> None:
+                if held[0] >= 0:
+                    os.close(held[0])
+                    held[0] = -1
 
-        fit = become_supervisor(JournalRecorder(spool, req["unit"], boot, journal), req["spec"], req["start_time"],
-                                detach=True, let_go=let_go)
-        let_go()  # a job that never started was recorded with the lock held, as a fresh supervisor does
-        if not fit or not reusable or has_children() or not poolable(req["spec"]) or count == MAX_JOBS:
-            return  # exit: the zygote reports it as a supervisor's end
-        try:
-            sock.sendall(b"d")
-            if sock.recv(1) != b"r":  # the agent knows the result: no signal for this job comes any more
-                return  # EOF: let go (the agent is gone, or lost its zygote)
-            drop_pending_signals()
-            sock.sendall(b"i")
-        except OSError:  # the agent is gone, or lost its zygote
-            return
+            fit = become_supervisor(JournalRecorder(spool, req["unit"], boot, journal), req["spec"],
+                                    req["start_time"], detach=True, let_go=let_go, kept=kept)
+            let_go()  # a job that never started was recorded with the lock held, as a fresh supervisor does
+            if not fit or not reusable or has_children() or not poolable(req["spec"]) or count == MAX_JOBS:
+                return  # exit: the zygote reports it as a supervisor's end
+            try:
+                sock.sendall(b"d")
+                if sock.recv(1) != b"r":  # the agent knows the result: no signal for this job comes any more
+                    return  # EOF: let go (the agent is gone, or lost its zygote)
+                drop_pending_signals()
+                sock.sendall(b"i")
+            except OSError:  # the agent is gone, or lost its zygote
+                return
+    finally:
+        kept.drop()
 
 
 class Workers:

@@ -32,13 +32,14 @@ import sys
 import time
 
 from .fds import keep_only, restore_for_jobs
+from .hostdirs import sweep
 from .jsonl import dumps, loads
 from .pool import Workers, poolable, send_with_fds, unpack_fds, worker_main
 from .recorders import JournalRecorder
 from .signals import signal
 from .supervisor import become_supervisor, fork_detached
 from .tree import load_prctl
-from .util import boot_id, job_umask
+from .util import UNITS, boot_id, job_umask
 
 TYPE_CHECKING = False  # true for mypy only: see shared.py
 if TYPE_CHECKING:
@@ -231,7 +232,8 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
     restore_for_jobs()  # the agent's own is raised (fds.py): the supervisors, and their jobs, get this one
     load_prctl()  # once here: every supervisor inherits it
     import resource  # noqa: F401 - os.wait4 imports it for its rusage: once here, not in every supervisor
-    boot = boot_id()
+    boot, units = boot_id(), os.path.join(spool, UNITS)
+    sweep(units)  # the host directories kept by workers that died with an earlier agent (hostdirs.py)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda _n, _f: None)  # only to write to wake_w
     signal.set_wakeup_fd(wake_w)
@@ -285,6 +287,8 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
             if pid == 0:
                 break
             out.append(b"x%d %d\n" % (pid, status))
+            if os.WIFSIGNALED(status):  # a worker killed leaves the host directory it kept
+                sweep(units, pid)
         if out:
             data = b"".join(out)
             while data:
