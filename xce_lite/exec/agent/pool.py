@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 import os
 import sys
 
+from .cpuslice import short_slice
 from .hostdirs import KeptDir
 from .journal import JOURNAL, SharedAppender
 from .jsonl import loads
@@ -299,6 +300,7 @@ class Workers:
         """A worker the zygote forked on `sock` (our end): hand it the job of `line`. OSError if
         that cannot be done (the worker is let go: it exits at EOF)."""
         sock.setblocking(False)  # see send(): SEND_WAIT for a worker that reads nothing
+        short_slice(pid)  # the agent's short CPU slice, which its jobs do not get (cpuslice.py)
         self.socks[pid], self.pids[sock.fileno()] = sock, pid
         self.poll(sock.fileno(), True)
         try:
