@@ -31,7 +31,7 @@ _ATTR = struct.Struct("=IIQiIQQQ")  # struct sched_attr as of Linux 3.14 (48 byt
 # flags, nice, priority, runtime, deadline, period
 _RESET_ON_FORK = 0x01
 _FAIR = (0, 3)  # SCHED_OTHER, SCHED_BATCH
-_call = None  # libc's syscall(), once loaded; False where there is none to call
+_LIBC: dict = {}  # "syscall": libc's syscall(), once loaded (None where there is none to call)
 
 
 def short_slice(pid: int = 0, ns: int = SLICE_NS) -> bool:
@@ -50,15 +50,14 @@ def short_slice(pid: int = 0, ns: int = SLICE_NS) -> bool:
 
 
 def _syscall():
-    global _call
-    if _call is None:
+    if "syscall" not in _LIBC:
         try:
             import ctypes
 
-            _call = ctypes.CDLL(None, use_errno=True).syscall
+            _LIBC["syscall"] = ctypes.CDLL(None, use_errno=True).syscall
         except (ImportError, OSError, AttributeError):
-            _call = False
-    return _call
+            _LIBC["syscall"] = None
+    return _LIBC["syscall"]
 
 
 def _attr(pid: int) -> tuple[int, ...] | None:
