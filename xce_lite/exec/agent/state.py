@@ -39,6 +39,7 @@ class UnitState:
 
     def __init__(self, state: AgentState, link: ManagerLink):
         self.state, self.link = state, link
+        self.settle = lambda pid: None  # the Agent sets pool.Workers.settle: a worker's "i" before its signals
 
     # -- the journal
 
@@ -392,4 +393,5 @@ class UnitState:
         if pid is None:
             self.state.pending.setdefault(unit, []).append(signum)
             return True
+        self.settle(pid)  # a worker handed its job before its "i": that first (pool.py)
         return self.kill(pid, signum)

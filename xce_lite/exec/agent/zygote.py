@@ -31,10 +31,10 @@ import os
 import sys
 import time
 
-from .fds import keep_only, restore_for_jobs
+from .fds import keep_only, restore_for_jobs, send_with_fds, unpack_fds
 from .hostdirs import sweep
 from .jsonl import dumps, loads
-from .pool import Workers, poolable, send_with_fds, unpack_fds, worker_main
+from .pool import Workers, poolable, worker_main
 from .recorders import JournalRecorder
 from .signals import signal
 from .supervisor import become_supervisor, fork_detached
@@ -309,7 +309,7 @@ class ZygoteOps:
 
     def __init__(self, state: AgentState, unit_state: UnitState):
         self.state, self.unit_state = state, unit_state
-        self.workers = Workers(state.lock_fd)  # the reused supervisors, talked to without the zygote
+        self.workers = Workers(state.lock_fd, slices=True)  # the reused supervisors, talked to without the zygote
 
     def spawn_supervisors(self, items: list[tuple[str, dict, float]]) -> list[tuple[int | None, str | None]]:
         """(pid, None) or (None, why) for each (unit, spec, start_time), forked by the zygote (a
