@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 
+from xce_lite.exec.agent import pool
 from xce_lite.exec.agent.pool import DRAIN_READ, IDLE_FOR, Workers
 
 
@@ -105,7 +106,7 @@ def test_a_launch_hands_its_job_to_a_released_worker_before_its_idle_and_its_sig
 
     thread = threading.Thread(target=answer)
     thread.start()
-    workers.settle(104)  # what UnitState.deliver does before a signal to it
+    assert workers.settle(104)  # what UnitState.deliver does before a signal to it
     thread.join()
     assert answered and workers.unsettled == set()
     assert b'"x"' in worker.recv(1 << 16)
@@ -115,8 +116,26 @@ def test_a_launch_hands_its_job_to_a_released_worker_before_its_idle_and_its_sig
     workers.release(104)
     assert workers.take(b'{"unit": "y"}\n') == 104 and workers.unsettled == {104}
     worker.sendall(b"id")  # its "i", and job y's end with it: the "d" is left for the serve loop
-    workers.settle(104)
+    assert workers.settle(104)
     assert workers.unsettled == set() and workers.ended == [104] and 104 in workers.done
+    workers.forget_all()
+    worker.close()
+    os.close(lock)
+
+
+def test_a_worker_handed_its_job_early_that_never_says_idle_is_not_signalled(tmp_path, monkeypatch):
+    """settle gives up after SEND_WAIT: UnitState.deliver then holds the signal until the job's
+    `started` (which the worker writes only after it has dropped the stale ones)."""
+    monkeypatch.setattr(pool, "SEND_WAIT", 0.1)
+    lock = os.open(tmp_path / "lock", os.O_RDWR | os.O_CREAT)
+    workers, poller = Workers(lock), Poller()
+    workers.watch(poller)
+    worker = busy_worker(workers, 105)
+    workers.release(105)
+    assert workers.take(b'{"unit": "z"}\n') == 105
+    assert not workers.settle(105) and workers.unsettled == {105}  # stuck: no "i" within SEND_WAIT
+    worker.sendall(b"i")
+    assert workers.settle(105) and workers.unsettled == set()
     workers.forget_all()
     worker.close()
     os.close(lock)

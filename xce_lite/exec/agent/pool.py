@@ -276,11 +276,11 @@ class Workers:
                 self.forget(pid)
         return None
 
-    def settle(self, pid: int) -> None:
+    def settle(self, pid: int) -> bool:
         """Before a signal goes to worker `pid`: if it was handed its job before its "i" was read,
         read until it comes (the worker has dropped its previous job's signals then), up to
-        SEND_WAIT. A "d" read with it waits in `ended` for the serve loop (take_exits), so that
-        no release goes out before the signal."""
+        SEND_WAIT; False if it did not (the caller holds the signal until the job's `started`). A
+        "d" read with it waits in `ended` for the serve loop (take_exits): no release before it."""
         import select
         import time
 
@@ -288,11 +288,12 @@ class Workers:
         while pid in self.unsettled and pid in self.socks:
             left = deadline - time.monotonic()
             if left <= 0:
-                return
+                return False
             poller = select.poll()
             poller.register(self.socks[pid].fileno(), select.POLLIN)
             if poller.poll(int(left * 1000) + 1):
                 self.readable(self.socks[pid].fileno(), time.monotonic())
+        return True
 
     def add(self, pid: int, sock, line: bytes) -> None:
         """A worker the zygote forked on `sock` (our end): hand it the job of `line`. OSError if
