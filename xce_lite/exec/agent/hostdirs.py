@@ -6,7 +6,7 @@ and on an ext4 without a journal (this machine's /tmp) every inode allocation al
 inode freed in the last 60 s (find_inode_bit's `recently_deleted`), so its cost grows with the job
 rate: a loop of a job's directory steps at 2026-12-04 02:50 UTC, load ~7, cost ~180-320 us of CPU
 per job with mkdir + rmdir against ~50-90 us with the directory renamed to and fro (bench/README.md,
-"The host side's directory kept").
+"The host side's CPU per job: the host directory kept").
 
 Invariants:
 - a job is given the kept directory only if it is as a fresh one would be: the very directory this
