@@ -1,9 +1,11 @@
-"""The agent and its reused supervisors run with a short CPU slice (exec/agent/cpuslice.py), and no
-job gets it: a job in a worker, a job in a fresh supervisor and the zygote have the kernel's
-default, read from /proc/PID/sched (se.slice) as the kernel reports it."""
+"""With XCE_AGENT_SLICE=1 the agent and its reused supervisors run with a short CPU slice
+(exec/agent/cpuslice.py), and no job gets it: a job in a worker, a job in a fresh supervisor and
+the zygote have the kernel's default, read from /proc/PID/sched (se.slice) as the kernel reports
+it. Without it (the default), nothing changes."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,7 @@ DEFAULT = slice_of("self")
 
 @pytest.mark.skipif(DEFAULT is None or DEFAULT == SLICE_NS, reason="the kernel reports no slice, or a short one")
 def test_the_agent_and_its_workers_have_the_short_slice_and_their_jobs_do_not(agents, spool, tmp_path: Path):
-    agent = agents()
+    agent = agents(env={**os.environ, "XCE_AGENT_SLICE": "1"})
     for name in ("first", "second"):  # the second one in the worker the first made
         agent.launch(unit(name, py(PRINT_SLICE), tmp_path))
         assert agent.finished(name)["exit_code"] == 0
@@ -45,3 +47,11 @@ def test_the_agent_and_its_workers_have_the_short_slice_and_their_jobs_do_not(ag
     agent.launch(hooked)
     assert agent.finished("hooked")["exit_code"] == 0
     assert int((tmp_path / "hooked.out").read_text().splitlines()[-1]) == DEFAULT
+
+
+def test_without_the_switch_the_agent_and_its_workers_keep_the_default(agents, spool, tmp_path: Path):
+    agent = agents(env={k: v for k, v in os.environ.items() if k != "XCE_AGENT_SLICE"})
+    agent.launch(unit("plain", py(PRINT_SLICE), tmp_path))
+    assert agent.finished("plain")["exit_code"] == 0
+    worker = journal(spool)["plain"]["pid"]
+    assert slice_of(agent.proc.pid) == DEFAULT and slice_of(worker) == DEFAULT

@@ -17,6 +17,10 @@ Invariants:
   filter) nothing changes and nothing fails: `short_slice` says False.
 Standard library only (ctypes, ~4 ms to import, once, in the agent; workers import nothing for it:
 the agent sets a worker's slice by its pid before it hands it its first job).
+
+Off unless XCE_AGENT_SLICE=1: measured on a busy box (bench/README.md, branch host7) it showed no
+gain, and the whole tree's CPU per job was higher with it (bench/tree_cpu.py, 5 pairs at load 4-5:
+3.91 against 3.21 ms, system 1.05 against 0.90), more preemptions of the jobs; to be measured quietly.
 """
 
 from __future__ import annotations
@@ -36,7 +40,11 @@ _LIBC: dict = {}  # "syscall": libc's syscall(), once loaded (None where there i
 
 def short_slice(pid: int = 0, ns: int = SLICE_NS) -> bool:
     """Ask for an `ns` slice for the task `pid` (0: the calling thread), not passed on to what it
-    starts; whether the kernel now says so."""
+    starts; whether the kernel now says so. Only with XCE_AGENT_SLICE=1 in the agent's environment
+    (off by default: not shown to pay, see the module's docstring; a job's environment is its
+    spec's, never the agent's)."""
+    if os.environ.get("XCE_AGENT_SLICE") != "1":
+        return False
     now = _attr(pid)
     if now is None or now[1] not in _FAIR:
         return False

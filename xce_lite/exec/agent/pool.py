@@ -300,7 +300,7 @@ class Workers:
         that cannot be done (the worker is let go: it exits at EOF)."""
         sock.setblocking(False)  # see send(): SEND_WAIT for a worker that reads nothing
         if self.slices:
-            short_slice(pid)  # the agent's short CPU slice, which its jobs do not get (cpuslice.py)
+            short_slice(pid)  # the agent's short CPU slice (XCE_AGENT_SLICE=1), which its jobs do not get
         self.socks[pid], self.pids[sock.fileno()] = sock, pid
         self.poll(sock.fileno(), True)
         try:
