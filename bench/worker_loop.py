@@ -5,6 +5,7 @@ this process as its agent: no controller, no agent loop, so ~1 s per run and lit
     python bench/worker_loop.py [--jobs 900] [--runs 3] [--tree CHECKOUT]
     python bench/worker_loop.py --without dir,sync,tasks,lease     # what each part costs (stubbed)
     python bench/worker_loop.py --tree /work/wt/NAME-old --runs 1  # alternate with this tree's runs
+    python bench/worker_loop.py --handover   # each job sent right after the last one's "r", before its "i"
 
 A worker forked as the zygote forks one (fork_detached), on a socket; each job is what the agent
 hands a worker (a spec like a plain launch's: env of 15 variables, a hostfile, the spool's lease,
@@ -87,7 +88,7 @@ def wakeups(pid: int) -> int:
         return int(next(line for line in f if line.startswith("voluntary_ctxt_switches")).split()[1])
 
 
-def run(jobs: int, parts: set[str]) -> list[float]:
+def run(jobs: int, parts: set[str], handover: bool = False) -> list[float]:
     """One worker, a warm-up of 50 jobs, then `jobs`; per job: worker user, system, jobs, kernel (ms),
     the worker's run time from schedstat (ms) and its wake-ups."""
     import gc
@@ -132,6 +133,13 @@ def run(jobs: int, parts: set[str]) -> list[float]:
 
         def one(i: int) -> None:
             send_job(ours, job_line(spool, work, f"u{i}", encode), lock)
+            if handover:  # each job goes right after the last one's "r", before its "i" (Workers.take)
+                want, got = b"d" if i == 0 else b"id", b""  # the last job's "i", then this one's "d"
+                while len(got) < len(want):
+                    got += ours.recv(len(want) - len(got))
+                assert got == want, got
+                ours.sendall(b"r")
+                return
             assert ours.recv(1) == b"d"
             ours.sendall(b"r")
             assert ours.recv(1) == b"i"
@@ -141,6 +149,8 @@ def run(jobs: int, parts: set[str]) -> list[float]:
         before, kernel, ns, woke = ticks(pid), KernelShare(), run_ns(pid), wakeups(pid)
         for i in range(50, 50 + jobs):
             one(i)
+        if handover:
+            assert ours.recv(1) == b"i"  # the last job's
         after, kernel_spent = ticks(pid), kernel.seconds()
         ns, woke = run_ns(pid) - ns, wakeups(pid) - woke
         ours.close()
@@ -160,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tree", default=str(Path(__file__).resolve().parents[1]), help="the checkout to measure")
     parser.add_argument("--without", default="", help="parts stubbed in the worker: dir,sync,tasks,lease")
+    parser.add_argument("--handover", action="store_true",
+                        help="hand each job right after the last one's release, before its \"i\" (as the agent's "
+                             "launch does when it finds the worker released, not idle)")
     args = parser.parse_args(argv)
     sys.path.insert(0, args.tree)
     parts = {p for p in args.without.split(",") if p}
@@ -167,10 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown parts {sorted(unknown)}")
     print(f"tree {args.tree}; {args.jobs} `true` jobs per run; without {sorted(parts) or 'nothing'}; "
+          f"{'each job handed before the last one is idle; ' if args.handover else ''}"
           f"load {os.getloadavg()[0]:.1f}")
     rows = []
     for n in range(args.runs):
-        user, system, jobs, kernel, ran, woke = run(args.jobs, parts)
+        user, system, jobs, kernel, ran, woke = run(args.jobs, parts, args.handover)
         rows.append((user + system, user, system, jobs, kernel, user + system + kernel, ran, woke))
         print(f"run {n + 1}: worker {user + system:.3f} ms per job (user {user:.3f}, system {system:.3f}; "
               f"schedstat {ran:.3f}; {woke:.2f} wake-ups); its jobs {jobs:.3f} ms; the kernel's threads and "

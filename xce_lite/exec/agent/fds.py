@@ -1,4 +1,5 @@
-"""The agent's file descriptors: its limit, and what its zygote keeps open.
+"""The agent's file descriptors: its limit, what its zygote keeps open, and fds passed on a socket
+(SCM_RIGHTS: the zygote's new workers' sockets, a worker's spool lock).
 
 A plain agent holds one socket per reused supervisor (pool.Workers), so `serve` raises its soft
 RLIMIT_NOFILE to the hard one: else a host running ~1000 pooled jobs under the usual soft 1024
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 
 JOBS_LIMIT: tuple[int, int] | None = None  # (soft, hard) the agent was started with, while it runs raised
 
@@ -60,3 +62,28 @@ def keep_only(fds: set[int]) -> None:
     if not stat.S_ISREG(os.fstat(2).st_mode):
         os.dup2(null, 2)
     os.close(null)
+
+
+def send_with_fds(fd: int, data: bytes | memoryview, fds: list[int]) -> int:
+    """sendmsg of `data` on the socket `fd` with `fds` (SCM_RIGHTS) on its first byte; bytes sent."""
+    import _socket
+
+    sock = _socket.socket(fileno=fd)
+    try:
+        return sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, pack_fds(fds))])
+    finally:
+        sock.detach()  # the fd stays the Zygote's
+
+
+def pack_fds(fds: list[int]) -> bytes:
+    """The data of an SCM_RIGHTS message passing `fds`."""
+    return b"".join(f.to_bytes(4, sys.byteorder, signed=True) for f in fds)
+
+
+def unpack_fds(anc: list[tuple[int, int, bytes]]) -> list[int]:
+    """The fds passed in recvmsg's ancillary data `anc` (SCM_RIGHTS), in order."""
+    import _socket
+
+    return [int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
+            for level, kind, payload in anc if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
+            for i in range(0, len(payload) - len(payload) % 4, 4)]

@@ -181,6 +181,9 @@ def serve_main(argv: list[str], bundle) -> int:
     agent.link.connect_bus(now=True)
     agent.link.release_recorded()
     agent.tasks.open_socket()
+    from .cpuslice import short_slice
+
+    short_slice()  # a short CPU slice with XCE_AGENT_SLICE=1, not passed on to what it forks (cpuslice.py)
     try:
         agent.serve()
     except BrokenPipeError:

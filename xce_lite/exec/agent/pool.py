@@ -22,10 +22,12 @@ workers"). A worker is what a fresh supervisor is, for each job it runs:
   is lost: a worker says it is done ("d") only once the result is durable; the agent reads the
   result (from then on it sends nothing to that unit's supervisor) and only then releases the
   worker ("r"); the worker drops what is pending then (sent for the previous job, before the
-  release) and answers "i": only then is it idle, and given a job, whose signals the agent sends
-  only after it has handed the job. A signal sent to the worker's pid from outside (not by the
-  agent) goes to whichever job it runs or runs next, as it would to whatever process next had
-  that pid.
+  release) and answers "i". A job may be handed to it once the "r" is sent, before its "i" is
+  read (the worker reads the "r", drops and answers before it reads the job): no wait for the
+  worker's turn, no wake-up of its own for the job; the signals of that job wait until the agent
+  has read the "i" (`settle`, from UnitState.deliver). A signal sent to the worker's pid from
+  outside (not by the agent) goes to whichever job it runs or runs next, as it would to whatever
+  process next had that pid.
 Only units with no user to run as, no hooks of the supervisor's and the role "job" go to a worker
 (agent side: poolable); a worker whose supervision went wrong (an error of its own) is not reused,
 nor one past MAX_JOBS, nor one the kernel did not make a subreaper (a job's orphans would stay in
@@ -39,19 +41,20 @@ if TYPE_CHECKING:
     from _socket import socket
 
 import os
-import sys
 
+from .cpuslice import short_slice
+from .fds import pack_fds, unpack_fds
+from .hostdirs import KeptDir
 from .journal import JOURNAL, SharedAppender
 from .jsonl import loads
 from .recorders import JournalRecorder
 from .signals import SUPERVISOR_SIGNALS, signal
-from .supervisor import become_supervisor
+from .supervisor import become_supervisor, own_starttime
 from .tree import become_subreaper, has_children
-from .util import job_umask
+from .util import UNITS, job_umask
 
 POOL_IDLE = 64  # idle workers the agent keeps (about the jobs a host runs at once); more are let go
 IDLE_FOR = 60.0  # seconds an idle worker is kept
-DRAIN_WAIT = 0.5  # seconds a launch waits for a released worker to be idle, rather than fork one
 DRAIN_READ = 1.0  # seconds after its release a worker no launch took is read for its "i" (idle from then)
 SEND_WAIT = 10.0  # seconds the agent waits for a worker to read what it sends; then it is given up
 MAX_JOBS = 1000  # jobs a worker runs before it exits (gc is off in it: cycles are never collected)
@@ -96,31 +99,6 @@ def send(sock, call) -> int:
             poller = select.poll()
             poller.register(sock.fileno(), select.POLLOUT)
             poller.poll(int((deadline - now) * 1000) + 1)
-
-
-def send_with_fds(fd: int, data: bytes | memoryview, fds: list[int]) -> int:
-    """sendmsg of `data` on the socket `fd` with `fds` (SCM_RIGHTS) on its first byte; bytes sent."""
-    import _socket
-
-    sock = _socket.socket(fileno=fd)
-    try:
-        return sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, pack_fds(fds))])
-    finally:
-        sock.detach()  # the fd stays the Zygote's
-
-
-def pack_fds(fds: list[int]) -> bytes:
-    """The data of an SCM_RIGHTS message passing `fds`."""
-    return b"".join(f.to_bytes(4, sys.byteorder, signed=True) for f in fds)
-
-
-def unpack_fds(anc: list[tuple[int, int, bytes]]) -> list[int]:
-    """The fds passed in recvmsg's ancillary data `anc` (SCM_RIGHTS), in order."""
-    import _socket
-
-    return [int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
-            for level, kind, payload in anc if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
-            for i in range(0, len(payload) - len(payload) % 4, 4)]
 
 
 def receive_job(sock) -> tuple[bytes, int] | None:
@@ -187,35 +165,39 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
     env, raw, path = dict(os.environ), environ_raw(), os.environ.get("PATH")
     journal = SharedAppender(os.path.join(spool, JOURNAL))  # open from job to job: one open, not two per job
     sock = _socket.socket(fileno=sock_fd)
-    for count in range(1, MAX_JOBS + 1):
-        got = receive_job(sock)
-        if got is None:
-            return
-        line, lock = got
-        os.fchdir(home)
-        restore_environ(env, raw, path)
-        req = loads(line)
-        os.umask(job_umask(req["spec"]))
-        held = [lock]
+    kept = KeptDir(os.path.join(spool, UNITS), *own_starttime())  # its host directory between jobs (hostdirs.py)
+    try:
+        for count in range(1, MAX_JOBS + 1):
+            got = receive_job(sock)
+            if got is None:
+                return
+            line, lock = got
+            os.fchdir(home)
+            restore_environ(env, raw, path)
+            req = loads(line)
+            os.umask(job_umask(req["spec"]))
+            held = [lock]
 
-        def let_go(held=held) -> None:
-            if held[0] >= 0:
-                os.close(held[0])
-                held[0] = -1
+            def let_go(held=held) -> None:
+                if held[0] >= 0:
+                    os.close(held[0])
+                    held[0] = -1
 
-        fit = become_supervisor(JournalRecorder(spool, req["unit"], boot, journal), req["spec"], req["start_time"],
-                                detach=True, let_go=let_go)
-        let_go()  # a job that never started was recorded with the lock held, as a fresh supervisor does
-        if not fit or not reusable or has_children() or not poolable(req["spec"]) or count == MAX_JOBS:
-            return  # exit: the zygote reports it as a supervisor's end
-        try:
-            sock.sendall(b"d")
-            if sock.recv(1) != b"r":  # the agent knows the result: no signal for this job comes any more
-                return  # EOF: let go (the agent is gone, or lost its zygote)
-            drop_pending_signals()
-            sock.sendall(b"i")
-        except OSError:  # the agent is gone, or lost its zygote
-            return
+            fit = become_supervisor(JournalRecorder(spool, req["unit"], boot, journal), req["spec"],
+                                    req["start_time"], detach=True, let_go=let_go, kept=kept)
+            let_go()  # a job that never started was recorded with the lock held, as a fresh supervisor does
+            if not fit or not reusable or has_children() or not poolable(req["spec"]) or count == MAX_JOBS:
+                return  # exit: the zygote reports it as a supervisor's end
+            try:
+                sock.sendall(b"d")
+                if sock.recv(1) != b"r":  # the agent knows the result: no signal for this job comes any more
+                    return  # EOF: let go (the agent is gone, or lost its zygote)
+                drop_pending_signals()
+                sock.sendall(b"i")
+            except OSError:  # the agent is gone, or lost its zygote
+                return
+    finally:
+        kept.drop()
 
 
 class Workers:
@@ -229,8 +211,8 @@ class Workers:
     agent does not wake for it (it came ~0.4 times per job as a wake-up of its own). A worker that
     dies meanwhile is reported by the zygote, which reaps it."""
 
-    def __init__(self, lock_fd: int):
-        self.lock_fd, self.poller = lock_fd, None
+    def __init__(self, lock_fd: int, slices: bool = False):
+        self.lock_fd, self.poller, self.slices = lock_fd, None, slices  # slices: give workers the agent's
         self.socks: dict[int, socket] = {}  # pid -> our end of its socket
         self.pids: dict[int, int] = {}  # socket fd -> pid
         self.idle: list[tuple[int, float]] = []  # (pid, released at), the latest last: the warmest first
@@ -238,6 +220,7 @@ class Workers:
         self.draining: dict[int, float] = {}  # released (and when), not yet idle: its "i" to come, or unread
         self.polled: set[int] = set()  # socket fds on `poller`: the workers that run a job
         self.ended: list[int] = []  # said "d" (its job's result is durable), not yet taken by the agent
+        self.unsettled: set[int] = set()  # handed a job after its "r", its "i" not read yet: no signal
 
     def watch(self, poller) -> None:
         """Poll the sockets of busy workers on `poller` (the serve loop's), those there are and
@@ -271,17 +254,20 @@ class Workers:
             self.readable(self.socks[pid].fileno(), now)
 
     def take(self, line: bytes) -> int | None:
-        """Hand the job of `line` to an idle worker; its pid, or None if none is to be had (fork
-        one: `add`). With none idle but some dropping their stale signals (a few syscalls), one of
-        those is waited for, up to DRAIN_WAIT: a fork costs more."""
+        """Hand the job of `line` to an idle worker, else to one released whose "i" has not come
+        yet (unsettled until it does: see the module's docstring); its pid, or None if none is to
+        be had (fork one: `add`)."""
         import time
 
         if self.draining:
             self.read_drained(time.monotonic())
-        if not self.idle and self.draining:
-            self.wait_idle()
-        while self.idle:
-            pid, _since = self.idle.pop()
+        while self.idle or self.draining:
+            if self.idle:
+                pid, _since = self.idle.pop()
+            else:  # the earliest released: the likeliest to have dropped its stale signals
+                pid = next(iter(self.draining))
+                del self.draining[pid]
+                self.unsettled.add(pid)
             try:
                 send_job(self.socks[pid], line, self.lock_fd)
                 self.poll(self.socks[pid].fileno(), True)
@@ -290,10 +276,31 @@ class Workers:
                 self.forget(pid)
         return None
 
+    def settle(self, pid: int) -> bool:
+        """Before a signal goes to worker `pid`: if it was handed its job before its "i" was read,
+        read until it comes (the worker has dropped its previous job's signals then), up to
+        SEND_WAIT; False if it did not (the caller holds the signal until the job's `started`). A
+        "d" read with it waits in `ended` for the serve loop (take_exits): no release before it."""
+        import select
+        import time
+
+        deadline = time.monotonic() + SEND_WAIT
+        while pid in self.unsettled and pid in self.socks:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            poller = select.poll()
+            poller.register(self.socks[pid].fileno(), select.POLLIN)
+            if poller.poll(int(left * 1000) + 1):
+                self.readable(self.socks[pid].fileno(), time.monotonic())
+        return True
+
     def add(self, pid: int, sock, line: bytes) -> None:
         """A worker the zygote forked on `sock` (our end): hand it the job of `line`. OSError if
         that cannot be done (the worker is let go: it exits at EOF)."""
         sock.setblocking(False)  # see send(): SEND_WAIT for a worker that reads nothing
+        if self.slices:
+            short_slice(pid)  # the agent's short CPU slice (XCE_AGENT_SLICE=1), which its jobs do not get
         self.socks[pid], self.pids[sock.fileno()] = sock, pid
         self.poll(sock.fileno(), True)
         try:
@@ -301,22 +308,6 @@ class Workers:
         except OSError:
             self.forget(pid)
             raise
-
-    def wait_idle(self) -> None:
-        """Wait (up to DRAIN_WAIT) until a draining worker is idle."""
-        import select
-        import time
-
-        deadline = time.monotonic() + DRAIN_WAIT
-        while self.draining and not self.idle:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            poller = select.poll()
-            for pid in self.draining:
-                poller.register(self.socks[pid].fileno(), select.POLLIN)
-            for fd, _ev in poller.poll(int(left * 1000) + 1):
-                self.readable(fd, time.monotonic())
 
     def readable(self, fd: int, now: float) -> None:
         """A worker's socket is readable: its "d" (its job ended: in `ended` for the agent), its
@@ -342,6 +333,8 @@ class Workers:
                 self.idle.append((pid, now))
                 while len(self.idle) > POOL_IDLE:  # the oldest idle ones beyond POOL_IDLE go
                     self.forget(self.idle.pop(0)[0])
+            elif byte == ord("i"):  # handed a job before: its signals may go from now on
+                self.unsettled.discard(pid)
 
     def release(self, pid: int) -> None:
         """The agent knows the worker's job has ended, and sends that job no signal from now on:
@@ -384,6 +377,7 @@ class Workers:
         sock.close()
         self.done.discard(pid)
         self.draining.pop(pid, None)
+        self.unsettled.discard(pid)
         self.idle = [(p, t) for p, t in self.idle if p != pid]
 
     def forget_all(self) -> None:

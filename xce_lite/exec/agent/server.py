@@ -67,6 +67,7 @@ class Agent:
         self.unit_state = UnitState(s, self.link)
         self.manager = Manager(s, self.link, self.unit_state)
         self.zygotes = ZygoteOps(s, self.unit_state)
+        self.unit_state.settle = self.zygotes.workers.settle
         self.host_lease = HostLease(s)
         self.unit_ops = UnitOps(s, self.unit_state, self.manager, self.zygotes, self.host_lease)
         self.tasks = TaskOps(s, self.unit_state, self.unit_ops, self.manager)
@@ -225,6 +226,8 @@ class Agent:
                 self.zygotes.worker_readable(fd)
             if s.zygote is not None and s.zygote.replies in ready:
                 self.zygotes.zygote_readable()
+            if workers.ended:  # a "d" read while a signal waited for that worker's "i" (Workers.settle)
+                self.zygotes.take_exits()
             if reap:  # else no child of ours ended (plain mode's supervisors are the zygote's): no wait4
                 reap = False
                 self.unit_state.reap()

@@ -39,6 +39,7 @@ class UnitState:
 
     def __init__(self, state: AgentState, link: ManagerLink):
         self.state, self.link = state, link
+        self.settle = lambda pid: True  # the Agent sets pool.Workers.settle: a worker's "i" before its signals
 
     # -- the journal
 
@@ -389,7 +390,7 @@ class UnitState:
     def deliver(self, unit: str, pid: int | None, signum: int) -> bool:
         """Send `signum` to the unit's supervisor, or hold it until the supervisor has started
         (a systemd unit between systemd-run and its supervisor's `started`)."""
-        if pid is None:
-            self.state.pending.setdefault(unit, []).append(signum)
+        if pid is None or not self.settle(pid):  # a worker handed its job before its "i": that first (pool.py);
+            self.state.pending.setdefault(unit, []).append(signum)  # one that gave none: held until `started`
             return True
         return self.kill(pid, signum)

@@ -23,7 +23,7 @@ from .util import make_result, proc_stat, write_all, write_file
 from .watch import Watch
 
 
-def make_host_dir(spec: dict) -> bool:
+def make_host_dir(spec: dict, kept=None) -> bool:
     """The unit's host directory (XCE_JOB_HOST_DIR), with its hostfile if the launch gave one; True
     if this call made it (then no tasks of `xce launch` wait in it: one written later comes with
     TASKS_SIGNAL).
@@ -31,14 +31,19 @@ def make_host_dir(spec: dict) -> bool:
     An existing one is kept: in plain mode the agent may have put tasks of `xce launch` there first.
     A job run as another user (spec `user`) gets its own directory inside ours (spec job_dir, theirs,
     0700: XCE_JOB_HOST_DIR, with the hostfile), which they reach through ours (0711: they can
-    neither list it nor read our spec.json and tasks files, nor rename them).
+    neither list it nor read our spec.json and tasks files, nor rename them). With `kept` (a reused
+    supervisor's hostdirs.KeptDir) the directory it kept from its last job is renamed to this one.
     """
     path, user = spec["host_dir"], spec.get("user")
-    try:
-        os.mkdir(path, 0o700)
-        made = True
-    except FileExistsError:
-        made = False
+    made = kept is not None and kept.give(path)
+    if not made:
+        try:
+            os.mkdir(path, 0o700)
+            made = True
+            if kept is not None:
+                kept.lent(path)
+        except FileExistsError:
+            made = False
     fresh = made and user is None  # ours alone, and empty: no reader can see a hostfile half-written
     job_dir = path
     if user is not None:
@@ -100,12 +105,13 @@ def own_starttime() -> tuple[int, int]:
     return _me
 
 
-def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let_go=None) -> bool:
+def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let_go=None, kept=None) -> bool:
     """Run the unit as its supervisor and record its result, whatever happens (even a bug here);
     False if a bug here was the end (the process is fit for no other job). Called with
     SUPERVISOR_SIGNALS blocked; they stay blocked for good: the supervisor takes them with
     sigtimedwait. With `let_go` (a reused supervisor, pool.py), that is called once `started` is
-    recorded instead of closing every fd: it closes the spool lock the worker was handed.
+    recorded instead of closing every fd: it closes the spool lock the worker was handed; and
+    `kept` (hostdirs.KeptDir) its host directory kept from job to job, renamed, not made and removed.
 
     Order matters: `started` is recorded while this process still holds the fds it inherited from
     the agent, the spool lock among them (see this module's docstring); only then are they closed
@@ -157,7 +163,7 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let
                 try:
                     # made empty here, and no hook takes a TASKS_SIGNAL before the job's wait: that
                     # signal brings every task written from now on, so no listing of it at the start
-                    watch.tasks_waiting = not make_host_dir(spec) or hooks
+                    watch.tasks_waiting = not make_host_dir(spec, kept) or hooks
                 except OSError as exc:
                     reason = f"cannot make the job's host directory {spec['host_dir']}: {exc.strerror}"
                     raise JobEnded(make_result(start_time, reason)) from None
@@ -199,7 +205,7 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let
         by_itself = fit = False
     result["mode"] = spec.get("mode", "plain")
     recorder.finished(with_hooks(result, outcomes, spec.get("post_failure")), by_itself)
-    if own_dir:
+    if own_dir and not (kept is not None and fit and kept.take(spec)):
         remove_host_dir(spec)
     return fit
 

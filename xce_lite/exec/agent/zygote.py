@@ -31,14 +31,15 @@ import os
 import sys
 import time
 
-from .fds import keep_only, restore_for_jobs
+from .fds import keep_only, restore_for_jobs, send_with_fds, unpack_fds
+from .hostdirs import sweep
 from .jsonl import dumps, loads
-from .pool import Workers, poolable, send_with_fds, unpack_fds, worker_main
+from .pool import Workers, poolable, worker_main
 from .recorders import JournalRecorder
 from .signals import signal
 from .supervisor import become_supervisor, fork_detached
 from .tree import load_prctl
-from .util import boot_id, job_umask
+from .util import UNITS, boot_id, job_umask
 
 TYPE_CHECKING = False  # true for mypy only: see shared.py
 if TYPE_CHECKING:
@@ -231,7 +232,8 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
     restore_for_jobs()  # the agent's own is raised (fds.py): the supervisors, and their jobs, get this one
     load_prctl()  # once here: every supervisor inherits it
     import resource  # noqa: F401 - os.wait4 imports it for its rusage: once here, not in every supervisor
-    boot = boot_id()
+    boot, units = boot_id(), os.path.join(spool, UNITS)
+    sweep(units)  # the host directories kept by workers that died with an earlier agent (hostdirs.py)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda _n, _f: None)  # only to write to wake_w
     signal.set_wakeup_fd(wake_w)
@@ -285,6 +287,8 @@ def zygote_main(spool: str, lock_fd: int, requests: int, replies: int) -> None:
             if pid == 0:
                 break
             out.append(b"x%d %d\n" % (pid, status))
+            if os.WIFSIGNALED(status):  # a worker killed leaves the host directory it kept
+                sweep(units, pid)
         if out:
             data = b"".join(out)
             while data:
@@ -305,7 +309,7 @@ class ZygoteOps:
 
     def __init__(self, state: AgentState, unit_state: UnitState):
         self.state, self.unit_state = state, unit_state
-        self.workers = Workers(state.lock_fd)  # the reused supervisors, talked to without the zygote
+        self.workers = Workers(state.lock_fd, slices=True)  # the reused supervisors, talked to without the zygote
 
     def spawn_supervisors(self, items: list[tuple[str, dict, float]]) -> list[tuple[int | None, str | None]]:
         """(pid, None) or (None, why) for each (unit, spec, start_time), forked by the zygote (a
