@@ -8,25 +8,13 @@ ProxyCommand in inetd mode inside the host with its cipher list cut down.
 
 from __future__ import annotations
 
-import itertools
 import queue
-from pathlib import Path
 
-import pytest
 
 from tests.support.agent_hosts import ssh_target
 from xce_lite.exec.ssh import SshHost
 from xce_lite.testhosts import TestHost
 from xce_lite.testhosts.base import SSHD
-
-_runs = itertools.count()
-
-
-@pytest.fixture
-def workdir(testhosts_root, request) -> Path:
-    path = testhosts_root / "cipher" / f"{request.node.name[:60]}-{next(_runs)}"
-    path.mkdir(parents=True)
-    return path
 
 
 def negotiated(host: SshHost) -> tuple[str, str]:
