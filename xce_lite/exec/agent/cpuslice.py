@@ -43,10 +43,15 @@ def short_slice(pid: int = 0, ns: int = SLICE_NS) -> bool:
     starts; whether the kernel now says so. Only with XCE_AGENT_SLICE=1 in the agent's environment
     (off by default: not shown to pay, see the module's docstring; a job's environment is its
     spec's, never the agent's)."""
-    if os.environ.get("XCE_AGENT_SLICE") != "1":
-        return False
+    return os.environ.get("XCE_AGENT_SLICE") == "1" and set_slice(pid, ns)
+
+
+def set_slice(pid: int, ns: int) -> bool:
+    """Ask for an `ns` slice for the task `pid` (0: the calling thread) with SCHED_FLAG_RESET_ON_FORK,
+    its policy and nice value kept; whether the kernel now reports the slice asked, as it clamps it
+    (0.1-100 ms). The one place the syscall is made: the API's threads call it too (api/cpuslice.py)."""
     now = _attr(pid)
-    if now is None or now[1] not in _FAIR:
+    if ns <= 0 or now is None or now[1] not in _FAIR:
         return False
     import ctypes
 
@@ -54,7 +59,14 @@ def short_slice(pid: int = 0, ns: int = SLICE_NS) -> bool:
     if _syscall()(_NUMBERS[os.uname().machine][0], pid, attr, 0) != 0:
         return False
     after = _attr(pid)
-    return after is not None and after[5] == ns
+    return after is not None and after[5] == min(max(ns, 100_000), 100_000_000)
+
+
+def slice_ns(pid: int = 0) -> int | None:
+    """The task's slice in ns as the kernel reports it (its default, or what was asked), None where
+    it cannot be read."""
+    now = _attr(pid)
+    return now[5] if now is not None else None
 
 
 def _syscall():
