@@ -70,7 +70,8 @@ def analyse(path: Path, top: int, title: str) -> None:
     print(f"\n== {title}: samples per thread")
     for thread, n in per_thread.most_common():
         print(f"  {n:7d}  {thread}")
-    shown = [t for t in per_thread if t in ("MainThread", "main", "(process_request_thread)", "agent-local")]
+    shown = [t for t in per_thread if t in ("MainThread", "main", "(process_request_thread)", "agent-local")
+             or t.startswith("api-worker")]  # the API's worker threads: a POST's path
     for thread in shown or [t for t, _ in per_thread.most_common(3)]:
         n = per_thread[thread]
         print(f"\n  -- {thread}: top {top} functions by inclusive share of this thread's samples "
