@@ -20,7 +20,8 @@ the agent sets a worker's slice by its pid before it hands it its first job).
 
 Off unless XCE_AGENT_SLICE=1: measured on a busy box (bench/README.md, branch host7) it showed no
 gain, and the whole tree's CPU per job was higher with it (bench/tree_cpu.py, 5 pairs at load 4-5:
-3.91 against 3.21 ms, system 1.05 against 0.90), more preemptions of the jobs; to be measured quietly.
+3.91 against 3.21 ms, system 1.05 against 0.90), more preemptions of the jobs; and on a quiet one
+(session 17, bench/run.py, 3 pairs at load 1-2.6) it was behind in two pairs of three.
 """
 
 from __future__ import annotations
