@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-
 from tests.support.agent_local import journal
 from tests.support.raw_agent import py, unit
 from xce_lite.exec.agent.cpuslice import SLICE_NS
