@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import queue
 
-
 from tests.support.agent_hosts import ssh_target
 from xce_lite.exec.ssh import SshHost
 from xce_lite.testhosts import TestHost
