@@ -79,7 +79,7 @@ def run_throughput_once(c: BenchCluster, n: int, kind: str) -> dict:
     cpu = (machine_busy_seconds() - busy) / n
     if reply is None:
         return {"ok": False, "submit": t_sub - t0, "wall": float("nan"), "done": 0, "cpu": cpu}
-    done = sum(1 for j in reply["jobs"] if j["state"] == "DONE")
+    done = reply["states"].get("DONE", 0)
     return {"ok": True, "submit": t_sub - t0, "wall": t_done - t0, "done": done, "cpu": cpu}
 
 
@@ -132,7 +132,7 @@ def bench_latency(rep: Report, c: BenchCluster, samples: int) -> None:
         time.sleep(0.05 + random.random() * 0.1)  # let the controller go back to sleep
         t0 = time.time()
         ids = client.post("/jobs", {"jobs": [spec]})["ids"]
-        reply = wait_done(client, ids, time.monotonic() + 60)
+        reply = wait_done(client, ids, time.monotonic() + 60, brief=False)
         try:
             outside.append(float(f.read_text()) - t0)
         except (OSError, ValueError):

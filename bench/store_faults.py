@@ -56,7 +56,7 @@ def one_run(hold: float, jobs: int) -> dict:
         holder.wait()
         holder.stdout.close()
         released = time.monotonic()
-        reply = wait_done(client, ids, released + 120)
+        reply = wait_done(client, ids, released + 120, brief=False)
         recovery = time.monotonic() - released
         stored = reply["jobs"] if reply else []
         lost = jobs - sum(1 for j in stored if j["state"] == "DONE")

@@ -320,7 +320,7 @@ def drive(args) -> None:
         reply = wait_done(client, measured, time.monotonic() + 300)
         wall = time.perf_counter() - t0
         cpu1 = cpu_split(c)
-        done = sum(1 for j in reply["jobs"] if j["state"] == "DONE") if reply else 0
+        done = reply["states"].get("DONE", 0) if reply else 0
         path = critical_path(c.home / "xce.db", measured)
         marks = timeline(c.home / "xce.db", sleepers, measured, t_kill) if args.behind_sleepers else {}
         client.post("/controller/stop", {})

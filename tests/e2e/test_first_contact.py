@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_until
+from xce_lite.api.client import Client
 
 
 def test_a_failed_start_prints_only_its_own_error_never_an_earlier_one(idle_cluster: Cluster):
@@ -89,6 +90,17 @@ def test_wait_says_each_end_as_it_happens_on_a_terminal_and_is_quiet_with_q(clus
         os.close(master)
     quiet = c.xce("wait", "-q", str(first), str(held))
     assert quiet.returncode == 1 and quiet.stdout == "" and quiet.stderr == ""
+    # -q asks for the counts alone (brief): the states of the jobs named, each counted once
+    waiting = c.submit("true", options=("--hold",))
+    api = Client(c.home / "xce.sock")
+    try:
+        brief = api.get("/jobs/wait", ids=f"{first},{held},{first}", timeout=5, brief=True)
+        assert brief == {"schema": 1, "finished": True, "states": {"DONE": 1, "EXIT": 1}}
+        brief = api.get("/jobs/wait", ids=f"{first},{waiting}", timeout=0.2, brief=True)
+        assert brief == {"schema": 1, "finished": False, "states": {"DONE": 1, "PSUSP": 1}}
+    finally:
+        api.close()
+    c.ok("kill", str(waiting))
     doc = json.loads(c.ok("wait", "--json", str(first)))
     assert doc["schema"] == 1 and doc["finished"] and doc["jobs"][0]["state"] == "DONE"
 

@@ -166,6 +166,8 @@ def test_users_act_on_their_own_jobs_admins_and_project_admins_on_all(users, wor
         ok(xce(boss, c.home, "peek", str(ja)))
         ok(xce(a, c.home, "kill", str(ja)))
         assert c.wait_state(ja, {"EXIT"})["reason"] == f"killed by {ALICE}"
+        quiet = xce(b, c.home, "wait", "-q", str(ja), str(jb))  # the counts alone, under visibility: summary
+        assert (quiet.returncode, quiet.stdout, quiet.stderr) == (1, "", "")
         # queue ACLs: gpu takes jobs from group GROUP (A) and admins only
         refused(xce(b, c.home, "submit", "-q", "gpu", "--", "true", cwd=b_dir),
                 "queue gpu takes jobs only from members of group(s) " + GROUP, f"{BOB} is not one of them")

@@ -26,15 +26,16 @@ FINISHED = ("DONE", "EXIT")
 ONE_LINE_EACH = 20  # more jobs than this (or any array): the progress line instead
 
 
-def wait_for(api: Client, ids: list[str], timeout: float | None, on_reply=None) -> dict:
+def wait_for(api: Client, ids: list[str], timeout: float | None, on_reply=None, brief: bool = False) -> dict:
     """Long-poll until every job ended or `timeout` passed. With `on_reply`, which sees each
     answer, the polls are short (a second; five for a thousand jobs and more, whose answers are
-    large), so that each change is seen soon after it happens."""
+    large), so that each change is seen soon after it happens. `brief`: the answers count the
+    jobs per state ("states") instead of listing them ("jobs")."""
     deadline = None if timeout is None else time.monotonic() + timeout
     beat = 30.0 if on_reply is None else 1.0
     while True:
         left = beat if deadline is None else max(0.0, min(beat, deadline - time.monotonic()))
-        reply = api.get("/jobs/wait", ids=",".join(ids), timeout=left)
+        reply = api.get("/jobs/wait", ids=",".join(ids), timeout=left, brief=brief)
         if on_reply is not None:
             on_reply(reply)
             beat = 1.0 if len(reply["jobs"]) < 1000 else 5.0
@@ -128,7 +129,7 @@ def wait(ctx, ids, timeout, quiet, as_json) -> None:
         raise click.UsageError("name at least one job id")
     api = client(ctx)
     if quiet or as_json:
-        reply = wait_for(api, list(ids), timeout)
+        reply = wait_for(api, list(ids), timeout, brief=not as_json)  # -q needs the counts alone
         if as_json:
             echo_json(reply)
     else:
@@ -137,4 +138,8 @@ def wait(ctx, ids, timeout, quiet, as_json) -> None:
         progress.finish(reply)
     if not reply["finished"]:
         ctx.exit(EXIT_TIMEOUT)
-    ctx.exit(0 if all(j["state"] == "DONE" for j in reply["jobs"]) else 1)
+    if "states" in reply:  # -q: the counts alone
+        all_done = set(reply["states"]) <= {"DONE"}
+    else:
+        all_done = all(j["state"] == "DONE" for j in reply["jobs"])
+    ctx.exit(0 if all_done else 1)

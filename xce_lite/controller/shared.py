@@ -132,8 +132,9 @@ class Access:
             if route == USAGE and not caller.is_admin:
                 query = self.usage_query(caller, query)
             reply = handler(caller, query, body)
-            if listing and not caller.is_admin and self.state.permission_policy.visibility != "full":
-                who, policy = self.who(caller), self.state.permission_policy
+            policy = self.state.permission_policy
+            if listing and "jobs" in reply and not caller.is_admin and policy.visibility != "full":  # (brief: counts)
+                who = self.who(caller)
                 reply["jobs"] = [job if permissions.sees_in_full(who, job["user"], job.get("project"), policy)
                                  else permissions.redact(job) for job in reply["jobs"]]
             return reply

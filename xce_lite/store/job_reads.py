@@ -106,6 +106,13 @@ class JobReads:
                                       (job_id,))
         return [(time, kind, json.loads(data) if data else None) for time, kind, data in rows]
 
+    def states_of(self, ids: Sequence[int]) -> dict[str, int]:
+        """State -> how many of the jobs `ids` are in it (each id once; an unknown id is in none)."""
+        unique = list(dict.fromkeys(ids))
+        rows = self._reader().execute(
+            f"SELECT state, count(*) FROM jobs WHERE id IN ({', '.join('?' * len(unique))}) GROUP BY state", unique)
+        return {state: n for state, n in rows}
+
     def counts_by_queue(self) -> dict[tuple[str, str], int]:
         """(queue, state) -> number of unfinished jobs."""
         rows = self._reader().execute(

