@@ -102,9 +102,9 @@ def count_reasons(store_class, stats, lock) -> None:
 
 
 def print_trace(traced: list, t_kill: float) -> None:
-    """--trace: the first steps after the kill, by start, in ms from the kill's POST."""
+    """--trace: the first steps after the kill (or the submit), by start, in ms from its POST."""
     if traced:
-        print(f"  the first {len(traced)} steps after the kill (ms from the kill's POST: start, wall, CPU; by start):")
+        print(f"  the first {len(traced)} steps after the kill or submit (ms from its POST: start, wall, CPU):")
         for name, start, dt, dc in sorted(traced, key=lambda r: r[1]):
             print(f"    {1000 * (start - t_kill):8.2f} {1000 * dt:7.2f} {1000 * dc:7.2f}  {name}")
 

@@ -9,7 +9,8 @@
 
 With --behind-sleepers it also prints, from the store's stamps, when things happened after the kill's
 POST (the sleepers' units ended, the first backlog job finished; tick_readings.timeline); --trace N
-lists the first N timed steps after the kill with their start times (which tick held up what).
+lists the first N timed steps after the kill with their start times (which tick held up what);
+without --behind-sleepers, after the submit (a run's first ticks: `--array --trace 60`).
 
 The controller runs as its own process, exactly as `xce controller start --foreground` runs it
 (`run_foreground`), but started through this file so that timers can be wrapped around its methods
@@ -309,7 +310,10 @@ def drive(args) -> None:
             client.post("/jobs/kill", {"ids": sleepers})
             t_sub = time.perf_counter()
         else:
-            t0 = time.perf_counter()
+            if args.trace:  # the first steps after the submit (the counts too start there)
+                os.kill(proc.pid, signal.SIGUSR1)
+                time.sleep(0.05)
+            t0, t_kill = time.perf_counter(), time.time()
             if args.one_each:
                 ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(args.jobs)]
             else:  # one batch POST, or (--array) one job of N elements as bench/run.py's array line
@@ -371,7 +375,7 @@ def main() -> int:
                          "the slots; the clock, the CPU and the step counts start at the sleepers' kill")
     ap.add_argument("--what-if", default="", help=f"comma list of {', '.join(WHAT_IFS)}")
     ap.add_argument("--trace", type=int, default=0,
-                    help="with --behind-sleepers: list the first N timed steps after the kill, with their start times")
+                    help="list the first N timed steps after the kill (--behind-sleepers) or submit, with start times")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="cProfile the ticks by thread CPU; print the top N functions (own and cumulative)")
     ap.add_argument("--profile-keep", metavar="FILE", help="with --profile: keep the pstats file there")
