@@ -173,6 +173,8 @@ MALFORMED = [
     (_post(b'{"jobs": [{"argv": ["true"], "cwd": "/"}], "request_id": 5}'), 400, "request_id"),
     (_post(b'{"ids": {}}', path="/xce/v1/jobs/kill"), 400, "naming at least one job"),
     (_post(b'{"ids": ["99999999999999999999999"]}', path="/xce/v1/jobs/kill"), 404, "no such job"),
+    (_post(b'{"ids": [1, 424242, "x"]}', path="/xce/v1/jobs/kill"), 404, "no such job: 424242"),  # the first wrong
+    (_post(b'{"ids": [1, "x", 424242]}', path="/xce/v1/jobs/kill"), 400, "'x' is not a job"),
     (_post(b'{"names": 5}', path="/xce/v1/hosts/reconnect"), 400, "names"),
     (b"GET /xce/v1/jobs/wait?ids=1&timeout=abc HTTP/1.1\r\n\r\n", 400, "timeout must be a number"),
     (b"GET /xce/v1/jobs?ids=%ff HTTP/1.1\r\n\r\n", 400, "not percent-encoded UTF-8"),

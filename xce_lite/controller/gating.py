@@ -212,17 +212,21 @@ class Gating:
 
     def expand_refs(self, values: list) -> list[tuple[str, list[int], bool]]:
         """`42` (a job, or a whole array), `42[7]` (an element) -> (as named, job ids, is a whole array);
-        NotFound for one that names nothing."""
-        expanded = []
+        NotFound for one that names nothing; the first value that is wrong is the one said."""
+        parsed: list[tuple[int, str | None] | errors.XceError] = []
         for value in values:
-            match = _REF.fullmatch(str(value)) if isinstance(value, (int, str)) and not isinstance(value, bool) \
-                else None
-            if match is None:
-                raise errors.SpecError(f"{value!r} is not a job: give its id (42) or an array element (42[7])")
-            job_id, index = int(match[1]), match[2]
-            if job_id >= 1 << 63 or (index is not None and int(index) >= 1 << 63):  # beyond SQLite's integers
-                raise errors.NotFound(f"no such job: {value}")
-            owner = self.store.owner(job_id)
+            try:
+                parsed.append(_parse_ref(value))
+            except errors.XceError as err:
+                parsed.append(err)  # said in its turn: an earlier value may name no job
+                break
+        owners = self.store.owners([p[0] for p in parsed if not isinstance(p, errors.XceError)])  # one read
+        expanded = []
+        for ref in parsed:
+            if isinstance(ref, errors.XceError):
+                raise ref
+            job_id, index = ref
+            owner = owners.get(job_id)
             if owner is None:  # retention may have archived it (controller.keep_finished)
                 raise errors.NotFound(f"no such job: {job_id} (a job that ended more than keep_finished ago "
                                       f"is archived: `xce hist {job_id}` shows it)")
@@ -236,6 +240,17 @@ class Gating:
             else:
                 expanded.append((str(job_id), [job_id], False))
         return expanded
+
+
+def _parse_ref(value: Any) -> tuple[int, str | None]:
+    """A job reference's (job id, element index as written or None); SpecError or NotFound."""
+    match = _REF.fullmatch(str(value)) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    if match is None:
+        raise errors.SpecError(f"{value!r} is not a job: give its id (42) or an array element (42[7])")
+    job_id, index = int(match[1]), match[2]
+    if job_id >= 1 << 63 or (index is not None and int(index) >= 1 << 63):  # beyond SQLite's integers
+        raise errors.NotFound(f"no such job: {value}")
+    return job_id, index
 
 
 def _steps_matching(ref: deps.Ref, steps: dict[str, deps.Target], text: str) -> list[deps.Target]:
