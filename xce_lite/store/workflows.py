@@ -120,7 +120,8 @@ class WorkflowStore:
     def owners(self, job_ids: list[int]) -> dict[int, tuple[str, int | None, int | None]]:
         """`owner` of many jobs in a query per OWNERS_AT_ONCE (those with no such job are left out):
         one query per id cost ~10 us each, 12 ms of a `GET /jobs/wait` on 1,000 ids."""
-        unique, found = list(dict.fromkeys(job_ids)), {}
+        unique = list(dict.fromkeys(job_ids))
+        found: dict[int, tuple[str, int | None, int | None]] = {}
         for at in range(0, len(unique), OWNERS_AT_ONCE):
             part = unique[at:at + OWNERS_AT_ONCE]
             rows = self._reader().execute(
