@@ -37,6 +37,20 @@ def test_an_array_is_stored_once_and_each_element_is_a_job_of_its_own(store: Job
                         "size": 4, "states": {PEND: 4}, "submit_time": T + 1, "project": None}]
 
 
+def test_reads_by_id_take_more_ids_than_sqlite_takes_parameters(store: JobStore):
+    """`xce wait` on four arrays of 10,000 (the largest) names 40,000 ids: one query would bind 40,000
+    parameters, past SQLite's 32,766."""
+    arrays = [store.submit([NewJob(spec(array="[1-10000]"), "q", tuple(range(1, 10_001)))], "alice", T)[0]
+              for _ in range(4)]
+    ids = [i for array_id in arrays for i in store.element_ids(array_id)]
+    assert len(ids) == 40_000
+    assert [j.id for j in store.jobs(ids[::-1] + ids[:5])] == sorted(ids)  # in id order, each once
+    assert [j.id for j in store.jobs(ids, limit=3)] == sorted(ids)[:3]
+    assert store.states_of(ids + [10**9]) == {PEND: 40_000}
+    owners = store.owners(ids)
+    assert len(owners) == 40_000 and owners[ids[-1]] == ("alice", arrays[-1], 10_000)
+
+
 def test_names_resolve_to_the_users_most_recent_job_and_wildcards_to_each_name(store: JobStore):
     old, other, new = store.submit([(spec(name="prep"), "q"), (spec(name="post"), "q"), (spec(name="prep"), "q")],
                                    "alice", T)

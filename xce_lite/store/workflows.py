@@ -20,7 +20,7 @@ from xce_lite.models import FINISHED_STATES, JobSpec
 
 ELEMENT_SPEC = "{}"  # an element's own spec column: its spec is its array's
 _FINISHED = tuple(sorted(FINISHED_STATES))
-OWNERS_AT_ONCE = 10_000  # ids in one query of `owners` (SQLite takes up to 32,766 parameters)
+IDS_AT_ONCE = 10_000  # ids in one `id IN (...)` query (SQLite takes 32,766 parameters at most)
 
 
 @dataclass(frozen=True)
@@ -118,12 +118,12 @@ class WorkflowStore:
         return tuple(row) if row else None
 
     def owners(self, job_ids: list[int]) -> dict[int, tuple[str, int | None, int | None]]:
-        """`owner` of many jobs in a query per OWNERS_AT_ONCE (those with no such job are left out):
+        """`owner` of many jobs in a query per IDS_AT_ONCE (those with no such job are left out):
         one query per id cost ~10 us each, 12 ms of a `GET /jobs/wait` on 1,000 ids."""
         unique = list(dict.fromkeys(job_ids))
         found: dict[int, tuple[str, int | None, int | None]] = {}
-        for at in range(0, len(unique), OWNERS_AT_ONCE):
-            part = unique[at:at + OWNERS_AT_ONCE]
+        for at in range(0, len(unique), IDS_AT_ONCE):
+            part = unique[at:at + IDS_AT_ONCE]
             rows = self._reader().execute(
                 f"SELECT id, user, array_id, array_index FROM jobs WHERE id IN ({', '.join('?' * len(part))})", part)
             found.update((job_id, (user, array_id, index)) for job_id, user, array_id, index in rows)
