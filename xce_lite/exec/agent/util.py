@@ -69,6 +69,14 @@ def is_alive(pid: int, starttime: int | None) -> bool:
     return fields is not None and int(fields[19]) == starttime and fields[0] not in (b"Z", b"X")
 
 
+def child_exited(pid: int) -> bool:
+    """Whether our child `pid` has exited (a zombie, or reaped already), without reaping it."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
 def boot_id() -> str:
     """This boot's random id: a pid and start time recorded in another boot name no process now."""
     with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:

@@ -19,10 +19,9 @@ signals blocked, the job's umask, the spool lock held until its `started` record
 changes; a worker keeps one pid, start time and session across its jobs, one job at a time.
 The zygote holds no fd of the controller's (stdin, stdout) and exits at EOF of its request socket,
 when the agent is gone; supervisors outlive it as they outlive the agent. If the zygote dies first,
-the agent watches the units it had forked (their journal records, their pids) and forks another
-zygote at its next launch (its workers are let go, as its end let them go before: the busy ones
-once their job's result is recorded); a unit whose fork was never answered counts as starting for
-START_GRACE, for its supervisor's `started` record may still come.
+the agent watches the units it had forked (their journal records, their pids) and forks another at
+its next launch (its workers let go, as its end let them go: the busy ones once their result is
+recorded); a unit whose fork was never answered counts as starting for START_GRACE.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from .recorders import JournalRecorder
 from .signals import signal
 from .supervisor import become_supervisor, fork_detached
 from .tree import load_prctl
-from .util import UNITS, boot_id, job_umask
+from .util import UNITS, boot_id, child_exited, job_umask
 
 TYPE_CHECKING = False  # true for mypy only: see shared.py
 if TYPE_CHECKING:
@@ -114,10 +113,9 @@ class Zygote:
         return answers  # type: ignore[return-value]  # every item answered above
 
     def talk(self, request: bytes, forks: int, fds: list[int]) -> list[tuple[int | None, str | None]]:
-        """Write `request` (`fds` passed on its first byte: one per "w" line, in order) and read the
-        answers of its `forks` lines. Its bytes are written as the zygote reads them, its lines
-        read meanwhile: neither waits for the other with a full buffer. OSError as spawn(). poll,
-        not select: a zygote forked anew may get fds above select's 1024."""
+        """Write `request` (`fds` passed on its first byte: one per "w" line, in order) and read the answers
+        of its `forks` lines. Its bytes are written as the zygote reads them, its lines read meanwhile:
+        neither waits for the other with a full buffer. OSError as spawn(). poll: fds may pass 1024."""
         import select
 
         poller = select.poll()
@@ -312,9 +310,11 @@ class ZygoteOps:
         self.workers = Workers(state.lock_fd, slices=True)  # the reused supervisors, talked to without the zygote
 
     def spawn_supervisors(self, items: list[tuple[str, dict, float]]) -> list[tuple[int | None, str | None]]:
-        """(pid, None) or (None, why) for each (unit, spec, start_time), forked by the zygote (a
-        new one if there is none); None for all when there is no zygote to ask (fork them here)."""
+        """(pid, None) or (None, why) for each (unit, spec, start_time), forked by the zygote (a new one if
+        there is none, or it exited); None for all when there is no zygote to ask (fork them here)."""
         s = self.state
+        if s.zygote is not None and child_exited(s.zygote.pid):  # before its SIGCHLD was taken: asked, its
+            self.zygote_lost("it exited")  # broken pipe would leave the whole launch unknown (lost at START_GRACE)
         if s.zygote is None:
             try:
                 s.zygote = start_zygote(s.spool, s.lock_fd)
