@@ -3,7 +3,7 @@
 dispatch, the first start and the 101st end), the steady part (the other ends, as ms per 100 jobs
 and as jobs/s), and the tail (the last end to the wait's reply).
 
-    python bench/phases.py [--kind array|batch|each] [--runs 3] [--jobs 1000]
+    python bench/phases.py [--kind array|batch|each] [--runs 3] [--jobs 1000] [--depth N]
 
 bench/run.py's throughput is 1000 / (POST to the wait's reply); HyperQueue's is timed to its last
 task's own end (bench/hq_floor.py). This splits ours, so that a change is seen where it acts: a
@@ -71,8 +71,12 @@ def main() -> int:
     ap.add_argument("--kind", choices=("array", "batch", "each"), default="array")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--depth", type=int, help="controller.prefill_depth (default: the tree's)")
     args = ap.parse_args()
     c = BenchCluster(slots=2)
+    if args.depth is not None:
+        config = c.home / "xce.yaml"
+        config.write_text(config.read_text().replace("controller:\n", f"controller:\n  prefill_depth: {args.depth}\n"))
     c.start()
     got: dict[str, list[float]] = {}
     try:
