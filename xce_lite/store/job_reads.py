@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 import apsw
 
 from xce_lite.models import FINISHED_STATES, Job, JobSpec
-from xce_lite.store.workflows import ELEMENT_SPEC, IDS_AT_ONCE
+from xce_lite.store.workflows import ELEMENT_SPEC, chunks
 
 _COLUMNS = ("id, user, queue, state, spec, submit_time, attempt, hosts, unit, start_time, end_time, "
             "exit_code, exit_signal, cpu_time, max_rss, reason, pend_reason, alloc, effective, "
@@ -60,13 +60,12 @@ class JobReads:
         reads the rows it dispatches so): SQLite drops a connection's whole page cache when another
         connection has committed since its last read, so the tick's own read connection read every
         page of the path again after each of the tick's commits; the writer's cache outlives them.
-        Past IDS_AT_ONCE ids, a query per part (`xce wait` on four arrays of 10,000 had one of 40,000
-        parameters, which SQLite refuses)."""
-        if ids and len(ids) > IDS_AT_ONCE:
-            unique = list(dict.fromkeys(ids))
-            found = [job for at in range(0, len(unique), IDS_AT_ONCE)
-                     for job in self.jobs(unique[at:at + IDS_AT_ONCE], user, include_finished, None, elements,
-                                          project, writer)]
+        Many ids: a query per chunk (`xce wait` on four arrays of 10,000 had one of 40,000 parameters,
+        which SQLite refuses)."""
+        parts = chunks(list(dict.fromkeys(ids))) if ids else []
+        if len(parts) > 1:
+            found = [job for part in parts for job in self.jobs(part, user=user, include_finished=include_finished,
+                                                                elements=elements, project=project, writer=writer)]
             found.sort(key=lambda job: job.id)
             return found if limit is None else found[:limit]
         where: list[str] = []
@@ -118,9 +117,8 @@ class JobReads:
 
     def states_of(self, ids: Sequence[int]) -> dict[str, int]:
         """State -> how many of the jobs `ids` are in it (each id once; an unknown id is in none)."""
-        unique, counts = list(dict.fromkeys(ids)), Counter[str]()
-        for at in range(0, len(unique), IDS_AT_ONCE):
-            part = unique[at:at + IDS_AT_ONCE]
+        counts = Counter[str]()
+        for part in chunks(list(dict.fromkeys(ids))):
             counts.update(dict(self._reader().execute(
                 f"SELECT state, count(*) FROM jobs WHERE id IN ({', '.join('?' * len(part))}) GROUP BY state", part)))
         return dict(counts)

@@ -20,7 +20,6 @@ from xce_lite.models import FINISHED_STATES, JobSpec
 
 ELEMENT_SPEC = "{}"  # an element's own spec column: its spec is its array's
 _FINISHED = tuple(sorted(FINISHED_STATES))
-IDS_AT_ONCE = 10_000  # ids in one `id IN (...)` query (SQLite takes 32,766 parameters at most)
 
 
 @dataclass(frozen=True)
@@ -118,12 +117,10 @@ class WorkflowStore:
         return tuple(row) if row else None
 
     def owners(self, job_ids: list[int]) -> dict[int, tuple[str, int | None, int | None]]:
-        """`owner` of many jobs in a query per IDS_AT_ONCE (those with no such job are left out):
-        one query per id cost ~10 us each, 12 ms of a `GET /jobs/wait` on 1,000 ids."""
-        unique = list(dict.fromkeys(job_ids))
+        """`owner` of many jobs, a query per chunk (those with no such job are left out): one query
+        per id cost ~10 us each, 12 ms of a `GET /jobs/wait` on 1,000 ids."""
         found: dict[int, tuple[str, int | None, int | None]] = {}
-        for at in range(0, len(unique), IDS_AT_ONCE):
-            part = unique[at:at + IDS_AT_ONCE]
+        for part in chunks(list(dict.fromkeys(job_ids))):
             rows = self._reader().execute(
                 f"SELECT id, user, array_id, array_index FROM jobs WHERE id IN ({', '.join('?' * len(part))})", part)
             found.update((job_id, (user, array_id, index)) for job_id, user, array_id, index in rows)
@@ -143,12 +140,12 @@ class WorkflowStore:
         """(id, is array) -> [(state, exit code, has started, how many)], for deps_eval.group_facts."""
         con = self._reader()
         found: dict[tuple[int, bool], list] = {}
-        for chunk in _chunks(list(job_ids)):
+        for chunk in chunks(list(job_ids)):
             for job_id, state, code, started in con.execute(
                     f"SELECT id, state, exit_code, start_time IS NOT NULL FROM jobs WHERE id IN "
                     f"({', '.join('?' * len(chunk))})", chunk):
                 found[(job_id, False)] = [(state, code, bool(started), 1)]
-        for chunk in _chunks(list(array_ids)):
+        for chunk in chunks(list(array_ids)):
             for array_id, state, code, started, n in con.execute(
                     f"SELECT array_id, state, exit_code, start_time IS NOT NULL, count(*) FROM jobs WHERE array_id "
                     f"IN ({', '.join('?' * len(chunk))}) GROUP BY 1, 2, 3, 4", chunk):
@@ -159,7 +156,7 @@ class WorkflowStore:
         """The jobs someone asked to kill since their last dispatch, each with the kill's reason
         (their failure is not retried, and they are never requeued)."""
         found: dict[int, str] = {}
-        for chunk in _chunks(list(job_ids)):
+        for chunk in chunks(list(job_ids)):
             for job_id, data in self._reader().execute(
                     f"SELECT k.job_id, k.data FROM events k WHERE k.kind = 'kill_requested' AND k.job_id IN "
                     f"({', '.join('?' * len(chunk))}) AND k.seq > (SELECT coalesce(max(d.seq), 0) FROM events d "
@@ -186,7 +183,7 @@ class WorkflowStore:
             ids = [i for (i,) in con.execute(f"SELECT DISTINCT array_id FROM jobs WHERE {' AND '.join(where)} "
                                              f"ORDER BY array_id", args)]
         summaries = []
-        for chunk in _chunks(list(ids)):
+        for chunk in chunks(list(ids)):
             marks = ", ".join("?" * len(chunk))
             counts: dict[int, dict[str, int]] = {}
             queues: dict[int, str] = {}
@@ -230,6 +227,6 @@ def kill_reason(data: str | None) -> str:
     return fields.get("reason") or f"killed by {fields.get('by', 'someone')}"
 
 
-def _chunks(values: list[int], size: int = 500) -> list[list[int]]:
-    """SQLite limits the variables of one statement: ask in chunks."""
+def chunks(values: list[int], size: int = 500) -> list[list[int]]:
+    """SQLite limits the variables of one statement (32,766): ask in chunks."""
     return [values[i:i + size] for i in range(0, len(values), size)]
