@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster import BenchCluster, wait_done, wait_idle, warm
+from cpu_per_job import submit
 
 HEAD = 100  # ends that make the head
 
@@ -49,10 +50,8 @@ def one_run(c: BenchCluster, kind: str, n: int) -> dict[str, float]:
     t0 = time.time()
     if kind == "each":
         ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(n)]
-    elif kind == "batch":
-        ids = client.post("/jobs", {"jobs": [spec] * n})["ids"]
-    else:
-        ids = client.post("/jobs", {"jobs": [dict(spec, name="bench", array=f"1-{n}")]})["ids"]
+    else:  # one batch POST, or one n-element array (as bench/run.py's lines)
+        ids = submit(client, spec, n, kind == "array")
     wait_done(client, ids, time.monotonic() + 300)
     t_reply = time.time()
     dispatched, started, ended = stamps(c.home / "xce.db", t0 - 0.001)
