@@ -94,26 +94,28 @@ def test_zygote_dead_before_it_answered_a_fork(hosts, spool, tmp_path):
 
 
 def test_a_launch_that_comes_before_the_agent_heard_its_zygote_died_goes_to_a_new_zygote(hosts, spool, tmp_path):
-    """The agent stopped, its zygote killed -9 (a zombie the agent has not reaped), a launch written
-    to the agent, the agent let go: it reads the launch before its SIGCHLD, sees the zygote exited and
-    forks another, so every unit runs (observed: a broken pipe at the dead zygote made the whole launch
-    "supervisor lost: it never recorded its start" 10 s later, though none had reached it)."""
+    """Twice in a row: the agent stopped, its zygote killed -9 (a zombie the agent has not reaped), a
+    launch written to the agent, the agent let go: it reads the launch before its SIGCHLD, sees the
+    zygote exited and forks another, so every unit runs (observed: a broken pipe at the dead zygote
+    made the whole launch "supervisor lost: it never recorded its start" 10 s later, though none had
+    reached it). The second round's zygote is the one the first launch made."""
     host, events = hosts(mode="plain")
-    zygote = zygote_of(host)
-    os.kill(host.agent_pid, signal.SIGSTOP)
-    try:
-        os.kill(zygote, signal.SIGKILL)
-        wait_until(lambda: proc_field(zygote, 0) == "Z", 10, "the killed zygote to be a zombie")
-        units = [f"u{i}" for i in range(3)]
-        for unit in units:
-            (tmp_path / f"go-{unit}").touch()
-        host.launch_nowait([waiter(tmp_path, unit, 30 + i) for i, unit in enumerate(units)])
-    finally:
-        os.kill(host.agent_pid, signal.SIGCONT)
-    got = finished(events, *units)
-    assert [(got[u].result.exit_code, got[u].result.reason) for u in units] == [(30, None), (31, None), (32, None)]
-    wait_until(lambda: proc_field(zygote, 0) is None, 10, "the dead zygote to be reaped by the agent")
-    assert zygote_of(host) != zygote
+    for round_ in (1, 2):
+        zygote = zygote_of(host)
+        os.kill(host.agent_pid, signal.SIGSTOP)
+        try:
+            os.kill(zygote, signal.SIGKILL)
+            wait_until(lambda z=zygote: proc_field(z, 0) == "Z", 10, "the killed zygote to be a zombie")
+            units = [f"r{round_}u{i}" for i in range(3)]
+            for unit in units:
+                (tmp_path / f"go-{unit}").touch()
+            host.launch_nowait([waiter(tmp_path, unit, 30 + i) for i, unit in enumerate(units)])
+        finally:
+            os.kill(host.agent_pid, signal.SIGCONT)
+        got = finished(events, *units)
+        assert [(got[u].result.exit_code, got[u].result.reason) for u in units] == [(30, None), (31, None), (32, None)]
+        wait_until(lambda z=zygote: proc_field(z, 0) is None, 10, "the dead zygote to be reaped by the agent")
+        assert zygote_of(host) != zygote
 
 
 def test_an_idle_worker_takes_a_job_and_reports_its_end_without_the_zygote_then_the_zygote_dies_mid_job(

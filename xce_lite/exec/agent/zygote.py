@@ -313,8 +313,8 @@ class ZygoteOps:
         """(pid, None) or (None, why) for each (unit, spec, start_time), forked by the zygote (a new one if
         there is none, or it exited); None for all when there is no zygote to ask (fork them here)."""
         s = self.state
-        if s.zygote is not None and child_exited(s.zygote.pid):  # before its SIGCHLD was taken: asked, its
-            self.zygote_lost("it exited")  # broken pipe would leave the whole launch unknown (lost at START_GRACE)
+        if s.zygote is not None and child_exited(s.zygote.pid):  # its SIGCHLD not taken yet: asked, its broken
+            self.zygote_lost("it exited")  # pipe would make the whole launch unknown (lost at START_GRACE)
         if s.zygote is None:
             try:
                 s.zygote = start_zygote(s.spool, s.lock_fd)
