@@ -53,9 +53,10 @@ class JobReads:
 
     def jobs(self, ids: Sequence[int] | None = None, user: str | None = None,
              include_finished: bool = False, limit: int | None = None, elements: bool = True,
-             project: str | None = None, writer: bool = False) -> list[Job]:
+             project: str | None = None, writer: bool = False, states: Sequence[str] = ()) -> list[Job]:
         """Jobs by id, or a user's (unfinished unless `include_finished`); `elements` False leaves
-        out array elements (the listing shows their arrays instead); `project`: of that project only.
+        out array elements (the listing shows their arrays instead); `project`: of that project only;
+        `states`: in one of these only.
         `writer`: read through the writer connection, under the write lock (the controller's tick
         reads the rows it dispatches so): SQLite drops a connection's whole page cache when another
         connection has committed since its last read, so the tick's own read connection read every
@@ -65,7 +66,8 @@ class JobReads:
         parts = chunks(list(dict.fromkeys(ids))) if ids else []
         if len(parts) > 1:
             found = [job for part in parts for job in self.jobs(part, user=user, include_finished=include_finished,
-                                                                elements=elements, project=project, writer=writer)]
+                                                                elements=elements, project=project, writer=writer,
+                                                                states=states)]
             found.sort(key=lambda job: job.id)
             return found if limit is None else found[:limit]
         where: list[str] = []
@@ -83,6 +85,9 @@ class JobReads:
             where.append(UNFINISHED)
         if not elements:
             where.append("array_id IS NULL")
+        if states:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args.extend(states)
         sql = f"SELECT {_COLUMNS} FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -115,12 +120,14 @@ class JobReads:
                                       (job_id,))
         return [(time, kind, json.loads(data) if data else None) for time, kind, data in rows]
 
-    def states_of(self, ids: Sequence[int]) -> dict[str, int]:
-        """State -> how many of the jobs `ids` are in it (each id once; an unknown id is in none)."""
-        counts = Counter[str]()
+    def states_of(self, ids: Sequence[int]) -> dict[tuple[int | None, str], int]:
+        """(array id, or None for a job of its own; state) -> how many of the jobs `ids` are there
+        (each id once; an unknown id is in none)."""
+        counts = Counter[tuple[int | None, str]]()
         for part in chunks(list(dict.fromkeys(ids))):
-            counts.update(dict(self._reader().execute(
-                f"SELECT state, count(*) FROM jobs WHERE id IN ({', '.join('?' * len(part))}) GROUP BY state", part)))
+            counts.update({(array_id, state): n for array_id, state, n in self._reader().execute(
+                f"SELECT array_id, state, count(*) FROM jobs WHERE id IN ({', '.join('?' * len(part))}) "
+                "GROUP BY array_id, state", part)})
         return dict(counts)
 
     def counts_by_queue(self) -> dict[tuple[str, str], int]:

@@ -30,6 +30,7 @@ from xce_lite.controller.pool_views import PoolViews
 from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.shared import Access, Handler
 from xce_lite.controller.state import ControllerState
+from xce_lite.controller.handlers.wait_brief import brief_lists, brief_reply
 from xce_lite.controller.wait_ended import wait_ended
 from xce_lite.home.paths import Home
 from xce_lite.models import DISP, DONE, EXIT, PEND, PENDING_STATES, Job
@@ -165,7 +166,8 @@ class JobViews:
     def api_wait(self, caller: Caller, query: dict, body: Any) -> dict:
         """Block until every job named has finished, or `timeout` seconds; long-poll for `xce wait`.
         With `brief=1` the reply counts the jobs per state instead of listing them (`xce wait -q`):
-        the records of a 1,000-element array took ~70 ms to read, encode and send."""
+        the records of a 1,000-element array took ~70 ms to read, encode and send (wait_brief.py:
+        what else such a reply may list)."""
         refs = self.gating.expand_refs([part for part in query.get("ids", "").split(",") if part.strip()])
         ids = [i for _label, job_ids, _whole in refs for i in job_ids]
         if not ids:
@@ -176,15 +178,14 @@ class JobViews:
             raise errors.SpecError(f"timeout must be a number of seconds, not {query.get('timeout')!r}") from None
         if timeout != timeout:  # NaN
             raise errors.SpecError("timeout must be a number of seconds, not NaN")
+        listed, singles = brief_lists(query)
         deadline = time.monotonic() + timeout
         with self.state.mu:
             state, gate = self.state, self.gating.gate
             wait_ended(state.finished, ids, lambda i: i in state.pending or i in gate or i in state.held
                        or i in state.active, deadline, state.waited)  # linear in the ids (wait_ended.py)
         if _flag(query, "brief"):
-            states = self.store.states_of(ids)
-            ended = states.get(DONE, 0) + states.get(EXIT, 0)
-            return {"schema": 1, "finished": ended == sum(states.values()), "states": states}
+            return brief_reply(self.store, self.to_wire, ids, listed, singles)
         jobs = self.store.jobs(ids)
         finished = all(j.state in (DONE, EXIT) for j in jobs)
         return {"schema": 1, "finished": finished, "jobs": self.to_wire(jobs)}
