@@ -80,33 +80,55 @@ def _hq_importable(python: Path) -> bool:
     return r.returncode == 0
 
 
-def bench_hq(rep: Report, runs: int, n: int, venv: Path, allow_install: bool) -> None:
-    section(f"6b. floor: HyperQueue LocalCluster (1 worker, 2 cores), {n} tasks, {runs} runs")
-    python, how = hq_python(venv, allow_install)
-    print(f"    {how}")
-    if python is None:
-        rep.note("HyperQueue", f"skipped: {how}")
-        rep.why_not["hq"] = how
+class HyperQueue:
+    """HyperQueue's runs (bench/hq_floor.py in its venv, each on a fresh LocalCluster), kept as they
+    come: run.py has one made after each round of its own throughput runs, so that both see the same
+    hour of a shared machine (a block of HQ runs minutes later paired two different loads)."""
+
+    def __init__(self, venv: Path, allow_install: bool):
+        self.python, self.how = hq_python(venv, allow_install)
+        self.results: list[dict] = []
+        self.trouble: str | None = None  # why a run gave no result, if one did not
+
+    def run(self, runs: int, n: int) -> None:
+        """`runs` more runs of `n` tasks, in one process of the HQ venv."""
+        if self.python is None:
+            return
+        tmp = tempfile.mkdtemp(prefix="xbhq-", dir="/tmp")  # HQ leaves sockets in $TMPDIR: keep them here
+        proc = subprocess.Popen([str(self.python), str(HERE / "hq_floor.py"), str(runs), str(n)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, TMPDIR=tmp))
+        try:
+            out, err = proc.communicate(timeout=60 + 40 * runs)
+        except subprocess.TimeoutExpired:
+            _kill_with_children(proc.pid)
+            out, err = proc.communicate()
+            self.trouble = "timed out; its process was killed (by PID)"
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        got = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        if not got:
+            self.trouble = f"no result (exit {proc.returncode}): {err.strip()[-300:]}"
+        self.results += got
+
+
+def bench_hq(rep: Report, runs: int, n: int, hq: HyperQueue) -> None:
+    """HyperQueue's figures: of the runs `hq` made already (interleaved with ours), else `runs` now."""
+    interleaved = bool(hq.results)
+    section(f"6b. floor: HyperQueue LocalCluster (1 worker, 2 cores), {n} tasks, "
+            + (f"{len(hq.results)} runs, one after each round of section 1-2" if interleaved else f"{runs} runs"))
+    print(f"    {hq.how}")
+    if hq.python is None:
+        rep.note("HyperQueue", f"skipped: {hq.how}")
+        rep.why_not["hq"] = hq.how
         return
-    tmp = tempfile.mkdtemp(prefix="xbhq-", dir="/tmp")  # HQ leaves sockets in $TMPDIR: keep them here
-    proc = subprocess.Popen([str(python), str(HERE / "hq_floor.py"), str(runs), str(n)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, TMPDIR=tmp))
-    try:
-        out, err = proc.communicate(timeout=60 + 40 * runs)
-    except subprocess.TimeoutExpired:
-        _kill_with_children(proc.pid)
-        out, err = proc.communicate()
-        rep.note("HyperQueue", "timed out; its process was killed (by PID)")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    results = []
-    for line in out.splitlines():
-        if line.startswith("{"):
-            results.append(json.loads(line))
+    if not interleaved:
+        hq.run(runs, n)
+    if hq.trouble:
+        rep.note("HyperQueue", hq.trouble)
+    results = hq.results
     if not results:
-        rep.note("HyperQueue", f"no result (exit {proc.returncode}): {err.strip()[-300:]}")
-        rep.why_not["hq"] = f"HyperQueue gave no result (exit {proc.returncode})"
+        rep.why_not["hq"] = "HyperQueue gave no result"
         return
     rep.add(f"HQ {n}-task array job: submit", "s", [r["array_submit"] for r in results],
             peers="performance.md: 21.7 ms")

@@ -15,7 +15,7 @@ Sections (see bench/README.md for what each figure means):
               sleepers killed, the rate of the first 200 jobs with that backlog behind them; --rss-runs
               times (3), each on a fresh controller, medians
   floors      `seq 1000 | xargs -P2 -n1 true`, one fdatasync on the temp dir's disk, and HyperQueue's
-              LocalCluster (from a separate venv)
+              LocalCluster (from a separate venv): with throughput, one HQ run after each of its rounds
   remote      bench/remote.py: the same jobs on local, plain ssh and systemd ssh test hosts (same slots
               in total) and a bare systemd-run loop on those hosts, interleaved; needs root and boots
               test hosts (skipped, with the reason printed, where it cannot run)
@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE))
 
 from cluster import BenchCluster, is_agent, machine_busy_seconds, proc_status, pss, wait_done, wait_idle
 from cli_start import bench_cli
-from floors import bench_fsync, bench_hq, bench_xargs
+from floors import HyperQueue, bench_fsync, bench_hq, bench_xargs
 from remote import bench_remote
 from report import KINDS, Report, goals, section
 from stats import summary, table
@@ -83,8 +83,10 @@ def run_throughput_once(c: BenchCluster, n: int, kind: str) -> dict:
     return {"ok": True, "submit": t_sub - t0, "wall": t_done - t0, "done": done, "cpu": cpu}
 
 
-def bench_throughput(rep: Report, c: BenchCluster, runs: int, n: int) -> None:
-    section(f"1-2. throughput: {n} x `true`, 2 slots, {runs} runs of each kind (interleaved)")
+def bench_throughput(rep: Report, c: BenchCluster, runs: int, n: int, hq: HyperQueue | None = None) -> None:
+    """`runs` rounds of the three kinds; with `hq`, one HyperQueue run after each round (floors.py)."""
+    section(f"1-2. throughput: {n} x `true`, 2 slots, {runs} runs of each kind (interleaved"
+            + (", and a HyperQueue run after each round)" if hq is not None else ")"))
     client = c.client()
     wait_done(client, client.post("/jobs", {"jobs": [c.spec(["true"])] * 10})["ids"], time.monotonic() + 60)
     wait_idle(c)
@@ -97,6 +99,13 @@ def bench_throughput(rep: Report, c: BenchCluster, runs: int, n: int) -> None:
             res[kind].append(out)
             print(f"    run {r + 1} {KINDS[kind]}: submit {out['submit']:.3f} s, all done {out['wall']:.2f} s, "
                   f"{out['done']}/{n} DONE, machine CPU {1000 * out['cpu']:.1f} ms/job", flush=True)
+            wait_idle(c)
+        if hq is not None:
+            hq.run(1, n)
+            if hq.results:
+                last = hq.results[-1]
+                print(f"    run {r + 1} HyperQueue: {n / last['jobs_wall']:.0f} one-task jobs/s, "
+                      f"{n / last['array_wall']:.0f} array tasks/s", flush=True)
             wait_idle(c)
     for kind, how in KINDS.items():
         label = f"{n} jobs, {how}" if kind != "array" else f"{n}-element array, {how}"
@@ -325,12 +334,13 @@ def main() -> int:
         pass
     print(f"prefill: {args.prefill} (xce.yaml's controller.prefill; the default is on)")
     rep = Report()
+    hq = None if args.no_hq or "floors" not in only else HyperQueue(Path(args.hq_venv), not args.no_hq_install)
     if only & {"throughput", "latency", "cli"}:
         c = BenchCluster(slots=2, prefill=PREFILL[args.prefill])
         try:
             c.start()
             if "throughput" in only:
-                bench_throughput(rep, c, args.runs, args.jobs)
+                bench_throughput(rep, c, args.runs, args.jobs, hq)
             if "latency" in only:
                 bench_latency(rep, c, args.latency_samples)
             if "cli" in only:
@@ -342,8 +352,8 @@ def main() -> int:
     if "floors" in only:
         bench_xargs(rep, args.runs, args.jobs)
         bench_fsync(rep, args.runs)
-        if not args.no_hq:
-            bench_hq(rep, args.runs, args.jobs, Path(args.hq_venv), not args.no_hq_install)
+        if hq is not None:
+            bench_hq(rep, args.runs, args.jobs, hq)
     if "remote" in only:
         bench_remote(rep, args.runs, args.jobs, 2)
     print(f"\n== summary (medians; {time.perf_counter() - started:.0f} s in all)")
