@@ -11,7 +11,7 @@ import threading
 
 
 from tests.support.agent_local import WAIT_JOB, children, finished, journal, journal_result, zygote_of
-from tests.support.procs import proc_field
+from tests.support.procs import proc_field, queued_on_sockets
 from tests.support.waiting import wait_until
 from xce_lite.exec.host import LaunchRequest, UnitFinished
 
@@ -77,7 +77,10 @@ def test_zygote_dead_before_it_answered_a_fork(hosts, spool, tmp_path):
         replies = []
         sender = threading.Thread(target=lambda: replies.extend(host.launch([waiter(tmp_path, "unborn")])))
         sender.start()
-        wait_until(lambda: "unborn" in journal(spool), 10, "the launch to be recorded")
+        # in the zygote's socket, not only recorded: the agent looks at its zygote just before it
+        # writes, and one killed before that is replaced, the launch run (the next test's case)
+        wait_until(lambda: queued_on_sockets(zygote) > 0, 10, "the launch to be written to the stopped zygote")
+        assert "unborn" in journal(spool)
     finally:
         os.kill(zygote, signal.SIGKILL)
     sender.join(30)
