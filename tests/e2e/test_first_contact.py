@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import Cluster
-from xce_lite import errors
 from tests.support.waiting import wait_until
+from xce_lite import errors
 from xce_lite.api.client import Client
 
 

@@ -1,6 +1,6 @@
 """This machine's processes as /proc shows them, read without psutil: a field of a process's stat
-line, and whether a process is done (a zombie, or gone). The pids must be this machine's; a test
-host's own pids are read inside the host (agent_hosts.host_proc_state).
+line, whether a process is done (a zombie, or gone), and what waits unread on its sockets. The pids
+must be this machine's; a test host's own pids are read inside the host (agent_hosts.host_proc_state).
 """
 
 from __future__ import annotations

@@ -25,12 +25,12 @@ from xce_lite.config.merge_view import describe
 from xce_lite.config.sched_view import effective
 from xce_lite.controller.faults import Faults
 from xce_lite.controller.gating import Gating
+from xce_lite.controller.handlers.wait_brief import brief_lists, brief_reply
 from xce_lite.controller.host_trouble import HostTrouble
 from xce_lite.controller.pool_views import PoolViews
 from xce_lite.controller.projects import ProjectShares
 from xce_lite.controller.shared import Access, Handler
 from xce_lite.controller.state import ControllerState
-from xce_lite.controller.handlers.wait_brief import brief_lists, brief_reply
 from xce_lite.controller.wait_ended import wait_ended
 from xce_lite.home.paths import Home
 from xce_lite.models import DISP, DONE, EXIT, PEND, PENDING_STATES, Job
