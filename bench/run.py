@@ -101,8 +101,9 @@ def bench_throughput(rep: Report, c: BenchCluster, runs: int, n: int, hq: HyperQ
                   f"{out['done']}/{n} DONE, machine CPU {1000 * out['cpu']:.1f} ms/job", flush=True)
             wait_idle(c)
         if hq is not None:
+            before = len(hq.results)
             hq.run(1, n)
-            if hq.results:
+            if len(hq.results) > before:  # else its trouble is noted with its figures
                 last = hq.results[-1]
                 print(f"    run {r + 1} HyperQueue: {n / last['jobs_wall']:.0f} one-task jobs/s, "
                       f"{n / last['array_wall']:.0f} array tasks/s", flush=True)
