@@ -136,7 +136,8 @@ def bench_hq(rep: Report, runs: int, n: int, hq: HyperQueue) -> None:
             peers="performance.md: 164 tasks/s", key="hq_array")
     rep.add(f"HQ {n}-task array job: all done as its client's wait says (polls every 1 s)", "s",
             [r["array_polled"] for r in results])
-    rep.add(f"HQ {n}-task array job: machine CPU per task", "ms", [1000 * r["array_cpu"] for r in results])
+    rep.add(f"HQ {n}-task array job: machine CPU per task", "ms", [1000 * r["array_cpu"] for r in results],
+            key="hq_array_cpu")
     rep.add(f"HQ {n} one-task jobs: submit phase", "s", [r["jobs_submit"] for r in results],
             peers="performance.md: 0.64 s")
     rep.add(f"HQ {n} one-task jobs: throughput", "jobs/s", [n / r["jobs_wall"] for r in results],

@@ -4,6 +4,7 @@ at the end; `goals` judges each goal of issue 18 on them (met / MISSED, or why t
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -128,6 +129,12 @@ def goals(rep: Report, only: set[str], hq: bool) -> list[tuple[str, str, str]]:
             if f"tput_{kind}" in f:
                 rows.append((f"(beside: {KINDS[kind]} / xargs -P2, no goal)",
                              f"{f[f'tput_{kind}'] / f['tput_xargs']:.2f}x", ""))
+    if f.get("hq_array") and f.get("cpu_array"):
+        # every CPU busy all the time: the most machine CPU per job that 1.5x HQ's array rate leaves
+        budget = 1000.0 * (os.cpu_count() or 1) / (1.5 * f["hq_array"])
+        own = f" (HQ's own {f['hq_array_cpu']:.2f})" if f.get("hq_array_cpu") else ""
+        rows.append(("(beside: machine CPU per job 1.5x HQ's array allows, every CPU busy / this run's array)",
+                     f"{budget:.2f} ms / {f['cpu_array']:.2f} ms{own}", ""))
     if f.get("fsync") and f.get("hq_jobs"):
         ceiling = 1.0 / f["fsync"]  # one POST after another, each waits for at least this one sync
         rows.append(("(beside: one-POST ceiling at one fdatasync per POST and no CPU, / HQ one-task)",
