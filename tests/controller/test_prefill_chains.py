@@ -169,10 +169,10 @@ def test_a_restart_finds_a_killed_middles_follower_behind_the_unit_before_it():
     assert behind == {3: 2}
 
 
-def test_the_depth_is_one_or_more_and_five_by_default():
+def test_the_depth_is_one_or_more_and_eight_by_default():
     config = {"cluster": "c", "hosts": [{"name": "h1", "slots": 1, "mem": "1G"}],
               "queues": [{"name": "normal", "default": True}]}
-    assert ClusterConfig.model_validate(config).controller.prefill_depth == 5
+    assert ClusterConfig.model_validate(config).controller.prefill_depth == 8
     for wrong in (0, -1, 9, "deep"):
         with pytest.raises(ValidationError):
             ClusterConfig.model_validate({**config, "controller": {"prefill_depth": wrong}})

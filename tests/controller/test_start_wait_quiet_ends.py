@@ -12,7 +12,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 from xce_lite.controller import sleeping
-from xce_lite.controller.quiet_ends import KEEP, QuietEnds
+from xce_lite.controller.quiet_ends import KEEP, KEEP_BACKLOG, QuietEnds
 from xce_lite.controller.seams import FakeClock, WakingQueue
 from xce_lite.controller.start_wait import END_WAIT, StartWaits
 from xce_lite.exec.host import JobResult, LaunchReply, UnitFinished, UnitsLaunched, UnitUnqueued
@@ -24,11 +24,13 @@ def _job(job_id: int) -> SimpleNamespace:
     return SimpleNamespace(units=(f"u{job_id}",), ending=False, killed=None, withdrawing=False)
 
 
-def chain(jobs: int = 3) -> tuple[QuietEnds, FakeClock]:
+def chain(jobs: int = 3, pending: int = 0) -> tuple[QuietEnds, FakeClock]:
     """What QuietEnds reads of the controller's state (state.py): job 1 runs, 2 behind it, 3 behind 2
-    (`jobs` 2: nothing behind 2, so 1's end leaves none queued)."""
+    (`jobs` 2: nothing behind 2, so 1's end leaves none queued; more: a longer chain), and `pending`
+    jobs pending with the controller."""
     state = SimpleNamespace(mu=threading.RLock(), active={i: _job(i) for i in range(1, jobs + 1)},
-                            behind={i: i - 1 for i in range(2, jobs + 1)}, waited=Counter(), wake=threading.Event())
+                            behind={i: i - 1 for i in range(2, jobs + 1)}, waited=Counter(), wake=threading.Event(),
+                            pending=list(range(100, 100 + pending)))
     clock = FakeClock(10.0)
     ends = QuietEnds(state, clock)
     with state.mu:
@@ -51,6 +53,22 @@ def test_an_end_and_its_successors_start_are_quiet_while_a_job_stays_queued_behi
         assert not ends(UnitUnqueued("h1", "u2", status, None, "x"))
     assert not ends(UnitFinished("h1", "u9", RESULT))  # a unit it does not know
     assert ends(UnitsLaunched("h1", (LaunchReply("u3", "queued", None),)))  # launch replies, as before
+
+
+def test_with_a_backlog_the_end_that_leaves_fewer_than_keep_backlog_queued_wakes_the_tick():
+    """More jobs pend than wait queued on hosts: a refill has jobs to add, and it takes a tick, so
+    the end that leaves fewer than KEEP_BACKLOG queued wakes it, while the host still has some in
+    hand. Without a backlog, as many queued would let the ends wait (KEEP)."""
+    assert KEEP_BACKLOG == 3
+    # 1 runs; 2..6 queued behind it: 1's end leaves 3, 4, 5, 6 behind 2 (quiet); 2's end leaves 3 (3
+    # behind 3); 3's end leaves 2 behind 4: the refill is asked for then
+    ends, _clock = chain(jobs=6, pending=6)  # 6 pend, 5 queued on the host: a backlog
+    assert ends.ending == {"u1": 1, "u2": 2} and ends.starting == {"u2": 2, "u3": 3}
+    assert ends(UnitFinished("h1", "u1", RESULT)) and ends(UnitFinished("h1", "u2", RESULT))
+    assert not ends(UnitFinished("h1", "u3", RESULT))
+    ends, _clock = chain(jobs=6, pending=5)  # no more pending than queued: no backlog, KEEP as before
+    assert ends.ending == {"u1": 1, "u2": 2, "u3": 3, "u4": 4}
+    assert ends(UnitFinished("h1", "u3", RESULT)) and not ends(UnitFinished("h1", "u5", RESULT))
 
 
 def test_never_quiet_where_someone_needs_the_end_at_once():

@@ -287,7 +287,7 @@ def test_an_array_with_a_queued_element_is_held_whole_and_runs_each_element_once
         c.ok("release", str(array))
         for element in range(array, array + 3):
             c.wait_state(element, {"DONE"})
-        # the queued ones requeued once: one session names a whole chain, here all three (prefill_depth 5 by default)
+        # the queued ones requeued once: one session names a whole chain, here all three (prefill_depth 8 by default)
         assert [runs(c, f"e{i}") for i in (1, 2, 3)] == [["2"], ["2"], ["2"]]
 
 

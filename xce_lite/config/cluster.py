@@ -116,12 +116,13 @@ class ControllerConfig(StrictModel):
     # job keeps the pend reason a dispatch would give it (the resource, the limit), and `xce why`
     # and `xce jobs -l` say where it waits as well (README, "Prefill").
     prefill: bool = True
-    # How deep a host's queue behind one running job may be: 5 (the default) queues jobs behind
+    # How deep a host's queue behind one running job may be: 8 (the default) queues jobs behind
     # queued ones too, so that a host has the next jobs in hand when one ends, and the controller,
-    # woken only when a chain runs short (controller/quiet_ends.py), refills it once per few jobs
-    # (bench/README, "wake6": ~0.36 ticks per job against 0.52 at 2; "Session 14's merge": 5 against
-    # 3, one POST and array +3-16%); 1 = one job per running job.
-    prefill_depth: int = Field(default=5, ge=1, le=8)
+    # woken only when a chain runs short (controller/quiet_ends.py: with a backlog, fewer than 3
+    # left), refills it once per several jobs (bench/README, "wake6": ~0.36 ticks per job against
+    # 0.52 at 2; "Session 14's merge": 5 against 3, one POST and array +3-16%; "Session 20": 8 with
+    # the earlier refill against 5, +7-9%); 1 = one job per running job.
+    prefill_depth: int = Field(default=8, ge=1, le=8)
 
     @model_validator(mode="after")
     def _archive_outlives_live(self) -> ControllerConfig:

@@ -6,6 +6,11 @@ deciding until the chain runs short. So a unit's end, and its queued successor's
 host's `unqueued` "started", which travels with it), wait in the event queue for the next tick while,
 after the end, at least KEEP jobs stay queued behind the one that starts; the end that leaves fewer
 wakes the tick, which collects them all and fills the chain again (one session names a whole chain).
+While more jobs pend than wait queued on hosts (a backlog: a refill has jobs to add), the bound is
+KEEP_BACKLOG: the refill takes a tick (~2-4 ms from the waking end to the launch on the host), and
+with one job left queued a host running short jobs ran dry first (~15% of a 1,000-element array's
+starts waited ~3.5 ms for it, bench/README "Session 20"); without a backlog a refill has nothing to
+add, and an early tick would only cost CPU (the one-POST stream).
 
 Invariants:
 - bounded: a quiet event waits END_WAIT at most. The first one since the tick's last `collect` is
@@ -43,6 +48,7 @@ from xce_lite.controller.start_wait import END_WAIT, quiet_launch
 from xce_lite.exec.host import UnitFinished, UnitUnqueued
 
 KEEP = 1  # jobs that must stay queued behind the one that starts for an end to be quiet
+KEEP_BACKLOG = 3  # the same while more jobs pend than wait queued on hosts (module docstring)
 
 
 class QuietEnds:
@@ -137,13 +143,14 @@ class QuietEnds:
             self._decide_deferred()
             return
         follower = {pred: job_id for job_id, pred in behind.items()}
+        keep = KEEP_BACKLOG if len(state.pending) > len(behind) else KEEP
         ending: dict[str, int] = {}
         starting: dict[str, int] = {}
         for job_id, pred in behind.items():
             queued, link = 0, job_id
-            while queued < KEEP and (link := follower.get(link)) is not None:
+            while queued < keep and (link := follower.get(link)) is not None:
                 queued += 1
-            if queued < KEEP:
+            if queued < keep:
                 continue
             for one, quiet in ((pred, ending), (job_id, starting)):  # its end, and its successor's start
                 job = state.active.get(one)
