@@ -60,8 +60,8 @@ def test_with_a_backlog_the_end_that_leaves_fewer_than_keep_backlog_queued_wakes
     the end that leaves fewer than KEEP_BACKLOG queued wakes it, while the host still has some in
     hand. Without a backlog, as many queued would let the ends wait (KEEP)."""
     assert KEEP_BACKLOG == 3
-    # 1 runs; 2..6 queued behind it: 1's end leaves 3, 4, 5, 6 behind 2 (quiet); 2's end leaves 3 (3
-    # behind 3); 3's end leaves 2 behind 4: the refill is asked for then
+    # 1 runs, 2..6 queued behind it: 1's end starts 2 with 3, 4, 5 and 6 behind it (quiet); 2's end starts
+    # 3 with three behind (quiet); 3's end starts 4 with two behind, fewer than 3: it wakes the tick
     ends, _clock = chain(jobs=6, pending=6)  # 6 pend, 5 queued on the host: a backlog
     assert ends.ending == {"u1": 1, "u2": 2} and ends.starting == {"u2": 2, "u3": 3}
     assert ends(UnitFinished("h1", "u1", RESULT)) and ends(UnitFinished("h1", "u2", RESULT))

@@ -121,7 +121,7 @@ class ControllerConfig(StrictModel):
     # woken only when a chain runs short (controller/quiet_ends.py: with a backlog, fewer than 3
     # left), refills it once per several jobs (bench/README, "wake6": ~0.36 ticks per job against
     # 0.52 at 2; "Session 14's merge": 5 against 3, one POST and array +3-16%; "Session 20": 8 with
-    # the earlier refill against 5, +7-9%); 1 = one job per running job.
+    # the earlier refill against 5, +2-10% in two A/Bs); 1 = one job per running job.
     prefill_depth: int = Field(default=8, ge=1, le=8)
 
     @model_validator(mode="after")
