@@ -2,7 +2,7 @@
 """How often a queued successor (prefill) starts late behind its predecessor: the host's chain ran
 dry before the controller's refill landed (session 20).
 
-    python bench/chain_gaps.py [--runs 2] [--jobs 1000] [--kind array|batch] [--depth N] [--long 0.002]
+    python bench/chain_gaps.py [--runs 2] [--jobs 1000] [--kind array|batch|each] [--depth N] [--long 0.002]
 
 A throw-away cluster (bench/cluster.py, one local host of 2 slots; --depth writes xce.yaml's
 controller.prefill_depth), warmed. Per run, from the store's own stamps: for each job dispatched as a
@@ -62,7 +62,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--kind", choices=("array", "batch"), default="array")
+    parser.add_argument("--kind", choices=("array", "batch", "each"), default="array", help="each: one POST a job")
     parser.add_argument("--depth", type=int, default=None)
     parser.add_argument("--long", type=float, default=0.002, help="seconds: a longer gap is a late start")
     args = parser.parse_args()
@@ -80,7 +80,11 @@ def main() -> int:
             ticks0 = client.get("/metrics")["registry"]["histograms"].get("tick", {}).get("count", 0)
             cpu0 = sum(controller.cpu_times()[:2])
             since, t0 = time.time() - 0.001, time.perf_counter()
-            ids = submit(client, c.spec(["true"]), args.jobs, args.kind == "array")
+            spec = c.spec(["true"])
+            if args.kind == "each":
+                ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(args.jobs)]
+            else:
+                ids = submit(client, spec, args.jobs, args.kind == "array")
             wait_done(client, ids, time.monotonic() + 300)
             wall = time.perf_counter() - t0
             ticks = client.get("/metrics")["registry"]["histograms"].get("tick", {}).get("count", 0) - ticks0
