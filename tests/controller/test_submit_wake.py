@@ -198,3 +198,32 @@ def test_a_submit_deferred_while_the_controller_sleeps_a_long_tick_has_its_reaso
         wait_until(lambda: c.job(deferred)["pend_reason"], 20, "the deferred job's reason (the tick is 60 s)")
     finally:
         c.close()
+
+
+def test_a_stream_of_submits_shares_a_tick_and_a_lone_submit_wakes_it_at_once():
+    """A submit that wakes the tick within STREAM_GAP of the one before is a stream's: the woken
+    tick first waits GATHER (sleeping.py), so the next submits share its session; a lone one wakes
+    it with no wait, and a tick that takes the submits ends the stream's mark."""
+    import math
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from xce_lite.controller import sleeping
+    from xce_lite.controller.seams import FakeClock
+
+    state = SimpleNamespace(mu=threading.RLock(), wake=threading.Event(), full=False, config=SimpleNamespace(pools=()),
+                            deferred_jobs=0, deferred_since=None, last_submit=-math.inf, streaming=False)
+    clock = FakeClock(10.0)
+    assert submit_wake.wakes(state, 10.0) and not state.streaming  # the first: a lone submit
+    assert submit_wake.wakes(state, 10.0 + submit_wake.STREAM_GAP / 2) and state.streaming
+    state.wake.set()
+    began = time.monotonic()
+    assert sleeping.sleep(state, clock, 60.0, True, math.inf)
+    assert time.monotonic() - began >= submit_wake.GATHER and not state.streaming
+    assert submit_wake.wakes(state, 10.5) and not state.streaming  # long after the last: lone again
+    assert submit_wake.wakes(state, 10.5 + submit_wake.STREAM_GAP / 2) and state.streaming
+    submit_wake.taken(state, None)  # a tick took them (woken by anything): no gathering for the next wake
+    assert not state.streaming
+    state.full = True  # no slot free: a stream's submits are deferred, not woken (DEFER_BOUND), as before
+    assert not submit_wake.wakes(state, 10.6) and not submit_wake.wakes(state, 10.601) and not state.streaming

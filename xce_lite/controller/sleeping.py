@@ -13,11 +13,14 @@ Invariants:
 - the tick after it is quiet (returns False) only if nothing woke it, no quiet end waits and no
   submit waits for a session: then, and only then, it stores the reasons held back (a backlog's reasons are written
   while the controller is idle, not in the tick that next has work; a stream of one-POST submits
-  into a full cluster keeps the once-a-second bound).
+  into a full cluster keeps the once-a-second bound);
+- woken by a submit of a stream (submit_wake.py: `streaming`), it waits GATHER more before the tick,
+  whatever else woke it meanwhile (an end, a kill: GATHER later at most).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from xce_lite.controller import submit_wake
@@ -39,5 +42,10 @@ def sleep(state: Any, clock: Any, wait: float, deferrable: bool, quiet_wait: flo
             left, step = ends.bound(left), ends.bound(step)
         if (woken := state.wake.wait(max(0.0, step))) or left <= 0:
             break
+    if woken:
+        with state.mu:
+            streaming, state.streaming = state.streaming, False
+        if streaming:
+            time.sleep(submit_wake.GATHER)  # the stream's next submits join this tick's session
     state.wake.clear()
     return woken or state.deferred_since is not None or (ends is not None and ends.since is not None)

@@ -148,6 +148,8 @@ class ControllerState:
     full: bool = False  # the last session's hosts had no free slot: a submit need not wake the tick (submit_wake.py)
     deferred_jobs: int = 0  # jobs submitted since, their sessions waiting (submit_wake.DEFER_JOBS)
     deferred_since: float | None = None  # the first submit whose session waits, not taken by a tick yet
+    last_submit: float = float("-inf")  # when the last submit came (submit_wake.STREAM_GAP)
+    streaming: bool = False  # a submit of a stream woke the tick, which first gathers the next ones (sleeping.py)
     finished: threading.Condition = field(init=False)  # on `mu`
     # job id -> the waits (`xce wait`) asleep until it ends (wait_ended.py): a tick that ends none of
     # them wakes no waiter
