@@ -22,7 +22,7 @@ Invariants:
   come meanwhile share its session and its commit. A lone submit wakes it with no wait (submit ->
   start unchanged). Why: in a stream that the jobs keep up with, a slot is free at most submits,
   and each woke a tick of its own; that tick's CPU slowed the stream further (bench/README, "Session
-  20": 0.37 against 0.10-0.14 ticks per job in such runs; gathering 4 ms, one POST per job +8-10%).
+  20": 0.37 against 0.10-0.14 ticks per job in such runs; gathering 4 ms, one POST per job +4-10%).
 """
 
 from __future__ import annotations
