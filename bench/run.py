@@ -13,7 +13,7 @@ Sections (see bench/README.md for what each figure means):
               the -X importtime top 10 beyond a bare start
   rss         controller VmHWM/VmRSS with 10,000 jobs pending behind two `sleep 600` jobs; then, the
               sleepers killed, the rate of the first 200 jobs with that backlog behind them; --rss-runs
-              times (3), each on a fresh controller, medians
+              times (5), each on a fresh controller, medians
   floors      `seq 1000 | xargs -P2 -n1 true`, one fdatasync on the temp dir's disk, and HyperQueue's
               LocalCluster (from a separate venv): with throughput, one HQ run after each of its rounds
   remote      bench/remote.py: the same jobs on local, plain ssh and systemd ssh test hosts (same slots
@@ -298,9 +298,10 @@ def main() -> int:
     ap.add_argument("--pending", type=int, default=10_000, help="jobs pending for the RSS figure (default 10000)")
     ap.add_argument("--backlog-jobs", type=int, default=200,
                     help="after the RSS reading, time this many jobs running with the backlog pending (0: skip)")
-    ap.add_argument("--rss-runs", type=int, default=3,
+    ap.add_argument("--rss-runs", type=int, default=5,
                     help="runs of section rss, each on a fresh controller: its figures (the backlog's too) are "
-                         "medians over them (default 3)")
+                         "medians over them (default 5: the backlog's 200 jobs take ~0.3 s, and one run of them "
+                         "moved 487-902 jobs/s within ten minutes in session 20)")
     ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of {','.join(SECTIONS)}")
     ap.add_argument("--prefill", choices=("default", "on", "off"), default="default",
                     help="the controllers' `prefill:` (throughput, latency, cli, rss): default leaves it unset")
