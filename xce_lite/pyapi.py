@@ -170,10 +170,11 @@ class Cluster:
             reply = self._client.get("/jobs/wait", ids=named, timeout=0)
             if reply["finished"]:
                 return reply["jobs"]
-            if late:  # (not finished and not late: one was requeued since the brief reply; wait on)
+            if late:
                 running = ", ".join(f"{j.get('display_id') or j['id']} {j['state']}" for j in reply["jobs"]
                                     if j["state"] not in ("DONE", "EXIT"))
                 raise TimeoutError(f"not finished after {timeout:g} s: {running}")
+            # finished by the brief reply, not by the records: a job was requeued meanwhile; wait on
 
     def kill(self, *ids: int | str) -> list[str]:
         return self._act("/jobs/kill", ids)
