@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Where xce_lite spends a 1000-job run: py-spy samples of the controller and its host agent.
 
-    python bench/spyprofile.py [--jobs 1000] [--one-each] [--py-spy PATH] [--keep DIR]
+    python bench/spyprofile.py [--jobs 1000] [--one-each] [--busy] [--py-spy PATH] [--keep DIR]
 
 Starts a throw-away controller (as bench/run.py does), warms it, then samples the controller
-(every thread, idle included, so waits show) and the host agent with `py-spy record --format raw`
+(every thread, idle included, so waits show; with --busy only the samples py-spy finds on a CPU or
+in a system call: an fdatasync's wait counts) and the host agent with `py-spy record --format raw`
 while N `true` jobs run to completion, and prints, per thread, the functions that hold the most
 wall time (inclusive: the function or anything it called). py-spy is not a dependency of the
 project: install it apart, e.g. `python -m venv /tmp/bench-spy-venv && /tmp/bench-spy-venv/bin/pip
@@ -92,6 +93,8 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=200, help="samples per second (default 200)")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--keep", help="keep the raw stacks in this directory")
+    ap.add_argument("--busy", action="store_true",
+                    help="py-spy without --idle: samples on a CPU or in a system call (an fdatasync's wait counts)")
     args = ap.parse_args()
     spy = find_py_spy(args.py_spy)
     if spy is None:
@@ -112,7 +115,7 @@ def main() -> int:
         for name, pid in targets:
             spies.append(subprocess.Popen(
                 [spy, "record", "--pid", str(pid), "--rate", str(args.rate), "--format", "raw", "--threads",
-                 "--idle", "--nonblocking", "-o", str(out / f"{name}.txt")],
+                 *([] if args.busy else ["--idle"]), "--nonblocking", "-o", str(out / f"{name}.txt")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
         time.sleep(1.0)  # py-spy attaches
         t0 = time.perf_counter()

@@ -58,7 +58,7 @@ def stub(parts: set[str]) -> None:
     from xce_lite.exec.agent import journal, supervisor, watch
 
     if "dir" in parts:
-        supervisor.make_host_dir = lambda spec: True  # type: ignore[assignment, return-value]
+        supervisor.make_host_dir = lambda spec, kept=None: True  # type: ignore[assignment, return-value]
         supervisor.remove_host_dir = lambda spec: None  # type: ignore[assignment]
     if "sync" in parts:
         journal.os = type("NoSyncOs", (), {"__getattr__": lambda self, name: getattr(os, name),  # type: ignore
