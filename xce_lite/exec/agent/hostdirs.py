@@ -79,7 +79,7 @@ class KeptDir:
             self.ino = 0
 
     def take(self, spec: dict) -> bool:
-        """The job has ended (its result durable): its host directory, the one lent, becomes the
+        """The job has ended (its result recorded): its host directory, the one lent, becomes the
         kept one (its hostfile unlinked); False if it is not that one (remove it as before)."""
         if not self.ino:
             return False

@@ -77,10 +77,12 @@ class SharedAppender:
     the journal stays open between appends (close-on-exec: no job inherits it), and is opened
     again only when the path names another file (compacted meanwhile). Same rules, same lock:
     each append holds the shared flock from the check of the file (its link count, as there) to the
-    write (and its sync): flock, fstat, write[, fdatasync], unlock per record."""
+    write (and its sync): flock, fstat, write[, fdatasync], unlock per record. What is appended
+    without a sync is made durable by `sync` (a worker's exit) or by the agent (pool.py)."""
 
     def __init__(self, path: str):
         self.path, self.fd = path, -1
+        self.made = False  # an append without a sync made the file: its name is not durable yet
 
     def append(self, data: bytes, sync: bool) -> int:
         """As append_shared(self.path, data, sync); the journal's inode (no offset: nobody asks)."""
@@ -99,10 +101,22 @@ class SharedAppender:
                     os.fdatasync(fd)
                     if held.st_size == 0:
                         fsync_dir(os.path.dirname(self.path))
+                else:
+                    self.made = self.made or held.st_size == 0
                 return held.st_ino
             finally:
                 if self.fd == fd:
                     fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def sync(self) -> None:
+        """Make what was appended without a sync durable (fdatasync; and the file's name, if an
+        append made it). The file this fd names: if the agent compacted the journal since, its
+        copy is durable already (state.py syncs a compacted file before it renames it)."""
+        if self.fd >= 0:
+            os.fdatasync(self.fd)
+            if self.made:
+                fsync_dir(os.path.dirname(self.path))
+        self.made = False
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -18,8 +18,13 @@ workers"). A worker is what a fresh supervisor is, for each job it runs:
   mask and dispositions (the job gets every signal at its default, spawn.py), rlimits (those the
   agent was started with, fds.py; never changed per job; a job of the same user could change its
   parent's with prlimit, as it could the agent's own);
+- a result is durable before anything reports it, as a fresh supervisor's: a worker appends it
+  without a sync and says "d"; the agent, which treats a "d" as an end not known durable, syncs
+  the journal once before the lines of that loop turn go out (server.py flush: one fdatasync for
+  every result the turn reports, off the worker's path from one job to the next); a worker that
+  exits syncs first (a supervisor's exit status 0 says its result is durable);
 - a signal meant for the previous job never reaches the next one, and none meant for the next job
-  is lost: a worker says it is done ("d") only once the result is durable; the agent reads the
+  is lost: a worker says it is done ("d") only once the result is recorded; the agent reads the
   result (from then on it sends nothing to that unit's supervisor) and only then releases the
   worker ("r"); the worker drops what is pending then (sent for the previous job, before the
   release) and answers "i". A job may be handed to it once the "r" is sent, before its "i" is
@@ -197,6 +202,7 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
             except OSError:  # the agent is gone, or lost its zygote
                 return
     finally:
+        journal.sync()  # a supervisor's exit status 0 says its result is durable: so does a worker's
         kept.drop()
 
 
@@ -219,7 +225,7 @@ class Workers:
         self.done: set[int] = set()  # said "d", not yet released
         self.draining: dict[int, float] = {}  # released (and when), not yet idle: its "i" to come, or unread
         self.polled: set[int] = set()  # socket fds on `poller`: the workers that run a job
-        self.ended: list[int] = []  # said "d" (its job's result is durable), not yet taken by the agent
+        self.ended: list[int] = []  # said "d" (its job's result is recorded), not yet taken by the agent
         self.unsettled: set[int] = set()  # handed a job after its "r", its "i" not read yet: no signal
 
     def watch(self, poller) -> None:

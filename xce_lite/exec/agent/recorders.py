@@ -1,6 +1,7 @@
 """Where a supervisor records its unit: the spool's journal (forked by `serve`, or inside a systemd
 unit) or files in UNIT_DIR (`exec UNIT_DIR` on a spec without a spool). Each records a result
-however the job ends; a result is durable (fdatasync'ed) before the supervisor exits 0."""
+however the job ends; a result is durable (fdatasync'ed) before the supervisor exits 0 (a reused
+supervisor's, pool.py, once the agent has synced it or as the worker exits)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from .util import poke, private_file, read_text, write_file
 
 class JournalRecorder:
     """Where a supervisor forked by `serve` records its unit: the spool's journal. With `appender`
-    (a reused supervisor's, pool.py) its records go through that journal fd kept open."""
+    (a reused supervisor's, pool.py) its records go through that journal fd kept open, and its
+    result is appended without a sync: the agent syncs it before it reports it (pool.py)."""
 
     def __init__(self, spool: str, unit: str, boot: str, appender: SharedAppender | None = None):
         self.spool, self.unit, self.boot, self.appender = spool, unit, boot, appender
@@ -30,7 +32,7 @@ class JournalRecorder:
         self.append(record("started", unit=self.unit, pid=pid, starttime=starttime, boot=self.boot, job=job), False)
 
     def finished(self, result: dict, by_itself: bool = True) -> None:
-        self.append(record("finished", unit=self.unit, result=result), True)
+        self.append(record("finished", unit=self.unit, result=result), self.appender is None)
 
     def task_finished(self, launch_id: str, index: int, status: int | None, error: str | None = None) -> None:
         """A task of `xce launch` ended (`status` as from waitpid), or never started (`error`)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # true for mypy only: unit interpreters load these modules, and never typing
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
     from .link import ManagerLink
@@ -338,8 +339,9 @@ class UnitState:
             ended.append((pid, status))
         self.reaped_children(ended)
 
-    def reaped_children(self, ended: list[tuple[int, int]]) -> None:
-        """Supervisors that ended, (pid, wait status): reaped here, or by the zygote (zygote.py)."""
+    def reaped_children(self, ended: Sequence[tuple[int, int | None]]) -> None:
+        """Supervisors that ended, (pid, wait status): reaped here, or by the zygote (zygote.py); a
+        status None is a reused supervisor's "d" (its result is not known durable: pool.py)."""
         s = self.state
         reaped = []
         for pid, status in ended:

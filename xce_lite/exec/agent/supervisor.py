@@ -71,7 +71,7 @@ def make_host_dir(spec: dict, kept=None) -> bool:
 
 
 def remove_host_dir(spec: dict) -> None:
-    """Remove the unit's host directory (once its result is durable). The common case, a directory
+    """Remove the unit's host directory (once its result is recorded). The common case, a directory
     that holds only the hostfile we wrote, costs an unlink and an rmdir; anything else (a file the
     job left, a user's job directory) goes through remove_unit_dir's careful walk."""
     path = spec["host_dir"]
@@ -118,7 +118,7 @@ def become_supervisor(recorder, spec: dict, start_time: float, detach: bool, let
     (with `detach`): the agent's pipes would hide EOF from the controller. The job itself inherits
     none of them: they are close-on-exec or replaced in spawn_job. In plain mode (spec host_dir_by
     "supervisor") this makes the unit's host directory, beside the agent rather than on its serial
-    path, and removes it once the result is durable; and with spec hooks_by "supervisor" it runs
+    path, and removes it once the result is recorded; and with spec hooks_by "supervisor" it runs
     the unit's hooks itself: `started` (job 0) first, so that the lock is not held while they run,
     then the pre hooks (the job runs only if they all succeed; a kill stops them), the job (its
     run limit counts from here; `started` again with its pid), and the post hooks once it has

@@ -351,13 +351,13 @@ class ZygoteOps:
         self.take_exits()
 
     def take_exits(self) -> None:
-        """Act on the ends of jobs the workers told ("d": the result is durable, as a supervisor
-        that exited 0) and of supervisors the zygote told (once their pids are known as children);
-        then release those workers (pool.py): their units' results are known now."""
+        """Act on the ends of jobs the workers told ("d": recorded, synced before it goes out, pool.py)
+        and of supervisors the zygote told (once their pids are known as children); then release
+        those workers: their units' results are known now."""
         s = self.state
         while self.workers.ended or (s.zygote is not None and s.zygote.exits):
             ended, self.workers.ended = self.workers.ended, []
-            exits: list[tuple[int, int]] = [(pid, 0) for pid in ended]
+            exits: list[tuple[int, int | None]] = [(pid, None) for pid in ended]
             if s.zygote is not None:
                 s.zygote.kids.difference_update(ended)
                 exits += s.zygote.exits
