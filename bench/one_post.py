@@ -17,7 +17,10 @@ wakes; not the request path) and its other threads (the API's serving thread and
 the host links, idle here; the busiest of them apart: the API worker that lingers on the connection
 and serves every POST, server.py), and the rate; the round trip (wall per POST) and how much of it
 the API worker, the main thread and the client waited runnable for a CPU (schedstat's run-queue
-wait, over the POSTs alone: with jobs beside, the largest piece of a round trip). CPU time is what
+wait, over the POSTs alone: with jobs beside, the largest piece of a round trip), and the round
+trips' spread: median, p90, p99, and the POSTs that took over twice the median (how many, and their
+share of the POSTs' wall: with jobs beside, those that met a tick, which holds the GIL and the
+store's lock for ~2-5 ms; bench/README.md, session 22). CPU time is what
 the machine's load moves least; quote `uptime` beside it. The API server's counters close the
 figures: requests a lingering worker took itself (`kept`, server.py's linger) and connections
 handed back to the serving thread. With
@@ -94,11 +97,14 @@ def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False, syn
     before, client0, wall0 = thread_cpu(pid), time.thread_time(), time.perf_counter()
     waits0, own0, hogs0 = thread_cpu(pid, 1), own_wait(), sum(sum(thread_cpu(h).values()) for h in hogs)
     machine0 = machine_busy_seconds()
-    if running:  # as run.py's one-POST figure: no request id
-        ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(posts)]
-    else:
-        for _ in range(posts):
+    ids, each = [], []  # each POST's wall (s): the round trips' spread
+    for _ in range(posts):
+        began = time.perf_counter()
+        if running:  # as run.py's one-POST figure: no request id
+            ids.append(client.post("/jobs", {"jobs": [spec]})["ids"][0])
+        else:
             client.submit({"jobs": [spec]})
+        each.append(time.perf_counter() - began)
     wall, client_cpu = time.perf_counter() - wall0, time.thread_time() - client0
     own1, waits1 = own_wait(), thread_cpu(pid, 1)
     hogged = (sum(sum(thread_cpu(h).values()) for h in hogs) - hogs0) / 1e9 / wall / len(hogs) if hogs else 0.0
@@ -121,7 +127,12 @@ def run_once(c: BenchCluster, spec: dict, posts: int, running: bool = False, syn
     client_wait = (own1 - own0) / 1e6 / posts
     mine = 1000 * client_cpu / posts
     ticks = [(b - a) / posts for a, b in zip(counted, _ticks(client))] if running else [0.0, 0.0]
-    return {"client": mine, "main": main, "api": others, "worker": worker, "request": others + mine,
+    each.sort()
+    median = statistics.median(each)
+    slow = [x for x in each if x > 2 * median]
+    spread = {"p50": 1000 * median, "p90": 1000 * each[int(0.9 * posts)], "p99": 1000 * each[int(0.99 * posts)],
+              "slow": 100 * len(slow) / posts, "slow_share": 100 * sum(slow) / sum(each)}
+    return {**spread, "client": mine, "main": main, "api": others, "worker": worker, "request": others + mine,
             "rate": posts / wall, "submit": wall, "machine": machine, "done": done, "ticks": ticks[0],
             "sessions": ticks[1], "syncs": synced, "reads": reads, "worker_wait": worker_wait,
             "main_wait": main_wait, "client_wait": client_wait, "round": 1000 * wall / posts, "hogs": hogged}
@@ -239,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                 ("request", "request path CPU ms/POST (the two above)"),
                 ("main", "controller main thread CPU ms/POST"), ("machine", "machine CPU ms/POST (all of /proc/stat)"),
                 ("rate", "POSTs/s"), ("round", "round trip ms (wall per POST)"),
+                ("p50", "  round trip median ms"), ("p90", "  round trip p90 ms"), ("p99", "  round trip p99 ms"),
+                ("slow", "  POSTs over twice the median, %"),
+                ("slow_share", "  their share of the POSTs' wall, %"),
                 ("worker_wait", "  the API worker's run-queue wait ms/POST"),
                 ("main_wait", "  the main thread's run-queue wait ms/POST"),
                 ("client_wait", "  the client's run-queue wait ms/POST")]
