@@ -13,7 +13,10 @@ the journal) and the release ("r", "i") that follows its "d". Per job, from /pro
 ticks: keep --jobs near MAX_JOBS for resolution): the worker's own user and system CPU and its
 reaped jobs', and its run time from /proc/PID/schedstat (ns) and its wake-ups (voluntary context
 switches: a count). --without stubs parts in the worker (a what-if: never a mode to run in): `dir` the
-host directory (mkdir, hostfile, unlink, rmdir), `sync` the result's fdatasync, `tasks` the
+host directory (mkdir, hostfile, unlink, rmdir), `sync` the journal's fdatasyncs (the result's was
+the worker's own until e882d14; since, the agent syncs a worker's results once per loop turn and a
+worker syncs only as it exits: this loop, the agent here, syncs none, so the worker's figure holds
+no fdatasync per job and `--without sync` no longer changes it), `tasks` the
 listing of the host directory for tasks, `lease` the reads of SPOOL/lease. The spool's units
 directory is where the tree's agent puts it (a tmpfs where its exec/agent/unitsdir.py is; else
 SPOOL/units). Also per job: the kernel's threads and interrupts over the run (kthreads.py: the
