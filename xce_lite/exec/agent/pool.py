@@ -202,8 +202,10 @@ def worker_main(sock_fd: int, spool: str, boot: str) -> None:
             except OSError:  # the agent is gone, or lost its zygote
                 return
     finally:
-        journal.sync()  # a supervisor's exit status 0 says its result is durable: so does a worker's
-        kept.drop()
+        try:
+            journal.sync()  # a supervisor's exit status 0 says its result is durable: so does a worker's
+        finally:
+            kept.drop()  # even if the sync failed (then the exit status says so: the agent syncs)
 
 
 class Workers:
