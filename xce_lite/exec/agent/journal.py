@@ -97,12 +97,9 @@ class SharedAppender:
                     self.close()  # unlocks it
                     continue
                 write_all(fd, data, self.path)
+                self.made = self.made or held.st_size == 0
                 if sync:
-                    os.fdatasync(fd)
-                    if held.st_size == 0:
-                        fsync_dir(os.path.dirname(self.path))
-                else:
-                    self.made = self.made or held.st_size == 0
+                    self.sync()
                 return held.st_ino
             finally:
                 if self.fd == fd:
