@@ -4,11 +4,13 @@ store's lock. Checkpoints still happen (the WAL does not grow without end), and 
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 from tests.support.store import T, spec
-from xce_lite.store.checkpoint import PAGES
+from xce_lite.store.checkpoint import BEHIND, PAGES
+from xce_lite.store.db import connect
 from xce_lite.store.jobs import JobStore
 from xce_lite.store.workflows import NewJob
 
@@ -68,3 +70,46 @@ def test_a_store_only_read_or_closed_at_once_starts_no_thread(path: Path) -> Non
         assert reader._checkpoints is None
     finally:
         reader.close()
+
+
+def test_a_wal_behind_a_writer_that_never_pauses_restarts_after_one_checkpoint(path: Path) -> None:
+    """The WAL at BEHIND frames, a writer committing without a pause beside: ONE checkpoint as the
+    thread runs it (the thread itself stopped: the test runs it) makes the WAL start again. A PASSIVE
+    one could not: the writer adds frames while it copies, and SQLite restarts the WAL only after a
+    checkpoint that copied all of it (under a loaded test run the WAL grew to 875,000 frames so)."""
+    store = JobStore(path)
+    ids: list[int] = []
+    stop = threading.Event()
+
+    def write_on() -> None:
+        while not stop.is_set():
+            ids.extend(store.submit([NewJob(spec("true", name=f"j{len(ids)}"), "normal")], "alice", T))
+
+    con = None
+    writer = threading.Thread(target=write_on)
+    try:
+        store._checkpoints.close()  # no thread: only this test checkpoints
+        while store._checkpoints._frames() < BEHIND:
+            ids += store.submit([NewJob(spec("true", name=f"j{len(ids)}"), "normal")], "alice", T)
+        writer.start()
+        con = connect(path, create=False)
+        before = store._checkpoints._frames()
+        store._checkpoints.checkpoint(con)
+        assert store._checkpoints.full == 1
+        deadline = time.monotonic() + 10
+        while store._checkpoints._frames() >= before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store._checkpoints._frames() < before, "the WAL did not start again behind the writer"
+    finally:
+        stop.set()
+        if writer.is_alive():
+            writer.join()
+        if con is not None:
+            con.close()
+        store.close()
+    again = JobStore(path)  # nothing lost by the checkpoint or the restart
+    try:
+        assert [j.id for j in again.jobs(include_finished=True)] == ids
+        assert again.integrity() == "ok"
+    finally:
+        again.close()

@@ -20,6 +20,12 @@ Invariants:
   `close` stops it, waiting for a checkpoint under way, before the store closes its connections.
 - a checkpoint that fails (busy: another process checkpoints; an I/O error) loses nothing (the WAL
   keeps the pages): the next one tries again; the WAL grows meanwhile, as it would with SQLite's own.
+- the WAL does not grow without end behind a writer that never pauses: a PASSIVE checkpoint copies
+  what the WAL held when it began, and SQLite restarts the WAL only after one that copied all of it,
+  so a writer that commits while each one runs (the thread starved of a CPU, seen under a loaded
+  test run: the WAL at 875,000 frames after 60 s) keeps it growing. At BEHIND frames the checkpoint
+  is FULL instead: new writers wait (SQLite's busy handler, a few ms) while it copies the rest, and
+  the next commit restarts the WAL.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from xce_lite.store.walsync import WalSync
 
 PERIOD = 0.05  # s; ~700 one-job commits a second (~8 pages each) add ~300 frames in a period
 PAGES = 1000  # frames in the WAL that call for a checkpoint: SQLite's wal_autocheckpoint default
+BEHIND = 8 * PAGES  # frames at which PASSIVE checkpoints have not kept up: a FULL one (~32 MB of WAL)
 
 
 class Checkpointer:
@@ -51,7 +58,7 @@ class Checkpointer:
         self._mu = threading.Lock()
         self._thread: threading.Thread | None = None
         self._shm: int | None = None  # the -shm file, read by the thread only
-        self.checkpoints = self.failures = 0  # run so far (tests, benches)
+        self.checkpoints = self.failures = self.full = 0  # run so far, and of them FULL (tests, benches)
 
     def start(self) -> None:
         """Called at each write of the writer: starts the thread at the first one."""
@@ -85,14 +92,21 @@ class Checkpointer:
                         continue
                     if con is None:  # made when first needed: a store written a little holds none
                         con = self._connect(self._path)
-                    con.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
-                    self.checkpoints += 1
+                    self.checkpoint(con)
                 except Exception:  # busy, I/O, the store gone: tried again later (the WAL keeps what it holds)
                     self.failures += 1
                     seen = -1
         finally:
             if con is not None:
                 con.close()
+
+    def checkpoint(self, con: apsw.Connection) -> None:
+        """One checkpoint on `con` (a connection of the store's, not the writer's): PASSIVE, or FULL
+        once the WAL holds BEHIND frames (the module docstring)."""
+        full = self._frames() >= BEHIND
+        con.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_FULL if full else apsw.SQLITE_CHECKPOINT_PASSIVE)
+        self.checkpoints += 1
+        self.full += full
 
     def _frames(self) -> int:
         """The WAL's frames now (its WAL-index header's mxFrame, a native-order u32 at byte 16; read
