@@ -113,3 +113,45 @@ def test_a_wal_behind_a_writer_that_never_pauses_restarts_after_one_checkpoint(p
         assert again.integrity() == "ok"
     finally:
         again.close()
+
+
+def test_the_wal_starts_again_at_pages_behind_writers_that_never_pause(path: Path) -> None:
+    """Two writers commit without a pause (as the API's submits, the tick and the agents' results
+    do under load): the thread's checkpoints catch up with what was committed while each copied,
+    so the WAL starts again (is overwritten from its start, the file no longer grows) soon after
+    PAGES frames, not at BEHIND by a FULL checkpoint that stalls every writer. With one PASSIVE
+    checkpoint per look, the WAL grew through BEHIND under bench/one_post.py's load."""
+    store = JobStore(path)
+    ids: list[list[int]] = [[], []]
+    stop = threading.Event()
+
+    def write_on(mine: list[int]) -> None:
+        while not stop.is_set():
+            mine.extend(store.submit([NewJob(spec("true", name=f"j{len(mine)}"), "normal")], "alice", T))
+
+    writers = [threading.Thread(target=write_on, args=(mine,)) for mine in ids]
+    frames = [0]
+    try:
+        for writer in writers:
+            writer.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            frames.append(store._checkpoints._frames())
+            if frames[-1] < frames[-2]:
+                break
+            time.sleep(0.001)
+        assert frames[-1] < frames[-2], f"the WAL did not start again (at {frames[-1]} frames after 30 s)"
+        assert max(frames) < BEHIND // 2 and store._checkpoints.full == 0
+        assert store._checkpoints.catch_ups >= 1
+    finally:
+        stop.set()
+        for writer in writers:
+            if writer.is_alive():
+                writer.join()
+        store.close()
+    again = JobStore(path)
+    try:
+        assert sorted(j.id for j in again.jobs(include_finished=True)) == sorted(ids[0] + ids[1])
+        assert again.integrity() == "ok"
+    finally:
+        again.close()
