@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """CPU time per job, the whole machine's and the controller's processes', during 1000-job runs.
 
-    python bench/cpu_per_job.py [--runs 3] [--jobs 1000] [--array]
+    python bench/cpu_per_job.py [--runs 3] [--jobs 1000] [--array | --each]
     cp bench/cpu_per_job.py OTHER/bench/ && python OTHER/bench/cpu_per_job.py    # another checkout, same day
 
 The local throughput is CPU bound on the 2-core box (every process of the path shares two
 cores), so jobs/s moves with the machine's speed from day to day, while CPU per job compares two
 trees measured on the same day. A throw-away cluster (bench/cluster.py: one local host of 2 slots),
 warmed with 20 jobs; then each run is one batch POST of --jobs `true` jobs (--array: one
---jobs-element array, as bench/run.py's array line) until all are DONE, with:
+--jobs-element array, as bench/run.py's array line; --each: --jobs POSTs of one job, as its one-POST
+line, this script the client) until all are DONE, with:
 the machine's busy CPU time (/proc/stat: user, nice, system, irq, softirq) per job, and each of the
 controller's processes' (user + system): the controller, the host agent (with its zygote), the
 scheduler's worker; the supervisors with their jobs (the zygote's children, reaped or live); and
@@ -35,9 +36,12 @@ from cluster import BenchCluster, machine_busy_seconds, wait_done, warm
 from kthreads import KernelShare, describe
 
 
-def submit(client, spec: dict, n: int, array: bool) -> list[int]:
+def submit(client, spec: dict, n: int, array: bool, each: bool = False) -> list[int]:
     """One POST of `n` jobs (`spec` each), or with `array` of one `n`-element array as bench/run.py's
-    array line sends it; the jobs' ids (an array's elements' follow its first)."""
+    array line sends it, or with `each` `n` POSTs of one job; the jobs' ids (an array's elements'
+    follow its first)."""
+    if each:
+        return [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(n)]
     if not array:
         return client.post("/jobs", {"jobs": [spec] * n})["ids"]
     first = client.post("/jobs", {"jobs": [dict(spec, name="bench", array=f"1-{n}")]})["ids"][0]
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--array", action="store_true", help="each run one POST of a --jobs-element array")
+    parser.add_argument("--each", action="store_true", help="each run --jobs POSTs of one job (run.py's one POST)")
     args = parser.parse_args(argv)
     c = BenchCluster(slots=2)
     c.start()
@@ -120,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             syscalls = {p.pid: io_calls(p) for p in processes}  # (reads, writes): counts, as wake-ups
             kernel, me = KernelShare(), time.process_time()
             busy, start = machine_busy_seconds(), time.perf_counter()
-            ids = submit(client, c.spec(["true"]), args.jobs, args.array)
+            ids = submit(client, c.spec(["true"]), args.jobs, args.array, args.each)
             wait_done(client, ids, time.monotonic() + 600)
             wall, busy = time.perf_counter() - start, machine_busy_seconds() - busy
             kernel_spent, me = kernel.seconds(), time.process_time() - me
