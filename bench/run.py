@@ -272,6 +272,19 @@ def _rss_once(got: dict[str, list[float]], n_pending: int, batch: int, backlog_j
     return pending_seen
 
 
+def interpreter_build() -> str:
+    """Whether this interpreter runs its core from a shared libpython (as pyenv's default build) or
+    has it linked into its executable (as Debian's python3): every controller and agent here runs
+    on it, and on this VM the first took ~25% longer per Python operation (bench/README.md, session
+    23), which moves every figure but the ratios to `python -c pass` against it."""
+    try:
+        with open("/proc/self/maps") as maps:
+            shared = sorted({line.split()[-1] for line in maps if "libpython" in line})
+    except OSError:
+        return "unknown (no /proc/self/maps)"
+    return f"libpython from a shared library ({shared[0]})" if shared else "libpython linked into the executable"
+
+
 def _cmdline(p) -> list[str]:
     try:
         return p.cmdline()
@@ -321,6 +334,7 @@ def main() -> int:
 
     print(f"xce_lite benchmark: python {sys.version.split()[0]} ({sys.executable}), {os.cpu_count()} CPUs, "
           f"xce_lite at {Path(xce_lite.__file__).parent}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+    print(f"interpreter: {interpreter_build()}")
     try:
         head = subprocess.run(["git", "-C", str(HERE.parent), "log", "-1", "--format=%h %s"], check=False,
                               capture_output=True, text=True, timeout=10).stdout.strip()
