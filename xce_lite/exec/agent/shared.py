@@ -38,8 +38,8 @@ class AgentState:
 
     __slots__ = (  # sorted; each is set and explained in __init__
         "accepted", "base_limit", "bin_dir", "boot", "boot_cs", "bus", "calls", "child_units", "children", "clients",
-        "code", "compact_soon", "doubtful", "ended", "ends", "ends_by_path", "handover", "held", "host", "host_name",
-        "jfd", "journal_limit", "journal_path", "launch_codes", "lease", "lease_acted", "lease_retry",
+        "code", "compact_soon", "doubtful", "ended", "ends", "ends_by_path", "handover", "held", "held_since", "host",
+        "host_name", "jfd", "journal_limit", "journal_path", "launch_codes", "lease", "lease_acted", "lease_retry",
         "lease_retry_at", "left", "listener", "lock_fd", "mode", "need_sync", "news", "next_connect", "offset",
         "orphan", "out", "pending", "poller", "python", "queued", "removed", "scripts", "sock_path", "spool",
         "spool_shared", "starting",
@@ -106,6 +106,7 @@ class AgentState:
         self.offset = 0  # bytes of the journal file read and applied
         self.synced = 0  # bytes of the journal file known to be on disk
         self.need_sync = False  # a result about to be reported may not be on disk yet
+        self.held_since: float | None = None  # when the lines now held for the next sync were first held (server.py)
         self.compact_soon = False  # the journal wants compacting, and its lock was busy
         # the agent's life
         self.orphan = False  # its controller went away (stdin EOF) while a lease holds units here

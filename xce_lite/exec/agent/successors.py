@@ -186,6 +186,24 @@ class Successors:
             if not refused:
                 return
 
+    def behind(self) -> dict[str, int]:
+        """Queued units per chain, by the unit the chain waits behind (one that runs, or has ended and
+        whose successor this turn's `tend` has not started yet): each link's `after` followed within
+        the queue."""
+        queued = self.state.queued
+        counts: dict[str, int] = {}
+        for name in queued:
+            head = name
+            for _ in range(len(queued)):  # (never circular: bounded anyway)
+                after = queued[head].get("after")
+                if not (type(after) is str and after in queued):
+                    break
+                head = after
+            after = queued[head].get("after")
+            if type(after) is str:
+                counts[after] = counts.get(after, 0) + 1
+        return counts
+
     def prune(self) -> None:
         """Forget the leavers whose chain leads to no unit that runs or waits here: a follower
         naming one starts at once, as it would behind that unit, which has ended."""

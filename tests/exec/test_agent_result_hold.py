@@ -1,0 +1,108 @@
+"""The agent holds a turn's ends for a later turn's fdatasync while successors keep the host busy
+(exec/agent/server.py `holds`): the rule, on its own (the state it reads is all it decides on); and
+real processes under strace -f (as test_agent_result_sync.py): chains of quick jobs behind one
+another, every result on disk before its line goes out, fewer syncs than results, and the last
+ends out by the hold's own deadline, with no other input to wake the agent."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from types import SimpleNamespace
+
+from tests.exec.test_agent_result_sync import SYNCED, record_write, syncs
+from tests.support.agent_successors import hold
+from tests.support.raw_agent import job_pid, unit
+from xce_lite.exec.agent.server import HOLD_QUEUED, RESULT_HOLD, Agent
+from xce_lite.exec.agent.successors import Successors
+
+END = b'{"event":"finished","unit":"a","result":{}}\n'
+START = b'{"event":"unqueued","unit":"b","status":"started"}\n'
+
+
+def turn(out: list[bytes], behind_b: int = HOLD_QUEUED, need_sync: bool = True, orphan: bool = False):
+    """What `holds` reads of an agent: its state's lines, unsynced results and orphanhood, and how
+    many successors wait behind unit b (Successors.behind)."""
+    state = SimpleNamespace(out=out, need_sync=need_sync, orphan=orphan, held_since=None)
+    return SimpleNamespace(state=state, successors=SimpleNamespace(behind=lambda: {"b": behind_b, "z": 0}))
+
+
+def test_ends_wait_for_a_later_sync_only_while_successors_keep_the_host_busy():
+    agent = turn([END, START])
+    assert Agent.holds(agent, 0.0) and agent.state.held_since == 0.0
+    assert Agent.holds(agent, RESULT_HOLD / 2)  # more ends of later turns join them
+    assert not Agent.holds(agent, RESULT_HOLD)  # held no longer than RESULT_HOLD from the first
+    assert not Agent.holds(turn([END, START], behind_b=HOLD_QUEUED - 1), 0.0)  # b's chain runs short
+    assert not Agent.holds(turn([END, END, START]), 0.0)  # a slot left empty: the controller fills it
+    assert not Agent.holds(turn([END, START, b'{"id":7,"ok":true}\n']), 0.0)  # a reply never waits
+    assert not Agent.holds(turn([END, START, b'{"event":"lost","unit":"c"}\n']), 0.0)  # nor another event
+    assert not Agent.holds(turn([START], need_sync=False), 0.0)  # nothing to sync: out at once
+    assert not Agent.holds(turn([END, START], orphan=True), 0.0)  # nobody reads them
+    assert not Agent.holds(turn([]), 0.0)
+
+
+CHAINS, LINKS = 8, 6  # chains of quick jobs, each behind a held head: their ends interleave
+
+
+def test_chains_of_ends_share_syncs_and_each_result_is_synced_before_its_line(agents, spool, tmp_path):
+    log = tmp_path / "strace.log"
+    assert shutil.which("strace"), "strace is missing: run tests/install_test_deps.sh"
+    # the agent's writes whole (-s): a turn's line carries several events
+    agent = agents(prefix=("strace", "-f", "-qq", "-s", "20000", "-e", "trace=write,fdatasync", "-o", str(log)))
+    arrived: dict[str, float] = {}
+    agent.on_event = lambda e: arrived.setdefault(e["unit"], time.time()) if e["event"] == "finished" else None
+    names = []
+    for k in range(CHAINS):
+        agent.launch(hold(f"h{k}", tmp_path))
+        chain = [f"c{k}-{i}" for i in range(1, LINKS + 1)]
+        for before, name in zip([f"h{k}", *chain], chain):
+            assert agent.launch(unit(name, ["true"], tmp_path, after=before))[0]["status"] == "queued"
+        names += chain
+    for k in range(CHAINS):
+        job_pid(spool, f"h{k}")
+    for k in range(CHAINS):
+        (tmp_path / f"go-h{k}").touch()
+    results = {name: agent.finished(name) for name in names}
+    assert all(r["exit_code"] == 0 for r in results.values())
+    # the last ends come by the hold's own deadline, not by some later input: none was sent
+    late = max(arrived[name] - results[name]["end_time"] for name in names)
+    assert late < 0.3, f"an end came {late:.3f} s after the job ended"
+    assert agent.close() == 0  # strace ends with its last tracee: the log is whole
+    lines = log.read_text().splitlines()
+    agent_pid = int(next(line for line in lines if "write(1," in line).split()[0])
+    events = {}
+    for name in names:
+        record, _writer = record_write(lines, name)
+        needle = '\\"event\\":\\"finished\\",\\"unit\\":\\"' + name + '\\"'
+        event = next(i for i, line in enumerate(lines) if "write(1," in line and needle in line)
+        assert syncs(lines, agent_pid, record, event) >= 1, f"{name}'s result went out before a sync"
+        events[name] = event
+    first = min(record_write(lines, name)[0] for name in names)
+    made = sum(1 for line in lines[first:max(events.values()) + 1]
+               if (m := SYNCED.match(line)) and int(m.group(1)) == agent_pid)
+    assert made < len(names), f"{made} fdatasyncs for {len(names)} results: the ends did not share them"
+
+
+def test_a_held_end_goes_out_by_the_holds_deadline_while_nothing_else_happens(agent, spool, tmp_path):
+    """A quick job's end, followed by a successor that runs on with more than HOLD_QUEUED behind it: the
+    end is held (the host is busy), and nothing else comes to wake the agent; it goes out anyway."""
+    agent.launch(hold("head", tmp_path))
+    agent.launch(unit("quick", ["true"], tmp_path, after="head"))
+    agent.launch({**hold("long", tmp_path), "after": "quick"})
+    behind = [f"q{i}" for i in range(HOLD_QUEUED + 1)]
+    for before, name in zip(["long", *behind], behind):
+        agent.launch(unit(name, ["true"], tmp_path, after=before))
+    job_pid(spool, "head")
+    (tmp_path / "go-head").touch()
+    ended = agent.finished("quick", timeout=5)["end_time"]
+    assert time.time() - ended < 0.3, "the held end waited for something else to wake the agent"
+    job_pid(spool, "long")
+    assert [e for e in agent.events if e["event"] == "finished" and e["unit"] != "head"] == [
+        next(e for e in agent.events if e["event"] == "finished" and e["unit"] == "quick")]
+    (tmp_path / "go-long").touch()
+    assert all(agent.finished(name)["exit_code"] == 0 for name in behind)
+
+
+def test_behind_counts_each_chain_by_the_unit_it_waits_behind():
+    queued = {"b": {"after": "a"}, "c": {"after": "b"}, "d": {"after": "c"}, "y": {"after": "x"}, "n": {}}
+    assert Successors(SimpleNamespace(queued=queued), None, None, None).behind() == {"a": 3, "x": 1}  # type: ignore[arg-type]
