@@ -22,9 +22,9 @@ START = b'{"event":"unqueued","unit":"b","status":"started"}\n'
 
 def turn(out: list[bytes], behind_b: int = HOLD_QUEUED, need_sync: bool = True, orphan: bool = False):
     """What `holds` reads of an agent: its state's lines, unsynced results and orphanhood, and how
-    many successors wait behind unit b (Successors.behind)."""
+    many successors wait behind unit b, and c (Successors.behind)."""
     state = SimpleNamespace(out=out, need_sync=need_sync, orphan=orphan, held_since=None)
-    return SimpleNamespace(state=state, successors=SimpleNamespace(behind=lambda: {"b": behind_b, "z": 0}))
+    return SimpleNamespace(state=state, successors=SimpleNamespace(behind=lambda: {"b": behind_b, "c": HOLD_QUEUED}))
 
 
 def test_ends_wait_for_a_later_sync_only_while_successors_keep_the_host_busy():
@@ -34,6 +34,10 @@ def test_ends_wait_for_a_later_sync_only_while_successors_keep_the_host_busy():
     assert not Agent.holds(agent, RESULT_HOLD)  # held no longer than RESULT_HOLD from the first
     assert not Agent.holds(turn([END, START], behind_b=HOLD_QUEUED - 1), 0.0)  # b's chain runs short
     assert not Agent.holds(turn([END, END, START]), 0.0)  # a slot left empty: the controller fills it
+    # b started and ended since, and c started behind it: c's chain is the one that counts
+    b_ended = b'{"event":"finished","unit":"b","result":{}}\n'
+    c_started = b'{"event":"unqueued","unit":"c","status":"started"}\n'
+    assert Agent.holds(turn([END, START, b_ended, c_started], behind_b=0), 0.0)
     assert not Agent.holds(turn([END, START, b'{"id":7,"ok":true}\n']), 0.0)  # a reply never waits
     assert not Agent.holds(turn([END, START, b'{"event":"lost","unit":"c"}\n']), 0.0)  # nor another event
     assert not Agent.holds(turn([START], need_sync=False), 0.0)  # nothing to sync: out at once

@@ -40,7 +40,7 @@ WATCH_INTERVAL = 0.5  # seconds between checks of units this agent did not fork
 COMPACT_RETRY = 50.0  # milliseconds before the next try to compact, when the journal's lock was busy
 RESULT_HOLD = 0.005  # seconds a turn's ends may wait for the next turn's sync, while the host keeps busy
 HOLD_QUEUED = 3  # successors queued behind each one that started, for that (quiet_ends.KEEP_BACKLOG's)
-ENDED = b'{"event":"finished",'  # the lines that may wait: ends, and successors' starts
+ENDED = b'{"event":"finished","unit":"'  # the lines that may wait: ends, and successors' starts
 STARTED = b'{"event":"unqueued","unit":"'
 
 
@@ -144,19 +144,17 @@ class Agent:
         s = self.state
         if not s.need_sync or s.orphan or not s.out:
             return False
-        ends, started = 0, []
+        ended, started = [], []
         for line in s.out:
-            if line.startswith(ENDED):
-                ends += 1
-            elif line.startswith(STARTED):
-                started.append(line[len(STARTED):line.find(b'"', len(STARTED))].decode())
-            else:
+            kind = ended if line.startswith(ENDED) else started if line.startswith(STARTED) else None
+            if kind is None:
                 return False
-        if len(started) < ends:
+            kind.append(line[len(ENDED):line.find(b'"', len(ENDED))])  # (both prefixes are as long)
+        if len(started) < len(ended):
             return False  # a slot left empty: the controller places a job there
         behind = self.successors.behind()
-        if any(behind.get(unit, 0) < HOLD_QUEUED for unit in started):
-            return False
+        if any(behind.get(unit.decode(), 0) < HOLD_QUEUED for unit in set(started) - set(ended)):
+            return False  # a chain runs short (one that started and ended since is judged by its successor)
         if s.held_since is None:
             s.held_since = now
         return now - s.held_since < RESULT_HOLD
