@@ -144,7 +144,8 @@ class Agent:
         s = self.state
         if not s.need_sync or s.orphan or not s.out:
             return False
-        ended, started = [], []
+        ended: list[bytes] = []
+        started: list[bytes] = []
         for line in s.out:
             kind = ended if line.startswith(ENDED) else started if line.startswith(STARTED) else None
             if kind is None:
