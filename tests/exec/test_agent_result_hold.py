@@ -6,13 +6,12 @@ ends out by the hold's own deadline, with no other input to wake the agent."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from types import SimpleNamespace
 
-from tests.exec.test_agent_result_sync import SYNCED, record_write, syncs
 from tests.support.agent_successors import hold
 from tests.support.raw_agent import job_pid, unit
+from tests.support.strace_log import SYNCED, record_write, syncs, traced
 from xce_lite.exec.agent.server import HOLD_QUEUED, RESULT_HOLD, Agent
 from xce_lite.exec.agent.successors import Successors
 
@@ -50,9 +49,7 @@ CHAINS, LINKS = 8, 6  # chains of quick jobs, each behind a held head: their end
 
 def test_chains_of_ends_share_syncs_and_each_result_is_synced_before_its_line(agents, spool, tmp_path):
     log = tmp_path / "strace.log"
-    assert shutil.which("strace"), "strace is missing: run tests/install_test_deps.sh"
-    # the agent's writes whole (-s): a turn's line carries several events
-    agent = agents(prefix=("strace", "-f", "-qq", "-s", "20000", "-e", "trace=write,fdatasync", "-o", str(log)))
+    agent = traced(agents, log, size=20000)  # the agent's writes whole: a turn's line carries several events
     arrived: dict[str, float] = {}
     agent.on_event = lambda e: arrived.setdefault(e["unit"], time.time()) if e["event"] == "finished" else None
     names = []

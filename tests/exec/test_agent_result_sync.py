@@ -7,36 +7,13 @@ event's write, and which process made each."""
 from __future__ import annotations
 
 import os
-import re
 import signal
-import shutil
-from pathlib import Path
 
 from tests.support.agent_local import WAIT_JOB, journal_result
 from tests.support.procs import proc_field
 from tests.support.raw_agent import py, supervisor_pid, unit
+from tests.support.strace_log import record_write, syncs, traced
 from tests.support.waiting import wait_until
-
-SYNCED = re.compile(r"^(\d+) +(?:fdatasync\(.*|<\.\.\. fdatasync resumed>.*)= 0$")
-
-
-def traced(agents, log: Path):
-    # strace comes with the test dependencies (tests/install_test_deps.sh): its absence is a failure
-    assert shutil.which("strace"), "strace is missing: run tests/install_test_deps.sh"
-    return agents(prefix=("strace", "-f", "-qq", "-s", "300", "-e", "trace=write,fdatasync", "-o", str(log)))
-
-
-def record_write(lines: list[str], name: str) -> tuple[int, int]:
-    """(line index, pid) of the write of `name`'s `finished` record."""
-    needle = '\\"event\\":\\"finished\\",\\"unit\\":\\"' + name + '\\"'
-    i = next(i for i, line in enumerate(lines) if needle in line and "write(1," not in line)
-    return i, int(lines[i].split()[0])
-
-
-def syncs(lines: list[str], pid: int, after: int, before: int) -> int:
-    """fdatasyncs that `pid` completed between lines `after` and `before`."""
-    return sum(1 for line in lines[after + 1 : before] if (m := SYNCED.match(line)) and int(m.group(1)) == pid)
-
 
 def test_the_agent_not_the_worker_fdatasyncs_a_reused_supervisors_result_before_it_reports_it(agents, spool, tmp_path):
     log = tmp_path / "strace.log"
