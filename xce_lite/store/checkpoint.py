@@ -19,7 +19,7 @@ Invariants:
   at a write that begins with all of it copied, and under load (the API's submits, the tick's and
   the agents' results) frames were always committed while a PASSIVE checkpoint copied, so the WAL
   grew through the whole run (34 MB after 3,000 one-POST jobs, every commit an append, whose
-  fdatasync also waits for ext4's journal). So a FULL checkpoint follows a PASSIVE one that left
+  fdatasync also writes the file's inode here). So a FULL checkpoint follows a PASSIVE one that left
   frames behind: it holds new writers back (SQLite's busy handler) only while it copies the few
   frames committed during the PASSIVE one.
 - the thread starts at the first commit (a store only read, or opened for a moment, has none) and
