@@ -22,6 +22,16 @@ def _submit(store: JobStore, count: int) -> list[int]:
     return ids
 
 
+def _reopened_ids(path: Path) -> list[int]:
+    """The ids of every job in the store at `path`, opened afresh; its integrity check must pass."""
+    again = JobStore(path)
+    try:
+        assert again.integrity() == "ok"
+        return [j.id for j in again.jobs(include_finished=True)]
+    finally:
+        again.close()
+
+
 def test_commits_never_checkpoint_however_long_the_wal(path: Path) -> None:
     store = JobStore(path)
     try:
@@ -49,12 +59,7 @@ def test_the_thread_checkpoints_and_loses_nothing(path: Path) -> None:
         assert store._checkpoints.checkpoints >= 1 and store._checkpoints.failures == 0
     finally:
         store.close()
-    again = JobStore(path)  # what the checkpoints copied and what the WAL held: all of it
-    try:
-        assert [j.id for j in again.jobs(include_finished=True)] == ids
-        assert again.integrity() == "ok"
-    finally:
-        again.close()
+    assert _reopened_ids(path) == ids  # what the checkpoints copied and what the WAL held: all of it
 
 
 def test_a_store_only_read_or_closed_at_once_starts_no_thread(path: Path) -> None:
@@ -107,12 +112,7 @@ def test_a_wal_behind_a_writer_that_never_pauses_restarts_after_one_checkpoint(p
         if con is not None:
             con.close()
         store.close()
-    again = JobStore(path)  # nothing lost by the checkpoint or the restart
-    try:
-        assert [j.id for j in again.jobs(include_finished=True)] == ids
-        assert again.integrity() == "ok"
-    finally:
-        again.close()
+    assert _reopened_ids(path) == ids  # nothing lost by the checkpoint or the restart
 
 
 def test_the_wal_starts_again_at_pages_behind_writers_that_never_pause(path: Path) -> None:
@@ -149,9 +149,4 @@ def test_the_wal_starts_again_at_pages_behind_writers_that_never_pause(path: Pat
             if writer.is_alive():
                 writer.join()
         store.close()
-    again = JobStore(path)
-    try:
-        assert sorted(j.id for j in again.jobs(include_finished=True)) == sorted(ids[0] + ids[1])
-        assert again.integrity() == "ok"
-    finally:
-        again.close()
+    assert sorted(_reopened_ids(path)) == sorted(ids[0] + ids[1])
