@@ -9,9 +9,10 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
-from tests.support.agent_successors import hold
+from tests.support.agent_successors import counted, hold, runs
 from tests.support.raw_agent import job_pid, unit
 from tests.support.strace_log import SYNCED, record_write, syncs, traced
+from tests.support.waiting import wait_until
 from xce_lite.exec.agent.server import HOLD_QUEUED, RESULT_HOLD, Agent
 from xce_lite.exec.agent.successors import Successors
 
@@ -107,3 +108,33 @@ def test_a_held_end_goes_out_by_the_holds_deadline_while_nothing_else_happens(ag
 def test_behind_counts_each_chain_by_the_unit_it_waits_behind():
     queued = {"b": {"after": "a"}, "c": {"after": "b"}, "d": {"after": "c"}, "y": {"after": "x"}, "n": {}}
     assert Successors(SimpleNamespace(queued=queued), None, None, None).behind() == {"a": 3, "x": 1}  # type: ignore[arg-type]
+
+
+def test_an_agent_killed_while_it_holds_ends_loses_none_and_runs_none_twice(agents, spool, tmp_path):
+    """Faults in a row: ends held for a sync (chains deep enough), the agent killed meanwhile, a
+    second agent, and its chains' rest: every unit ends once, each job ran once, and every end the
+    first agent never reported (nor synced) is there for the second to list."""
+    first = agents()
+    names = []
+    for k in range(4):
+        first.launch(hold(f"h{k}", tmp_path))
+        chain = [f"c{k}-{i}" for i in range(1, 7)]
+        for before, name in zip([f"h{k}", *chain], chain):
+            first.launch(counted(name, tmp_path, after=before))
+        names += chain
+    for k in range(4):
+        job_pid(spool, f"h{k}")
+    for k in range(4):
+        (tmp_path / f"go-h{k}").touch()
+    wait_until(lambda: any(runs(tmp_path, name) for name in names), 10, "the chains to start")
+    first.proc.kill()  # mid-chain: some ends held, some jobs running, the rest queued
+    first.close()
+    second = agents()
+
+    def all_ended():
+        units = {u["unit"]: u for u in second.request("list")["units"]}
+        return all(units.get(name, {}).get("status") == "finished" for name in names) and units
+
+    units = wait_until(all_ended, 30, "every unit of the chains to end under the second agent")
+    assert all(units[name]["result"]["exit_code"] == 0 for name in names)
+    assert [runs(tmp_path, name) for name in names] == [1] * len(names)
