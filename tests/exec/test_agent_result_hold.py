@@ -24,7 +24,8 @@ def turn(out: list[bytes], behind_b: int = HOLD_QUEUED, need_sync: bool = True, 
     """What `holds` reads of an agent: its state's lines, unsynced results and orphanhood, and how
     many successors wait behind unit b, and c (Successors.behind)."""
     state = SimpleNamespace(out=out, need_sync=need_sync, orphan=orphan, held_since=None)
-    return SimpleNamespace(state=state, successors=SimpleNamespace(behind=lambda: {"b": behind_b, "c": HOLD_QUEUED}))
+    chains = {"b": behind_b, "c": HOLD_QUEUED}
+    return SimpleNamespace(state=state, successors=SimpleNamespace(behind=lambda units: {u: chains[u] for u in units}))
 
 
 def test_ends_wait_for_a_later_sync_only_while_successors_keep_the_host_busy():
@@ -105,9 +106,10 @@ def test_a_held_end_goes_out_by_the_holds_deadline_while_nothing_else_happens(ag
     assert all(agent.finished(name)["exit_code"] == 0 for name in behind)
 
 
-def test_behind_counts_each_chain_by_the_unit_it_waits_behind():
+def test_behind_counts_the_chain_behind_each_unit_asked():
     queued = {"b": {"after": "a"}, "c": {"after": "b"}, "d": {"after": "c"}, "y": {"after": "x"}, "n": {}}
-    assert Successors(SimpleNamespace(queued=queued), None, None, None).behind() == {"a": 3, "x": 1}  # type: ignore[arg-type]
+    successors = Successors(SimpleNamespace(queued=queued), None, None, None)  # type: ignore[arg-type]
+    assert successors.behind({"a", "b", "x", "z"}) == {"a": 3, "b": 2, "x": 1, "z": 0}
 
 
 def test_an_agent_killed_while_it_holds_ends_loses_none_and_runs_none_twice(agents, spool, tmp_path):

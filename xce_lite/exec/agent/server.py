@@ -153,8 +153,8 @@ class Agent:
             kind.append(line[len(ENDED):line.find(b'"', len(ENDED))])  # (both prefixes are as long)
         if len(started) < len(ended):
             return False  # a slot left empty: the controller places a job there
-        behind = self.successors.behind()
-        if any(behind.get(unit.decode(), 0) < HOLD_QUEUED for unit in set(started) - set(ended)):
+        running = {unit.decode() for unit in set(started) - set(ended)}
+        if any(count < HOLD_QUEUED for count in self.successors.behind(running).values()):
             return False  # a chain runs short (one that started and ended since is judged by its successor)
         if s.held_since is None:
             s.held_since = now

@@ -186,22 +186,19 @@ class Successors:
             if not refused:
                 return
 
-    def behind(self) -> dict[str, int]:
-        """Queued units per chain, by the unit the chain waits behind (one that runs, or has ended and
-        whose successor this turn's `tend` has not started yet): each link's `after` followed within
-        the queue."""
+    def behind(self, units: set[str]) -> dict[str, int]:
+        """How many queued units wait in the chain behind each of `units` (each link's `after`
+        followed, in one pass over the queue and then along each chain: the agent's turn asks this
+        with hundreds queued on a large host). A unit named by two followers (a launch that crossed
+        a kill) counts one of them: never more than wait."""
         queued = self.state.queued
-        counts: dict[str, int] = {}
-        for name in queued:
-            head = name
-            for _ in range(len(queued)):  # (never circular: bounded anyway)
-                after = queued[head].get("after")
-                if not (type(after) is str and after in queued):
-                    break
-                head = after
-            after = queued[head].get("after")
-            if type(after) is str:
-                counts[after] = counts.get(after, 0) + 1
+        follower = {after: name for name, spec in queued.items() if type(after := spec.get("after")) is str}
+        counts = {}
+        for unit in units:
+            count, link = 0, unit
+            while link in follower and count < len(queued):
+                link, count = follower[link], count + 1
+            counts[unit] = count
         return counts
 
     def prune(self) -> None:
