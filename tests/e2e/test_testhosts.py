@@ -10,6 +10,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -72,12 +73,19 @@ def shared_dir(host: TestHost) -> Path:
 
 
 def mounts() -> dict[str, str]:
-    """The caller's mounts: mount point -> mount options and file system options."""
+    """The caller's mounts: mount point -> mount options and file system options.
+
+    Mount points strictly below the temporary directory are left out: the suite runs in several
+    xdist workers, and a test on another worker mounts and unmounts its own file systems there
+    (tests/support/faults.py `small_tmpfs`) while a host boots here. The temporary directory itself
+    (/tmp) stays in: a host's private /tmp leaking out would change it."""
+    below_tmp = os.path.join(tempfile.gettempdir(), "")
     table = {}
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         left, right = line.split(" - ", 1)
         fields = left.split()
-        table[fields[4]] = f"{fields[5]} - {right}"
+        if not fields[4].startswith(below_tmp):
+            table[fields[4]] = f"{fields[5]} - {right}"
     return table
 
 
