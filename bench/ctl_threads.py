@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The controller's CPU time, system calls and wake-ups per job, thread by thread, during 1000-job runs.
 
-    python bench/ctl_threads.py [--runs 3] [--jobs 1000] [--prefill] [--array]
+    python bench/ctl_threads.py [--runs 3] [--jobs 1000] [--prefill] [--array | --each]
     cp bench/ctl_threads.py OTHER/bench/ && python OTHER/bench/ctl_threads.py    # another checkout, same day
 
 bench/cpu_per_job.py gives the controller process as one (and its wake-ups are its main thread's
@@ -12,7 +12,8 @@ by role: `tick` (the main thread: collect, schedule, commit, launch), `agent rea
 that reads the local agent's lines: reads, no writes), `API worker` (one that writes replies: the
 batch POST, and the long-poll `GET /jobs/wait` with its reply), the others by number. A throw-away cluster
 (bench/cluster.py, one local host of 2 slots), warmed with 20 jobs; each run is one batch POST of
---jobs `true` jobs (--array: one --jobs-element array, as bench/run.py's array line), waited for
+--jobs `true` jobs (--array: one --jobs-element array, as bench/run.py's array line; --each: --jobs
+POSTs of one job, as its one-POST line), waited for
 with /jobs/wait; `--prefill`: with `controller: prefill: true` (queued successors). Asserts
 nothing; measures the tree this file is in.
 """
@@ -54,6 +55,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--prefill", action="store_true", help="controller: prefill: true (queued successors)")
     ap.add_argument("--array", action="store_true", help="each run one POST of a --jobs-element array")
+    ap.add_argument("--each", action="store_true", help="each run --jobs POSTs of one job (run.py's one POST)")
     args = ap.parse_args()
     c = BenchCluster(slots=2, prefill=True if args.prefill else None)
     try:
@@ -63,7 +65,7 @@ def main() -> int:
         for run in range(1, args.runs + 1):
             before = threads(c.pid)
             t0 = time.perf_counter()
-            wait_done(client, submit(client, spec, args.jobs, args.array), time.monotonic() + 600)
+            wait_done(client, submit(client, spec, args.jobs, args.array, args.each), time.monotonic() + 600)
             wall = time.perf_counter() - t0
             after = threads(c.pid)
             parts = []
