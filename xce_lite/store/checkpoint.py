@@ -21,7 +21,10 @@ Invariants:
   grew through the whole run (34 MB after 3,000 one-POST jobs, every commit an append, whose
   fdatasync also writes the file's inode here). So a FULL checkpoint follows a PASSIVE one that left
   frames behind: it holds new writers back (SQLite's busy handler) only while it copies the few
-  frames committed during the PASSIVE one.
+  frames committed during the PASSIVE one. It waits CATCH_UP_WAIT_MS at most, for a writer's commit
+  or for a reader still on an older snapshot (FULL waits for such a reader with SQLite's write lock
+  held: a long read, `xceadmin check` beside the controller, would hold every submit back with it),
+  then gives up and leaves those frames to a later checkpoint.
 - the thread starts at the first commit (a store only read, or opened for a moment, has none) and
   `close` stops it, waiting for a checkpoint under way, before the store closes its connections.
 - a checkpoint that fails (busy: another process checkpoints; an I/O error) loses nothing (the WAL
@@ -44,11 +47,13 @@ from pathlib import Path
 
 import apsw
 
+from xce_lite.store.db import BUSY_TIMEOUT_MS
 from xce_lite.store.walsync import WalSync
 
 PERIOD = 0.05  # s; ~700 one-job commits a second (~8 pages each) add ~300 frames in a period
 PAGES = 1000  # frames in the WAL that call for a checkpoint: SQLite's wal_autocheckpoint default
 BEHIND = 8 * PAGES  # frames at which PASSIVE checkpoints have not kept up: a FULL one (~32 MB of WAL)
+CATCH_UP_WAIT_MS = 5  # the most the FULL after a PASSIVE one waits (its writers wait as long): a commit's length
 
 
 class Checkpointer:
@@ -66,6 +71,7 @@ class Checkpointer:
         self._shm: int | None = None  # the -shm file, read by the thread only
         self.checkpoints = self.failures = self.full = 0  # run so far, and of them FULL (tests, benches)
         self.catch_ups = 0  # FULL checkpoints run right after a PASSIVE one, for what was committed meanwhile
+        self.catch_ups_busy = 0  # of those tried, given up after CATCH_UP_WAIT_MS (a writer, an old reader)
 
     def start(self) -> None:
         """Called at each write of the writer: starts the thread at the first one."""
@@ -116,8 +122,19 @@ class Checkpointer:
         self.checkpoints += 1
         self.full += full
         if not full and self._copied() < self._frames():
+            self._catch_up(con)
+
+    def _catch_up(self, con: apsw.Connection) -> None:
+        """FULL, for what was committed while the PASSIVE one copied: waiting CATCH_UP_WAIT_MS at
+        most (the module docstring); busy then, it is left to a later checkpoint (`catch_ups_busy`)."""
+        con.set_busy_timeout(CATCH_UP_WAIT_MS)
+        try:
             con.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_FULL)
             self.catch_ups += 1
+        except apsw.BusyError:
+            self.catch_ups_busy += 1
+        finally:
+            con.set_busy_timeout(BUSY_TIMEOUT_MS)  # db.connect's, which the FULL at BEHIND waits out
 
     def _frames(self) -> int:
         """The WAL's frames now (its WAL-index header's mxFrame, a native-order u32 at byte 16; read
