@@ -8,6 +8,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.store import T, spec
 from xce_lite.store.checkpoint import BEHIND, PAGES
 from xce_lite.store.db import connect
@@ -152,12 +154,14 @@ def test_the_wal_starts_again_at_pages_behind_writers_that_never_pause(path: Pat
     assert sorted(_reopened_ids(path)) == sorted(ids[0] + ids[1])
 
 
-def test_a_reader_on_an_old_snapshot_holds_no_writer_back_behind_the_catch_up(path: Path) -> None:
+@pytest.mark.parametrize("wal", ["past PAGES", "at BEHIND"])
+def test_a_reader_on_an_old_snapshot_holds_no_writer_back_behind_a_full_checkpoint(path: Path, wal: str) -> None:
     """A long read keeps the snapshot it began with (`xceadmin check` beside a running controller, a
-    listing of a large store): a checkpoint cannot copy what was committed since, so the FULL that
-    follows a PASSIVE one which left frames behind would wait for that reader, with SQLite's write
-    lock held, and every submit would wait with it (up to the busy timeout, 10 s). It gives up at
-    once instead and leaves those frames to a later checkpoint, once the reader is done."""
+    listing of a large store): no checkpoint can copy what was committed since. A FULL one (the
+    catch-up after a PASSIVE one that left frames behind; the one at BEHIND) would wait for that
+    reader with SQLite's write lock held, and every submit with it, up to the busy timeout (10 s).
+    It gives up after its bounded wait instead and leaves those frames to a later checkpoint, which
+    copies everything once the reader is done."""
     store = JobStore(path)
     reader = connect(path, create=False, readonly=True)
     con = connect(path, create=False)
@@ -167,16 +171,18 @@ def test_a_reader_on_an_old_snapshot_holds_no_writer_back_behind_the_catch_up(pa
         ids += _submit(store, 50)
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM jobs").fetchall()  # its snapshot: these 50 jobs
-        ids += _submit(store, 50)  # frames past the reader's snapshot: the PASSIVE one leaves them
+        ids += _submit(store, 50)  # frames past the reader's snapshot
+        while wal == "at BEHIND" and store._checkpoints._frames() < BEHIND:
+            ids += _submit(store, 50)
         checkpoint = threading.Thread(target=store._checkpoints.checkpoint, args=(con,))
         checkpoint.start()
-        time.sleep(0.3)  # the PASSIVE checkpoint is done by now (~800 frames); the catch-up runs
+        time.sleep(0.3)  # the PASSIVE checkpoint is done by now (~800 frames); the FULL runs
         t0 = time.monotonic()
         ids += _submit(store, 1)
         waited = time.monotonic() - t0
         checkpoint.join(15)
         assert waited < 1.0, f"a submit waited {waited:.1f} s behind a checkpoint that waited for a reader"
-        assert not checkpoint.is_alive()
+        assert not checkpoint.is_alive() and store._checkpoints.full_busy == 1
         reader.execute("COMMIT")  # the reader is done: the next checkpoint copies everything
         store._checkpoints.checkpoint(con)
         assert store._checkpoints._copied() == store._checkpoints._frames() > 0

@@ -34,7 +34,8 @@ Invariants:
   so a writer that commits while each one runs (the thread starved of a CPU, seen under a loaded
   test run: the WAL at 875,000 frames after 60 s) keeps it growing. At BEHIND frames the checkpoint
   is FULL instead: new writers wait (SQLite's busy handler, a few ms) while it copies the rest, and
-  the next commit restarts the WAL.
+  the next commit restarts the WAL. It waits BEHIND_WAIT_MS at most, as the catch-up below waits
+  CATCH_UP_WAIT_MS: a reader on an older snapshot keeps it from copying everything anyway.
 """
 
 from __future__ import annotations
@@ -47,13 +48,13 @@ from pathlib import Path
 
 import apsw
 
-from xce_lite.store.db import BUSY_TIMEOUT_MS
 from xce_lite.store.walsync import WalSync
 
 PERIOD = 0.05  # s; ~700 one-job commits a second (~8 pages each) add ~300 frames in a period
 PAGES = 1000  # frames in the WAL that call for a checkpoint: SQLite's wal_autocheckpoint default
 BEHIND = 8 * PAGES  # frames at which PASSIVE checkpoints have not kept up: a FULL one (~32 MB of WAL)
-CATCH_UP_WAIT_MS = 5  # the most the FULL after a PASSIVE one waits (its writers wait as long): a commit's length
+CATCH_UP_WAIT_MS = 5  # ms the FULL after a PASSIVE one waits at most (its writers wait as long): a few commits
+BEHIND_WAIT_MS = 200  # ms the FULL at BEHIND waits at most: rare, and it must get in between a writer's commits
 
 
 class Checkpointer:
@@ -71,7 +72,7 @@ class Checkpointer:
         self._shm: int | None = None  # the -shm file, read by the thread only
         self.checkpoints = self.failures = self.full = 0  # run so far, and of them FULL (tests, benches)
         self.catch_ups = 0  # FULL checkpoints run right after a PASSIVE one, for what was committed meanwhile
-        self.catch_ups_busy = 0  # of those tried, given up after CATCH_UP_WAIT_MS (a writer, an old reader)
+        self.full_busy = 0  # FULL ones (either kind) given up after their wait: a writer, a reader on an old snapshot
 
     def start(self) -> None:
         """Called at each write of the writer: starts the thread at the first one."""
@@ -115,26 +116,27 @@ class Checkpointer:
 
     def checkpoint(self, con: apsw.Connection) -> None:
         """One checkpoint on `con` (a connection of the store's, not the writer's): PASSIVE, then FULL
-        for what was committed while it copied; FULL at once when the WAL holds BEHIND frames (the
-        module docstring)."""
-        full = self._frames() >= BEHIND
-        con.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_FULL if full else apsw.SQLITE_CHECKPOINT_PASSIVE)
+        for what was committed while it copied; FULL at once when the WAL holds BEHIND frames. A FULL
+        waits a bounded time (CATCH_UP_WAIT_MS, BEHIND_WAIT_MS), then is left to a later checkpoint
+        (`full_busy`): see the module docstring."""
+        if self._frames() >= BEHIND:
+            self.full += self._full(con, BEHIND_WAIT_MS)
+        else:
+            con.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)  # takes no lock, waits for nobody
+            if self._copied() < self._frames():
+                self.catch_ups += self._full(con, CATCH_UP_WAIT_MS)
         self.checkpoints += 1
-        self.full += full
-        if not full and self._copied() < self._frames():
-            self._catch_up(con)
 
-    def _catch_up(self, con: apsw.Connection) -> None:
-        """FULL, for what was committed while the PASSIVE one copied: waiting CATCH_UP_WAIT_MS at
-        most (the module docstring); busy then, it is left to a later checkpoint (`catch_ups_busy`)."""
-        con.set_busy_timeout(CATCH_UP_WAIT_MS)
+    def _full(self, con: apsw.Connection, wait_ms: int) -> bool:
+        """A FULL checkpoint that waits `wait_ms` at most, for a writer's commit or for a reader still
+        on an older snapshot (writers wait while it does); whether it ran."""
+        con.set_busy_timeout(wait_ms)  # this connection only checkpoints: nothing else waits by it
         try:
             con.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_FULL)
-            self.catch_ups += 1
+            return True
         except apsw.BusyError:
-            self.catch_ups_busy += 1
-        finally:
-            con.set_busy_timeout(BUSY_TIMEOUT_MS)  # db.connect's, which the FULL at BEHIND waits out
+            self.full_busy += 1
+            return False
 
     def _frames(self) -> int:
         """The WAL's frames now (its WAL-index header's mxFrame, a native-order u32 at byte 16; read
