@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from tests.support.agent_successors import counted, hold, runs
 from tests.support.raw_agent import job_pid, unit
-from tests.support.strace_log import SYNCED, record_write, syncs, traced
+from tests.support.strace_log import SYNCED, finished_text, record_write, syncs, traced
 from tests.support.waiting import wait_until
 from xce_lite.exec.agent.server import HOLD_QUEUED, RESULT_HOLD, Agent
 from xce_lite.exec.agent.successors import Successors
@@ -76,8 +76,7 @@ def test_chains_of_ends_share_syncs_and_each_result_is_synced_before_its_line(ag
     events = {}
     for name in names:
         record, _writer = record_write(lines, name)
-        needle = '\\"event\\":\\"finished\\",\\"unit\\":\\"' + name + '\\"'
-        event = next(i for i, line in enumerate(lines) if "write(1," in line and needle in line)
+        event = next(i for i, line in enumerate(lines) if "write(1," in line and finished_text(name) in line)
         assert syncs(lines, agent_pid, record, event) >= 1, f"{name}'s result went out before a sync"
         events[name] = event
     first = min(record_write(lines, name)[0] for name in names)

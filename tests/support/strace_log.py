@@ -16,9 +16,14 @@ def traced(agents, log: Path, size: int = 300):
     return agents(prefix=("strace", "-f", "-qq", "-s", str(size), "-e", "trace=write,fdatasync", "-o", str(log)))
 
 
+def finished_text(name: str) -> str:
+    """How `name`'s `finished` record or event reads in a write strace logged (quotes escaped)."""
+    return '\\"event\\":\\"finished\\",\\"unit\\":\\"' + name + '\\"'
+
+
 def record_write(lines: list[str], name: str) -> tuple[int, int]:
-    """(line index, pid) of the write of `name`'s `finished` record."""
-    needle = '\\"event\\":\\"finished\\",\\"unit\\":\\"' + name + '\\"'
+    """(line index, pid) of the write of `name`'s `finished` record (to the journal, not stdout)."""
+    needle = finished_text(name)
     i = next(i for i, line in enumerate(lines) if needle in line and "write(1," not in line)
     return i, int(lines[i].split()[0])
 
