@@ -4,15 +4,15 @@
     python bench/split_ceiling.py [--rounds 6] [--jobs 1000]
 
 A what-if, measured by splitting the work of a one-POST run over two clusters (bench/cluster.py, one
-local host of 2 slots each, on this machine together): REQUESTS, whose two slots hold `sleep` jobs,
-so that what is submitted to it pends and its tick runs no job (what it does per POST is the request
-path alone); and JOBS, which runs a --jobs-element array of `true` (the job side, its tick in its own
-process) started the moment the POSTs begin. A third cluster, REAL, runs the figure as bench/run.py
-does (--jobs POSTs of one job each, waited for). Each round runs REAL, then the split pair, and
-prints both rates: REAL's jobs over its wall, and the split's jobs over the time until both the
-POSTs and the array are done, with the POSTs' own rate beside. If the split ran much faster, the
-tick sharing the request path's process (its GIL, the store's lock) would be what holds a one-POST
-run back; if not, the machine's CPU is. Asserts nothing.
+local host of 2 slots each, on this machine together): REQUESTS, whose two slots hold `sleep` jobs, so
+that what is submitted to it pends and its tick runs no job (what it does per POST is the request path
+alone); and JOBS, which runs a --jobs-element array of `true` (the job side, its tick in its own
+process) started the moment the POSTs begin. A third cluster, REAL, runs the figure as bench/run.py does
+(--jobs POSTs of one job each, waited for: bench/ab_trees.py's `one_run`). Each round runs REAL, then
+the split pair, and prints both rates: REAL's, and the split's jobs over the time until both the POSTs
+and the array are done, with the POSTs' own rate beside. If the split ran much faster, the tick sharing
+the request path's process (its GIL, the store's lock) would be what holds a one-POST run back; if not,
+the machine's CPU is. REQUESTS keeps what it was sent pending: --jobs more each round. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -26,16 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ab_trees import one_run
 from cluster import BenchCluster, wait_done, wait_idle, warm
-
-
-def real_run(c: BenchCluster, jobs: int) -> float:
-    """Seconds for `jobs` one-job POSTs, from the first to the last job's end."""
-    client, spec = c.client(), c.spec(["true"])
-    t0 = time.perf_counter()
-    ids = [client.post("/jobs", {"jobs": [spec]})["ids"][0] for _ in range(jobs)]
-    wait_done(client, ids, time.monotonic() + 300)
-    return time.perf_counter() - t0
 
 
 def split_run(requests: BenchCluster, jobs_side: BenchCluster, jobs: int) -> tuple[float, float]:
@@ -74,7 +66,7 @@ def main() -> int:
         warm(real)
         reals, splits, posts = [], [], []
         for r in range(args.rounds):
-            reals.append(real_run(real, args.jobs))
+            reals.append(args.jobs / one_run(real, "each", args.jobs)[0])  # seconds, as the split's
             wait_idle(real)
             both, alone = split_run(requests, jobs_side, args.jobs)
             splits.append(both)

@@ -34,7 +34,7 @@ Invariants:
   so a writer that commits while each one runs (the thread starved of a CPU, seen under a loaded
   test run: the WAL at 875,000 frames after 60 s) keeps it growing. At BEHIND frames the checkpoint
   is FULL instead: new writers wait (SQLite's busy handler, a few ms) while it copies the rest, and
-  the next commit restarts the WAL. It waits BEHIND_WAIT_MS at most, as the catch-up below waits
+  the next commit restarts the WAL. It waits BEHIND_WAIT_MS at most, as the catch-up above waits
   CATCH_UP_WAIT_MS: a reader on an older snapshot keeps it from copying everything anyway.
 """
 
