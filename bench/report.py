@@ -5,6 +5,7 @@ at the end; `goals` judges each goal of issue 18 on them (met / MISSED, or why t
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ class Report:
         self.rows: list[dict] = []
         self.figures: dict[str, float] = {}  # key -> median, for the goals (only figures with samples)
         self.why_not: dict[str, str] = {}  # key -> why the figure is missing
+        self.rounds: dict[str, list[float]] = {}  # kind -> its rate / HQ's, each round against the HQ run after it
 
     def add(self, name: str, unit: str, samples: list[float], goal: str = "", met: bool | None = None,
             peers: str = "", p95: bool = False, key: str = "") -> dict:
@@ -106,6 +108,10 @@ def goals(rep: Report, only: set[str], hq: bool) -> list[tuple[str, str, str]]:
         value = _ratio(rep, f"tput_{kind}", hq_key)
         text = "{:.2f}x" + (f" ({f[f'tput_{kind}']:.0f} vs {f[hq_key]:.0f} jobs/s)" if value is not None else "")
         judge(f"{what} >= 1.5x {hq_name}", value, text, lambda v: v >= 1.5, missing)
+        pairs = rep.rounds.get(kind, [])
+        if pairs:  # beside the goal's ratio of medians: how steady it is from round to round
+            rows.append((f"(beside: {KINDS[kind]} / HQ, round by round: median; rounds at >= 1.5x)",
+                         f"{statistics.median(pairs):.2f}x; {sum(p >= 1.5 for p in pairs)} of {len(pairs)}", ""))
     value = _ratio(rep, "tput_backlog", "tput_batch")
     judge("first 200 jobs with 10,000 pending >= 0.8x the empty queue (1,000-job batch POST)", value,
           "{:.2f}x" + (f" ({f['tput_backlog']:.0f} vs {f['tput_batch']:.0f} jobs/s)" if value else ""),

@@ -107,6 +107,9 @@ def bench_throughput(rep: Report, c: BenchCluster, runs: int, n: int, hq: HyperQ
                 last = hq.results[-1]
                 print(f"    run {r + 1} HyperQueue: {n / last['jobs_wall']:.0f} one-task jobs/s, "
                       f"{n / last['array_wall']:.0f} array tasks/s", flush=True)
+                for kind, hq_wall in (("each", "jobs_wall"), ("array", "array_wall")):  # this round's pair
+                    if res[kind][-1]["ok"]:
+                        rep.rounds.setdefault(kind, []).append(last[hq_wall] / res[kind][-1]["wall"])
             wait_idle(c)
     for kind, how in KINDS.items():
         label = f"{n} jobs, {how}" if kind != "array" else f"{n}-element array, {how}"
